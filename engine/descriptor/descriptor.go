@@ -1,0 +1,336 @@
+// Package descriptor holds the segment descriptor: the pure data a transfer
+// engine publishes about its memory segment so that peers can reach it, and
+// its JSON form, which is byte-compatible with Mooncake's (specs/mooncake.md
+// §3.3). It also holds the rpc_meta record of §3.2.
+//
+// A Segment is plain data: it can be copied, compared and serialized, and it
+// owns no resources.
+package descriptor
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Protocol names as Mooncake writes them in a descriptor's "protocol" field.
+const (
+	ProtocolTCP  = "tcp"
+	ProtocolRDMA = "rdma"
+)
+
+// TCP protocol versions (specs/mooncake.md §4.3): version 2 adds status frames.
+const (
+	TCPProtoV1 = 1
+	TCPProtoV2 = 2
+)
+
+// ErrMalformed is returned (wrapped) for a descriptor that fails the
+// decoder's rejection rules of specs/mooncake.md §3.3.
+var ErrMalformed = errors.New("malformed segment descriptor")
+
+// Buffer is one registered memory range of a segment.
+type Buffer struct {
+	// Name is the segment name for TCP buffers and the location string
+	// ("cpu:0", "cuda:1") for RDMA buffers.
+	Name string `json:"name"`
+	// Addr is the start of the range in the owner's address space.
+	Addr uint64 `json:"addr"`
+	// Length is the size of the range in bytes.
+	Length uint64 `json:"length"`
+	// RKey and LKey hold one key per device (RDMA only).
+	RKey []uint32 `json:"rkey,omitempty"`
+	LKey []uint32 `json:"lkey,omitempty"`
+}
+
+// Contains reports whether [addr, addr+length) lies inside the buffer.
+// A zero length never matches.
+func (b Buffer) Contains(addr, length uint64) bool {
+	if length == 0 || addr < b.Addr {
+		return false
+	}
+	end := addr + length
+	if end < addr { // overflow
+		return false
+	}
+	return end <= b.Addr+b.Length
+}
+
+// Device is one RDMA device of a segment.
+type Device struct {
+	Name string `json:"name"`
+	LID  uint16 `json:"lid"`
+	GID  string `json:"gid"`
+}
+
+// Host identifies the machine, kernel namespaces and process that own a
+// segment. It is a kvferry extension (field "kvferry_host"): Mooncake peers
+// ignore it. Two segments share a host only when BootID and the namespace
+// ids are equal; the IP address is never used for that decision.
+type Host struct {
+	BootID string `json:"boot_id"`
+	// MountNS, PIDNS, NetNS and UserNS are the inode numbers of the
+	// owner's namespaces (/proc/self/ns/*).
+	MountNS uint64 `json:"mnt_ns,omitempty"`
+	PIDNS   uint64 `json:"pid_ns,omitempty"`
+	NetNS   uint64 `json:"net_ns,omitempty"`
+	UserNS  uint64 `json:"user_ns,omitempty"`
+	// PID is the owner's process id as seen in its PID namespace.
+	PID int `json:"pid"`
+	// UID is the owner's effective user id.
+	UID int `json:"uid"`
+}
+
+// SameHost reports whether h and o describe processes on one kernel that
+// share their PID and user namespaces (so that a pid means the same process).
+func (h *Host) SameHost(o *Host) bool {
+	if h == nil || o == nil || h.BootID == "" {
+		return false
+	}
+	return h.BootID == o.BootID && h.PIDNS == o.PIDNS && h.UserNS == o.UserNS
+}
+
+// Segment is a segment descriptor.
+type Segment struct {
+	// Name is the segment name ("<ip>:<port>" in P2P mode).
+	Name string
+	// Protocol is the transport the owner advertises to Mooncake peers
+	// ("tcp" or "rdma").
+	Protocol string
+	// TCPDataPort is the TCP transport's data port.
+	TCPDataPort int
+	// TCPProtoVersion is 2 for status-frame framing; 1 for legacy peers.
+	TCPProtoVersion int
+	// Timestamp is informational ("YYYY-MM-DD HH:MM:SS.uuuuuu").
+	Timestamp string
+	// RDMAServerName is an optional separate RDMA-reachable name.
+	RDMAServerName string
+	// Devices lists RDMA devices (RDMA protocol only).
+	Devices []Device
+	// PriorityMatrix is the raw NIC priority matrix (RDMA only).
+	PriorityMatrix json.RawMessage
+	// Buffers lists every registered range.
+	Buffers []Buffer
+	// Host identifies the owner (kvferry extension; nil from Mooncake).
+	Host *Host
+	// Transports lists the transports the owner serves, best first
+	// (kvferry extension "kvferry_transports"; nil from Mooncake).
+	Transports []string
+	// Extra carries transport-specific published data keyed by transport
+	// name (kvferry extension "kvferry_extra"), e.g. shared-memory sockets.
+	Extra map[string]json.RawMessage
+}
+
+// Find returns the buffer that contains [addr, addr+length), or false.
+func (s *Segment) Find(addr, length uint64) (Buffer, bool) {
+	for _, b := range s.Buffers {
+		if b.Contains(addr, length) {
+			return b, true
+		}
+	}
+	return Buffer{}, false
+}
+
+// Clone returns a deep copy of s.
+func (s *Segment) Clone() *Segment {
+	c := *s
+	c.Buffers = append([]Buffer(nil), s.Buffers...)
+	c.Devices = append([]Device(nil), s.Devices...)
+	c.Transports = append([]string(nil), s.Transports...)
+	if s.Host != nil {
+		h := *s.Host
+		c.Host = &h
+	}
+	if s.Extra != nil {
+		c.Extra = make(map[string]json.RawMessage, len(s.Extra))
+		for k, v := range s.Extra {
+			c.Extra[k] = v
+		}
+	}
+	return &c
+}
+
+// wireSegment is the JSON shape; field order follows Mooncake's encoder.
+type wireSegment struct {
+	Name            string                     `json:"name"`
+	Protocol        json.RawMessage            `json:"protocol"`
+	TCPDataPort     int                        `json:"tcp_data_port"`
+	TCPProtoVersion *int                       `json:"tcp_proto_version,omitempty"`
+	Timestamp       string                     `json:"timestamp,omitempty"`
+	RDMAServerName  string                     `json:"rdma_server_name,omitempty"`
+	Devices         []Device                   `json:"devices,omitempty"`
+	Buffers         []Buffer                   `json:"buffers"`
+	PriorityMatrix  json.RawMessage            `json:"priority_matrix,omitempty"`
+	Host            *Host                      `json:"kvferry_host,omitempty"`
+	Transports      []string                   `json:"kvferry_transports,omitempty"`
+	Extra           map[string]json.RawMessage `json:"kvferry_extra,omitempty"`
+}
+
+// TimestampNow formats t as Mooncake's descriptor timestamp.
+func TimestampNow(t time.Time) string {
+	return t.Format("2006-01-02 15:04:05.000000")
+}
+
+// Marshal encodes s as compact JSON readable by Mooncake's decoder.
+func Marshal(s *Segment) ([]byte, error) {
+	proto, err := json.Marshal(s.Protocol)
+	if err != nil {
+		return nil, fmt.Errorf("encode segment descriptor %q: %w", s.Name, err)
+	}
+	w := wireSegment{
+		Name:           s.Name,
+		Protocol:       proto,
+		TCPDataPort:    s.TCPDataPort,
+		Timestamp:      s.Timestamp,
+		RDMAServerName: s.RDMAServerName,
+		Buffers:        s.Buffers,
+		Host:           s.Host,
+		Transports:     s.Transports,
+		Extra:          s.Extra,
+	}
+	if w.Buffers == nil {
+		w.Buffers = []Buffer{}
+	}
+	v := s.TCPProtoVersion
+	w.TCPProtoVersion = &v
+	if isRDMALike(s.Protocol) {
+		w.Devices = s.Devices
+		if w.Devices == nil {
+			w.Devices = []Device{}
+		}
+		w.PriorityMatrix = s.PriorityMatrix
+		if len(w.PriorityMatrix) == 0 {
+			w.PriorityMatrix = json.RawMessage("{}")
+		}
+	}
+	b, err := json.Marshal(&w)
+	if err != nil {
+		return nil, fmt.Errorf("encode segment descriptor %q: %w", s.Name, err)
+	}
+	return b, nil
+}
+
+func isRDMALike(p string) bool {
+	switch p {
+	case "rdma", "efa", "cxi", "barex":
+		return true
+	}
+	return false
+}
+
+// Unmarshal decodes a descriptor and applies Mooncake's rejection rules
+// (specs/mooncake.md §3.3): a tcp buffer with an empty name or a zero
+// address or length, an RDMA device without name or gid, or an RDMA buffer
+// whose key count differs from the device count rejects the whole
+// descriptor. A missing tcp_proto_version means version 1. Buffers must not
+// wrap around the address space.
+func Unmarshal(data []byte) (*Segment, error) {
+	var w wireSegment
+	if err := json.Unmarshal(data, &w); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	s := &Segment{
+		Name:           w.Name,
+		TCPDataPort:    w.TCPDataPort,
+		Timestamp:      w.Timestamp,
+		RDMAServerName: w.RDMAServerName,
+		Devices:        w.Devices,
+		PriorityMatrix: w.PriorityMatrix,
+		Buffers:        w.Buffers,
+		Host:           w.Host,
+		Transports:     w.Transports,
+		Extra:          w.Extra,
+	}
+	if w.TCPProtoVersion != nil {
+		s.TCPProtoVersion = *w.TCPProtoVersion
+	} else {
+		s.TCPProtoVersion = TCPProtoV1
+	}
+	// The protocol is a string, or an array of strings in multi-protocol
+	// builds; keep the first supported one.
+	if len(w.Protocol) == 0 {
+		return nil, fmt.Errorf("%w: segment %q has no protocol", ErrMalformed, w.Name)
+	}
+	var p string
+	if err := json.Unmarshal(w.Protocol, &p); err != nil {
+		var ps []string
+		if err2 := json.Unmarshal(w.Protocol, &ps); err2 != nil || len(ps) == 0 {
+			return nil, fmt.Errorf("%w: segment %q: protocol is neither string nor list", ErrMalformed, w.Name)
+		}
+		p = strings.Join(ps, ",")
+	}
+	s.Protocol = p
+	if s.Name == "" {
+		return nil, fmt.Errorf("%w: empty segment name", ErrMalformed)
+	}
+	rdma := isRDMALike(p)
+	for _, d := range s.Devices {
+		if rdma && (d.Name == "" || d.GID == "") {
+			return nil, fmt.Errorf("%w: segment %q: device without name or gid", ErrMalformed, s.Name)
+		}
+	}
+	for _, b := range s.Buffers {
+		if b.Name == "" || b.Addr == 0 || b.Length == 0 {
+			return nil, fmt.Errorf("%w: segment %q: buffer with empty name, address or length", ErrMalformed, s.Name)
+		}
+		if b.Addr+b.Length < b.Addr {
+			return nil, fmt.Errorf("%w: segment %q: buffer %#x+%d wraps around", ErrMalformed, s.Name, b.Addr, b.Length)
+		}
+		if rdma && (len(b.RKey) != len(b.LKey) || (len(b.RKey) != 0 && len(b.RKey) != len(s.Devices))) {
+			return nil, fmt.Errorf("%w: segment %q: buffer key count differs from device count", ErrMalformed, s.Name)
+		}
+	}
+	return s, nil
+}
+
+// RPCMeta is the rpc_meta record: where a segment's RPC (handshake) port is.
+type RPCMeta struct {
+	IPOrHostName string `json:"ip_or_host_name"`
+	RPCPort      int    `json:"rpc_port"`
+}
+
+// Addr returns "host:port", with IPv6 literals in brackets.
+func (m RPCMeta) Addr() string {
+	return net.JoinHostPort(m.IPOrHostName, strconv.Itoa(m.RPCPort))
+}
+
+// MarshalRPCMeta encodes m as compact JSON.
+func MarshalRPCMeta(m RPCMeta) ([]byte, error) {
+	return json.Marshal(m)
+}
+
+// UnmarshalRPCMeta decodes an rpc_meta record; it requires a host and a port
+// in 1..65535.
+func UnmarshalRPCMeta(data []byte) (RPCMeta, error) {
+	var m RPCMeta
+	if err := json.Unmarshal(data, &m); err != nil {
+		return RPCMeta{}, fmt.Errorf("%w: rpc_meta: %v", ErrMalformed, err)
+	}
+	if m.IPOrHostName == "" || m.RPCPort <= 0 || m.RPCPort > 65535 {
+		return RPCMeta{}, fmt.Errorf("%w: rpc_meta without host or valid port", ErrMalformed)
+	}
+	return m, nil
+}
+
+// ParseP2PName splits a P2P segment name "<host>:<port>" (IPv6 in brackets)
+// into its rpc_meta.
+func ParseP2PName(name string) (RPCMeta, error) {
+	host, port, err := net.SplitHostPort(name)
+	if err != nil {
+		return RPCMeta{}, fmt.Errorf("parse segment name %q: %w", name, err)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil || p <= 0 || p > 65535 || host == "" {
+		return RPCMeta{}, fmt.Errorf("parse segment name %q: bad host or port", name)
+	}
+	return RPCMeta{IPOrHostName: host, RPCPort: p}, nil
+}
+
+// P2PName formats host and port as a P2P segment name.
+func P2PName(host string, port int) string {
+	return net.JoinHostPort(host, strconv.Itoa(port))
+}
