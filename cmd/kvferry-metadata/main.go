@@ -1,0 +1,129 @@
+// Command kvferry-metadata is an HTTP metadata server that speaks
+// Mooncake's REST protocol (specs/mooncake.md §3.4): GET, PUT and DELETE
+// of /metadata?key=<key>, and GET /health. Transfer engines (kvferry or
+// Mooncake) use it with the connection string
+// "http://<host>:<port>/metadata".
+//
+// With -snapshot it keeps every entry in a file, written atomically before
+// each change is acknowledged and read at start, so a restart keeps the
+// registrations. With -ttl it drops entries not re-published for that long
+// (kvferry engines re-publish every 10 s by default).
+//
+// It prints "listening on <addr>" on stdout once it accepts connections
+// (useful with -port 0) and logs to stderr.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	nethttp "net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	mdhttp "github.com/kvferry/kvferry/engine/metadata/http"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "kvferry-metadata:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	fs := flag.NewFlagSet("kvferry-metadata", flag.ContinueOnError)
+	addr := fs.String("addr", "0.0.0.0", "listen address: a host, or host:port (then -port is ignored)")
+	port := fs.Int("port", 8080, "listen port (0 picks a free one)")
+	path := fs.String("path", mdhttp.DefaultPath, "URL path of the metadata protocol")
+	snapshot := fs.String("snapshot", "", "snapshot file that keeps entries across restarts (empty: memory only)")
+	ttl := fs.Duration("ttl", 0, "drop entries not re-published for this long (0: never)")
+	maxValue := fs.Int64("max-value-bytes", mdhttp.DefaultServerMaxValueBytes, "largest accepted value in bytes")
+	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() != 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(*level)); err != nil {
+		return fmt.Errorf("-log-level %q: %w", *level, err)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+
+	listen, err := listenAddr(*addr, *port)
+	if err != nil {
+		return err
+	}
+	srv, err := mdhttp.NewServer(mdhttp.ServerConfig{
+		Path:          *path,
+		SnapshotPath:  *snapshot,
+		TTL:           *ttl,
+		MaxValueBytes: *maxValue,
+		Logger:        log,
+	})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		_ = srv.Close()
+		return fmt.Errorf("listen on %s: %w", listen, err)
+	}
+	hs := &nethttp.Server{
+		Handler:           srv,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+	}
+	log.Info("metadata server started", "addr", ln.Addr().String(), "path", *path,
+		"snapshot", *snapshot, "ttl", *ttl, "entries", srv.Len())
+	fmt.Printf("listening on %s\n", ln.Addr())
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case <-ctx.Done():
+		log.Info("metadata server stopping")
+	case err = <-errc:
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if serr := hs.Shutdown(sctx); serr != nil && err == nil {
+		err = serr
+	}
+	if cerr := srv.Close(); cerr != nil && err == nil {
+		err = cerr
+	}
+	if errors.Is(err, nethttp.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}
+
+// listenAddr combines -addr and -port; an -addr with a port (":8080",
+// "0.0.0.0:8080", as Mooncake's example server takes) wins.
+func listenAddr(addr string, port int) (string, error) {
+	if h, p, err := net.SplitHostPort(addr); err == nil {
+		if n, err := strconv.Atoi(p); err != nil || n < 0 || n > 65535 {
+			return "", fmt.Errorf("-addr %q: bad port", addr)
+		}
+		return net.JoinHostPort(h, p), nil
+	}
+	if port < 0 || port > 65535 {
+		return "", fmt.Errorf("-port %d out of range", port)
+	}
+	return net.JoinHostPort(strings.Trim(addr, "[]"), strconv.Itoa(port)), nil
+}
