@@ -1,0 +1,277 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// SegmentID identifies an opened segment within one engine.
+type SegmentID int32
+
+// LocalSegment is the engine's own segment.
+const LocalSegment SegmentID = 0
+
+// BatchID identifies a batch within one engine. It is never 0 and never
+// math.MaxUint64 (Mooncake's INVALID_BATCH).
+type BatchID uint64
+
+// TaskState is a task's state; the values are Mooncake's STATUS_* codes.
+type TaskState int32
+
+// Task states.
+const (
+	StateWaiting   TaskState = 0
+	StatePending   TaskState = 1
+	StateInvalid   TaskState = 2
+	StateCanceled  TaskState = 3
+	StateCompleted TaskState = 4
+	StateTimeout   TaskState = 5
+	StateFailed    TaskState = 6
+)
+
+// Terminal reports whether s is a final state.
+func (s TaskState) Terminal() bool {
+	return s == StateCompleted || s == StateFailed || s == StateCanceled || s == StateTimeout
+}
+
+func (s TaskState) String() string {
+	switch s {
+	case StateWaiting:
+		return "waiting"
+	case StatePending:
+		return "pending"
+	case StateInvalid:
+		return "invalid"
+	case StateCanceled:
+		return "canceled"
+	case StateCompleted:
+		return "completed"
+	case StateTimeout:
+		return "timeout"
+	case StateFailed:
+		return "failed"
+	}
+	return "state?"
+}
+
+// TaskStatus is what a status query reports for one task.
+type TaskStatus struct {
+	State TaskState
+	// TransferredBytes is a lower bound of the bytes moved so far.
+	TransferredBytes uint64
+}
+
+// BatchStatus aggregates a batch.
+type BatchStatus struct {
+	// State is StateWaiting while any task runs, StateCompleted when all
+	// completed, else the terminal state of the first task that did not
+	// complete (StateFailed, StateCanceled).
+	State TaskState
+	// Tasks is the number of tasks submitted so far.
+	Tasks int
+	// TransferredBytes sums the tasks' transferred bytes.
+	TransferredBytes uint64
+	// Err is the first task error, if any.
+	Err error
+}
+
+type task struct {
+	batch       *batch
+	length      uint64
+	pending     atomic.Int32
+	transferred atomic.Uint64
+	failed      atomic.Bool
+	state       atomic.Int32
+	observed    atomic.Bool
+	err         atomic.Pointer[error]
+	pin         *Region
+	start       time.Time
+}
+
+func (t *task) setErr(err error) {
+	t.failed.Store(true)
+	t.err.CompareAndSwap(nil, &err)
+}
+
+func (t *task) sliceDone(s *Slice, err error) {
+	if err != nil {
+		t.setErr(err)
+	} else {
+		t.transferred.Add(s.Length)
+	}
+	if t.pending.Add(-1) == 0 {
+		t.finish()
+	}
+}
+
+// finish moves the task to its terminal state; called once.
+func (t *task) finish() {
+	st := StateCompleted
+	if t.failed.Load() {
+		st = StateFailed
+		if p := t.err.Load(); p != nil && errors.Is(*p, ErrCanceled) {
+			st = StateCanceled
+		}
+	}
+	if t.pin != nil {
+		t.pin.Release()
+		t.pin = nil
+	}
+	t.batch.e.metrics.taskDone(st, t.length, time.Since(t.start))
+	t.state.Store(int32(st))
+	t.batch.taskTerminal(st)
+}
+
+func (t *task) status() TaskStatus {
+	return TaskStatus{State: TaskState(t.state.Load()), TransferredBytes: t.transferred.Load()}
+}
+
+// pendingNotify is a notification to send once the batch completes.
+type pendingNotify struct {
+	target SegmentID
+	msg    Notification
+}
+
+type batch struct {
+	id       BatchID
+	capacity int
+	e        *Engine
+
+	canceled  atomic.Bool
+	remaining atomic.Int64 // tasks not yet terminal
+	failed    atomic.Int64 // terminal tasks that did not complete
+
+	mu struct {
+		sync.Mutex
+		tasks  []*task
+		notify *pendingNotify
+		waitCh chan struct{} // closed when remaining reaches 0
+		freed  bool
+	}
+}
+
+func (b *batch) taskTerminal(st TaskState) {
+	if st != StateCompleted {
+		b.failed.Add(1)
+	}
+	if b.remaining.Add(-1) == 0 {
+		b.mu.Lock()
+		if b.mu.waitCh != nil {
+			close(b.mu.waitCh)
+			b.mu.waitCh = nil
+		}
+		b.mu.Unlock()
+	}
+}
+
+// waitIdle waits until every submitted task is terminal or ctx is done.
+func (b *batch) waitIdle(ctx context.Context) error {
+	for {
+		if b.remaining.Load() == 0 {
+			return nil
+		}
+		b.mu.Lock()
+		if b.remaining.Load() == 0 {
+			b.mu.Unlock()
+			return nil
+		}
+		if b.mu.waitCh == nil {
+			b.mu.waitCh = make(chan struct{})
+		}
+		ch := b.mu.waitCh
+		b.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// taskAt returns task i or nil.
+func (b *batch) taskAt(i int) *task {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if i < 0 || i >= len(b.mu.tasks) {
+		return nil
+	}
+	return b.mu.tasks[i]
+}
+
+// observe reports t's status and, if terminal, marks it observed and fires
+// the batch's pending notification when the whole batch has completed.
+func (b *batch) observe(t *task) TaskStatus {
+	st := t.status()
+	if st.State.Terminal() {
+		t.observed.Store(true)
+		if st.State == StateCompleted {
+			b.maybeNotify()
+		}
+	}
+	return st
+}
+
+// maybeNotify sends the pending notification once every task completed.
+func (b *batch) maybeNotify() {
+	if b.remaining.Load() != 0 || b.failed.Load() != 0 {
+		return
+	}
+	b.mu.Lock()
+	n := b.mu.notify
+	if n == nil || b.remaining.Load() != 0 {
+		b.mu.Unlock()
+		return
+	}
+	b.mu.notify = nil
+	b.mu.Unlock()
+	b.e.queueNotify(n.target, n.msg)
+}
+
+// aggregate computes the batch status; terminal tasks become observed.
+func (b *batch) aggregate() BatchStatus {
+	b.mu.Lock()
+	tasks := b.mu.tasks
+	b.mu.Unlock()
+	var bs BatchStatus
+	bs.Tasks = len(tasks)
+	bs.State = StateCompleted
+	running := false
+	for _, t := range tasks {
+		st := t.status()
+		bs.TransferredBytes += st.TransferredBytes
+		if !st.State.Terminal() {
+			running = true
+			continue
+		}
+		t.observed.Store(true)
+		if st.State != StateCompleted && bs.State == StateCompleted {
+			bs.State = st.State
+			if p := t.err.Load(); p != nil {
+				bs.Err = *p
+			}
+		}
+	}
+	if running {
+		bs.State = StateWaiting
+		return bs
+	}
+	if bs.State == StateCompleted {
+		b.maybeNotify()
+	}
+	return bs
+}
+
+// busy reports whether some task has not been observed terminal.
+func (b *batch) busy() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, t := range b.mu.tasks {
+		if !t.observed.Load() {
+			return true
+		}
+	}
+	return false
+}

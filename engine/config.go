@@ -1,0 +1,132 @@
+package engine
+
+import (
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/kvferry/kvferry/engine/metadata"
+)
+
+// Defaults (Mooncake's where one exists, specs/mooncake.md §2.4, §2.6).
+const (
+	DefaultMinRPCPort       = 15000
+	DefaultMaxRPCPort       = 17000
+	DefaultConnectTimeout   = 5 * time.Second
+	DefaultTransferTimeout  = 30 * time.Second
+	DefaultHandshakeMaxLen  = 1 << 20
+	DefaultMetadataTimeout  = 10 * time.Second
+	DefaultNotifyQueueLimit = 1 << 16
+)
+
+// TransportFactory creates the transport called name for e. It returns an
+// error wrapping ErrNotSupported when the transport cannot run here.
+type TransportFactory func(name string, e *Engine) (Transport, error)
+
+// Config configures an Engine. The zero value (plus Metadata) works; every
+// field names its default and the environment variable internal/hostenv
+// reads for it.
+type Config struct {
+	// MetadataConn is the metadata connection string, for diagnostics
+	// ("P2PHANDSHAKE", "http://...", "etcd://..."). Default P2PHANDSHAKE.
+	MetadataConn string
+	// Metadata is the metadata backend (required; engine/stack builds it
+	// from MetadataConn). The engine closes it.
+	Metadata metadata.Backend
+	// LocalServerName is the segment name (non-P2P), or the host whose
+	// address the segment name starts with (P2P). A ":port" suffix is
+	// dropped in P2P mode. Default "127.0.0.1".
+	LocalServerName string
+	// BindAddress is the IP the RPC and data listeners bind to and that
+	// rpc_meta advertises in non-P2P mode (MC_TCP_BIND_ADDRESS). Default:
+	// the P2P host when it is an IP literal, else all interfaces.
+	BindAddress string
+	// MinRPCPort and MaxRPCPort bound the random RPC and data ports
+	// (MC_MIN_RPC_PORT, MC_MAX_RPC_PORT; default 15000-17000).
+	MinRPCPort, MaxRPCPort int
+	// ConnectTimeout bounds dials of RPC and data connections
+	// (MC_HANDSHAKE_CONNECT_TIMEOUT, default 5 s).
+	ConnectTimeout time.Duration
+	// HandshakeMaxLength caps RPC frames (MC_HANDSHAKE_MAX_LENGTH, 1 MiB).
+	HandshakeMaxLength uint64
+	// TransferTimeout is the default deadline of Wait and the bound on how
+	// long Cancel waits for requests in flight (MC_TRANSFER_TIMEOUT, 30 s).
+	TransferTimeout time.Duration
+	// MetadataTimeout bounds one metadata operation (default 10 s).
+	MetadataTimeout time.Duration
+	// NewTransport creates transports by name (engine/stack sets it).
+	NewTransport TransportFactory
+	// Transports are installed at New, best first (default none: the
+	// caller installs them, as with Mooncake's auto_discover = 0).
+	Transports []string
+	// ForceTransport, when set, makes every request use that transport
+	// (MC_FORCE_TCP gives "tcp"; KVFERRY_TRANSPORT names one).
+	ForceTransport string
+	// AllowUnregisteredSource lets a request's local source lie outside
+	// registered memory, as Mooncake's TCP transport allows (default false:
+	// such tasks fail; KVFERRY_ALLOW_UNREGISTERED=1 sets it).
+	AllowUnregisteredSource bool
+	// NotifyQueueLimit caps received, undrained notifications (default
+	// 65536); further ones are refused so the sender sees an error.
+	NotifyQueueLimit int
+	// Logger receives logs; nil discards them.
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	if c.MetadataConn == "" {
+		c.MetadataConn = metadata.P2PHandshake
+	}
+	if c.LocalServerName == "" {
+		c.LocalServerName = "127.0.0.1"
+	}
+	if c.MinRPCPort == 0 {
+		c.MinRPCPort = DefaultMinRPCPort
+	}
+	if c.MaxRPCPort == 0 {
+		c.MaxRPCPort = DefaultMaxRPCPort
+	}
+	if c.ConnectTimeout == 0 {
+		c.ConnectTimeout = DefaultConnectTimeout
+	}
+	if c.HandshakeMaxLength == 0 {
+		c.HandshakeMaxLength = DefaultHandshakeMaxLen
+	}
+	if c.TransferTimeout == 0 {
+		c.TransferTimeout = DefaultTransferTimeout
+	}
+	if c.MetadataTimeout == 0 {
+		c.MetadataTimeout = DefaultMetadataTimeout
+	}
+	if c.NotifyQueueLimit == 0 {
+		c.NotifyQueueLimit = DefaultNotifyQueueLimit
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// Validate names the first bad field.
+func (c Config) Validate() error {
+	switch {
+	case c.Metadata == nil:
+		return fmt.Errorf("engine config: Metadata is nil: %w", ErrInvalidArgument)
+	case c.MinRPCPort < 1 || c.MaxRPCPort > 65535 || c.MinRPCPort > c.MaxRPCPort:
+		return fmt.Errorf("engine config: rpc port range %d-%d: %w", c.MinRPCPort, c.MaxRPCPort, ErrInvalidArgument)
+	case c.HandshakeMaxLength < DefaultHandshakeMaxLen || c.HandshakeMaxLength > 128<<20:
+		return fmt.Errorf("engine config: handshake max length %d outside 1 MiB-128 MiB: %w", c.HandshakeMaxLength, ErrInvalidArgument)
+	case c.TransferTimeout < 0 || c.ConnectTimeout < 0 || c.MetadataTimeout < 0:
+		return fmt.Errorf("engine config: negative timeout: %w", ErrInvalidArgument)
+	}
+	return nil
+}
+
+// String returns the effective configuration for the start-up log.
+func (c Config) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "metadata=%s local_server_name=%s bind=%q rpc_ports=%d-%d connect_timeout=%s transfer_timeout=%s transports=%v force=%q",
+		c.MetadataConn, c.LocalServerName, c.BindAddress, c.MinRPCPort, c.MaxRPCPort, c.ConnectTimeout, c.TransferTimeout, c.Transports, c.ForceTransport)
+	return b.String()
+}

@@ -1,0 +1,1158 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/kvferry/kvferry/engine/descriptor"
+	"github.com/kvferry/kvferry/engine/metadata"
+	"github.com/kvferry/kvferry/engine/rpc"
+)
+
+// Notification is an opaque (sender name, message) pair.
+type Notification struct {
+	Name string
+	Msg  string
+}
+
+// Buffer is one range to register.
+type Buffer struct {
+	Addr   uintptr
+	Length uint64
+}
+
+// Request is one transfer (Mooncake's transfer_request).
+type Request struct {
+	Op OpCode
+	// Source is the local address.
+	Source uintptr
+	// Target is the segment to read from or write to.
+	Target SegmentID
+	// TargetOffset is the absolute address in the target's registered memory.
+	TargetOffset uint64
+	// Length is the size in bytes; zero completes at once.
+	Length uint64
+}
+
+type installed struct {
+	t      Transport
+	prio   int
+	slices *atomic.Uint64
+}
+
+// Engine is a transfer engine. See the package comment.
+type Engine struct {
+	cfg      Config
+	log      *slog.Logger
+	meta     metadata.Backend
+	name     string // segment name
+	host     string // advertised host/IP
+	bindIP   string
+	rpcSrv   *rpc.Server
+	rpcPort  int
+	hostID   *descriptor.Host
+	reg      registry
+	metrics  metrics
+	ctx      context.Context
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	closed   atomic.Bool
+	notifyQ  chan pendingNotify
+	localSeg atomic.Pointer[descriptor.Segment]
+
+	transports struct {
+		sync.RWMutex
+		list []installed // best first
+	}
+	segments struct {
+		sync.RWMutex
+		byName map[string]*Peer
+		byID   []*Peer // index = SegmentID; byID[0] is the local segment
+	}
+	batches struct {
+		sync.RWMutex
+		m map[BatchID]*batch
+	}
+	nextBatch atomic.Uint64
+	inbox     struct {
+		sync.Mutex
+		q []Notification
+	}
+	publishMu sync.Mutex // serializes descriptor publication
+	lastErr   atomic.Pointer[string]
+}
+
+// New creates and starts an engine: it binds the RPC port, names the
+// segment, installs cfg.Transports and publishes the (empty) descriptor.
+func New(ctx context.Context, cfg Config) (*Engine, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	e := &Engine{cfg: cfg, log: cfg.Logger, meta: cfg.Metadata, hostID: localHost()}
+	e.ctx, e.cancel = context.WithCancel(context.Background())
+	e.segments.byName = make(map[string]*Peer)
+	e.batches.m = make(map[BatchID]*batch)
+	e.notifyQ = make(chan pendingNotify, 4096)
+
+	host := cfg.LocalServerName
+	if e.meta.P2P() {
+		if h, _, err := net.SplitHostPort(host); err == nil {
+			host = h
+		}
+		host = strings.Trim(host, "[]")
+	} else {
+		host = cfg.BindAddress
+		if host == "" {
+			host = FirstNonLoopbackIPv4()
+		}
+	}
+	e.host = host
+	e.bindIP = cfg.BindAddress
+	if e.bindIP == "" && net.ParseIP(host) != nil {
+		e.bindIP = host
+	}
+	ln, port, err := ListenRandomPort(e.bindIP, cfg.MinRPCPort, cfg.MaxRPCPort)
+	if err != nil {
+		e.cancel()
+		return nil, fmt.Errorf("start engine: rpc listener: %w", err)
+	}
+	e.rpcPort = port
+	if e.meta.P2P() {
+		e.name = descriptor.P2PName(host, port)
+	} else {
+		e.name = strings.TrimPrefix(cfg.LocalServerName, "/")
+	}
+	local := &Peer{ID: LocalSegment, Name: e.name, Endpoint: descriptor.RPCMeta{IPOrHostName: host, RPCPort: port}}
+	e.segments.byID = []*Peer{local}
+	e.segments.byName[e.name] = local
+	e.rpcSrv = rpc.NewServer(ln, e.handleRPC, rpc.ServerConfig{MaxMessage: cfg.HandshakeMaxLength, Logger: e.log})
+
+	e.wg.Add(1)
+	go e.runNotifier()
+
+	for _, name := range cfg.Transports {
+		if _, err := e.InstallTransport(name); err != nil {
+			e.Close()
+			return nil, fmt.Errorf("start engine: %w", err)
+		}
+	}
+	if err := e.publish(ctx); err != nil {
+		e.Close()
+		return nil, fmt.Errorf("start engine: %w", err)
+	}
+	e.log.Info("engine started", "segment", e.name, "rpc_port", port, "config", cfg.String())
+	return e, nil
+}
+
+// FirstNonLoopbackIPv4 returns the first IPv4 address of an up interface
+// that is not loopback, or "127.0.0.1" when there is none.
+func FirstNonLoopbackIPv4() string {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return "127.0.0.1"
+	}
+	for _, ifc := range ifs {
+		if ifc.Flags&net.FlagUp == 0 || ifc.Flags&net.FlagLoopback != 0 || ifc.Flags&net.FlagRunning == 0 {
+			continue
+		}
+		addrs, _ := ifc.Addrs()
+		for _, a := range addrs {
+			if ipn, ok := a.(*net.IPNet); ok {
+				if ip4 := ipn.IP.To4(); ip4 != nil && !ip4.IsLinkLocalUnicast() {
+					return ip4.String()
+				}
+			}
+		}
+	}
+	return "127.0.0.1"
+}
+
+// ListenRandomPort listens on TCP at bindIP (all interfaces when empty) on a
+// random free port in [minPort, maxPort], as Mooncake picks RPC and data
+// ports; it tries up to 500 ports.
+func ListenRandomPort(bindIP string, minPort, maxPort int) (net.Listener, int, error) {
+	var lastErr error
+	for range 500 {
+		port := minPort + rand.IntN(maxPort-minPort+1)
+		ln, err := net.Listen("tcp", net.JoinHostPort(bindIP, strconv.Itoa(port)))
+		if err == nil {
+			return ln, port, nil
+		}
+		lastErr = err
+	}
+	return nil, 0, fmt.Errorf("no free port in %d-%d on %q: %w", minPort, maxPort, bindIP, lastErr)
+}
+
+// SegmentName returns the local segment's name ("<ip>:<port>" in P2P mode).
+func (e *Engine) SegmentName() string { return e.name }
+
+// RPCPort returns the RPC (handshake) port.
+func (e *Engine) RPCPort() int { return e.rpcPort }
+
+// Host returns the advertised host (IP) of this engine.
+func (e *Engine) Host() string { return e.host }
+
+// BindIP returns the IP listeners bind to ("" = all interfaces).
+func (e *Engine) BindIP() string { return e.bindIP }
+
+// Config returns the effective configuration.
+func (e *Engine) Config() Config { return e.cfg }
+
+// Logger returns the engine's logger.
+func (e *Engine) Logger() *slog.Logger { return e.log }
+
+// Context is cancelled when the engine closes; transports derive from it.
+func (e *Engine) Context() context.Context { return e.ctx }
+
+// HostIdentity returns this process's host identity.
+func (e *Engine) HostIdentity() *descriptor.Host { return e.hostID }
+
+// LastError returns the text of the last error recorded by the C ABI.
+func (e *Engine) LastError() string {
+	if p := e.lastErr.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
+// RecordError keeps err's text as the last error (used by the C ABI).
+func (e *Engine) RecordError(err error) {
+	if err == nil {
+		return
+	}
+	s := err.Error()
+	e.lastErr.Store(&s)
+}
+
+// transportPriority orders transports, best first (DESIGN.md decision 3).
+var transportPriority = map[string]int{
+	"local": 100, "shm": 80, "cma": 80, "nvlink": 70, "rdma": 60, "tcp": 10,
+}
+
+// InstallTransport installs the transport called name (or returns the one
+// already installed) and republishes the descriptor.
+func (e *Engine) InstallTransport(name string) (Transport, error) {
+	if e.closed.Load() {
+		return nil, ErrClosed
+	}
+	if t := e.Transport(name); t != nil {
+		return t, nil
+	}
+	if e.cfg.NewTransport == nil {
+		return nil, fmt.Errorf("install transport %q: no transport factory: %w", name, ErrNotSupported)
+	}
+	t, err := e.cfg.NewTransport(name, e)
+	if err != nil {
+		return nil, fmt.Errorf("install transport %q: %w", name, err)
+	}
+	e.transports.Lock()
+	for _, in := range e.transports.list {
+		if in.t.Name() == name { // lost a race with another installer
+			e.transports.Unlock()
+			t.Close()
+			return in.t, nil
+		}
+	}
+	e.transports.list = append(e.transports.list, installed{t: t, prio: transportPriority[name], slices: new(atomic.Uint64)})
+	sort.SliceStable(e.transports.list, func(i, j int) bool { return e.transports.list[i].prio > e.transports.list[j].prio })
+	e.transports.Unlock()
+	e.log.Info("transport installed", "transport", name, "segment", e.name)
+	if err := e.publish(e.ctx); err != nil {
+		return t, err
+	}
+	return t, nil
+}
+
+// Transport returns the installed transport called name, or nil.
+func (e *Engine) Transport(name string) Transport {
+	e.transports.RLock()
+	defer e.transports.RUnlock()
+	for _, in := range e.transports.list {
+		if in.t.Name() == name {
+			return in.t
+		}
+	}
+	return nil
+}
+
+// Transports lists installed transport names, best first.
+func (e *Engine) Transports() []string {
+	e.transports.RLock()
+	defer e.transports.RUnlock()
+	names := make([]string, len(e.transports.list))
+	for i, in := range e.transports.list {
+		names[i] = in.t.Name()
+	}
+	return names
+}
+
+// choose picks the transport for requests to p.
+func (e *Engine) choose(p *Peer) (Transport, *atomic.Uint64) {
+	e.transports.RLock()
+	defer e.transports.RUnlock()
+	force := e.cfg.ForceTransport
+	for _, in := range e.transports.list {
+		if force != "" && in.t.Name() != force {
+			continue
+		}
+		if in.t.Reaches(p) {
+			return in.t, in.slices
+		}
+	}
+	return nil, nil
+}
+
+// ChooseTransport returns the name of the transport that requests to
+// segment id would use now, or "" when none reaches it.
+func (e *Engine) ChooseTransport(id SegmentID) string {
+	p := e.peer(id)
+	if p == nil {
+		return ""
+	}
+	if t, _ := e.choose(p); t != nil {
+		return t.Name()
+	}
+	return ""
+}
+
+// ---- memory registration ----
+
+// RegisterMemory registers [addr, addr+length) and publishes the descriptor.
+func (e *Engine) RegisterMemory(addr uintptr, length uint64, location string, remoteAccessible bool) error {
+	return e.register([]*Region{{Addr: addr, Length: length, Location: location, RemoteAccessible: remoteAccessible}})
+}
+
+// RegisterMemoryBatch registers several ranges with one publication; it is
+// all or nothing.
+func (e *Engine) RegisterMemoryBatch(bufs []Buffer, location string) error {
+	rs := make([]*Region, len(bufs))
+	for i, b := range bufs {
+		rs[i] = &Region{Addr: b.Addr, Length: b.Length, Location: location, RemoteAccessible: true}
+	}
+	return e.register(rs)
+}
+
+func (e *Engine) register(rs []*Region) error {
+	if e.closed.Load() {
+		return ErrClosed
+	}
+	if len(rs) == 0 {
+		return nil
+	}
+	if err := e.reg.add(rs); err != nil {
+		return err
+	}
+	if err := e.publish(e.ctx); err != nil {
+		addrs := make([]uintptr, len(rs))
+		for i, r := range rs {
+			addrs[i] = r.Addr
+		}
+		_, _ = e.reg.remove(addrs)
+		return err
+	}
+	return nil
+}
+
+// UnregisterMemory unregisters the region starting exactly at addr. It
+// returns once no transfer touches the region any more (bounded by the
+// transfer timeout), so the caller may free the memory afterwards.
+func (e *Engine) UnregisterMemory(addr uintptr) error {
+	return e.UnregisterMemoryBatch([]uintptr{addr})
+}
+
+// UnregisterMemoryBatch unregisters several regions (all or nothing).
+func (e *Engine) UnregisterMemoryBatch(addrs []uintptr) error {
+	if len(addrs) == 0 {
+		return nil
+	}
+	gone, err := e.reg.remove(addrs)
+	if err != nil {
+		return err
+	}
+	if !e.closed.Load() {
+		if err := e.publish(e.ctx); err != nil {
+			e.log.Warn("publish after unregister failed", "segment", e.name, "err", err)
+		}
+	}
+	if !waitDrained(gone, e.cfg.TransferTimeout+5*time.Second) {
+		return fmt.Errorf("unregister: transfers still use the memory after %s: %w", e.cfg.TransferTimeout, ErrTimeout)
+	}
+	return nil
+}
+
+// Pin pins the registered region containing [addr, addr+length) so it
+// cannot be unregistered until Release; it returns nil when the range is
+// not inside one registered region. Transports use it to check and hold
+// every address a peer asks for.
+func (e *Engine) Pin(addr, length uint64) *Region {
+	if length == 0 {
+		return nil
+	}
+	return e.reg.pin(addr, length)
+}
+
+// Registered reports whether [addr, addr+length) lies in one registered region.
+func (e *Engine) Registered(addr, length uint64) bool {
+	return length != 0 && e.reg.find(addr, length) != nil
+}
+
+// Regions returns the registered regions, sorted by address.
+func (e *Engine) Regions() []*Region { return e.reg.regions() }
+
+// ---- descriptor ----
+
+// LocalDescriptor returns the descriptor as last published.
+func (e *Engine) LocalDescriptor() *descriptor.Segment {
+	if d := e.localSeg.Load(); d != nil {
+		return d
+	}
+	return e.buildDescriptor()
+}
+
+func (e *Engine) buildDescriptor() *descriptor.Segment {
+	seg := &descriptor.Segment{
+		Name:            e.name,
+		Protocol:        descriptor.ProtocolTCP,
+		TCPProtoVersion: descriptor.TCPProtoV2,
+		Timestamp:       descriptor.TimestampNow(time.Now()),
+		Host:            e.hostID,
+	}
+	for _, r := range e.reg.regions() {
+		seg.Buffers = append(seg.Buffers, descriptor.Buffer{Name: e.name, Addr: uint64(r.Addr), Length: r.Length})
+	}
+	e.transports.RLock()
+	for _, in := range e.transports.list {
+		seg.Transports = append(seg.Transports, in.t.Name())
+		in.t.Describe(seg)
+	}
+	e.transports.RUnlock()
+	return seg
+}
+
+// Publish rebuilds the local descriptor and publishes it (transports call it
+// when what they describe changes).
+func (e *Engine) Publish(ctx context.Context) error { return e.publish(ctx) }
+
+func (e *Engine) publish(ctx context.Context) error {
+	e.publishMu.Lock()
+	defer e.publishMu.Unlock()
+	seg := e.buildDescriptor()
+	e.localSeg.Store(seg)
+	e.segments.RLock()
+	e.segments.byID[0].desc.Store(seg)
+	e.segments.RUnlock()
+	ctx, cancel := context.WithTimeout(ctx, e.cfg.MetadataTimeout)
+	defer cancel()
+	if err := e.meta.Publish(ctx, seg, descriptor.RPCMeta{IPOrHostName: e.host, RPCPort: e.rpcPort}); err != nil {
+		return fmt.Errorf("publish segment %q: %w: %w", e.name, ErrMetadata, err)
+	}
+	return nil
+}
+
+// ---- segments ----
+
+// OpenSegment returns the id of the segment called name, fetching its
+// descriptor on first use. A leading '/' is ignored; the own name maps to
+// LocalSegment.
+func (e *Engine) OpenSegment(ctx context.Context, name string) (SegmentID, error) {
+	if e.closed.Load() {
+		return -1, ErrClosed
+	}
+	name = strings.TrimPrefix(name, "/")
+	if name == "" {
+		return -1, fmt.Errorf("open segment: empty name: %w", ErrInvalidArgument)
+	}
+	e.segments.RLock()
+	p := e.segments.byName[name]
+	e.segments.RUnlock()
+	if p != nil {
+		return p.ID, nil
+	}
+	desc, ep, err := e.fetch(ctx, name)
+	if err != nil {
+		return -1, err
+	}
+	e.segments.Lock()
+	defer e.segments.Unlock()
+	if p := e.segments.byName[name]; p != nil {
+		return p.ID, nil
+	}
+	if len(e.segments.byID) >= 1<<31-1 {
+		return -1, fmt.Errorf("open segment %q: too many segments: %w", name, ErrInvalidArgument)
+	}
+	p = &Peer{ID: SegmentID(len(e.segments.byID)), Name: name, Endpoint: ep}
+	p.desc.Store(desc)
+	e.segments.byID = append(e.segments.byID, p)
+	e.segments.byName[name] = p
+	e.log.Debug("segment opened", "segment", name, "id", p.ID, "buffers", len(desc.Buffers))
+	return p.ID, nil
+}
+
+// OpenSegmentNoCache refreshes the cached descriptor of name (if cached)
+// and returns its id.
+func (e *Engine) OpenSegmentNoCache(ctx context.Context, name string) (SegmentID, error) {
+	name = strings.TrimPrefix(name, "/")
+	e.segments.RLock()
+	p := e.segments.byName[name]
+	e.segments.RUnlock()
+	if p != nil && !p.Local() {
+		if err := e.refresh(ctx, p); err != nil {
+			return -1, err
+		}
+		return p.ID, nil
+	}
+	return e.OpenSegment(ctx, name)
+}
+
+func (e *Engine) fetch(ctx context.Context, name string) (*descriptor.Segment, descriptor.RPCMeta, error) {
+	ctx, cancel := context.WithTimeout(ctx, e.cfg.MetadataTimeout)
+	defer cancel()
+	ep, err := e.meta.Endpoint(ctx, name)
+	if err != nil {
+		return nil, descriptor.RPCMeta{}, fmt.Errorf("open segment %q: endpoint: %w: %w", name, ErrMetadata, err)
+	}
+	desc, err := e.meta.Fetch(ctx, name)
+	if err != nil {
+		return nil, descriptor.RPCMeta{}, fmt.Errorf("open segment %q: %w: %w", name, ErrMetadata, err)
+	}
+	return desc, ep, nil
+}
+
+// refresh re-fetches p's descriptor and endpoint.
+func (e *Engine) refresh(ctx context.Context, p *Peer) error {
+	desc, _, err := e.fetch(ctx, p.Name)
+	if err != nil {
+		return err
+	}
+	p.desc.Store(desc)
+	return nil
+}
+
+// CloseSegment does nothing, as in Mooncake: descriptors stay cached.
+func (e *Engine) CloseSegment(id SegmentID) error {
+	if e.peer(id) == nil {
+		return fmt.Errorf("close segment %d: %w", id, ErrUnknownSegment)
+	}
+	return nil
+}
+
+// RemoveSegment drops the cached segment called name; its id becomes
+// unknown. The local segment cannot be removed.
+func (e *Engine) RemoveSegment(name string) error {
+	name = strings.TrimPrefix(name, "/")
+	if name == "" {
+		return fmt.Errorf("remove segment: empty name: %w", ErrInvalidArgument)
+	}
+	e.segments.Lock()
+	defer e.segments.Unlock()
+	p := e.segments.byName[name]
+	if p == nil || p.Local() {
+		return nil
+	}
+	delete(e.segments.byName, name)
+	e.segments.byID[p.ID] = nil
+	return nil
+}
+
+// SyncSegmentCache re-fetches every cached remote descriptor. Segments that
+// cannot be fetched keep their old descriptor; the first error is returned.
+func (e *Engine) SyncSegmentCache(ctx context.Context) error {
+	e.segments.RLock()
+	peers := make([]*Peer, 0, len(e.segments.byID))
+	for _, p := range e.segments.byID[1:] {
+		if p != nil {
+			peers = append(peers, p)
+		}
+	}
+	e.segments.RUnlock()
+	var first error
+	for _, p := range peers {
+		if err := e.refresh(ctx, p); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// SegmentDescriptor returns the cached descriptor of segment id.
+func (e *Engine) SegmentDescriptor(id SegmentID) (*descriptor.Segment, error) {
+	p := e.peer(id)
+	if p == nil {
+		return nil, fmt.Errorf("segment %d: %w", id, ErrUnknownSegment)
+	}
+	return p.Descriptor(), nil
+}
+
+// CheckRange reports whether [addr, addr+length) lies in one buffer of
+// segment id, refreshing the cached descriptor once if not.
+func (e *Engine) CheckRange(ctx context.Context, id SegmentID, addr, length uint64) error {
+	p := e.peer(id)
+	if p == nil {
+		return fmt.Errorf("check range on segment %d: %w", id, ErrUnknownSegment)
+	}
+	return e.checkRemote(ctx, p, addr, length)
+}
+
+func (e *Engine) checkRemote(ctx context.Context, p *Peer, addr, length uint64) error {
+	if p.Local() {
+		if e.Registered(addr, length) {
+			return nil
+		}
+		return fmt.Errorf("local range %#x+%d: %w", addr, length, ErrAddressNotRegistered)
+	}
+	if _, ok := p.Descriptor().Find(addr, length); ok {
+		return nil
+	}
+	// The peer may have registered it since we cached its descriptor.
+	if err := e.refresh(ctx, p); err != nil {
+		return err
+	}
+	if _, ok := p.Descriptor().Find(addr, length); ok {
+		return nil
+	}
+	return fmt.Errorf("range %#x+%d on segment %q: %w", addr, length, p.Name, ErrAddressNotRegistered)
+}
+
+func (e *Engine) peer(id SegmentID) *Peer {
+	e.segments.RLock()
+	defer e.segments.RUnlock()
+	if id < 0 || int(id) >= len(e.segments.byID) {
+		return nil
+	}
+	return e.segments.byID[id]
+}
+
+// Peer returns the opened segment id, or nil.
+func (e *Engine) Peer(id SegmentID) *Peer { return e.peer(id) }
+
+// ---- notifications ----
+
+func (e *Engine) handleRPC(_ context.Context, t rpc.Type, body []byte, peer net.Addr) ([]byte, error) {
+	switch t {
+	case rpc.TypeMetadata:
+		return descriptor.Marshal(e.LocalDescriptor())
+	case rpc.TypeNotify:
+		var n struct {
+			Name string `json:"name"`
+			Msg  string `json:"notify_msg"`
+		}
+		if err := json.Unmarshal(body, &n); err != nil {
+			return nil, fmt.Errorf("notify from %s: %w", peer, err)
+		}
+		if !e.deliver(Notification{Name: n.Name, Msg: n.Msg}) {
+			// An empty notify_msg tells the sender we refused it.
+			return []byte(`{"name":"","notify_msg":""}` + "\n"), nil
+		}
+		return []byte(`{"name":"","notify_msg":"success"}` + "\n"), nil
+	case rpc.TypeProbe:
+		return []byte(`{"status":"success"}` + "\n"), nil
+	case rpc.TypeConnection, rpc.TypeLegacy:
+		// RDMA queue-pair handshake: refuse politely (non-empty reply_msg).
+		return []byte(`{"reply_msg":"kvferry: rdma transport not installed on this engine"}` + "\n"), nil
+	}
+	return nil, fmt.Errorf("rpc from %s: unknown type %s", peer, t)
+}
+
+func (e *Engine) deliver(n Notification) bool {
+	e.inbox.Lock()
+	defer e.inbox.Unlock()
+	if len(e.inbox.q) >= e.cfg.NotifyQueueLimit {
+		return false
+	}
+	e.inbox.q = append(e.inbox.q, n)
+	e.metrics.notifiesReceived.Add(1)
+	return true
+}
+
+// Notifications drains and returns the received notifications, oldest first.
+func (e *Engine) Notifications() []Notification {
+	e.inbox.Lock()
+	defer e.inbox.Unlock()
+	q := e.inbox.q
+	e.inbox.q = nil
+	return q
+}
+
+// Notify sends n to segment target now (LocalSegment delivers to this
+// engine's own queue).
+func (e *Engine) Notify(ctx context.Context, target SegmentID, n Notification) error {
+	if e.closed.Load() {
+		return ErrClosed
+	}
+	p := e.peer(target)
+	if p == nil {
+		return fmt.Errorf("notify segment %d: %w", target, ErrUnknownSegment)
+	}
+	if p.Local() {
+		if !e.deliver(n) {
+			return fmt.Errorf("notify self: queue full: %w", ErrTooManyRequests)
+		}
+		e.metrics.notifiesSent.Add(1)
+		return nil
+	}
+	body, err := json.Marshal(struct {
+		Name string `json:"name"`
+		Msg  string `json:"notify_msg"`
+	}{n.Name, n.Msg})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, e.cfg.MetadataTimeout)
+	defer cancel()
+	reply, err := rpc.Call(ctx, p.Endpoint.Addr(), rpc.TypeNotify, body, rpc.ClientConfig{ConnectTimeout: e.cfg.ConnectTimeout, MaxMessage: e.cfg.HandshakeMaxLength})
+	if err != nil {
+		e.metrics.notifiesFailed.Add(1)
+		return fmt.Errorf("notify segment %q: %w", p.Name, err)
+	}
+	var r struct {
+		Msg string `json:"notify_msg"`
+	}
+	if err := json.Unmarshal(reply, &r); err != nil || r.Msg == "" {
+		e.metrics.notifiesFailed.Add(1)
+		return fmt.Errorf("notify segment %q: refused by peer: %w", p.Name, ErrMetadata)
+	}
+	e.metrics.notifiesSent.Add(1)
+	return nil
+}
+
+// Probe asks the segment called name whether it is alive.
+func (e *Engine) Probe(ctx context.Context, name string) error {
+	ctx, cancel := context.WithTimeout(ctx, e.cfg.MetadataTimeout)
+	defer cancel()
+	ep, err := e.meta.Endpoint(ctx, strings.TrimPrefix(name, "/"))
+	if err != nil {
+		return fmt.Errorf("probe %q: %w: %w", name, ErrMetadata, err)
+	}
+	reply, err := rpc.Call(ctx, ep.Addr(), rpc.TypeProbe, []byte("{}"), rpc.ClientConfig{ConnectTimeout: e.cfg.ConnectTimeout, MaxMessage: e.cfg.HandshakeMaxLength})
+	if err != nil {
+		return fmt.Errorf("probe %q: %w", name, err)
+	}
+	var r struct {
+		Status string `json:"status"`
+	}
+	if err := json.Unmarshal(reply, &r); err != nil || r.Status != "success" {
+		return fmt.Errorf("probe %q: bad reply: %w", name, ErrMetadata)
+	}
+	return nil
+}
+
+func (e *Engine) queueNotify(target SegmentID, n Notification) {
+	select {
+	case e.notifyQ <- pendingNotify{target: target, msg: n}:
+	default:
+		e.metrics.notifiesFailed.Add(1)
+		e.log.Error("notification queue full, dropping", "segment", target)
+	}
+}
+
+// runNotifier sends batch-completion notifications; owned by the Engine,
+// stopped by Close.
+func (e *Engine) runNotifier() {
+	defer e.wg.Done()
+	for {
+		select {
+		case <-e.ctx.Done():
+			return
+		case n := <-e.notifyQ:
+			if err := e.Notify(e.ctx, n.target, n.msg); err != nil {
+				e.log.Warn("batch notification failed", "segment", n.target, "err", err)
+			}
+		}
+	}
+}
+
+// ---- batches ----
+
+// AllocateBatch creates a batch that can hold capacity requests in total.
+func (e *Engine) AllocateBatch(capacity int) (BatchID, error) {
+	if e.closed.Load() {
+		return 0, ErrClosed
+	}
+	if capacity < 0 {
+		return 0, fmt.Errorf("allocate batch of %d: %w", capacity, ErrInvalidArgument)
+	}
+	b := &batch{capacity: capacity, e: e}
+	b.id = BatchID(e.nextBatch.Add(1))
+	e.batches.Lock()
+	e.batches.m[b.id] = b
+	e.batches.Unlock()
+	return b.id, nil
+}
+
+func (e *Engine) batch(id BatchID) (*batch, error) {
+	e.batches.RLock()
+	b := e.batches.m[id]
+	e.batches.RUnlock()
+	if b == nil {
+		return nil, fmt.Errorf("batch %d: %w", id, ErrUnknownBatch)
+	}
+	return b, nil
+}
+
+// Submit appends reqs to batch id and starts them. On ErrTooManyRequests,
+// ErrInvalidArgument or ErrNotSupportedTransport nothing is added. Other
+// errors (a source or target outside registered memory) are per task: the
+// tasks exist and end FAILED, and the first such error is returned.
+func (e *Engine) Submit(id BatchID, reqs []Request) error {
+	return e.submit(id, reqs, nil)
+}
+
+// SubmitWithNotify is Submit plus a notification to reqs[0].Target sent
+// once the whole batch has been observed completed. A later call on the
+// same batch replaces the pending notification.
+func (e *Engine) SubmitWithNotify(id BatchID, reqs []Request, n Notification) error {
+	if len(reqs) == 0 {
+		return fmt.Errorf("submit with notify: no requests: %w", ErrInvalidArgument)
+	}
+	return e.submit(id, reqs, &n)
+}
+
+type group struct {
+	t      Transport
+	p      *Peer
+	ctr    *atomic.Uint64
+	slices []*Slice
+}
+
+func (e *Engine) submit(id BatchID, reqs []Request, n *Notification) error {
+	if e.closed.Load() {
+		return ErrClosed
+	}
+	b, err := e.batch(id)
+	if err != nil {
+		return err
+	}
+	if b.canceled.Load() {
+		return fmt.Errorf("submit to batch %d: %w", id, ErrCanceled)
+	}
+	// Validate everything before adding anything.
+	var groups []group
+	gidx := make([]int, len(reqs))
+	for i, r := range reqs {
+		if r.Op != OpRead && r.Op != OpWrite {
+			return fmt.Errorf("submit: request %d: opcode %d: %w", i, r.Op, ErrInvalidArgument)
+		}
+		p := e.peer(r.Target)
+		if p == nil {
+			return fmt.Errorf("submit: request %d: segment %d: %w", i, r.Target, ErrInvalidArgument)
+		}
+		gi := -1
+		for j := range groups {
+			if groups[j].p == p {
+				gi = j
+				break
+			}
+		}
+		if gi < 0 {
+			t, ctr := e.choose(p)
+			if t == nil {
+				return fmt.Errorf("submit: request %d: no transport reaches segment %q (it offers %q): %w",
+					i, p.Name, p.Descriptor().Protocol, ErrNotSupportedTransport)
+			}
+			groups = append(groups, group{t: t, p: p, ctr: ctr})
+			gi = len(groups) - 1
+		}
+		gidx[i] = gi
+	}
+	tasks := make([]task, len(reqs))
+	b.mu.Lock()
+	if b.mu.freed {
+		b.mu.Unlock()
+		return fmt.Errorf("submit to batch %d: %w", id, ErrUnknownBatch)
+	}
+	if len(b.mu.tasks)+len(reqs) > b.capacity {
+		b.mu.Unlock()
+		return fmt.Errorf("submit %d requests to batch %d holding %d of %d: %w", len(reqs), id, len(b.mu.tasks), b.capacity, ErrTooManyRequests)
+	}
+	now := time.Now()
+	for i := range tasks {
+		tasks[i].batch = b
+		tasks[i].length = reqs[i].Length
+		tasks[i].start = now
+		b.mu.tasks = append(b.mu.tasks, &tasks[i])
+	}
+	b.remaining.Add(int64(len(reqs)))
+	if n != nil {
+		b.mu.notify = &pendingNotify{target: reqs[0].Target, msg: *n}
+	}
+	b.mu.Unlock()
+
+	// Count slices so that they come from one allocation.
+	total := 0
+	for i, r := range reqs {
+		total += sliceCount(r.Length, groups[gidx[i]].t.SliceSize())
+	}
+	slices := make([]Slice, total)
+	next := 0
+	var firstErr error
+	for i, r := range reqs {
+		tk := &tasks[i]
+		g := &groups[gidx[i]]
+		if r.Length == 0 {
+			tk.finish()
+			continue
+		}
+		if uint64(r.Source)+r.Length < uint64(r.Source) || r.TargetOffset+r.Length < r.TargetOffset {
+			tk.setErr(fmt.Errorf("request %d wraps around the address space: %w", i, ErrInvalidArgument))
+			tk.finish()
+			firstErr = cmpErr(firstErr, ErrInvalidArgument)
+			continue
+		}
+		if !e.cfg.AllowUnregisteredSource {
+			pin := e.reg.pin(uint64(r.Source), r.Length)
+			if pin == nil {
+				tk.setErr(fmt.Errorf("request %d: source %#x+%d: %w", i, r.Source, r.Length, ErrAddressNotRegistered))
+				tk.finish()
+				firstErr = cmpErr(firstErr, ErrAddressNotRegistered)
+				continue
+			}
+			tk.pin = pin
+		}
+		if err := e.checkRemote(e.ctx, g.p, r.TargetOffset, r.Length); err != nil {
+			tk.setErr(&TransferError{Op: r.Op, Peer: g.p.Name, Transport: g.t.Name(), Addr: r.TargetOffset, Length: r.Length, Err: err})
+			tk.finish()
+			firstErr = cmpErr(firstErr, err)
+			continue
+		}
+		ss := g.t.SliceSize()
+		cnt := sliceCount(r.Length, ss)
+		tk.pending.Store(int32(cnt))
+		var off uint64
+		for k := 0; k < cnt; k++ {
+			l := r.Length - off
+			if k < cnt-1 {
+				l = ss
+			}
+			s := &slices[next]
+			next++
+			*s = Slice{Op: r.Op, Local: r.Source + uintptr(off), Remote: r.TargetOffset + off, Length: l, Posted: now, task: tk}
+			g.slices = append(g.slices, s)
+			off += l
+		}
+	}
+	for i := range groups {
+		g := &groups[i]
+		if len(g.slices) == 0 {
+			continue
+		}
+		g.ctr.Add(uint64(len(g.slices)))
+		g.t.Submit(g.p, g.slices)
+	}
+	return firstErr
+}
+
+func cmpErr(first, err error) error {
+	if first != nil {
+		return first
+	}
+	return err
+}
+
+// sliceCount returns how many slices a request of length n makes with slice
+// size ss: full slices, with a tail of up to ss/4 merged into the last one
+// (Mooncake's fragment rule, specs/mooncake.md §2.5).
+func sliceCount(n, ss uint64) int {
+	if n == 0 {
+		return 0
+	}
+	if ss == 0 || n <= ss+ss/4 {
+		return 1
+	}
+	cnt := n / ss
+	if rem := n % ss; rem > ss/4 {
+		cnt++
+	}
+	return int(cnt)
+}
+
+// TaskStatus reports task i of batch id and, if it is terminal, marks it
+// observed (which may send the batch's pending notification).
+func (e *Engine) TaskStatus(id BatchID, i int) (TaskStatus, error) {
+	b, err := e.batch(id)
+	if err != nil {
+		return TaskStatus{}, err
+	}
+	t := b.taskAt(i)
+	if t == nil {
+		return TaskStatus{}, fmt.Errorf("batch %d has no task %d: %w", id, i, ErrInvalidArgument)
+	}
+	return b.observe(t), nil
+}
+
+// BatchStatus aggregates batch id; terminal tasks become observed.
+func (e *Engine) BatchStatus(id BatchID) (BatchStatus, error) {
+	b, err := e.batch(id)
+	if err != nil {
+		return BatchStatus{}, err
+	}
+	return b.aggregate(), nil
+}
+
+// Wait blocks until every task of batch id is terminal or ctx is done
+// (ctx without deadline: the configured transfer timeout applies). It
+// returns the aggregate status; ErrTimeout when the deadline passed first.
+func (e *Engine) Wait(ctx context.Context, id BatchID) (BatchStatus, error) {
+	b, err := e.batch(id)
+	if err != nil {
+		return BatchStatus{}, err
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, e.cfg.TransferTimeout)
+		defer cancel()
+	}
+	if err := b.waitIdle(ctx); err != nil {
+		bs := b.aggregate()
+		return bs, fmt.Errorf("wait for batch %d: %w", id, ErrTimeout)
+	}
+	return b.aggregate(), nil
+}
+
+// Cancel cancels batch id: slices not yet on the wire are dropped, slices
+// in flight are awaited (bounded by the transfer timeout). Afterwards every
+// task is terminal and observed, and the engine touches none of the batch's
+// memory any more.
+func (e *Engine) Cancel(ctx context.Context, id BatchID) error {
+	b, err := e.batch(id)
+	if err != nil {
+		return err
+	}
+	b.canceled.Store(true)
+	b.mu.Lock()
+	b.mu.notify = nil
+	b.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, e.cfg.TransferTimeout+5*time.Second)
+	defer cancel()
+	if err := b.waitIdle(ctx); err != nil {
+		return fmt.Errorf("cancel batch %d: in-flight requests did not finish: %w", id, ErrTimeout)
+	}
+	b.aggregate()
+	return nil
+}
+
+// FreeBatch releases batch id. It returns ErrBatchBusy while a task has not
+// been observed terminal (by TaskStatus, BatchStatus, Wait or Cancel).
+func (e *Engine) FreeBatch(id BatchID) error {
+	b, err := e.batch(id)
+	if err != nil {
+		return err
+	}
+	if b.busy() {
+		return fmt.Errorf("free batch %d: %w", id, ErrBatchBusy)
+	}
+	b.mu.Lock()
+	b.mu.freed = true
+	b.mu.Unlock()
+	e.batches.Lock()
+	delete(e.batches.m, id)
+	e.batches.Unlock()
+	return nil
+}
+
+// Transfer runs reqs as one batch and waits for it (ctx bounds the wait; no
+// deadline means the transfer timeout). On a timeout the batch is canceled.
+func (e *Engine) Transfer(ctx context.Context, reqs []Request) error {
+	id, err := e.AllocateBatch(len(reqs))
+	if err != nil {
+		return err
+	}
+	serr := e.Submit(id, reqs)
+	bs, werr := e.Wait(ctx, id)
+	if werr != nil {
+		_ = e.Cancel(context.Background(), id)
+		_ = e.FreeBatch(id)
+		return werr
+	}
+	_ = e.FreeBatch(id)
+	if bs.State != StateCompleted {
+		if bs.Err != nil {
+			return fmt.Errorf("transfer: %w", bs.Err)
+		}
+		if serr != nil {
+			return fmt.Errorf("transfer: %w", serr)
+		}
+		return fmt.Errorf("transfer: ended %s", bs.State)
+	}
+	return nil
+}
+
+// Metrics returns a snapshot of the engine's counters.
+func (e *Engine) Metrics() Metrics {
+	m := Metrics{
+		TasksCompleted:    e.metrics.tasksCompleted.Load(),
+		TasksFailed:       e.metrics.tasksFailed.Load(),
+		TasksCanceled:     e.metrics.tasksCanceled.Load(),
+		BytesCompleted:    e.metrics.bytesCompleted.Load(),
+		TaskNanos:         e.metrics.taskNanos.Load(),
+		NotifiesSent:      e.metrics.notifiesSent.Load(),
+		NotifiesReceived:  e.metrics.notifiesReceived.Load(),
+		NotifiesFailed:    e.metrics.notifiesFailed.Load(),
+		SlicesByTransport: map[string]uint64{},
+	}
+	e.transports.RLock()
+	for _, in := range e.transports.list {
+		m.SlicesByTransport[in.t.Name()] = in.slices.Load()
+	}
+	e.transports.RUnlock()
+	e.batches.RLock()
+	m.BatchesLive = len(e.batches.m)
+	e.batches.RUnlock()
+	for _, r := range e.reg.regions() {
+		m.RegisteredBytes += r.Length
+	}
+	e.segments.RLock()
+	for _, p := range e.segments.byID[1:] {
+		if p != nil {
+			m.Segments++
+		}
+	}
+	e.segments.RUnlock()
+	return m
+}
+
+// Closed reports whether Close was called.
+func (e *Engine) Closed() bool { return e.closed.Load() }
+
+// Close stops the engine: the RPC server, the transports (tasks in flight
+// end FAILED), the notifier; it unpublishes the segment and closes the
+// metadata backend. A second Close is harmless.
+func (e *Engine) Close() error {
+	if e.closed.Swap(true) {
+		return nil
+	}
+	e.rpcSrv.Close()
+	e.transports.Lock()
+	list := e.transports.list
+	e.transports.list = nil
+	e.transports.Unlock()
+	var errs []error
+	for _, in := range list {
+		if err := in.t.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.MetadataTimeout)
+	if err := e.meta.Unpublish(ctx, e.name); err != nil {
+		errs = append(errs, err)
+	}
+	cancel()
+	e.cancel()
+	e.wg.Wait()
+	if err := e.meta.Close(); err != nil {
+		errs = append(errs, err)
+	}
+	e.log.Info("engine closed", "segment", e.name)
+	return errors.Join(errs...)
+}

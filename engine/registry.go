@@ -1,0 +1,155 @@
+package engine
+
+import (
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Region is one registered range of local memory.
+type Region struct {
+	// Addr and Length give the range [Addr, Addr+Length).
+	Addr   uintptr
+	Length uint64
+	// Location is the registration's location string ("cpu:0", "*", ...).
+	Location string
+	// RemoteAccessible is the registration flag (informational for TCP).
+	RemoteAccessible bool
+
+	refs    atomic.Int64
+	dead    atomic.Bool
+	drained chan struct{}
+	once    sync.Once
+}
+
+func (r *Region) end() uint64 { return uint64(r.Addr) + r.Length }
+
+// contains reports whether [addr, addr+n) lies inside r.
+func (r *Region) contains(addr, n uint64) bool {
+	if addr < uint64(r.Addr) {
+		return false
+	}
+	e := addr + n
+	return e >= addr && e <= r.end()
+}
+
+// Release drops a pin taken by Pin.
+func (r *Region) Release() {
+	if r.refs.Add(-1) == 0 && r.dead.Load() {
+		r.once.Do(func() { close(r.drained) })
+	}
+}
+
+// registry holds the local regions sorted by address in a copy-on-write
+// snapshot, so lookups on the data path take no lock.
+type registry struct {
+	mu   sync.Mutex // serializes writers
+	snap atomic.Pointer[[]*Region]
+}
+
+func (g *registry) regions() []*Region {
+	if p := g.snap.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// add registers rs (which must not overlap each other or existing regions).
+// It is all or nothing.
+func (g *registry) add(rs []*Region) error {
+	for _, r := range rs {
+		if r.Addr == 0 || r.Length == 0 || uint64(r.Addr)+r.Length < uint64(r.Addr) {
+			return fmt.Errorf("register %#x+%d: %w", r.Addr, r.Length, ErrInvalidArgument)
+		}
+		r.drained = make(chan struct{})
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	old := g.regions()
+	next := make([]*Region, 0, len(old)+len(rs))
+	next = append(next, old...)
+	next = append(next, rs...)
+	sort.Slice(next, func(i, j int) bool { return next[i].Addr < next[j].Addr })
+	for i := 1; i < len(next); i++ {
+		if uint64(next[i].Addr) < next[i-1].end() {
+			return fmt.Errorf("register %#x+%d: overlaps %#x+%d: %w",
+				next[i].Addr, next[i].Length, next[i-1].Addr, next[i-1].Length, ErrAddressOverlapped)
+		}
+	}
+	g.snap.Store(&next)
+	return nil
+}
+
+// remove unregisters the regions starting exactly at each addr, all or
+// nothing, and returns them (not yet drained).
+func (g *registry) remove(addrs []uintptr) ([]*Region, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	old := g.regions()
+	drop := make(map[uintptr]bool, len(addrs))
+	for _, a := range addrs {
+		i := sort.Search(len(old), func(i int) bool { return old[i].Addr >= a })
+		if i == len(old) || old[i].Addr != a {
+			return nil, fmt.Errorf("unregister %#x: %w", a, ErrAddressNotRegistered)
+		}
+		drop[a] = true
+	}
+	next := make([]*Region, 0, len(old))
+	var gone []*Region
+	for _, r := range old {
+		if drop[r.Addr] {
+			gone = append(gone, r)
+			continue
+		}
+		next = append(next, r)
+	}
+	g.snap.Store(&next)
+	for _, r := range gone {
+		r.dead.Store(true)
+		if r.refs.Load() == 0 {
+			r.once.Do(func() { close(r.drained) })
+		}
+	}
+	return gone, nil
+}
+
+// find returns the region containing [addr, addr+n), or nil.
+func (g *registry) find(addr, n uint64) *Region {
+	rs := g.regions()
+	i := sort.Search(len(rs), func(i int) bool { return uint64(rs[i].Addr) > addr }) - 1
+	if i < 0 || !rs[i].contains(addr, n) {
+		return nil
+	}
+	return rs[i]
+}
+
+// pin finds and pins the region containing [addr, addr+n). The caller must
+// Release it. A region being unregistered cannot be pinned.
+func (g *registry) pin(addr, n uint64) *Region {
+	r := g.find(addr, n)
+	if r == nil {
+		return nil
+	}
+	r.refs.Add(1)
+	if r.dead.Load() {
+		r.Release()
+		return nil
+	}
+	return r
+}
+
+// waitDrained waits until no pin remains on any of rs, or timeout.
+func waitDrained(rs []*Region, timeout time.Duration) bool {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	for _, r := range rs {
+		select {
+		case <-r.drained:
+		case <-t.C:
+			return false
+		}
+	}
+	return true
+}

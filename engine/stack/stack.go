@@ -1,0 +1,83 @@
+// Package stack assembles a ready transfer engine: it opens the metadata
+// backend named by the connection string and gives the engine a factory for
+// every transport kvferry ships. engine itself imports no transport, so this
+// package is where they meet.
+package stack
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/kvferry/kvferry/engine"
+	"github.com/kvferry/kvferry/engine/metadata"
+	"github.com/kvferry/kvferry/engine/rpc"
+	"github.com/kvferry/kvferry/engine/transport/local"
+	"github.com/kvferry/kvferry/engine/transport/tcp"
+)
+
+// Config configures an engine and its transports.
+type Config struct {
+	// Engine configures the engine; Metadata and NewTransport are filled
+	// in by New when nil.
+	Engine engine.Config
+	// TCP configures the TCP transport.
+	TCP tcp.Config
+	// Local configures the same-process transport.
+	Local local.Config
+	// AutoDiscover installs DefaultTransports at start (Mooncake's
+	// auto_discover = 1) unless Engine.Transports names others.
+	AutoDiscover bool
+}
+
+// DefaultTransports are installed by AutoDiscover, best first.
+var DefaultTransports = []string{local.Name, tcp.Name}
+
+// Factory returns the transport factory for cfg.
+func Factory(cfg Config) engine.TransportFactory {
+	return func(name string, e *engine.Engine) (engine.Transport, error) {
+		switch strings.ToLower(name) {
+		case tcp.Name:
+			return tcp.New(e, cfg.TCP)
+		case local.Name:
+			return local.New(e, cfg.Local), nil
+		}
+		return nil, fmt.Errorf("transport %q: %w", name, engine.ErrNotSupported)
+	}
+}
+
+// OpenMetadata opens the metadata backend for a connection string.
+func OpenMetadata(ctx context.Context, conn string, ec engine.Config) (metadata.Backend, error) {
+	switch {
+	case conn == "" || conn == metadata.P2PHandshake:
+		return metadata.NewP2P(rpc.ClientConfig{ConnectTimeout: ec.ConnectTimeout, MaxMessage: ec.HandshakeMaxLength}), nil
+	}
+	return nil, fmt.Errorf("metadata connection string %q: %w", conn, engine.ErrNotSupported)
+}
+
+// New opens the metadata backend and starts an engine.
+func New(ctx context.Context, cfg Config) (*engine.Engine, error) {
+	ec := cfg.Engine
+	if ec.MetadataConn == "" {
+		ec.MetadataConn = metadata.P2PHandshake
+	}
+	if ec.Metadata == nil {
+		m, err := OpenMetadata(ctx, ec.MetadataConn, ec)
+		if err != nil {
+			return nil, err
+		}
+		ec.Metadata = m
+	}
+	if ec.NewTransport == nil {
+		ec.NewTransport = Factory(cfg)
+	}
+	if cfg.AutoDiscover && len(ec.Transports) == 0 {
+		ec.Transports = DefaultTransports
+	}
+	e, err := engine.New(ctx, ec)
+	if err != nil {
+		ec.Metadata.Close()
+		return nil, err
+	}
+	return e, nil
+}

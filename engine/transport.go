@@ -1,0 +1,105 @@
+package engine
+
+import (
+	"sync/atomic"
+	"time"
+
+	"github.com/kvferry/kvferry/engine/descriptor"
+)
+
+// OpCode is a transfer direction (values as Mooncake's OPCODE_*).
+type OpCode uint8
+
+// Opcodes.
+const (
+	// OpRead copies remote memory into the local source buffer.
+	OpRead OpCode = 0
+	// OpWrite copies the local source buffer into remote memory.
+	OpWrite OpCode = 1
+)
+
+func (o OpCode) String() string {
+	switch o {
+	case OpRead:
+		return "read"
+	case OpWrite:
+		return "write"
+	}
+	return "op?"
+}
+
+// Transport moves slices between local registered memory and a peer.
+//
+// Contract: Submit never blocks on the network; it queues the slices and
+// returns. The transport calls Complete exactly once for every slice it was
+// given, from any goroutine, possibly before Submit returns, and within the
+// transport's own deadlines (a dead or silent peer completes slices with an
+// error; nothing waits forever). A slice whose batch was canceled before it
+// reached the wire is completed with ErrCanceled without touching memory.
+// The transport may touch a slice's local memory only between Submit and
+// Complete. After Close, Submit completes every slice with ErrClosed.
+// Implementations are safe for concurrent use.
+type Transport interface {
+	// Name is the transport's name ("tcp", "local", ...).
+	Name() string
+	// Describe adds what the transport publishes to the local descriptor
+	// (ports, handles). It is called whenever the descriptor is rebuilt.
+	Describe(seg *descriptor.Segment)
+	// Reaches reports whether the transport can carry requests to p.
+	Reaches(p *Peer) bool
+	// SliceSize is the largest slice the engine hands to Submit for this
+	// transport; 0 means requests are never sliced.
+	SliceSize() uint64
+	// Submit starts the slices, all of which target p.
+	Submit(p *Peer, slices []*Slice)
+	// Close stops the transport; in-flight slices complete with an error.
+	// A second Close is harmless.
+	Close() error
+}
+
+// Peer is an opened segment as transports see it.
+type Peer struct {
+	// ID is the segment id in this engine (LocalSegment for our own).
+	ID SegmentID
+	// Name is the segment name.
+	Name string
+	// Endpoint is the peer's RPC endpoint; its host is also the data host.
+	Endpoint descriptor.RPCMeta
+
+	desc atomic.Pointer[descriptor.Segment]
+}
+
+// Descriptor returns the current cached descriptor (never nil once opened).
+func (p *Peer) Descriptor() *descriptor.Segment { return p.desc.Load() }
+
+// Local reports whether p is this engine's own segment.
+func (p *Peer) Local() bool { return p.ID == LocalSegment }
+
+// Slice is one piece of a task handed to a transport. The engine owns it;
+// a transport reads its fields and calls Complete once.
+type Slice struct {
+	// Op is the direction.
+	Op OpCode
+	// Local is the local address (source of a write, destination of a read).
+	Local uintptr
+	// Remote is the address in the peer's registered memory.
+	Remote uint64
+	// Length is the size in bytes (never 0).
+	Length uint64
+	// Posted is when the engine handed the slice to the transport.
+	Posted time.Time
+	// Retries is scratch for the transport: how often it resubmitted the
+	// slice after a connection-level failure.
+	Retries uint8
+
+	task *task
+}
+
+// Canceled reports whether the slice's batch was canceled; a transport that
+// has not yet put the slice on the wire completes it with ErrCanceled.
+func (s *Slice) Canceled() bool { return s.task.batch.canceled.Load() }
+
+// Complete reports the slice's outcome: nil for success.
+func (s *Slice) Complete(err error) {
+	s.task.sliceDone(s, err)
+}

@@ -1,0 +1,89 @@
+package tcp
+
+import (
+	"io"
+	"net"
+
+	"github.com/kvferry/kvferry/internal/cmem"
+)
+
+// HeaderBatchBytes is the size of each connection's off-heap read-ahead
+// buffer. Headers and status frames of pipelined requests are read in bulk
+// through it; payloads larger than what it already holds are read straight
+// into registered memory.
+const HeaderBatchBytes = 64 << 10
+
+// connReader is a read-ahead buffer over a connection, in off-heap memory.
+// Not safe for concurrent use.
+type connReader struct {
+	c    net.Conn
+	m    *cmem.Map
+	buf  []byte
+	r, w int
+}
+
+func newConnReader(c net.Conn) (*connReader, error) {
+	m, err := cmem.MapAnon(HeaderBatchBytes)
+	if err != nil {
+		return nil, err
+	}
+	return &connReader{c: c, m: m, buf: m.Bytes()}, nil
+}
+
+func (cr *connReader) close() { cr.m.Close() }
+
+func (cr *connReader) buffered() int { return cr.w - cr.r }
+
+// peek returns the next n bytes (n <= len(buf)) without consuming them,
+// reading more from the connection as needed.
+func (cr *connReader) peek(n int) ([]byte, error) {
+	for cr.w-cr.r < n {
+		if cr.r > 0 && len(cr.buf)-cr.r < n {
+			copy(cr.buf, cr.buf[cr.r:cr.w])
+			cr.w -= cr.r
+			cr.r = 0
+		}
+		k, err := cr.c.Read(cr.buf[cr.w:])
+		cr.w += k
+		if err != nil && cr.w-cr.r < n {
+			if err == io.EOF && cr.w-cr.r > 0 {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, err
+		}
+	}
+	return cr.buf[cr.r : cr.r+n], nil
+}
+
+func (cr *connReader) discard(n int) {
+	cr.r += n
+	if cr.r == cr.w {
+		cr.r, cr.w = 0, 0
+	}
+}
+
+// readFull fills dst: first from the buffer, then straight from the socket.
+func (cr *connReader) readFull(dst []byte) error {
+	n := copy(dst, cr.buf[cr.r:cr.w])
+	cr.discard(n)
+	if n == len(dst) {
+		return nil
+	}
+	rest := dst[n:]
+	if len(rest) >= HeaderBatchBytes/4 {
+		_, err := io.ReadFull(cr.c, rest)
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return err
+	}
+	// Small remainder: read ahead through the buffer so that the headers
+	// that follow come in the same system call.
+	b, err := cr.peek(len(rest))
+	if err != nil {
+		return err
+	}
+	copy(rest, b)
+	cr.discard(len(rest))
+	return nil
+}

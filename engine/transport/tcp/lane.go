@@ -1,0 +1,301 @@
+package tcp
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/kvferry/kvferry/engine"
+	"github.com/kvferry/kvferry/internal/cmem"
+)
+
+// maxWriteBatch caps the slices encoded into one writev (two iovecs each,
+// within IOV_MAX); it must stay below half the window so the writer never
+// waits on a window that only its own unwritten slices fill.
+const maxWriteBatch = 256
+
+// lane is one connection to a peer's data port with its own writer and
+// reader goroutines. Slices are written in order with pipelining and their
+// responses read in the same order.
+type lane struct {
+	t        *Transport
+	addr     string
+	peerName string
+	v2       bool
+	window   int
+
+	kick      chan struct{}
+	stopCh    chan struct{}
+	connected atomic.Bool
+
+	mu struct {
+		sync.Mutex
+		queue   []*engine.Slice
+		started bool
+		stopped bool
+	}
+}
+
+func newLane(t *Transport, addr, peerName string, v2 bool) *lane {
+	w := t.cfg.Window
+	if w < 2*maxWriteBatch {
+		w = 2 * maxWriteBatch
+	}
+	return &lane{t: t, addr: addr, peerName: peerName, v2: v2, window: w,
+		kick: make(chan struct{}, 1), stopCh: make(chan struct{})}
+}
+
+func (l *lane) enqueue(ss []*engine.Slice) {
+	l.mu.Lock()
+	if l.mu.stopped {
+		l.mu.Unlock()
+		failAll(ss, engine.ErrClosed)
+		return
+	}
+	l.mu.queue = append(l.mu.queue, ss...)
+	if !l.mu.started {
+		l.mu.started = true
+		l.t.wg.Add(1)
+		go l.runWriter()
+	}
+	l.mu.Unlock()
+	select {
+	case l.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (l *lane) take() []*engine.Slice {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	q := l.mu.queue
+	l.mu.queue = nil
+	return q
+}
+
+func (l *lane) stop() {
+	l.mu.Lock()
+	if !l.mu.stopped {
+		l.mu.stopped = true
+		close(l.stopCh)
+	}
+	started := l.mu.started
+	q := l.mu.queue
+	l.mu.queue = nil
+	l.mu.Unlock()
+	failAll(q, engine.ErrClosed)
+	_ = started
+}
+
+// conn is one connection of a lane, with its in-flight FIFO. The writer owns
+// it and closes inflight; the reader drains it.
+type conn struct {
+	c          net.Conn
+	rd         *connReader
+	inflight   chan *engine.Slice
+	readerDone chan struct{}
+	dead       atomic.Bool
+}
+
+func (l *lane) dial() (*conn, error) {
+	d := net.Dialer{Timeout: l.t.cfg.ConnectTimeout}
+	c, err := d.DialContext(l.t.ctx, "tcp", l.addr)
+	if err != nil {
+		return nil, fmt.Errorf("dial %s: %w", l.addr, err)
+	}
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetNoDelay(true)
+	}
+	rd, err := newConnReader(c)
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	cs := &conn{c: c, rd: rd, inflight: make(chan *engine.Slice, l.window), readerDone: make(chan struct{})}
+	l.connected.Store(true)
+	l.t.wg.Add(1)
+	go l.runReader(cs)
+	return cs, nil
+}
+
+// closeConn closes cs, lets the reader fail or retry what is in flight, and
+// waits for it.
+func (l *lane) closeConn(cs *conn) {
+	cs.dead.Store(true)
+	cs.c.Close()
+	close(cs.inflight)
+	<-cs.readerDone
+	cs.rd.close()
+	l.connected.Store(false)
+}
+
+// runWriter encodes queued slices and writes them; owned by the lane,
+// stopped by lane.stop or the transport's context.
+func (l *lane) runWriter() {
+	defer l.t.wg.Done()
+	var cs *conn
+	hdrs := make([][HeaderSize]byte, maxWriteBatch)
+	bufs := make(net.Buffers, 0, 2*maxWriteBatch)
+	v1done := make([]*engine.Slice, 0, maxWriteBatch)
+	defer func() {
+		if cs != nil {
+			l.closeConn(cs)
+		}
+		l.stop()
+	}()
+	for {
+		select {
+		case <-l.kick:
+		case <-l.stopCh:
+			return
+		case <-l.t.ctx.Done():
+			return
+		}
+		for {
+			batch := l.take()
+			if len(batch) == 0 {
+				break
+			}
+			for len(batch) > 0 {
+				if cs != nil && cs.dead.Load() {
+					l.closeConn(cs)
+					cs = nil
+				}
+				if cs == nil {
+					var err error
+					if cs, err = l.dial(); err != nil {
+						l.t.log.Warn("tcp connect failed", "peer", l.peerName, "err", err)
+						for _, s := range batch {
+							l.fail(s, err)
+						}
+						batch = nil
+						break
+					}
+				}
+				chunk := batch[:min(len(batch), maxWriteBatch)]
+				batch = batch[len(chunk):]
+				bufs = bufs[:0]
+				v1done = v1done[:0]
+				sent := 0
+				for i, s := range chunk {
+					if s.Canceled() {
+						s.Complete(engine.ErrCanceled)
+						continue
+					}
+					Header{Size: s.Length, Addr: s.Remote, Write: s.Op == engine.OpWrite, V2: l.v2}.Encode(&hdrs[i])
+					bufs = append(bufs, hdrs[i][:])
+					if s.Op == engine.OpWrite {
+						bufs = append(bufs, cmem.Bytes(s.Local, s.Length))
+					}
+					if l.v2 || s.Op == engine.OpRead {
+						cs.inflight <- s
+					} else {
+						v1done = append(v1done, s)
+					}
+					sent++
+				}
+				if sent == 0 {
+					continue
+				}
+				_ = cs.c.SetWriteDeadline(time.Now().Add(l.t.cfg.StatusTimeout))
+				if _, err := bufs.WriteTo(cs.c); err != nil {
+					// The reader fails or retries what is in flight.
+					cs.dead.Store(true)
+					cs.c.Close()
+					for _, s := range v1done {
+						l.fail(s, fmt.Errorf("write to %s: %w: %w", l.addr, errConn, err))
+					}
+					continue
+				}
+				l.t.sent.Add(uint64(sent))
+				for _, s := range v1done {
+					s.Complete(nil) // v1: done once it left our socket
+				}
+			}
+		}
+	}
+}
+
+// runReader reads responses in order; owned by the lane's writer, which
+// closes cs.inflight to stop it.
+func (l *lane) runReader(cs *conn) {
+	defer l.t.wg.Done()
+	defer close(cs.readerDone)
+	var cause error
+	for s := range cs.inflight {
+		if cs.dead.Load() {
+			if cause == nil {
+				cause = fmt.Errorf("connection to %s closed: %w", l.addr, errConn)
+			}
+			l.retryOrFail(s, cause)
+			continue
+		}
+		if err := l.readResponse(cs, s); err != nil {
+			cs.dead.Store(true)
+			cs.c.Close()
+			cause = err
+			l.retryOrFail(s, err)
+			continue
+		}
+		s.Complete(nil)
+	}
+}
+
+func (l *lane) readResponse(cs *conn, s *engine.Slice) error {
+	_ = cs.c.SetReadDeadline(time.Now().Add(l.t.cfg.StatusTimeout))
+	if l.v2 {
+		b, err := cs.rd.peek(StatusSize)
+		if err != nil {
+			return l.classify(err)
+		}
+		code, err := DecodeStatus(b)
+		cs.rd.discard(StatusSize)
+		if err != nil {
+			return fmt.Errorf("from %s: %w", l.addr, err)
+		}
+		if code != StatusOK {
+			return fmt.Errorf("%s %#x+%d: %w (status %d)", s.Op, s.Remote, s.Length, engine.ErrRejected, code)
+		}
+	}
+	if s.Op == engine.OpRead {
+		if err := cs.rd.readFull(cmem.Bytes(s.Local, s.Length)); err != nil {
+			return l.classify(err)
+		}
+	}
+	return nil
+}
+
+// classify marks errors that mean "the connection went away" as errConn,
+// and deadline expiry as engine.ErrTimeout.
+func (l *lane) classify(err error) error {
+	switch {
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return fmt.Errorf("no response from %s within %s: %w", l.addr, l.t.cfg.StatusTimeout, engine.ErrTimeout)
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed),
+		errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
+		return fmt.Errorf("read from %s: %w: %w", l.addr, errConn, err)
+	}
+	return fmt.Errorf("read from %s: %w", l.addr, err)
+}
+
+// retryOrFail resubmits a slice once after a connection-level failure (an
+// idle connection the peer dropped); anything else fails the slice.
+func (l *lane) retryOrFail(s *engine.Slice, err error) {
+	if errors.Is(err, errConn) && s.Retries == 0 && !s.Canceled() && !l.t.closed.Load() {
+		s.Retries++
+		l.enqueue([]*engine.Slice{s})
+		return
+	}
+	l.fail(s, err)
+}
+
+func (l *lane) fail(s *engine.Slice, err error) {
+	l.t.failed.Add(1)
+	s.Complete(&engine.TransferError{Op: s.Op, Peer: l.peerName, Transport: Name, Addr: s.Remote, Length: s.Length, Err: err})
+}

@@ -1,0 +1,291 @@
+package tcp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/kvferry/kvferry/engine"
+	"github.com/kvferry/kvferry/engine/descriptor"
+)
+
+// Name is the transport's name.
+const Name = "tcp"
+
+// Defaults.
+const (
+	DefaultLanes         = 4
+	DefaultStripeSize    = 512 << 10
+	DefaultStatusTimeout = 30 * time.Second
+	DefaultWindow        = 1024
+	// stripeMinBytes is the least a lane gets from one submission before
+	// the next lane is used.
+	stripeMinBytes = 256 << 10
+)
+
+// Config configures the TCP transport. The zero value works.
+type Config struct {
+	// Lanes is the number of connections per peer
+	// (MC_TCP_LANES_PER_PEER, default 4, 1-16).
+	Lanes int
+	// StripeSize is the slice size large requests are cut into and striped
+	// over the lanes (KVFERRY_TCP_STRIPE_SIZE, default 512 KiB).
+	StripeSize uint64
+	// StatusTimeout bounds the wait for a status frame or for progress of a
+	// payload (MC_TCP_STATUS_TIMEOUT_SEC, default 30 s).
+	StatusTimeout time.Duration
+	// ConnectTimeout bounds a dial (default: the engine's ConnectTimeout).
+	ConnectTimeout time.Duration
+	// ProtoVersion is the framing used toward peers that support v2
+	// (MC_TCP_PROTO=1 forces 1; default 2).
+	ProtoVersion int
+	// Window caps the slices in flight per lane (default 1024).
+	Window int
+}
+
+func (c Config) withDefaults(e *engine.Engine) Config {
+	if c.Lanes <= 0 {
+		c.Lanes = DefaultLanes
+	}
+	if c.Lanes > 16 {
+		c.Lanes = 16
+	}
+	if c.StripeSize == 0 {
+		c.StripeSize = DefaultStripeSize
+	}
+	if c.StatusTimeout <= 0 {
+		c.StatusTimeout = DefaultStatusTimeout
+	}
+	if c.ConnectTimeout <= 0 {
+		c.ConnectTimeout = e.Config().ConnectTimeout
+	}
+	if c.ProtoVersion != 1 {
+		c.ProtoVersion = 2
+	}
+	if c.Window <= 0 {
+		c.Window = DefaultWindow
+	}
+	return c
+}
+
+// Transport is the TCP transport of one engine.
+type Transport struct {
+	e      *engine.Engine
+	cfg    Config
+	log    *slog.Logger
+	srv    *server
+	port   int
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	closed atomic.Bool
+
+	peers struct {
+		sync.Mutex
+		m map[string]*peerConns // by "host:port"
+	}
+	rejectLog struct {
+		sync.Mutex
+		last map[string]time.Time
+	}
+	sent, failed atomic.Uint64
+}
+
+// New starts the TCP transport for e: it listens on a random port of the
+// engine's port range, on the engine's bind address.
+func New(e *engine.Engine, cfg Config) (*Transport, error) {
+	cfg = cfg.withDefaults(e)
+	ec := e.Config()
+	ln, port, err := engine.ListenRandomPort(e.BindIP(), ec.MinRPCPort, ec.MaxRPCPort)
+	if err != nil {
+		return nil, fmt.Errorf("tcp transport: %w", err)
+	}
+	t := &Transport{e: e, cfg: cfg, log: e.Logger().With("transport", Name), port: port}
+	t.ctx, t.cancel = context.WithCancel(e.Context())
+	t.peers.m = make(map[string]*peerConns)
+	t.rejectLog.last = make(map[string]time.Time)
+	t.srv = &server{t: t, ln: ln, conns: make(map[net.Conn]struct{})}
+	t.srv.wg.Add(1)
+	go t.srv.runAccept()
+	return t, nil
+}
+
+// Name returns "tcp".
+func (t *Transport) Name() string { return Name }
+
+// Port returns the data port.
+func (t *Transport) Port() int { return t.port }
+
+// Describe publishes the data port and protocol version.
+func (t *Transport) Describe(seg *descriptor.Segment) {
+	seg.Protocol = descriptor.ProtocolTCP
+	seg.TCPDataPort = t.port
+	seg.TCPProtoVersion = descriptor.TCPProtoV2
+}
+
+// Reaches reports whether p serves TCP.
+func (t *Transport) Reaches(p *engine.Peer) bool {
+	d := p.Descriptor()
+	if d == nil || d.TCPDataPort <= 0 {
+		return false
+	}
+	if strings.Contains(d.Protocol, descriptor.ProtocolTCP) {
+		return true
+	}
+	for _, n := range d.Transports {
+		if n == Name {
+			return true
+		}
+	}
+	return false
+}
+
+// SliceSize returns the stripe size.
+func (t *Transport) SliceSize() uint64 { return t.cfg.StripeSize }
+
+// Stats are the transport's counters.
+type Stats struct {
+	// SlicesSent and SlicesFailed count client-side slices.
+	SlicesSent, SlicesFailed uint64
+	// Served and Rejected count server-side requests.
+	Served, Rejected uint64
+	// Conns is the number of open client connections.
+	Conns int
+}
+
+// Stats returns the transport's counters.
+func (t *Transport) Stats() Stats {
+	s := Stats{SlicesSent: t.sent.Load(), SlicesFailed: t.failed.Load(), Served: t.srv.served.Load(), Rejected: t.srv.rejected.Load()}
+	t.peers.Lock()
+	for _, pc := range t.peers.m {
+		for _, l := range pc.lanes {
+			if l.connected.Load() {
+				s.Conns++
+			}
+		}
+	}
+	t.peers.Unlock()
+	return s
+}
+
+func (t *Transport) logReject(peer string, h Header) {
+	t.rejectLog.Lock()
+	defer t.rejectLog.Unlock()
+	if time.Since(t.rejectLog.last[peer]) < 10*time.Second {
+		return
+	}
+	t.rejectLog.last[peer] = time.Now()
+	t.log.Warn("tcp request outside registered memory refused", "peer", peer, "addr", h.Addr, "bytes", h.Size, "op", opName(h.Write))
+}
+
+func opName(w bool) string {
+	if w {
+		return "write"
+	}
+	return "read"
+}
+
+// peerConns holds the lanes to one peer data endpoint.
+type peerConns struct {
+	addr  string
+	v2    bool
+	lanes []*lane
+	next  atomic.Uint32
+}
+
+func (t *Transport) peerFor(p *engine.Peer) (*peerConns, error) {
+	d := p.Descriptor()
+	host := p.Endpoint.IPOrHostName
+	if host == "" {
+		return nil, fmt.Errorf("segment %q has no host: %w", p.Name, engine.ErrInvalidArgument)
+	}
+	addr := net.JoinHostPort(host, strconv.Itoa(d.TCPDataPort))
+	v2 := d.TCPProtoVersion >= 2 && t.cfg.ProtoVersion >= 2
+	t.peers.Lock()
+	defer t.peers.Unlock()
+	if t.closed.Load() {
+		return nil, engine.ErrClosed
+	}
+	pc := t.peers.m[addr]
+	if pc == nil || pc.v2 != v2 {
+		if pc != nil {
+			for _, l := range pc.lanes {
+				l.stop()
+			}
+		}
+		pc = &peerConns{addr: addr, v2: v2}
+		for i := 0; i < t.cfg.Lanes; i++ {
+			pc.lanes = append(pc.lanes, newLane(t, addr, p.Name, v2))
+		}
+		t.peers.m[addr] = pc
+	}
+	return pc, nil
+}
+
+// Submit queues slices on the peer's lanes. Small submissions stay on few
+// lanes (each lane gets at least 256 KiB) so that their headers share
+// system calls; large ones are striped over every lane.
+func (t *Transport) Submit(p *engine.Peer, slices []*engine.Slice) {
+	if t.closed.Load() {
+		failAll(slices, engine.ErrClosed)
+		return
+	}
+	pc, err := t.peerFor(p)
+	if err != nil {
+		failAll(slices, err)
+		return
+	}
+	var total uint64
+	for _, s := range slices {
+		total += s.Length
+	}
+	n := int(total / stripeMinBytes)
+	n = max(1, min(n, len(pc.lanes), len(slices)))
+	start := int(pc.next.Add(1))
+	per := (len(slices) + n - 1) / n
+	for k := 0; k < n; k++ {
+		lo, hi := k*per, min((k+1)*per, len(slices))
+		if lo >= hi {
+			break
+		}
+		pc.lanes[(start+k)%len(pc.lanes)].enqueue(slices[lo:hi])
+	}
+}
+
+func failAll(slices []*engine.Slice, err error) {
+	for _, s := range slices {
+		s.Complete(err)
+	}
+}
+
+// Close stops the server and every lane; slices in flight fail.
+func (t *Transport) Close() error {
+	if t.closed.Swap(true) {
+		return nil
+	}
+	t.cancel()
+	t.srv.close()
+	t.peers.Lock()
+	var lanes []*lane
+	for _, pc := range t.peers.m {
+		lanes = append(lanes, pc.lanes...)
+	}
+	t.peers.m = map[string]*peerConns{}
+	t.peers.Unlock()
+	for _, l := range lanes {
+		l.stop()
+	}
+	t.wg.Wait()
+	return nil
+}
+
+// errConn marks connection-level failures, which are retried once on a
+// fresh connection (an idle pooled connection the peer closed, say).
+var errConn = errors.New("connection lost")

@@ -1,0 +1,121 @@
+// Package cmem is the one audited place where kvferry turns C addresses into
+// Go slices and copies bulk data with C memcpy (glibc's copy is 1.6-1.9x
+// faster than Go's copy for large blocks here; see specs/go-runtime.md §4).
+// It also allocates off-heap memory for staging buffers and tests.
+//
+// Nothing here checks that an address is valid: callers check addresses
+// against the memory registry before they call in.
+package cmem
+
+/*
+#include <stdlib.h>
+#include <string.h>
+#include <stdint.h>
+
+typedef struct { uintptr_t dst, src; size_t n; } kvf_copy;
+
+static void kvf_memcpy(uintptr_t dst, uintptr_t src, size_t n) {
+	memcpy((void *)dst, (const void *)src, n);
+}
+
+// kvf_memcpy_batch folds many copies into one cgo crossing (memmove: a
+// local request may name overlapping ranges).
+static void kvf_memcpy_batch(const kvf_copy *c, size_t n) {
+	for (size_t i = 0; i < n; i++) memmove((void *)c[i].dst, (const void *)c[i].src, c[i].n);
+}
+*/
+import "C"
+
+import (
+	"fmt"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Bytes returns a slice over n bytes of C memory at addr, without copying.
+// The memory must stay valid and registered while the slice is used.
+func Bytes(addr uintptr, n uint64) []byte {
+	if n == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(Pointer(addr)), int(n))
+}
+
+// Pointer converts a C address held as an integer into an unsafe.Pointer.
+// The address is C memory (never Go heap), so the garbage collector does not
+// care about it; the indirection keeps vet's uintptr check quiet for this one
+// audited conversion.
+func Pointer(addr uintptr) unsafe.Pointer {
+	return *(*unsafe.Pointer)(unsafe.Pointer(&addr))
+}
+
+// Copy copies n bytes from src to dst with C memcpy. The ranges must not overlap.
+func Copy(dst, src uintptr, n uint64) {
+	if n == 0 {
+		return
+	}
+	C.kvf_memcpy(C.uintptr_t(dst), C.uintptr_t(src), C.size_t(n))
+}
+
+// Op is one copy of a batch.
+type Op struct {
+	Dst, Src uintptr
+	N        uint64
+}
+
+// CopyBatch performs every copy of ops in one cgo crossing.
+func CopyBatch(ops []Op) {
+	if len(ops) == 0 {
+		return
+	}
+	// Op has the layout of kvf_copy: three 8-byte fields.
+	C.kvf_memcpy_batch((*C.kvf_copy)(unsafe.Pointer(&ops[0])), C.size_t(len(ops)))
+}
+
+// Malloc allocates n bytes with C malloc; the memory is not zeroed.
+func Malloc(n uint64) (uintptr, error) {
+	p := C.malloc(C.size_t(n))
+	if p == nil {
+		return 0, fmt.Errorf("malloc %d bytes: out of memory", n)
+	}
+	return uintptr(p), nil
+}
+
+// Free releases memory from Malloc.
+func Free(addr uintptr) {
+	C.free(Pointer(addr))
+}
+
+// Map is an anonymous private memory mapping.
+type Map struct {
+	b []byte
+}
+
+// MapAnon maps n bytes of zeroed anonymous memory.
+func MapAnon(n uint64) (*Map, error) {
+	b, err := unix.Mmap(-1, 0, int(n), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		return nil, fmt.Errorf("mmap %d bytes: %w", n, err)
+	}
+	return &Map{b: b}, nil
+}
+
+// Addr returns the mapping's start address.
+func (m *Map) Addr() uintptr { return uintptr(unsafe.Pointer(&m.b[0])) }
+
+// Bytes returns the mapping as a slice.
+func (m *Map) Bytes() []byte { return m.b }
+
+// Len returns the mapping's size in bytes.
+func (m *Map) Len() uint64 { return uint64(len(m.b)) }
+
+// Close unmaps the memory; a second Close is harmless.
+func (m *Map) Close() error {
+	if m.b == nil {
+		return nil
+	}
+	err := unix.Munmap(m.b)
+	m.b = nil
+	return err
+}
