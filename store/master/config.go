@@ -1,0 +1,177 @@
+package master
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// Defaults of mooncake_master (specs/mooncake.md §7.4-7.8).
+const (
+	DefaultRPCPort                    = 50051
+	DefaultMetricsPort                = 9003
+	DefaultKVLeaseTTL                 = 10 * time.Second
+	DefaultKVSoftPinTTL               = 30 * time.Minute
+	DefaultMaxKVSoftPinTTL            = 24 * time.Hour
+	DefaultEvictionRatio              = 0.05
+	DefaultEvictionHighWatermarkRatio = 0.90
+	DefaultClientTTL                  = 10 * time.Second
+	DefaultPutStartDiscardTimeout     = 30 * time.Second
+	DefaultPutStartReleaseTimeout     = 600 * time.Second
+	DefaultAllocationStrategy         = StrategyRandom
+	DefaultClusterID                  = "mooncake_cluster"
+	// DefaultMasterViewLeaseTTL is the TTL of the etcd lease under which the
+	// HA leader publishes its address (Mooncake's 5 s).
+	DefaultMasterViewLeaseTTL = 5 * time.Second
+)
+
+// Implementation tunables.
+const (
+	// DefaultMaintenanceInterval is how often the server expires clients,
+	// releases zombie puts and checks the eviction watermark.
+	DefaultMaintenanceInterval = 100 * time.Millisecond
+)
+
+// Allocation strategies (--allocation_strategy).
+const (
+	// StrategyRandom tries the preferred segments first, then scans all
+	// segments from a random start (Mooncake's default).
+	StrategyRandom = "random"
+	// StrategyFreeRatioFirst tries the preferred segments first, then the
+	// segments with the largest free fraction.
+	StrategyFreeRatioFirst = "free_ratio_first"
+)
+
+// Clock is the master's source of time; tests use a fake one so nothing
+// sleeps. Now must be safe for concurrent use.
+type Clock interface {
+	Now() time.Time
+}
+
+type realClock struct{}
+
+func (realClock) Now() time.Time { return time.Now() }
+
+// Config configures a Service (the master state machine). The zero value
+// works: withDefaults fills every zero field with its Default… constant.
+type Config struct {
+	// DefaultKVLeaseTTL is the read lease granted by ExistKey and
+	// GetReplicaList (--default_kv_lease_ttl, default 10 s).
+	DefaultKVLeaseTTL time.Duration
+	// DefaultKVSoftPinTTL is the soft-pin lifetime of an object put with
+	// soft pin enabled (--default_kv_soft_pin_ttl, default 30 min).
+	DefaultKVSoftPinTTL time.Duration
+	// MaxKVSoftPinTTL caps a per-put soft-pin TTL (--max_kv_soft_pin_ttl,
+	// default 24 h).
+	MaxKVSoftPinTTL time.Duration
+	// KeepSoftPinned, when true, never evicts a soft-pinned object (Mooncake
+	// --allow_evict_soft_pinned_objects=false). Default false: soft-pinned
+	// objects are evicted last.
+	KeepSoftPinned bool
+	// EvictionRatio is the fraction of capacity freed by one eviction round
+	// (--eviction_ratio, default 0.05). Must be in (0, 1].
+	EvictionRatio float64
+	// EvictionHighWatermarkRatio is the usage above which eviction starts
+	// (--eviction_high_watermark_ratio, default 0.90). Must be in (0, 1].
+	EvictionHighWatermarkRatio float64
+	// ClientTTL is how long a client may go without Ping before the master
+	// unmounts its segments (--client_ttl, default 10 s).
+	ClientTTL time.Duration
+	// PutStartDiscardTimeout is the age after which an unfinished put may be
+	// preempted by a new PutStart of the same key
+	// (--put_start_discard_timeout_sec, default 30 s).
+	PutStartDiscardTimeout time.Duration
+	// PutStartReleaseTimeout is the age after which the space of an
+	// unfinished put is reclaimed (--put_start_release_timeout_sec,
+	// default 600 s). Must not be shorter than PutStartDiscardTimeout.
+	PutStartReleaseTimeout time.Duration
+	// AllocationStrategy is StrategyRandom (default) or
+	// StrategyFreeRatioFirst (--allocation_strategy).
+	AllocationStrategy string
+	// Seed seeds the random strategy; 0 means a seed from the clock.
+	Seed uint64
+	// Clock is the time source; nil means the real clock.
+	Clock Clock
+	// Logger receives state changes (mounts, expiries, evictions); nil
+	// discards.
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	if c.DefaultKVLeaseTTL == 0 {
+		c.DefaultKVLeaseTTL = DefaultKVLeaseTTL
+	}
+	if c.DefaultKVSoftPinTTL == 0 {
+		c.DefaultKVSoftPinTTL = DefaultKVSoftPinTTL
+	}
+	if c.MaxKVSoftPinTTL == 0 {
+		c.MaxKVSoftPinTTL = DefaultMaxKVSoftPinTTL
+	}
+	if c.EvictionRatio == 0 {
+		c.EvictionRatio = DefaultEvictionRatio
+	}
+	if c.EvictionHighWatermarkRatio == 0 {
+		c.EvictionHighWatermarkRatio = DefaultEvictionHighWatermarkRatio
+	}
+	if c.ClientTTL == 0 {
+		c.ClientTTL = DefaultClientTTL
+	}
+	if c.PutStartDiscardTimeout == 0 {
+		c.PutStartDiscardTimeout = DefaultPutStartDiscardTimeout
+	}
+	if c.PutStartReleaseTimeout == 0 {
+		c.PutStartReleaseTimeout = DefaultPutStartReleaseTimeout
+	}
+	if c.AllocationStrategy == "" {
+		c.AllocationStrategy = DefaultAllocationStrategy
+	}
+	if c.Clock == nil {
+		c.Clock = realClock{}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// Validate names the first bad field of the effective configuration.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	switch {
+	case c.DefaultKVLeaseTTL < 0:
+		return errors.New("config: DefaultKVLeaseTTL must be positive")
+	case c.DefaultKVSoftPinTTL < 0:
+		return errors.New("config: DefaultKVSoftPinTTL must be positive")
+	case c.MaxKVSoftPinTTL < c.DefaultKVSoftPinTTL:
+		return errors.New("config: MaxKVSoftPinTTL must be at least DefaultKVSoftPinTTL")
+	case !(c.EvictionRatio > 0 && c.EvictionRatio <= 1):
+		return fmt.Errorf("config: EvictionRatio %v must be in (0, 1]", c.EvictionRatio)
+	case !(c.EvictionHighWatermarkRatio > 0 && c.EvictionHighWatermarkRatio <= 1):
+		return fmt.Errorf("config: EvictionHighWatermarkRatio %v must be in (0, 1]", c.EvictionHighWatermarkRatio)
+	case c.ClientTTL < 0:
+		return errors.New("config: ClientTTL must be positive")
+	case c.PutStartDiscardTimeout < 0:
+		return errors.New("config: PutStartDiscardTimeout must be positive")
+	case c.PutStartReleaseTimeout < c.PutStartDiscardTimeout:
+		return errors.New("config: PutStartReleaseTimeout must be at least PutStartDiscardTimeout")
+	}
+	switch c.AllocationStrategy {
+	case StrategyRandom, StrategyFreeRatioFirst:
+	default:
+		return fmt.Errorf("config: AllocationStrategy %q is not supported (use %q or %q)",
+			c.AllocationStrategy, StrategyRandom, StrategyFreeRatioFirst)
+	}
+	return nil
+}
+
+// String returns the effective configuration, for the start-up log line.
+func (c Config) String() string {
+	c = c.withDefaults()
+	return fmt.Sprintf("lease_ttl=%v soft_pin_ttl=%v max_soft_pin_ttl=%v keep_soft_pinned=%v "+
+		"eviction_ratio=%v eviction_high_watermark_ratio=%v client_ttl=%v "+
+		"put_start_discard_timeout=%v put_start_release_timeout=%v allocation_strategy=%s",
+		c.DefaultKVLeaseTTL, c.DefaultKVSoftPinTTL, c.MaxKVSoftPinTTL, c.KeepSoftPinned,
+		c.EvictionRatio, c.EvictionHighWatermarkRatio, c.ClientTTL,
+		c.PutStartDiscardTimeout, c.PutStartReleaseTimeout, c.AllocationStrategy)
+}

@@ -1,0 +1,959 @@
+package master
+
+import (
+	"cmp"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"regexp"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/kvferry/kvferry/store/wire"
+)
+
+// SegmentInfo describes a mounted segment: a memory range that a client
+// registered with its transfer engine and lent to the store.
+type SegmentInfo struct {
+	// ID is chosen by the client (a UUID) and unique in the cluster.
+	ID string
+	// Name is the client's transfer-engine segment name: the endpoint
+	// readers and writers open to reach the memory.
+	Name string
+	// Protocol is the transport the client offers ("tcp", "rdma", …).
+	Protocol string
+	// Base is the absolute address of the range in the client's process.
+	Base uint64
+	// Size is the length of the range in bytes.
+	Size uint64
+	// ClientID is the owner; filled in by the master in views.
+	ClientID string
+	// UsedBytes is the allocated part; filled in by the master in views.
+	UsedBytes uint64
+}
+
+// Replica is one full copy of an object: one contiguous buffer at an
+// absolute address inside a mounted segment.
+type Replica struct {
+	SegmentID   string
+	SegmentName string
+	Addr        uint64
+	Size        uint64
+	Status      wire.ReplicaStatus
+}
+
+// ReplicaList is the answer to GetReplicaList.
+type ReplicaList struct {
+	// Size is the object size in bytes.
+	Size uint64
+	// Replicas are the readable (COMPLETE) replicas.
+	Replicas []Replica
+	// LeaseTTL is the lease granted with the answer.
+	LeaseTTL time.Duration
+}
+
+// ReplicateConfig is the per-put replication request (specs/mooncake.md §6.5).
+type ReplicateConfig struct {
+	// ReplicaNum is the number of memory replicas, each on a distinct
+	// segment name (best effort: at least one). 0 means 1.
+	ReplicaNum int
+	// SoftPin is the soft-pin transition applied by the put.
+	SoftPin wire.SoftPinAction
+	// SoftPinTTL overrides the master's default soft-pin TTL when SoftPin is
+	// ENABLE; it is capped at MaxKVSoftPinTTL. 0 means the default.
+	SoftPinTTL time.Duration
+	// HardPin keeps the object from ever being evicted.
+	HardPin bool
+	// PreferredSegments are segment names tried first, in order.
+	PreferredSegments []string
+}
+
+// Service is the master state machine: segments, objects, replicas, leases,
+// pins, eviction and client liveness. It does no I/O; Server serves it over
+// gRPC. All methods are safe for concurrent use (one lock).
+type Service struct {
+	cfg   Config
+	clock Clock
+	log   *slog.Logger
+
+	// viewVersion identifies this master instance (or HA term); clients see
+	// it change in Ping answers. Immutable.
+	viewVersion uint64
+
+	mu struct {
+		sync.Mutex
+		rng        *rand.Rand
+		clients    map[string]*clientState
+		segments   map[string]*segment   // by id
+		byName     map[string][]*segment // by transfer-engine segment name
+		order      []*segment            // mounted segments, in mount order
+		objects    map[string]*object
+		processing map[string]*object // objects between PutStart and PutEnd
+		lru        lruList            // complete objects, least recent first
+		discarded  []discardEntry
+		capacity   uint64 // sum of mounted segment sizes
+		used       uint64 // sum of allocated (aligned) bytes
+		counters   counters
+	}
+}
+
+type clientState struct {
+	id       string
+	expiry   time.Time
+	segments map[string]*segment
+}
+
+type segment struct {
+	info      SegmentInfo
+	alloc     *rangeAllocator
+	replicas  map[*replica]struct{}
+	unmounted bool
+}
+
+type replica struct {
+	seg  *segment
+	off  uint64 // offset from seg base
+	size uint64
+	obj  *object // nil once detached (discarded)
+}
+
+type object struct {
+	key      string
+	size     uint64
+	replicas []*replica
+	writer   string
+	complete bool
+	putStart time.Time
+	// leaseExpiry is the end of the latest read lease.
+	leaseExpiry time.Time
+	// softPinTTL is non-zero when the put enabled soft pin; softPinExpiry is
+	// set at PutEnd.
+	softPinTTL    time.Duration
+	softPinExpiry time.Time
+	hardPin       bool
+	// lastAccess orders eviction (least recent first).
+	lastAccess uint64
+
+	prev, next *object // lru links
+	inLRU      bool
+}
+
+type discardEntry struct {
+	replicas []*replica
+	release  time.Time
+	key      string
+}
+
+// NewService returns a master state machine. viewVersion identifies this
+// instance to clients (use a value that grows across restarts, such as the
+// start time in nanoseconds or the HA election revision).
+func NewService(cfg Config, viewVersion uint64) (*Service, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	s := &Service{cfg: cfg, clock: cfg.Clock, log: cfg.Logger, viewVersion: viewVersion}
+	seed := cfg.Seed
+	if seed == 0 {
+		seed = uint64(time.Now().UnixNano())
+	}
+	s.mu.rng = rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	s.mu.clients = make(map[string]*clientState)
+	s.mu.segments = make(map[string]*segment)
+	s.mu.byName = make(map[string][]*segment)
+	s.mu.objects = make(map[string]*object)
+	s.mu.processing = make(map[string]*object)
+	return s, nil
+}
+
+// Config returns the effective configuration.
+func (s *Service) Config() Config { return s.cfg }
+
+// ViewVersion returns the instance identifier given to NewService.
+func (s *Service) ViewVersion() uint64 { return s.viewVersion }
+
+// ---------------------------------------------------------------------------
+// Clients and segments
+
+// Ping records a heartbeat. A client the master does not know (never mounted,
+// expired, or a master restart) is told NEED_REMOUNT and must call
+// ReMountSegments.
+func (s *Service) Ping(clientID string) (wire.ClientStatus, error) {
+	if clientID == "" {
+		return wire.ClientStatus_CLIENT_STATUS_UNDEFINED, fmt.Errorf("ping: empty client id: %w", wire.ErrInvalidParams)
+	}
+	now := s.clock.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, ok := s.mu.clients[clientID]
+	if !ok {
+		return wire.ClientStatus_CLIENT_STATUS_NEED_REMOUNT, nil
+	}
+	c.expiry = now.Add(s.cfg.ClientTTL)
+	return wire.ClientStatus_CLIENT_STATUS_OK, nil
+}
+
+// MountSegment lends a memory range of a client to the store. Mounting the
+// same segment again (same id, owner and range) is a no-op.
+func (s *Service) MountSegment(clientID string, seg SegmentInfo) error {
+	if clientID == "" {
+		return fmt.Errorf("mount segment: empty client id: %w", wire.ErrInvalidParams)
+	}
+	now := s.clock.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.touchClientLocked(clientID, now)
+	return s.mountLocked(c, seg)
+}
+
+// ReMountSegments registers a client again with all its segments, after the
+// master answered NEED_REMOUNT. Segments the master still has are kept; the
+// first error is returned after every segment was tried.
+func (s *Service) ReMountSegments(clientID string, segs []SegmentInfo) error {
+	if clientID == "" {
+		return fmt.Errorf("remount segments: empty client id: %w", wire.ErrInvalidParams)
+	}
+	now := s.clock.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.touchClientLocked(clientID, now)
+	var first error
+	for _, seg := range segs {
+		if err := s.mountLocked(c, seg); err != nil && first == nil {
+			first = err
+		}
+	}
+	if len(segs) > 0 {
+		s.log.Info("client remounted", "client", clientID, "segments", len(segs))
+	}
+	return first
+}
+
+func (s *Service) touchClientLocked(id string, now time.Time) *clientState {
+	c, ok := s.mu.clients[id]
+	if !ok {
+		c = &clientState{id: id, segments: make(map[string]*segment)}
+		s.mu.clients[id] = c
+		s.log.Info("client registered", "client", id)
+	}
+	c.expiry = now.Add(s.cfg.ClientTTL)
+	return c
+}
+
+func (s *Service) mountLocked(c *clientState, info SegmentInfo) error {
+	if info.ID == "" || info.Name == "" || info.Size == 0 || info.Base+info.Size < info.Base {
+		return fmt.Errorf("mount segment %q (%q, base %#x, size %d): %w",
+			info.ID, info.Name, info.Base, info.Size, wire.ErrInvalidParams)
+	}
+	if old, ok := s.mu.segments[info.ID]; ok {
+		if old.info.ClientID == c.id && old.info.Name == info.Name &&
+			old.info.Base == info.Base && old.info.Size == info.Size {
+			return nil
+		}
+		return fmt.Errorf("mount segment %q: %w", info.ID, wire.ErrSegmentAlreadyExists)
+	}
+	for _, other := range s.mu.byName[info.Name] {
+		if info.Base < other.info.Base+other.info.Size && other.info.Base < info.Base+info.Size {
+			return fmt.Errorf("mount segment %q: range [%#x, +%d) of %q overlaps segment %q: %w",
+				info.ID, info.Base, info.Size, info.Name, other.info.ID, wire.ErrInvalidParams)
+		}
+	}
+	info.ClientID = c.id
+	info.UsedBytes = 0
+	seg := &segment{info: info, alloc: newRangeAllocator(info.Size), replicas: make(map[*replica]struct{})}
+	s.mu.segments[info.ID] = seg
+	s.mu.byName[info.Name] = append(s.mu.byName[info.Name], seg)
+	s.mu.order = append(s.mu.order, seg)
+	s.mu.capacity += info.Size
+	c.segments[info.ID] = seg
+	s.mu.counters.mounts++
+	s.log.Info("segment mounted", "client", c.id, "segment", info.Name, "id", info.ID, "bytes", info.Size)
+	return nil
+}
+
+// UnmountSegment removes a segment of the calling client and drops every
+// replica on it; objects left without replicas are removed.
+func (s *Service) UnmountSegment(clientID, segmentID string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	seg, ok := s.mu.segments[segmentID]
+	if !ok {
+		return fmt.Errorf("unmount segment %q: %w", segmentID, wire.ErrSegmentNotFound)
+	}
+	if seg.info.ClientID != clientID {
+		return fmt.Errorf("unmount segment %q: owned by client %q, not %q: %w",
+			segmentID, seg.info.ClientID, clientID, wire.ErrIllegalClient)
+	}
+	s.unmountLocked(seg)
+	return nil
+}
+
+func (s *Service) unmountLocked(seg *segment) {
+	seg.unmounted = true
+	delete(s.mu.segments, seg.info.ID)
+	if c, ok := s.mu.clients[seg.info.ClientID]; ok {
+		delete(c.segments, seg.info.ID)
+	}
+	s.mu.byName[seg.info.Name] = slices.DeleteFunc(s.mu.byName[seg.info.Name], func(x *segment) bool { return x == seg })
+	if len(s.mu.byName[seg.info.Name]) == 0 {
+		delete(s.mu.byName, seg.info.Name)
+	}
+	s.mu.order = slices.DeleteFunc(s.mu.order, func(x *segment) bool { return x == seg })
+	s.mu.capacity -= seg.info.Size
+	s.mu.used -= seg.alloc.used
+	dropped := 0
+	for r := range seg.replicas {
+		o := r.obj
+		if o == nil {
+			continue // a discarded replica: its space goes with the segment
+		}
+		o.replicas = slices.DeleteFunc(o.replicas, func(x *replica) bool { return x == r })
+		dropped++
+		if len(o.replicas) == 0 {
+			s.forgetObjectLocked(o)
+		}
+	}
+	clear(seg.replicas)
+	s.mu.counters.unmounts++
+	s.log.Info("segment unmounted", "client", seg.info.ClientID, "segment", seg.info.Name,
+		"id", seg.info.ID, "replicas", dropped)
+}
+
+// Segments returns the mounted segments, in mount order.
+func (s *Service) Segments() []SegmentInfo {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]SegmentInfo, 0, len(s.mu.order))
+	for _, seg := range s.mu.order {
+		info := seg.info
+		info.UsedBytes = seg.alloc.used
+		out = append(out, info)
+	}
+	return out
+}
+
+// Keys returns the keys of all objects, sorted.
+func (s *Service) Keys() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]string, 0, len(s.mu.objects))
+	for k := range s.mu.objects {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// ---------------------------------------------------------------------------
+// Reads
+
+// ExistKey reports whether key has a readable replica; a yes grants a read
+// lease (specs/mooncake.md §7.4).
+func (s *Service) ExistKey(key string) (bool, error) {
+	now := s.clock.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.existLocked(key, now), nil
+}
+
+// BatchExistKey is ExistKey for many keys: 1, 0 or a negative code each.
+func (s *Service) BatchExistKey(keys []string) []int32 {
+	now := s.clock.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]int32, len(keys))
+	for i, k := range keys {
+		if s.existLocked(k, now) {
+			out[i] = 1
+		}
+	}
+	return out
+}
+
+func (s *Service) existLocked(key string, now time.Time) bool {
+	s.mu.counters.exists++
+	o, ok := s.mu.objects[key]
+	if !ok || !o.complete || len(o.replicas) == 0 {
+		return false
+	}
+	s.leaseLocked(o, now)
+	return true
+}
+
+// GetReplicaList returns the readable replicas of key and grants a read
+// lease. Errors: OBJECT_NOT_FOUND, REPLICA_IS_NOT_READY (put in progress).
+func (s *Service) GetReplicaList(key string) (ReplicaList, error) {
+	now := s.clock.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.getLocked(key, now)
+}
+
+// BatchGetReplicaList is GetReplicaList for many keys.
+func (s *Service) BatchGetReplicaList(keys []string) ([]ReplicaList, []error) {
+	now := s.clock.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	lists := make([]ReplicaList, len(keys))
+	errs := make([]error, len(keys))
+	for i, k := range keys {
+		lists[i], errs[i] = s.getLocked(k, now)
+	}
+	return lists, errs
+}
+
+func (s *Service) getLocked(key string, now time.Time) (ReplicaList, error) {
+	s.mu.counters.gets++
+	o, ok := s.mu.objects[key]
+	if !ok {
+		return ReplicaList{}, fmt.Errorf("get replica list %q: %w", key, wire.ErrObjectNotFound)
+	}
+	if !o.complete {
+		return ReplicaList{}, fmt.Errorf("get replica list %q: %w", key, wire.ErrReplicaIsNotReady)
+	}
+	s.mu.counters.getHits++
+	s.leaseLocked(o, now)
+	return ReplicaList{Size: o.size, Replicas: o.descriptors(), LeaseTTL: s.cfg.DefaultKVLeaseTTL}, nil
+}
+
+func (s *Service) leaseLocked(o *object, now time.Time) {
+	if exp := now.Add(s.cfg.DefaultKVLeaseTTL); exp.After(o.leaseExpiry) {
+		o.leaseExpiry = exp
+	}
+	s.mu.lru.touch(o)
+}
+
+func (o *object) descriptors() []Replica {
+	st := wire.ReplicaStatus_REPLICA_STATUS_PROCESSING
+	if o.complete {
+		st = wire.ReplicaStatus_REPLICA_STATUS_COMPLETE
+	}
+	out := make([]Replica, len(o.replicas))
+	for i, r := range o.replicas {
+		out[i] = Replica{
+			SegmentID:   r.seg.info.ID,
+			SegmentName: r.seg.info.Name,
+			Addr:        r.seg.info.Base + r.off,
+			Size:        r.size,
+			Status:      st,
+		}
+	}
+	return out
+}
+
+// ---------------------------------------------------------------------------
+// Writes
+
+// PutStart allocates the replicas of a new object of size bytes, written by
+// clientID. The object is not readable until PutEnd. A key that exists is
+// OBJECT_ALREADY_EXISTS (objects are immutable) unless upsert, or unless the
+// existing object is an unfinished put older than PutStartDiscardTimeout,
+// which is preempted. With upsert an existing object is replaced; its memory
+// is freed once no reader's lease covers it. No space is NO_AVAILABLE_HANDLE
+// after one synchronous eviction round.
+func (s *Service) PutStart(clientID, key string, size uint64, cfg ReplicateConfig, upsert bool) ([]Replica, error) {
+	now := s.clock.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.putStartLocked(clientID, key, size, cfg, upsert, now)
+}
+
+// BatchPutStart is PutStart for many keys under one lock.
+func (s *Service) BatchPutStart(clientID string, keys []string, sizes []uint64, cfg ReplicateConfig, upsert bool) ([][]Replica, []error) {
+	now := s.clock.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	reps := make([][]Replica, len(keys))
+	errs := make([]error, len(keys))
+	for i, k := range keys {
+		if i >= len(sizes) {
+			errs[i] = fmt.Errorf("put start %q: no size: %w", k, wire.ErrInvalidParams)
+			continue
+		}
+		reps[i], errs[i] = s.putStartLocked(clientID, k, sizes[i], cfg, upsert, now)
+	}
+	return reps, errs
+}
+
+func (s *Service) putStartLocked(clientID, key string, size uint64, cfg ReplicateConfig, upsert bool, now time.Time) ([]Replica, error) {
+	s.mu.counters.putStarts++
+	if key == "" || size == 0 || cfg.ReplicaNum < 0 || clientID == "" {
+		s.mu.counters.putStartFails++
+		return nil, fmt.Errorf("put start %q (size %d, replicas %d, client %q): %w",
+			key, size, cfg.ReplicaNum, clientID, wire.ErrInvalidParams)
+	}
+	if o, ok := s.mu.objects[key]; ok {
+		switch {
+		case upsert:
+			s.replaceLocked(o, now)
+		case o.complete || now.Sub(o.putStart) <= s.cfg.PutStartDiscardTimeout:
+			s.mu.counters.putStartFails++
+			return nil, fmt.Errorf("put start %q: %w", key, wire.ErrObjectAlreadyExists)
+		default:
+			// A zombie put: its writer may still be writing, so its space is
+			// released only after PutStartReleaseTimeout.
+			s.log.Info("zombie put preempted", "key", key, "client", o.writer, "age", now.Sub(o.putStart))
+			s.mu.counters.zombiePuts++
+			s.dropObjectLocked(o, o.putStart.Add(s.cfg.PutStartReleaseTimeout), now)
+		}
+	}
+	n := max(cfg.ReplicaNum, 1)
+	reps := s.placeLocked(size, n, cfg.PreferredSegments)
+	if len(reps) == 0 && s.fitsSomeSegmentLocked(size) {
+		// Allocation failure triggers eviction (specs/mooncake.md §7.4); we
+		// evict synchronously and try once more.
+		need := alignedLen(size) * uint64(n)
+		target := max(uint64(s.cfg.EvictionRatio*float64(s.mu.capacity)), need)
+		if s.evictLocked(target, now) > 0 {
+			reps = s.placeLocked(size, n, cfg.PreferredSegments)
+		}
+	}
+	if len(reps) == 0 {
+		s.mu.counters.putStartFails++
+		s.mu.counters.noSpace++
+		return nil, fmt.Errorf("put start %q: %d bytes in %d segments: %w",
+			key, size, len(s.mu.order), wire.ErrNoAvailableHandle)
+	}
+	o := &object{key: key, size: size, replicas: reps, writer: clientID, putStart: now, hardPin: cfg.HardPin}
+	if cfg.SoftPin == wire.SoftPinAction_SOFT_PIN_ENABLE {
+		o.softPinTTL = cfg.SoftPinTTL
+		if o.softPinTTL <= 0 {
+			o.softPinTTL = s.cfg.DefaultKVSoftPinTTL
+		}
+		o.softPinTTL = min(o.softPinTTL, s.cfg.MaxKVSoftPinTTL)
+	}
+	for _, r := range reps {
+		r.obj = o
+	}
+	s.mu.objects[key] = o
+	s.mu.processing[key] = o
+	return o.descriptors(), nil
+}
+
+// fitsSomeSegmentLocked reports whether an object of size bytes could fit in
+// an empty mounted segment (so evicting could help).
+func (s *Service) fitsSomeSegmentLocked(size uint64) bool {
+	for _, seg := range s.mu.order {
+		if alignedLen(size) <= seg.info.Size {
+			return true
+		}
+	}
+	return false
+}
+
+// replaceLocked takes an existing object out for an upsert: an unfinished
+// put is preempted at once (its writer may still write, so its space waits
+// PutStartReleaseTimeout), a complete object is freed once its lease ends.
+func (s *Service) replaceLocked(o *object, now time.Time) {
+	release := o.leaseExpiry
+	if !o.complete {
+		release = o.putStart.Add(s.cfg.PutStartReleaseTimeout)
+		s.mu.counters.zombiePuts++
+	}
+	s.dropObjectLocked(o, release, now)
+}
+
+// placeLocked allocates up to n replicas of size bytes on distinct segment
+// names: preferred names first, then by the allocation strategy.
+func (s *Service) placeLocked(size uint64, n int, preferred []string) []*replica {
+	var out []*replica
+	usedNames := make(map[string]bool, n)
+	try := func(seg *segment) bool {
+		if usedNames[seg.info.Name] {
+			return false
+		}
+		off, ok := seg.alloc.alloc(size)
+		if !ok {
+			return false
+		}
+		r := &replica{seg: seg, off: off, size: size}
+		seg.replicas[r] = struct{}{}
+		s.mu.used += alignedLen(size)
+		usedNames[seg.info.Name] = true
+		out = append(out, r)
+		return true
+	}
+	for _, name := range preferred {
+		if len(out) == n {
+			return out
+		}
+		for _, seg := range s.mu.byName[name] {
+			if try(seg) {
+				break
+			}
+		}
+	}
+	if len(out) == n || len(s.mu.order) == 0 {
+		return out
+	}
+	switch s.cfg.AllocationStrategy {
+	case StrategyFreeRatioFirst:
+		cands := slices.Clone(s.mu.order)
+		slices.SortStableFunc(cands, func(a, b *segment) int {
+			// Larger free fraction first: compare free_a/size_a with free_b/size_b.
+			fa := float64(a.info.Size-a.alloc.used) / float64(a.info.Size)
+			fb := float64(b.info.Size-b.alloc.used) / float64(b.info.Size)
+			return cmp.Compare(fb, fa)
+		})
+		for _, seg := range cands {
+			if len(out) == n {
+				break
+			}
+			try(seg)
+		}
+	default: // StrategyRandom
+		start := s.mu.rng.IntN(len(s.mu.order))
+		for i := range s.mu.order {
+			if len(out) == n {
+				break
+			}
+			try(s.mu.order[(start+i)%len(s.mu.order)])
+		}
+	}
+	return out
+}
+
+// PutEnd completes a put: the replicas become readable.
+func (s *Service) PutEnd(clientID, key string) error {
+	now := s.clock.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.putEndLocked(clientID, key, now)
+}
+
+// PutRevoke abandons a put whose write failed: its space is freed at once.
+func (s *Service) PutRevoke(clientID, key string) error {
+	now := s.clock.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.putRevokeLocked(clientID, key, now)
+}
+
+// BatchPutEnd is PutEnd (or PutRevoke with revoke) for many keys.
+func (s *Service) BatchPutEnd(clientID string, keys []string, revoke bool) []error {
+	now := s.clock.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	errs := make([]error, len(keys))
+	for i, k := range keys {
+		if revoke {
+			errs[i] = s.putRevokeLocked(clientID, k, now)
+		} else {
+			errs[i] = s.putEndLocked(clientID, k, now)
+		}
+	}
+	return errs
+}
+
+func (s *Service) putEndLocked(clientID, key string, now time.Time) error {
+	o, ok := s.mu.objects[key]
+	if !ok {
+		return fmt.Errorf("put end %q: %w", key, wire.ErrObjectNotFound)
+	}
+	if o.writer != clientID {
+		return fmt.Errorf("put end %q: written by client %q, not %q: %w", key, o.writer, clientID, wire.ErrIllegalClient)
+	}
+	if o.complete {
+		return nil
+	}
+	o.complete = true
+	delete(s.mu.processing, key)
+	if o.softPinTTL > 0 {
+		o.softPinExpiry = now.Add(o.softPinTTL)
+	}
+	s.mu.lru.touch(o)
+	s.mu.counters.putEnds++
+	return nil
+}
+
+func (s *Service) putRevokeLocked(clientID, key string, now time.Time) error {
+	o, ok := s.mu.objects[key]
+	if !ok {
+		return fmt.Errorf("put revoke %q: %w", key, wire.ErrObjectNotFound)
+	}
+	if o.writer != clientID {
+		return fmt.Errorf("put revoke %q: written by client %q, not %q: %w", key, o.writer, clientID, wire.ErrIllegalClient)
+	}
+	if o.complete {
+		return fmt.Errorf("put revoke %q: already complete: %w", key, wire.ErrInvalidWrite)
+	}
+	s.dropObjectLocked(o, now, now)
+	s.mu.counters.putRevokes++
+	return nil
+}
+
+// ---------------------------------------------------------------------------
+// Removal
+
+// Remove deletes an object. A leased object fails with OBJECT_HAS_LEASE
+// unless force; with force its memory is freed only when the lease ends, so
+// a reader in flight never sees it reused. An unfinished put fails with
+// REPLICA_IS_NOT_READY even with force (as Mooncake).
+func (s *Service) Remove(key string, force bool) error {
+	now := s.clock.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.removeLocked(key, force, now)
+}
+
+// BatchRemove is Remove for many keys.
+func (s *Service) BatchRemove(keys []string, force bool) []error {
+	now := s.clock.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	errs := make([]error, len(keys))
+	for i, k := range keys {
+		errs[i] = s.removeLocked(k, force, now)
+	}
+	return errs
+}
+
+func (s *Service) removeLocked(key string, force bool, now time.Time) error {
+	o, ok := s.mu.objects[key]
+	if !ok {
+		return fmt.Errorf("remove %q: %w", key, wire.ErrObjectNotFound)
+	}
+	if !force && o.leaseExpiry.After(now) {
+		return fmt.Errorf("remove %q: leased for %v: %w", key, o.leaseExpiry.Sub(now), wire.ErrObjectHasLease)
+	}
+	if !o.complete {
+		return fmt.Errorf("remove %q: %w", key, wire.ErrReplicaIsNotReady)
+	}
+	s.dropObjectLocked(o, o.leaseExpiry, now)
+	s.mu.counters.removes++
+	return nil
+}
+
+// RemoveByRegex deletes every complete object whose key matches pattern
+// (Go RE2 syntax, unanchored search like Mooncake's std::regex_search).
+// Leased objects are skipped unless force. Returns how many were removed; a
+// bad pattern is INVALID_PARAMS.
+func (s *Service) RemoveByRegex(pattern string, force bool) (int64, error) {
+	re, err := regexp.Compile(pattern)
+	if err != nil {
+		return 0, fmt.Errorf("remove by regex %q: %v: %w", pattern, err, wire.ErrInvalidParams)
+	}
+	return s.removeMatching(re.MatchString, force), nil
+}
+
+// RemoveAll deletes every complete object, skipping leased ones unless
+// force. Returns how many were removed.
+func (s *Service) RemoveAll(force bool) int64 {
+	return s.removeMatching(func(string) bool { return true }, force)
+}
+
+func (s *Service) removeMatching(match func(string) bool, force bool) int64 {
+	now := s.clock.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var victims []*object
+	for k, o := range s.mu.objects {
+		if !match(k) || !o.complete || (!force && o.leaseExpiry.After(now)) {
+			continue
+		}
+		victims = append(victims, o)
+	}
+	for _, o := range victims {
+		s.dropObjectLocked(o, o.leaseExpiry, now)
+	}
+	s.mu.counters.removes += uint64(len(victims))
+	return int64(len(victims))
+}
+
+// ---------------------------------------------------------------------------
+// Object bookkeeping
+
+// dropObjectLocked removes o from every index and frees its replicas: now if
+// release is not after now, else at release (the discard list).
+func (s *Service) dropObjectLocked(o *object, release, now time.Time) {
+	s.forgetObjectLocked(o)
+	for _, r := range o.replicas {
+		r.obj = nil
+	}
+	if release.After(now) {
+		s.mu.discarded = append(s.mu.discarded, discardEntry{replicas: o.replicas, release: release, key: o.key})
+	} else {
+		for _, r := range o.replicas {
+			s.freeLocked(r)
+		}
+	}
+	o.replicas = nil
+}
+
+// forgetObjectLocked removes o from the indexes without touching replicas.
+func (s *Service) forgetObjectLocked(o *object) {
+	if cur, ok := s.mu.objects[o.key]; ok && cur == o {
+		delete(s.mu.objects, o.key)
+	}
+	if cur, ok := s.mu.processing[o.key]; ok && cur == o {
+		delete(s.mu.processing, o.key)
+	}
+	s.mu.lru.remove(o)
+}
+
+func (s *Service) freeLocked(r *replica) {
+	if r.seg.unmounted {
+		return // the space left with the segment
+	}
+	if _, ok := r.seg.replicas[r]; !ok {
+		return
+	}
+	delete(r.seg.replicas, r)
+	r.seg.alloc.release(r.off, r.size)
+	s.mu.used -= alignedLen(r.size)
+}
+
+// ---------------------------------------------------------------------------
+// Maintenance
+
+// Tick runs the periodic work at the clock's current time: it expires
+// clients whose last Ping is older than ClientTTL (unmounting their
+// segments), releases the space of discarded and abandoned puts, and evicts
+// when usage is above the high watermark. Server calls it every
+// MaintenanceInterval; tests call it after moving a fake clock.
+func (s *Service) Tick() {
+	now := s.clock.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+
+	var expired []*clientState
+	for _, c := range s.mu.clients {
+		if now.After(c.expiry) {
+			expired = append(expired, c)
+		}
+	}
+	slices.SortFunc(expired, func(a, b *clientState) int { return cmp.Compare(a.id, b.id) })
+	for _, c := range expired {
+		s.log.Warn("client expired", "client", c.id, "segments", len(c.segments))
+		segs := make([]*segment, 0, len(c.segments))
+		for _, seg := range c.segments {
+			segs = append(segs, seg)
+		}
+		slices.SortFunc(segs, func(a, b *segment) int { return cmp.Compare(a.info.ID, b.info.ID) })
+		for _, seg := range segs {
+			s.unmountLocked(seg)
+		}
+		delete(s.mu.clients, c.id)
+		s.mu.counters.expiredClients++
+	}
+
+	// Release discarded replicas whose time has come.
+	kept := s.mu.discarded[:0]
+	for _, d := range s.mu.discarded {
+		if d.release.After(now) {
+			kept = append(kept, d)
+			continue
+		}
+		for _, r := range d.replicas {
+			s.freeLocked(r)
+		}
+	}
+	clear(s.mu.discarded[len(kept):])
+	s.mu.discarded = kept
+
+	// Abandoned puts: past PutStartReleaseTimeout their space is reclaimed.
+	var abandoned []*object
+	for _, o := range s.mu.processing {
+		if now.Sub(o.putStart) > s.cfg.PutStartReleaseTimeout {
+			abandoned = append(abandoned, o)
+		}
+	}
+	for _, o := range abandoned {
+		s.log.Info("abandoned put released", "key", o.key, "client", o.writer)
+		s.dropObjectLocked(o, now, now)
+		s.mu.counters.zombiePuts++
+	}
+
+	if s.mu.capacity > 0 {
+		ratio := float64(s.mu.used) / float64(s.mu.capacity)
+		if ratio > s.cfg.EvictionHighWatermarkRatio {
+			frac := max(s.cfg.EvictionRatio, ratio-s.cfg.EvictionHighWatermarkRatio+s.cfg.EvictionRatio)
+			s.evictLocked(uint64(frac*float64(s.mu.capacity)), now)
+		}
+	}
+}
+
+// evictLocked frees at least target bytes by removing complete objects in
+// least-recently-used order, if it can. It never evicts a leased, hard-pinned
+// or unfinished object; soft-pinned objects go only in a second pass, and
+// never with KeepSoftPinned. Returns the bytes freed.
+func (s *Service) evictLocked(target uint64, now time.Time) uint64 {
+	if target == 0 {
+		return 0
+	}
+	s.mu.counters.evictionRounds++
+	var freed uint64
+	n := 0
+	for pass := range 2 {
+		if pass == 1 && s.cfg.KeepSoftPinned {
+			break
+		}
+		for o := s.mu.lru.head; o != nil && freed < target; {
+			next := o.next
+			softPinned := o.softPinExpiry.After(now)
+			if o.hardPin || o.leaseExpiry.After(now) || softPinned != (pass == 1) {
+				o = next
+				continue
+			}
+			bytes := alignedLen(o.size) * uint64(len(o.replicas))
+			s.dropObjectLocked(o, now, now)
+			freed += bytes
+			n++
+			o = next
+		}
+		if freed >= target {
+			break
+		}
+	}
+	if n > 0 {
+		s.mu.counters.evictedObjects += uint64(n)
+		s.mu.counters.evictedBytes += freed
+		s.log.Info("evicted", "objects", n, "bytes", freed, "target", target)
+	}
+	return freed
+}
+
+// ---------------------------------------------------------------------------
+// LRU list of complete objects (head = least recently used).
+
+type lruList struct {
+	head, tail *object
+	clock      uint64
+}
+
+func (l *lruList) touch(o *object) {
+	l.clock++
+	o.lastAccess = l.clock
+	if o.inLRU {
+		if l.tail == o {
+			return
+		}
+		l.remove(o)
+	}
+	o.inLRU = true
+	o.prev, o.next = l.tail, nil
+	if l.tail != nil {
+		l.tail.next = o
+	} else {
+		l.head = o
+	}
+	l.tail = o
+}
+
+func (l *lruList) remove(o *object) {
+	if !o.inLRU {
+		return
+	}
+	if o.prev != nil {
+		o.prev.next = o.next
+	} else {
+		l.head = o.next
+	}
+	if o.next != nil {
+		o.next.prev = o.prev
+	} else {
+		l.tail = o.prev
+	}
+	o.prev, o.next, o.inLRU = nil, nil, false
+}

@@ -1,0 +1,427 @@
+package master
+
+import (
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"gotest.tools/v3/assert"
+
+	"github.com/kvferry/kvferry/internal/testutil"
+	"github.com/kvferry/kvferry/store/wire"
+)
+
+// fakeClock is a Clock that moves only when told.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func newFakeClock() *fakeClock {
+	return &fakeClock{now: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// TestDataDriven runs the state-machine cases under testdata/: allocation,
+// leases, eviction order, pins, zombie cleanup, regex removal, client expiry.
+func TestDataDriven(t *testing.T) {
+	files, err := filepath.Glob("testdata/*.txt")
+	assert.NilError(t, err)
+	assert.Assert(t, len(files) > 0)
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			h := &ddHarness{}
+			testutil.RunDataDriven(t, f, h.run)
+		})
+	}
+}
+
+type ddHarness struct {
+	clock *fakeClock
+	svc   *Service
+}
+
+func argStr(d *testutil.TestData, key, def string) string {
+	if a, ok := d.Arg(key); ok && len(a.Vals) > 0 {
+		return a.Vals[0]
+	}
+	return def
+}
+
+func argUint(t *testing.T, d *testutil.TestData, key string, def uint64) uint64 {
+	s := argStr(d, key, "")
+	if s == "" {
+		return def
+	}
+	v, err := strconv.ParseUint(s, 0, 64)
+	if err != nil {
+		d.Fatalf(t, "argument %s: %v", key, err)
+	}
+	return v
+}
+
+func argDur(t *testing.T, d *testutil.TestData, key string, def time.Duration) time.Duration {
+	s := argStr(d, key, "")
+	if s == "" {
+		return def
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		d.Fatalf(t, "argument %s: %v", key, err)
+	}
+	return v
+}
+
+func argFloat(t *testing.T, d *testutil.TestData, key string, def float64) float64 {
+	s := argStr(d, key, "")
+	if s == "" {
+		return def
+	}
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		d.Fatalf(t, "argument %s: %v", key, err)
+	}
+	return v
+}
+
+func errText(err error) string {
+	if err == nil {
+		return "ok"
+	}
+	return "error: " + wire.CodeOf(err).String()
+}
+
+func fmtReplicas(rs []Replica) string {
+	parts := make([]string, len(rs))
+	for i, r := range rs {
+		parts[i] = fmt.Sprintf("%s@%#x+%d", r.SegmentName, r.Addr, r.Size)
+	}
+	return strings.Join(parts, " ")
+}
+
+func (h *ddHarness) run(t *testing.T, d *testutil.TestData) string {
+	if d.Cmd != "new" && h.svc == nil {
+		d.Fatalf(t, "no service: start the file with new")
+	}
+	client := argStr(d, "client", "c1")
+	switch d.Cmd {
+	case "new":
+		h.clock = newFakeClock()
+		cfg := Config{
+			Clock:                      h.clock,
+			Seed:                       argUint(t, d, "seed", 1),
+			AllocationStrategy:         argStr(d, "strategy", StrategyFreeRatioFirst),
+			DefaultKVLeaseTTL:          argDur(t, d, "lease", 0),
+			DefaultKVSoftPinTTL:        argDur(t, d, "soft-pin-ttl", 0),
+			ClientTTL:                  argDur(t, d, "client-ttl", 0),
+			PutStartDiscardTimeout:     argDur(t, d, "discard", 0),
+			PutStartReleaseTimeout:     argDur(t, d, "release", 0),
+			EvictionRatio:              argFloat(t, d, "ratio", 0),
+			EvictionHighWatermarkRatio: argFloat(t, d, "hw", 0),
+			KeepSoftPinned:             d.HasArg("keep-soft-pinned"),
+		}
+		svc, err := NewService(cfg, 1)
+		if err != nil {
+			return "error: " + err.Error()
+		}
+		h.svc = svc
+		return "ok"
+
+	case "mount":
+		return errText(h.svc.MountSegment(client, SegmentInfo{
+			ID:   argStr(d, "id", ""),
+			Name: argStr(d, "name", ""),
+			Base: argUint(t, d, "base", 0),
+			Size: argUint(t, d, "size", 0),
+		}))
+
+	case "remount":
+		var segs []SegmentInfo
+		testutil.ScanLines(d.Input, func(line string) {
+			f := strings.Fields(line)
+			if len(f) != 4 {
+				d.Fatalf(t, "remount line %q: want id name base size", line)
+			}
+			base, err1 := strconv.ParseUint(f[2], 0, 64)
+			size, err2 := strconv.ParseUint(f[3], 0, 64)
+			if err1 != nil || err2 != nil {
+				d.Fatalf(t, "remount line %q: bad number", line)
+			}
+			segs = append(segs, SegmentInfo{ID: f[0], Name: f[1], Base: base, Size: size})
+		})
+		return errText(h.svc.ReMountSegments(client, segs))
+
+	case "unmount":
+		return errText(h.svc.UnmountSegment(client, argStr(d, "id", "")))
+
+	case "ping":
+		st, err := h.svc.Ping(client)
+		if err != nil {
+			return errText(err)
+		}
+		return strings.TrimPrefix(st.String(), "CLIENT_STATUS_")
+
+	case "put-start", "put", "upsert":
+		cfg := ReplicateConfig{
+			ReplicaNum: int(argUint(t, d, "replicas", 1)),
+			HardPin:    d.HasArg("hard-pin"),
+			SoftPinTTL: argDur(t, d, "pin-ttl", 0),
+		}
+		if d.HasArg("soft-pin") {
+			cfg.SoftPin = wire.SoftPinAction_SOFT_PIN_ENABLE
+		}
+		if a, ok := d.Arg("prefer"); ok {
+			cfg.PreferredSegments = a.Vals
+		}
+		key := argStr(d, "key", "")
+		reps, err := h.svc.PutStart(client, key, argUint(t, d, "size", 0), cfg, d.Cmd == "upsert" || d.HasArg("upsert"))
+		if err != nil {
+			return errText(err)
+		}
+		if d.Cmd != "put-start" {
+			if err := h.svc.PutEnd(client, key); err != nil {
+				return errText(err)
+			}
+		}
+		return fmtReplicas(reps)
+
+	case "put-end":
+		return errText(h.svc.PutEnd(client, argStr(d, "key", "")))
+
+	case "put-revoke":
+		return errText(h.svc.PutRevoke(client, argStr(d, "key", "")))
+
+	case "exist":
+		var out []string
+		for _, k := range strings.Split(argStr(d, "key", ""), ",") {
+			ok, err := h.svc.ExistKey(k)
+			if err != nil {
+				out = append(out, k+": "+errText(err))
+			} else {
+				out = append(out, fmt.Sprintf("%s: %v", k, ok))
+			}
+		}
+		return strings.Join(out, "\n")
+
+	case "get":
+		var out []string
+		for _, k := range strings.Split(argStr(d, "key", ""), ",") {
+			l, err := h.svc.GetReplicaList(k)
+			if err != nil {
+				out = append(out, k+": "+errText(err))
+			} else {
+				out = append(out, fmt.Sprintf("%s: size=%d %s", k, l.Size, fmtReplicas(l.Replicas)))
+			}
+		}
+		return strings.Join(out, "\n")
+
+	case "remove":
+		var out []string
+		for _, k := range strings.Split(argStr(d, "key", ""), ",") {
+			out = append(out, k+": "+errText(h.svc.Remove(k, d.HasArg("force"))))
+		}
+		return strings.Join(out, "\n")
+
+	case "remove-regex":
+		n, err := h.svc.RemoveByRegex(d.Input, d.HasArg("force"))
+		if err != nil {
+			return errText(err)
+		}
+		return fmt.Sprintf("removed %d", n)
+
+	case "remove-all":
+		return fmt.Sprintf("removed %d", h.svc.RemoveAll(d.HasArg("force")))
+
+	case "advance":
+		if len(d.CmdArgs) == 0 {
+			d.Fatalf(t, "advance takes a duration")
+		}
+		dur, err := time.ParseDuration(d.CmdArgs[0].Key)
+		if err != nil {
+			d.Fatalf(t, "advance: %v", err)
+		}
+		h.clock.Advance(dur)
+		if d.HasArg("tick") {
+			h.svc.Tick()
+		}
+		return ""
+
+	case "tick":
+		h.svc.Tick()
+		return ""
+
+	case "state":
+		return h.state()
+
+	case "metrics":
+		m := h.svc.Metrics()
+		return fmt.Sprintf("clients=%d segments=%d objects=%d processing=%d capacity=%d used=%d discarded=%d\n"+
+			"evicted=%d/%dB rounds=%d expired-clients=%d zombie-puts=%d no-space=%d removes=%d",
+			m.Clients, m.Segments, m.Objects, m.ProcessingObjects, m.CapacityBytes, m.UsedBytes, m.DiscardedBytes,
+			m.EvictedObjectsTotal, m.EvictedBytesTotal, m.EvictionRoundsTotal, m.ExpiredClientsTotal,
+			m.ZombiePutsTotal, m.NoSpaceTotal, m.RemovesTotal)
+	}
+	d.Fatalf(t, "unknown command %q", d.Cmd)
+	return ""
+}
+
+// state prints segments (with used bytes) and objects (with flags), sorted.
+func (h *ddHarness) state() string {
+	s := h.svc
+	now := h.clock.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var b strings.Builder
+	fmt.Fprintf(&b, "capacity=%d used=%d\n", s.mu.capacity, s.mu.used)
+	for _, seg := range s.mu.order {
+		fmt.Fprintf(&b, "segment %s %s client=%s used=%d/%d\n", seg.info.ID, seg.info.Name,
+			seg.info.ClientID, seg.alloc.used, seg.info.Size)
+	}
+	keys := make([]string, 0, len(s.mu.objects))
+	for k := range s.mu.objects {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		o := s.mu.objects[k]
+		var flags []string
+		if o.complete {
+			flags = append(flags, "complete")
+		} else {
+			flags = append(flags, "processing")
+		}
+		if o.leaseExpiry.After(now) {
+			flags = append(flags, "leased="+o.leaseExpiry.Sub(now).String())
+		}
+		if o.softPinExpiry.After(now) {
+			flags = append(flags, "soft-pin="+o.softPinExpiry.Sub(now).String())
+		}
+		if o.hardPin {
+			flags = append(flags, "hard-pin")
+		}
+		fmt.Fprintf(&b, "object %s size=%d %s [%s]\n", k, o.size, fmtReplicas(o.descriptors()), strings.Join(flags, " "))
+	}
+	return b.String()
+}
+
+func TestConfigValidate(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		ok   bool
+	}{
+		{"zero", Config{}, true},
+		{"ratio", Config{EvictionRatio: 1.5}, false},
+		{"watermark", Config{EvictionHighWatermarkRatio: -0.1}, false},
+		{"strategy", Config{AllocationStrategy: "cxl"}, false},
+		{"release before discard", Config{PutStartDiscardTimeout: time.Minute, PutStartReleaseTimeout: time.Second}, false},
+		{"free ratio", Config{AllocationStrategy: StrategyFreeRatioFirst}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.cfg.Validate()
+			if tc.ok {
+				assert.NilError(t, err)
+			} else {
+				assert.Assert(t, err != nil)
+			}
+		})
+	}
+	assert.Assert(t, strings.Contains(Config{}.String(), "eviction_high_watermark_ratio=0.9"))
+}
+
+func TestRangeAllocator(t *testing.T) {
+	a := newRangeAllocator(1024)
+	offs := make([]uint64, 0, 16)
+	for {
+		off, ok := a.alloc(60)
+		if !ok {
+			break
+		}
+		offs = append(offs, off)
+	}
+	assert.Equal(t, len(offs), 16)
+	assert.Equal(t, a.used, uint64(1024))
+	// Free every other one, then the rest: everything coalesces back.
+	for i := 0; i < len(offs); i += 2 {
+		a.release(offs[i], 60)
+	}
+	assert.Equal(t, len(a.free), 8)
+	_, ok := a.alloc(128)
+	assert.Assert(t, !ok)
+	for i := 1; i < len(offs); i += 2 {
+		a.release(offs[i], 60)
+	}
+	assert.Assert(t, len(a.free) == 1 && a.free[0] == extent{0, 1024}, "free list %v", a.free)
+	assert.Equal(t, a.used, uint64(0))
+	assert.Equal(t, a.largestFree(), uint64(1024))
+}
+
+// TestRandomStrategySpreads checks that the random strategy uses every
+// segment and keeps replicas on distinct segment names.
+func TestRandomStrategySpreads(t *testing.T) {
+	svc, err := NewService(Config{Seed: 7, Clock: newFakeClock()}, 1)
+	assert.NilError(t, err)
+	for i := range 4 {
+		assert.NilError(t, svc.MountSegment("c", SegmentInfo{
+			ID: fmt.Sprint("s", i), Name: fmt.Sprint("n", i), Base: uint64(i+1) << 32, Size: 1 << 20,
+		}))
+	}
+	seen := map[string]bool{}
+	for i := range 64 {
+		reps, err := svc.PutStart("c", fmt.Sprint("k", i), 1000, ReplicateConfig{ReplicaNum: 3}, false)
+		assert.NilError(t, err)
+		assert.Equal(t, len(reps), 3)
+		names := map[string]bool{}
+		for _, r := range reps {
+			assert.Assert(t, !names[r.SegmentName], "two replicas on %s", r.SegmentName)
+			names[r.SegmentName] = true
+			seen[r.SegmentName] = true
+		}
+	}
+	assert.Equal(t, len(seen), 4)
+}
+
+func TestBatchCalls(t *testing.T) {
+	clock := newFakeClock()
+	svc, err := NewService(Config{Clock: clock, AllocationStrategy: StrategyFreeRatioFirst}, 1)
+	assert.NilError(t, err)
+	assert.NilError(t, svc.MountSegment("c", SegmentInfo{ID: "s", Name: "n", Base: 0x1000, Size: 4096}))
+	reps, errs := svc.BatchPutStart("c", []string{"a", "b", "a", ""}, []uint64{100, 200, 100, 5}, ReplicateConfig{}, false)
+	assert.NilError(t, errs[0])
+	assert.NilError(t, errs[1])
+	assert.Equal(t, wire.CodeOf(errs[2]), wire.ErrObjectAlreadyExists)
+	assert.Equal(t, wire.CodeOf(errs[3]), wire.ErrInvalidParams)
+	assert.Equal(t, reps[1][0].Addr, uint64(0x1000+128))
+	ends := svc.BatchPutEnd("c", []string{"a", "b", "zz"}, false)
+	assert.NilError(t, ends[0])
+	assert.NilError(t, ends[1])
+	assert.Equal(t, wire.CodeOf(ends[2]), wire.ErrObjectNotFound)
+	assert.DeepEqual(t, svc.BatchExistKey([]string{"a", "zz", "b"}), []int32{1, 0, 1})
+	lists, gerrs := svc.BatchGetReplicaList([]string{"b", "zz"})
+	assert.NilError(t, gerrs[0])
+	assert.Equal(t, lists[0].Size, uint64(200))
+	assert.Equal(t, wire.CodeOf(gerrs[1]), wire.ErrObjectNotFound)
+	rerrs := svc.BatchRemove([]string{"a", "b"}, false)
+	assert.Equal(t, wire.CodeOf(rerrs[0]), wire.ErrObjectHasLease)
+	clock.Advance(11 * time.Second)
+	rerrs = svc.BatchRemove([]string{"a", "b"}, false)
+	assert.NilError(t, rerrs[0])
+	assert.NilError(t, rerrs[1])
+	assert.Equal(t, svc.Metrics().UsedBytes, uint64(0))
+}
