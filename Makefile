@@ -1,0 +1,80 @@
+# kvferry build. `make` builds the library, headers and tools under build/;
+# `make test` runs every test; `make demo` runs the demo.
+
+GO        ?= go
+BUILD     ?= build
+LIBDIR    := $(BUILD)/lib
+BINDIR    := $(BUILD)/bin
+INCDIR    := $(BUILD)/include
+SONAME    := libkvferry.so.1
+LIB       := $(LIBDIR)/$(SONAME)
+# Compile the C++ shims against real NIXL / TensorRT-LLM headers instead of
+# our own layout declarations when these are set.
+NIXL_INCLUDE_DIR   ?=
+TRTLLM_INCLUDE_DIR ?=
+
+GOFLAGS_LIB := -buildmode=c-shared -trimpath
+LDFLAGS_LIB := -s -w -X=runtime.godebugDefault=asyncpreemptoff=1 \
+  -extldflags '-Wl,--version-script=$(CURDIR)/plugin/exports.map -Wl,-soname,$(SONAME) -Wl,-z,now'
+SHIM_CXXFLAGS :=
+ifneq ($(NIXL_INCLUDE_DIR),)
+SHIM_CXXFLAGS += -DKVFERRY_WITH_NIXL_HEADERS -I$(NIXL_INCLUDE_DIR)
+endif
+ifneq ($(TRTLLM_INCLUDE_DIR),)
+SHIM_CXXFLAGS += -DKVFERRY_WITH_TRTLLM_HEADERS -I$(TRTLLM_INCLUDE_DIR)
+endif
+
+HEADERS := $(wildcard include/*.h)
+BINS    := $(patsubst cmd/%,%,$(wildcard cmd/*))
+
+.PHONY: all lib bins headers test test-go test-suites lint demo bench clean FORCE
+
+all: lib bins headers
+
+lib: $(LIB)
+
+# Go decides what is stale; FORCE lets it.
+$(LIB): FORCE
+	@mkdir -p $(LIBDIR) $(LIBDIR)/nixl $(LIBDIR)/trtllm
+	CGO_CXXFLAGS="$(SHIM_CXXFLAGS)" $(GO) build $(GOFLAGS_LIB) -ldflags "$(LDFLAGS_LIB)" -o $(LIB) ./plugin
+	@rm -f $(LIBDIR)/libkvferry.so.1.h
+	ln -sf $(SONAME) $(LIBDIR)/libkvferry.so
+	ln -sf $(SONAME) $(LIBDIR)/libtransfer_engine.so
+	ln -sf ../$(SONAME) $(LIBDIR)/nixl/libplugin_KVFERRY.so
+	ln -sf ../$(SONAME) $(LIBDIR)/trtllm/libtensorrt_llm_mooncake_wrapper.so
+
+headers: $(HEADERS)
+	@mkdir -p $(INCDIR)
+	cp $(HEADERS) $(INCDIR)/
+
+bins: FORCE
+	@mkdir -p $(BINDIR)
+	@for b in $(BINS); do \
+	  echo "$(GO) build -o $(BINDIR)/$$b ./cmd/$$b"; \
+	  $(GO) build -trimpath -o $(BINDIR)/$$b ./cmd/$$b || exit 1; \
+	done
+
+# Every test: Go (race + invariants), lint, brief fuzzing, then the C, C++,
+# Python and multi-process suites under tests/*/run.sh.
+test: all test-go test-suites
+
+test-go:
+	$(GO) vet ./...
+	$(GO) test -race -tags invariants -timeout 15m ./...
+	$(GO) test -run '^$$' -fuzz FuzzDecodeHeader -fuzztime 10s ./engine/transport/tcp
+	$(GO) test -run '^$$' -fuzz FuzzDecodeFrame -fuzztime 10s ./engine/rpc
+	$(GO) test -run '^$$' -fuzz FuzzUnmarshal -fuzztime 10s ./engine/descriptor
+
+test-suites: all
+	@tests/run.sh
+
+demo: all
+	@scripts/demo.sh
+
+bench: all
+	@bench/tcp.sh
+
+clean:
+	rm -rf $(BUILD)
+
+FORCE:

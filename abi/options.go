@@ -1,0 +1,49 @@
+package abi
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/kvferry/kvferry/engine"
+	"github.com/kvferry/kvferry/engine/stack"
+)
+
+// applyOption applies one kvferry_engine_create option (kvferry.h).
+func applyOption(c *stack.Config, k, v string) error {
+	bad := func(err error) error {
+		return fmt.Errorf("option %s=%q: %w: %v", k, v, engine.ErrInvalidArgument, err)
+	}
+	num := func() (int64, error) { return strconv.ParseInt(strings.TrimSpace(v), 10, 64) }
+	switch k {
+	case "transport":
+		v = strings.ToLower(strings.TrimSpace(v))
+		if v == "auto" || v == "" {
+			c.Engine.ForceTransport = ""
+		} else {
+			c.Engine.ForceTransport = v
+		}
+	case "tcp_lanes":
+		n, err := num()
+		if err != nil || n < 1 || n > 16 {
+			return bad(fmt.Errorf("want 1-16"))
+		}
+		c.TCP.Lanes = int(n)
+	case "slice_size":
+		n, err := num()
+		if err != nil || n < 4096 {
+			return bad(fmt.Errorf("want >= 4096"))
+		}
+		c.TCP.StripeSize = uint64(n)
+	case "timeout_ms":
+		n, err := num()
+		if err != nil || n <= 0 {
+			return bad(fmt.Errorf("want > 0"))
+		}
+		c.Engine.TransferTimeout = time.Duration(n) * time.Millisecond
+	default:
+		return fmt.Errorf("option %q: unknown: %w", k, engine.ErrInvalidArgument)
+	}
+	return nil
+}

@@ -1,0 +1,161 @@
+package hostenv
+
+import (
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/kvferry/kvferry/engine/stack"
+)
+
+// Lookup reads an environment variable; tests replace it.
+var Lookup = Getenv
+
+func str(names ...string) (string, bool) {
+	for _, n := range names {
+		if v, ok := Lookup(n); ok && v != "" {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+func integer(names ...string) (int64, bool) {
+	v, ok := str(names...)
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+	if err != nil {
+		return 0, false
+	}
+	return n, true
+}
+
+func flag(names ...string) bool {
+	v, ok := str(names...)
+	if !ok {
+		return false
+	}
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "0", "false", "no", "off":
+		return false
+	}
+	return true
+}
+
+// Set reports whether the variable is set at all (even empty), as Mooncake
+// tests MC_FORCE_TCP.
+func Set(name string) bool {
+	_, ok := Lookup(name)
+	return ok
+}
+
+// StackConfig builds an engine stack configuration from the environment:
+//
+//	MC_FORCE_TCP (any value)          use only the TCP transport
+//	KVFERRY_TRANSPORT                 force one transport by name ("tcp", "local", ...)
+//	MC_TCP_BIND_ADDRESS               address to bind and advertise
+//	MC_MIN_RPC_PORT, MC_MAX_RPC_PORT  port range (aliases MC_MIN_PRC_PORT, MC_MAX_PRC_PORT)
+//	MC_HANDSHAKE_CONNECT_TIMEOUT      seconds
+//	MC_HANDSHAKE_MAX_LENGTH           bytes, 1 MiB - 128 MiB
+//	MC_TRANSFER_TIMEOUT               seconds (minimum 5)
+//	MC_TCP_LANES_PER_PEER             connections per peer, 1-16 (alias MC_TCP_MAX_CONNECTIONS_PER_PEER)
+//	KVFERRY_TCP_STRIPE_SIZE, MC_SLICE_SIZE  stripe size in bytes
+//	MC_TCP_STATUS_TIMEOUT_SEC         seconds to wait for a status frame
+//	MC_TCP_PROTO                      "1" forces legacy framing
+//	KVFERRY_ALLOW_UNREGISTERED        accept unregistered local sources
+//	KVFERRY_LOCAL_WORKERS             copy goroutines of the same-process transport
+func StackConfig() stack.Config {
+	var c stack.Config
+	c.Engine.Logger = Logger()
+	if Set("MC_FORCE_TCP") {
+		c.Engine.ForceTransport = "tcp"
+	}
+	if v, ok := str("KVFERRY_TRANSPORT"); ok && v != "auto" {
+		c.Engine.ForceTransport = strings.ToLower(v)
+	}
+	if v, ok := str("MC_TCP_BIND_ADDRESS"); ok {
+		c.Engine.BindAddress = v
+	}
+	if n, ok := integer("MC_MIN_RPC_PORT", "MC_MIN_PRC_PORT"); ok && n > 0 && n < 65536 {
+		c.Engine.MinRPCPort = int(n)
+	}
+	if n, ok := integer("MC_MAX_RPC_PORT", "MC_MAX_PRC_PORT"); ok && n > 0 && n < 65536 {
+		c.Engine.MaxRPCPort = int(n)
+	}
+	if n, ok := integer("MC_HANDSHAKE_CONNECT_TIMEOUT"); ok && n > 0 {
+		c.Engine.ConnectTimeout = time.Duration(n) * time.Second
+	}
+	if n, ok := integer("MC_HANDSHAKE_MAX_LENGTH"); ok && n >= 1<<20 && n <= 128<<20 {
+		c.Engine.HandshakeMaxLength = uint64(n)
+	}
+	if n, ok := integer("MC_TRANSFER_TIMEOUT"); ok && n > 0 {
+		c.Engine.TransferTimeout = time.Duration(max(n, 5)) * time.Second
+	}
+	if n, ok := integer("MC_TCP_LANES_PER_PEER", "MC_TCP_MAX_CONNECTIONS_PER_PEER"); ok && n >= 1 && n <= 16 {
+		c.TCP.Lanes = int(n)
+	}
+	if n, ok := integer("KVFERRY_TCP_STRIPE_SIZE", "MC_SLICE_SIZE"); ok && n >= 4096 {
+		c.TCP.StripeSize = uint64(n)
+	}
+	if n, ok := integer("MC_TCP_STATUS_TIMEOUT_SEC"); ok && n > 0 {
+		c.TCP.StatusTimeout = time.Duration(n) * time.Second
+	}
+	if v, ok := str("MC_TCP_PROTO"); ok && strings.TrimSpace(v) == "1" {
+		c.TCP.ProtoVersion = 1
+	}
+	c.Engine.AllowUnregisteredSource = flag("KVFERRY_ALLOW_UNREGISTERED")
+	if n, ok := integer("KVFERRY_LOCAL_WORKERS"); ok && n > 0 && n <= 64 {
+		c.Local.Workers = int(n)
+	}
+	return c
+}
+
+// Logger returns the library's logger: text to stderr (or KVFERRY_LOG_FILE)
+// at the level of KVFERRY_LOG_LEVEL (debug, info, warn, error) or
+// MC_LOG_LEVEL (TRACE, INFO, WARNING, ERROR); a discarding logger when
+// neither is set, so the library prints nothing unless asked.
+func Logger() *slog.Logger {
+	v, ok := str("KVFERRY_LOG_LEVEL", "MC_LOG_LEVEL")
+	if !ok {
+		return slog.New(slog.DiscardHandler)
+	}
+	var lvl slog.Level
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "trace", "debug":
+		lvl = slog.LevelDebug
+	case "info":
+		lvl = slog.LevelInfo
+	case "warn", "warning":
+		lvl = slog.LevelWarn
+	case "error", "fatal":
+		lvl = slog.LevelError
+	default:
+		lvl = slog.LevelInfo
+	}
+	var w io.Writer = os.Stderr
+	if p, ok := str("KVFERRY_LOG_FILE"); ok {
+		if f, err := os.OpenFile(p, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644); err == nil {
+			w = f
+		}
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: lvl})).With("lib", "kvferry")
+}
+
+// MaxProcs returns the GOMAXPROCS cap (KVFERRY_MAX_PROCS, default 4).
+func MaxProcs() int {
+	if n, ok := integer("KVFERRY_MAX_PROCS"); ok && n > 0 {
+		return int(n)
+	}
+	return 4
+}
+
+// MetricsAddr returns KVFERRY_METRICS_ADDR ("" = no HTTP listener).
+func MetricsAddr() string {
+	v, _ := str("KVFERRY_METRICS_ADDR")
+	return v
+}
