@@ -184,6 +184,9 @@ type KV struct {
 	once   sync.Once
 	// lost carries a lease id that a Put found missing (capacity 1).
 	lost chan clientv3.LeaseID
+	// redo asks the lease loop to write the owned keys again and retry
+	// failed deletes, after a caller's Put or Delete failed (capacity 1).
+	redo chan struct{}
 
 	mu struct {
 		sync.Mutex
@@ -192,6 +195,9 @@ type KV struct {
 		// owned holds every key this KV wrote and has not deleted, with
 		// its value, for writing again under a new lease.
 		owned map[string][]byte
+		// unDeleted holds keys whose Delete failed; the lease loop
+		// deletes them.
+		unDeleted map[string]struct{}
 	}
 
 	grants atomic.Uint64
@@ -231,9 +237,10 @@ func New(ctx context.Context, cfg Config) (*KV, error) {
 		return nil, classify(fmt.Sprintf("etcd %v: grant lease", cfg.Endpoints), gctx, err)
 	}
 	rctx, rcancel := context.WithCancel(context.Background())
-	k := &KV{cfg: cfg, cli: cli, log: cfg.Logger, ctx: rctx, cancel: rcancel, lost: make(chan clientv3.LeaseID, 1)}
+	k := &KV{cfg: cfg, cli: cli, log: cfg.Logger, ctx: rctx, cancel: rcancel, lost: make(chan clientv3.LeaseID, 1), redo: make(chan struct{}, 1)}
 	k.mu.lease = lease
 	k.mu.owned = make(map[string][]byte)
+	k.mu.unDeleted = make(map[string]struct{})
 	k.grants.Add(1)
 	k.log.Debug("etcd lease granted", "lease", int64(lease), "ttl", cfg.LeaseTTL)
 	k.wg.Add(1)
@@ -287,6 +294,7 @@ func (k *KV) Put(ctx context.Context, key string, value []byte) error {
 	value = bytes.Clone(value)
 	k.mu.Lock()
 	k.mu.owned[key] = value
+	delete(k.mu.unDeleted, key)
 	k.mu.Unlock()
 	ctx, cancel := k.opContext(ctx)
 	defer cancel()
@@ -301,6 +309,7 @@ func (k *KV) Put(ctx context.Context, key string, value []byte) error {
 				default:
 				}
 			}
+			k.askRedo()
 			return classify(fmt.Sprintf("etcd put %q", key), ctx, err)
 		}
 		// A lease replaced while the Put was in flight may have missed
@@ -325,6 +334,12 @@ func (k *KV) Delete(ctx context.Context, key string) error {
 	ctx, cancel := k.opContext(ctx)
 	defer cancel()
 	if _, err := k.cli.Delete(ctx, key); err != nil {
+		k.mu.Lock()
+		if _, owned := k.mu.owned[key]; !owned {
+			k.mu.unDeleted[key] = struct{}{}
+		}
+		k.mu.Unlock()
+		k.askRedo()
 		return classify(fmt.Sprintf("etcd delete %q", key), ctx, err)
 	}
 	return nil
@@ -352,6 +367,13 @@ func (k *KV) Close() error {
 		}
 	})
 	return err
+}
+
+func (k *KV) askRedo() {
+	select {
+	case k.redo <- struct{}{}:
+	default:
+	}
 }
 
 func (k *KV) checkOpen() error {
@@ -429,6 +451,8 @@ func (k *KV) watchLease(lease clientv3.LeaseID, dirty bool) {
 			if id == lease {
 				return
 			}
+		case <-k.redo:
+			retry.Reset(backoff)
 		case <-retry.C:
 			if k.rePutAll(lease) {
 				backoff = retryMin
@@ -461,13 +485,17 @@ func (k *KV) regrant() (clientv3.LeaseID, bool) {
 	}
 }
 
-// rePutAll writes every owned key under lease; it reports success. A key
-// deleted or changed meanwhile is deleted or written again, so the store
-// ends with the owner's latest state.
+// rePutAll writes every owned key under lease and deletes the keys whose
+// Delete failed; it reports success. A key deleted or changed meanwhile is
+// deleted or written again, so the store ends with the owner's latest
+// state.
 func (k *KV) rePutAll(lease clientv3.LeaseID) bool {
 	k.mu.Lock()
-	keys := make([]string, 0, len(k.mu.owned))
+	keys := make([]string, 0, len(k.mu.owned)+len(k.mu.unDeleted))
 	for key := range k.mu.owned {
+		keys = append(keys, key)
+	}
+	for key := range k.mu.unDeleted {
 		keys = append(keys, key)
 	}
 	k.mu.Unlock()
@@ -492,12 +520,17 @@ func (k *KV) rePutAll(lease clientv3.LeaseID) bool {
 			cur, still := k.mu.owned[key]
 			k.mu.Unlock()
 			if still == ok && bytes.Equal(cur, value) {
+				if !ok {
+					k.mu.Lock()
+					delete(k.mu.unDeleted, key)
+					k.mu.Unlock()
+				}
 				break
 			}
 		}
 		k.reputs.Add(1)
 	}
-	k.log.Info("etcd keys written under new lease", "lease", int64(lease), "keys", len(keys))
+	k.log.Info("etcd keys written again", "lease", int64(lease), "keys", len(keys))
 	return true
 }
 
