@@ -96,6 +96,33 @@ type Config struct {
 	// Logger receives state changes (mounts, expiries, evictions); nil
 	// discards.
 	Logger *slog.Logger
+
+	// Server fields (ignored by NewService).
+
+	// RPCAddr is the gRPC listen address (--rpc_address:--rpc_port, default
+	// "0.0.0.0:50051"). Port 0 picks a free port.
+	RPCAddr string
+	// AdvertiseAddr is the address published as the HA leader; empty means
+	// the listen address, with an unspecified host replaced by the first
+	// non-loopback IPv4 address.
+	AdvertiseAddr string
+	// MetricsAddr is the admin HTTP listen address serving /metrics,
+	// /health, /role, /get_all_segments, /get_all_keys and /query_key
+	// (--metrics_port 9003 in kvferry-master). Empty means no HTTP server.
+	MetricsAddr string
+	// MaintenanceInterval is how often Tick runs (default 100 ms).
+	MaintenanceInterval time.Duration
+	// EnableHA makes the server campaign for leadership in etcd and serve
+	// only while it leads (--enable_ha).
+	EnableHA bool
+	// EtcdEndpoints are the etcd endpoints for HA (--etcd_endpoints or
+	// --ha_backend_connstring).
+	EtcdEndpoints []string
+	// ClusterID names the HA cluster (--cluster_id, default
+	// "mooncake_cluster"; MC_STORE_CLUSTER_ID in kvferry-master).
+	ClusterID string
+	// MasterViewLeaseTTL is the TTL of the leader's etcd lease (default 5 s).
+	MasterViewLeaseTTL time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -125,6 +152,18 @@ func (c Config) withDefaults() Config {
 	}
 	if c.AllocationStrategy == "" {
 		c.AllocationStrategy = DefaultAllocationStrategy
+	}
+	if c.RPCAddr == "" {
+		c.RPCAddr = fmt.Sprintf("0.0.0.0:%d", DefaultRPCPort)
+	}
+	if c.MaintenanceInterval == 0 {
+		c.MaintenanceInterval = DefaultMaintenanceInterval
+	}
+	if c.ClusterID == "" {
+		c.ClusterID = DefaultClusterID
+	}
+	if c.MasterViewLeaseTTL == 0 {
+		c.MasterViewLeaseTTL = DefaultMasterViewLeaseTTL
 	}
 	if c.Clock == nil {
 		c.Clock = realClock{}
@@ -156,6 +195,12 @@ func (c Config) Validate() error {
 	case c.PutStartReleaseTimeout < c.PutStartDiscardTimeout:
 		return errors.New("config: PutStartReleaseTimeout must be at least PutStartDiscardTimeout")
 	}
+	if c.EnableHA && len(c.EtcdEndpoints) == 0 {
+		return errors.New("config: EnableHA needs EtcdEndpoints")
+	}
+	if c.MaintenanceInterval < 0 {
+		return errors.New("config: MaintenanceInterval must be positive")
+	}
 	switch c.AllocationStrategy {
 	case StrategyRandom, StrategyFreeRatioFirst:
 	default:
@@ -170,8 +215,10 @@ func (c Config) String() string {
 	c = c.withDefaults()
 	return fmt.Sprintf("lease_ttl=%v soft_pin_ttl=%v max_soft_pin_ttl=%v keep_soft_pinned=%v "+
 		"eviction_ratio=%v eviction_high_watermark_ratio=%v client_ttl=%v "+
-		"put_start_discard_timeout=%v put_start_release_timeout=%v allocation_strategy=%s",
+		"put_start_discard_timeout=%v put_start_release_timeout=%v allocation_strategy=%s "+
+		"rpc_addr=%s metrics_addr=%q enable_ha=%v etcd=%v cluster_id=%s",
 		c.DefaultKVLeaseTTL, c.DefaultKVSoftPinTTL, c.MaxKVSoftPinTTL, c.KeepSoftPinned,
 		c.EvictionRatio, c.EvictionHighWatermarkRatio, c.ClientTTL,
-		c.PutStartDiscardTimeout, c.PutStartReleaseTimeout, c.AllocationStrategy)
+		c.PutStartDiscardTimeout, c.PutStartReleaseTimeout, c.AllocationStrategy,
+		c.RPCAddr, c.MetricsAddr, c.EnableHA, c.EtcdEndpoints, c.ClusterID)
 }

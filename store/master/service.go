@@ -41,6 +41,7 @@ type Replica struct {
 	Addr        uint64
 	Size        uint64
 	Status      wire.ReplicaStatus
+	Protocol    string
 }
 
 // ReplicaList is the answer to GetReplicaList.
@@ -437,6 +438,7 @@ func (o *object) descriptors() []Replica {
 			Addr:        r.seg.info.Base + r.off,
 			Size:        r.size,
 			Status:      st,
+			Protocol:    r.seg.info.Protocol,
 		}
 	}
 	return out

@@ -868,12 +868,14 @@ func (x *BatchExistKeyResponse) GetResults() []int32 {
 // Replica is one full copy of an object: one contiguous buffer at an
 // absolute address inside a mounted segment.
 type Replica struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	SegmentName   string                 `protobuf:"bytes,1,opt,name=segment_name,json=segmentName,proto3" json:"segment_name,omitempty"`
-	Address       uint64                 `protobuf:"varint,2,opt,name=address,proto3" json:"address,omitempty"`
-	Size          uint64                 `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
-	Status        ReplicaStatus          `protobuf:"varint,4,opt,name=status,proto3,enum=kvferry.store.v1.ReplicaStatus" json:"status,omitempty"`
-	SegmentId     string                 `protobuf:"bytes,5,opt,name=segment_id,json=segmentId,proto3" json:"segment_id,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	SegmentName string                 `protobuf:"bytes,1,opt,name=segment_name,json=segmentName,proto3" json:"segment_name,omitempty"`
+	Address     uint64                 `protobuf:"varint,2,opt,name=address,proto3" json:"address,omitempty"`
+	Size        uint64                 `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
+	Status      ReplicaStatus          `protobuf:"varint,4,opt,name=status,proto3,enum=kvferry.store.v1.ReplicaStatus" json:"status,omitempty"`
+	SegmentId   string                 `protobuf:"bytes,5,opt,name=segment_id,json=segmentId,proto3" json:"segment_id,omitempty"`
+	// protocol is the transport the holder offers ("tcp", "rdma", …).
+	Protocol      string `protobuf:"bytes,6,opt,name=protocol,proto3" json:"protocol,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -939,6 +941,13 @@ func (x *Replica) GetStatus() ReplicaStatus {
 func (x *Replica) GetSegmentId() string {
 	if x != nil {
 		return x.SegmentId
+	}
+	return ""
+}
+
+func (x *Replica) GetProtocol() string {
+	if x != nil {
+		return x.Protocol
 	}
 	return ""
 }
@@ -2175,14 +2184,15 @@ const file_wire_proto_rawDesc = "" +
 	"\x10ExistKeyResponse\x12\x16\n" +
 	"\x06exists\x18\x01 \x01(\bR\x06exists\"1\n" +
 	"\x15BatchExistKeyResponse\x12\x18\n" +
-	"\aresults\x18\x01 \x03(\x05R\aresults\"\xb2\x01\n" +
+	"\aresults\x18\x01 \x03(\x05R\aresults\"\xce\x01\n" +
 	"\aReplica\x12!\n" +
 	"\fsegment_name\x18\x01 \x01(\tR\vsegmentName\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\x04R\aaddress\x12\x12\n" +
 	"\x04size\x18\x03 \x01(\x04R\x04size\x127\n" +
 	"\x06status\x18\x04 \x01(\x0e2\x1f.kvferry.store.v1.ReplicaStatusR\x06status\x12\x1d\n" +
 	"\n" +
-	"segment_id\x18\x05 \x01(\tR\tsegmentId\"\x85\x01\n" +
+	"segment_id\x18\x05 \x01(\tR\tsegmentId\x12\x1a\n" +
+	"\bprotocol\x18\x06 \x01(\tR\bprotocol\"\x85\x01\n" +
 	"\x16GetReplicaListResponse\x125\n" +
 	"\breplicas\x18\x01 \x03(\v2\x19.kvferry.store.v1.ReplicaR\breplicas\x12 \n" +
 	"\flease_ttl_ms\x18\x02 \x01(\x04R\n" +

@@ -1,0 +1,276 @@
+package master
+
+import (
+	"context"
+	"time"
+
+	"github.com/kvferry/kvferry/store/wire"
+)
+
+// grpcService adapts the active Service to wire.MasterServer: it converts
+// messages and turns errors into gRPC status with wire.ToStatus (the one
+// Go → gRPC table). A server that does not lead answers ErrNotLeader.
+type grpcService struct {
+	wire.UnimplementedMasterServer
+	s *Server
+}
+
+var _ wire.MasterServer = (*grpcService)(nil)
+
+func (g *grpcService) svc() (*Service, error) {
+	if svc := g.s.active.Load(); svc != nil {
+		return svc, nil
+	}
+	return nil, wire.ToStatus(ErrNotLeader)
+}
+
+// codeOf turns a per-key error into its wire integer.
+func codeOf(err error) int32 { return int32(wire.CodeOf(err)) }
+
+func segmentFromWire(p *wire.Segment) SegmentInfo {
+	if p == nil {
+		return SegmentInfo{}
+	}
+	return SegmentInfo{ID: p.GetId(), Name: p.GetName(), Protocol: p.GetProtocol(), Base: p.GetBase(), Size: p.GetSize()}
+}
+
+func segmentToWire(s SegmentInfo) *wire.Segment {
+	return &wire.Segment{Id: s.ID, Name: s.Name, Protocol: s.Protocol, Base: s.Base, Size: s.Size,
+		ClientId: s.ClientID, UsedBytes: s.UsedBytes}
+}
+
+func replicasToWire(rs []Replica) []*wire.Replica {
+	out := make([]*wire.Replica, len(rs))
+	for i, r := range rs {
+		out[i] = &wire.Replica{SegmentName: r.SegmentName, Address: r.Addr, Size: r.Size,
+			Status: r.Status, SegmentId: r.SegmentID, Protocol: r.Protocol}
+	}
+	return out
+}
+
+func configFromWire(c *wire.ReplicateConfig) ReplicateConfig {
+	if c == nil {
+		return ReplicateConfig{}
+	}
+	return ReplicateConfig{
+		ReplicaNum:        int(c.GetReplicaNum()),
+		SoftPin:           c.GetSoftPin(),
+		SoftPinTTL:        time.Duration(c.GetSoftPinTtlMs()) * time.Millisecond,
+		HardPin:           c.GetHardPin(),
+		PreferredSegments: c.GetPreferredSegments(),
+	}
+}
+
+func (g *grpcService) Ping(_ context.Context, req *wire.PingRequest) (*wire.PingResponse, error) {
+	svc, err := g.svc()
+	if err != nil {
+		return nil, err
+	}
+	st, err := svc.Ping(req.GetClientId())
+	if err != nil {
+		return nil, wire.ToStatus(err)
+	}
+	return &wire.PingResponse{Status: st, ViewVersion: svc.ViewVersion()}, nil
+}
+
+func (g *grpcService) MountSegment(_ context.Context, req *wire.MountSegmentRequest) (*wire.MountSegmentResponse, error) {
+	svc, err := g.svc()
+	if err != nil {
+		return nil, err
+	}
+	if err := svc.MountSegment(req.GetClientId(), segmentFromWire(req.GetSegment())); err != nil {
+		return nil, wire.ToStatus(err)
+	}
+	return &wire.MountSegmentResponse{}, nil
+}
+
+func (g *grpcService) ReMountSegments(_ context.Context, req *wire.ReMountSegmentsRequest) (*wire.ReMountSegmentsResponse, error) {
+	svc, err := g.svc()
+	if err != nil {
+		return nil, err
+	}
+	segs := make([]SegmentInfo, len(req.GetSegments()))
+	for i, p := range req.GetSegments() {
+		segs[i] = segmentFromWire(p)
+	}
+	if err := svc.ReMountSegments(req.GetClientId(), segs); err != nil {
+		return nil, wire.ToStatus(err)
+	}
+	return &wire.ReMountSegmentsResponse{}, nil
+}
+
+func (g *grpcService) UnmountSegment(_ context.Context, req *wire.UnmountSegmentRequest) (*wire.UnmountSegmentResponse, error) {
+	svc, err := g.svc()
+	if err != nil {
+		return nil, err
+	}
+	if err := svc.UnmountSegment(req.GetClientId(), req.GetSegmentId()); err != nil {
+		return nil, wire.ToStatus(err)
+	}
+	return &wire.UnmountSegmentResponse{}, nil
+}
+
+func (g *grpcService) ExistKey(_ context.Context, req *wire.KeyRequest) (*wire.ExistKeyResponse, error) {
+	svc, err := g.svc()
+	if err != nil {
+		return nil, err
+	}
+	ok, err := svc.ExistKey(req.GetKey())
+	if err != nil {
+		return nil, wire.ToStatus(err)
+	}
+	return &wire.ExistKeyResponse{Exists: ok}, nil
+}
+
+func (g *grpcService) BatchExistKey(_ context.Context, req *wire.BatchKeyRequest) (*wire.BatchExistKeyResponse, error) {
+	svc, err := g.svc()
+	if err != nil {
+		return nil, err
+	}
+	return &wire.BatchExistKeyResponse{Results: svc.BatchExistKey(req.GetKeys())}, nil
+}
+
+func (g *grpcService) GetReplicaList(_ context.Context, req *wire.KeyRequest) (*wire.GetReplicaListResponse, error) {
+	svc, err := g.svc()
+	if err != nil {
+		return nil, err
+	}
+	l, err := svc.GetReplicaList(req.GetKey())
+	if err != nil {
+		return nil, wire.ToStatus(err)
+	}
+	return &wire.GetReplicaListResponse{Replicas: replicasToWire(l.Replicas), Size: l.Size,
+		LeaseTtlMs: uint64(l.LeaseTTL / time.Millisecond)}, nil
+}
+
+func (g *grpcService) BatchGetReplicaList(_ context.Context, req *wire.BatchKeyRequest) (*wire.BatchGetReplicaListResponse, error) {
+	svc, err := g.svc()
+	if err != nil {
+		return nil, err
+	}
+	lists, errs := svc.BatchGetReplicaList(req.GetKeys())
+	resp := &wire.BatchGetReplicaListResponse{Results: make([]*wire.ReplicaListResult, len(lists)),
+		LeaseTtlMs: uint64(svc.Config().DefaultKVLeaseTTL / time.Millisecond)}
+	for i := range lists {
+		resp.Results[i] = &wire.ReplicaListResult{Code: codeOf(errs[i]), Replicas: replicasToWire(lists[i].Replicas),
+			Size: lists[i].Size}
+	}
+	return resp, nil
+}
+
+func (g *grpcService) PutStart(_ context.Context, req *wire.PutStartRequest) (*wire.PutStartResponse, error) {
+	svc, err := g.svc()
+	if err != nil {
+		return nil, err
+	}
+	reps, err := svc.PutStart(req.GetClientId(), req.GetKey(), req.GetSize(), configFromWire(req.GetConfig()), req.GetUpsert())
+	if err != nil {
+		return nil, wire.ToStatus(err)
+	}
+	return &wire.PutStartResponse{Replicas: replicasToWire(reps)}, nil
+}
+
+func (g *grpcService) BatchPutStart(_ context.Context, req *wire.BatchPutStartRequest) (*wire.BatchPutStartResponse, error) {
+	svc, err := g.svc()
+	if err != nil {
+		return nil, err
+	}
+	reps, errs := svc.BatchPutStart(req.GetClientId(), req.GetKeys(), req.GetSizes(), configFromWire(req.GetConfig()), req.GetUpsert())
+	resp := &wire.BatchPutStartResponse{Results: make([]*wire.PutStartResult, len(reps))}
+	for i := range reps {
+		resp.Results[i] = &wire.PutStartResult{Code: codeOf(errs[i]), Replicas: replicasToWire(reps[i])}
+	}
+	return resp, nil
+}
+
+func (g *grpcService) PutEnd(_ context.Context, req *wire.PutEndRequest) (*wire.PutEndResponse, error) {
+	svc, err := g.svc()
+	if err != nil {
+		return nil, err
+	}
+	if req.GetRevoke() {
+		err = svc.PutRevoke(req.GetClientId(), req.GetKey())
+	} else {
+		err = svc.PutEnd(req.GetClientId(), req.GetKey())
+	}
+	if err != nil {
+		return nil, wire.ToStatus(err)
+	}
+	return &wire.PutEndResponse{}, nil
+}
+
+func (g *grpcService) BatchPutEnd(_ context.Context, req *wire.BatchPutEndRequest) (*wire.BatchCodesResponse, error) {
+	svc, err := g.svc()
+	if err != nil {
+		return nil, err
+	}
+	return &wire.BatchCodesResponse{Codes: codesOf(svc.BatchPutEnd(req.GetClientId(), req.GetKeys(), req.GetRevoke()))}, nil
+}
+
+func codesOf(errs []error) []int32 {
+	out := make([]int32, len(errs))
+	for i, e := range errs {
+		out[i] = codeOf(e)
+	}
+	return out
+}
+
+func (g *grpcService) Remove(_ context.Context, req *wire.RemoveRequest) (*wire.RemoveResponse, error) {
+	svc, err := g.svc()
+	if err != nil {
+		return nil, err
+	}
+	if err := svc.Remove(req.GetKey(), req.GetForce()); err != nil {
+		return nil, wire.ToStatus(err)
+	}
+	return &wire.RemoveResponse{}, nil
+}
+
+func (g *grpcService) BatchRemove(_ context.Context, req *wire.BatchRemoveRequest) (*wire.BatchCodesResponse, error) {
+	svc, err := g.svc()
+	if err != nil {
+		return nil, err
+	}
+	return &wire.BatchCodesResponse{Codes: codesOf(svc.BatchRemove(req.GetKeys(), req.GetForce()))}, nil
+}
+
+func (g *grpcService) RemoveByRegex(_ context.Context, req *wire.RemoveByRegexRequest) (*wire.CountResponse, error) {
+	svc, err := g.svc()
+	if err != nil {
+		return nil, err
+	}
+	n, err := svc.RemoveByRegex(req.GetPattern(), req.GetForce())
+	if err != nil {
+		return nil, wire.ToStatus(err)
+	}
+	return &wire.CountResponse{Count: n}, nil
+}
+
+func (g *grpcService) RemoveAll(_ context.Context, req *wire.RemoveAllRequest) (*wire.CountResponse, error) {
+	svc, err := g.svc()
+	if err != nil {
+		return nil, err
+	}
+	return &wire.CountResponse{Count: svc.RemoveAll(req.GetForce())}, nil
+}
+
+func (g *grpcService) ListSegments(_ context.Context, _ *wire.ListSegmentsRequest) (*wire.ListSegmentsResponse, error) {
+	svc, err := g.svc()
+	if err != nil {
+		return nil, err
+	}
+	segs := svc.Segments()
+	resp := &wire.ListSegmentsResponse{Segments: make([]*wire.Segment, len(segs))}
+	for i, s := range segs {
+		resp.Segments[i] = segmentToWire(s)
+	}
+	return resp, nil
+}
+
+func (g *grpcService) ListKeys(_ context.Context, _ *wire.ListKeysRequest) (*wire.ListKeysResponse, error) {
+	svc, err := g.svc()
+	if err != nil {
+		return nil, err
+	}
+	return &wire.ListKeysResponse{Keys: svc.Keys()}, nil
+}

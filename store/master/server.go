@@ -1,0 +1,255 @@
+package master
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+
+	"github.com/kvferry/kvferry/store/ha"
+	"github.com/kvferry/kvferry/store/wire"
+)
+
+// Roles reported by Server.Role and the /role endpoint.
+const (
+	RoleLeader   = "leader"
+	RoleStandby  = "standby"
+	RoleStopped  = "stopped"
+	roleStarting = "starting"
+)
+
+// ErrNotLeader is returned (as UNAVAILABLE_IN_CURRENT_STATUS) by a server
+// that does not lead its HA cluster.
+var ErrNotLeader = fmt.Errorf("store master is not the leader: %w", wire.ErrUnavailableInStatus)
+
+// Server serves a Service over gRPC, runs its maintenance loop, and
+// optionally serves admin HTTP and campaigns for HA leadership in etcd.
+// Without HA it serves one Service for its whole life; with HA it serves a
+// fresh Service each time it wins the election, so a new leader rebuilds its
+// view from client re-mounts (specs/mooncake.md §7.6).
+type Server struct {
+	cfg Config
+	log *slog.Logger
+
+	lis      net.Listener
+	grpc     *grpc.Server
+	httpSrv  *http.Server
+	httpLis  net.Listener
+	registry *prometheus.Registry
+	advert   string
+
+	active atomic.Pointer[Service]
+	role   atomic.Value // string
+	leader atomic.Value // ha.View last seen or held
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	once   sync.Once
+}
+
+// NewServer validates cfg, listens on cfg.RPCAddr (and cfg.MetricsAddr), and
+// starts serving. Close stops it.
+func NewServer(cfg Config) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	lis, err := net.Listen("tcp", cfg.RPCAddr)
+	if err != nil {
+		return nil, fmt.Errorf("store master listen %s: %w", cfg.RPCAddr, err)
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, lis: lis, registry: prometheus.NewRegistry()}
+	s.role.Store(roleStarting)
+	s.leader.Store(ha.View{})
+	s.advert = cfg.AdvertiseAddr
+	if s.advert == "" {
+		s.advert = advertiseAddr(lis.Addr().(*net.TCPAddr))
+	}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.registry.MustRegister(newCollector(func() (Metrics, bool) {
+		if svc := s.active.Load(); svc != nil {
+			return svc.Metrics(), true
+		}
+		return Metrics{}, false
+	}))
+
+	if cfg.MetricsAddr != "" {
+		hl, err := net.Listen("tcp", cfg.MetricsAddr)
+		if err != nil {
+			lis.Close()
+			return nil, fmt.Errorf("store master metrics listen %s: %w", cfg.MetricsAddr, err)
+		}
+		s.httpLis = hl
+		s.httpSrv = &http.Server{Handler: s.adminHandler(), ReadHeaderTimeout: 10 * time.Second}
+	}
+
+	if cfg.EnableHA {
+		cli, err := ha.Dial(cfg.EtcdEndpoints, 5*time.Second)
+		if err != nil {
+			s.closeListeners()
+			return nil, err
+		}
+		s.role.Store(RoleStandby)
+		s.wg.Add(1)
+		go s.runHA(cli) // owned by s; stops on Close (ctx)
+	} else {
+		svc, err := NewService(cfg, uint64(time.Now().UnixNano()))
+		if err != nil {
+			s.closeListeners()
+			return nil, err
+		}
+		s.active.Store(svc)
+		s.role.Store(RoleLeader)
+		s.leader.Store(ha.View{Address: s.advert, Version: svc.ViewVersion()})
+		s.wg.Add(1)
+		go s.runMaintenance(s.ctx, svc) // owned by s; stops on Close
+	}
+
+	s.grpc = grpc.NewServer()
+	wire.RegisterMasterServer(s.grpc, &grpcService{s: s})
+	s.wg.Add(1)
+	go func() { // owned by s; stops when Close calls grpc.Stop
+		defer s.wg.Done()
+		if err := s.grpc.Serve(s.lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			s.log.Error("store master grpc serve", "err", err)
+		}
+	}()
+	if s.httpSrv != nil {
+		s.wg.Add(1)
+		go func() { // owned by s; stops when Close shuts the HTTP server
+			defer s.wg.Done()
+			if err := s.httpSrv.Serve(s.httpLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				s.log.Error("store master http serve", "err", err)
+			}
+		}()
+	}
+	s.log.Info("store master started", "addr", s.Addr(), "advertise", s.advert, "config", cfg.String())
+	return s, nil
+}
+
+// Addr returns the gRPC listen address ("host:port").
+func (s *Server) Addr() string { return s.lis.Addr().String() }
+
+// AdvertiseAddr returns the address published as HA leader.
+func (s *Server) AdvertiseAddr() string { return s.advert }
+
+// MetricsAddr returns the admin HTTP address, or "" when there is none.
+func (s *Server) MetricsAddr() string {
+	if s.httpLis == nil {
+		return ""
+	}
+	return s.httpLis.Addr().String()
+}
+
+// Registry returns the server's private Prometheus registry.
+func (s *Server) Registry() *prometheus.Registry { return s.registry }
+
+// Service returns the Service being served, or nil while not leading.
+func (s *Server) Service() *Service { return s.active.Load() }
+
+// Role returns RoleLeader, RoleStandby or RoleStopped.
+func (s *Server) Role() string { return s.role.Load().(string) }
+
+// Leader returns the last leader view seen (this server's own when it
+// leads).
+func (s *Server) Leader() ha.View { return s.leader.Load().(ha.View) }
+
+// Close stops serving, gives up HA leadership and waits for every goroutine.
+// A second Close is harmless.
+func (s *Server) Close() error {
+	s.once.Do(func() {
+		s.cancel()
+		s.grpc.Stop()
+		if s.httpSrv != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			_ = s.httpSrv.Shutdown(ctx)
+			cancel()
+		}
+		s.wg.Wait()
+		s.active.Store(nil)
+		s.role.Store(RoleStopped)
+		s.log.Info("store master stopped", "addr", s.Addr())
+	})
+	return nil
+}
+
+func (s *Server) closeListeners() {
+	s.lis.Close()
+	if s.httpLis != nil {
+		s.httpLis.Close()
+	}
+}
+
+// runMaintenance calls svc.Tick every MaintenanceInterval until ctx is done.
+// Its owner (NewServer or a leadership term in runHA) waits for it.
+func (s *Server) runMaintenance(ctx context.Context, svc *Service) {
+	defer s.wg.Done()
+	t := time.NewTicker(s.cfg.MaintenanceInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			svc.Tick()
+		}
+	}
+}
+
+// runHA campaigns until Close; each won term serves a fresh Service. It
+// closes cli when it returns.
+func (s *Server) runHA(cli *clientv3.Client) {
+	defer s.wg.Done()
+	defer cli.Close()
+	err := ha.Campaign(s.ctx, cli, s.cfg.ClusterID, s.advert, s.cfg.MasterViewLeaseTTL, s.log,
+		func(ctx context.Context, view ha.View) {
+			svc, err := NewService(s.cfg, view.Version)
+			if err != nil { // cannot happen: cfg was validated
+				s.log.Error("store master service", "err", err)
+				return
+			}
+			s.leader.Store(view)
+			s.active.Store(svc)
+			s.role.Store(RoleLeader)
+			s.wg.Add(1)
+			go s.runMaintenance(ctx, svc) // owned by this term; stops with ctx
+			<-ctx.Done()
+			s.active.Store(nil)
+			s.role.Store(RoleStandby)
+		})
+	if err != nil && !errors.Is(err, context.Canceled) {
+		s.log.Error("store master campaign", "err", err)
+	}
+}
+
+// advertiseAddr turns a listen address into one peers can dial.
+func advertiseAddr(a *net.TCPAddr) string {
+	host := a.IP.String()
+	if a.IP.IsUnspecified() {
+		host = firstNonLoopbackIPv4()
+	}
+	return net.JoinHostPort(host, strconv.Itoa(a.Port))
+}
+
+func firstNonLoopbackIPv4() string {
+	addrs, err := net.InterfaceAddrs()
+	if err == nil {
+		for _, a := range addrs {
+			if n, ok := a.(*net.IPNet); ok && !n.IP.IsLoopback() && n.IP.To4() != nil {
+				return n.IP.String()
+			}
+		}
+	}
+	return "127.0.0.1"
+}

@@ -1,0 +1,258 @@
+package master
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"gotest.tools/v3/assert"
+
+	"github.com/kvferry/kvferry/engine/metadata/etcd/etcdtest"
+	"github.com/kvferry/kvferry/internal/testutil"
+	"github.com/kvferry/kvferry/store/ha"
+	"github.com/kvferry/kvferry/store/wire"
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(testutil.VerifyNoLeaks(m))
+}
+
+func dial(t *testing.T, addr string) wire.MasterClient {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	assert.NilError(t, err)
+	t.Cleanup(func() { conn.Close() })
+	return wire.NewMasterClient(conn)
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// TestServerRoundTrip drives a whole object lifecycle through gRPC and
+// checks that store codes survive the wire.
+func TestServerRoundTrip(t *testing.T) {
+	srv, err := StartEmbedded(Config{AllocationStrategy: StrategyFreeRatioFirst})
+	assert.NilError(t, err)
+	defer srv.Close()
+	assert.Equal(t, srv.Role(), RoleLeader)
+	c := dial(t, srv.Addr())
+	ctx := ctxT(t)
+
+	ping, err := c.Ping(ctx, &wire.PingRequest{ClientId: "c1"})
+	assert.NilError(t, err)
+	assert.Equal(t, ping.GetStatus(), wire.ClientStatus_CLIENT_STATUS_NEED_REMOUNT)
+	_, err = c.ReMountSegments(ctx, &wire.ReMountSegmentsRequest{ClientId: "c1", Segments: []*wire.Segment{
+		{Id: "s1", Name: "127.0.0.1:15000", Base: 0x7f0000000000, Size: 1 << 20, Protocol: "tcp"},
+	}})
+	assert.NilError(t, err)
+	ping, err = c.Ping(ctx, &wire.PingRequest{ClientId: "c1"})
+	assert.NilError(t, err)
+	assert.Equal(t, ping.GetStatus(), wire.ClientStatus_CLIENT_STATUS_OK)
+	assert.Equal(t, ping.GetViewVersion(), srv.Service().ViewVersion())
+
+	ps, err := c.PutStart(ctx, &wire.PutStartRequest{ClientId: "c1", Key: "k", Size: 4096,
+		Config: &wire.ReplicateConfig{ReplicaNum: 1}})
+	assert.NilError(t, err)
+	assert.Equal(t, len(ps.GetReplicas()), 1)
+	assert.Equal(t, ps.GetReplicas()[0].GetAddress(), uint64(0x7f0000000000))
+	assert.Equal(t, ps.GetReplicas()[0].GetProtocol(), "tcp")
+
+	_, err = c.GetReplicaList(ctx, &wire.KeyRequest{Key: "k"})
+	assert.Assert(t, errors.Is(wire.FromStatus(err), wire.ErrReplicaIsNotReady), "got %v", err)
+	_, err = c.PutEnd(ctx, &wire.PutEndRequest{ClientId: "c1", Key: "k"})
+	assert.NilError(t, err)
+	gl, err := c.GetReplicaList(ctx, &wire.KeyRequest{Key: "k"})
+	assert.NilError(t, err)
+	assert.Equal(t, gl.GetSize(), uint64(4096))
+	assert.Equal(t, gl.GetLeaseTtlMs(), uint64(10000))
+	assert.Equal(t, gl.GetReplicas()[0].GetStatus(), wire.ReplicaStatus_REPLICA_STATUS_COMPLETE)
+
+	_, err = c.PutStart(ctx, &wire.PutStartRequest{ClientId: "c1", Key: "k", Size: 1})
+	assert.Equal(t, wire.CodeOf(wire.FromStatus(err)), wire.ErrObjectAlreadyExists)
+	_, err = c.Remove(ctx, &wire.RemoveRequest{Key: "k"})
+	assert.Equal(t, wire.CodeOf(wire.FromStatus(err)), wire.ErrObjectHasLease)
+	_, err = c.GetReplicaList(ctx, &wire.KeyRequest{Key: "nosuch"})
+	assert.Equal(t, wire.CodeOf(wire.FromStatus(err)), wire.ErrObjectNotFound)
+
+	bs, err := c.BatchPutStart(ctx, &wire.BatchPutStartRequest{ClientId: "c1", Keys: []string{"a", "k", "b"},
+		Sizes: []uint64{10, 10, 1 << 30}})
+	assert.NilError(t, err)
+	assert.Equal(t, bs.GetResults()[0].GetCode(), int32(0))
+	assert.Equal(t, bs.GetResults()[1].GetCode(), int32(wire.ErrObjectAlreadyExists))
+	assert.Equal(t, bs.GetResults()[2].GetCode(), int32(wire.ErrNoAvailableHandle))
+	be, err := c.BatchPutEnd(ctx, &wire.BatchPutEndRequest{ClientId: "c1", Keys: []string{"a", "b"}})
+	assert.NilError(t, err)
+	assert.DeepEqual(t, be.GetCodes(), []int32{0, int32(wire.ErrObjectNotFound)})
+	ex, err := c.BatchExistKey(ctx, &wire.BatchKeyRequest{Keys: []string{"a", "b", "k"}})
+	assert.NilError(t, err)
+	assert.DeepEqual(t, ex.GetResults(), []int32{1, 0, 1})
+	bg, err := c.BatchGetReplicaList(ctx, &wire.BatchKeyRequest{Keys: []string{"a", "zz"}})
+	assert.NilError(t, err)
+	assert.Equal(t, bg.GetResults()[0].GetSize(), uint64(10))
+	assert.Equal(t, bg.GetResults()[1].GetCode(), int32(wire.ErrObjectNotFound))
+
+	keys, err := c.ListKeys(ctx, &wire.ListKeysRequest{})
+	assert.NilError(t, err)
+	assert.DeepEqual(t, keys.GetKeys(), []string{"a", "k"})
+	segs, err := c.ListSegments(ctx, &wire.ListSegmentsRequest{})
+	assert.NilError(t, err)
+	assert.Equal(t, segs.GetSegments()[0].GetClientId(), "c1")
+
+	_, err = c.RemoveByRegex(ctx, &wire.RemoveByRegexRequest{Pattern: "("})
+	assert.Equal(t, wire.CodeOf(wire.FromStatus(err)), wire.ErrInvalidParams)
+	n, err := c.RemoveAll(ctx, &wire.RemoveAllRequest{Force: true})
+	assert.NilError(t, err)
+	assert.Equal(t, n.GetCount(), int64(2))
+	_, err = c.UnmountSegment(ctx, &wire.UnmountSegmentRequest{ClientId: "c1", SegmentId: "s1"})
+	assert.NilError(t, err)
+	_, err = c.UnmountSegment(ctx, &wire.UnmountSegmentRequest{ClientId: "c1", SegmentId: "s1"})
+	assert.Equal(t, wire.CodeOf(wire.FromStatus(err)), wire.ErrSegmentNotFound)
+
+	assert.NilError(t, srv.Close())
+	assert.NilError(t, srv.Close())
+	_, err = c.Ping(ctx, &wire.PingRequest{ClientId: "c1"})
+	assert.Equal(t, wire.CodeOf(wire.FromStatus(err)), wire.ErrRPCFail)
+}
+
+func httpGet(t *testing.T, url string) (int, string) {
+	t.Helper()
+	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{Proxy: nil}}
+	defer hc.CloseIdleConnections()
+	resp, err := hc.Get(url)
+	assert.NilError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	assert.NilError(t, err)
+	return resp.StatusCode, string(b)
+}
+
+func TestServerAdminHTTP(t *testing.T) {
+	srv, err := NewServer(Config{RPCAddr: "127.0.0.1:0", MetricsAddr: "127.0.0.1:0"})
+	assert.NilError(t, err)
+	defer srv.Close()
+	svc := srv.Service()
+	assert.NilError(t, svc.MountSegment("c1", SegmentInfo{ID: "s1", Name: "host:1", Base: 4096, Size: 1 << 20}))
+	_, err = svc.PutStart("c1", "key1", 100, ReplicateConfig{}, false)
+	assert.NilError(t, err)
+	assert.NilError(t, svc.PutEnd("c1", "key1"))
+
+	base := "http://" + srv.MetricsAddr()
+	code, body := httpGet(t, base+"/metrics")
+	assert.Equal(t, code, 200)
+	assert.Assert(t, strings.Contains(body, "kvferry_store_master_objects 1"), body)
+	assert.Assert(t, strings.Contains(body, "kvferry_store_master_capacity_bytes 1.048576e+06"), body)
+	assert.Assert(t, strings.Contains(body, "# HELP kvferry_store_master_put_ends_total"), body)
+	code, body = httpGet(t, base+"/health")
+	assert.Equal(t, code, 200)
+	var health map[string]any
+	assert.NilError(t, json.Unmarshal([]byte(body), &health))
+	assert.Equal(t, health["role"], RoleLeader)
+	assert.Equal(t, health["service_ready"], true)
+	_, body = httpGet(t, base+"/get_all_segments")
+	assert.Equal(t, body, "host:1\n")
+	_, body = httpGet(t, base+"/get_all_keys")
+	assert.Equal(t, body, "key1\n")
+	code, body = httpGet(t, base+"/query_key?key=key1")
+	assert.Equal(t, code, 200)
+	assert.Assert(t, strings.Contains(body, `"buffer_address_":4096`), body)
+	code, body = httpGet(t, base+"/query_key?key=nope")
+	assert.Equal(t, code, 404)
+	assert.Assert(t, strings.Contains(body, `"error_code":-704`), body)
+	_, body = httpGet(t, base+"/role")
+	assert.Equal(t, body, RoleLeader)
+}
+
+// waitFor polls cond every 20 ms until it holds or the timeout passes.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestHAFailover runs two masters against a real etcd: one leads and
+// publishes its address at mooncake-store/<cluster>/master_view, the other
+// refuses requests; when the leader stops, the standby takes over with an
+// empty view and a higher version, and clients re-mount.
+func TestHAFailover(t *testing.T) {
+	etcd := etcdtest.Start(t)
+	cfg := Config{
+		RPCAddr:            "127.0.0.1:0",
+		EnableHA:           true,
+		EtcdEndpoints:      []string{etcd.Endpoint()},
+		ClusterID:          "kvferry_test",
+		MasterViewLeaseTTL: 2 * time.Second,
+	}
+	m1, err := NewServer(cfg)
+	assert.NilError(t, err)
+	defer m1.Close()
+	waitFor(t, 10*time.Second, "m1 to lead", func() bool { return m1.Role() == RoleLeader })
+	m2, err := NewServer(cfg)
+	assert.NilError(t, err)
+	defer m2.Close()
+
+	cli, err := ha.Dial([]string{etcd.Endpoint()}, 5*time.Second)
+	assert.NilError(t, err)
+	defer cli.Close()
+	ctx := ctxT(t)
+	view, err := ha.Leader(ctx, cli, "kvferry_test")
+	assert.NilError(t, err)
+	assert.Equal(t, view.Address, m1.Addr())
+	raw, err := cli.Get(ctx, "mooncake-store/kvferry_test/master_view")
+	assert.NilError(t, err)
+	assert.Equal(t, len(raw.Kvs), 1)
+	assert.Assert(t, raw.Kvs[0].Lease != 0, "master view must be under a lease")
+
+	c1, c2 := dial(t, m1.Addr()), dial(t, m2.Addr())
+	_, err = c1.MountSegment(ctx, &wire.MountSegmentRequest{ClientId: "c", Segment: &wire.Segment{Id: "s", Name: "n", Base: 64, Size: 4096}})
+	assert.NilError(t, err)
+	_, err = c2.Ping(ctx, &wire.PingRequest{ClientId: "c"})
+	assert.Equal(t, wire.CodeOf(wire.FromStatus(err)), wire.ErrUnavailableInStatus)
+	assert.Equal(t, m2.Role(), RoleStandby)
+
+	start := time.Now()
+	assert.NilError(t, m1.Close())
+	waitFor(t, 10*time.Second, "m2 to lead", func() bool { return m2.Role() == RoleLeader })
+	t.Logf("failover after leader stop took %v", time.Since(start))
+	view2, err := ha.Leader(ctx, cli, "kvferry_test")
+	assert.NilError(t, err)
+	assert.Equal(t, view2.Address, m2.Addr())
+	assert.Assert(t, view2.Version > view.Version)
+	ping, err := c2.Ping(ctx, &wire.PingRequest{ClientId: "c"})
+	assert.NilError(t, err)
+	assert.Equal(t, ping.GetStatus(), wire.ClientStatus_CLIENT_STATUS_NEED_REMOUNT)
+	assert.Equal(t, ping.GetViewVersion(), view2.Version)
+}
+
+// TestHALeaseLoss checks that a leader whose etcd key disappears steps down
+// and campaigns again.
+func TestHALeaseLoss(t *testing.T) {
+	etcd := etcdtest.Start(t)
+	m, err := NewServer(Config{RPCAddr: "127.0.0.1:0", EnableHA: true, EtcdEndpoints: []string{etcd.Endpoint()},
+		MasterViewLeaseTTL: time.Second})
+	assert.NilError(t, err)
+	defer m.Close()
+	waitFor(t, 10*time.Second, "leader", func() bool { return m.Role() == RoleLeader })
+	v1 := m.Leader().Version
+	cli, err := ha.Dial([]string{etcd.Endpoint()}, 5*time.Second)
+	assert.NilError(t, err)
+	defer cli.Close()
+	_, err = cli.Delete(ctxT(t), ha.MasterViewKey(""))
+	assert.NilError(t, err)
+	waitFor(t, 10*time.Second, "re-election", func() bool { return m.Role() == RoleLeader && m.Leader().Version > v1 })
+}
