@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# C harness: builds the test programs against include/ only, and runs them
+# against the built library, loaded with dlopen like NIXL and TensorRT-LLM
+# load libtransfer_engine.so.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+LIB="$PWD/build/lib/libtransfer_engine.so"
+OUT="$(mktemp -d)"
+trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$OUT"' EXIT
+CFLAGS="-O2 -g -Wall -Wextra -Werror -std=gnu11 -Iinclude"
+gcc $CFLAGS -o "$OUT/te_test" tests/c/te_test.c -ldl
+gcc $CFLAGS -o "$OUT/abi_layout" tests/c/abi_layout.c
+"$OUT/abi_layout"
+
+wait_ready() { # file timeout
+  for _ in $(seq 1 $(( $2 * 10 ))); do [ -s "$1" ] && return 0; sleep 0.1; done
+  echo "target did not start" >&2; return 1
+}
+
+echo "--- functional and bad-input tests"
+"$OUT/te_test" target "$LIB" $((64 << 20)) "$OUT/t1" &
+wait_ready "$OUT/t1" 20
+read -r SEG ADDR PID < "$OUT/t1"
+timeout 120 "$OUT/te_test" initiator "$LIB" "$SEG" "$ADDR"
+wait
+
+echo "--- peer killed mid-transfer"
+"$OUT/te_test" target "$LIB" $((1 << 30)) "$OUT/t2" &
+"$OUT/te_test" target "$LIB" $((64 << 20)) "$OUT/t3" &
+wait_ready "$OUT/t2" 30
+wait_ready "$OUT/t3" 30
+read -r SEG2 ADDR2 PID2 < "$OUT/t2"
+read -r SEG3 ADDR3 PID3 < "$OUT/t3"
+timeout 120 "$OUT/te_test" fault "$LIB" "$SEG2" "$ADDR2" "$PID2" "$SEG3" "$ADDR3"
+wait || true
+
+if [ -f tests/c/store_test.c ] && [ -x tests/c/store_run.sh ]; then
+  tests/c/store_run.sh "$OUT"
+fi
+echo "C harness passed"
