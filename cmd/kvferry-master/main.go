@@ -16,9 +16,8 @@
 //
 // It prints "listening on <addr>" on stdout once it accepts RPCs (useful
 // with --port=0, which picks a free port), "metrics on <addr>" for the admin
-// HTTP server, and logs
-// to stderr. SIGINT or SIGTERM stops it (an HA leader gives up its
-// leadership first).
+// HTTP server, and logs to stderr. SIGINT or SIGTERM stops it (an HA leader
+// gives up its leadership first).
 package main
 
 import (
