@@ -325,6 +325,10 @@ func (b *KVBackend) put(ctx context.Context, key string, value []byte) error {
 	b.noteResult(err)
 	if err != nil {
 		b.writeFails.Add(1)
+		select { // let runRepublish retry soon, with backoff
+		case b.kick <- struct{}{}:
+		default:
+		}
 		if errors.Is(err, ErrConflict) {
 			if !b.conflicted.Swap(true) {
 				b.log.Error("metadata key held by another engine", "key", key, "err", err)
@@ -507,7 +511,12 @@ func (b *KVBackend) runRepublish() {
 		case <-b.kick:
 		}
 		next := b.cfg.RepublishInterval
-		if b.republishAll() {
+		ok := b.republishAll()
+		select { // the pass's own failures kicked; the backoff decides
+		case <-b.kick:
+		default:
+		}
+		if ok {
 			backoff = b.cfg.RetryInterval
 		} else {
 			next, backoff = backoff, min(2*backoff, b.cfg.RepublishInterval)

@@ -234,7 +234,11 @@ func New(ctx context.Context, cfg Config) (*KV, error) {
 	lease, err := grant(gctx, cli, cfg.LeaseTTL)
 	if err != nil {
 		_ = cli.Close()
-		return nil, classify(fmt.Sprintf("etcd %v: grant lease", cfg.Endpoints), gctx, err)
+		what := fmt.Sprintf("etcd %v: grant lease", cfg.Endpoints)
+		if errors.Is(gctx.Err(), context.DeadlineExceeded) {
+			what = fmt.Sprintf("etcd %v: no answer within %v", cfg.Endpoints, cfg.DialTimeout)
+		}
+		return nil, classify(what, gctx, err)
 	}
 	rctx, rcancel := context.WithCancel(context.Background())
 	k := &KV{cfg: cfg, cli: cli, log: cfg.Logger, ctx: rctx, cancel: rcancel, lost: make(chan clientv3.LeaseID, 1), redo: make(chan struct{}, 1)}

@@ -99,7 +99,7 @@ func Parse(conn string) (Conn, error) {
 	if s == metadata.P2PHandshake {
 		return Conn{Kind: KindP2P}, nil
 	}
-	if strings.EqualFold(s, metadata.P2PHandshake) {
+	if len(s) >= len(metadata.P2PHandshake) && strings.EqualFold(s[:len(metadata.P2PHandshake)], metadata.P2PHandshake) {
 		return Conn{}, fmt.Errorf("%w: %q: the P2P mode is spelled exactly %s", ErrBadConn, conn, metadata.P2PHandshake)
 	}
 	scheme, _, hasScheme := strings.Cut(s, "://")

@@ -1,0 +1,148 @@
+package open_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"gotest.tools/v3/assert"
+
+	"github.com/kvferry/kvferry/engine/descriptor"
+	"github.com/kvferry/kvferry/engine/metadata"
+	"github.com/kvferry/kvferry/engine/metadata/etcd"
+	"github.com/kvferry/kvferry/engine/metadata/etcd/etcdtest"
+	mdhttp "github.com/kvferry/kvferry/engine/metadata/http"
+	"github.com/kvferry/kvferry/engine/metadata/internal/leakcheck"
+	"github.com/kvferry/kvferry/engine/metadata/open"
+)
+
+func TestMain(m *testing.M) { leakcheck.Main(m) }
+
+func TestParse(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want open.Conn
+	}{
+		{"P2PHANDSHAKE", open.Conn{Kind: open.KindP2P}},
+		{" P2PHANDSHAKE ", open.Conn{Kind: open.KindP2P}},
+		{"http://10.0.0.1:8080/metadata", open.Conn{Kind: open.KindHTTP, URL: "http://10.0.0.1:8080/metadata"}},
+		{"https://meta.example/metadata", open.Conn{Kind: open.KindHTTP, URL: "https://meta.example/metadata"}},
+		{"http://[::1]:8080/metadata", open.Conn{Kind: open.KindHTTP, URL: "http://[::1]:8080/metadata"}},
+		{"etcd://10.0.0.1:2379", open.Conn{Kind: open.KindEtcd, Endpoints: []string{"10.0.0.1:2379"}}},
+		{"etcd://a:1,b:2", open.Conn{Kind: open.KindEtcd, Endpoints: []string{"a:1", "b:2"}}},
+		{"10.0.0.1:2379", open.Conn{Kind: open.KindEtcd, Endpoints: []string{"10.0.0.1:2379"}}},
+		{"a:1,b:2", open.Conn{Kind: open.KindEtcd, Endpoints: []string{"a:1", "b:2"}}},
+	} {
+		got, err := open.Parse(tc.in)
+		assert.NilError(t, err, tc.in)
+		assert.DeepEqual(t, got, tc.want)
+	}
+}
+
+func TestParseMalformed(t *testing.T) {
+	for _, in := range []string{
+		"", "   ", "p2phandshake", "P2P", "P2PHANDSHAKE:1", "localhost", "localhost:", ":2379",
+		"etcd://", "etcd://host", "etcd://h:0", "etcd://h:65536", "ETCD://h:1", "HTTP://h:1/m",
+		"http://", "http:///metadata", "http://h:99999/metadata", "http://h:1/m#x",
+		"redis://h:6379", "ftp://h:1", "://h:1", "h:1,,x", "h:1/path",
+	} {
+		_, err := open.Parse(in)
+		assert.Assert(t, errors.Is(err, open.ErrBadConn), "%q: %v", in, err)
+		_, err = open.Open(context.Background(), in, open.Options{})
+		assert.Assert(t, errors.Is(err, open.ErrBadConn), "open %q: %v", in, err)
+	}
+}
+
+func TestRemote(t *testing.T) {
+	for _, tc := range []struct {
+		in     string
+		remote bool
+	}{
+		{"P2PHANDSHAKE", false},
+		{"http://127.0.0.1:8080/metadata", false},
+		{"http://localhost:8080/metadata", false},
+		{"http://[::1]:8080/metadata", false},
+		{"http://10.0.0.1:8080/metadata", true},
+		{"http://meta.example:8080/metadata", true},
+		{"etcd://127.0.0.1:1,127.0.0.2:2", false},
+		{"etcd://127.0.0.1:1,10.0.0.2:2", true},
+	} {
+		c, err := open.Parse(tc.in)
+		assert.NilError(t, err)
+		assert.Equal(t, c.Remote(), tc.remote, tc.in)
+	}
+}
+
+func TestOpenP2P(t *testing.T) {
+	b, err := open.Open(context.Background(), metadata.P2PHandshake, open.Options{})
+	assert.NilError(t, err)
+	defer b.Close()
+	assert.Assert(t, b.P2P())
+}
+
+// roundTrip publishes through one backend and reads through another.
+func roundTrip(t *testing.T, conn string, opts open.Options) {
+	t.Helper()
+	ctx := context.Background()
+	a, err := open.Open(ctx, conn, opts)
+	assert.NilError(t, err)
+	defer a.Close()
+	b, err := open.Open(ctx, conn, opts)
+	assert.NilError(t, err)
+	defer b.Close()
+	assert.Assert(t, !a.P2P())
+	seg := &descriptor.Segment{Name: "node-a", Protocol: "tcp", TCPDataPort: 1234, TCPProtoVersion: 2,
+		Buffers: []descriptor.Buffer{{Name: "node-a", Addr: 0x1000, Length: 64}}}
+	rpc := descriptor.RPCMeta{IPOrHostName: "127.0.0.1", RPCPort: 15001}
+	assert.NilError(t, a.Publish(ctx, seg, rpc))
+	got, err := b.Fetch(ctx, "node-a")
+	assert.NilError(t, err)
+	assert.DeepEqual(t, got.Buffers, seg.Buffers)
+	ep, err := b.Endpoint(ctx, "node-a")
+	assert.NilError(t, err)
+	assert.Equal(t, ep, rpc)
+	assert.NilError(t, a.Unpublish(ctx, "node-a"))
+	_, err = b.Fetch(ctx, "node-a")
+	assert.Assert(t, errors.Is(err, metadata.ErrNotFound), "got %v", err)
+}
+
+func TestOpenHTTP(t *testing.T) {
+	srv, err := mdhttp.NewServer(mdhttp.ServerConfig{})
+	assert.NilError(t, err)
+	defer srv.Close()
+	hs := httptest.NewServer(srv)
+	defer hs.Close()
+	roundTrip(t, hs.URL+"/metadata", open.Options{KV: metadata.KVConfig{ClusterID: "t1"}})
+}
+
+func TestOpenEtcd(t *testing.T) {
+	e := etcdtest.Start(t)
+	opts := open.Options{Etcd: etcd.Config{LeaseTTL: 3 * time.Second}}
+	t.Run("scheme", func(t *testing.T) { roundTrip(t, "etcd://"+e.Endpoint(), opts) })
+	t.Run("bare", func(t *testing.T) { roundTrip(t, e.Endpoint(), opts) })
+}
+
+// TestOpenUnreachable: a dead service fails Open quickly and clearly.
+func TestOpenUnreachable(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	assert.NilError(t, err)
+	addr := ln.Addr().String()
+	ln.Close()
+	for _, conn := range []string{"http://" + addr + "/metadata", "etcd://" + addr, addr} {
+		start := time.Now()
+		_, err := open.Open(context.Background(), conn, open.Options{Etcd: etcd.Config{DialTimeout: time.Second}})
+		took := time.Since(start)
+		assert.Assert(t, errors.Is(err, metadata.ErrUnavailable), "%s: %v", conn, err)
+		assert.ErrorContains(t, err, addr)
+		assert.Assert(t, took < 3*time.Second, "%s took %v", conn, took)
+		t.Logf("%s: failed in %v: %v", conn, took.Round(time.Millisecond), err)
+	}
+}
+
+func TestOpenBadOptions(t *testing.T) {
+	_, err := open.Open(context.Background(), "http://127.0.0.1:1/metadata", open.Options{KV: metadata.KVConfig{OpTimeout: -1}})
+	assert.Assert(t, err != nil && !errors.Is(err, metadata.ErrUnavailable), "%v", err)
+}
