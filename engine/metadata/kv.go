@@ -246,8 +246,12 @@ func (b *KVBackend) Metrics() KVMetrics {
 // Publish stores seg under SegmentKey and rpc under RPCMetaKey (rpc_meta
 // first, so that a peer that finds the descriptor also finds the
 // endpoint). rpc_meta is written only when it changed or was never stored.
-// The entry is kept for re-publishing even when the write fails, so a
-// transient outage heals by itself; the error is still returned.
+//
+// Publish is all or nothing for the caller: when the write fails, the
+// entry goes back to what was published before (or is forgotten if there
+// was nothing), so a caller that undoes its own change on error (the
+// engine un-registers the memory) stays consistent with what the
+// re-publish loop keeps writing.
 func (b *KVBackend) Publish(ctx context.Context, seg *descriptor.Segment, rpc descriptor.RPCMeta) error {
 	if seg == nil || seg.Name == "" {
 		return errors.New("publish segment: empty segment name")
@@ -269,9 +273,13 @@ func (b *KVBackend) Publish(ctx context.Context, seg *descriptor.Segment, rpc de
 		return ErrClosed
 	}
 	e := b.mu.entries[seg.Name]
+	var prev *kvEntry
 	if e == nil {
 		e = &kvEntry{}
 		b.mu.entries[seg.Name] = e
+	} else {
+		p := *e
+		prev = &p
 	}
 	if !bytes.Equal(e.rpc, rpcJSON) {
 		e.rpc, e.rpcStored = rpcJSON, false
@@ -282,6 +290,16 @@ func (b *KVBackend) Publish(ctx context.Context, seg *descriptor.Segment, rpc de
 	ctx, cancel := b.opContext(ctx)
 	defer cancel()
 	if err := b.store(ctx, seg.Name, false); err != nil {
+		b.mu.Lock()
+		if cur := b.mu.entries[seg.Name]; cur == e && bytes.Equal(e.seg, segJSON) && bytes.Equal(e.rpc, rpcJSON) {
+			if prev == nil {
+				delete(b.mu.entries, seg.Name)
+			} else {
+				*e = *prev
+				e.rpcStored = false
+			}
+		}
+		b.mu.Unlock()
 		return fmt.Errorf("publish segment %q: %w", seg.Name, err)
 	}
 	b.publishes.Add(1)

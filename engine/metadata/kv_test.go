@@ -252,8 +252,9 @@ func TestRepublishAfterRestart(t *testing.T) {
 }
 
 // TestReconnect: while the server is down, Publish fails with
-// ErrUnavailable but keeps the entry; once the server is back the backend
-// notices and publishes it, long before the (1 min) re-publish interval.
+// ErrUnavailable (and is undone); once the server is back the backend
+// notices and publishes what it had, long before the (1 min) re-publish
+// interval.
 func TestReconnect(t *testing.T) {
 	s := startServer(t, mdhttp.ServerConfig{})
 	ctx := context.Background()
@@ -263,6 +264,8 @@ func TestReconnect(t *testing.T) {
 	start := time.Now()
 	err := b.Publish(ctx, testSegment("n", 64), descriptor.RPCMeta{IPOrHostName: "10.0.0.3", RPCPort: 2})
 	assert.Assert(t, errors.Is(err, metadata.ErrUnavailable), "got %v", err)
+	err = b.Publish(ctx, testSegment("old", 64, 128), rpcA) // a new buffer, refused
+	assert.Assert(t, errors.Is(err, metadata.ErrUnavailable), "got %v", err)
 	assert.Assert(t, time.Since(start) < 4*time.Second)
 	assert.Assert(t, b.Metrics().Unreachable)
 	_, err = b.Fetch(ctx, "old")
@@ -271,9 +274,13 @@ func TestReconnect(t *testing.T) {
 	s.start(t) // empty: no snapshot
 	raw := rawKV(t, s.url())
 	took := waitFor(t, 10*time.Second, "entries published after reconnect", func() bool {
-		return has(t, raw, metadata.SegmentKey("", "n")) && has(t, raw, metadata.SegmentKey("", "old"))
+		return has(t, raw, metadata.SegmentKey("", "old"))
 	})
 	t.Logf("entries published %v after the server came back", took)
+	assert.Assert(t, !has(t, raw, metadata.SegmentKey("", "n")), "a failed first Publish was re-published")
+	f, err := b.Fetch(ctx, "old")
+	assert.NilError(t, err)
+	assert.Equal(t, len(f.Buffers), 1, "a failed Publish was re-published")
 	waitFor(t, 5*time.Second, "backend sees the service again", func() bool { return !b.Metrics().Unreachable })
 }
 

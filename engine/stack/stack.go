@@ -6,11 +6,13 @@ package stack
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
 	"github.com/kvferry/kvferry/engine"
 	"github.com/kvferry/kvferry/engine/metadata"
+	"github.com/kvferry/kvferry/engine/metadata/open"
 	"github.com/kvferry/kvferry/engine/rpc"
 	"github.com/kvferry/kvferry/engine/transport/local"
 	"github.com/kvferry/kvferry/engine/transport/tcp"
@@ -25,6 +27,10 @@ type Config struct {
 	TCP tcp.Config
 	// Local configures the same-process transport.
 	Local local.Config
+	// Metadata configures the backend opened from Engine.MetadataConn:
+	// cluster id (MC_METADATA_CLUSTER_ID), re-publish interval, HTTP
+	// timeouts, etcd lease TTL. Its RPC and Logger default to the engine's.
+	Metadata open.Options
 	// AutoDiscover installs DefaultTransports at start (Mooncake's
 	// auto_discover = 1) unless Engine.Transports names others.
 	AutoDiscover bool
@@ -46,13 +52,28 @@ func Factory(cfg Config) engine.TransportFactory {
 	}
 }
 
-// OpenMetadata opens the metadata backend for a connection string.
-func OpenMetadata(ctx context.Context, conn string, ec engine.Config) (metadata.Backend, error) {
-	switch {
-	case conn == "" || conn == metadata.P2PHandshake:
-		return metadata.NewP2P(rpc.ClientConfig{ConnectTimeout: ec.ConnectTimeout, MaxMessage: ec.HandshakeMaxLength}), nil
+// OpenMetadata opens the metadata backend for a connection string
+// (engine/metadata/open): P2PHANDSHAKE, http(s)://… or etcd://…. A
+// malformed string wraps engine.ErrInvalidArgument, an unreachable service
+// engine.ErrMetadata.
+func OpenMetadata(ctx context.Context, conn string, ec engine.Config, mo open.Options) (metadata.Backend, error) {
+	if conn == "" {
+		conn = metadata.P2PHandshake
 	}
-	return nil, fmt.Errorf("metadata connection string %q: %w", conn, engine.ErrNotSupported)
+	if mo.RPC == (rpc.ClientConfig{}) {
+		mo.RPC = rpc.ClientConfig{ConnectTimeout: ec.ConnectTimeout, MaxMessage: ec.HandshakeMaxLength}
+	}
+	if mo.Logger == nil {
+		mo.Logger = ec.Logger
+	}
+	m, err := open.Open(ctx, conn, mo)
+	if errors.Is(err, open.ErrBadConn) {
+		return nil, fmt.Errorf("%w: %w", engine.ErrInvalidArgument, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", engine.ErrMetadata, err)
+	}
+	return m, nil
 }
 
 // New opens the metadata backend and starts an engine.
@@ -62,7 +83,7 @@ func New(ctx context.Context, cfg Config) (*engine.Engine, error) {
 		ec.MetadataConn = metadata.P2PHandshake
 	}
 	if ec.Metadata == nil {
-		m, err := OpenMetadata(ctx, ec.MetadataConn, ec)
+		m, err := OpenMetadata(ctx, ec.MetadataConn, ec, cfg.Metadata)
 		if err != nil {
 			return nil, err
 		}
@@ -79,5 +100,6 @@ func New(ctx context.Context, cfg Config) (*engine.Engine, error) {
 		ec.Metadata.Close()
 		return nil, err
 	}
+	open.LogStart(e.Logger(), ec.MetadataConn, open.Advertised{Segment: e.SegmentName(), Host: e.Host(), RPCPort: e.RPCPort()})
 	return e, nil
 }

@@ -3,8 +3,10 @@ package open_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -145,4 +147,42 @@ func TestOpenUnreachable(t *testing.T) {
 func TestOpenBadOptions(t *testing.T) {
 	_, err := open.Open(context.Background(), "http://127.0.0.1:1/metadata", open.Options{KV: metadata.KVConfig{OpTimeout: -1}})
 	assert.Assert(t, err != nil && !errors.Is(err, metadata.ErrUnavailable), "%v", err)
+}
+
+func TestWarning(t *testing.T) {
+	for _, tc := range []struct {
+		conn, host string
+		warn       bool
+	}{
+		{"P2PHANDSHAKE", "127.0.0.1", false},
+		{"http://127.0.0.1:8080/metadata", "127.0.0.1", false},
+		{"http://10.0.0.1:8080/metadata", "127.0.0.1", true},
+		{"http://10.0.0.1:8080/metadata", "::1", true},
+		{"http://10.0.0.1:8080/metadata", "169.254.3.4", true},
+		{"http://10.0.0.1:8080/metadata", "fe80::1", true},
+		{"http://10.0.0.1:8080/metadata", "0.0.0.0", true},
+		{"http://10.0.0.1:8080/metadata", "localhost", true},
+		{"http://10.0.0.1:8080/metadata", "10.0.0.2", false},
+		{"http://10.0.0.1:8080/metadata", "node7.example", false},
+		{"etcd://10.0.0.1:2379", "127.0.0.1", true},
+		{"127.0.0.1:2379", "127.0.0.1", false},
+	} {
+		c, err := open.Parse(tc.conn)
+		assert.NilError(t, err)
+		w := open.Warning(c, open.Advertised{Segment: "s", Host: tc.host, RPCPort: 1})
+		assert.Equal(t, w != "", tc.warn, "%s %s: %q", tc.conn, tc.host, w)
+	}
+}
+
+func TestLogStart(t *testing.T) {
+	var buf strings.Builder
+	log := slog.New(slog.NewTextHandler(&buf, nil))
+	open.LogStart(log, "http://10.0.0.1:8080/metadata", open.Advertised{Segment: "node-a", Host: "127.0.0.1", RPCPort: 15001})
+	out := buf.String()
+	assert.Assert(t, strings.Contains(out, "engine advertises") && strings.Contains(out, "host=127.0.0.1"), out)
+	assert.Assert(t, strings.Contains(out, "level=WARN"), out)
+	buf.Reset()
+	open.LogStart(log, "http://10.0.0.1:8080/metadata", open.Advertised{Segment: "node-a", Host: "10.0.0.2", RPCPort: 15001})
+	assert.Assert(t, !strings.Contains(buf.String(), "level=WARN"), buf.String())
+	open.LogStart(nil, "x", open.Advertised{})
 }
