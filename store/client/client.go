@@ -1,0 +1,411 @@
+package client
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/kvferry/kvferry/engine"
+	"github.com/kvferry/kvferry/engine/stack"
+	"github.com/kvferry/kvferry/internal/cmem"
+	"github.com/kvferry/kvferry/store/ha"
+	"github.com/kvferry/kvferry/store/wire"
+)
+
+// ErrClosed is returned by every call after Close.
+var ErrClosed = errors.New("store client closed")
+
+// Client is a store client: it lends a global segment to the store, keeps
+// a registered staging buffer, talks to the master over gRPC and moves data
+// directly to and from the holders of replicas with the transfer engine.
+// All methods are safe for concurrent use.
+type Client struct {
+	cfg      Config
+	log      *slog.Logger
+	e        *engine.Engine
+	ownsEng  bool
+	clientID string
+	segName  string // this client's transfer-engine segment name
+
+	global   *cmem.Map   // the mounted segment's memory (nil: none)
+	segments []*wire.Segment
+	staging  *staging // nil with NoLocalBuffer
+
+	embedded io.Closer        // the embedded master, if any
+	etcd     *clientv3.Client // HA leader lookups, if any
+
+	conn    atomic.Pointer[masterConn]
+	connMu  sync.Mutex // serializes re-resolving the master
+	kick    chan struct{}
+	ctx     context.Context
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	closed  atomic.Bool
+	metrics metrics
+}
+
+// masterConn is one gRPC connection to a master.
+type masterConn struct {
+	addr string
+	cc   *grpc.ClientConn
+	mc   wire.MasterClient
+	// version is the master's view version last seen in a Ping.
+	version atomic.Uint64
+}
+
+// New sets up a client: it starts (or takes) a transfer engine, starts the
+// embedded master or finds the master, maps, registers and mounts
+// GlobalSegmentSize bytes, registers the staging buffer, and starts the
+// heartbeat. ctx bounds the setup.
+func New(ctx context.Context, cfg Config) (_ *Client, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	c := &Client{cfg: cfg, log: cfg.Logger, kick: make(chan struct{}, 1), clientID: newUUID()}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	defer func() {
+		if err != nil {
+			c.teardown()
+		}
+	}()
+
+	// The master.
+	addr := cfg.MasterServerAddr
+	switch {
+	case isEmbedded(addr):
+		a, stop, err := cfg.StartEmbeddedMaster()
+		if err != nil {
+			return nil, fmt.Errorf("store client: start embedded master: %w", err)
+		}
+		c.embedded, addr = stop, a
+	case strings.HasPrefix(addr, ha.Scheme):
+		eps, _ := ha.ParseEndpoints(addr)
+		cli, err := ha.Dial(eps, cfg.RPCTimeout)
+		if err != nil {
+			return nil, fmt.Errorf("store client: %w", err)
+		}
+		c.etcd = cli
+		view, err := c.leader(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("store client: find master: %w", err)
+		}
+		addr = view.Address
+	}
+	mc, err := dialMaster(addr)
+	if err != nil {
+		return nil, err
+	}
+	c.conn.Store(mc)
+
+	// The transfer engine.
+	if cfg.Engine != nil {
+		c.e = cfg.Engine
+	} else {
+		sc := cfg.Stack
+		sc.Engine.MetadataConn = cfg.MetadataServer
+		sc.Engine.LocalServerName = cfg.LocalHostname
+		if sc.Engine.Logger == nil {
+			sc.Engine.Logger = cfg.Logger
+		}
+		if len(sc.Engine.Transports) == 0 {
+			sc.AutoDiscover = true
+			if p := strings.ToLower(cfg.Protocol); p != "tcp" {
+				sc.Engine.Transports = append(append([]string(nil), stack.DefaultTransports...), p)
+			}
+		}
+		e, err := stack.New(ctx, sc)
+		if err != nil {
+			return nil, fmt.Errorf("store client: start transfer engine: %w", err)
+		}
+		c.e, c.ownsEng = e, true
+	}
+	c.segName = c.e.SegmentName()
+
+	// Memory.
+	if !cfg.NoLocalBuffer {
+		st, err := newStaging(c.e, cfg.LocalBufferSize)
+		if err != nil {
+			return nil, fmt.Errorf("store client: local buffer: %w", err)
+		}
+		c.staging = st
+	}
+	if cfg.GlobalSegmentSize > 0 {
+		m, err := cmem.MapAnon(cfg.GlobalSegmentSize)
+		if err != nil {
+			return nil, fmt.Errorf("store client: global segment: %w", err)
+		}
+		c.global = m
+		if err := c.e.RegisterMemory(m.Addr(), m.Len(), "*", true); err != nil {
+			return nil, fmt.Errorf("store client: register global segment: %w", err)
+		}
+		seg := &wire.Segment{Id: newUUID(), Name: c.segName, Base: uint64(m.Addr()), Size: m.Len(), Protocol: cfg.Protocol}
+		c.segments = append(c.segments, seg)
+	}
+	// ReMountSegments registers the client even without a segment, so the
+	// master tracks its liveness from the start.
+	rctx, cancel := context.WithTimeout(ctx, cfg.RPCTimeout)
+	_, err = mc.mc.ReMountSegments(rctx, &wire.ReMountSegmentsRequest{ClientId: c.clientID, Segments: c.segments})
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("store client: mount segment at master %s: %w", mc.addr, wire.FromStatus(err))
+	}
+
+	c.wg.Add(1)
+	go c.runHeartbeat() // owned by c; stops on Close
+	c.log.Info("store client started", "segment", c.segName, "client", c.clientID, "master", mc.addr,
+		"config", cfg.String())
+	return c, nil
+}
+
+func dialMaster(addr string) (*masterConn, error) {
+	cc, err := grpc.NewClient(addr,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+			MinConnectTimeout: 2 * time.Second,
+		}),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("store client: dial master %s: %w", addr, err)
+	}
+	return &masterConn{addr: addr, cc: cc, mc: wire.NewMasterClient(cc)}, nil
+}
+
+func (c *Client) leader(ctx context.Context) (ha.View, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.RPCTimeout)
+	defer cancel()
+	return ha.Leader(ctx, c.etcd, c.cfg.ClusterID)
+}
+
+func newUUID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	s := hex.EncodeToString(b[:])
+	return s[:8] + "-" + s[8:12] + "-" + s[12:16] + "-" + s[16:20] + "-" + s[20:]
+}
+
+// Engine returns the client's transfer engine.
+func (c *Client) Engine() *engine.Engine { return c.e }
+
+// Hostname returns the client's transfer-engine segment name ("host:port"
+// in P2P mode), the name under which its segment is mounted.
+func (c *Client) Hostname() string { return c.segName }
+
+// ClientID returns the id the master knows this client by.
+func (c *Client) ClientID() string { return c.clientID }
+
+// MasterAddr returns the address of the master in use.
+func (c *Client) MasterAddr() string { return c.conn.Load().addr }
+
+// Close unmounts the segment, stops the heartbeat, unregisters and frees
+// the memory, and closes the engine it created and the embedded master. A
+// second Close is harmless.
+func (c *Client) Close() error {
+	if c.closed.Swap(true) {
+		return nil
+	}
+	if mc := c.conn.Load(); mc != nil {
+		for _, seg := range c.segments {
+			ctx, cancel := context.WithTimeout(context.Background(), min(c.cfg.RPCTimeout, 2*time.Second))
+			_, err := mc.mc.UnmountSegment(ctx, &wire.UnmountSegmentRequest{ClientId: c.clientID, SegmentId: seg.GetId()})
+			cancel()
+			if err != nil {
+				c.log.Warn("unmount at close failed", "segment", c.segName, "err", wire.FromStatus(err))
+			}
+		}
+	}
+	c.teardown()
+	c.log.Info("store client closed", "segment", c.segName)
+	return nil
+}
+
+// teardown releases everything New may have acquired.
+func (c *Client) teardown() {
+	c.cancel()
+	c.wg.Wait()
+	if mc := c.conn.Swap(nil); mc != nil {
+		mc.cc.Close()
+	}
+	if c.e != nil {
+		if c.global != nil {
+			_ = c.e.UnregisterMemory(c.global.Addr())
+		}
+		if c.staging != nil {
+			_ = c.e.UnregisterMemory(c.staging.mem.Addr())
+		}
+		if c.ownsEng {
+			_ = c.e.Close()
+		}
+	}
+	if c.global != nil {
+		_ = c.global.Close()
+	}
+	if c.staging != nil {
+		_ = c.staging.mem.Close()
+	}
+	if c.etcd != nil {
+		_ = c.etcd.Close()
+	}
+	if c.embedded != nil {
+		_ = c.embedded.Close()
+	}
+}
+
+// master returns the connection to use, or ErrClosed.
+func (c *Client) master() (*masterConn, error) {
+	if c.closed.Load() {
+		return nil, ErrClosed
+	}
+	mc := c.conn.Load()
+	if mc == nil {
+		return nil, ErrClosed
+	}
+	return mc, nil
+}
+
+// rpcErr converts a gRPC error, and asks the heartbeat to check the master
+// at once when the error says the master is gone or no longer leads.
+func (c *Client) rpcErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	err = wire.FromStatus(err)
+	switch wire.CodeOf(err) {
+	case wire.ErrRPCFail, wire.ErrRPCTimeout, wire.ErrUnavailableInStatus:
+		select {
+		case c.kick <- struct{}{}:
+		default:
+		}
+	}
+	return err
+}
+
+func (c *Client) rpcCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, c.cfg.RPCTimeout)
+}
+
+// HealthCheck reports whether the master answers a heartbeat: nil when it
+// does, ErrClosed after Close, the RPC error otherwise.
+func (c *Client) HealthCheck(ctx context.Context) error {
+	mc, err := c.master()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, min(c.cfg.RPCTimeout, 2*time.Second))
+	defer cancel()
+	_, err = mc.mc.Ping(ctx, &wire.PingRequest{ClientId: c.clientID})
+	return c.rpcErr(err)
+}
+
+// runHeartbeat pings the master every PingInterval (and at once when an
+// operation saw the master fail). It re-mounts the segments when the master
+// answers NEED_REMOUNT (a restarted master, a new HA leader, or an expiry),
+// and re-resolves an etcd:// master after PingFailures failures or a "not
+// the leader" answer. Owned by the Client; stops on Close.
+func (c *Client) runHeartbeat() {
+	defer c.wg.Done()
+	t := time.NewTicker(c.cfg.PingInterval)
+	defer t.Stop()
+	failures := 0
+	for {
+		select {
+		case <-c.ctx.Done():
+			return
+		case <-t.C:
+		case <-c.kick:
+		}
+		mc := c.conn.Load()
+		if mc == nil {
+			return
+		}
+		ctx, cancel := context.WithTimeout(c.ctx, max(c.cfg.PingInterval, 500*time.Millisecond))
+		resp, err := mc.mc.Ping(ctx, &wire.PingRequest{ClientId: c.clientID})
+		cancel()
+		if err != nil {
+			if c.ctx.Err() != nil {
+				return
+			}
+			failures++
+			c.metrics.pingFailures.Add(1)
+			err = wire.FromStatus(err)
+			if failures == 1 || failures%10 == 0 {
+				c.log.Warn("master heartbeat failed", "master", mc.addr, "failures", failures, "err", err)
+			}
+			if c.etcd != nil && (failures >= c.cfg.PingFailures || wire.CodeOf(err) == wire.ErrUnavailableInStatus) {
+				if c.switchLeader(mc) {
+					failures = 0
+				}
+			}
+			continue
+		}
+		if failures > 0 {
+			c.log.Info("master reachable again", "master", mc.addr, "after_failures", failures)
+		}
+		failures = 0
+		if old := mc.version.Swap(resp.GetViewVersion()); old != 0 && old != resp.GetViewVersion() {
+			c.log.Info("master view changed", "master", mc.addr, "version", resp.GetViewVersion())
+		}
+		if resp.GetStatus() == wire.ClientStatus_CLIENT_STATUS_NEED_REMOUNT {
+			c.remount(mc)
+		}
+	}
+}
+
+// remount registers the client and its segments again.
+func (c *Client) remount(mc *masterConn) {
+	ctx, cancel := context.WithTimeout(c.ctx, c.cfg.RPCTimeout)
+	defer cancel()
+	_, err := mc.mc.ReMountSegments(ctx, &wire.ReMountSegmentsRequest{ClientId: c.clientID, Segments: c.segments})
+	if err != nil {
+		c.log.Warn("remount failed", "master", mc.addr, "err", wire.FromStatus(err))
+		return
+	}
+	c.metrics.remounts.Add(1)
+	c.log.Info("segments remounted", "master", mc.addr, "segments", len(c.segments))
+}
+
+// switchLeader reads the HA leader and, when it moved, connects to it.
+// Reports whether a leader was found.
+func (c *Client) switchLeader(old *masterConn) bool {
+	c.connMu.Lock()
+	defer c.connMu.Unlock()
+	view, err := c.leader(c.ctx)
+	if err != nil {
+		c.log.Warn("find master leader failed", "err", err)
+		return false
+	}
+	if view.Address == old.addr {
+		return true
+	}
+	mc, err := dialMaster(view.Address)
+	if err != nil {
+		c.log.Warn("connect to new master leader failed", "master", view.Address, "err", err)
+		return false
+	}
+	if !c.conn.CompareAndSwap(old, mc) {
+		mc.cc.Close()
+		return true
+	}
+	c.metrics.masterSwitches.Add(1)
+	c.log.Info("following new master leader", "master", view.Address, "version", view.Version, "previous", old.addr)
+	// Calls in flight on the old connection fail; new calls use the new one.
+	old.cc.Close()
+	c.remount(mc)
+	return true
+}

@@ -1,0 +1,346 @@
+package client_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"gotest.tools/v3/assert"
+
+	"github.com/kvferry/kvferry/engine/metadata/etcd/etcdtest"
+	"github.com/kvferry/kvferry/internal/cmem"
+	"github.com/kvferry/kvferry/internal/testutil"
+	"github.com/kvferry/kvferry/store/client"
+	"github.com/kvferry/kvferry/store/embedded"
+	"github.com/kvferry/kvferry/store/master"
+	"github.com/kvferry/kvferry/store/wire"
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(testutil.VerifyNoLeaks(m))
+}
+
+func ctxT(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func pattern(n int, seed byte) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(i*31) + seed
+	}
+	return b
+}
+
+func cbuf(t *testing.T, n uint64) *cmem.Map {
+	t.Helper()
+	m, err := cmem.MapAnon(n)
+	assert.NilError(t, err)
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
+func startMaster(t *testing.T, cfg master.Config) *master.Server {
+	t.Helper()
+	if cfg.RPCAddr == "" {
+		cfg.RPCAddr = "127.0.0.1:0"
+	}
+	srv, err := master.NewServer(cfg)
+	assert.NilError(t, err)
+	t.Cleanup(func() { srv.Close() })
+	return srv
+}
+
+func newClient(t *testing.T, cfg client.Config) *client.Client {
+	t.Helper()
+	if cfg.LocalHostname == "" {
+		cfg.LocalHostname = "127.0.0.1"
+	}
+	if cfg.PingInterval == 0 {
+		cfg.PingInterval = 100 * time.Millisecond
+	}
+	c, err := embedded.NewClient(ctxT(t, 20*time.Second), cfg)
+	assert.NilError(t, err)
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func code(err error) wire.Code { return wire.CodeOf(err) }
+
+// TestEmbeddedSingleClient: one process, embedded master, own segment (all
+// replicas local, memcpy path).
+func TestEmbeddedSingleClient(t *testing.T) {
+	ctx := ctxT(t, 30*time.Second)
+	c := newClient(t, client.Config{GlobalSegmentSize: 64 << 20, MasterServerAddr: "embedded"})
+	val := pattern(100000, 1)
+	assert.NilError(t, c.Put(ctx, "k1", val, client.ReplicateConfig{}))
+	got, err := c.Get(ctx, "k1")
+	assert.NilError(t, err)
+	assert.Assert(t, bytes.Equal(got, val))
+	// Put on an existing key succeeds and leaves the value alone.
+	assert.NilError(t, c.Put(ctx, "k1", pattern(10, 9), client.ReplicateConfig{}))
+	got, err = c.Get(ctx, "k1")
+	assert.NilError(t, err)
+	assert.Equal(t, len(got), len(val))
+	// Upsert overwrites.
+	assert.NilError(t, c.Upsert(ctx, "k1", pattern(10, 9), client.ReplicateConfig{}))
+	got, err = c.Get(ctx, "k1")
+	assert.NilError(t, err)
+	assert.Assert(t, bytes.Equal(got, pattern(10, 9)))
+
+	ok, err := c.IsExist(ctx, "k1")
+	assert.NilError(t, err)
+	assert.Assert(t, ok)
+	ok, err = c.IsExist(ctx, "nope")
+	assert.NilError(t, err)
+	assert.Assert(t, !ok)
+	size, err := c.GetSize(ctx, "k1")
+	assert.NilError(t, err)
+	assert.Equal(t, size, uint64(10))
+	_, err = c.Get(ctx, "nope")
+	assert.Equal(t, code(err), wire.ErrObjectNotFound)
+	_, err = c.GetSize(ctx, "nope")
+	assert.Equal(t, code(err), wire.ErrObjectNotFound)
+
+	// GetInto with a small buffer fails without writing.
+	small := cbuf(t, 4096)
+	_, err = c.GetInto(ctx, "k1", small.Addr(), 5)
+	assert.Equal(t, code(err), wire.ErrInvalidParams)
+	n, err := c.GetInto(ctx, "k1", small.Addr(), 4096)
+	assert.NilError(t, err)
+	assert.Equal(t, n, uint64(10))
+	assert.Assert(t, bytes.Equal(small.Bytes()[:10], pattern(10, 9)))
+
+	// Bad input.
+	assert.Equal(t, code(c.Put(ctx, "", val, client.ReplicateConfig{})), wire.ErrInvalidParams)
+	assert.Equal(t, code(c.Put(ctx, "z", nil, client.ReplicateConfig{})), wire.ErrInvalidParams)
+	assert.Equal(t, code(c.PutFrom(ctx, "z", 0, 10, client.ReplicateConfig{})), wire.ErrInvalidParams)
+
+	// Leases block remove; force does not wait.
+	assert.Equal(t, code(c.Remove(ctx, "k1", false)), wire.ErrObjectHasLease)
+	assert.NilError(t, c.Remove(ctx, "k1", true))
+	assert.Equal(t, code(c.Remove(ctx, "k1", true)), wire.ErrObjectNotFound)
+
+	for i := range 5 {
+		assert.NilError(t, c.Put(ctx, fmt.Sprintf("re_%d", i), pattern(64, byte(i)), client.ReplicateConfig{}))
+	}
+	assert.NilError(t, c.Put(ctx, "other", pattern(64, 0), client.ReplicateConfig{}))
+	cnt, err := c.RemoveByRegex(ctx, "^re_[0-3]$", false)
+	assert.NilError(t, err)
+	assert.Equal(t, cnt, int64(4))
+	_, err = c.RemoveByRegex(ctx, "(", false)
+	assert.Equal(t, code(err), wire.ErrInvalidParams)
+	cnt, err = c.RemoveAll(ctx, false)
+	assert.NilError(t, err)
+	assert.Equal(t, cnt, int64(2))
+	m := c.Metrics()
+	assert.Assert(t, m.LocalCopies > 0)
+	assert.Assert(t, m.Puts >= 8)
+	assert.NilError(t, c.HealthCheck(ctx))
+	assert.NilError(t, c.Close())
+	assert.NilError(t, c.Close())
+	assert.Assert(t, errors.Is(c.Put(ctx, "x", val, client.ReplicateConfig{}), client.ErrClosed))
+	assert.Assert(t, errors.Is(c.HealthCheck(ctx), client.ErrClosed))
+}
+
+// TestRemoteClients: a holder and a pure client on one master; every byte
+// of the pure client goes over TCP to the holder.
+func TestRemoteClients(t *testing.T) {
+	ctx := ctxT(t, 60*time.Second)
+	srv := startMaster(t, master.Config{})
+	holder := newClient(t, client.Config{MasterServerAddr: srv.Addr(), GlobalSegmentSize: 128 << 20})
+	user := newClient(t, client.Config{MasterServerAddr: srv.Addr(), LocalBufferSize: 1 << 20})
+
+	// Larger than the user's staging buffer: staged in chunks.
+	big := pattern(5<<20+123, 7)
+	assert.NilError(t, user.Put(ctx, "big", big, client.ReplicateConfig{}))
+	got, err := user.Get(ctx, "big")
+	assert.NilError(t, err)
+	assert.Assert(t, bytes.Equal(got, big))
+	got, err = holder.Get(ctx, "big")
+	assert.NilError(t, err)
+	assert.Assert(t, bytes.Equal(got, big))
+
+	// Zero-copy from registered memory, batch put and batch get.
+	const n, sz = 8, 256 << 10
+	src, dst := cbuf(t, n*sz), cbuf(t, n*sz)
+	assert.NilError(t, user.RegisterBuffer(src.Addr(), src.Len()))
+	assert.NilError(t, user.RegisterBuffer(dst.Addr(), dst.Len()))
+	keys := make([]string, n)
+	addrs := make([]uintptr, n)
+	dsts := make([]uintptr, n)
+	sizes := make([]uint64, n)
+	for i := range n {
+		keys[i] = fmt.Sprintf("b%d", i)
+		addrs[i] = src.Addr() + uintptr(i*sz)
+		dsts[i] = dst.Addr() + uintptr(i*sz)
+		sizes[i] = sz
+		copy(src.Bytes()[i*sz:(i+1)*sz], pattern(sz, byte(i)))
+	}
+	for i, e := range user.BatchPutFrom(ctx, keys, addrs, sizes, client.ReplicateConfig{}) {
+		assert.NilError(t, e, "key %d", i)
+	}
+	keys2 := append(append([]string(nil), keys...), "missing")
+	dsts2 := append(dsts, dst.Addr())
+	sizes2 := append(append([]uint64(nil), sizes...), sz)
+	got2, errs := user.BatchGetInto(ctx, keys2, dsts2, sizes2)
+	for i := range n {
+		assert.NilError(t, errs[i])
+		assert.Equal(t, got2[i], uint64(sz))
+	}
+	assert.Equal(t, code(errs[n]), wire.ErrObjectNotFound)
+	assert.Assert(t, bytes.Equal(src.Bytes(), dst.Bytes()))
+	ex, err := user.BatchIsExist(ctx, keys2)
+	assert.NilError(t, err)
+	assert.Equal(t, ex[0], true)
+	assert.Equal(t, ex[n], false)
+
+	// Unregistered C memory goes through staging.
+	plain := cbuf(t, 3<<20)
+	copy(plain.Bytes(), pattern(3<<20, 3))
+	assert.NilError(t, user.PutFrom(ctx, "plain", plain.Addr(), plain.Len(), client.ReplicateConfig{}))
+	out := cbuf(t, 3<<20)
+	nn, err := user.GetInto(ctx, "plain", out.Addr(), out.Len())
+	assert.NilError(t, err)
+	assert.Equal(t, nn, uint64(3<<20))
+	assert.Assert(t, bytes.Equal(plain.Bytes(), out.Bytes()))
+	_, err = user.GetInto(ctx, "plain", out.Addr(), 100)
+	assert.Equal(t, code(err), wire.ErrInvalidParams)
+
+	// The holder lent space; the pure client none.
+	segs := srv.Service().Segments()
+	assert.Equal(t, len(segs), 1)
+	assert.Equal(t, segs[0].Name, holder.Hostname())
+	assert.NilError(t, user.UnregisterBuffer(src.Addr()))
+	assert.NilError(t, user.UnregisterBuffer(dst.Addr()))
+}
+
+// TestReplicaSurvivesHolderLoss: with replica_num 2 on three holders, an
+// object stays readable when one holder's engine dies, before and after
+// the master expires it.
+func TestReplicaSurvivesHolderLoss(t *testing.T) {
+	ctx := ctxT(t, 60*time.Second)
+	srv := startMaster(t, master.Config{ClientTTL: time.Second, MaintenanceInterval: 50 * time.Millisecond})
+	var holders []*client.Client
+	for range 3 {
+		holders = append(holders, newClient(t, client.Config{MasterServerAddr: srv.Addr(), GlobalSegmentSize: 16 << 20}))
+	}
+	reader := newClient(t, client.Config{MasterServerAddr: srv.Addr()})
+	val := pattern(1<<20, 5)
+	for i := range 10 {
+		assert.NilError(t, reader.Put(ctx, fmt.Sprint("r", i), val, client.ReplicateConfig{ReplicaNum: 2}))
+	}
+	// Kill the holder of the first replica of r0 (its engine stops serving
+	// and its heartbeat stops), without telling the master.
+	list, err := srv.Service().GetReplicaList("r0")
+	assert.NilError(t, err)
+	assert.Equal(t, len(list.Replicas), 2)
+	var victim *client.Client
+	for _, h := range holders {
+		if h.Hostname() == list.Replicas[0].SegmentName {
+			victim = h
+		}
+	}
+	assert.Assert(t, victim != nil)
+	assert.NilError(t, victim.Engine().Close())
+	stopHeartbeat(victim)
+	for i := range 10 {
+		got, err := reader.Get(ctx, fmt.Sprint("r", i))
+		assert.NilError(t, err, "r%d before expiry", i)
+		assert.Assert(t, bytes.Equal(got, val))
+	}
+	// The master notices within its client TTL and drops the replicas.
+	deadline := time.Now().Add(10 * time.Second)
+	for srv.Service().Metrics().ExpiredClientsTotal == 0 {
+		assert.Assert(t, time.Now().Before(deadline), "victim not expired")
+		time.Sleep(20 * time.Millisecond)
+	}
+	list, err = srv.Service().GetReplicaList("r0")
+	assert.NilError(t, err)
+	assert.Equal(t, len(list.Replicas), 1)
+	for i := range 10 {
+		got, err := reader.Get(ctx, fmt.Sprint("r", i))
+		assert.NilError(t, err, "r%d after expiry", i)
+		assert.Assert(t, bytes.Equal(got, val))
+	}
+}
+
+// stopHeartbeat makes a client fall silent as a killed process would: its
+// heartbeat stops, so the master expires it after the client TTL.
+func stopHeartbeat(c *client.Client) {
+	client.StopHeartbeatForTest(c)
+}
+
+// TestMasterRestart: the master goes away and comes back empty on the same
+// address; clients re-mount by themselves and work again.
+func TestMasterRestart(t *testing.T) {
+	ctx := ctxT(t, 60*time.Second)
+	srv := startMaster(t, master.Config{})
+	addr := srv.Addr()
+	holder := newClient(t, client.Config{MasterServerAddr: addr, GlobalSegmentSize: 16 << 20})
+	user := newClient(t, client.Config{MasterServerAddr: addr})
+	assert.NilError(t, user.Put(ctx, "a", pattern(1000, 1), client.ReplicateConfig{}))
+	assert.NilError(t, srv.Close())
+	err := user.Put(ctx, "b", pattern(1000, 2), client.ReplicateConfig{})
+	assert.Equal(t, code(err), wire.ErrRPCFail)
+	assert.Assert(t, user.HealthCheck(ctx) != nil)
+
+	srv2 := startMaster(t, master.Config{RPCAddr: addr})
+	deadline := time.Now().Add(15 * time.Second)
+	for len(srv2.Service().Segments()) == 0 {
+		assert.Assert(t, time.Now().Before(deadline), "holder did not re-mount")
+		time.Sleep(20 * time.Millisecond)
+	}
+	// The old objects are gone (the master keeps metadata in memory).
+	_, err = user.Get(ctx, "a")
+	assert.Equal(t, code(err), wire.ErrObjectNotFound)
+	assert.NilError(t, user.Put(ctx, "b", pattern(1000, 2), client.ReplicateConfig{}))
+	got, err := holder.Get(ctx, "b")
+	assert.NilError(t, err)
+	assert.Assert(t, bytes.Equal(got, pattern(1000, 2)))
+	assert.Assert(t, holder.Metrics().Remounts >= 1)
+	assert.NilError(t, user.HealthCheck(ctx))
+}
+
+// TestHAFollowLeader: clients given etcd:// find the leader, and follow a
+// failover to the standby.
+func TestHAFollowLeader(t *testing.T) {
+	etcd := etcdtest.Start(t)
+	ctx := ctxT(t, 60*time.Second)
+	mcfg := master.Config{EnableHA: true, EtcdEndpoints: []string{etcd.Endpoint()}, ClusterID: "ha_client",
+		MasterViewLeaseTTL: 2 * time.Second}
+	m1 := startMaster(t, mcfg)
+	deadline := time.Now().Add(10 * time.Second)
+	for m1.Role() != master.RoleLeader {
+		assert.Assert(t, time.Now().Before(deadline), "m1 not leader")
+		time.Sleep(20 * time.Millisecond)
+	}
+	m2 := startMaster(t, mcfg)
+	addr := "etcd://" + etcd.Endpoint()
+	holder := newClient(t, client.Config{MasterServerAddr: addr, ClusterID: "ha_client", GlobalSegmentSize: 16 << 20})
+	user := newClient(t, client.Config{MasterServerAddr: addr, ClusterID: "ha_client"})
+	assert.Equal(t, user.MasterAddr(), m1.Addr())
+	assert.NilError(t, user.Put(ctx, "x", pattern(5000, 1), client.ReplicateConfig{}))
+
+	assert.NilError(t, m1.Close())
+	deadline = time.Now().Add(20 * time.Second)
+	for {
+		err := user.Put(ctx, "y", pattern(5000, 2), client.ReplicateConfig{})
+		if err == nil {
+			break
+		}
+		assert.Assert(t, time.Now().Before(deadline), "no put after failover: %v", err)
+		time.Sleep(50 * time.Millisecond)
+	}
+	assert.Equal(t, user.MasterAddr(), m2.Addr())
+	got, err := holder.Get(ctx, "y")
+	assert.NilError(t, err)
+	assert.Assert(t, bytes.Equal(got, pattern(5000, 2)))
+	assert.Assert(t, user.Metrics().MasterSwitches >= 1)
+}

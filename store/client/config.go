@@ -1,0 +1,156 @@
+package client
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/kvferry/kvferry/engine"
+	"github.com/kvferry/kvferry/engine/stack"
+	"github.com/kvferry/kvferry/store/ha"
+)
+
+// Defaults (Mooncake's where one exists, specs/mooncake.md §6.2, §7.6-7.8).
+const (
+	// DefaultMasterAddr is used when MasterServerAddr is "" in the C API
+	// (Go: "" means the embedded master).
+	DefaultMasterAddr = "127.0.0.1:50051"
+	// DefaultLocalBufferSize is the registered staging buffer (16 MiB).
+	DefaultLocalBufferSize = 16 << 20
+	// DefaultPingInterval is the heartbeat period (Mooncake: 1 s).
+	DefaultPingInterval = time.Second
+	// DefaultPingFailures is how many missed heartbeats make the client
+	// re-resolve the master (Mooncake: 3).
+	DefaultPingFailures = 3
+	// DefaultRPCTimeout bounds one master call (MC_RPC_TIMEOUT_MS).
+	DefaultRPCTimeout = 10 * time.Second
+	// EmbeddedMaster is the MasterServerAddr that asks for an in-process
+	// master (as does "").
+	EmbeddedMaster = "embedded"
+)
+
+// EmbeddedMasterFunc starts an in-process master and returns its gRPC
+// address and what stops it. store/embedded provides one (the client never
+// imports store/master).
+type EmbeddedMasterFunc func() (addr string, stop io.Closer, err error)
+
+// Config configures a Client. The zero value works for a single process:
+// an embedded master (given EmbeddedMaster), P2P metadata, TCP, a 16 MiB
+// staging buffer and no mounted segment.
+type Config struct {
+	// LocalHostname is the transfer engine's local server name: the host
+	// (P2P mode; a ":port" suffix is ignored) or the segment name. Default:
+	// the first non-loopback IPv4 address, else 127.0.0.1.
+	LocalHostname string
+	// MetadataServer is the transfer-engine metadata connection string
+	// (default "P2PHANDSHAKE").
+	MetadataServer string
+	// GlobalSegmentSize is the memory this client lends to the store, in
+	// bytes: mapped, registered and mounted at New. 0 means none (a pure
+	// client).
+	GlobalSegmentSize uint64
+	// LocalBufferSize is the registered staging buffer for Put and Get of
+	// memory that is not registered, in bytes (default 16 MiB). Objects
+	// larger than it are staged in chunks.
+	LocalBufferSize uint64
+	// NoLocalBuffer disables the staging buffer (Mooncake's
+	// local_buffer_size = 0): Put and Get then need registered memory or a
+	// replica in this process.
+	NoLocalBuffer bool
+	// Protocol is the transport this client offers ("tcp", default).
+	Protocol string
+	// DeviceName lists RDMA devices (unused by TCP).
+	DeviceName string
+	// MasterServerAddr is "host:port", "etcd://h1:2379;h2:2379" (HA: follow
+	// the leader), or "" / "embedded" (an in-process master started with
+	// StartEmbeddedMaster).
+	MasterServerAddr string
+	// ClusterID is the HA cluster whose leader an etcd:// address names
+	// (default "mooncake_cluster"; MC_STORE_CLUSTER_ID).
+	ClusterID string
+	// StartEmbeddedMaster starts the embedded master; required when
+	// MasterServerAddr is "" or "embedded".
+	StartEmbeddedMaster EmbeddedMasterFunc
+	// Engine is a transfer engine to share; nil means New creates one from
+	// Stack (and Close closes it).
+	Engine *engine.Engine
+	// Stack is the base configuration of a created engine; LocalHostname,
+	// MetadataServer and Protocol override its fields.
+	Stack stack.Config
+	// RPCTimeout bounds one master call (default 10 s; MC_RPC_TIMEOUT_MS).
+	RPCTimeout time.Duration
+	// PingInterval is the heartbeat period (default 1 s).
+	PingInterval time.Duration
+	// PingFailures is the number of consecutive failed heartbeats after
+	// which the client re-resolves the master (default 3).
+	PingFailures int
+	// Logger receives state changes (connect, remount, failover); nil
+	// discards.
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	if c.MetadataServer == "" {
+		c.MetadataServer = "P2PHANDSHAKE"
+	}
+	if c.LocalHostname == "" {
+		c.LocalHostname = engine.FirstNonLoopbackIPv4()
+	}
+	if c.LocalBufferSize == 0 {
+		c.LocalBufferSize = DefaultLocalBufferSize
+	}
+	if c.Protocol == "" {
+		c.Protocol = "tcp"
+	}
+	if c.ClusterID == "" {
+		c.ClusterID = ha.DefaultClusterID
+	}
+	if c.RPCTimeout == 0 {
+		c.RPCTimeout = DefaultRPCTimeout
+	}
+	if c.PingInterval == 0 {
+		c.PingInterval = DefaultPingInterval
+	}
+	if c.PingFailures == 0 {
+		c.PingFailures = DefaultPingFailures
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// Validate names the first bad field.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	switch {
+	case c.RPCTimeout < 0 || c.PingInterval < 0:
+		return errors.New("store client config: negative timeout")
+	case c.PingFailures < 0:
+		return errors.New("store client config: negative PingFailures")
+	case isEmbedded(c.MasterServerAddr) && c.StartEmbeddedMaster == nil:
+		return errors.New("store client config: the embedded master needs StartEmbeddedMaster (use store/embedded)")
+	}
+	if strings.HasPrefix(c.MasterServerAddr, ha.Scheme) {
+		if _, err := ha.ParseEndpoints(c.MasterServerAddr); err != nil {
+			return fmt.Errorf("store client config: MasterServerAddr: %w", err)
+		}
+	}
+	return nil
+}
+
+func isEmbedded(addr string) bool {
+	return addr == "" || addr == EmbeddedMaster
+}
+
+// String returns the effective configuration for the start-up log.
+func (c Config) String() string {
+	c = c.withDefaults()
+	return fmt.Sprintf("local_hostname=%s metadata=%s global_segment_size=%d local_buffer_size=%d no_local_buffer=%v "+
+		"protocol=%s master=%q cluster_id=%s rpc_timeout=%v ping_interval=%v",
+		c.LocalHostname, c.MetadataServer, c.GlobalSegmentSize, c.LocalBufferSize, c.NoLocalBuffer,
+		c.Protocol, c.MasterServerAddr, c.ClusterID, c.RPCTimeout, c.PingInterval)
+}

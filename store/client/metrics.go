@@ -1,0 +1,48 @@
+package client
+
+import "sync/atomic"
+
+type metrics struct {
+	puts, putBytes, putErrors atomic.Uint64
+	gets, getBytes, getErrors atomic.Uint64
+	localCopies               atomic.Uint64
+	remounts, masterSwitches  atomic.Uint64
+	pingFailures              atomic.Uint64
+}
+
+// Metrics is a snapshot of a client's counters since New.
+type Metrics struct {
+	// Puts counts objects put (batch puts count each key).
+	Puts uint64
+	// PutBytes counts bytes of successful puts (once per object, not per
+	// replica).
+	PutBytes uint64
+	// PutErrors counts failed puts.
+	PutErrors uint64
+	// Gets counts objects read.
+	Gets uint64
+	// GetBytes counts bytes of successful reads.
+	GetBytes uint64
+	// GetErrors counts failed reads.
+	GetErrors uint64
+	// LocalCopies counts replica reads and writes served by memcpy from
+	// this client's own segment.
+	LocalCopies uint64
+	// Remounts counts re-registrations after NEED_REMOUNT.
+	Remounts uint64
+	// MasterSwitches counts moves to a new HA leader.
+	MasterSwitches uint64
+	// PingFailures counts failed heartbeats.
+	PingFailures uint64
+}
+
+// Metrics returns a snapshot.
+func (c *Client) Metrics() Metrics {
+	m := &c.metrics
+	return Metrics{
+		Puts: m.puts.Load(), PutBytes: m.putBytes.Load(), PutErrors: m.putErrors.Load(),
+		Gets: m.gets.Load(), GetBytes: m.getBytes.Load(), GetErrors: m.getErrors.Load(),
+		LocalCopies: m.localCopies.Load(), Remounts: m.remounts.Load(),
+		MasterSwitches: m.masterSwitches.Load(), PingFailures: m.pingFailures.Load(),
+	}
+}

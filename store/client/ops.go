@@ -1,0 +1,540 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/kvferry/kvferry/engine"
+	"github.com/kvferry/kvferry/internal/cmem"
+	"github.com/kvferry/kvferry/store/wire"
+)
+
+// ReplicateConfig is the replication request of a put (specs/mooncake.md
+// §6.5). The zero value asks for one replica, no pins.
+type ReplicateConfig struct {
+	// ReplicaNum is the number of memory replicas, each on a different
+	// segment (best effort). 0 means 1.
+	ReplicaNum int
+	// SoftPin keeps the object in memory longer: it is evicted last, for
+	// the master's soft-pin TTL (or SoftPinTTL).
+	SoftPin bool
+	// SoftPinTTL overrides the master's soft-pin TTL; 0 means its default.
+	SoftPinTTL time.Duration
+	// HardPin keeps the object from ever being evicted.
+	HardPin bool
+	// PreferredSegments are segment names (transfer-engine segment names of
+	// clients) tried first, in order.
+	PreferredSegments []string
+}
+
+func (r ReplicateConfig) toWire() *wire.ReplicateConfig {
+	w := &wire.ReplicateConfig{
+		ReplicaNum:        uint32(max(r.ReplicaNum, 0)),
+		SoftPinTtlMs:      uint64(r.SoftPinTTL / time.Millisecond),
+		HardPin:           r.HardPin,
+		PreferredSegments: r.PreferredSegments,
+	}
+	if r.SoftPin {
+		w.SoftPin = wire.SoftPinAction_SOFT_PIN_ENABLE
+	}
+	return w
+}
+
+// span is the caller's side of a transfer: C memory at addr (buf nil), or a
+// Go slice, which the engine never sees (it is copied through staging).
+type span struct {
+	addr uintptr
+	buf  []byte
+	size uint64
+}
+
+func cSpan(addr uintptr, size uint64) span { return span{addr: addr, size: size} }
+func goSpan(b []byte) span                 { return span{buf: b, size: uint64(len(b))} }
+
+// registered reports whether the engine can use the span directly.
+func (s span) registered(e *engine.Engine) bool {
+	return s.buf == nil && s.addr != 0 && e.Registered(uint64(s.addr), s.size)
+}
+
+// copyTo copies n bytes at offset off of the span to the C address dst.
+func (s span) copyTo(dst uintptr, off, n uint64) {
+	if s.buf != nil {
+		copy(cmem.Bytes(dst, n), s.buf[off:off+n])
+		return
+	}
+	cmem.Copy(dst, s.addr+uintptr(off), n)
+}
+
+// copyFrom copies n bytes from the C address src to offset off of the span.
+func (s span) copyFrom(off uint64, src uintptr, n uint64) {
+	if s.buf != nil {
+		copy(s.buf[off:off+n], cmem.Bytes(src, n))
+		return
+	}
+	cmem.Copy(s.addr+uintptr(off), src, n)
+}
+
+func transferFail(op, key string, err error) error {
+	return fmt.Errorf("%s %q: %w: %w", op, key, wire.ErrTransferFail, err)
+}
+
+// ---------------------------------------------------------------------------
+// Put
+
+// Put stores value under key. An existing key is left as it is and Put
+// returns nil (objects are immutable; use Upsert to overwrite), as in
+// Mooncake. The bytes go through the staging buffer (or straight into a
+// replica in this client's own segment).
+func (c *Client) Put(ctx context.Context, key string, value []byte, cfg ReplicateConfig) error {
+	return c.put(ctx, key, goSpan(value), cfg, false)
+}
+
+// PutFrom is Put of size bytes of C memory at addr. Registered memory
+// (RegisterBuffer) is sent without a copy.
+func (c *Client) PutFrom(ctx context.Context, key string, addr uintptr, size uint64, cfg ReplicateConfig) error {
+	return c.put(ctx, key, cSpan(addr, size), cfg, false)
+}
+
+// Upsert stores value under key, replacing an existing object.
+func (c *Client) Upsert(ctx context.Context, key string, value []byte, cfg ReplicateConfig) error {
+	return c.put(ctx, key, goSpan(value), cfg, true)
+}
+
+// UpsertFrom is Upsert of size bytes of C memory at addr.
+func (c *Client) UpsertFrom(ctx context.Context, key string, addr uintptr, size uint64, cfg ReplicateConfig) error {
+	return c.put(ctx, key, cSpan(addr, size), cfg, true)
+}
+
+func (c *Client) put(ctx context.Context, key string, data span, cfg ReplicateConfig, upsert bool) (err error) {
+	c.metrics.puts.Add(1)
+	defer func() {
+		if err != nil {
+			c.metrics.putErrors.Add(1)
+		} else {
+			c.metrics.putBytes.Add(data.size)
+		}
+	}()
+	if key == "" || data.size == 0 || (data.buf == nil && data.addr == 0) {
+		return fmt.Errorf("put %q (%d bytes): %w", key, data.size, wire.ErrInvalidParams)
+	}
+	mc, err := c.master()
+	if err != nil {
+		return err
+	}
+	rctx, cancel := c.rpcCtx(ctx)
+	resp, err := mc.mc.PutStart(rctx, &wire.PutStartRequest{ClientId: c.clientID, Key: key, Size: data.size,
+		Config: cfg.toWire(), Upsert: upsert})
+	cancel()
+	if err != nil {
+		err = c.rpcErr(err)
+		if !upsert && wire.CodeOf(err) == wire.ErrObjectAlreadyExists {
+			return nil
+		}
+		return fmt.Errorf("put %q: %w", key, err)
+	}
+	if werr := c.writeReplicas(ctx, data, resp.GetReplicas()); werr != nil {
+		rctx, cancel := c.rpcCtx(context.Background())
+		_, rerr := mc.mc.PutEnd(rctx, &wire.PutEndRequest{ClientId: c.clientID, Key: key, Revoke: true})
+		cancel()
+		if rerr != nil {
+			c.log.Warn("put revoke failed", "key", key, "err", c.rpcErr(rerr))
+		}
+		return transferFail("put", key, werr)
+	}
+	rctx, cancel = c.rpcCtx(ctx)
+	_, err = mc.mc.PutEnd(rctx, &wire.PutEndRequest{ClientId: c.clientID, Key: key})
+	cancel()
+	if err != nil {
+		return fmt.Errorf("put %q: end: %w", key, c.rpcErr(err))
+	}
+	return nil
+}
+
+// writeReplicas writes data to every replica: replicas in this client's
+// segment by memcpy, the others with one engine transfer (per staging
+// chunk when the data is not registered).
+func (c *Client) writeReplicas(ctx context.Context, data span, reps []*wire.Replica) error {
+	remote := make([]*wire.Replica, 0, len(reps))
+	for _, r := range reps {
+		if r.GetSize() < data.size {
+			return fmt.Errorf("replica of %d bytes for %d: %w", r.GetSize(), data.size, wire.ErrInvalidReplica)
+		}
+		if r.GetSegmentName() == c.segName {
+			data.copyTo(uintptr(r.GetAddress()), 0, data.size)
+			c.metrics.localCopies.Add(1)
+			continue
+		}
+		remote = append(remote, r)
+	}
+	if len(remote) == 0 {
+		return nil
+	}
+	ids, err := c.open(ctx, remote)
+	if err != nil {
+		return err
+	}
+	reqs := make([]engine.Request, len(remote))
+	if data.registered(c.e) {
+		for i, r := range remote {
+			reqs[i] = engine.Request{Op: engine.OpWrite, Source: data.addr, Target: ids[i], TargetOffset: r.GetAddress(), Length: data.size}
+		}
+		return c.transfer(ctx, reqs, remote)
+	}
+	if c.staging == nil {
+		return fmt.Errorf("data not in registered memory and no local buffer: %w", wire.ErrInvalidParams)
+	}
+	chunk, err := c.staging.get(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.staging.put(chunk)
+	for off := uint64(0); off < data.size; off += c.staging.chunk {
+		n := min(c.staging.chunk, data.size-off)
+		data.copyTo(chunk, off, n)
+		for i, r := range remote {
+			reqs[i] = engine.Request{Op: engine.OpWrite, Source: chunk, Target: ids[i], TargetOffset: r.GetAddress() + off, Length: n}
+		}
+		if err := c.transfer(ctx, reqs, remote); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// open returns the engine segment ids of the replicas' holders.
+func (c *Client) open(ctx context.Context, reps []*wire.Replica) ([]engine.SegmentID, error) {
+	ids := make([]engine.SegmentID, len(reps))
+	for i, r := range reps {
+		id, err := c.e.OpenSegment(ctx, r.GetSegmentName())
+		if err != nil {
+			return nil, fmt.Errorf("open segment %q: %w", r.GetSegmentName(), err)
+		}
+		ids[i] = id
+	}
+	return ids, nil
+}
+
+// transfer runs reqs; on failure it drops the cached descriptors of the
+// peers involved, so a restarted holder is looked up afresh.
+func (c *Client) transfer(ctx context.Context, reqs []engine.Request, reps []*wire.Replica) error {
+	err := c.e.Transfer(ctx, reqs)
+	if err != nil {
+		for _, r := range reps {
+			_ = c.e.RemoveSegment(r.GetSegmentName())
+		}
+	}
+	return err
+}
+
+// ---------------------------------------------------------------------------
+// Get
+
+// Get returns a copy of the object stored under key.
+func (c *Client) Get(ctx context.Context, key string) ([]byte, error) {
+	var out []byte
+	_, err := c.get(ctx, key, func(size uint64) (span, error) {
+		out = make([]byte, size)
+		return goSpan(out), nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// GetBytes reads the object stored under key into buf and returns its size.
+// A buf shorter than the object is INVALID_PARAMS and nothing is read.
+func (c *Client) GetBytes(ctx context.Context, key string, buf []byte) (uint64, error) {
+	return c.get(ctx, key, func(size uint64) (span, error) {
+		if uint64(len(buf)) < size {
+			return span{}, fmt.Errorf("get %q: object of %d bytes, buffer of %d: %w", key, size, len(buf), wire.ErrInvalidParams)
+		}
+		return goSpan(buf[:size]), nil
+	})
+}
+
+// GetInto reads the object stored under key into size bytes of C memory at
+// addr and returns the object's size. A buffer smaller than the object is
+// INVALID_PARAMS and nothing is written. Registered memory (RegisterBuffer)
+// is filled without a copy.
+func (c *Client) GetInto(ctx context.Context, key string, addr uintptr, size uint64) (uint64, error) {
+	return c.get(ctx, key, func(objSize uint64) (span, error) {
+		if size < objSize {
+			return span{}, fmt.Errorf("get %q: object of %d bytes, buffer of %d: %w", key, objSize, size, wire.ErrInvalidParams)
+		}
+		if addr == 0 {
+			return span{}, fmt.Errorf("get %q: NULL buffer: %w", key, wire.ErrInvalidParams)
+		}
+		return cSpan(addr, objSize), nil
+	})
+}
+
+func (c *Client) get(ctx context.Context, key string, dest func(size uint64) (span, error)) (n uint64, err error) {
+	c.metrics.gets.Add(1)
+	defer func() {
+		if err != nil {
+			c.metrics.getErrors.Add(1)
+		} else {
+			c.metrics.getBytes.Add(n)
+		}
+	}()
+	if key == "" {
+		return 0, fmt.Errorf("get: empty key: %w", wire.ErrInvalidParams)
+	}
+	mc, err := c.master()
+	if err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	rctx, cancel := c.rpcCtx(ctx)
+	resp, err := mc.mc.GetReplicaList(rctx, &wire.KeyRequest{Key: key})
+	cancel()
+	if err != nil {
+		return 0, fmt.Errorf("get %q: %w", key, c.rpcErr(err))
+	}
+	size := resp.GetSize()
+	d, err := dest(size)
+	if err != nil {
+		return 0, err
+	}
+	lease := time.Duration(resp.GetLeaseTtlMs()) * time.Millisecond
+	if err := c.readAny(ctx, key, resp.GetReplicas(), d, size, start, lease); err != nil {
+		return 0, err
+	}
+	return size, nil
+}
+
+// readAny reads from the first replica that answers (ours first) and
+// checks that the lease granted at start still held when the read ended.
+func (c *Client) readAny(ctx context.Context, key string, reps []*wire.Replica, d span, size uint64,
+	start time.Time, lease time.Duration) error {
+	if len(reps) == 0 {
+		return fmt.Errorf("get %q: %w", key, wire.ErrReplicaIsNotReady)
+	}
+	var lastErr error
+	done := false
+	for _, r := range c.readOrder(reps) {
+		if lastErr = c.readReplica(ctx, r, d, size); lastErr == nil {
+			done = true
+			break
+		}
+		c.log.Debug("replica read failed", "key", key, "segment", r.GetSegmentName(), "err", lastErr)
+	}
+	if !done {
+		return transferFail("get", key, lastErr)
+	}
+	if lease > 0 && time.Since(start) > lease {
+		return fmt.Errorf("get %q: read took %v, lease %v: %w", key, time.Since(start), lease, wire.ErrLeaseExpired)
+	}
+	return nil
+}
+
+// readOrder puts replicas in this client's segment first.
+func (c *Client) readOrder(reps []*wire.Replica) []*wire.Replica {
+	out := make([]*wire.Replica, 0, len(reps))
+	for _, r := range reps {
+		if r.GetSegmentName() == c.segName {
+			out = append(out, r)
+		}
+	}
+	for _, r := range reps {
+		if r.GetSegmentName() != c.segName {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func (c *Client) readReplica(ctx context.Context, r *wire.Replica, d span, size uint64) error {
+	if r.GetSize() < size {
+		return fmt.Errorf("replica of %d bytes for %d: %w", r.GetSize(), size, wire.ErrInvalidReplica)
+	}
+	if r.GetSegmentName() == c.segName {
+		d.copyFrom(0, uintptr(r.GetAddress()), size)
+		c.metrics.localCopies.Add(1)
+		return nil
+	}
+	one := []*wire.Replica{r}
+	ids, err := c.open(ctx, one)
+	if err != nil {
+		return err
+	}
+	if d.registered(c.e) {
+		return c.transfer(ctx, []engine.Request{{Op: engine.OpRead, Source: d.addr, Target: ids[0],
+			TargetOffset: r.GetAddress(), Length: size}}, one)
+	}
+	if c.staging == nil {
+		return fmt.Errorf("buffer not in registered memory and no local buffer: %w", wire.ErrInvalidParams)
+	}
+	chunk, err := c.staging.get(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.staging.put(chunk)
+	for off := uint64(0); off < size; off += c.staging.chunk {
+		n := min(c.staging.chunk, size-off)
+		if err := c.transfer(ctx, []engine.Request{{Op: engine.OpRead, Source: chunk, Target: ids[0],
+			TargetOffset: r.GetAddress() + off, Length: n}}, one); err != nil {
+			return err
+		}
+		d.copyFrom(off, chunk, n)
+	}
+	return nil
+}
+
+// ---------------------------------------------------------------------------
+// Existence, size, removal
+
+// IsExist reports whether key has a readable replica; a yes grants a read
+// lease (as Mooncake).
+func (c *Client) IsExist(ctx context.Context, key string) (bool, error) {
+	mc, err := c.master()
+	if err != nil {
+		return false, err
+	}
+	ctx, cancel := c.rpcCtx(ctx)
+	defer cancel()
+	resp, err := mc.mc.ExistKey(ctx, &wire.KeyRequest{Key: key})
+	if err != nil {
+		return false, fmt.Errorf("is exist %q: %w", key, c.rpcErr(err))
+	}
+	return resp.GetExists(), nil
+}
+
+// BatchIsExist is IsExist for many keys in one master call.
+func (c *Client) BatchIsExist(ctx context.Context, keys []string) ([]bool, error) {
+	mc, err := c.master()
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := c.rpcCtx(ctx)
+	defer cancel()
+	resp, err := mc.mc.BatchExistKey(ctx, &wire.BatchKeyRequest{Keys: keys})
+	if err != nil {
+		return nil, fmt.Errorf("batch is exist (%d keys): %w", len(keys), c.rpcErr(err))
+	}
+	out := make([]bool, len(keys))
+	for i, v := range resp.GetResults() {
+		if i < len(out) {
+			out[i] = v == 1
+		}
+	}
+	return out, nil
+}
+
+// GetSize returns the size of the object stored under key.
+func (c *Client) GetSize(ctx context.Context, key string) (uint64, error) {
+	mc, err := c.master()
+	if err != nil {
+		return 0, err
+	}
+	ctx, cancel := c.rpcCtx(ctx)
+	defer cancel()
+	resp, err := mc.mc.GetReplicaList(ctx, &wire.KeyRequest{Key: key})
+	if err != nil {
+		return 0, fmt.Errorf("get size %q: %w", key, c.rpcErr(err))
+	}
+	return resp.GetSize(), nil
+}
+
+// Remove deletes key. A leased object (read in the last lease period) is
+// OBJECT_HAS_LEASE unless force.
+func (c *Client) Remove(ctx context.Context, key string, force bool) error {
+	mc, err := c.master()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := c.rpcCtx(ctx)
+	defer cancel()
+	if _, err := mc.mc.Remove(ctx, &wire.RemoveRequest{Key: key, Force: force}); err != nil {
+		return fmt.Errorf("remove %q: %w", key, c.rpcErr(err))
+	}
+	return nil
+}
+
+// BatchRemove is Remove for many keys in one master call; errs[i] is the
+// result of keys[i].
+func (c *Client) BatchRemove(ctx context.Context, keys []string, force bool) ([]error, error) {
+	mc, err := c.master()
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := c.rpcCtx(ctx)
+	defer cancel()
+	resp, err := mc.mc.BatchRemove(ctx, &wire.BatchRemoveRequest{Keys: keys, Force: force})
+	if err != nil {
+		return nil, fmt.Errorf("batch remove (%d keys): %w", len(keys), c.rpcErr(err))
+	}
+	return errorsOf(resp.GetCodes(), len(keys)), nil
+}
+
+func errorsOf(codes []int32, n int) []error {
+	out := make([]error, n)
+	for i := range out {
+		if i < len(codes) {
+			out[i] = wire.ErrorOf(codes[i])
+		} else {
+			out[i] = wire.ErrInternal
+		}
+	}
+	return out
+}
+
+// RemoveByRegex deletes every object whose key matches pattern (RE2
+// syntax, unanchored) and returns how many it removed.
+func (c *Client) RemoveByRegex(ctx context.Context, pattern string, force bool) (int64, error) {
+	mc, err := c.master()
+	if err != nil {
+		return 0, err
+	}
+	ctx, cancel := c.rpcCtx(ctx)
+	defer cancel()
+	resp, err := mc.mc.RemoveByRegex(ctx, &wire.RemoveByRegexRequest{Pattern: pattern, Force: force})
+	if err != nil {
+		return 0, fmt.Errorf("remove by regex %q: %w", pattern, c.rpcErr(err))
+	}
+	return resp.GetCount(), nil
+}
+
+// RemoveAll deletes every object (leased ones only with force) and returns
+// how many it removed.
+func (c *Client) RemoveAll(ctx context.Context, force bool) (int64, error) {
+	mc, err := c.master()
+	if err != nil {
+		return 0, err
+	}
+	ctx, cancel := c.rpcCtx(ctx)
+	defer cancel()
+	resp, err := mc.mc.RemoveAll(ctx, &wire.RemoveAllRequest{Force: force})
+	if err != nil {
+		return 0, fmt.Errorf("remove all: %w", c.rpcErr(err))
+	}
+	return resp.GetCount(), nil
+}
+
+// RegisterBuffer registers size bytes of C memory at addr with the transfer
+// engine, so PutFrom and GetInto use it without a copy.
+func (c *Client) RegisterBuffer(addr uintptr, size uint64) error {
+	if c.closed.Load() {
+		return ErrClosed
+	}
+	if addr == 0 || size == 0 {
+		return fmt.Errorf("register buffer %#x+%d: %w", addr, size, wire.ErrInvalidParams)
+	}
+	if err := c.e.RegisterMemory(addr, size, "*", true); err != nil {
+		return fmt.Errorf("register buffer %#x+%d: %w", addr, size, err)
+	}
+	return nil
+}
+
+// UnregisterBuffer unregisters a buffer registered at addr.
+func (c *Client) UnregisterBuffer(addr uintptr) error {
+	if c.closed.Load() {
+		return ErrClosed
+	}
+	if err := c.e.UnregisterMemory(addr); err != nil {
+		return fmt.Errorf("unregister buffer %#x: %w", addr, err)
+	}
+	return nil
+}

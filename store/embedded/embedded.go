@@ -1,0 +1,37 @@
+// Package embedded joins the store client and master for single-host use:
+// NewClient starts a client whose master runs in the same process when the
+// master address is "" or "embedded". It is the one place that imports both
+// store/client and store/master (the client never imports the master).
+package embedded
+
+import (
+	"context"
+	"io"
+
+	"github.com/kvferry/kvferry/store/client"
+	"github.com/kvferry/kvferry/store/master"
+)
+
+// StartMaster returns a client.EmbeddedMasterFunc that starts an
+// in-process master with cfg (see master.StartEmbedded: gRPC on a loopback
+// port, no admin HTTP, no HA).
+func StartMaster(cfg master.Config) client.EmbeddedMasterFunc {
+	return func() (string, io.Closer, error) {
+		srv, err := master.StartEmbedded(cfg)
+		if err != nil {
+			return "", nil, err
+		}
+		return srv.Addr(), srv, nil
+	}
+}
+
+// NewClient is client.New with the embedded master available: when
+// cfg.MasterServerAddr is "" or "embedded" and cfg.StartEmbeddedMaster is
+// nil, the client starts a default master in this process and stops it on
+// Close.
+func NewClient(ctx context.Context, cfg client.Config) (*client.Client, error) {
+	if cfg.StartEmbeddedMaster == nil {
+		cfg.StartEmbeddedMaster = StartMaster(master.Config{Logger: cfg.Logger})
+	}
+	return client.New(ctx, cfg)
+}
