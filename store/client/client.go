@@ -40,7 +40,7 @@ type Client struct {
 	clientID string
 	segName  string // this client's transfer-engine segment name
 
-	global   *cmem.Map   // the mounted segment's memory (nil: none)
+	global   *cmem.Map // the mounted segment's memory (nil: none)
 	segments []*wire.Segment
 	staging  *staging // nil with NoLocalBuffer
 
