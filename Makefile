@@ -27,7 +27,7 @@ endif
 HEADERS := $(wildcard include/*.h)
 BINS    := $(patsubst cmd/%,%,$(wildcard cmd/*))
 
-.PHONY: all lib bins headers test test-go test-suites lint demo bench clean FORCE
+.PHONY: all lib bins headers test test-go test-suites lint demo demo-c bench clean FORCE
 
 all: lib bins headers
 
@@ -69,7 +69,10 @@ test-suites: all
 	@tests/run.sh
 
 demo: all
-	@scripts/demo.sh
+	@scripts/demo-c.sh
+
+demo-c: all
+	@scripts/demo-c.sh
 
 bench: all
 	@bench/tcp.sh

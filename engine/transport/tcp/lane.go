@@ -34,6 +34,16 @@ type lane struct {
 	stopCh    chan struct{}
 	connected atomic.Bool
 
+	// w is held by whoever writes to the connection: the writer goroutine
+	// or a submitter on the inline path. It guards cs and the scratch.
+	w struct {
+		sync.Mutex
+		cs     *conn
+		hdrs   [maxWriteBatch][HeaderSize]byte
+		bufs   net.Buffers
+		v1done []*engine.Slice
+	}
+
 	mu struct {
 		sync.Mutex
 		queue   []*engine.Slice
@@ -65,10 +75,6 @@ func (l *lane) enqueue(ss []*engine.Slice) {
 		go l.runWriter()
 	}
 	l.mu.Unlock()
-	select {
-	case l.kick <- struct{}{}:
-	default:
-	}
 }
 
 func (l *lane) take() []*engine.Slice {
@@ -135,18 +141,54 @@ func (l *lane) closeConn(cs *conn) {
 	l.connected.Store(false)
 }
 
-// runWriter encodes queued slices and writes them; owned by the lane,
-// stopped by lane.stop or the transport's context.
+// inlineMaxBytes bounds a submission that the submitting goroutine writes
+// itself when the lane is connected and idle: one handoff fewer for small
+// requests, while big ones never block the submitter.
+const inlineMaxBytes = 256 << 10
+
+// submit queues ss and either writes them at once (small, lane idle and
+// connected) or wakes the writer goroutine.
+func (l *lane) submit(ss []*engine.Slice, bytes uint64) {
+	l.enqueue(ss)
+	if bytes <= inlineMaxBytes && l.w.TryLock() {
+		cs := l.w.cs
+		if cs != nil && !cs.dead.Load() {
+			l.drainLocked()
+			l.w.Unlock()
+			if !l.queued() {
+				return
+			}
+		} else {
+			l.w.Unlock()
+		}
+	}
+	l.wake()
+}
+
+func (l *lane) wake() {
+	select {
+	case l.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (l *lane) queued() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.mu.queue) > 0
+}
+
+// runWriter writes queued slices whenever woken; owned by the lane, stopped
+// by lane.stop or the transport's context.
 func (l *lane) runWriter() {
 	defer l.t.wg.Done()
-	var cs *conn
-	hdrs := make([][HeaderSize]byte, maxWriteBatch)
-	bufs := make(net.Buffers, 0, 2*maxWriteBatch)
-	v1done := make([]*engine.Slice, 0, maxWriteBatch)
 	defer func() {
-		if cs != nil {
-			l.closeConn(cs)
+		l.w.Lock()
+		if l.w.cs != nil {
+			l.closeConn(l.w.cs)
+			l.w.cs = nil
 		}
+		l.w.Unlock()
 		l.stop()
 	}()
 	for {
@@ -157,68 +199,82 @@ func (l *lane) runWriter() {
 		case <-l.t.ctx.Done():
 			return
 		}
-		for {
-			batch := l.take()
-			if len(batch) == 0 {
-				break
-			}
-			for len(batch) > 0 {
-				if cs != nil && cs.dead.Load() {
-					l.closeConn(cs)
-					cs = nil
-				}
-				if cs == nil {
-					var err error
-					if cs, err = l.dial(); err != nil {
-						l.t.log.Warn("tcp connect failed", "peer", l.peerName, "err", err)
-						for _, s := range batch {
-							l.fail(s, err)
-						}
-						batch = nil
-						break
-					}
-				}
-				chunk := batch[:min(len(batch), maxWriteBatch)]
-				batch = batch[len(chunk):]
-				bufs = bufs[:0]
-				v1done = v1done[:0]
-				sent := 0
-				for i, s := range chunk {
-					if s.Canceled() {
-						s.Complete(engine.ErrCanceled)
-						continue
-					}
-					Header{Size: s.Length, Addr: s.Remote, Write: s.Op == engine.OpWrite, V2: l.v2}.Encode(&hdrs[i])
-					bufs = append(bufs, hdrs[i][:])
-					if s.Op == engine.OpWrite {
-						bufs = append(bufs, cmem.Bytes(s.Local, s.Length))
-					}
-					if l.v2 || s.Op == engine.OpRead {
-						cs.inflight <- s
-					} else {
-						v1done = append(v1done, s)
-					}
-					sent++
-				}
-				if sent == 0 {
-					continue
-				}
-				_ = cs.c.SetWriteDeadline(time.Now().Add(l.t.cfg.StatusTimeout))
-				if _, err := bufs.WriteTo(cs.c); err != nil {
-					// The reader fails or retries what is in flight.
-					cs.dead.Store(true)
-					cs.c.Close()
-					for _, s := range v1done {
-						l.fail(s, fmt.Errorf("write to %s: %w: %w", l.addr, errConn, err))
-					}
-					continue
-				}
-				l.t.sent.Add(uint64(sent))
-				for _, s := range v1done {
-					s.Complete(nil) // v1: done once it left our socket
-				}
-			}
+		l.w.Lock()
+		l.drainLocked()
+		l.w.Unlock()
+	}
+}
+
+// drainLocked writes everything queued; the caller holds l.w.
+func (l *lane) drainLocked() {
+	for {
+		batch := l.take()
+		if len(batch) == 0 {
+			return
 		}
+		for len(batch) > 0 {
+			cs := l.w.cs
+			if cs != nil && cs.dead.Load() {
+				l.closeConn(cs)
+				l.w.cs, cs = nil, nil
+			}
+			if cs == nil {
+				var err error
+				if cs, err = l.dial(); err != nil {
+					l.t.log.Warn("tcp connect failed", "peer", l.peerName, "err", err)
+					for _, s := range batch {
+						l.fail(s, err)
+					}
+					break
+				}
+				l.w.cs = cs
+			}
+			chunk := batch[:min(len(batch), maxWriteBatch)]
+			batch = batch[len(chunk):]
+			l.writeChunk(cs, chunk)
+		}
+	}
+}
+
+// writeChunk encodes and writes up to maxWriteBatch slices with one writev.
+func (l *lane) writeChunk(cs *conn, chunk []*engine.Slice) {
+	bufs := l.w.bufs[:0]
+	v1done := l.w.v1done[:0]
+	sent := 0
+	for i, s := range chunk {
+		if s.Canceled() {
+			s.Complete(engine.ErrCanceled)
+			continue
+		}
+		Header{Size: s.Length, Addr: s.Remote, Write: s.Op == engine.OpWrite, V2: l.v2}.Encode(&l.w.hdrs[i])
+		bufs = append(bufs, l.w.hdrs[i][:])
+		if s.Op == engine.OpWrite {
+			bufs = append(bufs, cmem.Bytes(s.Local, s.Length))
+		}
+		if l.v2 || s.Op == engine.OpRead {
+			cs.inflight <- s
+		} else {
+			v1done = append(v1done, s)
+		}
+		sent++
+	}
+	l.w.bufs, l.w.v1done = bufs[:0], v1done[:0]
+	if sent == 0 {
+		return
+	}
+	_ = cs.c.SetWriteDeadline(time.Now().Add(l.t.cfg.StatusTimeout))
+	if _, err := bufs.WriteTo(cs.c); err != nil {
+		// The reader fails or retries what is in flight.
+		cs.dead.Store(true)
+		cs.c.Close()
+		for _, s := range v1done {
+			l.fail(s, fmt.Errorf("write to %s: %w: %w", l.addr, errConn, err))
+		}
+		return
+	}
+	l.t.sent.Add(uint64(sent))
+	for _, s := range v1done {
+		s.Complete(nil) // v1: done once it left our socket
 	}
 }
 
@@ -290,6 +346,7 @@ func (l *lane) retryOrFail(s *engine.Slice, err error) {
 	if errors.Is(err, errConn) && s.Retries == 0 && !s.Canceled() && !l.t.closed.Load() {
 		s.Retries++
 		l.enqueue([]*engine.Slice{s})
+		l.wake()
 		return
 	}
 	l.fail(s, err)

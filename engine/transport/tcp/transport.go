@@ -229,9 +229,10 @@ func (t *Transport) peerFor(p *engine.Peer) (*peerConns, error) {
 	return pc, nil
 }
 
-// Submit queues slices on the peer's lanes. Small submissions stay on few
-// lanes (each lane gets at least 256 KiB) so that their headers share
-// system calls; large ones are striped over every lane.
+// Submit queues slices on the peer's lanes. Small submissions all go to the
+// first lane, so that concurrent small requests share system calls on both
+// sides; larger ones use as many lanes as give each at least 256 KiB, and
+// large ones are striped over every lane.
 func (t *Transport) Submit(p *engine.Peer, slices []*engine.Slice) {
 	if t.closed.Load() {
 		failAll(slices, engine.ErrClosed)
@@ -248,14 +249,21 @@ func (t *Transport) Submit(p *engine.Peer, slices []*engine.Slice) {
 	}
 	n := int(total / stripeMinBytes)
 	n = max(1, min(n, len(pc.lanes), len(slices)))
-	start := int(pc.next.Add(1))
+	start := 0
+	if n > 1 || total >= stripeMinBytes {
+		start = int(pc.next.Add(1))
+	}
 	per := (len(slices) + n - 1) / n
 	for k := 0; k < n; k++ {
 		lo, hi := k*per, min((k+1)*per, len(slices))
 		if lo >= hi {
 			break
 		}
-		pc.lanes[(start+k)%len(pc.lanes)].enqueue(slices[lo:hi])
+		var bytes uint64
+		for _, s := range slices[lo:hi] {
+			bytes += s.Length
+		}
+		pc.lanes[(start+k)%len(pc.lanes)].submit(slices[lo:hi], bytes)
 	}
 }
 
