@@ -45,6 +45,7 @@ func run(args []string) error {
 	path := fs.String("path", mdhttp.DefaultPath, "URL path of the metadata protocol")
 	snapshot := fs.String("snapshot", "", "snapshot file that keeps entries across restarts (empty: memory only)")
 	ttl := fs.Duration("ttl", 0, "drop entries not re-published for this long (0: never)")
+	idle := fs.Duration("idle-timeout", 120*time.Second, "close keep-alive connections idle this long")
 	maxValue := fs.Int64("max-value-bytes", mdhttp.DefaultServerMaxValueBytes, "largest accepted value in bytes")
 	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
@@ -83,7 +84,7 @@ func run(args []string) error {
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      30 * time.Second,
-		IdleTimeout:       120 * time.Second,
+		IdleTimeout:       *idle,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}
 	log.Info("metadata server started", "addr", ln.Addr().String(), "path", *path,

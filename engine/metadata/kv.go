@@ -351,6 +351,7 @@ func (b *KVBackend) put(ctx context.Context, key string, value []byte) error {
 			if !b.conflicted.Swap(true) {
 				b.log.Error("metadata key held by another engine", "key", key, "err", err)
 			}
+			return fmt.Errorf("put %q: %w (another engine uses this segment name): %w", key, ErrConflict, err)
 		}
 		return fmt.Errorf("put %q: %w", key, err)
 	}

@@ -1,0 +1,249 @@
+//go:build multiprocess
+
+// Package metadata_test runs transfer engines as separate processes that
+// find each other through a real metadata service: the kvferry-metadata
+// binary and a real etcd (issue 7). Run by tests/metadata/run.sh
+// (go test -tags multiprocess).
+package metadata_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"gotest.tools/v3/assert"
+
+	"github.com/kvferry/kvferry/engine/metadata"
+)
+
+const mib = 1 << 20
+
+// kinds runs body once through kvferry-metadata and once through etcd.
+func kinds(t *testing.T, body func(t *testing.T, svc service)) {
+	t.Run("http", func(t *testing.T) { body(t, startHTTP(t)) })
+	t.Run("etcd", func(t *testing.T) { body(t, startEtcd(t, false)) })
+}
+
+// TestTwoEngines: register, open, transfer both ways, notify; a buffer
+// registered after the open is usable at once; a freed buffer is never
+// written.
+func TestTwoEngines(t *testing.T) {
+	kinds(t, func(t *testing.T, svc service) {
+		a := startPeer(t, svc, "node-a")
+		b := startPeer(t, svc, "node-b")
+		assert.Assert(t, svc.Has(t, metadata.SegmentKey("", "node-b")))
+		assert.Assert(t, svc.Has(t, metadata.RPCMetaKey("", "node-b")))
+
+		bAddr := b.u64(b.do("alloc %d", 4*mib), "addr")
+		b.do("fill %d %d %d", bAddr, 4*mib, 0xab)
+		aAddr := a.u64(a.do("alloc %d", 4*mib), "addr")
+		id := a.u64(a.do("open node-b"), "id")
+
+		a.do("xfer read %d %d %d %d", id, aAddr, bAddr, 4*mib)
+		a.do("check %d %d %d", aAddr, 4*mib, 0xab)
+		a.do("fill %d %d %d", aAddr, 4*mib, 0xcd)
+		a.do("xfer write %d %d %d %d", id, aAddr, bAddr+mib, mib)
+		b.do("check %d %d %d", bAddr+mib, mib, 0xcd)
+		b.do("check %d %d %d", bAddr, mib, 0xab)
+
+		a.do("notify %d node-a hello", id)
+		r := b.do("notifs")
+		assert.Assert(t, strings.Contains(jsonString(r["notifs"]), `"msg":"hello"`), "notifs %v", r["notifs"])
+
+		// New buffer on B, no reopen on A.
+		b2 := b.u64(b.do("alloc %d", 64<<10), "addr")
+		b.do("fill %d %d %d", b2, 64<<10, 0x11)
+		a.do("xfer read %d %d %d %d", id, aAddr, b2, 64<<10)
+		a.do("check %d %d %d", aAddr, 64<<10, 0x11)
+
+		// Freed buffer on B: A's cached descriptor still lists it, but the
+		// write fails and B is unharmed.
+		b.do("free %d", b2)
+		_, e := a.try("xfer write %d %d %d %d", id, aAddr, b2, 64<<10)
+		assert.Assert(t, e != "", "write to a freed buffer succeeded")
+		t.Logf("write to freed buffer: %s", e)
+		b.do("info")
+		a.do("xfer write %d %d %d %d", id, aAddr, bAddr, mib)
+
+		// Unknown segment: a clean error.
+		_, e = a.try("open node-zz")
+		assert.Assert(t, e != "")
+
+		a.Quit()
+		b.Quit()
+		assert.Assert(t, !svc.Has(t, metadata.SegmentKey("", "node-b")), "entries left after a clean exit")
+		assert.Assert(t, !svc.Has(t, metadata.RPCMetaKey("", "node-b")))
+	})
+}
+
+// TestClusterID: engines of two clusters on one service do not see each
+// other, and may use the same segment name.
+func TestClusterID(t *testing.T) {
+	kinds(t, func(t *testing.T, svc service) {
+		a := startPeer(t, svc, "node-a", "-cluster", "c1")
+		startPeer(t, svc, "node-b", "-cluster", "c2")
+		b1 := startPeer(t, svc, "node-b", "-cluster", "c1")
+		assert.Assert(t, svc.Has(t, "mooncake/c1/ram/node-b"))
+		assert.Assert(t, svc.Has(t, "mooncake/c2/ram/node-b"))
+		_, e := a.try("open node-b")
+		assert.Assert(t, e == "", e)
+		b1.Quit()
+		assert.Assert(t, svc.Has(t, "mooncake/c2/ram/node-b"))
+	})
+}
+
+// TestNameConflict: a second engine with a taken name is refused by the
+// HTTP service (Mooncake master semantics for rpc_meta).
+func TestNameConflict(t *testing.T) {
+	svc := startHTTP(t)
+	startPeer(t, svc, "node-a")
+	_, err := tryPeer(t, svc, "node-a")
+	assert.ErrorContains(t, err, "held by another engine")
+}
+
+// TestMetadataRestart: the service dies during operation and comes back.
+// Transfers in flight and to opened segments go on; opening a segment
+// while it is down fails cleanly; afterwards opens work again without
+// restarting any engine (re-publish / lease re-grant).
+func TestMetadataRestart(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		start func(t *testing.T) service
+	}{
+		{"http", func(t *testing.T) service { return startHTTP(t) }},
+		{"http-snapshot", func(t *testing.T) service { return startHTTP(t, "-snapshot", t.TempDir()+"/snap.json") }},
+		{"etcd", func(t *testing.T) service { return startEtcd(t, false) }},
+		{"etcd-wiped", func(t *testing.T) service { return startEtcd(t, true) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			svc := tc.start(t)
+			a := startPeer(t, svc, "node-a")
+			b := startPeer(t, svc, "node-b")
+			c := startPeer(t, svc, "node-c")
+			const size = 128 * mib
+			bAddr := b.u64(b.do("alloc %d", size), "addr")
+			aAddr := a.u64(a.do("alloc %d", size), "addr")
+			a.do("fill %d %d %d", aAddr, size, 0x5a)
+			id := a.u64(a.do("open node-b"), "id")
+
+			batch := a.u64(a.do("submit write %d %d %d %d", id, aAddr, bAddr, size), "batch")
+			svc.Kill()
+			r := a.do("wait %d", batch)
+			assert.Equal(t, r["state"], "completed")
+			b.do("check %d %d %d", bAddr, size, 0x5a)
+			a.do("xfer read %d %d %d %d", id, aAddr, bAddr, mib)
+
+			// While down: a new open fails within the metadata timeouts.
+			r, e := a.try("open node-c")
+			assert.Assert(t, e != "", "open succeeded with the service down")
+			assert.Assert(t, r["ms"].(float64) < 10000, "open took %v ms", r["ms"])
+			t.Logf("open while down: %v ms: %s", r["ms"], e)
+			// Registering while down fails and is undone.
+			_, e = b.try("alloc %d", mib)
+			assert.Assert(t, e != "", "registration succeeded with the service down")
+
+			svc.Start(t)
+			took := waitFor(t, 15*time.Second, "entries back", func() bool {
+				return svc.Has(t, metadata.SegmentKey("", "node-c")) && svc.Has(t, metadata.RPCMetaKey("", "node-b"))
+			})
+			t.Logf("entries back %v after the restart", took)
+			cid := a.u64(a.do("open node-c"), "id")
+			cAddr := c.u64(c.do("alloc %d", mib), "addr")
+			a.do("xfer write %d %d %d %d", cid, aAddr, cAddr, mib)
+			c.do("check %d %d %d", cAddr, mib, 0x5a)
+			a.do("remove node-b")
+			id = a.u64(a.do("open node-b"), "id")
+			a.do("xfer write %d %d %d %d", id, aAddr, bAddr, mib)
+			// A new engine joins after the restart.
+			d := startPeer(t, svc, "node-d")
+			d.do("open node-a")
+		})
+	}
+}
+
+// TestKillEngine: an engine killed with SIGKILL loses its entries within
+// the TTL; transfers to it end FAILED within the transfer timeout; opening
+// it afterwards fails cleanly.
+func TestKillEngine(t *testing.T) {
+	kinds(t, func(t *testing.T, svc service) {
+		a := startPeer(t, svc, "node-a")
+		b := startPeer(t, svc, "node-b")
+		const size = 256 * mib
+		bAddr := b.u64(b.do("alloc %d", size), "addr")
+		aAddr := a.u64(a.do("alloc %d", size), "addr")
+		id := a.u64(a.do("open node-b"), "id")
+		a.do("xfer write %d %d %d %d", id, aAddr, bAddr, mib)
+
+		batch := a.u64(a.do("submit write %d %d %d %d", id, aAddr, bAddr, size), "batch")
+		b.Kill()
+		killed := time.Now()
+		r, _ := a.try("wait %d", batch)
+		t.Logf("transfer in flight at the kill: %v after %v ms", r["state"], r["ms"])
+		assert.Assert(t, r["state"] == "failed" || r["state"] == "completed", "state %v", r["state"])
+		batch = a.u64(a.do("submit write %d %d %d %d", id, aAddr, bAddr, mib), "batch")
+		r, _ = a.try("wait %d", batch)
+		assert.Equal(t, r["state"], "failed", "transfer to a dead engine: %v", r)
+		assert.Assert(t, time.Since(killed) < 10*time.Second)
+
+		took := waitFor(t, svc.TTL()+5*time.Second, "dead engine's entries vanish", func() bool {
+			return !svc.Has(t, metadata.SegmentKey("", "node-b")) && !svc.Has(t, metadata.RPCMetaKey("", "node-b"))
+		})
+		gone := time.Since(killed)
+		t.Logf("entries vanished %v after the kill (TTL %v)", gone, svc.TTL())
+		_ = took
+		assert.Assert(t, gone < svc.TTL()+2*time.Second, "took %v", gone)
+		a.do("remove node-b")
+		_, e := a.try("open node-b")
+		assert.Assert(t, strings.Contains(e, "not found"), "open of a dead engine: %q", e)
+
+		// A restarted engine with the same name is usable again.
+		b = startPeer(t, svc, "node-b")
+		bAddr = b.u64(b.do("alloc %d", mib), "addr")
+		id = a.u64(a.do("open node-b"), "id")
+		a.do("xfer write %d %d %d %d", id, aAddr, bAddr, mib)
+	})
+}
+
+// TestIdleGap (Mooncake#4209): transfer, stay idle longer than every
+// keep-alive and idle period in play (HTTP idle connections closed by the
+// server after 1 s, etcd lease TTL 2 s), transfer again: it succeeds on the
+// first try, and so does a metadata lookup.
+func TestIdleGap(t *testing.T) {
+	kinds(t, func(t *testing.T, svc service) {
+		a := startPeer(t, svc, "node-a")
+		b := startPeer(t, svc, "node-b")
+		c := startPeer(t, svc, "node-c")
+		bAddr := b.u64(b.do("alloc %d", 4*mib), "addr")
+		aAddr := a.u64(a.do("alloc %d", 4*mib), "addr")
+		id := a.u64(a.do("open node-b"), "id")
+		for round := range 2 {
+			a.do("xfer write %d %d %d %d", id, aAddr, bAddr, 4*mib)
+			time.Sleep(5 * time.Second) // the idle gap under test
+			_, e := a.try("xfer write %d %d %d %d", id, aAddr, bAddr, 4*mib)
+			assert.Assert(t, e == "", "round %d: first transfer after the gap: %s", round, e)
+			_, e = a.try("xfer read %d %d %d %d", id, aAddr, bAddr, 4*mib)
+			assert.Assert(t, e == "", "round %d: %s", round, e)
+		}
+		_, e := a.try("open node-c")
+		assert.Assert(t, e == "", "open after the gap: %s", e)
+		_ = c
+	})
+}
+
+func jsonString(v any) string {
+	var b strings.Builder
+	switch x := v.(type) {
+	case []any:
+		for _, e := range x {
+			if m, ok := e.(map[string]any); ok {
+				b.WriteString(`{"msg":"` + str(m["msg"]) + `","name":"` + str(m["name"]) + `"}`)
+			}
+		}
+	}
+	return b.String()
+}
+
+func str(v any) string {
+	s, _ := v.(string)
+	return s
+}
