@@ -530,13 +530,29 @@ func (e *Engine) fetch(ctx context.Context, name string) (*descriptor.Segment, d
 	return desc, ep, nil
 }
 
-// refresh re-fetches p's descriptor and endpoint.
+// refresh re-fetches p's descriptor and endpoint. When the endpoint
+// changed (the peer restarted under the same name), a new Peer with the
+// same id replaces p in the segment tables, so later requests and
+// notifications reach the new RPC port; holders of p still see the new
+// descriptor (and so its new data port).
 func (e *Engine) refresh(ctx context.Context, p *Peer) error {
-	desc, _, err := e.fetch(ctx, p.Name)
+	desc, ep, err := e.fetch(ctx, p.Name)
 	if err != nil {
 		return err
 	}
 	p.desc.Store(desc)
+	if ep == p.Endpoint {
+		return nil
+	}
+	np := &Peer{ID: p.ID, Name: p.Name, Endpoint: ep}
+	np.desc.Store(desc)
+	e.segments.Lock()
+	if int(p.ID) < len(e.segments.byID) && e.segments.byID[p.ID] == p {
+		e.segments.byID[p.ID] = np
+		e.segments.byName[p.Name] = np
+	}
+	e.segments.Unlock()
+	e.log.Info("segment endpoint changed", "segment", p.Name, "old", p.Endpoint.Addr(), "new", ep.Addr())
 	return nil
 }
 

@@ -1,0 +1,130 @@
+package descriptor
+
+import (
+	"encoding/json"
+	"errors"
+	"testing"
+
+	"gotest.tools/v3/assert"
+)
+
+// mooncakeTCP is a descriptor as Mooncake's TCP transport publishes it
+// (specs/mooncake.md §3.3), written by hand from the spec.
+const mooncakeTCP = `{"buffers":[{"addr":140234567913472,"length":1073741824,"name":"10.0.0.5:15123"}],` +
+	`"name":"10.0.0.5:15123","protocol":"tcp","tcp_data_port":16001,"tcp_proto_version":2,` +
+	`"timestamp":"2026-11-29 10:11:12.123456"}` + "\n"
+
+const mooncakeRDMA = `{"name":"node1","protocol":"rdma","tcp_data_port":0,"tcp_proto_version":2,` +
+	`"devices":[{"name":"mlx5_0","lid":0,"gid":"00:00:00:00:00:00:00:00:00:00:ff:ff:0a:00:00:05"}],` +
+	`"buffers":[{"name":"cpu:0","addr":4096,"length":8192,"rkey":[17],"lkey":[18]}],` +
+	`"priority_matrix":{"cpu:0":[["mlx5_0"],[]]}}`
+
+func TestDecodeMooncake(t *testing.T) {
+	s, err := Unmarshal([]byte(mooncakeTCP))
+	assert.NilError(t, err)
+	assert.Equal(t, s.Name, "10.0.0.5:15123")
+	assert.Equal(t, s.Protocol, "tcp")
+	assert.Equal(t, s.TCPDataPort, 16001)
+	assert.Equal(t, s.TCPProtoVersion, 2)
+	assert.DeepEqual(t, s.Buffers, []Buffer{{Name: "10.0.0.5:15123", Addr: 140234567913472, Length: 1 << 30}})
+	assert.Assert(t, s.Host == nil)
+	b, ok := s.Find(140234567913472+100, 4096)
+	assert.Assert(t, ok)
+	assert.Equal(t, b.Length, uint64(1<<30))
+	_, ok = s.Find(140234567913472+(1<<30)-1, 2)
+	assert.Assert(t, !ok, "range crossing the end")
+
+	r, err := Unmarshal([]byte(mooncakeRDMA))
+	assert.NilError(t, err)
+	assert.Equal(t, r.Devices[0].Name, "mlx5_0")
+	assert.DeepEqual(t, r.Buffers[0].RKey, []uint32{17})
+}
+
+func TestMissingProtoVersionMeansV1(t *testing.T) {
+	s, err := Unmarshal([]byte(`{"name":"a:1","protocol":"tcp","tcp_data_port":5,"buffers":[]}`))
+	assert.NilError(t, err)
+	assert.Equal(t, s.TCPProtoVersion, 1)
+}
+
+func TestRejectionRules(t *testing.T) {
+	bad := map[string]string{
+		"not json":           `{`,
+		"no name":            `{"protocol":"tcp","buffers":[]}`,
+		"no protocol":        `{"name":"a"}`,
+		"buffer no name":     `{"name":"a","protocol":"tcp","buffers":[{"name":"","addr":1,"length":1}]}`,
+		"buffer zero addr":   `{"name":"a","protocol":"tcp","buffers":[{"name":"a","addr":0,"length":1}]}`,
+		"buffer zero len":    `{"name":"a","protocol":"tcp","buffers":[{"name":"a","addr":1,"length":0}]}`,
+		"buffer wraps":       `{"name":"a","protocol":"tcp","buffers":[{"name":"a","addr":18446744073709551615,"length":2}]}`,
+		"rdma device no gid": `{"name":"a","protocol":"rdma","devices":[{"name":"m","lid":1,"gid":""}],"buffers":[]}`,
+		"rdma key count":     `{"name":"a","protocol":"rdma","devices":[{"name":"m","gid":"g"}],"buffers":[{"name":"cpu:0","addr":1,"length":1,"rkey":[1,2],"lkey":[1,2]}]}`,
+		"negative addr":      `{"name":"a","protocol":"tcp","buffers":[{"name":"a","addr":-1,"length":1}]}`,
+	}
+	for name, js := range bad {
+		_, err := Unmarshal([]byte(js))
+		assert.Assert(t, errors.Is(err, ErrMalformed), "%s: %v", name, err)
+	}
+}
+
+func TestEncodeFieldsAsMooncake(t *testing.T) {
+	s := &Segment{Name: "127.0.0.1:15000", Protocol: "tcp", TCPDataPort: 16000, TCPProtoVersion: 2,
+		Timestamp: "2026-11-29 10:00:00.000000", Buffers: []Buffer{{Name: "127.0.0.1:15000", Addr: 4096, Length: 8192}},
+		Host: &Host{BootID: "b", PID: 7}, Transports: []string{"local", "tcp"}}
+	b, err := Marshal(s)
+	assert.NilError(t, err)
+	var m map[string]any
+	assert.NilError(t, json.Unmarshal(b, &m))
+	for _, k := range []string{"name", "protocol", "tcp_data_port", "tcp_proto_version", "timestamp", "buffers"} {
+		_, ok := m[k]
+		assert.Assert(t, ok, "missing %s in %s", k, b)
+	}
+	buf := m["buffers"].([]any)[0].(map[string]any)
+	assert.Equal(t, buf["addr"], float64(4096)) // a JSON number, not hex
+	_, hasRKey := buf["rkey"]
+	assert.Assert(t, !hasRKey, "tcp buffers carry no keys")
+	back, err := Unmarshal(b)
+	assert.NilError(t, err)
+	assert.DeepEqual(t, back, s)
+}
+
+func TestRPCMetaAndNames(t *testing.T) {
+	m, err := UnmarshalRPCMeta([]byte(`{"ip_or_host_name":"10.1.2.3","rpc_port":15001}`))
+	assert.NilError(t, err)
+	assert.Equal(t, m.Addr(), "10.1.2.3:15001")
+	_, err = UnmarshalRPCMeta([]byte(`{"ip_or_host_name":"","rpc_port":1}`))
+	assert.Assert(t, errors.Is(err, ErrMalformed))
+	p, err := ParseP2PName("[::1]:15500")
+	assert.NilError(t, err)
+	assert.Equal(t, p.IPOrHostName, "::1")
+	assert.Equal(t, P2PName("::1", 15500), "[::1]:15500")
+	for _, bad := range []string{"", "host", "host:", "host:0", "host:70000", ":15"} {
+		_, err := ParseP2PName(bad)
+		assert.Assert(t, err != nil, bad)
+	}
+}
+
+func FuzzUnmarshal(f *testing.F) {
+	f.Add([]byte(mooncakeTCP))
+	f.Add([]byte(mooncakeRDMA))
+	f.Add([]byte(`{"name":"a","protocol":["tcp","rdma"],"buffers":[]}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		s, err := Unmarshal(data)
+		if err != nil {
+			if s != nil {
+				t.Fatal("error with a result")
+			}
+			return
+		}
+		b, err := Marshal(s)
+		if err != nil {
+			t.Fatalf("marshal a decoded descriptor: %v", err)
+		}
+		s2, err := Unmarshal(b)
+		if err != nil {
+			t.Fatalf("re-decode: %v", err)
+		}
+		b2, _ := Marshal(s2)
+		if string(b) != string(b2) {
+			t.Fatalf("unstable round trip:\n%s\n%s", b, b2)
+		}
+	})
+}
