@@ -4,7 +4,7 @@
 # load libtransfer_engine.so.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-LIB="$PWD/build/lib/libtransfer_engine.so"
+LIB="${KVFERRY_LIB_DIR:-$PWD/build/lib}/libtransfer_engine.so"
 OUT="$(mktemp -d)"
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$OUT"' EXIT
 CFLAGS="-O2 -g -Wall -Wextra -Werror -std=gnu11 -Iinclude"
