@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "transfer_engine_c.h"
+#include "store_c.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -114,6 +115,45 @@ int kvferry_segment_check(transfer_engine_t engine, segment_id_t segment_id,
  * into buf (may be NULL when len is 0). Returns the full size in bytes; call
  * again with a larger buffer when the result is >= len. */
 int64_t kvferry_metrics_text(char *buf, size_t len);
+
+/* ---- Store (handles of store_c.h; same return convention as store_c.h:
+ * 0 or a count on success, -1 for a NULL handle or pointer, else a negative
+ * Mooncake store ErrorCode) ---- */
+
+/* Stores size bytes at value under key, replacing an existing object. */
+int kvferry_store_upsert(mooncake_store_t store, const char *key,
+                         const void *value, size_t size,
+                         const mooncake_replicate_config_t *config);
+
+/* As kvferry_store_upsert; a registered buffer is sent without a copy. */
+int kvferry_store_upsert_from(mooncake_store_t store, const char *key,
+                              void *buffer, size_t size,
+                              const mooncake_replicate_config_t *config);
+
+/* Upserts count objects; results_out[i] receives 0 or a negative code. */
+int kvferry_store_batch_upsert_from(mooncake_store_t store, const char **keys,
+                                    void **buffers, const size_t *sizes,
+                                    size_t count,
+                                    const mooncake_replicate_config_t *config,
+                                    int *results_out);
+
+/* Removes count keys in one master call; results_out[i] receives 0 or a
+ * negative code (-706 for a leased key without force). */
+int kvferry_store_batch_remove(mooncake_store_t store, const char **keys,
+                               size_t count, int force, int *results_out);
+
+/* Reads the object under key into memory allocated with malloc, stored in
+ * *data_out (free it with kvferry_store_free). Returns the object size, or
+ * a negative code (then *data_out is NULL). */
+int64_t kvferry_store_get_alloc(mooncake_store_t store, const char *key,
+                                void **data_out);
+
+/* Frees memory returned by kvferry_store_get_alloc (NULL is harmless). */
+void kvferry_store_free(void *data);
+
+/* Copies the text of the last error this store recorded into buf
+ * (NUL-ended, truncated to len). Returns the full length, or -1. */
+int kvferry_store_last_error(mooncake_store_t store, char *buf, size_t len);
 
 #ifdef __cplusplus
 }
