@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -322,11 +321,4 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 		<-tick.C
 	}
 	return time.Since(start)
-}
-
-func freeAddr(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	assert.NilError(t, err)
-	defer ln.Close()
-	return ln.Addr().String()
 }

@@ -163,11 +163,14 @@ func TestMetadataRestart(t *testing.T) {
 
 // TestKillEngine: an engine killed with SIGKILL loses its entries within
 // the TTL; transfers to it end FAILED within the transfer timeout; opening
-// it afterwards fails cleanly.
+// it afterwards fails cleanly. When it comes back under the same name (new
+// ports), a peer that had it open reaches it again after a cache sync,
+// without reopening.
 func TestKillEngine(t *testing.T) {
 	kinds(t, func(t *testing.T, svc service) {
 		a := startPeer(t, svc, "node-a")
 		b := startPeer(t, svc, "node-b")
+		d := startPeer(t, svc, "node-d")
 		const size = 256 * mib
 		bAddr := b.u64(b.do("alloc %d", size), "addr")
 		aAddr := a.u64(a.do("alloc %d", size), "addr")
@@ -185,22 +188,26 @@ func TestKillEngine(t *testing.T) {
 		assert.Equal(t, r["state"], "failed", "transfer to a dead engine: %v", r)
 		assert.Assert(t, time.Since(killed) < 10*time.Second)
 
-		took := waitFor(t, svc.TTL()+5*time.Second, "dead engine's entries vanish", func() bool {
+		waitFor(t, svc.TTL()+5*time.Second, "dead engine's entries vanish", func() bool {
 			return !svc.Has(t, metadata.SegmentKey("", "node-b")) && !svc.Has(t, metadata.RPCMetaKey("", "node-b"))
 		})
 		gone := time.Since(killed)
 		t.Logf("entries vanished %v after the kill (TTL %v)", gone, svc.TTL())
-		_ = took
 		assert.Assert(t, gone < svc.TTL()+2*time.Second, "took %v", gone)
-		a.do("remove node-b")
-		_, e := a.try("open node-b")
+		_, e := d.try("open node-b")
 		assert.Assert(t, strings.Contains(e, "not found"), "open of a dead engine: %q", e)
+		_, e = a.try("sync")
+		assert.Assert(t, strings.Contains(e, "not found"), "sync with a dead engine: %q", e)
 
-		// A restarted engine with the same name is usable again.
+		// The engine comes back under the same name, on new ports.
 		b = startPeer(t, svc, "node-b")
 		bAddr = b.u64(b.do("alloc %d", mib), "addr")
-		id = a.u64(a.do("open node-b"), "id")
+		a.do("sync")
 		a.do("xfer write %d %d %d %d", id, aAddr, bAddr, mib)
+		a.do("notify %d node-a back", id)
+		r = b.do("notifs")
+		assert.Assert(t, strings.Contains(jsonString(r["notifs"]), `"msg":"back"`), "notifs %v", r["notifs"])
+		d.do("open node-b")
 	})
 }
 
@@ -224,9 +231,8 @@ func TestIdleGap(t *testing.T) {
 			_, e = a.try("xfer read %d %d %d %d", id, aAddr, bAddr, 4*mib)
 			assert.Assert(t, e == "", "round %d: %s", round, e)
 		}
-		_, e := a.try("open node-c")
+		_, e := a.try("open %s", c.name)
 		assert.Assert(t, e == "", "open after the gap: %s", e)
-		_ = c
 	})
 }
 
