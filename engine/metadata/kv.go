@@ -445,8 +445,9 @@ func (b *KVBackend) Endpoint(ctx context.Context, name string) (descriptor.RPCMe
 }
 
 // Close stops the re-publish loop, deletes the entries still published
-// (bounded by OpTimeout in all) and closes the KV. A second Close is
-// harmless and returns nil.
+// (bounded by OpTimeout in all; skipped when the service is known to be
+// unreachable, so Close does not wait on a dead service) and closes the
+// KV. A second Close is harmless and returns nil.
 func (b *KVBackend) Close() error {
 	var err error
 	b.once.Do(func() {
@@ -463,6 +464,10 @@ func (b *KVBackend) Close() error {
 
 		ctx, cancel := context.WithTimeout(context.Background(), b.cfg.OpTimeout)
 		var errs []error
+		if b.down.Load() && len(names) > 0 {
+			b.log.Warn("metadata service unreachable at close, entries left to expire", "segments", len(names))
+			names = nil
+		}
 		for _, name := range names {
 			if e := b.remove(ctx, name); e != nil {
 				errs = append(errs, fmt.Errorf("close metadata backend: unpublish %q: %w", name, e))
