@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Loopback TCP benchmark: iperf3 (one stream) as the baseline, then
+# kvferry-bench over the TCP transport at 4 KiB, 64 KiB, 1 MiB and 4 MiB,
+# batch 1 and 128, read and write, between two processes. Prints a markdown
+# table with each figure's ratio to iperf3, measured in the same run.
+#   DURATION=3 THREADS=12 bench/tcp.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DURATION="${DURATION:-3}"
+THREADS="${THREADS:-12}"
+BUF=$((1 << 30))
+BIN=build/bin/kvferry-bench
+[ -x "$BIN" ] || go build -o "$BIN" ./cmd/kvferry-bench
+command -v iperf3 >/dev/null || { echo "iperf3 missing (apt-get install iperf3)"; exit 1; }
+T="$(mktemp -d)"
+trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$T"' EXIT
+
+iperf3 -s -B 127.0.0.1 -p 5299 -1 >/dev/null 2>&1 &
+sleep 0.5
+IPERF=$(iperf3 -c 127.0.0.1 -p 5299 -t "$DURATION" -J | python3 -c 'import json,sys; print(json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"]/8e9)')
+wait || true
+
+MC_FORCE_TCP=1 "$BIN" --mode=target --protocol=tcp --buffer_size=$BUF --ready_file="$T/ready" >/dev/null &
+for _ in $(seq 1 100); do [ -s "$T/ready" ] && break; sleep 0.1; done
+SEG=$(cat "$T/ready")
+
+printf "| op | block | batch | threads | GB/s | ops/s | vs iperf3 |\n|---|---|---|---|---|---|---|\n"
+printf "| iperf3 (1 stream) | | | | %.2f | | 1.00 |\n" "$IPERF"
+for op in write read; do
+  for bs in 4096 65536 1048576 4194304; do
+    for batch in 1 128; do
+      th=$THREADS
+      while [ $((bs * batch * th)) -gt $BUF ]; do th=$((th / 2)); done
+      [ "$th" -lt 1 ] && th=1
+      out=$(MC_FORCE_TCP=1 "$BIN" --mode=initiator --protocol=tcp --segment_id="$SEG" --operation=$op \
+            --block_size=$bs --batch_size=$batch --threads=$th --duration="$DURATION" --buffer_size=$BUF --json)
+      python3 - "$out" "$IPERF" "$op" "$bs" "$batch" "$th" <<'PY'
+import json, sys
+r = json.loads(sys.argv[1]); ip = float(sys.argv[2])
+bs = int(sys.argv[4])
+size = f"{bs // 1024} KiB" if bs < 1 << 20 else f"{bs >> 20} MiB"
+print(f"| {sys.argv[3]} | {size} | {sys.argv[5]} | {sys.argv[6]} | {r['gb_per_s']:.2f} | {r['ops_per_s']:.0f} | {r['gb_per_s'] / ip:.2f} |")
+PY
+    done
+  done
+done
+echo
+echo "machine: $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg), $(date -u +%Y-%m-%dT%H:%MZ)"
