@@ -1,0 +1,380 @@
+/* Tests of the Mooncake-compatible store C API (store_c.h) and kvferry's
+ * store additions (kvferry.h), loaded from the library with dlopen.
+ *
+ *   store_test holder <lib> <master> <ready-file>
+ *       Sets up a store that lends 64 MiB, writes its hostname to
+ *       <ready-file>, and serves until stdin reaches EOF.
+ *   store_test client <lib> <master> <holder-hostname>
+ *       Functional and bad-input tests against the master and the holder.
+ *   store_test embedded <lib>
+ *       One process with an embedded master ("" address).
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <inttypes.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "store_c.h"
+#include "kvferry.h"
+
+#define STORE_FUNCS(X)                  \
+    X(mooncake_store_create)            \
+    X(mooncake_store_destroy)           \
+    X(mooncake_store_setup)             \
+    X(mooncake_store_init_all)          \
+    X(mooncake_store_health_check)      \
+    X(mooncake_store_put)               \
+    X(mooncake_store_put_from)          \
+    X(mooncake_store_batch_put_from)    \
+    X(mooncake_store_get_into)          \
+    X(mooncake_store_batch_get_into)    \
+    X(mooncake_store_is_exist)          \
+    X(mooncake_store_batch_is_exist)    \
+    X(mooncake_store_get_size)          \
+    X(mooncake_store_get_hostname)      \
+    X(mooncake_store_remove)            \
+    X(mooncake_store_remove_by_regex)   \
+    X(mooncake_store_remove_all)        \
+    X(mooncake_store_register_buffer)   \
+    X(mooncake_store_unregister_buffer) \
+    X(kvferry_store_upsert)             \
+    X(kvferry_store_upsert_from)        \
+    X(kvferry_store_batch_upsert_from)  \
+    X(kvferry_store_batch_remove)       \
+    X(kvferry_store_get_alloc)          \
+    X(kvferry_store_free)               \
+    X(kvferry_store_last_error)         \
+    X(kvferry_metrics_text)
+
+static struct {
+#define X(name) __typeof__(&name) name;
+    STORE_FUNCS(X)
+#undef X
+} api;
+
+static int failures;
+
+#define CHECK(cond, ...)                                                    \
+    do {                                                                    \
+        if (!(cond)) {                                                      \
+            failures++;                                                     \
+            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
+            fprintf(stderr, __VA_ARGS__);                                   \
+            fprintf(stderr, "\n");                                          \
+        }                                                                   \
+    } while (0)
+
+/* Mooncake store ErrorCodes used below (specs/mooncake.md §6.6). */
+enum {
+    INVALID_PARAMS = -600,
+    OBJECT_NOT_FOUND = -704,
+    OBJECT_HAS_LEASE = -706,
+    RPC_FAIL = -900,
+};
+
+static void load(const char *path) {
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        fprintf(stderr, "dlopen %s: %s\n", path, dlerror());
+        exit(2);
+    }
+#define X(name)                                                 \
+    api.name = (__typeof__(&name))dlsym(h, #name);              \
+    if (!api.name) {                                            \
+        fprintf(stderr, "dlsym %s: %s\n", #name, dlerror());    \
+        exit(2);                                                \
+    }
+    STORE_FUNCS(X)
+#undef X
+}
+
+static void *map_buf(size_t n) {
+    void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+        perror("mmap");
+        exit(2);
+    }
+    return p;
+}
+
+static void fill(uint8_t *p, size_t n, unsigned seed) {
+    for (size_t i = 0; i < n; i++) p[i] = (uint8_t)(i * 131 + seed);
+}
+
+static int same(const uint8_t *p, size_t n, unsigned seed) {
+    for (size_t i = 0; i < n; i++)
+        if (p[i] != (uint8_t)(i * 131 + seed)) return 0;
+    return 1;
+}
+
+static mooncake_store_t new_store(const char *master, uint64_t segment) {
+    mooncake_store_t s = api.mooncake_store_create();
+    if (!s) {
+        fprintf(stderr, "mooncake_store_create failed\n");
+        exit(2);
+    }
+    int rc = api.mooncake_store_setup(s, "127.0.0.1", "P2PHANDSHAKE", segment, 16 << 20, "tcp", "", master);
+    if (rc != 0) {
+        char err[512];
+        api.kvferry_store_last_error(s, err, sizeof err);
+        fprintf(stderr, "mooncake_store_setup(%s) = %d: %s\n", master, rc, err);
+        exit(2);
+    }
+    return s;
+}
+
+/* Every entry point with a NULL store or NULL pointers returns -1 and does
+ * not crash. */
+static void test_null_args(mooncake_store_t s) {
+    const char *keys[] = {"a", NULL};
+    void *bufs[] = {NULL, NULL};
+    size_t sizes[] = {0, 0};
+    int ires[2];
+    int64_t lres[2];
+    char name[64];
+    uint8_t b[8];
+    void *out = (void *)1;
+
+    api.mooncake_store_destroy(NULL);
+    CHECK(api.mooncake_store_setup(NULL, "h", "P2PHANDSHAKE", 0, 0, "tcp", "", "") == -1, "setup");
+    CHECK(api.mooncake_store_init_all(NULL, "tcp", "", 0) == -1, "init_all");
+    CHECK(api.mooncake_store_health_check(NULL) == -1, "health");
+    CHECK(api.mooncake_store_put(NULL, "k", b, 1, NULL) == -1, "put NULL store");
+    CHECK(api.mooncake_store_put(s, NULL, b, 1, NULL) == -1, "put NULL key");
+    CHECK(api.mooncake_store_put(s, "k", NULL, 1, NULL) == -1, "put NULL value");
+    CHECK(api.mooncake_store_put_from(s, NULL, b, 1, NULL) == -1, "put_from NULL key");
+    CHECK(api.mooncake_store_put_from(s, "k", NULL, 5, NULL) == -1, "put_from NULL buffer");
+    CHECK(api.mooncake_store_batch_put_from(NULL, keys, bufs, sizes, 1, NULL, ires) == -1, "batch_put NULL store");
+    CHECK(api.mooncake_store_batch_put_from(s, NULL, bufs, sizes, 1, NULL, ires) == -1, "batch_put NULL keys");
+    CHECK(api.mooncake_store_batch_put_from(s, keys, NULL, sizes, 1, NULL, ires) == -1, "batch_put NULL bufs");
+    CHECK(api.mooncake_store_batch_put_from(s, keys, bufs, NULL, 1, NULL, ires) == -1, "batch_put NULL sizes");
+    CHECK(api.mooncake_store_batch_put_from(s, keys, bufs, sizes, 1, NULL, NULL) == -1, "batch_put NULL results");
+    CHECK(api.mooncake_store_batch_put_from(s, keys, bufs, sizes, 2, NULL, ires) == -1, "batch_put NULL key");
+    CHECK(api.mooncake_store_get_into(NULL, "k", b, 8) == -1, "get_into NULL store");
+    CHECK(api.mooncake_store_get_into(s, NULL, b, 8) == -1, "get_into NULL key");
+    CHECK(api.mooncake_store_get_into(s, "k", NULL, 8) == -1, "get_into NULL buffer");
+    CHECK(api.mooncake_store_batch_get_into(s, keys, bufs, sizes, 2, lres) == -1, "batch_get NULL key");
+    CHECK(api.mooncake_store_batch_get_into(s, keys, bufs, sizes, 1, NULL) == -1, "batch_get NULL results");
+    CHECK(api.mooncake_store_is_exist(NULL, "k") == -1, "is_exist NULL store");
+    CHECK(api.mooncake_store_is_exist(s, NULL) == -1, "is_exist NULL key");
+    CHECK(api.mooncake_store_batch_is_exist(s, keys, 2, ires) == -1, "batch_is_exist NULL key");
+    CHECK(api.mooncake_store_batch_is_exist(s, keys, 1, NULL) == -1, "batch_is_exist NULL results");
+    CHECK(api.mooncake_store_get_size(s, NULL) == -1, "get_size NULL key");
+    CHECK(api.mooncake_store_get_hostname(s, NULL, 10) == -1, "hostname NULL buf");
+    CHECK(api.mooncake_store_get_hostname(s, name, 0) == -1, "hostname zero len");
+    CHECK(api.mooncake_store_remove(s, NULL, 0) == -1, "remove NULL key");
+    CHECK(api.mooncake_store_remove_by_regex(s, NULL, 0) == -1, "regex NULL");
+    CHECK(api.mooncake_store_remove_all(NULL, 0) == -1, "remove_all NULL store");
+    CHECK(api.mooncake_store_register_buffer(s, NULL, 10) == -1, "register NULL");
+    CHECK(api.mooncake_store_register_buffer(s, b, 0) == -1, "register size 0");
+    CHECK(api.mooncake_store_unregister_buffer(s, NULL) == -1, "unregister NULL");
+    CHECK(api.kvferry_store_upsert(s, NULL, b, 1, NULL) == -1, "upsert NULL key");
+    CHECK(api.kvferry_store_batch_remove(s, keys, 2, 0, ires) == -1, "batch_remove NULL key");
+    CHECK(api.kvferry_store_get_alloc(s, "k", NULL) == -1, "get_alloc NULL out");
+    CHECK(api.kvferry_store_get_alloc(s, NULL, &out) == -1 && out == NULL, "get_alloc NULL key");
+    api.kvferry_store_free(NULL);
+    /* A handle that was never returned, and a destroyed one. */
+    CHECK(api.mooncake_store_is_exist((mooncake_store_t)0x1234, "k") == -1, "bogus handle");
+    mooncake_store_t gone = api.mooncake_store_create();
+    api.mooncake_store_destroy(gone);
+    CHECK(api.mooncake_store_is_exist(gone, "k") == -1, "destroyed handle");
+    api.mooncake_store_destroy(gone); /* twice is harmless */
+}
+
+/* Calls on a store that is created but not set up. */
+static void test_not_setup(void) {
+    mooncake_store_t s = api.mooncake_store_create();
+    uint8_t b[8] = {0};
+    char name[64];
+    CHECK(s != NULL, "create");
+    CHECK(api.mooncake_store_health_check(s) == 1, "health before setup");
+    CHECK(api.mooncake_store_put(s, "k", b, 8, NULL) == INVALID_PARAMS, "put before setup");
+    CHECK(api.mooncake_store_get_into(s, "k", b, 8) == INVALID_PARAMS, "get before setup");
+    CHECK(api.mooncake_store_is_exist(s, "k") == INVALID_PARAMS, "is_exist before setup");
+    CHECK(api.mooncake_store_remove_all(s, 1) == INVALID_PARAMS, "remove_all before setup");
+    CHECK(api.mooncake_store_get_hostname(s, name, sizeof name) == 0 && name[0] == 0, "hostname before setup");
+    /* A master that does not answer: setup fails with RPC_FAIL. */
+    int rc = api.mooncake_store_setup(s, "127.0.0.1", "P2PHANDSHAKE", 0, 1 << 20, "tcp", "", "127.0.0.1:1");
+    CHECK(rc == RPC_FAIL || rc == -901, "setup with a dead master = %d", rc);
+    api.mooncake_store_destroy(s);
+}
+
+static void test_client(const char *master, const char *holder) {
+    mooncake_store_t s = new_store(master, 32 << 20);
+    test_null_args(s);
+    test_not_setup();
+    CHECK(api.mooncake_store_health_check(s) == 0, "health");
+
+    char name[128];
+    CHECK(api.mooncake_store_get_hostname(s, name, sizeof name) == 0, "hostname");
+    CHECK(strncmp(name, "127.0.0.1:", 10) == 0, "hostname %s", name);
+    CHECK(api.mooncake_store_get_hostname(s, name, strlen(name)) == -1, "hostname buffer too small");
+
+    /* Put into the holder's segment, read back. */
+    const size_t n = (3 << 20) + 77;
+    uint8_t *src = map_buf(n), *dst = map_buf(n + 4096);
+    fill(src, n, 1);
+    const char *pref[] = {holder};
+    mooncake_replicate_config_t on_holder = {1, 0, 0, pref, 1};
+    CHECK(api.mooncake_store_put(s, "obj", src, n, &on_holder) == 0, "put");
+    CHECK(api.mooncake_store_is_exist(s, "obj") == 1, "is_exist");
+    CHECK(api.mooncake_store_is_exist(s, "nope") == 0, "is_exist miss");
+    CHECK(api.mooncake_store_get_size(s, "obj") == (int64_t)n, "get_size");
+    CHECK(api.mooncake_store_get_size(s, "nope") == OBJECT_NOT_FOUND, "get_size miss");
+    CHECK(api.mooncake_store_get_into(s, "obj", dst, n + 4096) == (int64_t)n, "get_into");
+    CHECK(same(dst, n, 1), "get_into data");
+    CHECK(api.mooncake_store_get_into(s, "nope", dst, n) == OBJECT_NOT_FOUND, "get_into miss = -704");
+
+    /* A buffer too small is an error, never an overflow. */
+    memset(dst, 0xEE, n + 4096);
+    int64_t rc = api.mooncake_store_get_into(s, "obj", dst, 100);
+    CHECK(rc == INVALID_PARAMS, "get_into small buffer = %" PRId64, rc);
+    CHECK(dst[0] == 0xEE && dst[100] == 0xEE, "small buffer untouched");
+    char err[512];
+    CHECK(api.kvferry_store_last_error(s, err, sizeof err) > 0 && strstr(err, "buffer") != NULL,
+          "last_error: %s", err);
+
+    /* Size 0 and replica_num 0 are INVALID_PARAMS. */
+    CHECK(api.mooncake_store_put(s, "zero", src, 0, NULL) == INVALID_PARAMS, "put size 0");
+    CHECK(api.mooncake_store_put(s, "zero", NULL, 0, NULL) == INVALID_PARAMS, "put NULL size 0");
+    mooncake_replicate_config_t none = {0, 0, 0, NULL, 0};
+    CHECK(api.mooncake_store_put(s, "zero", src, 10, &none) == INVALID_PARAMS, "replica_num 0");
+
+    /* Put on an existing key returns 0 and keeps the old value; upsert
+     * replaces it. */
+    fill(src, n, 2);
+    CHECK(api.mooncake_store_put(s, "obj", src, 1000, NULL) == 0, "put existing");
+    CHECK(api.mooncake_store_get_size(s, "obj") == (int64_t)n, "size unchanged");
+    CHECK(api.kvferry_store_upsert(s, "obj", src, 1000, NULL) == 0, "upsert");
+    CHECK(api.mooncake_store_get_size(s, "obj") == 1000, "size after upsert");
+    void *got = NULL;
+    CHECK(api.kvferry_store_get_alloc(s, "obj", &got) == 1000 && got && same(got, 1000, 2), "get_alloc");
+    api.kvferry_store_free(got);
+
+    /* Leases: a read blocks remove unless force. */
+    CHECK(api.mooncake_store_remove(s, "obj", 0) == OBJECT_HAS_LEASE, "remove leased");
+    CHECK(api.mooncake_store_remove(s, "obj", 1) == 0, "remove force");
+    CHECK(api.mooncake_store_remove(s, "obj", 1) == OBJECT_NOT_FOUND, "remove gone");
+
+    /* Zero-copy batch through registered memory, two replicas (holder and
+     * this client). */
+    enum { K = 6, SZ = 128 << 10 };
+    uint8_t *rb = map_buf(K * SZ), *wb = map_buf(K * SZ);
+    CHECK(api.mooncake_store_register_buffer(s, rb, K * SZ) == 0, "register");
+    CHECK(api.mooncake_store_register_buffer(s, wb, K * SZ) == 0, "register 2");
+    const char *keys[K + 1];
+    char keybuf[K + 1][16];
+    void *wbufs[K + 1], *rbufs[K + 1];
+    size_t sizes[K + 1];
+    int ires[K + 1];
+    int64_t lres[K + 1];
+    for (int i = 0; i < K; i++) {
+        snprintf(keybuf[i], sizeof keybuf[i], "b_%d", i);
+        keys[i] = keybuf[i];
+        wbufs[i] = wb + i * SZ;
+        rbufs[i] = rb + i * SZ;
+        sizes[i] = SZ;
+        fill(wb + i * SZ, SZ, 10 + i);
+    }
+    keys[K] = "b_missing";
+    rbufs[K] = rb;
+    wbufs[K] = wb;
+    sizes[K] = SZ;
+    mooncake_replicate_config_t two = {2, 1, 0, NULL, 0};
+    CHECK(api.mooncake_store_batch_put_from(s, keys, wbufs, sizes, K, &two, ires) == 0, "batch_put");
+    for (int i = 0; i < K; i++) CHECK(ires[i] == 0, "batch_put[%d] = %d", i, ires[i]);
+    CHECK(api.mooncake_store_batch_get_into(s, keys, rbufs, sizes, K + 1, lres) == 0, "batch_get");
+    for (int i = 0; i < K; i++) {
+        CHECK(lres[i] == SZ, "batch_get[%d] = %" PRId64, i, lres[i]);
+        CHECK(same(rb + i * SZ, SZ, 10 + i), "batch_get[%d] data", i);
+    }
+    CHECK(lres[K] == OBJECT_NOT_FOUND, "batch_get missing = %" PRId64, lres[K]);
+    CHECK(api.mooncake_store_batch_is_exist(s, keys, K + 1, ires) == 0, "batch_is_exist");
+    CHECK(ires[0] == 1 && ires[K] == 0, "batch_is_exist results %d %d", ires[0], ires[K]);
+    CHECK(api.mooncake_store_batch_put_from(s, keys, wbufs, sizes, 0, NULL, ires) == 0, "batch of 0");
+    CHECK(api.kvferry_store_batch_upsert_from(s, keys, wbufs, sizes, 2, NULL, ires) == 0 && ires[0] == 0,
+          "batch_upsert");
+    CHECK(api.kvferry_store_batch_remove(s, keys, K + 1, 1, ires) == 0, "batch_remove");
+    CHECK(ires[0] == 0 && ires[K] == OBJECT_NOT_FOUND, "batch_remove results %d %d", ires[0], ires[K]);
+    CHECK(api.mooncake_store_unregister_buffer(s, rb) == 0, "unregister");
+    CHECK(api.mooncake_store_unregister_buffer(s, rb) == -1, "unregister twice");
+    CHECK(api.mooncake_store_unregister_buffer(s, wb) == 0, "unregister 2");
+
+    /* Regex and remove-all. */
+    for (int i = 0; i < 5; i++) {
+        char k[32];
+        snprintf(k, sizeof k, "req1_%d_k", i);
+        CHECK(api.mooncake_store_put(s, k, src, 64, NULL) == 0, "put %s", k);
+    }
+    CHECK(api.mooncake_store_put(s, "other", src, 64, NULL) == 0, "put other");
+    CHECK(api.mooncake_store_remove_by_regex(s, "^req1_[0-2]_", 0) == 3, "regex count");
+    CHECK(api.mooncake_store_remove_by_regex(s, "(", 0) == INVALID_PARAMS, "bad regex");
+    int64_t all = api.mooncake_store_remove_all(s, 1);
+    CHECK(all == 3, "remove_all = %" PRId64, all);
+
+    char metrics[1 << 16];
+    int64_t m = api.kvferry_metrics_text(metrics, sizeof metrics);
+    CHECK(m > 0 && strstr(metrics, "kvferry_store_client_puts_total") != NULL, "metrics text");
+
+    api.mooncake_store_destroy(s);
+    munmap(src, n);
+    munmap(dst, n + 4096);
+    munmap(rb, K * SZ);
+    munmap(wb, K * SZ);
+}
+
+static void test_embedded(void) {
+    mooncake_store_t s = new_store("", 16 << 20);
+    uint8_t b[4096], out[4096];
+    fill(b, sizeof b, 3);
+    CHECK(api.mooncake_store_put(s, "e", b, sizeof b, NULL) == 0, "embedded put");
+    CHECK(api.mooncake_store_get_into(s, "e", out, sizeof out) == (int64_t)sizeof out, "embedded get");
+    CHECK(same(out, sizeof out, 3), "embedded data");
+    CHECK(api.mooncake_store_health_check(s) == 0, "embedded health");
+    api.mooncake_store_destroy(s);
+
+    s = new_store("embedded", 1 << 20);
+    CHECK(api.mooncake_store_put(s, "e", b, sizeof b, NULL) == 0, "second embedded put");
+    api.mooncake_store_destroy(s);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 3) {
+        fprintf(stderr, "usage: store_test holder|client|embedded <lib> ...\n");
+        return 2;
+    }
+    load(argv[2]);
+    if (strcmp(argv[1], "holder") == 0 && argc == 5) {
+        mooncake_store_t s = new_store(argv[3], 64 << 20);
+        char name[128];
+        if (api.mooncake_store_get_hostname(s, name, sizeof name) != 0) return 2;
+        FILE *f = fopen(argv[4], "w");
+        if (!f) return 2;
+        fprintf(f, "%s\n", name);
+        fclose(f);
+        char c;
+        while (read(0, &c, 1) > 0) {
+        }
+        api.mooncake_store_destroy(s);
+        return 0;
+    }
+    if (strcmp(argv[1], "client") == 0 && argc == 5) {
+        test_client(argv[3], argv[4]);
+    } else if (strcmp(argv[1], "embedded") == 0) {
+        test_embedded();
+    } else {
+        fprintf(stderr, "bad arguments\n");
+        return 2;
+    }
+    if (failures) {
+        fprintf(stderr, "%d check(s) failed\n", failures);
+        return 1;
+    }
+    printf("store C API tests passed (%s)\n", argv[1]);
+    return 0;
+}
