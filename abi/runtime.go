@@ -43,6 +43,7 @@ func setup() error {
 			return
 		}
 		guard = ln
+		logger.Debug("one-runtime guard claimed", "socket", guard.Addr().String())
 		if bad := auditSignals(); bad != "" {
 			logger.Warn("host signal handlers lack SA_ONSTACK; the Go runtime may crash when they fire on its threads", "signals", bad)
 		}

@@ -43,8 +43,8 @@ type Transport struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
-	mu     sync.RWMutex // held for reading by Submit while sending on q
-	closed atomic.Bool
+	mu     sync.RWMutex // held for reading by Submit while sending on q; guards closed
+	closed bool
 	copies atomic.Uint64
 }
 
@@ -86,7 +86,7 @@ func (t *Transport) Copies() uint64 { return t.copies.Load() }
 func (t *Transport) Submit(_ *engine.Peer, slices []*engine.Slice) {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	if t.closed.Load() {
+	if t.closed {
 		for _, s := range slices {
 			s.Complete(engine.ErrClosed)
 		}
@@ -150,10 +150,12 @@ func (t *Transport) copyAll(slices []*engine.Slice, ops []cmem.Op, pins []*engin
 
 // Close stops the workers after draining what is queued (failing it).
 func (t *Transport) Close() error {
-	if t.closed.Swap(true) {
+	t.mu.Lock() // no Submit is sending now, nor will one after this
+	if t.closed {
+		t.mu.Unlock()
 		return nil
 	}
-	t.mu.Lock() // no Submit is sending now, nor will one
+	t.closed = true
 	t.mu.Unlock()
 	t.cancel()
 	t.wg.Wait()
