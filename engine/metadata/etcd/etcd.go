@@ -30,6 +30,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -225,6 +227,12 @@ func New(ctx context.Context, cfg Config) (*KV, error) {
 		Password:             cfg.Password,
 		TLS:                  cfg.TLS,
 		Logger:               zap.New(newSlogCore(cfg.Logger)),
+		// Reconnect within about two seconds of etcd coming back, however
+		// long it was away (gRPC's default backoff grows to two minutes).
+		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
+			MinConnectTimeout: cfg.DialTimeout,
+		})},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("etcd %v: %w: %w", cfg.Endpoints, metadata.ErrUnavailable, err)
@@ -399,37 +407,41 @@ func (k *KV) opContext(ctx context.Context) (context.Context, context.CancelFunc
 // cancels k.ctx.
 func (k *KV) runLease(lease clientv3.LeaseID) {
 	defer k.wg.Done()
-	dirty := false // owned keys not yet all written under lease
+	dirty := false             // owned keys not yet all written under lease
+	var stale clientv3.LeaseID // replaced lease, revoked once the keys moved
 	for {
-		k.watchLease(lease, dirty)
+		k.watchLease(lease, dirty, stale)
 		if k.ctx.Err() != nil {
 			return
 		}
 		k.losses.Add(1)
-		k.log.Warn("etcd lease lost, granting a new one", "lease", int64(lease))
-		next, ok := k.regrant()
+		k.log.Warn("etcd lease keep-alive lost", "lease", int64(lease))
+		next, ok := k.renew(lease)
 		if !ok {
 			return
 		}
-		old := lease
-		lease, dirty = next, true
+		// Write the keys again either way: Puts may have failed during
+		// the outage, and a new lease holds none of them.
+		dirty = true
+		if next == lease {
+			k.log.Info("etcd lease still alive", "lease", int64(lease))
+			continue
+		}
+		stale, lease = lease, next
 		k.mu.Lock()
 		k.mu.lease = lease
 		k.mu.Unlock()
 		k.grants.Add(1)
-		k.log.Info("etcd lease granted", "lease", int64(lease), "previous", int64(old))
-		// The old lease may still exist (etcd unreachable for a while
-		// but not restarted); revoke it so that it cannot outlive its
-		// keys' move to the new lease. Best effort.
-		ctx, cancel := context.WithTimeout(k.ctx, k.cfg.OpTimeout)
-		_, _ = k.cli.Revoke(ctx, old)
-		cancel()
+		k.log.Info("etcd lease granted", "lease", int64(lease), "previous", int64(stale))
 	}
 }
 
 // watchLease returns when lease is lost or k.ctx is done. While dirty it
-// writes the owned keys under lease, retrying with backoff.
-func (k *KV) watchLease(lease clientv3.LeaseID, dirty bool) {
+// writes the owned keys under lease, retrying with backoff; once that
+// succeeds it revokes stale (a replaced lease that may still exist, when
+// etcd was unreachable but kept its state), which is safe only after the
+// keys moved to lease.
+func (k *KV) watchLease(lease clientv3.LeaseID, dirty bool, stale clientv3.LeaseID) {
 	kctx, kcancel := context.WithCancel(k.ctx)
 	defer kcancel()
 	ch, err := k.cli.KeepAlive(kctx, lease)
@@ -460,6 +472,12 @@ func (k *KV) watchLease(lease clientv3.LeaseID, dirty bool) {
 		case <-retry.C:
 			if k.rePutAll(lease) {
 				backoff = retryMin
+				if stale != 0 {
+					ctx, cancel := context.WithTimeout(k.ctx, k.cfg.OpTimeout)
+					_, _ = k.cli.Revoke(ctx, stale)
+					cancel()
+					stale = 0
+				}
 				continue
 			}
 			retry.Reset(backoff)
@@ -468,18 +486,29 @@ func (k *KV) watchLease(lease clientv3.LeaseID, dirty bool) {
 	}
 }
 
-// regrant grants a new lease, retrying with backoff until it succeeds or
-// k.ctx is done.
-func (k *KV) regrant() (clientv3.LeaseID, bool) {
+// renew returns lease when etcd still knows it (it was unreachable for a
+// while but kept its state), else a newly granted lease. It retries with
+// backoff until one of them succeeds or k.ctx is done.
+func (k *KV) renew(lease clientv3.LeaseID) (clientv3.LeaseID, bool) {
 	backoff := retryMin
 	for {
 		ctx, cancel := context.WithTimeout(k.ctx, k.cfg.OpTimeout)
-		lease, err := grant(ctx, k.cli, k.cfg.LeaseTTL)
-		cancel()
-		if err == nil {
+		resp, err := k.cli.KeepAliveOnce(ctx, lease)
+		if err == nil && resp.TTL > 0 {
+			cancel()
 			return lease, true
 		}
-		k.log.Debug("etcd lease grant failed", "err", err)
+		if err == nil || isLeaseNotFound(err) {
+			next, gerr := grant(ctx, k.cli, k.cfg.LeaseTTL)
+			cancel()
+			if gerr == nil {
+				return next, true
+			}
+			err = gerr
+		} else {
+			cancel()
+		}
+		k.log.Debug("etcd lease renewal failed", "lease", int64(lease), "err", err)
 		select {
 		case <-k.ctx.Done():
 			return 0, false
