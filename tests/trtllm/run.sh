@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# TensorRT-LLM suite (shared/specs/tensorrt-llm.md).
+#
+# Route B: route_b.c replays the stock libtensorrt_llm_mooncake_wrapper.so's
+# use of the Mooncake C API. It is linked like the wrapper (DT_NEEDED
+# libtransfer_engine.so, satisfied at link time by te_stub.c) and runs, in two
+# processes, against kvferry's libtransfer_engine.so found on
+# LD_LIBRARY_PATH.
+#
+# Route A: agent_test.cpp dlopens libtensorrt_llm_mooncake_wrapper.so by name
+# and drives createMooncakeTransferAgent's BaseTransferAgent in two processes.
+#
+# Environment: KVFERRY_LIB_DIR (default build/lib); TRTLLM_TEST_BUF_MIB (size
+# of the route B buffers, default 512) and TRTLLM_TEST_NBUF (buffers per
+# process, default 3).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+LIBDIR="${KVFERRY_LIB_DIR:-$PWD/build/lib}"
+BUF_MIB="${TRTLLM_TEST_BUF_MIB:-512}"
+NBUF="${TRTLLM_TEST_NBUF:-3}"
+OUT="$(mktemp -d)"
+cleanup() {
+  local pids
+  pids="$(jobs -p)"
+  [ -n "$pids" ] && kill $pids 2>/dev/null || true
+  rm -rf "$OUT"
+}
+trap cleanup EXIT
+
+for f in libtransfer_engine.so trtllm/libtensorrt_llm_mooncake_wrapper.so; do
+  [ -e "$LIBDIR/$f" ] || { echo "missing $LIBDIR/$f (run make lib)" >&2; exit 1; }
+done
+
+CFLAGS="-O2 -g -Wall -Wextra -Werror -std=gnu11 -Iinclude"
+mkdir -p "$OUT/stub"
+gcc $CFLAGS -shared -fPIC -o "$OUT/stub/libtransfer_engine.so" tests/trtllm/te_stub.c
+gcc $CFLAGS -o "$OUT/route_b" tests/trtllm/route_b.c -L"$OUT/stub" -ltransfer_engine -lpthread
+readelf -d "$OUT/route_b" | grep -q 'NEEDED.*\[libtransfer_engine.so\]' || {
+  echo "route_b is not linked against libtransfer_engine.so by name" >&2; exit 1; }
+
+echo "--- route B: stock wrapper call sequence over libtransfer_engine.so ($NBUF x $BUF_MIB MiB per process)"
+mkdir -p "$OUT/b"
+LD_LIBRARY_PATH="$LIBDIR" timeout 300 "$OUT/route_b" ctx "$OUT/b" "$NBUF" "$BUF_MIB" 3 &
+ctx=$!
+LD_LIBRARY_PATH="$LIBDIR" timeout 300 "$OUT/route_b" gen "$OUT/b" "$NBUF" "$BUF_MIB" 3
+wait "$ctx"
+echo "route B passed"
