@@ -27,7 +27,7 @@
 extern "C" {
 #endif
 
-#define KVFERRY_API_VERSION 1
+#define KVFERRY_API_VERSION 2
 
 /* Error codes (negative). The first group has Mooncake's values. */
 #define KVFERRY_OK 0
@@ -154,6 +154,279 @@ void kvferry_store_free(void *data);
 /* Copies the text of the last error this store recorded into buf
  * (NUL-ended, truncated to len). Returns the full length, or -1. */
 int kvferry_store_last_error(mooncake_store_t store, char *buf, size_t len);
+
+/* ---- Python support (python/kvferry; API version 2). Same return
+ * conventions as the sections above: engine calls return 0 or a negative
+ * KVFERRY_ERR_* code, store calls 0 / a count or a negative store
+ * ErrorCode (-1 for a NULL handle or pointer). ---- */
+
+/* Sends a Probe over the socket RPC to the endpoint of peer_server_name
+ * (Mooncake's send_probe). Returns 0 when the peer answered, else a
+ * negative code; bounded by the engine's metadata timeout. */
+int kvferry_engine_probe(transfer_engine_t engine, const char *peer_server_name);
+
+/* Copies up to cap entries describing the buffers a segment registered
+ * (as its cached descriptor says; LOCAL_SEGMENT: this engine's own) into
+ * out. Returns the total number of buffers (may exceed cap), or a negative
+ * code. */
+int kvferry_segment_buffers(transfer_engine_t engine, segment_id_t segment_id,
+                            buffer_entry_t *out, size_t cap);
+
+/* As mooncake_store_setup, but the store uses engine (created with
+ * createTransferEngine or kvferry_engine_create) instead of starting its
+ * own; its segment name is the engine's. The engine must outlive the
+ * store: destroy the store first. */
+int kvferry_store_setup_with_engine(mooncake_store_t store,
+                                    transfer_engine_t engine,
+                                    uint64_t global_segment_size,
+                                    uint64_t local_buffer_size,
+                                    const char *protocol,
+                                    const char *master_server_addr);
+
+/* Copies the gRPC address of the master the store uses ("127.0.0.1:port"
+ * for an embedded master, which other processes can pass as their
+ * master_server_addr) into buf. Returns the full length, or a negative
+ * code; a result >= len means the copy was truncated. */
+int kvferry_store_master_addr(mooncake_store_t store, char *buf, size_t len);
+
+/* Looks up the replicas of count keys in one master call and stores a
+ * malloc'ed, NUL-ended JSON array in *json_out (free it with
+ * kvferry_store_free): one element per key,
+ * {"code":0,"size":N,"replicas":[{"segment_name":"host:port",
+ * "address":A,"size":N,"status":"COMPLETE","protocol":"tcp"}]}, where code
+ * is the key's ErrorCode (-704 when absent). Like a get, the answer grants
+ * a read lease. Returns the JSON length, or a negative code (then
+ * *json_out is NULL). */
+int64_t kvferry_store_replica_desc(mooncake_store_t store, const char **keys,
+                                   size_t count, char **json_out);
+
+/* An asynchronous completion queue over one store: a fixed pool of worker
+ * threads runs submitted calls; finished calls are collected with
+ * kvferry_store_queue_poll. An eventfd becomes readable whenever
+ * completions are waiting, so an event loop (asyncio add_reader) can wait
+ * without a thread per call. */
+typedef void *kvferry_store_queue_t;
+
+/* Operations of kvferry_store_queue_submit; the result is what the
+ * matching synchronous call returns. */
+#define KVFERRY_QOP_PUT 1       /* put / put_from of buffer[0..size)        */
+#define KVFERRY_QOP_GET_INTO 2  /* get_into buffer (size bytes of room)     */
+#define KVFERRY_QOP_GET_ALLOC 3 /* get into malloc'ed memory (poll's data)  */
+#define KVFERRY_QOP_IS_EXIST 4  /* 1 / 0 / negative                         */
+#define KVFERRY_QOP_GET_SIZE 5  /* size / negative                          */
+#define KVFERRY_QOP_REMOVE 6    /* 0 / negative                             */
+/* Flags of kvferry_store_queue_submit. */
+#define KVFERRY_QFLAG_UPSERT 1 /* PUT replaces an existing object */
+#define KVFERRY_QFLAG_FORCE 2  /* REMOVE ignores leases            */
+
+/* Creates a queue for store with workers threads (0: 16; at most 256) and
+ * room for depth calls submitted but not yet polled (0: 4096). Returns
+ * NULL on failure. */
+kvferry_store_queue_t kvferry_store_queue_create(mooncake_store_t store,
+                                                 int workers, size_t depth);
+
+/* Returns the queue's eventfd (non-blocking; read 8 bytes to reset it), or
+ * a negative code. The queue owns it. */
+int kvferry_store_queue_fd(kvferry_store_queue_t queue);
+
+/* Submits one call; tag comes back with its completion. key is copied;
+ * buffer must stay valid until the completion has been polled. Returns 0,
+ * KVFERRY_ERR_TOO_MANY_REQUESTS when depth calls are outstanding,
+ * KVFERRY_ERR_CLOSED after destroy, or -1 for bad arguments. */
+int kvferry_store_queue_submit(kvferry_store_queue_t queue, int op,
+                               uint64_t tag, const char *key, void *buffer,
+                               size_t size,
+                               const mooncake_replicate_config_t *config,
+                               int flags);
+
+/* Moves up to max completions into tags[i], results[i] and data[i] (the
+ * malloc'ed object of a GET_ALLOC, to free with kvferry_store_free; else
+ * NULL; with data NULL such memory is freed at once). Never blocks.
+ * Returns the number moved, or a negative code. */
+int kvferry_store_queue_poll(kvferry_store_queue_t queue, uint64_t *tags,
+                             int64_t *results, void **data, size_t max);
+
+/* Stops the queue: waits for running calls (each bounded by the store's
+ * timeouts), drops unpolled completions (freeing their data) and closes
+ * the eventfd. */
+void kvferry_store_queue_destroy(kvferry_store_queue_t queue);
+
+/* ---- NIXL support ----
+ * The calls the NIXL backend plugin (libplugin_KVFERRY.so, a symlink to this
+ * library) is built on; any C or C++ program may use them too. A kvferry_nixl_t
+ * is one NIXL "agent" on its own engine: it knows the other agents by name,
+ * keeps per-buffer public data for the metadata exchange, and runs reusable
+ * transfer requests.
+ *
+ * Unlike the rest of this header, these calls return nixl_status_t values
+ * (KVFERRY_NIXL_*): 0 success, 1 in progress, negative errors. Names and
+ * messages are (pointer, length) byte strings and may hold NUL bytes. */
+
+typedef uint64_t kvferry_nixl_t;      /* an agent engine; 0 is never valid */
+typedef uint64_t kvferry_nixl_md_t;   /* local registration or loaded buffer */
+typedef uint64_t kvferry_nixl_xfer_t; /* a reusable transfer request */
+
+#define KVFERRY_NIXL_IN_PROG 1
+#define KVFERRY_NIXL_SUCCESS 0
+#define KVFERRY_NIXL_ERR_NOT_POSTED (-1)
+#define KVFERRY_NIXL_ERR_INVALID_PARAM (-2)
+#define KVFERRY_NIXL_ERR_BACKEND (-3)
+#define KVFERRY_NIXL_ERR_NOT_FOUND (-4)
+#define KVFERRY_NIXL_ERR_MISMATCH (-5)
+#define KVFERRY_NIXL_ERR_NOT_ALLOWED (-6)
+#define KVFERRY_NIXL_ERR_REPOST_ACTIVE (-7)
+#define KVFERRY_NIXL_ERR_UNKNOWN (-8)
+#define KVFERRY_NIXL_ERR_NOT_SUPPORTED (-9)
+#define KVFERRY_NIXL_ERR_REMOTE_DISCONNECT (-10)
+#define KVFERRY_NIXL_ERR_CANCELED (-11)
+
+/* Memory types (nixl_mem_t) and operations (nixl_xfer_op_t). */
+#define KVFERRY_NIXL_DRAM 0
+#define KVFERRY_NIXL_VRAM 1
+#define KVFERRY_NIXL_READ 0  /* remote -> local */
+#define KVFERRY_NIXL_WRITE 1 /* local -> remote */
+
+/* One side of one transfer descriptor. md is the registration (local side) or
+ * loaded remote buffer (remote side) that covers [addr, addr+len); 0 means
+ * "none given", and the range is then checked against the engine's view. */
+typedef struct kvferry_nixl_desc {
+    uint64_t addr;
+    uint64_t len;
+    uint64_t dev_id;
+    kvferry_nixl_md_t md;
+} kvferry_nixl_desc_t;
+
+/* A received notification. The strings point into the same allocation as the
+ * array and are not NUL-terminated. */
+typedef struct kvferry_nixl_notif {
+    const char *agent;
+    size_t agent_len;
+    const char *msg;
+    size_t msg_len;
+} kvferry_nixl_notif_t;
+
+/* Reports backend option i (0, 1, ...): copies its key and default value,
+ * NUL-terminated and truncated, into the buffers. Returns 1, or 0 past the
+ * last option. Options: "metadata", "local_server_name", "transport",
+ * "tcp_lanes", "slice_size", "timeout_ms". */
+int kvferry_nixl_option(size_t i, char *key, size_t key_len, char *value,
+                        size_t value_len);
+
+/* Fills mems with the supported memory types (up to cap); returns how many
+ * there are. */
+int kvferry_nixl_supported_mems(int *mems, size_t cap);
+
+/* Creates the engine of agent `agent` from option pairs (keys of
+ * kvferry_nixl_option; unknown keys are an error). progress_thread != 0 makes
+ * the engine observe completions itself (notifications go out without the
+ * caller polling); otherwise that happens in kvferry_nixl_xfer_check and
+ * kvferry_nixl_get_notifs. progress_delay_us is accepted for NIXL's pthrDelay
+ * and unused: the progress thread waits on events, never polls. */
+int kvferry_nixl_create(const char *agent, size_t agent_len,
+                        const char *const *keys, const char *const *values,
+                        size_t n, int progress_thread,
+                        uint64_t progress_delay_us, kvferry_nixl_t *out);
+
+/* Destroys the engine: transfers still running are canceled, every handle of
+ * the engine becomes invalid. A second call is harmless. */
+void kvferry_nixl_destroy(kvferry_nixl_t nixl);
+
+/* Copies min(len, size) bytes of the connection info (the engine's segment
+ * name) into buf and returns its size, or a negative status. */
+int64_t kvferry_nixl_conn_info(kvferry_nixl_t nixl, char *buf, size_t len);
+
+/* Records how to reach agent `agent` and opens its segment. Loading the same
+ * info again succeeds and does nothing; different info is NOT_ALLOWED until
+ * kvferry_nixl_disconnect. Loading one's own name is allowed. */
+int kvferry_nixl_load_conn_info(kvferry_nixl_t nixl, const char *agent,
+                                size_t agent_len, const char *info,
+                                size_t info_len);
+
+/* SUCCESS for one's own name and for agents with loaded info (connections
+ * are made lazily), NOT_FOUND otherwise. */
+int kvferry_nixl_connect(kvferry_nixl_t nixl, const char *agent,
+                         size_t agent_len);
+
+/* Forgets the agent's info and its cached segment. NOT_FOUND if unknown. */
+int kvferry_nixl_disconnect(kvferry_nixl_t nixl, const char *agent,
+                            size_t agent_len);
+
+/* Registers [addr, addr+len) of memory type mem. Registering the same range
+ * again, or a range inside a registered one, takes a reference. */
+int kvferry_nixl_register(kvferry_nixl_t nixl, int mem, uint64_t addr,
+                          uint64_t len, uint64_t dev_id,
+                          kvferry_nixl_md_t *out);
+
+/* Drops a registration (unregisters once the last reference goes). */
+int kvferry_nixl_deregister(kvferry_nixl_t nixl, kvferry_nixl_md_t md);
+
+/* Copies min(len, size) bytes of the registration's public data (what a peer
+ * passes to kvferry_nixl_load_remote_md) into buf; returns its size, or a
+ * negative status. */
+int64_t kvferry_nixl_public_data(kvferry_nixl_t nixl, kvferry_nixl_md_t md,
+                                 char *buf, size_t len);
+
+/* Loads a buffer agent `agent` registered, from its public data: checked
+ * against the agent's connection info and the descriptor, no network. */
+int kvferry_nixl_load_remote_md(kvferry_nixl_t nixl, const char *agent,
+                                size_t agent_len, int mem, uint64_t addr,
+                                uint64_t len, uint64_t dev_id,
+                                const char *blob, size_t blob_len,
+                                kvferry_nixl_md_t *out);
+
+/* Gives the remote-side handle of one's own registration md (intra-agent
+ * transfers). */
+int kvferry_nixl_load_local_md(kvferry_nixl_t nixl, kvferry_nixl_md_t md,
+                               kvferry_nixl_md_t *out);
+
+/* Drops a handle from kvferry_nixl_load_remote_md / _load_local_md. */
+int kvferry_nixl_unload_md(kvferry_nixl_t nixl, kvferry_nixl_md_t md);
+
+/* Creates a transfer request of n_local local and n_remote remote
+ * descriptors (the counts and each pair's lengths must match) toward agent
+ * `agent` (one's own name: intra-agent). Every descriptor is checked here. */
+int kvferry_nixl_xfer_prep(kvferry_nixl_t nixl, int op, const char *agent,
+                           size_t agent_len, const kvferry_nixl_desc_t *local,
+                           size_t n_local, const kvferry_nixl_desc_t *remote,
+                           size_t n_remote, kvferry_nixl_xfer_t *out);
+
+/* Posts the request: the whole list in one call. Descriptors equal to the
+ * prepared ones are not checked again. With has_notif, the target agent
+ * receives (this agent, msg) exactly once, after the data is visible. A
+ * request may be posted again once its previous post is complete
+ * (REPOST_ACTIVE before that). Returns IN_PROG or an error. */
+int kvferry_nixl_xfer_post(kvferry_nixl_t nixl, kvferry_nixl_xfer_t xfer,
+                           int op, const kvferry_nixl_desc_t *local,
+                           size_t n_local, const kvferry_nixl_desc_t *remote,
+                           size_t n_remote, int has_notif, const char *msg,
+                           size_t msg_len);
+
+/* IN_PROG, SUCCESS or the error of the last post; never blocks. A dead peer
+ * gives REMOTE_DISCONNECT. */
+int kvferry_nixl_xfer_check(kvferry_nixl_t nixl, kvferry_nixl_xfer_t xfer);
+
+/* Releases the request. A post still running is canceled first (bounded by
+ * the transfer timeout; on failure the request stays valid and an error is
+ * returned). A released handle is INVALID_PARAM. */
+int kvferry_nixl_xfer_release(kvferry_nixl_t nixl, kvferry_nixl_xfer_t xfer);
+
+/* Sends (this agent, msg) to agent `agent` now; to oneself it is queued
+ * locally. */
+int kvferry_nixl_gen_notif(kvferry_nixl_t nixl, const char *agent,
+                           size_t agent_len, const char *msg, size_t msg_len);
+
+/* Drains received notifications, oldest first, each returned once: *out is
+ * one malloc'd block (free it with kvferry_nixl_free_notifs) or NULL when
+ * *count is 0. */
+int kvferry_nixl_get_notifs(kvferry_nixl_t nixl, kvferry_nixl_notif_t **out,
+                            size_t *count);
+
+/* Frees a block from kvferry_nixl_get_notifs (NULL is harmless). */
+void kvferry_nixl_free_notifs(kvferry_nixl_notif_t *notifs);
+
+/* Copies the text of the engine's last error into buf (NUL-ended,
+ * truncated); returns its full length, or a negative status. */
+int kvferry_nixl_last_error(kvferry_nixl_t nixl, char *buf, size_t len);
 
 #ifdef __cplusplus
 }
