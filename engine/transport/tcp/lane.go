@@ -178,31 +178,67 @@ func (l *lane) queued() bool {
 	return len(l.mu.queue) > 0
 }
 
+// idleClose is how long a lane may sit idle before its writer closes the
+// connection and exits (the next submission starts it again).
+const idleClose = 2 * time.Minute
+
 // runWriter writes queued slices whenever woken; owned by the lane, stopped
-// by lane.stop or the transport's context.
+// by lane.stop, the transport's context, or idleness.
 func (l *lane) runWriter() {
 	defer l.t.wg.Done()
-	defer func() {
-		l.w.Lock()
-		if l.w.cs != nil {
-			l.closeConn(l.w.cs)
-			l.w.cs = nil
-		}
-		l.w.Unlock()
-		l.stop()
-	}()
+	idle := time.NewTimer(idleClose)
+	defer idle.Stop()
 	for {
 		select {
 		case <-l.kick:
 		case <-l.stopCh:
+			l.shutdown()
 			return
 		case <-l.t.ctx.Done():
+			l.shutdown()
 			return
+		case <-idle.C:
+			if l.retire() {
+				return
+			}
+			idle.Reset(idleClose)
+			continue
 		}
 		l.w.Lock()
 		l.drainLocked()
 		l.w.Unlock()
+		idle.Reset(idleClose)
 	}
+}
+
+// shutdown closes the connection and fails whatever is still queued.
+func (l *lane) shutdown() {
+	l.w.Lock()
+	if l.w.cs != nil {
+		l.closeConn(l.w.cs)
+		l.w.cs = nil
+	}
+	l.w.Unlock()
+	l.stop()
+}
+
+// retire ends an idle writer: it closes the connection and marks the lane
+// not started, unless work arrived meanwhile.
+func (l *lane) retire() bool {
+	l.w.Lock()
+	defer l.w.Unlock()
+	l.mu.Lock()
+	if len(l.mu.queue) > 0 || l.mu.stopped {
+		l.mu.Unlock()
+		return false
+	}
+	l.mu.started = false
+	l.mu.Unlock()
+	if l.w.cs != nil {
+		l.closeConn(l.w.cs)
+		l.w.cs = nil
+	}
+	return true
 }
 
 // drainLocked writes everything queued; the caller holds l.w.
