@@ -232,19 +232,17 @@ func (c *Client) BatchGetInto(ctx context.Context, keys []string, addrs []uintpt
 			}
 		}
 	}()
-	mc, err := c.master()
-	if err != nil {
-		for i := range errs {
-			errs[i] = err
-		}
-		return n, errs
-	}
 	start := time.Now()
-	rctx, cancel := c.rpcCtx(ctx)
-	resp, err := mc.mc.BatchGetReplicaList(rctx, &wire.BatchKeyRequest{Keys: keys})
-	cancel()
+	var resp *wire.BatchGetReplicaListResponse
+	err := c.readCall(func(mc *masterConn) error {
+		rctx, cancel := c.rpcCtx(ctx)
+		defer cancel()
+		var err error
+		resp, err = mc.mc.BatchGetReplicaList(rctx, &wire.BatchKeyRequest{Keys: keys})
+		return c.rpcErr(err)
+	})
 	if err != nil {
-		err = fmt.Errorf("batch get: %w", c.rpcErr(err))
+		err = fmt.Errorf("batch get: %w", err)
 		for i := range errs {
 			errs[i] = err
 		}

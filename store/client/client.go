@@ -296,6 +296,32 @@ func (c *Client) rpcErr(err error) error {
 	return err
 }
 
+// readCall runs a read-only master call fn. With an etcd:// master, a call
+// that failed because the master is gone or no longer leads is retried once
+// on the current leader, so a reader does not wait for the heartbeat to
+// notice a failover. fn returns the converted error (rpcErr).
+func (c *Client) readCall(fn func(mc *masterConn) error) error {
+	mc, err := c.master()
+	if err != nil {
+		return err
+	}
+	err = fn(mc)
+	if err == nil || c.etcd == nil {
+		return err
+	}
+	if code := wire.CodeOf(err); code != wire.ErrRPCFail && code != wire.ErrUnavailableInStatus {
+		return err
+	}
+	if !c.switchLeader(mc) {
+		return err
+	}
+	mc2, err2 := c.master()
+	if err2 != nil || mc2 == mc {
+		return err
+	}
+	return fn(mc2)
+}
+
 func (c *Client) rpcCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, c.cfg.RPCTimeout)
 }

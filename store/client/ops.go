@@ -282,16 +282,17 @@ func (c *Client) get(ctx context.Context, key string, dest func(size uint64) (sp
 	if key == "" {
 		return 0, fmt.Errorf("get: empty key: %w", wire.ErrInvalidParams)
 	}
-	mc, err := c.master()
-	if err != nil {
-		return 0, err
-	}
 	start := time.Now()
-	rctx, cancel := c.rpcCtx(ctx)
-	resp, err := mc.mc.GetReplicaList(rctx, &wire.KeyRequest{Key: key})
-	cancel()
+	var resp *wire.GetReplicaListResponse
+	err = c.readCall(func(mc *masterConn) error {
+		rctx, cancel := c.rpcCtx(ctx)
+		defer cancel()
+		var err error
+		resp, err = mc.mc.GetReplicaList(rctx, &wire.KeyRequest{Key: key})
+		return c.rpcErr(err)
+	})
 	if err != nil {
-		return 0, fmt.Errorf("get %q: %w", key, c.rpcErr(err))
+		return 0, fmt.Errorf("get %q: %w", key, err)
 	}
 	size := resp.GetSize()
 	d, err := dest(size)
@@ -389,30 +390,32 @@ func (c *Client) readReplica(ctx context.Context, r *wire.Replica, d span, size 
 // IsExist reports whether key has a readable replica; a yes grants a read
 // lease (as Mooncake).
 func (c *Client) IsExist(ctx context.Context, key string) (bool, error) {
-	mc, err := c.master()
+	var resp *wire.ExistKeyResponse
+	err := c.readCall(func(mc *masterConn) error {
+		rctx, cancel := c.rpcCtx(ctx)
+		defer cancel()
+		var err error
+		resp, err = mc.mc.ExistKey(rctx, &wire.KeyRequest{Key: key})
+		return c.rpcErr(err)
+	})
 	if err != nil {
-		return false, err
-	}
-	ctx, cancel := c.rpcCtx(ctx)
-	defer cancel()
-	resp, err := mc.mc.ExistKey(ctx, &wire.KeyRequest{Key: key})
-	if err != nil {
-		return false, fmt.Errorf("is exist %q: %w", key, c.rpcErr(err))
+		return false, fmt.Errorf("is exist %q: %w", key, err)
 	}
 	return resp.GetExists(), nil
 }
 
 // BatchIsExist is IsExist for many keys in one master call.
 func (c *Client) BatchIsExist(ctx context.Context, keys []string) ([]bool, error) {
-	mc, err := c.master()
+	var resp *wire.BatchExistKeyResponse
+	err := c.readCall(func(mc *masterConn) error {
+		rctx, cancel := c.rpcCtx(ctx)
+		defer cancel()
+		var err error
+		resp, err = mc.mc.BatchExistKey(rctx, &wire.BatchKeyRequest{Keys: keys})
+		return c.rpcErr(err)
+	})
 	if err != nil {
-		return nil, err
-	}
-	ctx, cancel := c.rpcCtx(ctx)
-	defer cancel()
-	resp, err := mc.mc.BatchExistKey(ctx, &wire.BatchKeyRequest{Keys: keys})
-	if err != nil {
-		return nil, fmt.Errorf("batch is exist (%d keys): %w", len(keys), c.rpcErr(err))
+		return nil, fmt.Errorf("batch is exist (%d keys): %w", len(keys), err)
 	}
 	out := make([]bool, len(keys))
 	for i, v := range resp.GetResults() {
@@ -425,15 +428,16 @@ func (c *Client) BatchIsExist(ctx context.Context, keys []string) ([]bool, error
 
 // GetSize returns the size of the object stored under key.
 func (c *Client) GetSize(ctx context.Context, key string) (uint64, error) {
-	mc, err := c.master()
+	var resp *wire.GetReplicaListResponse
+	err := c.readCall(func(mc *masterConn) error {
+		rctx, cancel := c.rpcCtx(ctx)
+		defer cancel()
+		var err error
+		resp, err = mc.mc.GetReplicaList(rctx, &wire.KeyRequest{Key: key})
+		return c.rpcErr(err)
+	})
 	if err != nil {
-		return 0, err
-	}
-	ctx, cancel := c.rpcCtx(ctx)
-	defer cancel()
-	resp, err := mc.mc.GetReplicaList(ctx, &wire.KeyRequest{Key: key})
-	if err != nil {
-		return 0, fmt.Errorf("get size %q: %w", key, c.rpcErr(err))
+		return 0, fmt.Errorf("get size %q: %w", key, err)
 	}
 	return resp.GetSize(), nil
 }
