@@ -252,7 +252,7 @@ func (t *Transport) copyAll(w work, ops []cmem.Op, pins []*engine.Region, done [
 		pin := tgt.e.Pin(s.Remote, s.Length)
 		if pin == nil {
 			s.Complete(&engine.TransferError{Op: s.Op, Peer: tgt.e.SegmentName(), Transport: Name, Addr: s.Remote, Length: s.Length,
-				Err: fmt.Errorf("outside the target's registered memory: %w", engine.ErrAddressNotRegistered)})
+				Err: fmt.Errorf("outside the target's registered memory: %w", engine.ErrRejected)})
 			continue
 		}
 		op := cmem.Op{Dst: uintptr(s.Remote), Src: s.Local, N: s.Length}
