@@ -57,7 +57,8 @@ type Client struct {
 	metrics metrics
 }
 
-// masterConn is one gRPC connection to a master.
+// masterConn is one gRPC connection to a master (cc nil: an embedded
+// master called directly).
 type masterConn struct {
 	addr string
 	cc   *grpc.ClientConn
@@ -85,13 +86,17 @@ func New(ctx context.Context, cfg Config) (_ *Client, err error) {
 
 	// The master.
 	addr := cfg.MasterServerAddr
+	var mc *masterConn
 	switch {
 	case isEmbedded(addr):
-		a, stop, err := cfg.StartEmbeddedMaster()
+		em, err := cfg.StartEmbeddedMaster()
 		if err != nil {
 			return nil, fmt.Errorf("store client: start embedded master: %w", err)
 		}
-		c.embedded, addr = stop, a
+		c.embedded, addr = em.Stop, em.Addr
+		if em.Client != nil {
+			mc = &masterConn{addr: em.Addr, mc: em.Client}
+		}
 	case strings.HasPrefix(addr, ha.Scheme):
 		eps, _ := ha.ParseEndpoints(addr)
 		cli, err := ha.Dial(eps, cfg.RPCTimeout)
@@ -105,9 +110,10 @@ func New(ctx context.Context, cfg Config) (_ *Client, err error) {
 		}
 		addr = view.Address
 	}
-	mc, err := dialMaster(addr)
-	if err != nil {
-		return nil, err
+	if mc == nil {
+		if mc, err = dialMaster(addr); err != nil {
+			return nil, err
+		}
 	}
 	c.conn.Store(mc)
 
@@ -239,7 +245,7 @@ func (c *Client) Close() error {
 func (c *Client) teardown() {
 	c.cancel()
 	c.wg.Wait()
-	if mc := c.conn.Swap(nil); mc != nil {
+	if mc := c.conn.Swap(nil); mc != nil && mc.cc != nil {
 		mc.cc.Close()
 	}
 	if c.e != nil {

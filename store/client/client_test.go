@@ -196,6 +196,13 @@ func TestRemoteClients(t *testing.T) {
 	}
 	assert.Equal(t, code(errs[n]), wire.ErrObjectNotFound)
 	assert.Assert(t, bytes.Equal(src.Bytes(), dst.Bytes()))
+	descs, err := user.ReplicaDescs(ctx, []string{"b0", "missing"})
+	assert.NilError(t, err)
+	assert.NilError(t, descs[0].Err)
+	assert.Equal(t, descs[0].Size, uint64(sz))
+	assert.Equal(t, descs[0].Replicas[0].SegmentName, holder.Hostname())
+	assert.Equal(t, descs[0].Replicas[0].Status, "COMPLETE")
+	assert.Equal(t, code(descs[1].Err), wire.ErrObjectNotFound)
 	ex, err := user.BatchIsExist(ctx, keys2)
 	assert.NilError(t, err)
 	assert.Equal(t, ex[0], true)

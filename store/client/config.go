@@ -11,6 +11,7 @@ import (
 	"github.com/kvferry/kvferry/engine"
 	"github.com/kvferry/kvferry/engine/stack"
 	"github.com/kvferry/kvferry/store/ha"
+	"github.com/kvferry/kvferry/store/wire"
 )
 
 // Defaults (Mooncake's where one exists, specs/mooncake.md §6.2, §7.6-7.8).
@@ -32,10 +33,20 @@ const (
 	EmbeddedMaster = "embedded"
 )
 
-// EmbeddedMasterFunc starts an in-process master and returns its gRPC
-// address and what stops it. store/embedded provides one (the client never
-// imports store/master).
-type EmbeddedMasterFunc func() (addr string, stop io.Closer, err error)
+// InProcessMaster is a master running in this process.
+type InProcessMaster struct {
+	// Addr is its gRPC address (loopback), for other processes and tools.
+	Addr string
+	// Client, when set, reaches it without gRPC (direct calls); nil means
+	// the client dials Addr.
+	Client wire.MasterClient
+	// Stop stops it; the client calls it on Close.
+	Stop io.Closer
+}
+
+// EmbeddedMasterFunc starts an in-process master. store/embedded provides
+// one (the client never imports store/master).
+type EmbeddedMasterFunc func() (InProcessMaster, error)
 
 // Config configures a Client. The zero value works for a single process:
 // an embedded master (given EmbeddedMaster), P2P metadata, TCP, a 16 MiB

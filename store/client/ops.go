@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/kvferry/kvferry/engine"
@@ -541,4 +542,59 @@ func (c *Client) UnregisterBuffer(addr uintptr) error {
 		return fmt.Errorf("unregister buffer %#x: %w", addr, err)
 	}
 	return nil
+}
+
+// ReplicaDesc describes one replica of an object.
+type ReplicaDesc struct {
+	// SegmentName is the holder's transfer-engine segment name.
+	SegmentName string
+	// Address is the replica's absolute address in the holder's memory.
+	Address uint64
+	// Size is the replica's length in bytes.
+	Size uint64
+	// Status is Mooncake's ReplicaStatus name ("COMPLETE", ...).
+	Status string
+	// Protocol is the transport the holder offers.
+	Protocol string
+}
+
+// KeyReplicas is the master's answer for one key of ReplicaDescs.
+type KeyReplicas struct {
+	// Err is the key's failure (OBJECT_NOT_FOUND, ...), nil on success.
+	Err error
+	// Size is the object size in bytes.
+	Size uint64
+	// Replicas are the readable replicas.
+	Replicas []ReplicaDesc
+}
+
+// ReplicaDescs returns where the objects of keys live, in one master call
+// (Mooncake's batch_get_replica_desc). Like a read it grants leases.
+func (c *Client) ReplicaDescs(ctx context.Context, keys []string) ([]KeyReplicas, error) {
+	var resp *wire.BatchGetReplicaListResponse
+	err := c.readCall(func(mc *masterConn) error {
+		rctx, cancel := c.rpcCtx(ctx)
+		defer cancel()
+		var err error
+		resp, err = mc.mc.BatchGetReplicaList(rctx, &wire.BatchKeyRequest{Keys: keys})
+		return c.rpcErr(err)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("replica descs (%d keys): %w", len(keys), err)
+	}
+	res := resp.GetResults()
+	if len(res) != len(keys) {
+		return nil, fmt.Errorf("replica descs: %d answers for %d keys: %w", len(res), len(keys), wire.ErrRPCFail)
+	}
+	out := make([]KeyReplicas, len(keys))
+	for i, r := range res {
+		out[i] = KeyReplicas{Err: wire.ErrorOf(r.GetCode()), Size: r.GetSize(), Replicas: []ReplicaDesc{}}
+		for _, rep := range r.GetReplicas() {
+			out[i].Replicas = append(out[i].Replicas, ReplicaDesc{
+				SegmentName: rep.GetSegmentName(), Address: rep.GetAddress(), Size: rep.GetSize(),
+				Status: strings.TrimPrefix(rep.GetStatus().String(), "REPLICA_STATUS_"), Protocol: rep.GetProtocol(),
+			})
+		}
+	}
+	return out, nil
 }

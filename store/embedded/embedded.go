@@ -6,7 +6,6 @@ package embedded
 
 import (
 	"context"
-	"io"
 
 	"github.com/kvferry/kvferry/store/client"
 	"github.com/kvferry/kvferry/store/master"
@@ -14,14 +13,15 @@ import (
 
 // StartMaster returns a client.EmbeddedMasterFunc that starts an
 // in-process master with cfg (see master.StartEmbedded: gRPC on a loopback
-// port, no admin HTTP, no HA).
+// port for other processes, no admin HTTP, no HA). The client calls it
+// directly (master.Server.InProcessClient), without gRPC.
 func StartMaster(cfg master.Config) client.EmbeddedMasterFunc {
-	return func() (string, io.Closer, error) {
+	return func() (client.InProcessMaster, error) {
 		srv, err := master.StartEmbedded(cfg)
 		if err != nil {
-			return "", nil, err
+			return client.InProcessMaster{}, err
 		}
-		return srv.Addr(), srv, nil
+		return client.InProcessMaster{Addr: srv.Addr(), Client: srv.InProcessClient(), Stop: srv}, nil
 	}
 }
 

@@ -41,12 +41,26 @@ func ctxT(t *testing.T) context.Context {
 
 // TestServerRoundTrip drives a whole object lifecycle through gRPC and
 // checks that store codes survive the wire.
+// It runs over gRPC and over the in-process client, which must answer alike.
 func TestServerRoundTrip(t *testing.T) {
+	for _, inproc := range []bool{false, true} {
+		name := "grpc"
+		if inproc {
+			name = "inprocess"
+		}
+		t.Run(name, func(t *testing.T) { roundTrip(t, inproc) })
+	}
+}
+
+func roundTrip(t *testing.T, inproc bool) {
 	srv, err := StartEmbedded(Config{AllocationStrategy: StrategyFreeRatioFirst})
 	assert.NilError(t, err)
 	defer srv.Close()
 	assert.Equal(t, srv.Role(), RoleLeader)
 	c := dial(t, srv.Addr())
+	if inproc {
+		c = srv.InProcessClient()
+	}
 	ctx := ctxT(t)
 
 	ping, err := c.Ping(ctx, &wire.PingRequest{ClientId: "c1"})
@@ -122,7 +136,11 @@ func TestServerRoundTrip(t *testing.T) {
 	assert.NilError(t, srv.Close())
 	assert.NilError(t, srv.Close())
 	_, err = c.Ping(ctx, &wire.PingRequest{ClientId: "c1"})
-	assert.Equal(t, wire.CodeOf(wire.FromStatus(err)), wire.ErrRPCFail)
+	want := wire.ErrRPCFail
+	if inproc {
+		want = wire.ErrUnavailableInStatus
+	}
+	assert.Equal(t, wire.CodeOf(wire.FromStatus(err)), want)
 }
 
 func httpGet(t *testing.T, url string) (int, string) {
