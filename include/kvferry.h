@@ -428,6 +428,157 @@ void kvferry_nixl_free_notifs(kvferry_nixl_notif_t *notifs);
  * truncated); returns its full length, or a negative status. */
 int kvferry_nixl_last_error(kvferry_nixl_t nixl, char *buf, size_t len);
 
+/* ---- TensorRT-LLM support ----
+ * The calls behind createMooncakeTransferAgent (the TensorRT-LLM transfer
+ * agent in libtensorrt_llm_mooncake_wrapper.so, a symlink to this library);
+ * any C or C++ program may use them too. A kvferry_trtllm_t is one agent on
+ * its own P2P engine: it knows the other agents by name, counts memory
+ * registrations, and sends and receives binary messages tagged with the
+ * sender agent's name. On the wire a message is base64 text sent with the
+ * sender's name through the engine's notify RPC, as the stock Mooncake agent
+ * sends it, so both agents interoperate.
+ *
+ * Return convention: 0 (or a count, or a KVFERRY_XFER_* state) on success, a
+ * negative KVFERRY_ERR_* code on failure. After a failure,
+ * kvferry_trtllm_last_error gives the text of the calling thread's last
+ * error. Names and messages are (pointer, length) byte strings and may hold
+ * NUL bytes. */
+
+typedef uint64_t kvferry_trtllm_t; /* an agent; 0 is never valid */
+
+/* Transfer states (the values of TensorRT-LLM's TransferState). */
+#define KVFERRY_XFER_IN_PROGRESS 0
+#define KVFERRY_XFER_SUCCESS 1
+#define KVFERRY_XFER_FAILURE 2
+
+/* One memory range (the layout of TensorRT-LLM's MemoryDesc: 24 bytes). */
+typedef struct kvferry_trtllm_desc {
+    uint64_t addr;
+    uint64_t len;
+    uint32_t device_id;
+    uint32_t reserved;
+} kvferry_trtllm_desc_t;
+
+/* A received message. The strings point into the same allocation as the
+ * array and are not NUL-terminated. */
+typedef struct kvferry_trtllm_notif {
+    const char *agent;
+    size_t agent_len;
+    const char *msg;
+    size_t msg_len;
+} kvferry_trtllm_notif_t;
+
+/* Creates agent `name` on a new P2P engine from option pairs (the keys of
+ * kvferry_engine_create; n may be 0). Without "local_server_name" the engine
+ * advertises TLLM_MOONCAKE_IP_ADDR, else the address of the interface named
+ * by TRTLLM_MOONCAKE_INTERFACE, else the first non-loopback IPv4 address,
+ * else 127.0.0.1. */
+int kvferry_trtllm_create(const char *name, size_t name_len,
+                          const char *const *keys, const char *const *values,
+                          size_t n, kvferry_trtllm_t *out);
+
+/* Destroys the agent and its engine: transfers still running end FAILED,
+ * every transfer id of the agent becomes invalid. A second call is
+ * harmless. */
+void kvferry_trtllm_destroy(kvferry_trtllm_t agent);
+
+/* Returns the agent's engine, for the calls of transfer_engine_c.h and the
+ * rest of this header (valid until kvferry_trtllm_destroy), or NULL. */
+transfer_engine_t kvferry_trtllm_engine(kvferry_trtllm_t agent);
+
+/* Copies the connection info ("ip:port", "[v6]:port"), NUL-ended and
+ * truncated, into buf; returns its full length. */
+int kvferry_trtllm_conn_info(kvferry_trtllm_t agent, char *buf, size_t len);
+
+/* Registers n ranges for remote access. Registering a range whose start is
+ * already registered (with no greater length) takes a reference instead.
+ * All or nothing: on failure no range of this call stays registered. */
+int kvferry_trtllm_register(kvferry_trtllm_t agent,
+                            const kvferry_trtllm_desc_t *descs, size_t n);
+
+/* Drops one reference per range (matched by start address); the last one
+ * unregisters it. Unknown starts are skipped. Returns 0 or the first
+ * error. */
+int kvferry_trtllm_deregister(kvferry_trtllm_t agent,
+                              const kvferry_trtllm_desc_t *descs, size_t n);
+
+/* Opens the segment of agent `name` from its connection info (the P2P
+ * handshake) and remembers it; messages queued for `name` are delivered
+ * now, in order. Loading the same info again does nothing; new info replaces
+ * the old. */
+int kvferry_trtllm_load(kvferry_trtllm_t agent, const char *name,
+                        size_t name_len, const char *conn_info,
+                        size_t conn_len);
+
+/* Forgets agent `name` and drops its cached segment descriptor, so the next
+ * load fetches it afresh. Unknown names are ignored. */
+int kvferry_trtllm_invalidate(kvferry_trtllm_t agent, const char *name,
+                              size_t name_len);
+
+/* Returns 1 when agent `name` is loaded and every range lies in memory it
+ * registered (refreshing its descriptor once if not), else 0. */
+int kvferry_trtllm_check_remote(kvferry_trtllm_t agent, const char *name,
+                                size_t name_len,
+                                const kvferry_trtllm_desc_t *descs, size_t n);
+
+/* Starts one transfer of n local ranges to or from n remote ranges (absolute
+ * addresses in agent `name`'s registered memory; pair i must have equal
+ * lengths) with op OPCODE_READ or OPCODE_WRITE. There is no limit on n. With
+ * has_msg, agent `name` receives (this agent, msg) once the whole transfer
+ * has completed and been observed (kvferry_trtllm_wait/_poll). Stores the
+ * transfer's id in *xfer; release it with kvferry_trtllm_xfer_free. On
+ * failure nothing is left running. */
+int kvferry_trtllm_submit(kvferry_trtllm_t agent, int op, const char *name,
+                          size_t name_len, const kvferry_trtllm_desc_t *local,
+                          const kvferry_trtllm_desc_t *remote, size_t n,
+                          int has_msg, const char *msg, size_t msg_len,
+                          uint64_t *xfer);
+
+/* Waits up to timeout_ms for the transfer (timeout_ms < 0: up to the
+ * engine's transfer timeout, after which the transfer is canceled and ends
+ * FAILURE). Returns a KVFERRY_XFER_* state: IN_PROGRESS only when a
+ * timeout_ms >= 0 passed; FAILURE also for an unknown id. Never spins. */
+int kvferry_trtllm_wait(kvferry_trtllm_t agent, uint64_t xfer,
+                        int64_t timeout_ms);
+
+/* The transfer's KVFERRY_XFER_* state now; never blocks. */
+int kvferry_trtllm_poll(kvferry_trtllm_t agent, uint64_t xfer);
+
+/* Copies why the transfer failed (empty while it runs or after success),
+ * NUL-ended and truncated, into buf; returns the full length. */
+int kvferry_trtllm_xfer_error(kvferry_trtllm_t agent, uint64_t xfer,
+                              char *buf, size_t len);
+
+/* Cancels the transfer: requests not yet on the wire are dropped, requests
+ * in flight are awaited (bounded by the transfer timeout). Afterwards the
+ * engine touches none of its memory and its state is final. Returns 0, or a
+ * negative code (the transfer may still be running). */
+int kvferry_trtllm_cancel(kvferry_trtllm_t agent, uint64_t xfer);
+
+/* Releases the transfer id, canceling the transfer first if it still runs.
+ * A pending completion message is sent if the transfer completed. */
+void kvferry_trtllm_xfer_free(kvferry_trtllm_t agent, uint64_t xfer);
+
+/* Sends (this agent, msg) to agent `name`. Returns 0 when delivered, 1 when
+ * `name` is not loaded yet: the message is then queued and delivered by the
+ * kvferry_trtllm_load of that name (at most 4096 messages wait per agent;
+ * beyond that KVFERRY_ERR_TOO_MANY_REQUESTS). */
+int kvferry_trtllm_notify(kvferry_trtllm_t agent, const char *name,
+                          size_t name_len, const char *msg, size_t msg_len);
+
+/* Drains received messages, oldest first, each returned once (safe from
+ * many threads): *out is one malloc'd block (free it with free() or
+ * kvferry_trtllm_free_notifs) or NULL when *count is 0. */
+int kvferry_trtllm_get_notifs(kvferry_trtllm_t agent,
+                              kvferry_trtllm_notif_t **out, size_t *count);
+
+/* Frees a block from kvferry_trtllm_get_notifs (NULL is harmless). */
+void kvferry_trtllm_free_notifs(kvferry_trtllm_notif_t *notifs);
+
+/* Copies the text of the calling thread's last kvferry_trtllm_* error,
+ * NUL-ended and truncated, into buf; returns its full length (0: none). */
+int kvferry_trtllm_last_error(char *buf, size_t len);
+
 #ifdef __cplusplus
 }
 #endif
