@@ -39,7 +39,11 @@ func TestMain(m *testing.M) {
 		bins.metadata: "github.com/kvferry/kvferry/cmd/kvferry-metadata",
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, pkg).CombinedOutput()
+		args := []string{"build", "-o", bin}
+		if os.Getenv("KVFERRY_TEST_RACE") != "" { // race-detector builds of the engine processes
+			args = append(args, "-race")
+		}
+		out, err := exec.CommandContext(ctx, "go", append(args, pkg)...).CombinedOutput()
 		cancel()
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "go build %s: %v\n%s", pkg, err, out)
