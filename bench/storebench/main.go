@@ -1,0 +1,267 @@
+// Command storebench measures the kvferry store between processes, for
+// bench/store.sh:
+//
+//	storebench -mode=holder -master=127.0.0.1:50051 -segment=4294967296
+//	storebench -mode=run -master=127.0.0.1:50051 -op=put -size=1048576 -threads=4 -ops=400
+//	storebench -mode=latency -master=127.0.0.1:50051 -size=4096 -ops=2000
+//	storebench -mode=run -master=embedded -local_segment=4294967296 ...
+//
+// The holder lends memory to the store and serves it until stdin closes
+// (like redis-server holding the data). The runner is a pure client (it
+// lends nothing, as redis-benchmark): every byte crosses loopback TCP to the
+// holder. Its buffers are registered, so puts and gets are zero-copy
+// (put_from / get_into, as SGLang and vLLM use the store). It prints one
+// JSON line. -op=put writes keys t<thread>_<i>; -op=get reads them back
+// (run put first); -op=both runs put then get on the same keys and prints
+// both lines. latency prints the p50/p99 of a whole small put (master
+// round trips plus the transfer) and of one master round trip (ExistKey).
+// With -master=embedded and -local_segment, the runner is the single-host
+// embedded setup: master and memory in its own process, replicas written
+// and read with memcpy, master calls without gRPC.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/kvferry/kvferry/internal/cmem"
+	"github.com/kvferry/kvferry/store/client"
+	"github.com/kvferry/kvferry/store/embedded"
+)
+
+var (
+	mode     = flag.String("mode", "run", "holder, run or latency")
+	master   = flag.String("master", "127.0.0.1:50051", "master address (host:port or etcd://...)")
+	segment  = flag.Uint64("segment", 4<<30, "holder: bytes lent to the store")
+	op       = flag.String("op", "both", "run: put, get or both")
+	size     = flag.Uint64("size", 1<<20, "value size in bytes")
+	threads  = flag.Int("threads", 1, "client goroutines")
+	ops      = flag.Int("ops", 400, "operations in total (split over the threads)")
+	prefix   = flag.String("prefix", "b", "key prefix")
+	localSeg = flag.Uint64("local_segment", 0, "run, latency: bytes the runner itself lends (with -master=embedded: single-process mode)")
+)
+
+// Result is one measured phase.
+type Result struct {
+	Op      string  `json:"op"`
+	Size    uint64  `json:"size"`
+	Threads int     `json:"threads"`
+	Ops     int     `json:"ops"`
+	Seconds float64 `json:"seconds"`
+	OpsPerS float64 `json:"ops_per_s"`
+	GBps    float64 `json:"gb_per_s"`
+	Errors  int     `json:"errors"`
+}
+
+func main() {
+	flag.Parse()
+	var err error
+	switch *mode {
+	case "holder":
+		err = holder()
+	case "run":
+		err = run()
+	case "latency":
+		err = latency()
+	default:
+		err = fmt.Errorf("unknown -mode %q", *mode)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "storebench:", err)
+		os.Exit(1)
+	}
+}
+
+func newClient(segmentBytes uint64) (*client.Client, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	return embedded.NewClient(ctx, client.Config{
+		LocalHostname:     "127.0.0.1",
+		MasterServerAddr:  *master,
+		GlobalSegmentSize: segmentBytes,
+	})
+}
+
+func holder() error {
+	c, err := newClient(*segment)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	fmt.Printf("ready %s\n", c.Hostname())
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	return nil
+}
+
+type worker struct {
+	buf  *cmem.Map
+	keys []string
+}
+
+func run() error {
+	c, err := newClient(*localSeg)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	ws := make([]*worker, *threads)
+	per := max(*ops / *threads, 1)
+	for t := range ws {
+		m, err := cmem.MapAnon(*size)
+		if err != nil {
+			return err
+		}
+		defer m.Close()
+		b := m.Bytes()
+		for i := range b {
+			b[i] = byte(i*7 + t)
+		}
+		if err := c.RegisterBuffer(m.Addr(), m.Len()); err != nil {
+			return err
+		}
+		w := &worker{buf: m}
+		for i := range per {
+			w.keys = append(w.keys, fmt.Sprintf("%s_%d_%d_%d", *prefix, *size, t, i))
+		}
+		ws[t] = w
+	}
+	ctx := context.Background()
+	phase := func(name string, f func(w *worker, key string) error) Result {
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		errs := 0
+		start := time.Now()
+		for _, w := range ws {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				n := 0
+				for _, k := range w.keys {
+					if f(w, k) != nil {
+						n++
+					}
+				}
+				mu.Lock()
+				errs += n
+				mu.Unlock()
+			}()
+		}
+		wg.Wait()
+		secs := time.Since(start).Seconds()
+		total := per * len(ws)
+		return Result{Op: name, Size: *size, Threads: len(ws), Ops: total, Seconds: secs,
+			OpsPerS: float64(total) / secs, GBps: float64(total) * float64(*size) / secs / 1e9, Errors: errs}
+	}
+	put := func(w *worker, k string) error {
+		return c.PutFrom(ctx, k, w.buf.Addr(), *size, client.ReplicateConfig{})
+	}
+	get := func(w *worker, k string) error {
+		n, err := c.GetInto(ctx, k, w.buf.Addr(), *size)
+		if err == nil && n != *size {
+			return fmt.Errorf("short read")
+		}
+		return err
+	}
+	enc := json.NewEncoder(os.Stdout)
+	if *op == "put" || *op == "both" {
+		// One untimed pass warms the holder's pages and the connections;
+		// then the keys are removed and put again, timed.
+		phase("warm", put)
+		if _, err := c.RemoveAll(ctx, true); err != nil {
+			return err
+		}
+		if err := enc.Encode(phase("put", put)); err != nil {
+			return err
+		}
+	}
+	if *op == "get" || *op == "both" {
+		if err := enc.Encode(phase("get", get)); err != nil {
+			return err
+		}
+	}
+	_, err = c.RemoveAll(ctx, true)
+	return err
+}
+
+// Latency is the small-put latency report.
+type Latency struct {
+	Size       uint64  `json:"size"`
+	Ops        int     `json:"ops"`
+	PutP50us   float64 `json:"put_p50_us"`
+	PutP99us   float64 `json:"put_p99_us"`
+	RPCp50us   float64 `json:"rpc_p50_us"`
+	RPCp99us   float64 `json:"rpc_p99_us"`
+	GetP50us   float64 `json:"get_p50_us"`
+	GetP99us   float64 `json:"get_p99_us"`
+	PutErrors  int     `json:"put_errors"`
+	RPCErrors  int     `json:"rpc_errors"`
+	GetErrorsN int     `json:"get_errors"`
+}
+
+func latency() error {
+	c, err := newClient(*localSeg)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	m, err := cmem.MapAnon(*size)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	if err := c.RegisterBuffer(m.Addr(), m.Len()); err != nil {
+		return err
+	}
+	ctx := context.Background()
+	measure := func(n int, f func(i int) error) ([]time.Duration, int) {
+		d := make([]time.Duration, 0, n)
+		errs := 0
+		for i := range n {
+			t := time.Now()
+			if f(i) != nil {
+				errs++
+				continue
+			}
+			d = append(d, time.Since(t))
+		}
+		slices.Sort(d)
+		return d, errs
+	}
+	pct := func(d []time.Duration, p float64) float64 {
+		if len(d) == 0 {
+			return 0
+		}
+		return float64(d[min(int(float64(len(d))*p), len(d)-1)]) / float64(time.Microsecond)
+	}
+	key := func(i int) string { return fmt.Sprintf("%s_lat_%d", *prefix, i) }
+	// Warm-up.
+	for i := range 100 {
+		_ = c.PutFrom(ctx, key(-i-1), m.Addr(), *size, client.ReplicateConfig{})
+	}
+	puts, perr := measure(*ops, func(i int) error {
+		return c.PutFrom(ctx, key(i), m.Addr(), *size, client.ReplicateConfig{})
+	})
+	rpcs, rerr := measure(*ops, func(i int) error {
+		_, err := c.IsExist(ctx, key(i))
+		return err
+	})
+	gets, gerr := measure(*ops, func(i int) error {
+		_, err := c.GetInto(ctx, key(i), m.Addr(), *size)
+		return err
+	})
+	_, _ = c.RemoveAll(ctx, true)
+	return json.NewEncoder(os.Stdout).Encode(Latency{
+		Size: *size, Ops: *ops,
+		PutP50us: pct(puts, 0.5), PutP99us: pct(puts, 0.99),
+		RPCp50us: pct(rpcs, 0.5), RPCp99us: pct(rpcs, 0.99),
+		GetP50us: pct(gets, 0.5), GetP99us: pct(gets, 0.99),
+		PutErrors: perr, RPCErrors: rerr, GetErrorsN: gerr,
+	})
+}
