@@ -3,10 +3,10 @@ package abi
 /*
 #include <stddef.h>
 #include "transfer_engine_c.h"
-static const size_t kvf_off_source = offsetof(struct transfer_request, source);
-static const size_t kvf_off_target_id = offsetof(struct transfer_request, target_id);
-static const size_t kvf_off_target_offset = offsetof(struct transfer_request, target_offset);
-static const size_t kvf_off_length = offsetof(struct transfer_request, length);
+static size_t kvf_off_source(void) { return offsetof(struct transfer_request, source); }
+static size_t kvf_off_target_id(void) { return offsetof(struct transfer_request, target_id); }
+static size_t kvf_off_target_offset(void) { return offsetof(struct transfer_request, target_offset); }
+static size_t kvf_off_length(void) { return offsetof(struct transfer_request, length); }
 */
 import "C"
 
@@ -15,10 +15,10 @@ import "C"
 func cLayout() map[string]uintptr {
 	return map[string]uintptr{
 		"sizeof(transfer_request)": uintptr(C.sizeof_struct_transfer_request),
-		"offsetof(source)":         uintptr(C.kvf_off_source),
-		"offsetof(target_id)":      uintptr(C.kvf_off_target_id),
-		"offsetof(target_offset)":  uintptr(C.kvf_off_target_offset),
-		"offsetof(length)":         uintptr(C.kvf_off_length),
+		"offsetof(source)":         uintptr(C.kvf_off_source()),
+		"offsetof(target_id)":      uintptr(C.kvf_off_target_id()),
+		"offsetof(target_offset)":  uintptr(C.kvf_off_target_offset()),
+		"offsetof(length)":         uintptr(C.kvf_off_length()),
 		"sizeof(notify_msg)":       uintptr(C.sizeof_struct_notify_msg),
 		"sizeof(transfer_status)":  uintptr(C.sizeof_struct_transfer_status),
 		"sizeof(buffer_entry)":     uintptr(C.sizeof_struct_buffer_entry),
