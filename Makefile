@@ -64,6 +64,8 @@ test-go:
 	$(GO) test -run '^$$' -fuzz FuzzDecodeHeader -fuzztime 10s ./engine/transport/tcp
 	$(GO) test -run '^$$' -fuzz FuzzDecodeFrame -fuzztime 10s ./engine/rpc
 	$(GO) test -run '^$$' -fuzz FuzzUnmarshal -fuzztime 10s ./engine/descriptor
+	$(GO) test -run '^$$' -fuzz '^FuzzFetch$$' -fuzztime 10s ./engine/metadata
+	$(GO) test -run '^$$' -fuzz '^FuzzClientReply$$' -fuzztime 10s ./engine/metadata/http
 
 test-suites: all
 	@tests/run.sh

@@ -236,9 +236,11 @@ func (e *Engine) RecordError(err error) {
 	e.lastErr.Store(&s)
 }
 
-// transportPriority orders transports, best first (DESIGN.md decision 3).
+// transportPriority orders transports, best first (DESIGN.md decision 3):
+// same process, then same host (cma, with shm where the kernel refuses
+// cross-memory access), then the network.
 var transportPriority = map[string]int{
-	"local": 100, "shm": 80, "cma": 80, "nvlink": 70, "rdma": 60, "tcp": 10,
+	"local": 100, "cma": 85, "shm": 80, "nvlink": 70, "rdma": 60, "tcp": 10,
 }
 
 // InstallTransport installs the transport called name (or returns the one
@@ -641,6 +643,25 @@ func (e *Engine) checkRemote(ctx context.Context, p *Peer, addr, length uint64) 
 	return fmt.Errorf("range %#x+%d on segment %q: %w", addr, length, p.Name, ErrAddressNotRegistered)
 }
 
+// checkRemoteOnce is checkRemote with at most one descriptor refresh per
+// peer per submit, so a batch of misses against an unreachable metadata
+// service waits one timeout, not one per request.
+func (e *Engine) checkRemoteOnce(p *Peer, addr, length uint64, refreshed *[]*Peer) error {
+	if p.Local() {
+		return e.checkRemote(e.ctx, p, addr, length)
+	}
+	if _, ok := p.Descriptor().Find(addr, length); ok {
+		return nil
+	}
+	for _, r := range *refreshed {
+		if r == p {
+			return fmt.Errorf("range %#x+%d on segment %q: %w", addr, length, p.Name, ErrAddressNotRegistered)
+		}
+	}
+	*refreshed = append(*refreshed, p)
+	return e.checkRemote(e.ctx, p, addr, length)
+}
+
 func (e *Engine) peer(id SegmentID) *Peer {
 	e.segments.RLock()
 	defer e.segments.RUnlock()
@@ -874,8 +895,11 @@ func (e *Engine) submit(id BatchID, reqs []Request, n *Notification) error {
 		if gi < 0 {
 			t, ctr := e.choose(p)
 			if t == nil {
-				return fmt.Errorf("submit: request %d: no transport reaches segment %q (it offers %q): %w",
-					i, p.Name, p.Descriptor().Protocol, ErrNotSupportedTransport)
+				return fmt.Errorf("submit: request %d: no transport reaches segment %q (it offers %q, forced %q): %w",
+					i, p.Name, p.Descriptor().Protocol, e.cfg.ForceTransport, ErrNotSupportedTransport)
+			}
+			if e.log.Enabled(e.ctx, slog.LevelDebug) {
+				e.log.Debug("transport chosen", "batch", id, "segment", p.Name, "transport", t.Name(), "forced", e.cfg.ForceTransport)
 			}
 			groups = append(groups, group{t: t, p: p, ctr: ctr})
 			gi = len(groups) - 1
@@ -913,6 +937,7 @@ func (e *Engine) submit(id BatchID, reqs []Request, n *Notification) error {
 	slices := make([]Slice, total)
 	next := 0
 	var firstErr error
+	var refreshed []*Peer // peers re-fetched during this submit (at most once each)
 	for i, r := range reqs {
 		tk := &tasks[i]
 		g := &groups[gidx[i]]
@@ -936,7 +961,7 @@ func (e *Engine) submit(id BatchID, reqs []Request, n *Notification) error {
 			}
 			tk.pin = pin
 		}
-		if err := e.checkRemote(e.ctx, g.p, r.TargetOffset, r.Length); err != nil {
+		if err := e.checkRemoteOnce(g.p, r.TargetOffset, r.Length, &refreshed); err != nil {
 			tk.setErr(&TransferError{Op: r.Op, Peer: g.p.Name, Transport: g.t.Name(), Addr: r.TargetOffset, Length: r.Length, Err: err})
 			tk.finish()
 			firstErr = cmpErr(firstErr, err)

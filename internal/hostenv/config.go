@@ -69,6 +69,9 @@ func Set(name string) bool {
 //	MC_TCP_PROTO                      "1" forces legacy framing
 //	KVFERRY_ALLOW_UNREGISTERED        accept unregistered local sources
 //	KVFERRY_LOCAL_WORKERS             copy goroutines of the same-process transport
+//	MC_METADATA_CLUSTER_ID            metadata key prefix mooncake/<id>/
+//	KVFERRY_METADATA_REPUBLISH_SEC    how often http/etcd entries are written again
+//	KVFERRY_ETCD_LEASE_TTL_SEC        etcd lease TTL of an engine's entries
 func StackConfig() stack.Config {
 	var c stack.Config
 	c.Engine.Logger = Logger()
@@ -111,6 +114,15 @@ func StackConfig() stack.Config {
 	c.Engine.AllowUnregisteredSource = flag("KVFERRY_ALLOW_UNREGISTERED")
 	if n, ok := integer("KVFERRY_LOCAL_WORKERS"); ok && n > 0 && n <= 64 {
 		c.Local.Workers = int(n)
+	}
+	if v, ok := str("MC_METADATA_CLUSTER_ID"); ok {
+		c.Metadata.KV.ClusterID = strings.TrimSpace(v)
+	}
+	if n, ok := integer("KVFERRY_METADATA_REPUBLISH_SEC"); ok && n > 0 {
+		c.Metadata.KV.RepublishInterval = time.Duration(n) * time.Second
+	}
+	if n, ok := integer("KVFERRY_ETCD_LEASE_TTL_SEC"); ok && n > 0 {
+		c.Metadata.Etcd.LeaseTTL = time.Duration(n) * time.Second
 	}
 	return c
 }
