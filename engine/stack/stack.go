@@ -15,6 +15,7 @@ import (
 	"github.com/kvferry/kvferry/engine/metadata/open"
 	"github.com/kvferry/kvferry/engine/rpc"
 	"github.com/kvferry/kvferry/engine/transport/local"
+	"github.com/kvferry/kvferry/engine/transport/samehost"
 	"github.com/kvferry/kvferry/engine/transport/tcp"
 )
 
@@ -27,6 +28,9 @@ type Config struct {
 	TCP tcp.Config
 	// Local configures the same-process transport.
 	Local local.Config
+	// SameHost configures the cma and shm transports (other processes of
+	// this host).
+	SameHost samehost.Config
 	// Metadata configures the backend opened from Engine.MetadataConn:
 	// cluster id (MC_METADATA_CLUSTER_ID), re-publish interval, HTTP
 	// timeouts, etcd lease TTL. Its RPC and Logger default to the engine's.
@@ -37,7 +41,7 @@ type Config struct {
 }
 
 // DefaultTransports are installed by AutoDiscover, best first.
-var DefaultTransports = []string{local.Name, tcp.Name}
+var DefaultTransports = []string{local.Name, samehost.NameCMA, samehost.NameShm, tcp.Name}
 
 // Factory returns the transport factory for cfg.
 func Factory(cfg Config) engine.TransportFactory {
@@ -47,6 +51,10 @@ func Factory(cfg Config) engine.TransportFactory {
 			return tcp.New(e, cfg.TCP)
 		case local.Name:
 			return local.New(e, cfg.Local), nil
+		case samehost.NameCMA:
+			return samehost.NewCMA(e, cfg.SameHost), nil
+		case samehost.NameShm:
+			return samehost.NewShm(e, cfg.SameHost), nil
 		}
 		return nil, fmt.Errorf("transport %q: %w", name, engine.ErrNotSupported)
 	}

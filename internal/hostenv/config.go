@@ -57,7 +57,7 @@ func Set(name string) bool {
 // StackConfig builds an engine stack configuration from the environment:
 //
 //	MC_FORCE_TCP (any value)          use only the TCP transport
-//	KVFERRY_TRANSPORT                 force one transport by name ("tcp", "local", ...)
+//	KVFERRY_TRANSPORT                 force one transport by name (local, cma, shm, tcp; "auto" = selector)
 //	MC_TCP_BIND_ADDRESS               address to bind and advertise
 //	MC_MIN_RPC_PORT, MC_MAX_RPC_PORT  port range (aliases MC_MIN_PRC_PORT, MC_MAX_PRC_PORT)
 //	MC_HANDSHAKE_CONNECT_TIMEOUT      seconds
@@ -69,6 +69,10 @@ func Set(name string) bool {
 //	MC_TCP_PROTO                      "1" forces legacy framing
 //	KVFERRY_ALLOW_UNREGISTERED        accept unregistered local sources
 //	KVFERRY_LOCAL_WORKERS             copy goroutines of the same-process transport
+//	KVFERRY_SAMEHOST_WORKERS          copy goroutines of each same-host transport (cma, shm)
+//	KVFERRY_SHM_CHUNK_BYTES           shm staging chunk size in bytes (64 KiB - 64 MiB)
+//	KVFERRY_SHM_CHUNKS                shm staging chunks per session (1-64)
+//	KVFERRY_CMA_ALLOW_PTRACER         owner lets any same-user process ptrace it (yama ptrace_scope=1)
 //	MC_METADATA_CLUSTER_ID            metadata key prefix mooncake/<id>/
 //	KVFERRY_METADATA_REPUBLISH_SEC    how often http/etcd entries are written again
 //	KVFERRY_ETCD_LEASE_TTL_SEC        etcd lease TTL of an engine's entries
@@ -115,6 +119,16 @@ func StackConfig() stack.Config {
 	if n, ok := integer("KVFERRY_LOCAL_WORKERS"); ok && n > 0 && n <= 64 {
 		c.Local.Workers = int(n)
 	}
+	if n, ok := integer("KVFERRY_SAMEHOST_WORKERS"); ok && n > 0 && n <= 64 {
+		c.SameHost.Workers = int(n)
+	}
+	if n, ok := integer("KVFERRY_SHM_CHUNK_BYTES"); ok && n >= 64<<10 && n <= 64<<20 {
+		c.SameHost.ShmChunkBytes = uint64(n)
+	}
+	if n, ok := integer("KVFERRY_SHM_CHUNKS"); ok && n > 0 && n <= 64 {
+		c.SameHost.ShmChunks = int(n)
+	}
+	c.SameHost.AllowAnyPtracer = flag("KVFERRY_CMA_ALLOW_PTRACER")
 	if v, ok := str("MC_METADATA_CLUSTER_ID"); ok {
 		c.Metadata.KV.ClusterID = strings.TrimSpace(v)
 	}

@@ -1,0 +1,483 @@
+package samehost
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/kvferry/kvferry/engine"
+	"github.com/kvferry/kvferry/engine/descriptor"
+)
+
+// Errors.
+var (
+	// ErrPeerGone: the same-host peer closed, died, or its session failed.
+	ErrPeerGone = errors.New("same-host peer gone")
+	// ErrRefused: the kernel refuses cross-memory access to the peer
+	// (the cma transport then leaves the peer to shm).
+	ErrRefused = errors.New("cross-memory access refused by the kernel")
+)
+
+// redialDelay is how long a peer whose session could not be opened is left
+// to other transports before the next attempt.
+const redialDelay = time.Second
+
+// base is what the cma and shm transports share: the engine's node (owner
+// side), peer resolution from descriptors and the initiator sessions.
+type base struct {
+	e      *engine.Engine
+	name   string
+	kind   uint8
+	cfg    Config
+	log    *slog.Logger
+	node   *node
+	ctx    context.Context
+	cancel context.CancelFunc
+	work   sync.WaitGroup // workers
+	reads  sync.WaitGroup // session readers
+	mu     sync.RWMutex   // held for reading by Submit while sending on the queue
+	closed atomic.Bool
+
+	descs struct {
+		sync.Mutex
+		m map[*descriptor.Segment]string // owner socket ("" = not same host or not offered)
+	}
+	peers struct {
+		sync.Mutex
+		m map[string]*peerEntry // by owner socket
+	}
+	replies []chan chunkReply // shm: one per worker
+}
+
+func (b *base) init(e *engine.Engine, name string, kind uint8, cfg Config) {
+	b.e, b.name, b.kind, b.cfg = e, name, kind, cfg.withDefaults(e)
+	b.log = e.Logger().With("transport", name)
+	b.ctx, b.cancel = context.WithCancel(context.Background())
+	b.descs.m = make(map[*descriptor.Segment]string)
+	b.peers.m = make(map[string]*peerEntry)
+	b.node = acquireNode(e, b.cfg)
+}
+
+// peerEntry is the initiator state toward one owner.
+type peerEntry struct {
+	sock    string
+	sess    atomic.Pointer[session]
+	refused atomic.Bool // cma: the kernel refused; permanent for this owner
+
+	mu struct {
+		sync.Mutex // serializes dialing
+		retryAt    time.Time
+		lastErr    string
+	}
+}
+
+// Name returns the transport's name.
+func (b *base) Name() string { return b.name }
+
+// Describe publishes the owner socket (when this engine can serve).
+func (b *base) Describe(seg *descriptor.Segment) { b.node.describe(seg, b.name) }
+
+// ownerSock returns the socket of p's owner when p runs on this host (same
+// boot id and pid and user namespaces) and offers this transport.
+func (b *base) ownerSock(p *engine.Peer) string {
+	if p.Local() {
+		return "" // the local transport serves the own segment
+	}
+	d := p.Descriptor()
+	if d == nil || d.Host == nil || !b.e.HostIdentity().SameHost(d.Host) {
+		return ""
+	}
+	b.descs.Lock()
+	defer b.descs.Unlock()
+	if s, ok := b.descs.m[d]; ok {
+		return s
+	}
+	var info peerInfo
+	if raw, ok := d.Extra[b.name]; ok {
+		if err := json.Unmarshal(raw, &info); err != nil || info.V != wireVersion ||
+			!strings.HasPrefix(info.Sock, "@kvferry-") || len(info.Sock) > 100 {
+			info.Sock = ""
+		}
+	}
+	if len(b.descs.m) >= 256 { // descriptors are replaced on refresh; forget old ones
+		clear(b.descs.m)
+	}
+	b.descs.m[d] = info.Sock
+	return info.Sock
+}
+
+func (b *base) entry(sock string) *peerEntry {
+	b.peers.Lock()
+	defer b.peers.Unlock()
+	pe := b.peers.m[sock]
+	if pe == nil {
+		pe = &peerEntry{sock: sock}
+		b.peers.m[sock] = pe
+	}
+	return pe
+}
+
+// sessionFor returns a live session to p's owner, opening one when needed
+// (bounded by the engine's connect timeout); nil when p cannot be served.
+func (b *base) sessionFor(p *engine.Peer, dial bool) *session {
+	if b.closed.Load() {
+		return nil
+	}
+	sock := b.ownerSock(p)
+	if sock == "" {
+		return nil
+	}
+	pe := b.entry(sock)
+	if pe.refused.Load() {
+		return nil
+	}
+	if s := pe.sess.Load(); s != nil && !s.isDead() {
+		return s
+	}
+	if !dial {
+		return nil
+	}
+	pe.mu.Lock()
+	defer pe.mu.Unlock()
+	if s := pe.sess.Load(); s != nil && !s.isDead() {
+		return s
+	}
+	if time.Now().Before(pe.mu.retryAt) || pe.refused.Load() {
+		return nil
+	}
+	s, err := b.dial(p, sock)
+	if err != nil {
+		pe.mu.retryAt = time.Now().Add(redialDelay)
+		if errors.Is(err, ErrRefused) {
+			pe.refused.Store(true)
+			b.log.Warn("cma refused by the kernel; requests to this peer use the next transport (shm when installed)",
+				"peer", p.Name, "err", err, "reason", refusalReason(err))
+		} else if msg := err.Error(); msg != pe.mu.lastErr {
+			pe.mu.lastErr = msg
+			b.log.Info("same-host session not opened; requests to this peer use the next transport", "peer", p.Name, "err", err)
+		}
+		if old := pe.sess.Swap(nil); old != nil {
+			old.release()
+		}
+		return nil
+	}
+	pe.mu.lastErr = ""
+	if old := pe.sess.Swap(s); old != nil {
+		old.release()
+	}
+	b.log.Info("same-host session opened", "peer", p.Name, "peer_pid", s.pid, "path", b.name, "why", b.why(s))
+	return s
+}
+
+func (b *base) why(s *session) string {
+	if b.kind == kindCMA {
+		return "same host, kernel allows process_vm_readv/writev to the peer"
+	}
+	return fmt.Sprintf("same host, staging through %d x %d bytes of shared memory", s.chunks, s.chunkBytes)
+}
+
+// dial opens a session: connect, hello, the reply with the shared memory,
+// and for cma the probe that proves the pid and the kernel's permission.
+func (b *base) dial(p *engine.Peer, sock string) (*session, error) {
+	timeout := b.e.Config().ConnectTimeout
+	ctx, cancel := context.WithTimeout(b.ctx, timeout)
+	defer cancel()
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "unixpacket", sock)
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s: %w", sock, err)
+	}
+	c := nc.(*net.UnixConn)
+	s := &session{kind: b.kind, peer: p.Name, conn: c, pidfd: -1, dead: make(chan struct{})}
+	s.refs.Store(1)
+	ok := false
+	defer func() {
+		if !ok {
+			s.kill(ErrPeerGone)
+			s.release()
+		}
+	}()
+	pid, _, err := peerCred(c)
+	if err != nil {
+		return nil, fmt.Errorf("peer credentials: %w", err)
+	}
+	if want := p.Descriptor().Host.PID; pid != want {
+		return nil, fmt.Errorf("socket owned by pid %d, descriptor names pid %d: %w", pid, want, errProtocol)
+	}
+	s.pid = pid
+	_ = c.SetDeadline(time.Now().Add(timeout))
+	h := hello{kind: b.kind}
+	if b.kind == kindCMA {
+		h.slots = uint32(b.cfg.Workers)
+	} else {
+		h.chunks, h.chunkBytes = uint32(b.cfg.ShmChunks), b.cfg.ShmChunkBytes
+	}
+	var hb [helloSize]byte
+	h.encode(hb[:])
+	if _, err := c.Write(hb[:]); err != nil {
+		return nil, fmt.Errorf("hello: %w", err)
+	}
+	var rb [replySize + 1]byte
+	n, fds, err := recvFds(c, rb[:], 2)
+	if err != nil {
+		return nil, fmt.Errorf("hello reply: %w", err)
+	}
+	defer closeFds(fds)
+	r, err := decodeReply(rb[:n])
+	if err != nil {
+		return nil, err
+	}
+	if r.status != statusOK {
+		return nil, fmt.Errorf("owner refused the session (status %d): %w", r.status, ErrPeerGone)
+	}
+	switch b.kind {
+	case kindCMA:
+		if len(fds) != 2 || r.slots != h.slots {
+			return nil, fmt.Errorf("cma reply with %d fds and %d slots: %w", len(fds), r.slots, errProtocol)
+		}
+		ctl, err := mapFd(fds[0], ctlBytes, false)
+		if err != nil {
+			return nil, err
+		}
+		s.ctl = ctlView{ctl}
+		if s.slots, err = mapFd(fds[1], slotBytes, true); err != nil {
+			return nil, err
+		}
+		s.nslots = int(r.slots)
+		if s.ctl.magic() != ctlMagic || s.ctl.nonce() != r.nonce {
+			return nil, fmt.Errorf("control page does not match the reply: %w", errProtocol)
+		}
+		s.pidfd = openPidfd(pid)
+		if err := probe(pid, r.probeAddr, r.nonce); err != nil {
+			return nil, err
+		}
+	case kindShm:
+		if len(fds) != 1 || r.chunks == 0 || r.chunks > maxChunks || r.chunkBytes < minChunkBytes || r.chunkBytes > maxChunkBytes {
+			return nil, fmt.Errorf("shm reply with %d fds, %d chunks of %d bytes: %w", len(fds), r.chunks, r.chunkBytes, errProtocol)
+		}
+		s.chunks, s.chunkBytes = int(r.chunks), r.chunkBytes
+		if s.staging, err = mapFd(fds[0], uint64(s.chunks)*s.chunkBytes, true); err != nil {
+			return nil, err
+		}
+		s.free = make(chan uint32, s.chunks)
+		for i := range s.chunks {
+			s.free <- uint32(i)
+		}
+		s.owner = make([]atomic.Int32, s.chunks)
+		s.status = make([][maxEntries]byte, s.chunks)
+		s.replies = b.replies
+	}
+	_ = c.SetDeadline(time.Time{})
+	ok = true
+	s.refs.Add(1) // the reader's
+	b.reads.Add(1)
+	go s.runReader(&b.reads)
+	return s, nil
+}
+
+// probe reads the owner's nonce across processes: it proves that the kernel
+// allows the access and that pid is the owner (not a recycled pid).
+func probe(pid int, addr, nonce uint64) error {
+	var v uint64
+	local := []unix.Iovec{{Base: (*byte)(unsafe.Pointer(&v)), Len: 8}}
+	remote := []unix.RemoteIovec{{Base: uintptr(addr), Len: 8}}
+	n, err := unix.ProcessVMReadv(pid, local, remote, 0)
+	if err != nil {
+		if kernelRefused(err) {
+			return fmt.Errorf("process_vm_readv of pid %d: %w: %w", pid, ErrRefused, err)
+		}
+		return fmt.Errorf("process_vm_readv of pid %d: %w: %w", pid, ErrPeerGone, err)
+	}
+	if n != 8 || v != nonce {
+		return fmt.Errorf("pid %d does not hold the owner's nonce: %w", pid, errProtocol)
+	}
+	return nil
+}
+
+// closeBase stops the sessions and the node after the workers stopped.
+func (b *base) closeBase() {
+	b.peers.Lock()
+	pes := make([]*peerEntry, 0, len(b.peers.m))
+	for _, pe := range b.peers.m {
+		pes = append(pes, pe)
+	}
+	b.peers.m = map[string]*peerEntry{}
+	b.peers.Unlock()
+	for _, pe := range pes {
+		if s := pe.sess.Swap(nil); s != nil {
+			s.kill(engine.ErrClosed)
+			s.release()
+		}
+	}
+	b.reads.Wait()
+	b.node.release()
+}
+
+// session is an initiator's connection to one owner, with the shared
+// memory it received. It is reference counted: the peer entry, the reader
+// goroutine and every queued job hold a reference, and the last release
+// unmaps the memory.
+type session struct {
+	kind  uint8
+	peer  string // segment name, for errors
+	conn  *net.UnixConn
+	pid   int
+	pidfd pidfd
+	refs  atomic.Int64
+	dead  chan struct{}
+	once  sync.Once
+	err   error // why it died; set before dead is closed
+
+	// cma
+	ctl    ctlView
+	slots  *shmap
+	nslots int
+
+	// shm
+	staging    *shmap
+	chunks     int
+	chunkBytes uint64
+	free       chan uint32        // free chunk indices
+	owner      []atomic.Int32     // worker id + 1 that waits for each chunk
+	status     [][maxEntries]byte // per chunk: the entries' status from the last response
+	replies    []chan chunkReply  // the transport's per-worker reply queues
+	seq        atomic.Uint64
+}
+
+// chunkReply tells a worker that the response for a chunk arrived.
+type chunkReply struct {
+	s     *session
+	chunk uint32
+	count uint32
+	seq   uint64
+}
+
+func (s *session) isDead() bool {
+	select {
+	case <-s.dead:
+		return true
+	default:
+		return false
+	}
+}
+
+// kill ends the session with err (the first reason wins).
+func (s *session) kill(err error) {
+	s.once.Do(func() {
+		s.err = err
+		close(s.dead)
+		s.conn.Close()
+	})
+}
+
+// deathErr returns why the session died.
+func (s *session) deathErr() error {
+	<-s.dead
+	return fmt.Errorf("segment %q: %w", s.peer, s.err)
+}
+
+func (s *session) release() {
+	if s.refs.Add(-1) != 0 {
+		return
+	}
+	s.ctl.m.Close()
+	s.slots.Close()
+	s.staging.Close()
+	s.pidfd.close()
+}
+
+// runReader watches the connection: for cma any read means the owner went
+// away; for shm it routes responses to the waiting workers. Owned by the
+// transport (wg), stopped by kill.
+func (s *session) runReader(wg *sync.WaitGroup) {
+	defer wg.Done()
+	defer s.release()
+	buf := make([]byte, respHeaderSize+maxEntries+1)
+	for {
+		k, err := s.conn.Read(buf)
+		if err != nil {
+			s.kill(fmt.Errorf("%w: connection to the owner: %w", ErrPeerGone, err))
+			return
+		}
+		if s.kind != kindShm {
+			s.kill(fmt.Errorf("unexpected message from the owner: %w", errProtocol))
+			return
+		}
+		chunk, count, seq, err := decodeResp(buf[:k])
+		if err == nil && int(chunk) >= s.chunks {
+			err = fmt.Errorf("response for chunk %d of %d: %w", chunk, s.chunks, errProtocol)
+		}
+		var w int32
+		if err == nil {
+			if w = s.owner[chunk].Load(); w <= 0 || int(w) > len(s.replies) {
+				err = fmt.Errorf("response for idle chunk %d: %w", chunk, errProtocol)
+			}
+		}
+		if err != nil {
+			s.kill(err)
+			return
+		}
+		copy(s.status[chunk][:count], buf[respHeaderSize:k])
+		select {
+		case s.replies[w-1] <- chunkReply{s: s, chunk: chunk, count: count, seq: seq}:
+		default:
+			s.kill(fmt.Errorf("reply queue of worker %d full: %w", w-1, errProtocol))
+			return
+		}
+	}
+}
+
+// job is a group of slices for one worker, all to one session.
+type job struct {
+	s      *session
+	slices []*engine.Slice
+}
+
+func failAll(slices []*engine.Slice, err error) {
+	for _, s := range slices {
+		s.Complete(err)
+	}
+}
+
+// submit splits slices over the workers' queue. The caller checked that the
+// transport is open and holds b.mu for reading.
+func (b *base) submit(p *engine.Peer, slices []*engine.Slice, q chan<- job) {
+	s := b.sessionFor(p, false)
+	if s == nil {
+		failAll(slices, fmt.Errorf("%s: no session to segment %q: %w", b.name, p.Name, ErrPeerGone))
+		return
+	}
+	per := max(1, (len(slices)+b.cfg.Workers-1)/b.cfg.Workers)
+	for lo := 0; lo < len(slices); lo += per {
+		s.refs.Add(1)
+		q <- job{s: s, slices: slices[lo:min(lo+per, len(slices))]}
+	}
+}
+
+// closeQueue stops Submit from queueing, stops the workers and fails what
+// is still queued.
+func (b *base) closeQueue(q chan job) {
+	b.mu.Lock() // no Submit is sending now, nor will one
+	b.mu.Unlock()
+	b.cancel()
+	b.work.Wait()
+	for {
+		select {
+		case j := <-q:
+			failAll(j.slices, engine.ErrClosed)
+			j.s.release()
+		default:
+			return
+		}
+	}
+}

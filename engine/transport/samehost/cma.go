@@ -1,0 +1,215 @@
+package samehost
+
+import (
+	"errors"
+	"fmt"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/kvferry/kvferry/engine"
+	"github.com/kvferry/kvferry/internal/cmem"
+)
+
+// CMA copies to and from another process of this host with
+// process_vm_readv/writev: one copy, done by the kernel in the initiator's
+// thread. Ranges are validated against the owner's registration mirror
+// under the epoch protocol described in the package comment.
+type CMA struct {
+	base
+	q chan job
+}
+
+var _ engine.Transport = (*CMA)(nil)
+
+// NewCMA starts the cma transport of e.
+func NewCMA(e *engine.Engine, cfg Config) *CMA {
+	t := &CMA{}
+	t.init(e, NameCMA, kindCMA, cfg)
+	t.q = make(chan job, 1024)
+	for i := range t.cfg.Workers {
+		t.work.Add(1)
+		go t.runWorker(i)
+	}
+	return t
+}
+
+// Reaches reports whether p is another process of this host that offers
+// cma, and the kernel lets us access it (checked once per owner by a probe
+// read; a refusal is logged and leaves the peer to shm).
+func (t *CMA) Reaches(p *engine.Peer) bool {
+	s := t.sessionFor(p, true)
+	return s != nil && s.ctl.word(ctlOffOverflow).Load() == 0
+}
+
+// SliceSize returns the cma slice size.
+func (t *CMA) SliceSize() uint64 { return t.cfg.CMASliceSize }
+
+// Submit queues the slices for the workers.
+func (t *CMA) Submit(p *engine.Peer, slices []*engine.Slice) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	if t.closed.Load() {
+		failAll(slices, engine.ErrClosed)
+		return
+	}
+	t.submit(p, slices, t.q)
+}
+
+// Close stops the workers (queued slices fail), ends the sessions and
+// releases the engine's node. A second Close is harmless.
+func (t *CMA) Close() error {
+	if t.closed.Swap(true) {
+		return nil
+	}
+	t.closeQueue(t.q)
+	t.closeBase()
+	return nil
+}
+
+// cmaWorker is one copy goroutine's scratch, allocated once.
+type cmaWorker struct {
+	t      *CMA
+	id     int
+	rs     []rng
+	res    []lookupResult
+	errs   []error
+	liov   []unix.Iovec
+	riov   []unix.RemoteIovec
+	owners []int     // slice index of each iovec
+	lbase  []uintptr // local address of each iovec
+}
+
+// runWorker copies queued jobs; owned by the transport, stopped by Close.
+func (t *CMA) runWorker(id int) {
+	defer t.work.Done()
+	w := &cmaWorker{t: t, id: id}
+	for {
+		select {
+		case <-t.ctx.Done():
+			return
+		case j := <-t.q:
+			w.run(j)
+			j.s.release()
+		}
+	}
+}
+
+// run validates and copies one job. The worker's slot holds the epoch it
+// validated in until every copy is done, so that an owner that removes a
+// region waits for it.
+func (w *cmaWorker) run(j job) {
+	s, slices := j.s, j.slices
+	if s.isDead() {
+		failAll(slices, s.deathErr())
+		return
+	}
+	slot := slotWord(s.slots, w.id)
+	for {
+		ep := s.ctl.epoch()
+		if ep == epochClosed {
+			slot.Store(0)
+			failAll(slices, fmt.Errorf("segment %q: owner closed: %w", s.peer, ErrPeerGone))
+			return
+		}
+		slot.Store(ep)
+		if s.ctl.epoch() == ep {
+			break
+		}
+	}
+	if s.pidfd.exited() {
+		slot.Store(0)
+		s.kill(fmt.Errorf("owner pid %d exited: %w", s.pid, ErrPeerGone))
+		failAll(slices, s.deathErr())
+		return
+	}
+	w.rs, w.res, w.errs = w.rs[:0], w.res[:0], w.errs[:0]
+	for _, sl := range slices {
+		w.rs = append(w.rs, rng{addr: sl.Remote, length: sl.Length})
+		w.res = append(w.res, lookupOK)
+		w.errs = append(w.errs, nil)
+	}
+	s.ctl.validate(w.rs, w.res)
+	for i, sl := range slices {
+		switch {
+		case sl.Canceled():
+			w.errs[i] = engine.ErrCanceled
+		case w.res[i] == lookupMissing:
+			w.errs[i] = &engine.TransferError{Op: sl.Op, Peer: s.peer, Transport: NameCMA, Addr: sl.Remote, Length: sl.Length,
+				Err: fmt.Errorf("outside the owner's registered memory: %w", engine.ErrRejected)}
+		case w.res[i] == lookupOverflow:
+			w.errs[i] = fmt.Errorf("segment %q registered more regions than cma mirrors (%d): %w", s.peer, ctlEntries, engine.ErrNotSupported)
+		case w.res[i] == lookupBusy:
+			w.errs[i] = fmt.Errorf("segment %q: registration table stayed locked: %w", s.peer, ErrPeerGone)
+		}
+	}
+	w.copyOp(s, slices, engine.OpWrite)
+	w.copyOp(s, slices, engine.OpRead)
+	slot.Store(0)
+	for i, sl := range slices {
+		sl.Complete(w.errs[i])
+	}
+}
+
+// copyOp copies every still-good slice of direction op, up to iovMax
+// ranges per system call, resuming after partial transfers.
+func (w *cmaWorker) copyOp(s *session, slices []*engine.Slice, op engine.OpCode) {
+	w.liov, w.riov, w.owners, w.lbase = w.liov[:0], w.riov[:0], w.owners[:0], w.lbase[:0]
+	for i, sl := range slices {
+		if sl.Op != op || w.errs[i] != nil {
+			continue
+		}
+		iv := unix.Iovec{Base: (*byte)(cmem.Pointer(sl.Local))}
+		iv.SetLen(int(sl.Length))
+		w.liov = append(w.liov, iv)
+		w.riov = append(w.riov, unix.RemoteIovec{Base: uintptr(sl.Remote), Len: int(sl.Length)})
+		w.owners = append(w.owners, i)
+		w.lbase = append(w.lbase, sl.Local)
+	}
+	for i := 0; i < len(w.liov); {
+		j := min(i+iovMax, len(w.liov))
+		var n int
+		var err error
+		if op == engine.OpWrite {
+			n, err = unix.ProcessVMWritev(s.pid, w.liov[i:j], w.riov[i:j], 0)
+		} else {
+			n, err = unix.ProcessVMReadv(s.pid, w.liov[i:j], w.riov[i:j], 0)
+		}
+		if err == nil && n == 0 {
+			err = unix.EFAULT // no progress
+		}
+		if err != nil {
+			err = w.callErr(s, op, err)
+			for k := i; k < len(w.liov); k++ {
+				w.errs[w.owners[k]] = err
+			}
+			return
+		}
+		k := i
+		for k < j && uint64(n) >= w.liov[k].Len {
+			n -= int(w.liov[k].Len)
+			k++
+		}
+		if k < j && n > 0 { // partial: resume inside iovec k
+			w.lbase[k] += uintptr(n)
+			w.liov[k].Base = (*byte)(cmem.Pointer(w.lbase[k]))
+			w.liov[k].SetLen(int(w.liov[k].Len) - n)
+			w.riov[k].Base += uintptr(n)
+			w.riov[k].Len -= n
+		}
+		i = k
+	}
+	clear(w.liov)
+}
+
+// callErr turns a failed process_vm_* call into the slices' error.
+func (w *cmaWorker) callErr(s *session, op engine.OpCode, err error) error {
+	switch {
+	case errors.Is(err, unix.ESRCH):
+		s.kill(fmt.Errorf("owner pid %d exited: %w", s.pid, ErrPeerGone))
+		return s.deathErr()
+	case kernelRefused(err):
+		w.t.log.Warn("cma refused by the kernel during a copy", "peer", s.peer, "err", err, "reason", refusalReason(err))
+		return fmt.Errorf("cma %s to segment %q: %w: %w", op, s.peer, ErrRefused, err)
+	}
+	return fmt.Errorf("cma %s to segment %q (pid %d): %w", op, s.peer, s.pid, err)
+}

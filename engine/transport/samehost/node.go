@@ -1,0 +1,460 @@
+package samehost
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/kvferry/kvferry/engine"
+	"github.com/kvferry/kvferry/engine/descriptor"
+	"github.com/kvferry/kvferry/internal/cmem"
+)
+
+// node is the owner side of one engine: the Unix socket that initiators of
+// this host connect to, the control page with the registration mirror and
+// epoch, and the sessions it serves. The cma and shm transports of an
+// engine share one node; the last of them to close closes it.
+type node struct {
+	e      *engine.Engine
+	cfg    Config
+	log    *slog.Logger
+	ln     *net.UnixListener // nil when the node cannot serve
+	sock   string            // abstract address, "@kvferry-<pid>-<random>"
+	extra  json.RawMessage   // what Describe publishes
+	ctl    ctlView           // owner's read-write mapping
+	ctlFd  int
+	nonce  uint64
+	wg     sync.WaitGroup
+	closed atomic.Bool
+	refs   int // guarded by nodes
+
+	mu struct {
+		sync.Mutex
+		table    []entry // the mirror as last written
+		sessions map[*ownerSession]struct{}
+	}
+	served, rejected atomic.Uint64
+	rejectLog        struct {
+		sync.Mutex
+		last time.Time
+	}
+}
+
+// ownerSession is one initiator connection as the owner sees it.
+type ownerSession struct {
+	c       *net.UnixConn
+	kind    uint8
+	pid     int
+	uid     int
+	slots   *shmap // cma: the initiator's epoch slots
+	nslots  int
+	staging *shmap // shm
+	gone    atomic.Bool
+}
+
+// nodes holds the node of every engine of this process that installed a
+// same-host transport.
+var nodes = struct {
+	sync.Mutex
+	m map[*engine.Engine]*node
+}{m: make(map[*engine.Engine]*node)}
+
+// acquireNode returns e's node, starting it on first use.
+func acquireNode(e *engine.Engine, cfg Config) *node {
+	nodes.Lock()
+	defer nodes.Unlock()
+	if n := nodes.m[e]; n != nil {
+		n.refs++
+		return n
+	}
+	n := newNode(e, cfg)
+	n.refs = 1
+	nodes.m[e] = n
+	return n
+}
+
+// release drops a transport's reference; the last one closes the node.
+func (n *node) release() {
+	nodes.Lock()
+	n.refs--
+	last := n.refs == 0
+	if last {
+		delete(nodes.m, n.e)
+	}
+	nodes.Unlock()
+	if last {
+		n.close()
+	}
+}
+
+// newNode starts serving. A node that cannot create its control page or
+// socket logs why and serves nothing (its engine still initiates).
+func newNode(e *engine.Engine, cfg Config) *node {
+	n := &node{e: e, cfg: cfg, log: e.Logger().With("transport", "samehost"), ctlFd: -1}
+	n.mu.sessions = make(map[*ownerSession]struct{})
+	ctl, fd, err := newMemfd("kvferry-ctl", ctlBytes, true)
+	if err != nil {
+		n.log.Warn("same-host transports cannot serve this engine", "segment", e.SegmentName(), "err", err)
+		return n
+	}
+	n.ctl, n.ctlFd = ctlView{ctl}, fd
+	n.nonce = rand.Uint64() | 1
+	n.ctl.word(ctlOffNonce).Store(n.nonce)
+	n.ctl.word(ctlOffEpoch).Store(1)
+	n.ctl.word(ctlOffMagic).Store(ctlMagic)
+	n.sock = fmt.Sprintf("@kvferry-%d-%016x", os.Getpid(), rand.Uint64())
+	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: n.sock, Net: "unixpacket"})
+	if err != nil {
+		n.log.Warn("same-host transports cannot serve this engine", "segment", e.SegmentName(), "err", err)
+		n.closeCtl()
+		return n
+	}
+	n.ln = ln
+	n.extra, _ = json.Marshal(peerInfo{Sock: n.sock, V: wireVersion})
+	if cfg.AllowAnyPtracer {
+		if err := unix.Prctl(unix.PR_SET_PTRACER, unix.PR_SET_PTRACER_ANY, 0, 0, 0); err != nil {
+			n.log.Warn("prctl(PR_SET_PTRACER, ANY) failed", "err", err)
+		} else {
+			n.log.Info("any process of this user may now ptrace this one (KVFERRY_CMA_ALLOW_PTRACER)")
+		}
+	}
+	n.mirror()
+	n.wg.Add(1)
+	go n.runAccept()
+	n.log.Debug("same-host node listening", "segment", e.SegmentName(), "sock", n.sock)
+	return n
+}
+
+// describe publishes the socket under name and refreshes the mirror.
+func (n *node) describe(seg *descriptor.Segment, name string) {
+	if n.ln == nil || n.closed.Load() {
+		return
+	}
+	n.mirror()
+	if seg.Extra == nil {
+		seg.Extra = make(map[string]json.RawMessage)
+	}
+	seg.Extra[name] = n.extra
+}
+
+// mirror copies the engine's registered regions into the control page. When
+// a region went away, it bumps the epoch and waits until no cma initiator
+// works in an older epoch, so that once UnregisterMemory (which publishes,
+// and so calls Describe) returns, no initiator that validated against the
+// old table is still copying.
+func (n *node) mirror() {
+	if n.ctl.m == nil {
+		return
+	}
+	regs := n.e.Regions()
+	rows := make([]entry, len(regs))
+	for i, r := range regs {
+		rows[i] = entry{addr: uint64(r.Addr), length: r.Length}
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed.Load() {
+		return
+	}
+	removed := false
+	j := 0
+	for _, o := range n.mu.table { // both sorted by address
+		for j < len(rows) && rows[j].addr < o.addr {
+			j++
+		}
+		if j == len(rows) || rows[j] != o {
+			removed = true
+			break
+		}
+	}
+	n.ctl.writeTable(n.mu.table, rows)
+	n.mu.table = rows
+	if !removed {
+		return
+	}
+	ep := n.ctl.word(ctlOffEpoch).Add(1)
+	if !n.drainLocked(ep, time.Now().Add(n.cfg.Timeout)) {
+		n.log.Error("a cma initiator still works in an old registration epoch; unregistered memory may still be written",
+			"segment", n.e.SegmentName(), "epoch", ep, "timeout", n.cfg.Timeout)
+	}
+}
+
+// drainLocked waits until every slot of every live cma session is idle or
+// in epoch ep or later; false when the deadline passed first. n.mu is held
+// (sessions are not unmapped while we read their slots).
+func (n *node) drainLocked(ep uint64, deadline time.Time) bool {
+	for s := range n.mu.sessions {
+		if s.kind != kindCMA {
+			continue
+		}
+		for i := range s.nslots {
+			w := slotWord(s.slots, i)
+			for wait := 10 * time.Microsecond; ; wait = min(2*wait, time.Millisecond) {
+				v := w.Load()
+				if v == 0 || v >= ep || s.gone.Load() {
+					break
+				}
+				if time.Now().After(deadline) {
+					return false
+				}
+				time.Sleep(wait)
+			}
+		}
+	}
+	return true
+}
+
+// runAccept accepts sessions; owned by the node, stopped by close.
+func (n *node) runAccept() {
+	defer n.wg.Done()
+	for {
+		c, err := n.ln.AcceptUnix()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) || n.closed.Load() {
+				return
+			}
+			n.log.Warn("same-host accept failed", "err", err)
+			time.Sleep(5 * time.Millisecond) // back off from EMFILE-style errors
+			continue
+		}
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			n.serve(c)
+		}()
+	}
+}
+
+// add registers a session; false when closed or at the session limit.
+func (n *node) add(s *ownerSession) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed.Load() || len(n.mu.sessions) >= n.cfg.MaxSessions {
+		return false
+	}
+	n.mu.sessions[s] = struct{}{}
+	return true
+}
+
+// remove forgets a session and unmaps its memory.
+func (n *node) remove(s *ownerSession) {
+	s.gone.Store(true)
+	n.mu.Lock()
+	delete(n.mu.sessions, s)
+	n.mu.Unlock()
+	s.slots.Close()
+	s.staging.Close()
+}
+
+// serve runs one session: the handshake, then (shm) requests until the
+// initiator goes away.
+func (n *node) serve(c *net.UnixConn) {
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(n.e.Config().ConnectTimeout))
+	buf := make([]byte, maxReqSize+1)
+	k, err := c.Read(buf)
+	if err != nil {
+		return
+	}
+	h, err := decodeHello(buf[:k])
+	if err != nil {
+		n.log.Warn("same-host session refused", "err", err)
+		return
+	}
+	s := &ownerSession{c: c, kind: h.kind}
+	s.pid, s.uid, _ = peerCred(c)
+	var r reply
+	r.nonce = n.nonce
+	var fds []int
+	switch h.kind {
+	case kindCMA:
+		if h.slots == 0 || h.slots > maxSlots {
+			n.refuse(c, statusUnsupported)
+			return
+		}
+		m, fd, err := newMemfd("kvferry-slots", slotBytes, false)
+		if err != nil {
+			n.log.Warn("same-host session: no slot page", "err", err)
+			n.refuse(c, statusInternal)
+			return
+		}
+		defer unix.Close(fd)
+		s.slots, s.nslots = m, int(h.slots)
+		r.slots, r.probeAddr = h.slots, n.ctl.probeAddr()
+		fds = []int{n.ctlFd, fd}
+	case kindShm:
+		chunks := min(max(int(h.chunks), 1), maxChunks)
+		cb := clampChunkBytes(h.chunkBytes)
+		m, fd, err := newMemfd("kvferry-staging", uint64(chunks)*cb, false)
+		if err != nil {
+			n.log.Warn("same-host session: no staging memory", "err", err)
+			n.refuse(c, statusInternal)
+			return
+		}
+		defer unix.Close(fd)
+		s.staging = m
+		r.chunks, r.chunkBytes = uint32(chunks), cb
+		fds = []int{fd}
+	default:
+		n.refuse(c, statusUnsupported)
+		return
+	}
+	if !n.add(s) {
+		s.slots.Close()
+		s.staging.Close()
+		n.refuse(c, statusBusy)
+		return
+	}
+	defer n.remove(s)
+	var rb [replySize]byte
+	r.encode(rb[:])
+	if _, _, err := c.WriteMsgUnix(rb[:], unix.UnixRights(fds...), nil); err != nil {
+		return
+	}
+	_ = c.SetDeadline(time.Time{})
+	n.log.Debug("same-host session opened", "transport", kindName(h.kind), "peer_pid", s.pid, "peer_uid", s.uid)
+	if h.kind == kindShm {
+		n.serveShm(s, buf, r.chunks, r.chunkBytes)
+	} else {
+		// A cma initiator sends nothing more; a read ends when it goes away.
+		_, _ = c.Read(buf)
+	}
+	n.log.Debug("same-host session closed", "transport", kindName(h.kind), "peer_pid", s.pid)
+}
+
+func (n *node) refuse(c *net.UnixConn, status uint32) {
+	var rb [replySize]byte
+	reply{status: status}.encode(rb[:])
+	_, _ = c.Write(rb[:])
+}
+
+// serveShm serves staging requests: every piece is checked and pinned
+// against the engine's own registry (so a piece outside registered memory,
+// or in a region being unregistered, is refused), then all pieces of a
+// request are copied with one C call.
+func (n *node) serveShm(s *ownerSession, buf []byte, chunks uint32, chunkBytes uint64) {
+	ops := make([]cmem.Op, 0, maxEntries)
+	pins := make([]*engine.Region, 0, maxEntries)
+	resp := make([]byte, respHeaderSize+maxEntries)
+	for {
+		k, err := s.c.Read(buf)
+		if err != nil {
+			return
+		}
+		chunk, count, seq, err := decodeReq(buf[:min(k, maxReqSize+1)])
+		if err == nil && chunk >= chunks {
+			err = fmt.Errorf("chunk %d of %d: %w", chunk, chunks, errProtocol)
+		}
+		if err != nil {
+			n.log.Warn("same-host session: bad request, closing", "peer_pid", s.pid, "err", err)
+			return
+		}
+		base := s.staging.addr() + uintptr(uint64(chunk)*chunkBytes)
+		st := resp[respHeaderSize : respHeaderSize+int(count)]
+		for i := range int(count) {
+			e := reqEntryAt(buf, i)
+			if e.length == 0 || e.offset > chunkBytes || e.length > chunkBytes-e.offset ||
+				(e.op != uint8(engine.OpRead) && e.op != uint8(engine.OpWrite)) {
+				st[i] = entryBad
+				continue
+			}
+			pin := n.e.Pin(e.addr, e.length)
+			if pin == nil {
+				st[i] = entryRejected
+				n.rejected.Add(1)
+				n.logReject(s.pid, e)
+				continue
+			}
+			st[i] = entryOK
+			op := cmem.Op{Dst: uintptr(e.addr), Src: base + uintptr(e.offset), N: e.length}
+			if e.op == uint8(engine.OpRead) {
+				op.Dst, op.Src = op.Src, op.Dst
+			}
+			ops = append(ops, op)
+			pins = append(pins, pin)
+		}
+		cmem.CopyBatch(ops)
+		for _, p := range pins {
+			p.Release()
+		}
+		n.served.Add(uint64(len(ops)))
+		ops, pins = ops[:0], pins[:0]
+		clear(pins[:cap(pins)])
+		putRespHeader(resp, chunk, count, seq)
+		if _, err := s.c.Write(resp[:respHeaderSize+int(count)]); err != nil {
+			return
+		}
+	}
+}
+
+func (n *node) logReject(pid int, e reqEntry) {
+	n.rejectLog.Lock()
+	defer n.rejectLog.Unlock()
+	if time.Since(n.rejectLog.last) < 10*time.Second {
+		return
+	}
+	n.rejectLog.last = time.Now()
+	n.log.Warn("shm request outside registered memory refused", "peer_pid", pid, "addr", e.addr, "bytes", e.length, "op", engine.OpCode(e.op))
+}
+
+// close marks the epoch closed, waits (bounded) until no cma initiator
+// copies any more, ends every session and frees the control page.
+func (n *node) close() {
+	if n.closed.Swap(true) {
+		return
+	}
+	if n.ln == nil {
+		return
+	}
+	n.mu.Lock()
+	n.ctl.word(ctlOffEpoch).Store(epochClosed)
+	if !n.drainLocked(epochClosed, time.Now().Add(n.cfg.Timeout)) {
+		n.log.Error("a cma initiator still copies after the owner closed", "segment", n.e.SegmentName())
+	}
+	conns := make([]*net.UnixConn, 0, len(n.mu.sessions))
+	for s := range n.mu.sessions {
+		conns = append(conns, s.c)
+	}
+	n.mu.Unlock()
+	n.ln.Close()
+	for _, c := range conns {
+		c.Close()
+	}
+	n.wg.Wait()
+	n.closeCtl()
+}
+
+func (n *node) closeCtl() {
+	n.ctl.m.Close()
+	if n.ctlFd >= 0 {
+		unix.Close(n.ctlFd)
+		n.ctlFd = -1
+	}
+}
+
+func kindName(k uint8) string {
+	switch k {
+	case kindCMA:
+		return NameCMA
+	case kindShm:
+		return NameShm
+	}
+	return "unknown"
+}
+
+// peerInfo is what an owner publishes in kvferry_extra["cma"] and ["shm"].
+type peerInfo struct {
+	// Sock is the abstract Unix socket address of the owner's node.
+	Sock string `json:"sock"`
+	// V is the session protocol version.
+	V int `json:"v"`
+}
