@@ -3,12 +3,15 @@ package ha
 import (
 	"context"
 	"errors"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
 	"gotest.tools/v3/assert"
 
 	"github.com/kvferry/kvferry/engine/metadata/etcd/etcdtest"
+	"github.com/kvferry/kvferry/internal/testutil"
 )
 
 func TestMasterViewKey(t *testing.T) {
@@ -73,4 +76,27 @@ func TestCampaignAndLeader(t *testing.T) {
 	// Giving up the leadership deletes the key.
 	_, err = Leader(ctx, cli, "c")
 	assert.Assert(t, errors.Is(err, ErrNoLeader))
+}
+
+func TestMain(m *testing.M) {
+	os.Exit(testutil.VerifyNoLeaks(m))
+}
+
+// FuzzParseEndpoints: any input either fails or yields non-empty endpoints
+// without separators.
+func FuzzParseEndpoints(f *testing.F) {
+	for _, s := range []string{"etcd://h1:2379;h2:2379", "a,b", "", "etcd://", ";;;", "h:1 h:2"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		eps, err := ParseEndpoints(s)
+		if (err == nil) != (len(eps) > 0) {
+			t.Fatalf("%q: err %v with %d endpoints", s, err, len(eps))
+		}
+		for _, e := range eps {
+			if e == "" || strings.ContainsAny(e, ";, ") {
+				t.Fatalf("%q: bad endpoint %q", s, e)
+			}
+		}
+	})
 }

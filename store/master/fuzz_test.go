@@ -1,0 +1,180 @@
+package master
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/kvferry/kvferry/store/wire"
+)
+
+// checkInvariants verifies the bookkeeping of s: byte counts, free lists,
+// indexes, and that no two live allocations overlap.
+func checkInvariants(t *testing.T, s *Service) {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var capacity, used uint64
+	for _, seg := range s.mu.order {
+		capacity += seg.info.Size
+		used += seg.alloc.used
+		var free uint64
+		for i, e := range seg.alloc.free {
+			if e.len == 0 || e.off+e.len > seg.info.Size {
+				t.Fatalf("segment %s: bad free extent %+v", seg.info.ID, e)
+			}
+			if i > 0 && seg.alloc.free[i-1].off+seg.alloc.free[i-1].len >= e.off {
+				t.Fatalf("segment %s: free extents unsorted, overlapping or adjacent: %+v", seg.info.ID, seg.alloc.free)
+			}
+			free += e.len
+		}
+		if free+seg.alloc.used != seg.info.Size {
+			t.Fatalf("segment %s: free %d + used %d != size %d", seg.info.ID, free, seg.alloc.used, seg.info.Size)
+		}
+		var live uint64
+		spans := map[uint64]uint64{}
+		for r := range seg.replicas {
+			if r.seg != seg {
+				t.Fatalf("replica on the wrong segment")
+			}
+			live += alignedLen(r.size)
+			spans[r.off] = alignedLen(r.size)
+		}
+		if live != seg.alloc.used {
+			t.Fatalf("segment %s: replicas hold %d bytes, allocator says %d", seg.info.ID, live, seg.alloc.used)
+		}
+		for off, n := range spans {
+			for off2, n2 := range spans {
+				if off != off2 && off < off2+n2 && off2 < off+n {
+					t.Fatalf("segment %s: replicas overlap at %#x and %#x", seg.info.ID, off, off2)
+				}
+			}
+		}
+	}
+	if capacity != s.mu.capacity || used != s.mu.used {
+		t.Fatalf("capacity %d/%d used %d/%d", capacity, s.mu.capacity, used, s.mu.used)
+	}
+	for k, o := range s.mu.objects {
+		if o.key != k || len(o.replicas) == 0 {
+			t.Fatalf("object %q: key %q, %d replicas", k, o.key, len(o.replicas))
+		}
+		if _, proc := s.mu.processing[k]; proc == o.complete {
+			t.Fatalf("object %q: complete=%v but processing index says otherwise", k, o.complete)
+		}
+		if o.inLRU != o.complete {
+			t.Fatalf("object %q: complete=%v inLRU=%v", k, o.complete, o.inLRU)
+		}
+		for _, r := range o.replicas {
+			if r.obj != o || r.seg.unmounted {
+				t.Fatalf("object %q: replica not linked or on an unmounted segment", k)
+			}
+			if _, ok := r.seg.replicas[r]; !ok {
+				t.Fatalf("object %q: replica missing from its segment", k)
+			}
+		}
+	}
+	n := 0
+	for o := s.mu.lru.head; o != nil; o = o.next {
+		if s.mu.objects[o.key] != o {
+			t.Fatalf("lru holds a dropped object %q", o.key)
+		}
+		n++
+	}
+	for _, o := range s.mu.objects {
+		if o.complete {
+			n--
+		}
+	}
+	if n != 0 {
+		t.Fatalf("lru length differs from complete objects by %d", n)
+	}
+}
+
+// FuzzService drives the state machine with random operations and checks
+// its invariants after each one.
+func FuzzService(f *testing.F) {
+	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13})
+	f.Add([]byte("put a lot of things and then evict them all, remove, tick, expire"))
+	f.Add([]byte{1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 9, 9, 9, 12, 12, 12, 3, 3, 3})
+	f.Fuzz(func(t *testing.T, ops []byte) {
+		clock := newFakeClock()
+		s, err := NewService(Config{Clock: clock, Seed: 3, DefaultKVLeaseTTL: 2 * time.Second,
+			ClientTTL: 5 * time.Second, PutStartDiscardTimeout: 3 * time.Second, PutStartReleaseTimeout: 6 * time.Second}, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		clients := []string{"c0", "c1", "c2"}
+		for i := 0; i+1 < len(ops); i += 2 {
+			op, arg := ops[i]%14, int(ops[i+1])
+			c := clients[arg%len(clients)]
+			key := fmt.Sprintf("k%d", arg%17)
+			switch op {
+			case 0:
+				_ = s.MountSegment(c, SegmentInfo{ID: fmt.Sprintf("s%d", arg%6), Name: c, Base: uint64(arg%6+1) << 32,
+					Size: uint64(arg%4+1) * 4096})
+			case 1, 2:
+				_, _ = s.PutStart(c, key, uint64(arg*37%5000+1), ReplicateConfig{ReplicaNum: arg%3 + 1,
+					HardPin: arg%11 == 0, SoftPin: wire.SoftPinAction(arg % 2)}, false)
+			case 3:
+				_ = s.PutEnd(c, key)
+			case 4:
+				_ = s.PutRevoke(c, key)
+			case 5:
+				_, _ = s.GetReplicaList(key)
+			case 6:
+				_ = s.Remove(key, arg%2 == 0)
+			case 7:
+				_, _ = s.RemoveByRegex(fmt.Sprintf("^k%d", arg%3), arg%2 == 0)
+			case 8:
+				_ = s.UnmountSegment(c, fmt.Sprintf("s%d", arg%6))
+			case 9:
+				clock.Advance(time.Duration(arg%8) * time.Second)
+				s.Tick()
+			case 10:
+				_, _ = s.Ping(c)
+			case 11:
+				_, _ = s.PutStart(c, key, uint64(arg*53%3000+1), ReplicateConfig{}, true)
+			case 12:
+				s.RemoveAll(arg%2 == 0)
+			case 13:
+				_ = s.ReMountSegments(c, []SegmentInfo{{ID: fmt.Sprintf("s%d", arg%6), Name: c,
+					Base: uint64(arg%6+1) << 32, Size: 8192}})
+			}
+			checkInvariants(t, s)
+		}
+	})
+}
+
+// TestInvariantsAfterScenarios runs the invariant check over the state the
+// datadriven files leave behind.
+func TestInvariantsAfterScenarios(t *testing.T) {
+	clock := newFakeClock()
+	s, err := NewService(Config{Clock: clock, Seed: 9}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 4 {
+		if err := s.MountSegment(fmt.Sprint("c", i), SegmentInfo{ID: fmt.Sprint("s", i), Name: fmt.Sprint("n", i),
+			Base: uint64(i+1) << 30, Size: 1 << 20}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 3000 {
+		key := fmt.Sprint("k", i%700)
+		_, _ = s.PutStart("c0", key, uint64(i%9000+1), ReplicateConfig{ReplicaNum: i%3 + 1}, i%5 == 0)
+		if i%3 != 0 {
+			_ = s.PutEnd("c0", key)
+		}
+		if i%7 == 0 {
+			_, _ = s.GetReplicaList(fmt.Sprint("k", (i*13)%700))
+		}
+		if i%100 == 0 {
+			clock.Advance(time.Second)
+			s.Tick()
+		}
+	}
+	checkInvariants(t, s)
+	clock.Advance(20 * time.Minute)
+	s.Tick()
+	checkInvariants(t, s)
+}
