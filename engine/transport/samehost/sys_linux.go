@@ -33,7 +33,7 @@ func newMemfd(name string, size uint64, futureWrite bool) (*shmap, int, error) {
 		unix.Close(fd)
 		return nil, -1, fmt.Errorf("size memfd %s to %d bytes: %w", name, size, err)
 	}
-	m, err := mapFd(fd, size, true)
+	m, err := mmapShared(fd, size, true)
 	if err != nil {
 		unix.Close(fd)
 		return nil, -1, err
@@ -67,6 +67,10 @@ func mapFd(fd int, size uint64, writable bool) (*shmap, error) {
 	if seals, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0); err == nil && seals&unix.F_SEAL_SHRINK == 0 {
 		return nil, fmt.Errorf("shared memory is not sealed against shrinking: %w", errProtocol)
 	}
+	return mmapShared(fd, size, writable)
+}
+
+func mmapShared(fd int, size uint64, writable bool) (*shmap, error) {
 	prot := unix.PROT_READ
 	if writable {
 		prot |= unix.PROT_WRITE
