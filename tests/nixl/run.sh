@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# NIXL plugin harness: builds the C++ test program against kvferry's own NIXL
+# ABI declarations (plugin/nixl_abi.h) and runs it against the built
+# libplugin_KVFERRY.so, loaded with dlopen as NIXL's plugin manager loads it:
+# two agents in one process, two agents in two processes, and a peer killed
+# mid-transfer.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+LIBDIR="${KVFERRY_LIB_DIR:-$PWD/build/lib}"
+PLUGIN="$LIBDIR/nixl/libplugin_KVFERRY.so"
+[ -e "$PLUGIN" ] || { echo "no $PLUGIN (run make first)" >&2; exit 1; }
+OUT="$(mktemp -d)"
+trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$OUT"' EXIT
+g++ -std=c++20 -O2 -g -Wall -Wextra -Werror -Iplugin -Itests/nixl -o "$OUT/nixl_test" tests/nixl/nixl_test.cpp -ldl
+
+wait_ready() { # file timeout-seconds
+  for _ in $(seq 1 $(( $2 * 10 ))); do [ -s "$1" ] && return 0; sleep 0.1; done
+  echo "target did not start" >&2; return 1
+}
+
+echo "--- two agents in one process"
+timeout 300 "$OUT/nixl_test" single "$PLUGIN"
+
+echo "--- two agents in two processes"
+"$OUT/nixl_test" target "$PLUGIN" "$OUT/target.md" 64 &
+TARGET=$!
+wait_ready "$OUT/target.md" 30
+timeout 300 "$OUT/nixl_test" initiator "$PLUGIN" "$OUT/target.md" "$OUT"
+timeout 60 tail --pid="$TARGET" -f /dev/null
+wait "$TARGET"
+
+echo "--- peer killed mid-transfer"
+"$OUT/nixl_test" target "$PLUGIN" "$OUT/victim.md" 256 &
+VICTIM=$!
+wait_ready "$OUT/victim.md" 30
+timeout 300 "$OUT/nixl_test" fault "$PLUGIN" "$OUT/victim.md" "$VICTIM"
+wait "$VICTIM" 2>/dev/null || true
+
+echo "NIXL plugin harness passed"
