@@ -45,3 +45,23 @@ ctx=$!
 LD_LIBRARY_PATH="$LIBDIR" timeout 300 "$OUT/route_b" gen "$OUT/b" "$NBUF" "$BUF_MIB" 3
 wait "$ctx"
 echo "route B passed"
+
+CXXFLAGS="-std=c++17 -O2 -g -Wall -Wextra -Werror -Iinclude -Iplugin"
+g++ $CXXFLAGS -o "$OUT/agent_test" tests/trtllm/agent_test.cpp -ldl -lpthread
+
+echo "--- route A: createMooncakeTransferAgent from libtensorrt_llm_mooncake_wrapper.so"
+mkdir -p "$OUT/a"
+LD_LIBRARY_PATH="$LIBDIR/trtllm" timeout 300 "$OUT/agent_test" gen "$OUT/a" &
+gen=$!
+set +e
+LD_LIBRARY_PATH="$LIBDIR/trtllm" timeout 300 "$OUT/agent_test" ctx "$OUT/a"
+ctx_rc=$?
+wait "$gen"
+gen_rc=$?
+set -e
+# gen ends killed by ctx (SIGKILL: 137) in the last phase.
+if [ "$ctx_rc" -ne 0 ] || [ "$gen_rc" -ne 137 ]; then
+  echo "route A failed: ctx exit $ctx_rc, gen exit $gen_rc (want 0 and 137)" >&2
+  exit 1
+fi
+echo "route A passed"
