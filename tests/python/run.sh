@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The Python suite: stdlib unittest over the built library, with Debian's
+# python3, python3-numpy and (optionally) python3-torch. Installs nothing.
+#   KVFERRY_LIB_DIR=$PWD/build-<area>/lib tests/python/run.sh [unittest args]
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+LIBDIR="${KVFERRY_LIB_DIR:-$PWD/build/lib}"
+PY="${PYTHON:-/usr/bin/python3}"
+if [ ! -e "$LIBDIR/libkvferry.so.1" ]; then
+  echo "tests/python: $LIBDIR/libkvferry.so.1 is missing (make lib)" >&2
+  exit 1
+fi
+if ! "$PY" -c 'import numpy' 2>/dev/null; then
+  echo "tests/python: numpy is missing (apt-get install python3-numpy)" >&2
+  exit 1
+fi
+if ! "$PY" -c 'import torch' 2>/dev/null; then
+  echo "tests/python: torch is not installed; its tests are skipped" >&2
+fi
+export KVFERRY_LIB_DIR="$(cd "$LIBDIR" && pwd)"
+export PYTHONDONTWRITEBYTECODE=1
+cd tests/python
+if [ "$#" -gt 0 ]; then
+  exec timeout 600 "$PY" -m unittest -v "$@"
+fi
+exec timeout 600 "$PY" -m unittest discover -s . -p 'test_*.py' -v
