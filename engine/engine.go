@@ -1110,6 +1110,12 @@ func (e *Engine) Transfer(ctx context.Context, reqs []Request) error {
 		return err
 	}
 	serr := e.Submit(id, reqs)
+	if serr != nil && len(reqs) > 0 {
+		if bs, _ := e.BatchStatus(id); bs.Tasks == 0 { // refused as a whole (no transport, bad request)
+			_ = e.FreeBatch(id)
+			return fmt.Errorf("transfer: %w", serr)
+		}
+	}
 	bs, werr := e.Wait(ctx, id)
 	if werr != nil {
 		_ = e.Cancel(context.Background(), id)
