@@ -540,7 +540,10 @@ func (a *trtAgent) setReason(x *trtXfer, reason string) {
 	a.mu.Unlock()
 }
 
-// wait waits up to timeoutMS (< 0: the transfer timeout, then cancel).
+// wait waits up to timeoutMS. With timeoutMS < 0 it waits as long as the
+// transfer makes progress: a transfer that moves no byte for a whole
+// transfer timeout (MC_TRANSFER_TIMEOUT) is canceled and fails, so TensorRT-
+// LLM's wait() without a timeout never hangs on a dead or silent peer.
 func (a *trtAgent) wait(id engine.BatchID, timeoutMS int64) int {
 	x := a.xfer(id)
 	if x == nil {
@@ -551,29 +554,33 @@ func (a *trtAgent) wait(id engine.BatchID, timeoutMS int64) int {
 	if !forever {
 		timeout = time.Duration(min(timeoutMS, int64(math.MaxInt64/time.Millisecond))) * time.Millisecond
 	}
-	ctx, cancel := context.WithTimeout(a.ctx, timeout)
-	defer cancel()
-	bs, err := a.e.Wait(ctx, id)
-	if err == nil {
-		return a.state(x, bs)
-	}
-	if !errors.Is(err, engine.ErrTimeout) {
-		a.setReason(x, err.Error())
+	var moved uint64
+	for {
+		ctx, cancel := context.WithTimeout(a.ctx, timeout)
+		bs, err := a.e.Wait(ctx, id)
+		cancel()
+		switch {
+		case err == nil:
+			return a.state(x, bs)
+		case !errors.Is(err, engine.ErrTimeout):
+			a.setReason(x, err.Error())
+			return trtFailure
+		case a.ctx.Err() != nil:
+			a.setReason(x, "agent destroyed")
+			return trtFailure
+		case !forever:
+			return trtInProgress
+		case bs.TransferredBytes > moved:
+			moved = bs.TransferredBytes // progress: keep waiting
+			continue
+		}
+		a.setReason(x, fmt.Sprintf("transfer to agent %q moved no data for the transfer timeout (%s, MC_TRANSFER_TIMEOUT); canceled",
+			x.peer, timeout))
+		if err := a.e.Cancel(context.Background(), id); err != nil {
+			logger.Warn("trtllm wait: cancel after timeout", "agent", a.name, "peer", x.peer, "err", err)
+		}
 		return trtFailure
 	}
-	if a.ctx.Err() != nil {
-		a.setReason(x, "agent destroyed")
-		return trtFailure
-	}
-	if !forever {
-		return trtInProgress
-	}
-	a.setReason(x, fmt.Sprintf("transfer to agent %q did not finish within the transfer timeout (%s, MC_TRANSFER_TIMEOUT); canceled",
-		x.peer, timeout))
-	if err := a.e.Cancel(context.Background(), id); err != nil {
-		logger.Warn("trtllm wait: cancel after timeout", "agent", a.name, "peer", x.peer, "err", err)
-	}
-	return trtFailure
 }
 
 // poll reports the state without blocking.

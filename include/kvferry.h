@@ -534,9 +534,10 @@ int kvferry_trtllm_submit(kvferry_trtllm_t agent, int op, const char *name,
                           int has_msg, const char *msg, size_t msg_len,
                           uint64_t *xfer);
 
-/* Waits up to timeout_ms for the transfer (timeout_ms < 0: up to the
- * engine's transfer timeout, after which the transfer is canceled and ends
- * FAILURE). Returns a KVFERRY_XFER_* state: IN_PROGRESS only when a
+/* Waits up to timeout_ms for the transfer. With timeout_ms < 0 it waits as
+ * long as the transfer makes progress: one that moves no byte for a whole
+ * transfer timeout (MC_TRANSFER_TIMEOUT, timeout_ms option) is canceled and
+ * ends FAILURE. Returns a KVFERRY_XFER_* state: IN_PROGRESS only when a
  * timeout_ms >= 0 passed; FAILURE also for an unknown id. Never spins. */
 int kvferry_trtllm_wait(kvferry_trtllm_t agent, uint64_t xfer,
                         int64_t timeout_ms);

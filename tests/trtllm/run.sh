@@ -38,23 +38,35 @@ gcc $CFLAGS -o "$OUT/route_b" tests/trtllm/route_b.c -L"$OUT/stub" -ltransfer_en
 readelf -d "$OUT/route_b" | grep -q 'NEEDED.*\[libtransfer_engine.so\]' || {
   echo "route_b is not linked against libtransfer_engine.so by name" >&2; exit 1; }
 
+# route_b <dir> <nbuf> <buf MiB> [env...]: one ctx and one gen process.
+route_b() {
+  local dir="$OUT/$1" nbuf="$2" mib="$3" ctx
+  shift 3
+  mkdir -p "$dir"
+  env "$@" LD_LIBRARY_PATH="$LIBDIR" timeout 300 "$OUT/route_b" ctx "$dir" "$nbuf" "$mib" 3 &
+  ctx=$!
+  env "$@" LD_LIBRARY_PATH="$LIBDIR" timeout 300 "$OUT/route_b" gen "$dir" "$nbuf" "$mib" 3
+  wait "$ctx"
+}
 echo "--- route B: stock wrapper call sequence over libtransfer_engine.so ($NBUF x $BUF_MIB MiB per process)"
-mkdir -p "$OUT/b"
-LD_LIBRARY_PATH="$LIBDIR" timeout 300 "$OUT/route_b" ctx "$OUT/b" "$NBUF" "$BUF_MIB" 3 &
-ctx=$!
-LD_LIBRARY_PATH="$LIBDIR" timeout 300 "$OUT/route_b" gen "$OUT/b" "$NBUF" "$BUF_MIB" 3
-wait "$ctx"
+route_b b1 "$NBUF" "$BUF_MIB"
+echo "--- route B over TCP (MC_FORCE_TCP=1, as TensorRT-LLM's CI runs Mooncake; 2 x 64 MiB)"
+route_b b2 2 64 MC_FORCE_TCP=1
 echo "route B passed"
 
 CXXFLAGS="-std=c++17 -O2 -g -Wall -Wextra -Werror -Iinclude -Iplugin"
 g++ $CXXFLAGS -o "$OUT/agent_test" tests/trtllm/agent_test.cpp -ldl -lpthread
 
-echo "--- route A: createMooncakeTransferAgent from libtensorrt_llm_mooncake_wrapper.so"
+# Over TCP (a peer on another host), so that a stopped or killed peer is seen
+# through the network path.
+echo "--- route A: createMooncakeTransferAgent from libtensorrt_llm_mooncake_wrapper.so (MC_FORCE_TCP=1)"
 mkdir -p "$OUT/a"
-LD_LIBRARY_PATH="$LIBDIR/trtllm" timeout 300 "$OUT/agent_test" gen "$OUT/a" &
+MC_FORCE_TCP=1 LD_LIBRARY_PATH="$LIBDIR/trtllm" timeout 300 "$OUT/agent_test" gen "$OUT/a" &
 gen=$!
 set +e
-LD_LIBRARY_PATH="$LIBDIR/trtllm" timeout 300 "$OUT/agent_test" ctx "$OUT/a"
+# Short deadlines for ctx, so the stopped-peer phase ends in seconds.
+MC_FORCE_TCP=1 MC_TRANSFER_TIMEOUT=5 MC_TCP_STATUS_TIMEOUT_SEC=5 LD_LIBRARY_PATH="$LIBDIR/trtllm" \
+  timeout 300 "$OUT/agent_test" ctx "$OUT/a"
 ctx_rc=$?
 wait "$gen"
 gen_rc=$?
