@@ -204,7 +204,7 @@ func kvf_py_replica_desc(h C.uintptr_t, keys **C.char, count C.size_t, out *unsa
 	if err != nil {
 		return C.int64_t(s.fail(err))
 	}
-	res, err := replicaLists(c, goKeys(keys, count))
+	res, err := replicaLists(uintptr(h), c, goKeys(keys, count))
 	if err != nil {
 		return C.int64_t(s.fail(err))
 	}
@@ -223,20 +223,62 @@ func kvf_py_replica_desc(h C.uintptr_t, keys **C.char, count C.size_t, out *unsa
 	return C.int64_t(len(b))
 }
 
+// masterConns caches one gRPC connection per store handle for the replica
+// lookups (the store client has no exported call for them). An entry is
+// replaced when the client's master changes and dropped once its store
+// handle is gone.
+var masterConns struct {
+	sync.Mutex
+	m map[uintptr]*pyMasterConn // guarded
+}
+
+// pyMasterConn is a cached connection to one master address.
+type pyMasterConn struct {
+	addr string
+	cc   *grpc.ClientConn
+}
+
+// masterFor returns a connection to the current master of store handle h.
+func masterFor(h uintptr, c *client.Client) (*grpc.ClientConn, error) {
+	addr := c.MasterAddr()
+	masterConns.Lock()
+	defer masterConns.Unlock()
+	if masterConns.m == nil {
+		masterConns.m = make(map[uintptr]*pyMasterConn)
+	}
+	for k, mc := range masterConns.m {
+		if _, live := stores.get(k); !live {
+			_ = mc.cc.Close()
+			delete(masterConns.m, k)
+		}
+	}
+	if mc := masterConns.m[h]; mc != nil {
+		if mc.addr == addr {
+			return mc.cc, nil
+		}
+		_ = mc.cc.Close()
+		delete(masterConns.m, h)
+	}
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, fmt.Errorf("replica desc: dial master %s: %w: %w", addr, err, wire.ErrRPCFail)
+	}
+	masterConns.m[h] = &pyMasterConn{addr: addr, cc: cc}
+	return cc, nil
+}
+
 // replicaLists asks the client's current master for the replica lists of
-// keys in one BatchGetReplicaList call. The store client has no exported
-// call for it, so this dials the master's address for the one request.
-func replicaLists(c *client.Client, keys []string) ([]keyReplicasJSON, error) {
+// keys in one BatchGetReplicaList call.
+func replicaLists(h uintptr, c *client.Client, keys []string) ([]keyReplicasJSON, error) {
 	out := make([]keyReplicasJSON, len(keys))
 	if len(keys) == 0 {
 		return out, nil
 	}
 	addr := c.MasterAddr()
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	cc, err := masterFor(h, c)
 	if err != nil {
-		return nil, fmt.Errorf("replica desc: dial master %s: %w: %w", addr, err, wire.ErrRPCFail)
+		return nil, err
 	}
-	defer cc.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), client.DefaultRPCTimeout)
 	defer cancel()
 	resp, err := wire.NewMasterClient(cc).BatchGetReplicaList(ctx, &wire.BatchKeyRequest{Keys: keys})

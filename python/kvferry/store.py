@@ -878,11 +878,29 @@ class MooncakeDistributedStore:
             log.error("object is not a valid tensor (or its dtype is unavailable here)")
         return t
 
-    def _encode(self, tensor, meta=None):
+    def _encode(self, tensor, meta=None, out=None):
         if not _tensor.is_tensor(tensor):
             raise TypeError("tensor must be a torch.Tensor or numpy.ndarray, not %s"
                             % type(tensor).__name__)
-        return _tensor.encode(tensor, meta)
+        return _tensor.encode(tensor, meta, out=out)
+
+    def _encode_all(self, pairs):
+        """Encode [(tensor, meta)] for one synchronous put into this
+        thread's reusable scratch memory (objects are copied out by the
+        put, so the scratch is free again when it returns)."""
+        for t, _ in pairs:
+            if not _tensor.is_tensor(t):
+                raise TypeError("tensor must be a torch.Tensor or numpy.ndarray, not %s"
+                                % type(t).__name__)
+        sizes = [_tensor.encoded_size(t) for t, _ in pairs]
+        scratch = _scratch(sum(sizes))
+        if scratch is None:
+            return [self._encode(t, m) for t, m in pairs]
+        objs, off = [], 0
+        for (t, m), n in zip(pairs, sizes):
+            objs.append(self._encode(t, m, scratch[off:off + n]))
+            off += n
+        return objs
 
     def _put_objects(self, keys, objs, config, upsert):
         """Put encoded objects (numpy uint8 arrays); list[int]."""
@@ -899,7 +917,7 @@ class MooncakeDistributedStore:
         tensors = list(tensors)
         if not self._h or len(keys) != len(tensors) or not keys:
             return [_INVALID] * len(keys)
-        objs = [self._encode(t) for t in tensors]
+        objs = self._encode_all([(t, None) for t in tensors])
         return self._put_objects(keys, objs, config, upsert)
 
     def put_tensor(self, key, tensor):
@@ -1054,7 +1072,7 @@ class MooncakeDistributedStore:
                           split_dim, tp_size)
                 out.append(_INVALID)
                 continue
-            objs = [self._encode(s, m) for s, m in shards]
+            objs = self._encode_all(shards)
             res = self._put_objects([_tensor.tp_key(key, r) for r in range(tp_size)], objs,
                                     config, upsert)
             out.append(next((r for r in res if r != 0), 0))
@@ -1132,6 +1150,26 @@ class MooncakeDistributedStore:
         if _int(tp_size, "tp_size") > 1:
             keys = [_tensor.tp_key(k, _int(tp_rank, "tp_rank")) for k in keys]
         return self.batch_get_tensor_into(keys, buffer_ptrs, sizes)
+
+
+# Synchronous tensor puts encode into a per-thread scratch buffer that is
+# reused, up to this size; larger objects get their own allocation.
+_SCRATCH_MAX = 1 << 30
+_scratch_tls = threading.local()
+
+
+def _scratch(n):
+    """A uint8 numpy array of n bytes of this thread's scratch, or None."""
+    import numpy as np
+
+    if n > _SCRATCH_MAX:
+        return None
+    buf = getattr(_scratch_tls, "buf", None)
+    if buf is None or buf.nbytes < n:
+        buf = np.empty(min(_SCRATCH_MAX, max(n, 2 * (buf.nbytes if buf is not None else 0))),
+                       np.uint8)
+        _scratch_tls.buf = buf
+    return buf[:n]
 
 
 def _view(ptr, n):

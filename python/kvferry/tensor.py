@@ -32,6 +32,7 @@ __all__ = [
     "parse_metadata",
     "dtype_code",
     "encode",
+    "encoded_size",
     "decode",
     "decode_raw",
     "tp_key",
@@ -290,8 +291,9 @@ def _as_bytes_view(obj):
         code = dtype_code(obj)
         if code < 0:
             raise TypeError("unsupported numpy dtype %s" % obj.dtype)
-        a = np.ascontiguousarray(obj)
-        return a.reshape(-1).view(np.uint8), code, tuple(a.shape), a
+        # (ascontiguousarray would turn a 0-d array into a 1-d one.)
+        a = obj if obj.flags.c_contiguous else np.ascontiguousarray(obj)
+        return a.reshape(-1).view(np.uint8), code, tuple(obj.shape), a
     raise TypeError("expected a numpy.ndarray or torch.Tensor, not %s" % type(obj).__name__)
 
 
@@ -307,11 +309,19 @@ def _torch_raw_numpy(t):
     return t.numpy()
 
 
-def encode(tensor, metadata=None, dtype=None):
+def encoded_size(tensor):
+    """Return the size in bytes of tensor's object (header and data)."""
+    return TENSOR_METADATA_SIZE + int(tensor.nbytes if hasattr(tensor, "nbytes") else
+                                      tensor.numel() * tensor.element_size())
+
+
+def encode(tensor, metadata=None, dtype=None, out=None):
     """Return one object (a numpy uint8 array: header ‖ data) for tensor.
 
     metadata overrides the header (for shards); dtype (a name of
-    DTYPE_CODES) relabels raw data, e.g. uint8 bytes as float8_e4m3fn.
+    DTYPE_CODES) relabels raw data, e.g. uint8 bytes as float8_e4m3fn. out,
+    a numpy uint8 array of exactly the object's size, receives the object
+    instead of a new array (saving the allocation and its page faults).
     """
     np = _np()
     data, code, shape, _keep = _as_bytes_view(tensor)
@@ -328,7 +338,11 @@ def encode(tensor, metadata=None, dtype=None):
     if metadata.data_bytes != data.nbytes:
         raise ValueError("header says %d data bytes, tensor has %d"
                          % (metadata.data_bytes, data.nbytes))
-    out = np.empty(TENSOR_METADATA_SIZE + data.nbytes, np.uint8)
+    if out is None:
+        out = np.empty(TENSOR_METADATA_SIZE + data.nbytes, np.uint8)
+    elif out.dtype != np.uint8 or out.nbytes != TENSOR_METADATA_SIZE + data.nbytes:
+        raise ValueError("out must be a uint8 array of %d bytes"
+                         % (TENSOR_METADATA_SIZE + data.nbytes))
     out[:TENSOR_METADATA_SIZE] = np.frombuffer(pack_metadata(metadata), np.uint8)
     out[TENSOR_METADATA_SIZE:] = data
     return out
