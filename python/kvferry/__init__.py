@@ -11,7 +11,7 @@ or on the loader path (see ``kvferry._lib``).
 import logging
 
 from ._lib import LibraryNotFound, library_path
-from .errors import ErrorCode, KvferryError, TransferError
+from .errors import ErrorCode, TransferError, error_name
 
 __version__ = "0.1.0"
 
@@ -20,10 +20,10 @@ logging.getLogger("kvferry").addHandler(logging.NullHandler())
 
 __all__ = [
     "ErrorCode",
-    "KvferryError",
     "LibraryNotFound",
     "TransferError",
     "api_version",
+    "error_name",
     "library_path",
     "library_version",
     "metrics_text",

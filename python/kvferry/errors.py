@@ -7,7 +7,7 @@ only for arguments of the wrong type or shape, as pybind11 would.
 
 import enum
 
-__all__ = ["ErrorCode", "TransferError", "StoreError", "KvferryError", "error_name"]
+__all__ = ["ErrorCode", "TransferError", "error_name"]
 
 
 class ErrorCode(enum.IntEnum):
@@ -97,11 +97,3 @@ def error_name(code, store=True):
         return table(int(code)).name
     except ValueError:
         return "UNKNOWN(%d)" % int(code)
-
-
-class KvferryError(RuntimeError):
-    """An operation failed; code holds the Mooncake code, when there is one."""
-
-    def __init__(self, message, code=None):
-        super().__init__(message)
-        self.code = code

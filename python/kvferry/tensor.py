@@ -391,8 +391,9 @@ def decode(buf, fmt="auto"):
         npdt = np.dtype(name)
     except TypeError:
         try:
-            import ml_dtypes  # noqa: F401 - registers bfloat16/float8 with numpy
+            import importlib
 
+            importlib.import_module("ml_dtypes")  # registers bfloat16/float8 with numpy
             npdt = np.dtype(name)
         except (ImportError, TypeError):
             return None

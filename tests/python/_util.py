@@ -11,8 +11,9 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(REPO, "python"))
 
 try:
-    import torch  # noqa: F401
+    import importlib
 
+    importlib.import_module("torch")
     HAVE_TORCH = True
 except ImportError:
     HAVE_TORCH = False

@@ -1,7 +1,6 @@
 """kvferry.engine.TransferEngine: every method of Mooncake's binding
 (specs/mooncake.md §5), in one process and against a peer process."""
 
-import ctypes
 import hashlib
 import time
 import unittest

@@ -11,7 +11,6 @@ import numpy as np
 from _util import TIMEOUT, Peer
 
 from kvferry.engine import TransferEngine
-from kvferry.errors import ErrorCode
 from kvferry.store import MooncakeDistributedStore
 from kvferry.tensor import decode
 
