@@ -87,7 +87,8 @@ type Engine struct {
 	nextBatch atomic.Uint64
 	inbox     struct {
 		sync.Mutex
-		q []Notification
+		q    []Notification
+		wake chan struct{} // closed by the next deliver; made by WaitNotifications
 	}
 	publishMu sync.Mutex // serializes descriptor publication
 	lastErr   atomic.Pointer[string]
@@ -710,6 +711,10 @@ func (e *Engine) deliver(n Notification) bool {
 	}
 	e.inbox.q = append(e.inbox.q, n)
 	e.metrics.notifiesReceived.Add(1)
+	if e.inbox.wake != nil {
+		close(e.inbox.wake)
+		e.inbox.wake = nil
+	}
 	return true
 }
 
@@ -720,6 +725,34 @@ func (e *Engine) Notifications() []Notification {
 	q := e.inbox.q
 	e.inbox.q = nil
 	return q
+}
+
+// WaitNotifications is Notifications, except that when none has arrived it
+// waits for the next one, until ctx is done or the engine closes (then it
+// returns nil). Callers that would otherwise spin on Notifications (several
+// TensorRT-LLM threads do, specs/tensorrt-llm.md §4.2) block here instead,
+// and a notification still wakes them at once.
+func (e *Engine) WaitNotifications(ctx context.Context) []Notification {
+	for {
+		e.inbox.Lock()
+		if q := e.inbox.q; len(q) > 0 {
+			e.inbox.q = nil
+			e.inbox.Unlock()
+			return q
+		}
+		if e.inbox.wake == nil {
+			e.inbox.wake = make(chan struct{})
+		}
+		wake := e.inbox.wake
+		e.inbox.Unlock()
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return nil
+		case <-e.ctx.Done():
+			return nil
+		}
+	}
 }
 
 // Notify sends n to segment target now (LocalSegment delivers to this
