@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"strconv"
 	"strings"
 	"structs"
 	"sync"
@@ -37,6 +38,14 @@ const (
 // trtMaxQueued bounds the messages waiting for agents not loaded yet.
 const trtMaxQueued = 4096
 
+// trtDefaultNotifyWait is how long getNotifiedSyncMessages waits for a
+// message when none is queued (option notify_wait_us,
+// KVFERRY_TRTLLM_NOTIFY_WAIT_US). TensorRT-LLM calls it in tight loops from
+// several threads (specs/tensorrt-llm.md §4.2); waiting on arrival instead
+// of returning at once keeps those threads off the CPU and adds no latency,
+// since an arriving message ends the wait.
+const trtDefaultNotifyWait = time.Millisecond
+
 // trtDesc mirrors kvferry_trtllm_desc_t and TensorRT-LLM's MemoryDesc
 // (layout tested in trtllm_test.go).
 type trtDesc struct {
@@ -55,6 +64,8 @@ type trtAgent struct {
 	name string
 	eh   uintptr // handle in the engines table
 	e    *engine.Engine
+	// notifyWait bounds how long takeNotifs waits when nothing is queued.
+	notifyWait time.Duration
 
 	ctx    context.Context // cancelled by close
 	cancel context.CancelFunc
@@ -155,9 +166,22 @@ func newTRTAgent(name string, opts map[string]string) (*trtAgent, error) {
 		server = trtAdvertisedHost()
 	}
 	auto := eopts["auto_discover"] != "0"
+	wait := trtDefaultNotifyWait
+	w, ok := eopts["notify_wait_us"]
+	if !ok {
+		w, ok = hostenv.Getenv("KVFERRY_TRTLLM_NOTIFY_WAIT_US")
+	}
+	if ok && strings.TrimSpace(w) != "" {
+		us, err := strconv.ParseInt(strings.TrimSpace(w), 10, 64)
+		if err != nil || us < 0 || us > 1_000_000 {
+			return nil, fmt.Errorf("trtllm create: notify_wait_us %q: want 0-1000000: %w", w, engine.ErrInvalidArgument)
+		}
+		wait = time.Duration(us) * time.Microsecond
+	}
 	delete(eopts, "metadata")
 	delete(eopts, "local_server_name")
 	delete(eopts, "auto_discover")
+	delete(eopts, "notify_wait_us")
 	if t := strings.ToLower(strings.TrimSpace(eopts["transport"])); t == "auto" {
 		delete(eopts, "transport")
 	}
@@ -166,7 +190,7 @@ func newTRTAgent(name string, opts map[string]string) (*trtAgent, error) {
 		return nil, fmt.Errorf("trtllm create agent %q: %w", name, err)
 	}
 	e, _ := engines.get(eh)
-	a := &trtAgent{name: name, eh: eh, e: e, regs: map[uint64]*trtReg{}}
+	a := &trtAgent{name: name, eh: eh, e: e, notifyWait: wait, regs: map[uint64]*trtReg{}}
 	a.ctx, a.cancel = context.WithCancel(context.Background())
 	a.mu.peers = map[string]*trtPeer{}
 	a.mu.xfers = map[engine.BatchID]*trtXfer{}
@@ -450,9 +474,15 @@ func (a *trtAgent) flush(name string) error {
 	return nil
 }
 
-// takeNotifs drains the received messages, decoded, oldest first.
+// takeNotifs drains the received messages, decoded, oldest first. When none
+// is queued it waits up to a.notifyWait for one.
 func (a *trtAgent) takeNotifs() []engine.Notification {
 	ns := a.e.Notifications()
+	if len(ns) == 0 && a.notifyWait > 0 {
+		ctx, cancel := context.WithTimeout(a.ctx, a.notifyWait)
+		ns = a.e.WaitNotifications(ctx)
+		cancel()
+	}
 	for i := range ns {
 		ns[i].Msg = string(trtDecode(ns[i].Msg))
 	}

@@ -469,10 +469,12 @@ typedef struct kvferry_trtllm_notif {
 } kvferry_trtllm_notif_t;
 
 /* Creates agent `name` on a new P2P engine from option pairs (the keys of
- * kvferry_engine_create; n may be 0). Without "local_server_name" the engine
- * advertises TLLM_MOONCAKE_IP_ADDR, else the address of the interface named
- * by TRTLLM_MOONCAKE_INTERFACE, else the first non-loopback IPv4 address,
- * else 127.0.0.1. */
+ * kvferry_engine_create, plus "notify_wait_us"; n may be 0). Without
+ * "local_server_name" the engine advertises TLLM_MOONCAKE_IP_ADDR, else the
+ * address of the interface named by TRTLLM_MOONCAKE_INTERFACE, else the
+ * first non-loopback IPv4 address, else 127.0.0.1. "notify_wait_us" (default
+ * KVFERRY_TRTLLM_NOTIFY_WAIT_US, else 1000; 0-1000000) is how long
+ * kvferry_trtllm_get_notifs waits for a message when none is queued. */
 int kvferry_trtllm_create(const char *name, size_t name_len,
                           const char *const *keys, const char *const *values,
                           size_t n, kvferry_trtllm_t *out);
@@ -569,7 +571,9 @@ int kvferry_trtllm_notify(kvferry_trtllm_t agent, const char *name,
 
 /* Drains received messages, oldest first, each returned once (safe from
  * many threads): *out is one malloc'd block (free it with free() or
- * kvferry_trtllm_free_notifs) or NULL when *count is 0. */
+ * kvferry_trtllm_free_notifs) or NULL when *count is 0. When none is queued
+ * it waits up to the agent's notify_wait_us for one (an arrival ends the
+ * wait at once), so callers that poll in a loop do not spin. */
 int kvferry_trtllm_get_notifs(kvferry_trtllm_t agent,
                               kvferry_trtllm_notif_t **out, size_t *count);
 
