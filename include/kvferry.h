@@ -27,7 +27,7 @@
 extern "C" {
 #endif
 
-#define KVFERRY_API_VERSION 2
+#define KVFERRY_API_VERSION 3
 
 /* Error codes (negative). The first group has Mooncake's values. */
 #define KVFERRY_OK 0
