@@ -35,6 +35,28 @@ const (
 	trtFailure    = 2
 )
 
+// TensorRT-LLM memory types (MemoryType, kvferry.h KVFERRY_TRTLLM_*).
+const (
+	trtDRAM = 0
+	trtVRAM = 1
+)
+
+func trtMemTypeName(t int) string {
+	switch t {
+	case trtDRAM:
+		return "kDRAM"
+	case trtVRAM:
+		return "kVRAM"
+	case 2:
+		return "kBLK"
+	case 3:
+		return "kOBJ"
+	case 4:
+		return "kFILE"
+	}
+	return "unknown"
+}
+
 // trtMaxQueued bounds the messages waiting for agents not loaded yet.
 const trtMaxQueued = 4096
 
@@ -220,8 +242,14 @@ func (a *trtAgent) metaCtx() (context.Context, context.CancelFunc) {
 // ---- memory ----
 
 // register registers every range, or takes a reference on a range already
-// registered at the same start. All or nothing.
-func (a *trtAgent) register(descs []trtDesc) error {
+// registered at the same start. All or nothing. Only host memory: the
+// engine has no GPU path yet, and a GPU address handed to a host copy would
+// fault inside a transfer, so GPU memory is refused here, loudly.
+func (a *trtAgent) register(memType int, descs []trtDesc) error {
+	if memType != trtDRAM {
+		return fmt.Errorf("register memory: memory type %d (%s): only host memory (kDRAM) is supported by this build: %w",
+			memType, trtMemTypeName(memType), engine.ErrNotSupported)
+	}
 	a.regMu.Lock()
 	defer a.regMu.Unlock()
 	var added []uint64 // starts this call registered or referenced

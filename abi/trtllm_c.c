@@ -43,14 +43,15 @@ KVF_API int kvferry_trtllm_conn_info(kvferry_trtllm_t agent, char *buf, size_t l
     return kvf_trt_conn_info(agent, buf, len, ERRBUF);
 }
 
-KVF_API int kvferry_trtllm_register(kvferry_trtllm_t agent, const kvferry_trtllm_desc_t *descs, size_t n) {
+KVF_API int kvferry_trtllm_register(kvferry_trtllm_t agent, int mem_type, const kvferry_trtllm_desc_t *descs,
+                                    size_t n) {
     if (kvf_trt_forked()) return KVFERRY_ERR_FORKED;
-    return kvf_trt_register(agent, (void *)descs, n, 1, ERRBUF);
+    return kvf_trt_register(agent, mem_type, (void *)descs, n, 1, ERRBUF);
 }
 
 KVF_API int kvferry_trtllm_deregister(kvferry_trtllm_t agent, const kvferry_trtllm_desc_t *descs, size_t n) {
     if (kvf_trt_forked()) return KVFERRY_ERR_FORKED;
-    return kvf_trt_register(agent, (void *)descs, n, 0, ERRBUF);
+    return kvf_trt_register(agent, KVFERRY_TRTLLM_DRAM, (void *)descs, n, 0, ERRBUF);
 }
 
 KVF_API int kvferry_trtllm_load(kvferry_trtllm_t agent, const char *name, size_t name_len, const char *conn_info,

@@ -138,7 +138,7 @@ func kvf_trt_conn_info(h C.uint64_t, buf *C.char, n C.size_t, eb *C.char, el C.s
 }
 
 //export kvf_trt_register
-func kvf_trt_register(h C.uint64_t, p unsafe.Pointer, n C.size_t, add C.int, eb *C.char, el C.size_t) (rc C.int) {
+func kvf_trt_register(h C.uint64_t, memType C.int, p unsafe.Pointer, n C.size_t, add C.int, eb *C.char, el C.size_t) (rc C.int) {
 	defer trtRecover(&rc, eb, el)
 	a, err := lookupTRT(h)
 	if err != nil {
@@ -149,7 +149,7 @@ func kvf_trt_register(h C.uint64_t, p unsafe.Pointer, n C.size_t, add C.int, eb 
 		return trtFail(eb, el, err)
 	}
 	if add != 0 {
-		err = a.register(descs)
+		err = a.register(int(memType), descs)
 	} else {
 		err = a.deregister(descs)
 	}

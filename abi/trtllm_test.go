@@ -70,17 +70,22 @@ func TestTRTRegisterCounts(t *testing.T) {
 
 	// Counted from one: one register and one deregister really unregister
 	// (the stock agent's count starts at zero and never unregisters).
-	assert.NilError(t, a.register([]trtDesc{d}))
+	assert.NilError(t, a.register(trtDRAM, []trtDesc{d}))
 	assert.Assert(t, a.e.Registered(d.Addr, d.Len))
 	assert.NilError(t, a.deregister([]trtDesc{d}))
 	assert.Assert(t, !a.e.Registered(d.Addr, d.Len))
 
 	// Twice registered: the first deregister keeps it.
-	assert.NilError(t, a.register([]trtDesc{d}))
-	assert.NilError(t, a.register([]trtDesc{desc(m.Addr(), 4096)}))
+	assert.NilError(t, a.register(trtDRAM, []trtDesc{d}))
+	assert.NilError(t, a.register(trtDRAM, []trtDesc{desc(m.Addr(), 4096)}))
 	assert.NilError(t, a.deregister([]trtDesc{d}))
 	assert.Assert(t, a.e.Registered(d.Addr, d.Len))
 	assert.NilError(t, a.deregister([]trtDesc{d}))
+	assert.Assert(t, !a.e.Registered(d.Addr, d.Len))
+
+	// GPU memory is refused (no GPU path yet), not accepted and faulted on.
+	err := a.register(trtVRAM, []trtDesc{d})
+	assert.ErrorIs(t, err, engine.ErrNotSupported)
 	assert.Assert(t, !a.e.Registered(d.Addr, d.Len))
 
 	// Unknown starts are skipped.
@@ -88,11 +93,11 @@ func TestTRTRegisterCounts(t *testing.T) {
 
 	// All or nothing: a bad descriptor rolls back the good one before it.
 	m2 := newTestMap(t, 1<<16)
-	err := a.register([]trtDesc{desc(m2.Addr(), 1<<16), {Addr: 0, Len: 5}})
+	err = a.register(trtDRAM, []trtDesc{desc(m2.Addr(), 1<<16), {Addr: 0, Len: 5}})
 	assert.ErrorIs(t, err, engine.ErrInvalidArgument)
 	assert.Assert(t, !a.e.Registered(uint64(m2.Addr()), 1<<16))
-	assert.NilError(t, a.register([]trtDesc{desc(m2.Addr(), 4096)}))
-	err = a.register([]trtDesc{desc(m2.Addr(), 1<<16)})
+	assert.NilError(t, a.register(trtDRAM, []trtDesc{desc(m2.Addr(), 4096)}))
+	err = a.register(trtDRAM, []trtDesc{desc(m2.Addr(), 1<<16)})
 	assert.ErrorIs(t, err, engine.ErrAddressOverlapped, "a longer range at a registered start")
 	assert.NilError(t, a.deregister([]trtDesc{desc(m2.Addr(), 4096)}))
 }
@@ -203,8 +208,8 @@ func TestTRTTransfer(t *testing.T) {
 	for i := range src.Bytes() {
 		src.Bytes()[i] = byte(i*7 + i>>11)
 	}
-	assert.NilError(t, a.register([]trtDesc{desc(src.Addr(), size)}))
-	assert.NilError(t, b.register([]trtDesc{desc(dst.Addr(), size)}))
+	assert.NilError(t, a.register(trtDRAM, []trtDesc{desc(src.Addr(), size)}))
+	assert.NilError(t, b.register(trtDRAM, []trtDesc{desc(dst.Addr(), size)}))
 
 	// Not loaded yet.
 	_, err := a.submit(int(engine.OpWrite), "gen", []trtDesc{desc(src.Addr(), 8)}, []trtDesc{desc(dst.Addr(), 8)}, nil, false)
@@ -218,7 +223,7 @@ func TestTRTTransfer(t *testing.T) {
 	assert.Assert(t, !a.checkRemote("nobody", []trtDesc{desc(dst.Addr(), 1)}))
 	late := newTestMap(t, 1<<16)
 	assert.Assert(t, !a.checkRemote("gen", []trtDesc{desc(late.Addr(), 1<<16)}))
-	assert.NilError(t, b.register([]trtDesc{desc(late.Addr(), 1<<16)}))
+	assert.NilError(t, b.register(trtDRAM, []trtDesc{desc(late.Addr(), 1<<16)}))
 	assert.Assert(t, a.checkRemote("gen", []trtDesc{desc(late.Addr(), 1<<16)}), "registered after load")
 
 	// Bad requests fail at submit and leave nothing running.
@@ -264,7 +269,7 @@ func TestTRTTransfer(t *testing.T) {
 
 	// READ back.
 	back := newTestMap(t, 1<<16)
-	assert.NilError(t, a.register([]trtDesc{desc(back.Addr(), 1<<16)}))
+	assert.NilError(t, a.register(trtDRAM, []trtDesc{desc(back.Addr(), 1<<16)}))
 	id, err = a.submit(int(engine.OpRead), "gen", []trtDesc{desc(back.Addr(), 1<<16)}, []trtDesc{desc(dst.Addr(), 1<<16)}, nil, false)
 	assert.NilError(t, err)
 	assert.Equal(t, a.wait(id, -1), trtSuccess)

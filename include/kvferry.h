@@ -492,10 +492,17 @@ transfer_engine_t kvferry_trtllm_engine(kvferry_trtllm_t agent);
  * truncated, into buf; returns its full length. */
 int kvferry_trtllm_conn_info(kvferry_trtllm_t agent, char *buf, size_t len);
 
-/* Registers n ranges for remote access. Registering a range whose start is
- * already registered (with no greater length) takes a reference instead.
- * All or nothing: on failure no range of this call stays registered. */
-int kvferry_trtllm_register(kvferry_trtllm_t agent,
+/* Memory types (TensorRT-LLM's MemoryType). */
+#define KVFERRY_TRTLLM_DRAM 0
+#define KVFERRY_TRTLLM_VRAM 1
+
+/* Registers n ranges of memory type mem_type for remote access.
+ * Registering a range whose start is already registered (with no greater
+ * length) takes a reference instead. All or nothing: on failure no range of
+ * this call stays registered. Only host memory (KVFERRY_TRTLLM_DRAM) is
+ * supported by this version: other types fail with
+ * KVFERRY_ERR_NOT_IMPLEMENTED instead of faulting at the first transfer. */
+int kvferry_trtllm_register(kvferry_trtllm_t agent, int mem_type,
                             const kvferry_trtllm_desc_t *descs, size_t n);
 
 /* Drops one reference per range (matched by start address); the last one

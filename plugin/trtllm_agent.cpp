@@ -30,6 +30,8 @@ namespace kvftrt {
 namespace {
 
 static_assert(sizeof(kvferry_trtllm_desc_t) == 24, "kvferry_trtllm_desc_t has MemoryDesc's size");
+static_assert(static_cast<int>(MemKind::kDRAM) == KVFERRY_TRTLLM_DRAM && static_cast<int>(MemKind::kVRAM) == KVFERRY_TRTLLM_VRAM,
+              "MemoryType values are KVFERRY_TRTLLM_*");
 
 // Throws the calling thread's last kvferry error for call `what`.
 [[noreturn]] void fail(char const *what, int rc) {
@@ -117,7 +119,8 @@ public:
     void registerMemory(MemRanges const &descs) override {
         entry("registerMemory", [&] {
             auto r = ranges(descs);
-            check("registerMemory", kvferry_trtllm_register(h_, r.data(), r.size()));
+            check("registerMemory",
+                  kvferry_trtllm_register(h_, static_cast<int>(descs.getType()), r.data(), r.size()));
         });
     }
 

@@ -380,6 +380,14 @@ int runCtx(std::string const &dir) {
     auto agent = makeAgent(f, name);
     uint8_t *send = mapBuf(kBig);
     agent->registerMemory(dram({MemRange{send, kBig, 0}}));
+    // GPU memory: refused loudly (this build has no GPU path), never accepted
+    // and then faulted on.
+    try {
+        agent->registerMemory(MemRanges{MemKind::kVRAM, {MemRange{send + kBig - 4096, 4096, 0}}});
+        CHECK(false, "registering kVRAM must throw");
+    } catch (std::exception const &e) {
+        std::printf("ctx: kVRAM registration refused: %s\n", e.what());
+    }
     std::string conn = agent->getLocalConnectionInfo();
     {
         std::ofstream out(dir + "/ctx.info.tmp");
