@@ -25,6 +25,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/kvferry/kvferry/engine"
 	"github.com/kvferry/kvferry/engine/stack"
 	"github.com/kvferry/kvferry/internal/cmem"
@@ -32,11 +34,11 @@ import (
 )
 
 var (
-	mode            = flag.String("mode", "initiator", "Running mode: initiator or target")
+	mode            = flag.String("mode", "initiator", "Running mode: initiator, target, or memcpy (C memcpy between two local buffers of buffer_size, one thread: the baseline of bench/samehost.sh)")
 	metadataServer  = flag.String("metadata_server", "P2PHANDSHAKE", "Metadata connection string (P2PHANDSHAKE, http://host:port/metadata, etcd://host:port)")
 	localServerName = flag.String("local_server_name", "127.0.0.1", "Local server name (P2P: the host to advertise)")
 	segmentID       = flag.String("segment_id", "", "Segment name of the target (P2P: <ip>:<port> printed by the target)")
-	protocol        = flag.String("protocol", "tcp", "Transport to use: tcp, local or auto")
+	protocol        = flag.String("protocol", "tcp", "Transport to use: tcp, local, cma, shm or auto (the selector)")
 	operation       = flag.String("operation", "read", "Operation type: read or write")
 	blockSize       = flag.Uint64("block_size", 65536, "Block size for each transfer request")
 	batchSize       = flag.Int("batch_size", 128, "Batch size")
@@ -46,7 +48,28 @@ var (
 	jsonOut         = flag.Bool("json", false, "Print one JSON object with the results")
 	readyFile       = flag.String("ready_file", "", "Target: write the segment name to this file once ready")
 	reportUnit      = flag.String("report_unit", "GB", "Report unit: GB|GiB|Gb|MB|MiB|Mb")
+	hugePages       = flag.Bool("hugepages", false, "Ask for transparent huge pages on the buffers (madvise MADV_HUGEPAGE)")
 )
+
+// mapBuffer maps n bytes, with transparent huge pages when asked, and
+// touches every page.
+func mapBuffer(n uint64) (*cmem.Map, error) {
+	m, err := cmem.MapAnon(n)
+	if err != nil {
+		return nil, err
+	}
+	b := m.Bytes()
+	if *hugePages {
+		if err := unix.Madvise(b, unix.MADV_HUGEPAGE); err != nil {
+			m.Close()
+			return nil, fmt.Errorf("madvise(MADV_HUGEPAGE): %w", err)
+		}
+	}
+	for i := 0; i < len(b); i += 4096 {
+		b[i] = byte(i >> 12)
+	}
+	return m, nil
+}
 
 // Result is the initiator's summary.
 type Result struct {
@@ -86,20 +109,19 @@ func newEngine(ctx context.Context) (*engine.Engine, error) {
 func run() error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if *mode == "memcpy" {
+		return memcpyBench(ctx)
+	}
 	e, err := newEngine(ctx)
 	if err != nil {
 		return err
 	}
 	defer e.Close()
-	buf, err := cmem.MapAnon(*bufferSize)
+	buf, err := mapBuffer(*bufferSize)
 	if err != nil {
 		return err
 	}
 	defer buf.Close()
-	b := buf.Bytes()
-	for i := 0; i < len(b); i += 4096 {
-		b[i] = byte(i >> 12) // touch every page
-	}
 	if err := e.RegisterMemory(buf.Addr(), buf.Len(), "cpu:0", true); err != nil {
 		return err
 	}
@@ -261,4 +283,43 @@ func formatRate(bytesPerSec float64) string {
 		u, *reportUnit = 1e9, "GB"
 	}
 	return fmt.Sprintf("%.2f %s/s", bytesPerSec/u, *reportUnit)
+}
+
+// memcpyBench copies block_size blocks with C memcpy, one thread, from one
+// buffer of buffer_size to another, sweeping through both, for duration
+// seconds.
+func memcpyBench(ctx context.Context) error {
+	src, err := mapBuffer(*bufferSize)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	dst, err := mapBuffer(*bufferSize)
+	if err != nil {
+		return err
+	}
+	defer dst.Close()
+	bs := *blockSize
+	if bs == 0 || bs > *bufferSize {
+		return fmt.Errorf("block_size must be in 1..buffer_size")
+	}
+	blocks := *bufferSize / bs
+	start := time.Now()
+	end := start.Add(time.Duration(*duration) * time.Second)
+	var n uint64
+	for time.Now().Before(end) && ctx.Err() == nil {
+		for i := uint64(0); i < blocks; i++ {
+			cmem.Copy(dst.Addr()+uintptr(i*bs), src.Addr()+uintptr(i*bs), bs)
+		}
+		n += blocks
+	}
+	elapsed := time.Since(start).Seconds()
+	bytes := n * bs
+	r := Result{Operation: "memcpy", BlockSize: bs, BatchSize: 1, Threads: 1, Duration: elapsed, Batches: n, Bytes: bytes,
+		GBps: float64(bytes) / elapsed / 1e9, OpsPerSec: float64(n) / elapsed, Transport: "memcpy"}
+	if *jsonOut {
+		return json.NewEncoder(os.Stdout).Encode(r)
+	}
+	fmt.Printf("memcpy: block %d, %s\n", bs, formatRate(float64(bytes)/elapsed))
+	return nil
 }

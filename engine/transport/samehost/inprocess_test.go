@@ -19,6 +19,11 @@ import (
 // local: two engines of this process then talk over cma or shm).
 func newEngine(t *testing.T, force string, transports ...string) *engine.Engine {
 	t.Helper()
+	return newBenchEngine(t, force, transports...)
+}
+
+func newBenchEngine(t testing.TB, force string, transports ...string) *engine.Engine {
+	t.Helper()
 	if len(transports) == 0 {
 		transports = []string{samehost.NameCMA, samehost.NameShm, "tcp"}
 	}
@@ -32,6 +37,11 @@ func newEngine(t *testing.T, force string, transports ...string) *engine.Engine 
 }
 
 func newBuf(t *testing.T, e *engine.Engine, n uint64) *cmem.Map {
+	t.Helper()
+	return newBenchBuf(t, e, n)
+}
+
+func newBenchBuf(t testing.TB, e *engine.Engine, n uint64) *cmem.Map {
 	t.Helper()
 	m, err := cmem.MapAnon(n)
 	assert.NilError(t, err)
