@@ -596,14 +596,45 @@ func (e *Engine) SyncSegmentCache(ctx context.Context) error {
 		}
 	}
 	e.segments.RUnlock()
-	var first error
-	for _, p := range peers {
-		if err := e.refresh(ctx, p); err != nil && first == nil {
-			first = err
+	// A few workers: the refreshes (one round trip each) overlap instead of
+	// adding up. TensorRT-LLM's stock Mooncake wrapper calls this after
+	// every transfer, with every peer it ever loaded cached
+	// (specs/tensorrt-llm.md §3).
+	var (
+		first error
+		mu    sync.Mutex
+		next  atomic.Int64
+		wg    sync.WaitGroup
+	)
+	work := func() {
+		for {
+			i := int(next.Add(1) - 1)
+			if i >= len(peers) {
+				return
+			}
+			if err := e.refresh(ctx, peers[i]); err != nil {
+				mu.Lock()
+				if first == nil {
+					first = err
+				}
+				mu.Unlock()
+			}
 		}
 	}
+	for range min(len(peers), syncWorkers) - 1 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			work()
+		}()
+	}
+	work()
+	wg.Wait()
 	return first
 }
+
+// syncWorkers bounds the concurrent refreshes of SyncSegmentCache.
+const syncWorkers = 8
 
 // SegmentDescriptor returns the cached descriptor of segment id.
 func (e *Engine) SegmentDescriptor(id SegmentID) (*descriptor.Segment, error) {
