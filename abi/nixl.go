@@ -416,7 +416,12 @@ func (a *nixlAgent) publicData(h uintptr) (string, error) {
 	if !ok || !m.local {
 		return "", fmt.Errorf("public data of md %#x: %w", h, engine.ErrInvalidArgument)
 	}
-	return nixlPublicPrefix + strconv.FormatUint(m.addr, 16) + " " + strconv.FormatUint(m.len, 10) + " " + a.self.info, nil
+	return formatPublicData(m.addr, m.len, a.self.info), nil
+}
+
+// formatPublicData is the inverse of parsePublicData.
+func formatPublicData(addr, n uint64, seg string) string {
+	return nixlPublicPrefix + strconv.FormatUint(addr, 16) + " " + strconv.FormatUint(n, 10) + " " + seg
 }
 
 // parsePublicData splits a blob made by publicData.
