@@ -12,6 +12,12 @@
 #   TRIALS=5 DURATION=3 bench/samehost.sh
 #   KVFERRY_BENCH=build/bin/kvferry-bench bench/samehost.sh
 #
+# PAGES selects the memory of all buffers (memcpy's and both processes'):
+# "4k" (plain anonymous memory), "thp" (madvise MADV_HUGEPAGE) or "both"
+# (default; one table each). Cross-memory attach pins the peer's pages one
+# 4 KiB page at a time, so it is markedly faster on huge pages; memcpy is
+# not.
+#
 # Environment: TRIALS, DURATION (seconds per measurement, default 2),
 # THREADS (initiator submission threads, default 2), KVFERRY_BENCH (a built
 # kvferry-bench; otherwise it is built into a temporary directory), and the
@@ -23,6 +29,7 @@ cd "$(dirname "$0")/.."
 TRIALS=${TRIALS:-3}
 DURATION=${DURATION:-2}
 THREADS=${THREADS:-2}
+PAGES=${PAGES:-both}
 BUF=$((256 << 20))
 SIZES=(65536 1048576 16777216)
 
@@ -44,7 +51,7 @@ fi
 # only matters on the initiator side.
 start_target() {
   rm -f "$work/ready"
-  env -u KVFERRY_TRANSPORT -u MC_FORCE_TCP "$bench" --mode=target --buffer_size=$BUF \
+  env -u KVFERRY_TRANSPORT -u MC_FORCE_TCP "$bench" --mode=target --buffer_size=$BUF $hp \
     --ready_file="$work/ready" >"$work/target.log" 2>&1 &
   target_pid=$!
   for _ in $(seq 200); do
@@ -68,7 +75,7 @@ run_init() { # protocol op size -> JSON line
   local proto=$1 op=$2 size=$3 out
   if ! out=$(timeout $((DURATION + 60)) "$bench" --mode=initiator --segment_id="$segment" --protocol="$proto" \
       --operation="$op" --block_size="$size" --batch_size="$(batch_for "$size")" --threads="$THREADS" \
-      --buffer_size=$BUF --duration="$DURATION" --json 2>"$work/init.err"); then
+      --buffer_size=$BUF $hp --duration="$DURATION" --json 2>"$work/init.err"); then
     cat "$work/init.err" >&2
     echo "{\"operation\":\"$op\",\"block_size\":$size,\"gb_per_s\":0,\"transport\":\"error\",\"failed_batches\":1}"
     return
@@ -76,24 +83,37 @@ run_init() { # protocol op size -> JSON line
   echo "$out"
 }
 
-start_target
-echo "# kvferry same-host benchmark: $(date -u '+%F %T') UTC, $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
-: >"$work/results.jsonl"
-for trial in $(seq "$TRIALS"); do
-  for size in "${SIZES[@]}"; do
-    m=$("$bench" --mode=memcpy --block_size="$size" --buffer_size=$BUF --duration="$DURATION" --json)
-    echo "{\"trial\":$trial,\"kind\":\"memcpy\",\"r\":$m}" >>"$work/results.jsonl"
-    for op in write read; do
-      for proto in auto tcp; do
-        r=$(run_init "$proto" "$op" "$size")
-        echo "{\"trial\":$trial,\"kind\":\"$proto-$op\",\"r\":$r}" >>"$work/results.jsonl"
+measure() { # page mode -> table
+  local mode=$1
+  hp=""
+  [[ $mode == thp ]] && hp=--hugepages
+  start_target
+  echo "# $mode pages: $(date -u '+%F %T') UTC, $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+  : >"$work/results.jsonl"
+  for trial in $(seq "$TRIALS"); do
+    for size in "${SIZES[@]}"; do
+      m=$("$bench" --mode=memcpy --block_size="$size" --buffer_size=$BUF $hp --duration="$DURATION" --json)
+      echo "{\"trial\":$trial,\"kind\":\"memcpy\",\"r\":$m}" >>"$work/results.jsonl"
+      for op in write read; do
+        for proto in auto tcp; do
+          r=$(run_init "$proto" "$op" "$size")
+          echo "{\"trial\":$trial,\"kind\":\"$proto-$op\",\"r\":$r}" >>"$work/results.jsonl"
+        done
       done
+      echo "  $mode pages, trial $trial, block $size done (load $(cut -d' ' -f1 /proc/loadavg))" >&2
     done
-    echo "  trial $trial, block $size done (load $(cut -d' ' -f1 /proc/loadavg))" >&2
   done
-done
+  kill "$target_pid" 2>/dev/null || true
+  wait "$target_pid" 2>/dev/null || true
+  target_pid=""
+  echo
+  echo "### $mode pages ($TRIALS trials of ${DURATION}s, $THREADS submit threads, load after: $(cut -d' ' -f1-3 /proc/loadavg))"
+  echo
+  summarize "$work/results.jsonl"
+}
 
-python3 - "$work/results.jsonl" <<'PY'
+summarize() {
+python3 - "$1" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 sizes = sorted({r["r"]["block_size"] for r in rows})
@@ -123,3 +143,12 @@ print()
 print(f"auto path chosen: {', '.join(sorted(paths))}; failed batches: {failed}")
 sys.exit(1 if failed else 0)
 PY
+}
+
+status=0
+case $PAGES in
+  4k | thp) measure "$PAGES" || status=1 ;;
+  both) measure 4k || status=1; measure thp || status=1 ;;
+  *) echo "PAGES must be 4k, thp or both" >&2; exit 2 ;;
+esac
+exit $status
