@@ -85,9 +85,12 @@ public:
         return s == KVFERRY_XFER_IN_PROGRESS || s == KVFERRY_XFER_SUCCESS ? static_cast<State>(s) : State::kFAILURE;
     }
 
-    [[nodiscard]] bool release() override { return kvferry_trtllm_cancel(agent_, xfer_) == 0; }
+    // release and getLastStatusStr carry no `override`: built against the
+    // headers of a release whose TransferStatus lacks them (with
+    // -DKVFERRY_WITH_TRTLLM_HEADERS) they are simply extra methods.
+    [[nodiscard]] virtual bool release() { return kvferry_trtllm_cancel(agent_, xfer_) == 0; }
 
-    [[nodiscard]] std::string getLastStatusStr() const override {
+    [[nodiscard]] virtual std::string getLastStatusStr() const {
         try {
             char buf[512];
             int n = kvferry_trtllm_xfer_error(agent_, xfer_, buf, sizeof buf);
