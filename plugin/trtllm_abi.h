@@ -15,7 +15,10 @@
 //
 // With -DKVFERRY_WITH_TRTLLM_HEADERS (and TensorRT-LLM's cpp/include on the
 // include path) the same names become aliases of TensorRT-LLM's own types, so
-// the shim follows whatever release those headers come from.
+// the shim takes the layouts of the release those headers come from. That
+// builds for every release whose BaseTransferAgent has the slot order below
+// and whose TransferStatus::wait takes a timeout (release and
+// getLastStatusStr may be absent); older headers fail to compile.
 //
 // Requirements shared with TensorRT-LLM: g++/libstdc++ with the C++11 string
 // ABI, libstdc++ linked dynamically (one copy in the process).
