@@ -79,6 +79,7 @@ type Transport struct {
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
 	mu       sync.RWMutex // held for reading by Submit while sending on q
+	stopped  bool         // guarded by mu: Submit queues nothing more
 	closed   atomic.Bool
 	copies   atomic.Uint64
 	served   gate // copies into this engine's memory in progress
@@ -196,7 +197,7 @@ func (t *Transport) Copies() uint64 { return t.copies.Load() }
 func (t *Transport) Submit(p *engine.Peer, slices []*engine.Slice) {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	if t.closed.Load() {
+	if t.stopped {
 		failAll(slices, engine.ErrClosed)
 		return
 	}
@@ -286,7 +287,8 @@ func (t *Transport) Close() error {
 	live.Lock()
 	delete(live.m, t.instance)
 	live.Unlock()
-	t.mu.Lock() // no Submit is sending now, nor will one
+	t.mu.Lock() // waits for Submits sending now; later ones see stopped
+	t.stopped = true
 	t.mu.Unlock()
 	t.cancel()
 	t.wg.Wait()

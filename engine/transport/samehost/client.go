@@ -35,18 +35,19 @@ const redialDelay = time.Second
 // base is what the cma and shm transports share: the engine's node (owner
 // side), peer resolution from descriptors and the initiator sessions.
 type base struct {
-	e      *engine.Engine
-	name   string
-	kind   uint8
-	cfg    Config
-	log    *slog.Logger
-	node   *node
-	ctx    context.Context
-	cancel context.CancelFunc
-	work   sync.WaitGroup // workers
-	reads  sync.WaitGroup // session readers
-	mu     sync.RWMutex   // held for reading by Submit while sending on the queue
-	closed atomic.Bool
+	e       *engine.Engine
+	name    string
+	kind    uint8
+	cfg     Config
+	log     *slog.Logger
+	node    *node
+	ctx     context.Context
+	cancel  context.CancelFunc
+	work    sync.WaitGroup // workers
+	reads   sync.WaitGroup // session readers
+	mu      sync.RWMutex   // held for reading by Submit while sending on the queue
+	stopped bool           // guarded by mu: Submit queues nothing more
+	closed  atomic.Bool
 
 	descs struct {
 		sync.Mutex
@@ -467,7 +468,8 @@ func (b *base) submit(p *engine.Peer, slices []*engine.Slice, q chan<- job) {
 // closeQueue stops Submit from queueing, stops the workers and fails what
 // is still queued.
 func (b *base) closeQueue(q chan job) {
-	b.mu.Lock() // no Submit is sending now, nor will one
+	b.mu.Lock() // waits for Submits sending now; later ones see stopped
+	b.stopped = true
 	b.mu.Unlock()
 	b.cancel()
 	b.work.Wait()

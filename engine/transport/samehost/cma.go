@@ -48,7 +48,7 @@ func (t *CMA) SliceSize() uint64 { return t.cfg.CMASliceSize }
 func (t *CMA) Submit(p *engine.Peer, slices []*engine.Slice) {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	if t.closed.Load() {
+	if t.stopped {
 		failAll(slices, engine.ErrClosed)
 		return
 	}

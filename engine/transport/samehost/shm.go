@@ -49,7 +49,7 @@ func (t *Shm) SliceSize() uint64 { return t.cfg.ShmChunkBytes }
 func (t *Shm) Submit(p *engine.Peer, slices []*engine.Slice) {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	if t.closed.Load() {
+	if t.stopped {
 		failAll(slices, engine.ErrClosed)
 		return
 	}

@@ -85,9 +85,6 @@ func mmapShared(fd int, size uint64, writable bool) (*shmap, error) {
 // addr returns the mapping's start address.
 func (m *shmap) addr() uintptr { return uintptr(unsafe.Pointer(&m.b[0])) }
 
-// size returns the mapping's length in bytes.
-func (m *shmap) size() uint64 { return uint64(len(m.b)) }
-
 // u64 returns the 8-byte aligned word at off as an atomic.
 func (m *shmap) u64(off uint64) *atomic.Uint64 {
 	return (*atomic.Uint64)(cmem.Pointer(m.addr() + uintptr(off)))
