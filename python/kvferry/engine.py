@@ -338,8 +338,7 @@ class TransferEngine:
         seg = self._open(target_hostname)
         if seg < 0:
             return TransferError.METADATA
-        m = NotifyMsg(ctypes.cast(ctypes.c_char_p(notify.name.encode()), c_void_p),
-                      ctypes.cast(ctypes.c_char_p(notify.msg.encode()), c_void_p))
+        m, keep = _notify_msg(notify)
         return lib.genNotifyInEngine(self._h, seg, m)
 
     def send_probe(self, peer_server_name):
@@ -582,8 +581,7 @@ class TransferEngine:
         if bid in (0, _lib.INVALID_BATCH):
             return 0, 0
         if notify is not None:
-            m = NotifyMsg(ctypes.cast(ctypes.c_char_p(notify.name.encode()), c_void_p),
-                          ctypes.cast(ctypes.c_char_p(notify.msg.encode()), c_void_p))
+            m, keep = _notify_msg(notify)
             rc = lib.submitTransferWithNotify(self._h, bid, reqs, n, m)
         else:
             rc = lib.submitTransfer(self._h, bid, reqs, n)
@@ -853,6 +851,15 @@ class TransferEngine:
         if self.batch_transfer_sync_read(target_hostname, buffers, peer_buffer_addresses,
                                          lengths) != 0:
             log.error("batch_transfer_read_on_cuda from %s failed", target_hostname)
+
+
+def _notify_msg(notify):
+    """Return (notify_msg struct, keepalive): the strings stay alive as long
+    as the keepalive does (the library copies them during the call)."""
+    name = ctypes.create_string_buffer(notify.name.encode())
+    msg = ctypes.create_string_buffer(notify.msg.encode())
+    m = NotifyMsg(ctypes.addressof(name), ctypes.addressof(msg))
+    return m, (name, msg)
 
 
 _cuda = None
