@@ -18,7 +18,7 @@ LDFLAGS_LIB := -s -w -X=runtime.godebugDefault=asyncpreemptoff=1 \
   -extldflags '-Wl,--version-script=$(CURDIR)/plugin/exports.map -Wl,-soname,$(SONAME) -Wl,-z,now'
 SHIM_CXXFLAGS :=
 ifneq ($(NIXL_INCLUDE_DIR),)
-SHIM_CXXFLAGS += -DKVFERRY_WITH_NIXL_HEADERS -I$(NIXL_INCLUDE_DIR)
+SHIM_CXXFLAGS += -DKVFERRY_WITH_NIXL_HEADERS -I$(NIXL_INCLUDE_DIR) -I$(NIXL_INCLUDE_DIR)/utils
 endif
 ifneq ($(TRTLLM_INCLUDE_DIR),)
 SHIM_CXXFLAGS += -DKVFERRY_WITH_TRTLLM_HEADERS -I$(TRTLLM_INCLUDE_DIR)
@@ -71,7 +71,7 @@ test-suites: all
 	@tests/run.sh
 
 demo: all
-	@scripts/demo-c.sh
+	@scripts/demo.sh
 
 demo-c: all
 	@scripts/demo-c.sh
