@@ -12,6 +12,10 @@ PLUGIN="$LIBDIR/nixl/libplugin_KVFERRY.so"
 OUT="$(mktemp -d)"
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$OUT"' EXIT
 g++ -std=c++20 -O2 -g -Wall -Wextra -Werror -Iplugin -Itests/nixl -o "$OUT/nixl_test" tests/nixl/nixl_test.cpp -ldl
+g++ -std=c++20 -Wall -Werror -Iplugin -o "$OUT/abi_probe" tests/nixl/abi_probe.cpp
+
+echo "--- ABI layout (plugin/nixl_abi.h against specs/nixl.md section 2)"
+"$OUT/abi_probe" | diff -u tests/nixl/abi_probe.golden -
 
 wait_ready() { # file timeout-seconds
   for _ in $(seq 1 $(( $2 * 10 ))); do [ -s "$1" ] && return 0; sleep 0.1; done
