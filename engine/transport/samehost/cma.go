@@ -151,7 +151,10 @@ func (w *cmaWorker) run(j job) {
 }
 
 // copyOp copies every still-good slice of direction op, up to iovMax
-// ranges per system call, resuming after partial transfers.
+// ranges and about callBytes per system call, resuming after partial
+// transfers. After every call it checks that the owner is still alive: a
+// process that died keeps its memory until our call returns, so without the
+// check a write into a killed owner would be reported done.
 func (w *cmaWorker) copyOp(s *session, slices []*engine.Slice, op engine.OpCode) {
 	w.liov, w.riov, w.owners, w.lbase = w.liov[:0], w.riov[:0], w.owners[:0], w.lbase[:0]
 	for i, sl := range slices {
@@ -165,8 +168,13 @@ func (w *cmaWorker) copyOp(s *session, slices []*engine.Slice, op engine.OpCode)
 		w.owners = append(w.owners, i)
 		w.lbase = append(w.lbase, sl.Local)
 	}
+	defer clear(w.liov)
 	for i := 0; i < len(w.liov); {
-		j := min(i+iovMax, len(w.liov))
+		j, bytes := i, uint64(0)
+		for j < len(w.liov) && j-i < iovMax && (j == i || bytes < callBytes) {
+			bytes += w.liov[j].Len
+			j++
+		}
 		var n int
 		var err error
 		if op == engine.OpWrite {
@@ -176,6 +184,10 @@ func (w *cmaWorker) copyOp(s *session, slices []*engine.Slice, op engine.OpCode)
 		}
 		if err == nil && n == 0 {
 			err = unix.EFAULT // no progress
+		}
+		if err == nil && (s.pidfd.exited() || s.isDead()) {
+			s.kill(fmt.Errorf("owner pid %d exited: %w", s.pid, ErrPeerGone))
+			err = unix.ESRCH
 		}
 		if err != nil {
 			err = w.callErr(s, op, err)
@@ -198,7 +210,6 @@ func (w *cmaWorker) copyOp(s *session, slices []*engine.Slice, op engine.OpCode)
 		}
 		i = k
 	}
-	clear(w.liov)
 }
 
 // callErr turns a failed process_vm_* call into the slices' error.

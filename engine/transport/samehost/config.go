@@ -33,6 +33,9 @@ const (
 	maxChunkBytes = 64 << 20
 	// iovMax is the kernel's limit of iovecs per process_vm_* call.
 	iovMax = 1024
+	// callBytes is about the most one process_vm_* call moves, so that an
+	// owner's death is noticed after at most this much copying.
+	callBytes = 16 << 20
 )
 
 // Config configures the same-host transports. The zero value works.

@@ -166,9 +166,10 @@ func TestFallbackToShm(t *testing.T) {
 	})
 }
 
-// TestOwnerKilled kills the owner while this process writes to it in a
-// loop: the transfer ends FAILED within the timeout on every path, and
-// later ones fail too, without hanging.
+// TestOwnerKilled kills the owner while this process writes 1 GiB to it:
+// the batch ends FAILED within the timeout on every path (cma must not
+// report writes into the memory of a dead process as done), and later
+// transfers fail too, without hanging.
 func TestOwnerKilled(t *testing.T) {
 	for _, tr := range []string{"cma", "shm", "tcp", ""} {
 		name := tr
@@ -191,34 +192,29 @@ func TestOwnerKilled(t *testing.T) {
 				want = "cma"
 			}
 			assert.Equal(t, e.ChooseTransport(seg), want)
-			first := make(chan struct{})
-			done := make(chan error, 1)
-			go func() {
-				for i := 0; ; i++ {
-					err := e.Transfer(ctx, []engine.Request{{Op: engine.OpWrite, Source: src.Addr(), Target: seg, TargetOffset: addr, Length: 64 << 20}})
-					if i == 0 {
-						close(first)
-					}
-					if err != nil {
-						done <- err
-						return
-					}
-				}
-			}()
-			select {
-			case <-first:
-			case <-time.After(30 * time.Second):
-				t.Fatal("first transfer did not finish")
+			req := engine.Request{Op: engine.OpWrite, Source: src.Addr(), Target: seg, TargetOffset: addr, Length: 64 << 20}
+			assert.NilError(t, e.Transfer(ctx, []engine.Request{req}))
+			// 1 GiB in flight (16 x the same 64 MiB), then the kill.
+			reqs := make([]engine.Request, 16)
+			for i := range reqs {
+				reqs[i] = req
 			}
+			id, err := e.AllocateBatch(len(reqs))
+			assert.NilError(t, err)
+			assert.NilError(t, e.Submit(id, reqs))
+			time.Sleep(20 * time.Millisecond) // let the copies start
 			killed := time.Now()
 			c.kill()
-			select {
-			case err := <-done:
-				t.Logf("transfer failed %s after the kill: %v", time.Since(killed).Round(time.Millisecond), err)
-			case <-time.After(15 * time.Second):
+			wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+			defer cancel()
+			bs, err := e.Wait(wctx, id)
+			if err != nil {
 				buf := make([]byte, 1<<20)
-				t.Fatalf("transfer still running 15 s after the owner was killed:\n%s", buf[:runtime.Stack(buf, true)])
+				t.Fatalf("batch not terminal 15 s after the owner was killed (%v):\n%s", err, buf[:runtime.Stack(buf, true)])
 			}
+			assert.Equal(t, bs.State, engine.StateFailed, "a batch in flight when the owner died must fail")
+			t.Logf("batch %s %s after the kill: %v", bs.State, time.Since(killed).Round(time.Millisecond), bs.Err)
+			assert.NilError(t, e.FreeBatch(id))
 			for _, op := range []engine.OpCode{engine.OpWrite, engine.OpRead} {
 				start := time.Now()
 				err := e.Transfer(ctx, []engine.Request{{Op: op, Source: src.Addr(), Target: seg, TargetOffset: addr, Length: 1 << 20}})
