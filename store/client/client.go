@@ -150,7 +150,11 @@ func New(ctx context.Context, cfg Config) (_ *Client, err error) {
 		c.staging = st
 	}
 	if cfg.GlobalSegmentSize > 0 {
-		m, err := cmem.MapAnon(cfg.GlobalSegmentSize)
+		mapper := cmem.MapAnonPopulate
+		if cfg.LazySegment {
+			mapper = cmem.MapAnon
+		}
+		m, err := mapper(cfg.GlobalSegmentSize)
 		if err != nil {
 			return nil, fmt.Errorf("store client: global segment: %w", err)
 		}

@@ -24,7 +24,7 @@ type staging struct {
 }
 
 func newStaging(e *engine.Engine, size uint64) (*staging, error) {
-	m, err := cmem.MapAnon(size)
+	m, err := cmem.MapAnonPopulate(size)
 	if err != nil {
 		return nil, err
 	}
