@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http/httptest"
 	"strings"
 	"syscall"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"gotest.tools/v3/assert"
 
 	"github.com/kvferry/kvferry/engine"
+	mdhttp "github.com/kvferry/kvferry/engine/metadata/http"
 	"github.com/kvferry/kvferry/internal/cmem"
 )
 
@@ -404,4 +406,50 @@ func TestNixlTransfers(t *testing.T) {
 		assert.NilError(t, p.a.genNotif("bob", "back"))
 		assert.DeepEqual(t, nixlWaitNotifs(t, p.b, 1, 10*time.Second), []engine.Notification{{Name: "alice", Msg: "back"}})
 	})
+}
+
+// TestNixlHTTPMetadata runs two agents whose engines find each other through
+// an HTTP metadata server (the "metadata" option): the connection info is
+// then the segment name, which defaults to the agent name.
+func TestNixlHTTPMetadata(t *testing.T) {
+	srv, err := mdhttp.NewServer(mdhttp.ServerConfig{})
+	assert.NilError(t, err)
+	hs := httptest.NewServer(srv)
+	t.Cleanup(func() { hs.Close(); _ = srv.Close() })
+	opts := map[string]string{"metadata": hs.URL + "/metadata", "transport": "tcp", "tcp_lanes": "2"}
+	a, err := newNixlAgent("meta-a", opts, false)
+	assert.NilError(t, err)
+	t.Cleanup(a.close)
+	b, err := newNixlAgent("meta-b", opts, false)
+	assert.NilError(t, err)
+	t.Cleanup(b.close)
+	assert.Equal(t, a.self.info, "meta-a")
+	abuf, err := cmem.MapAnon(nixlTestBlock)
+	assert.NilError(t, err)
+	t.Cleanup(func() { abuf.Close() })
+	bbuf, err := cmem.MapAnon(nixlTestBlock)
+	assert.NilError(t, err)
+	t.Cleanup(func() { bbuf.Close() })
+	amd, err := a.register(nixlDRAM, uint64(abuf.Addr()), nixlTestBlock, 0)
+	assert.NilError(t, err)
+	bmd, err := b.register(nixlDRAM, uint64(bbuf.Addr()), nixlTestBlock, 0)
+	assert.NilError(t, err)
+	assert.NilError(t, a.loadConnInfo("meta-b", b.self.info))
+	blob, err := b.publicData(bmd)
+	assert.NilError(t, err)
+	rmd, err := a.loadRemoteMD("meta-b", nixlDRAM, uint64(bbuf.Addr()), nixlTestBlock, 0, blob)
+	assert.NilError(t, err)
+	nixlFill(abuf.Bytes(), 9)
+	local := []nixlDesc{{Addr: uint64(abuf.Addr()), Len: nixlTestBlock, Handle: uint64(amd)}}
+	remote := []nixlDesc{{Addr: uint64(bbuf.Addr()), Len: nixlTestBlock, Handle: uint64(rmd)}}
+	h, err := a.prepXfer(nixlWrite, "meta-b", local, remote)
+	assert.NilError(t, err)
+	x, _ := a.xfers.get(h)
+	n := a.encodeNotif("via http")
+	_, err = a.postXfer(x, nixlWrite, local, remote, &n)
+	assert.NilError(t, err)
+	assert.Equal(t, nixlWaitXfer(t, a, x), nixlSuccess)
+	assert.Assert(t, bytes.Equal(abuf.Bytes(), bbuf.Bytes()), "data differs")
+	assert.DeepEqual(t, nixlWaitNotifs(t, b, 1, 10*time.Second), []engine.Notification{{Name: "meta-a", Msg: "via http"}})
+	assert.NilError(t, a.releaseXfer(x))
 }
