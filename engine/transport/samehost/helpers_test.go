@@ -164,6 +164,7 @@ func ownerLoop(e *engine.Engine, buf *cmem.Map, reply func(string, ...any)) int 
 //
 //	xfer w|r addr len seed   one transfer; a read is compared with the pattern
 //	wbatch addr n each seed  n writes of each bytes, 2*each apart, in one batch
+//	mixed addr len seed      one batch: a write to the owner and a local copy
 //	loop addr len            64 MiB writes until killed ("started" after the first)
 //	metrics                  slices per transport
 //	quit
@@ -205,6 +206,24 @@ func initiatorLoop(e *engine.Engine, seg engine.SegmentID, buf *cmem.Map, reply 
 			if err := e.Transfer(ctx, reqs); err != nil {
 				reply("err %s %s", errClass(err), oneLine(err))
 			} else {
+				reply("ok")
+			}
+		case "mixed":
+			// One batch, two transports: a write to the owner and a copy
+			// inside this process (LOCAL_SEGMENT, the local transport).
+			addr, n, seed := atou(f[1]), atou(f[2]), atou(f[3])
+			copy(buf.Bytes()[:n], patternAt(seed, n))
+			clear(buf.Bytes()[n : 2*n])
+			err := e.Transfer(ctx, []engine.Request{
+				{Op: engine.OpWrite, Source: buf.Addr(), Target: seg, TargetOffset: addr, Length: n},
+				{Op: engine.OpWrite, Source: buf.Addr(), Target: engine.LocalSegment, TargetOffset: uint64(buf.Addr()) + n, Length: n},
+			})
+			switch {
+			case err != nil:
+				reply("err %s %s", errClass(err), oneLine(err))
+			case !bytes.Equal(buf.Bytes()[n:2*n], patternAt(seed, n)):
+				reply("bad")
+			default:
 				reply("ok")
 			}
 		case "loop":

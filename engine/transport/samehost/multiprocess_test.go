@@ -119,7 +119,17 @@ func TestTwoProcesses(t *testing.T) {
 			assert.Equal(t, c.ready[0], tc.want)
 			o.exercise(t, c, tc.sizes)
 			o.refusals(t, c)
+			if tc.name == "auto" { // a forced transport carries local copies too
+				before := metrics(t, c)
+				clear(o.main.Bytes()[:1<<20])
+				assert.Equal(t, c.do("mixed %d %d %d", o.main.Addr(), 1<<20, 5), "ok")
+				assert.Assert(t, bytes.Equal(o.main.Bytes()[:1<<20], patternAt(5, 1<<20)))
+				after := metrics(t, c)
+				assert.Equal(t, after["local"]-before["local"], uint64(1), "%v", after)
+				assert.Assert(t, after["cma"] > before["cma"], "%v", after)
+			}
 			m := metrics(t, c)
+			m["local"] = 0
 			for _, tr := range []string{"local", "cma", "shm", "tcp"} {
 				if tr == tc.want {
 					assert.Assert(t, m[tr] > 0, "%v", m)
