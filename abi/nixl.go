@@ -19,6 +19,7 @@ import (
 
 	"github.com/kvferry/kvferry/engine"
 	"github.com/kvferry/kvferry/engine/metadata"
+	"github.com/kvferry/kvferry/engine/transport/samehost"
 	"github.com/kvferry/kvferry/engine/transport/tcp"
 	"github.com/kvferry/kvferry/internal/hostenv"
 )
@@ -824,11 +825,12 @@ func nixlCode(err error) int {
 }
 
 // disconnected reports whether err means the peer went away: its
-// connections were refused, reset or closed.
+// connections were refused, reset or closed, or its process is gone (the
+// same-host transports).
 func disconnected(err error) bool {
 	for _, target := range []error{syscall.ECONNREFUSED, syscall.ECONNRESET, syscall.EPIPE,
-		syscall.ECONNABORTED, syscall.EHOSTUNREACH, syscall.ENETUNREACH,
-		io.EOF, io.ErrUnexpectedEOF, net.ErrClosed} {
+		syscall.ECONNABORTED, syscall.EHOSTUNREACH, syscall.ENETUNREACH, syscall.ESRCH,
+		io.EOF, io.ErrUnexpectedEOF, net.ErrClosed, samehost.ErrPeerGone} {
 		if errors.Is(err, target) {
 			return true
 		}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/kvferry/kvferry/engine"
 	mdhttp "github.com/kvferry/kvferry/engine/metadata/http"
+	"github.com/kvferry/kvferry/engine/transport/samehost"
 	"github.com/kvferry/kvferry/internal/cmem"
 )
 
@@ -76,6 +77,8 @@ func TestNixlCodes(t *testing.T) {
 		{syscall.ECONNRESET, nixlErrRemoteDisconnect},
 		{syscall.EPIPE, nixlErrRemoteDisconnect},
 		{io.EOF, nixlErrRemoteDisconnect},
+		{syscall.ESRCH, nixlErrRemoteDisconnect},
+		{samehost.ErrPeerGone, nixlErrRemoteDisconnect},
 		{&engine.TransferError{Peer: "p", Err: fmt.Errorf("read: %w", io.ErrUnexpectedEOF)}, nixlErrRemoteDisconnect},
 		{engine.ErrInvalidArgument, nixlErrInvalidParam},
 		{engine.ErrAddressNotRegistered, nixlErrInvalidParam},

@@ -12,11 +12,13 @@
 //       notifications: "md:<file>" (load a peer's metadata), "fill:<seed>",
 //       "verify:<seed>", "count:<msg>" (how many times msg arrived), "quit".
 //       Each is answered "ack:...".
-//   nixl_test initiator <plugin> <target-md> <dir>
-//       Agent "initiator" (no progress thread) against a target process.
-//   nixl_test fault <plugin> <target-md> <pid>
-//       Posts a large WRITE, SIGKILLs the target mid-flight, and checks that
-//       the transfer, a repost and a notification all fail within deadlines.
+//   nixl_test initiator <plugin> <target-md> <dir> [transport]
+//       Agent "initiator" (no progress thread) against a target process,
+//       over the given transport ("auto": the engine's choice, "tcp").
+//   nixl_test fault <plugin> <target-md> <pid> [transport]
+//       Posts a large WRITE (over the given transport: "auto", "tcp"),
+//       SIGKILLs the target mid-flight, and checks that the transfer, a
+//       repost and a notification all fail within deadlines.
 #include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -455,13 +457,15 @@ static std::string ask(Agent &a, const std::string &msg) {
     return ok ? r : "timeout";
 }
 
-static int runInitiator(const char *path, const char *mdfile, const char *dir) {
+static int runInitiator(const char *path, const char *mdfile, const char *dir, const std::string &transport) {
     Plugin pl;
     if (!loadPlugin(path, pl)) return 2;
     const size_t n = 64;
     uint8_t *buf = mapBuf(n * MiB);
     Agent a;
-    CHECK_ST(a.create(pl.table, "initiator", params(), false), KVFNIXL_SUCCESS);
+    Params p = params();
+    p["transport"] = transport;
+    CHECK_ST(a.create(pl.table, "initiator", p, false), KVFNIXL_SUCCESS);
     CHECK_ST(a.registerMem(blocks(buf, n, MiB)), KVFNIXL_SUCCESS);
     AgentMD tmd;
     if (!readMD(mdfile, tmd) || failures) return 2;
@@ -554,7 +558,7 @@ static int runInitiator(const char *path, const char *mdfile, const char *dir) {
     return failures ? 1 : 0;
 }
 
-static int runFault(const char *path, const char *mdfile, pid_t pid) {
+static int runFault(const char *path, const char *mdfile, pid_t pid, const std::string &transport) {
     alarm(240); // a hang is a failure: SIGALRM ends the process
     Plugin pl;
     if (!pl.load(path)) return 2;
@@ -565,6 +569,7 @@ static int runFault(const char *path, const char *mdfile, pid_t pid) {
     Agent a;
     Params p = params();
     p["timeout_ms"] = "10000";
+    p["transport"] = transport;
     CHECK_ST(a.create(pl.table, "faulter", p, false), KVFNIXL_SUCCESS);
     CHECK_ST(a.registerMem(blocks(buf, n, MiB)), KVFNIXL_SUCCESS);
     CHECK_ST(a.loadRemoteMD(tmd), KVFNIXL_SUCCESS);
@@ -580,7 +585,7 @@ static int runFault(const char *path, const char *mdfile, pid_t pid) {
     double t0 = now_s();
     s = a.wait(*x, 90);
     double took = now_s() - t0;
-    fprintf(stderr, "fault: transfer ended %d after %.2fs\n", s, took);
+    fprintf(stderr, "fault (%s): transfer ended %d after %.2fs\n", transport.c_str(), s, took);
     CHECK(s < 0, "transfer to a killed peer: %d", s);
     // A repost and a notification fail too, within deadlines.
     t0 = now_s();
@@ -610,10 +615,10 @@ int main(int argc, char **argv) {
         rc = runSingle(argv[2]);
     } else if (mode == "target" && argc == 5) {
         rc = runTarget(argv[2], argv[3], std::stoul(argv[4]));
-    } else if (mode == "initiator" && argc == 5) {
-        rc = runInitiator(argv[2], argv[3], argv[4]);
-    } else if (mode == "fault" && argc == 5) {
-        rc = runFault(argv[2], argv[3], static_cast<pid_t>(std::stol(argv[4])));
+    } else if (mode == "initiator" && (argc == 5 || argc == 6)) {
+        rc = runInitiator(argv[2], argv[3], argv[4], argc == 6 ? argv[5] : "auto");
+    } else if (mode == "fault" && (argc == 5 || argc == 6)) {
+        rc = runFault(argv[2], argv[3], static_cast<pid_t>(std::stol(argv[4])), argc == 6 ? argv[5] : "auto");
     }
     fprintf(stderr, "%s: %s (%d failures)\n", mode.c_str(), rc == 0 ? "PASS" : "FAIL", failures);
     return rc;

@@ -25,19 +25,23 @@ wait_ready() { # file timeout-seconds
 echo "--- two agents in one process"
 timeout 300 "$OUT/nixl_test" single "$PLUGIN"
 
-echo "--- two agents in two processes"
-"$OUT/nixl_test" target "$PLUGIN" "$OUT/target.md" 64 &
-TARGET=$!
-wait_ready "$OUT/target.md" 30
-timeout 300 "$OUT/nixl_test" initiator "$PLUGIN" "$OUT/target.md" "$OUT"
-timeout 60 tail --pid="$TARGET" -f /dev/null
-wait "$TARGET"
+for tr in auto tcp; do
+  echo "--- two agents in two processes ($tr)"
+  "$OUT/nixl_test" target "$PLUGIN" "$OUT/target-$tr.md" 64 &
+  TARGET=$!
+  wait_ready "$OUT/target-$tr.md" 30
+  timeout 300 "$OUT/nixl_test" initiator "$PLUGIN" "$OUT/target-$tr.md" "$OUT" "$tr"
+  timeout 60 tail --pid="$TARGET" -f /dev/null
+  wait "$TARGET"
+done
 
-echo "--- peer killed mid-transfer"
-"$OUT/nixl_test" target "$PLUGIN" "$OUT/victim.md" 256 &
-VICTIM=$!
-wait_ready "$OUT/victim.md" 30
-timeout 300 "$OUT/nixl_test" fault "$PLUGIN" "$OUT/victim.md" "$VICTIM"
-wait "$VICTIM" 2>/dev/null || true
+for tr in auto tcp; do
+  echo "--- peer killed mid-transfer ($tr)"
+  "$OUT/nixl_test" target "$PLUGIN" "$OUT/victim-$tr.md" 256 &
+  VICTIM=$!
+  wait_ready "$OUT/victim-$tr.md" 30
+  timeout 300 "$OUT/nixl_test" fault "$PLUGIN" "$OUT/victim-$tr.md" "$VICTIM" "$tr"
+  wait "$VICTIM" 2>/dev/null || true
+done
 
 echo "NIXL plugin harness passed"
