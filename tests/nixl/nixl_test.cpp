@@ -3,9 +3,10 @@
 // It loads build/lib/nixl/libplugin_KVFERRY.so as NIXL's plugin manager does
 // and drives the engine in NIXL core's call order (nixl_core.h).
 //
-//   nixl_test single <plugin>
+//   nixl_test single <plugin> [transport]
 //       Two agents in one process (progress thread on and off), intra-agent
-//       transfers, the plugin load/unload/load cycle and the error cases.
+//       transfers, the plugin load/unload/load cycle and the error cases,
+//       over the given transport ("auto": the engine's choice, "tcp").
 //   nixl_test target <plugin> <ready-file> <MiB>
 //       Agent "target" (progress thread on) registers <MiB> x 1 MiB, writes
 //       its metadata to <ready-file> and serves requests sent as
@@ -345,13 +346,15 @@ static void errorCases(Agent &a, uint8_t *buf, Agent &b, const AgentMD &bmd) {
     }
 }
 
-static int runSingle(const char *path) {
+static int runSingle(const char *path, const std::string &transport) {
     Plugin pl;
     if (!loadPlugin(path, pl)) return 2;
     uint8_t *abuf = mapBuf(64 * MiB), *bbuf = mapBuf(64 * MiB);
     Agent a, b;
-    CHECK_ST(a.create(pl.table, "alice", params(), true), KVFNIXL_SUCCESS);
-    CHECK_ST(b.create(pl.table, "bob", params(), false), KVFNIXL_SUCCESS);
+    Params p = params();
+    p["transport"] = transport;
+    CHECK_ST(a.create(pl.table, "alice", p, true), KVFNIXL_SUCCESS);
+    CHECK_ST(b.create(pl.table, "bob", p, false), KVFNIXL_SUCCESS);
     if (failures) return 1;
     // Unknown options fail creation (initErr), as NIXL reports them.
     {
@@ -611,8 +614,8 @@ int main(int argc, char **argv) {
     }
     std::string mode = argv[1];
     int rc = 2;
-    if (mode == "single") {
-        rc = runSingle(argv[2]);
+    if (mode == "single" && (argc == 3 || argc == 4)) {
+        rc = runSingle(argv[2], argc == 4 ? argv[3] : "auto");
     } else if (mode == "target" && argc == 5) {
         rc = runTarget(argv[2], argv[3], std::stoul(argv[4]));
     } else if (mode == "initiator" && (argc == 5 || argc == 6)) {

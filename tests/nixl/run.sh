@@ -22,8 +22,10 @@ wait_ready() { # file timeout-seconds
   echo "target did not start" >&2; return 1
 }
 
-echo "--- two agents in one process"
-timeout 300 "$OUT/nixl_test" single "$PLUGIN"
+for tr in auto tcp; do
+  echo "--- two agents in one process ($tr)"
+  timeout 300 "$OUT/nixl_test" single "$PLUGIN" "$tr"
+done
 
 for tr in auto tcp; do
   echo "--- two agents in two processes ($tr)"
