@@ -401,8 +401,8 @@ int kvferry_nixl_xfer_post(kvferry_nixl_t nixl, kvferry_nixl_xfer_t xfer,
                            size_t n_remote, int has_notif, const char *msg,
                            size_t msg_len);
 
-/* IN_PROG, SUCCESS or the error of the last post; never blocks. A dead peer
- * gives REMOTE_DISCONNECT. */
+/* IN_PROG, SUCCESS or the error of the last post (NOT_POSTED before the
+ * first); never blocks. A dead peer gives REMOTE_DISCONNECT. */
 int kvferry_nixl_xfer_check(kvferry_nixl_t nixl, kvferry_nixl_xfer_t xfer);
 
 /* Releases the request. A post still running is canceled first (bounded by
