@@ -66,6 +66,7 @@ test-go:
 	$(GO) test -run '^$$' -fuzz FuzzUnmarshal -fuzztime 10s ./engine/descriptor
 	$(GO) test -run '^$$' -fuzz '^FuzzFetch$$' -fuzztime 10s ./engine/metadata
 	$(GO) test -run '^$$' -fuzz '^FuzzClientReply$$' -fuzztime 10s ./engine/metadata/http
+	$(GO) test -run '^$$' -fuzz '^FuzzParsePublicData$$' -fuzztime 10s ./abi
 
 test-suites: all
 	@tests/run.sh
