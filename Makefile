@@ -25,6 +25,8 @@ SHIM_CXXFLAGS += -DKVFERRY_WITH_TRTLLM_HEADERS -I$(TRTLLM_INCLUDE_DIR)
 endif
 
 HEADERS := $(wildcard include/*.h)
+# Tests run in a fresh network namespace with only loopback when possible.
+NETNS   := scripts/in-netns.sh
 BINS    := $(patsubst cmd/%,%,$(wildcard cmd/*))
 
 .PHONY: all lib bins headers test test-go test-suites lint demo demo-c bench clean FORCE
@@ -60,13 +62,13 @@ test: all test-go test-suites
 
 test-go:
 	$(GO) vet ./...
-	$(GO) test -race -tags invariants -timeout 15m ./...
-	$(GO) test -run '^$$' -fuzz FuzzDecodeHeader -fuzztime 10s ./engine/transport/tcp
-	$(GO) test -run '^$$' -fuzz FuzzDecodeFrame -fuzztime 10s ./engine/rpc
-	$(GO) test -run '^$$' -fuzz FuzzUnmarshal -fuzztime 10s ./engine/descriptor
-	$(GO) test -run '^$$' -fuzz '^FuzzFetch$$' -fuzztime 10s ./engine/metadata
-	$(GO) test -run '^$$' -fuzz '^FuzzClientReply$$' -fuzztime 10s ./engine/metadata/http
-	$(GO) test -run '^$$' -fuzz '^FuzzParsePublicData$$' -fuzztime 10s ./abi
+	$(NETNS) $(GO) test -race -tags invariants -timeout 15m ./...
+	$(NETNS) $(GO) test -run '^$$' -fuzz FuzzDecodeHeader -fuzztime 10s ./engine/transport/tcp
+	$(NETNS) $(GO) test -run '^$$' -fuzz FuzzDecodeFrame -fuzztime 10s ./engine/rpc
+	$(NETNS) $(GO) test -run '^$$' -fuzz FuzzUnmarshal -fuzztime 10s ./engine/descriptor
+	$(NETNS) $(GO) test -run '^$$' -fuzz '^FuzzFetch$$' -fuzztime 10s ./engine/metadata
+	$(NETNS) $(GO) test -run '^$$' -fuzz '^FuzzClientReply$$' -fuzztime 10s ./engine/metadata/http
+	$(NETNS) $(GO) test -run '^$$' -fuzz '^FuzzParsePublicData$$' -fuzztime 10s ./abi
 
 test-suites: all
 	@tests/run.sh

@@ -415,6 +415,8 @@ func TestNixlTransfers(t *testing.T) {
 // an HTTP metadata server (the "metadata" option): the connection info is
 // then the segment name, which defaults to the agent name.
 func TestNixlHTTPMetadata(t *testing.T) {
+	// Non-P2P engines advertise MC_TCP_BIND_ADDRESS: keep the test on loopback.
+	t.Setenv("MC_TCP_BIND_ADDRESS", "127.0.0.1")
 	srv, err := mdhttp.NewServer(mdhttp.ServerConfig{})
 	assert.NilError(t, err)
 	hs := httptest.NewServer(srv)

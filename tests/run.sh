@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test suite under tests/*/run.sh (C, C++, Python, multi-process).
-# Each suite uses the library built by `make` in build/lib.
+# Each suite uses the library built by `make` in build/lib, and runs in a
+# fresh network namespace with only loopback when run as root.
 set -u
 cd "$(dirname "$0")/.."
 failed=()
@@ -8,7 +9,7 @@ for s in tests/*/run.sh; do
   [ -x "$s" ] || continue
   echo "=== $s"
   start=$(date +%s)
-  if "$s"; then
+  if scripts/in-netns.sh "$s"; then
     echo "--- PASS $s ($(( $(date +%s) - start ))s)"
   else
     echo "--- FAIL $s ($(( $(date +%s) - start ))s)"

@@ -16,6 +16,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 LIBDIR="${KVFERRY_LIB_DIR:-$PWD/build/lib}"
+# Agents advertise TLLM_MOONCAKE_IP_ADDR (else the first non-loopback
+# address): tests stay on loopback.
+export TLLM_MOONCAKE_IP_ADDR=127.0.0.1
 BUF_MIB="${TRTLLM_TEST_BUF_MIB:-512}"
 NBUF="${TRTLLM_TEST_NBUF:-3}"
 OUT="$(mktemp -d)"
