@@ -77,10 +77,81 @@ func (s *server) close() {
 	s.wg.Wait()
 }
 
+// Limits of the response batch a connection accumulates before writing.
+const (
+	respMaxRequests = 512     // responses per writev (two iovecs each, within IOV_MAX)
+	respMaxBytes    = 1 << 20 // READ payload bytes per writev
+)
+
+// respBatch accumulates responses (status frames and READ payloads, in
+// request order) so that pipelined requests are answered with one writev.
+// READ payloads stay pinned until written.
+type respBatch struct {
+	status [respMaxRequests * StatusSize]byte
+	nst    int
+	iov    net.Buffers
+	pins   []*engine.Region
+	bytes  int
+}
+
+func (b *respBatch) add(code uint32, payload []byte, pin *engine.Region) {
+	st := b.status[b.nst*StatusSize : (b.nst+1)*StatusSize]
+	b.nst++
+	EncodeStatus(st, code)
+	// Merge adjacent status frames into one iovec.
+	if n := len(b.iov); n > 0 && len(b.iov[n-1]) > 0 && &b.iov[n-1][len(b.iov[n-1])-1] == &b.status[(b.nst-1)*StatusSize-1] {
+		b.iov[n-1] = b.iov[n-1][:len(b.iov[n-1])+StatusSize]
+	} else {
+		b.iov = append(b.iov, st)
+	}
+	if payload != nil {
+		b.iov = append(b.iov, payload)
+		b.pins = append(b.pins, pin)
+		b.bytes += len(payload)
+	}
+}
+
+// addPayload queues a v1 READ payload (no status frame).
+func (b *respBatch) addPayload(payload []byte, pin *engine.Region) {
+	b.nst++ // keeps the count of responses; the status slot stays unused
+	b.iov = append(b.iov, payload)
+	b.pins = append(b.pins, pin)
+	b.bytes += len(payload)
+}
+
+func (b *respBatch) full() bool { return b.nst >= respMaxRequests || b.bytes >= respMaxBytes }
+
+// flush writes the batch and releases its pins.
+func (b *respBatch) flush(c net.Conn, timeout time.Duration) error {
+	if len(b.iov) == 0 {
+		b.nst = 0
+		return nil
+	}
+	_ = c.SetWriteDeadline(time.Now().Add(timeout))
+	iov := b.iov
+	_, err := iov.WriteTo(c)
+	for i := range b.pins {
+		b.pins[i].Release()
+		b.pins[i] = nil
+	}
+	clear(b.iov)
+	b.iov, b.pins, b.nst, b.bytes = b.iov[:0], b.pins[:0], 0, 0
+	return err
+}
+
+// release drops the pins of an unwritten batch (connection failed).
+func (b *respBatch) release() {
+	for i := range b.pins {
+		b.pins[i].Release()
+		b.pins[i] = nil
+	}
+	b.pins = b.pins[:0]
+}
+
 // serveConn serves requests on one connection until it fails or closes.
-// Status frames are batched: they are flushed before the server would block
-// waiting for the next header, so pipelined requests get their
-// acknowledgements in one write.
+// Responses are batched: they are written when the server would block
+// waiting for the next header (or the batch is full), so pipelined requests
+// get their status frames and READ payloads in one writev.
 func (s *server) serveConn(c net.Conn) {
 	if tc, ok := c.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
@@ -92,25 +163,16 @@ func (s *server) serveConn(c net.Conn) {
 	}
 	defer rd.close()
 	timeout := s.t.cfg.StatusTimeout
-	out := make([]byte, 0, 4096)
-	var bufs net.Buffers
-	var vec [2][]byte
+	out := &respBatch{iov: make(net.Buffers, 0, 2*respMaxRequests), pins: make([]*engine.Region, 0, respMaxRequests)}
+	defer out.release()
 	deadlineSet := false
-	flush := func() error {
-		if len(out) == 0 {
-			return nil
-		}
-		_ = c.SetWriteDeadline(time.Now().Add(timeout))
-		_, err := c.Write(out)
-		out = out[:0]
-		return err
-	}
 	for {
-		if rd.buffered() < HeaderSize {
-			if err := flush(); err != nil {
+		if rd.buffered() < HeaderSize || out.full() {
+			if err := out.flush(c, timeout); err != nil {
+				s.t.log.Debug("tcp server: write responses", "peer", c.RemoteAddr().String(), "err", err)
 				return
 			}
-			if deadlineSet {
+			if deadlineSet && rd.buffered() < HeaderSize {
 				_ = c.SetReadDeadline(time.Time{})
 				deadlineSet = false
 			}
@@ -133,10 +195,8 @@ func (s *server) serveConn(c net.Conn) {
 			s.rejected.Add(1)
 			s.t.logReject(c.RemoteAddr().String(), h)
 			if h.V2 {
-				var st [StatusSize]byte
-				EncodeStatus(st[:], StatusRejected)
-				out = append(out, st[:]...)
-				_ = flush()
+				out.add(StatusRejected, nil, nil)
+				_ = out.flush(c, timeout)
 			}
 			return
 		}
@@ -153,26 +213,12 @@ func (s *server) serveConn(c net.Conn) {
 				return
 			}
 			if h.V2 {
-				var st [StatusSize]byte
-				EncodeStatus(st[:], StatusOK)
-				out = append(out, st[:]...)
+				out.add(StatusOK, nil, nil)
 			}
+		} else if h.V2 {
+			out.add(StatusOK, mem, pin)
 		} else {
-			if h.V2 {
-				var st [StatusSize]byte
-				EncodeStatus(st[:], StatusOK)
-				out = append(out, st[:]...)
-			}
-			vec[0], vec[1] = out, mem
-			bufs = vec[:]
-			_ = c.SetWriteDeadline(time.Now().Add(timeout))
-			_, err = bufs.WriteTo(c)
-			out = out[:0]
-			pin.Release()
-			if err != nil {
-				s.t.log.Debug("tcp server: write payload", "peer", c.RemoteAddr().String(), "err", err)
-				return
-			}
+			out.addPayload(mem, pin)
 		}
 		s.served.Add(1)
 	}
