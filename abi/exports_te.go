@@ -154,6 +154,16 @@ func kvf_install(h C.uintptr_t, proto *C.char, args unsafe.Pointer) (t C.uintptr
 		engineFail(e, err)
 		return 0
 	}
+	if p == "tcp" {
+		// A Mooncake program that installs TCP by hand still gets the
+		// same-process and same-host paths: they are chosen per request
+		// only for kvferry peers on this host, and Mooncake peers keep TCP.
+		for _, name := range stack.DefaultTransports {
+			if name != "tcp" {
+				_, _ = e.InstallTransport(name)
+			}
+		}
+	}
 	tag := transportTags[p]
 	if tag == 0 {
 		tag = 15
