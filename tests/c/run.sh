@@ -24,6 +24,16 @@ read -r SEG ADDR PID < "$OUT/t1"
 timeout 120 "$OUT/te_test" initiator "$LIB" "$SEG" "$ADDR"
 wait
 
+echo "--- fork guard"
+timeout 60 "$OUT/te_test" fork "$LIB"
+
+echo "--- graceful shutdown on SIGTERM"
+set +e
+timeout 60 "$OUT/te_test" graceful "$LIB"
+rc=$?
+set -e
+[ "$rc" -eq 143 ] || { echo "graceful shutdown: exit $rc, want 143 (SIGTERM)"; exit 1; }
+
 echo "--- peer killed mid-transfer"
 "$OUT/te_test" target "$LIB" $((1 << 30)) "$OUT/t2" &
 "$OUT/te_test" target "$LIB" $((64 << 20)) "$OUT/t3" &

@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -438,6 +439,43 @@ static int run_fault(const char *seg_name, uint64_t remote, int pid, const char 
     return failures ? 1 : 0;
 }
 
+/* After fork() the child gets error codes at once, never a hang. */
+static int run_fork(void) {
+    transfer_engine_t e = new_engine();
+    char buf[64];
+    CHECK(te.getLocalIpAndPort(e, buf, sizeof buf) == 0, "parent works");
+    pid_t pid = fork();
+    if (pid == 0) {
+        alarm(10); /* a hang would be killed by SIGALRM and fail the test */
+        int bad = 0;
+        bad += te.getLocalIpAndPort(e, buf, sizeof buf) != KVFERRY_ERR_FORKED;
+        bad += te.allocateBatchID(e, 4) != INVALID_BATCH;
+        bad += te.createTransferEngine("P2PHANDSHAKE", "127.0.0.1", NULL, 0, 1) != NULL;
+        bad += te.openSegment(e, "127.0.0.1:1") != -1;
+        struct transfer_status st;
+        bad += te.getTransferStatus(e, 1, 0, &st) == 0;
+        bad += te.freeNotifsMsgBuf(NULL, 0) != 0; /* pure C, still fine */
+        _exit(bad);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child after fork: status %#x", status);
+    CHECK(te.getLocalIpAndPort(e, buf, sizeof buf) == 0, "parent still works after fork");
+    te.destroyTransferEngine(e);
+    return failures ? 1 : 0;
+}
+
+/* enableGracefulShutdown: SIGTERM destroys the engine, then the previous
+ * disposition (default: terminate) applies. */
+static int run_graceful(void) {
+    transfer_engine_t e = new_engine();
+    te.enableGracefulShutdown(e);
+    raise(SIGTERM);
+    for (int i = 0; i < 100; i++) usleep(50000); /* killed before this ends */
+    fprintf(stderr, "still alive 5 s after SIGTERM\n");
+    return 1;
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IONBF, 0);
     if (argc < 3) {
@@ -445,6 +483,12 @@ int main(int argc, char **argv) {
         return 2;
     }
     if (te_load(&te, argv[2]) != 0) return 2;
+    if (strcmp(argv[1], "fork") == 0) {
+        int rc = run_fork();
+        printf("fork: %d failures\n", failures);
+        return rc;
+    }
+    if (strcmp(argv[1], "graceful") == 0) return run_graceful();
     if (strcmp(argv[1], "target") == 0 && argc == 5)
         return run_target(strtoull(argv[3], NULL, 0), argv[4]);
     if (strcmp(argv[1], "initiator") == 0 && argc == 5) {
