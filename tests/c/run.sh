@@ -34,15 +34,21 @@ rc=$?
 set -e
 [ "$rc" -eq 143 ] || { echo "graceful shutdown: exit $rc, want 143 (SIGTERM)"; exit 1; }
 
-echo "--- peer killed mid-transfer"
-"$OUT/te_test" target "$LIB" $((1 << 30)) "$OUT/t2" &
-"$OUT/te_test" target "$LIB" $((64 << 20)) "$OUT/t3" &
-wait_ready "$OUT/t2" 30
-wait_ready "$OUT/t3" 30
-read -r SEG2 ADDR2 PID2 < "$OUT/t2"
-read -r SEG3 ADDR3 PID3 < "$OUT/t3"
-timeout 120 "$OUT/te_test" fault "$LIB" "$SEG2" "$ADDR2" "$PID2" "$SEG3" "$ADDR3"
-wait || true
+fault() { # label, env...
+  local label=$1; shift
+  echo "--- peer killed mid-transfer ($label)"
+  rm -f "$OUT/t2" "$OUT/t3"
+  env "$@" "$OUT/te_test" target "$LIB" $((1 << 30)) "$OUT/t2" &
+  env "$@" "$OUT/te_test" target "$LIB" $((64 << 20)) "$OUT/t3" &
+  wait_ready "$OUT/t2" 30
+  wait_ready "$OUT/t3" 30
+  read -r SEG2 ADDR2 PID2 < "$OUT/t2"
+  read -r SEG3 ADDR3 PID3 < "$OUT/t3"
+  env "$@" timeout 120 "$OUT/te_test" fault "$LIB" "$SEG2" "$ADDR2" "$PID2" "$SEG3" "$ADDR3"
+  wait || true
+}
+fault "auto: same-host transport" KVFERRY_TEST=1
+fault "tcp" MC_FORCE_TCP=1
 
 if [ -f tests/c/store_test.c ] && [ -x tests/c/store_run.sh ]; then
   tests/c/store_run.sh "$OUT"
