@@ -17,12 +17,18 @@ wait_ready() { # file timeout
   echo "target did not start" >&2; return 1
 }
 
-echo "--- functional and bad-input tests"
-"$OUT/te_test" target "$LIB" $((64 << 20)) "$OUT/t1" &
-wait_ready "$OUT/t1" 20
-read -r SEG ADDR PID < "$OUT/t1"
-timeout 120 "$OUT/te_test" initiator "$LIB" "$SEG" "$ADDR"
-wait
+functional() { # label, env...
+  local label=$1; shift
+  echo "--- functional and bad-input tests ($label)"
+  rm -f "$OUT/t1"
+  env "$@" "$OUT/te_test" target "$LIB" $((64 << 20)) "$OUT/t1" &
+  wait_ready "$OUT/t1" 20
+  read -r SEG ADDR PID < "$OUT/t1"
+  env "$@" timeout 120 "$OUT/te_test" initiator "$LIB" "$SEG" "$ADDR"
+  wait
+}
+functional "auto: same-host transport" KVFERRY_TEST=1
+functional "tcp" MC_FORCE_TCP=1
 
 echo "--- fork guard"
 timeout 60 "$OUT/te_test" fork "$LIB"
