@@ -2,59 +2,19 @@ package abi
 
 import (
 	"fmt"
-	"sync"
 
 	"github.com/kvferry/kvferry/engine"
+	"github.com/kvferry/kvferry/internal/handle"
 )
 
-// Handle values carry a tag in the high bits, which makes them
-// non-canonical addresses: a caller that dereferences one faults at once
-// instead of corrupting memory. Ids are never reused, so a destroyed
-// handle stays invalid.
-const handleTag uintptr = 0x4b56460000000000
+// handles is a table of C handles (internal/handle: tagged, never reused,
+// never a Go pointer).
+type handles[T any] struct{ t handle.Table[T] }
 
-type handles[T any] struct {
-	mu   sync.RWMutex
-	next uintptr
-	m    map[uintptr]T
-}
-
-func (h *handles[T]) add(v T) uintptr {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.m == nil {
-		h.m = make(map[uintptr]T)
-	}
-	h.next++
-	k := handleTag | h.next<<4
-	h.m[k] = v
-	return k
-}
-
-func (h *handles[T]) get(k uintptr) (T, bool) {
-	h.mu.RLock()
-	defer h.mu.RUnlock()
-	v, ok := h.m[k]
-	return v, ok
-}
-
-func (h *handles[T]) remove(k uintptr) (T, bool) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	v, ok := h.m[k]
-	delete(h.m, k)
-	return v, ok
-}
-
-func (h *handles[T]) all() []T {
-	h.mu.RLock()
-	defer h.mu.RUnlock()
-	out := make([]T, 0, len(h.m))
-	for _, v := range h.m {
-		out = append(out, v)
-	}
-	return out
-}
+func (h *handles[T]) add(v T) uintptr            { return h.t.Add(v) }
+func (h *handles[T]) get(k uintptr) (T, bool)    { return h.t.Get(k) }
+func (h *handles[T]) remove(k uintptr) (T, bool) { return h.t.Remove(k) }
+func (h *handles[T]) all() []T                   { return h.t.All() }
 
 // engines is the table of live transfer engines.
 var engines handles[*engine.Engine]
