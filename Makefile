@@ -68,7 +68,7 @@ test-go:
 	$(NETNS) $(GO) test -run '^$$' -fuzz FuzzUnmarshal -fuzztime 10s ./engine/descriptor
 	$(NETNS) $(GO) test -run '^$$' -fuzz '^FuzzFetch$$' -fuzztime 10s ./engine/metadata
 	$(NETNS) $(GO) test -run '^$$' -fuzz '^FuzzClientReply$$' -fuzztime 10s ./engine/metadata/http
-	$(NETNS) $(GO) test -run '^$$' -fuzz '^FuzzParsePublicData$$' -fuzztime 10s ./abi
+	$(NETNS) $(GO) test -run '^$$' -fuzz '^FuzzParsePublicData$$' -fuzztime 10s ./agent/nixl
 
 test-suites: all
 	@tests/run.sh

@@ -12,12 +12,59 @@ import (
 	"fmt"
 	"unsafe"
 
+	"github.com/kvferry/kvferry/agent/nixl"
 	"github.com/kvferry/kvferry/engine"
+	"github.com/kvferry/kvferry/internal/hostenv"
 )
 
 // The Go side of kvferry.h "NIXL support", called only from the C
 // definitions in nixl_c.c after the fork guard. Each export converts, recovers
-// panics into KVFERRY_NIXL_ERR_UNKNOWN and calls nixl.go.
+// panics into KVFERRY_NIXL_ERR_UNKNOWN and calls agent/nixl, whose errors
+// nixlCode (nixl_codes.go) maps to nixl_status_t.
+
+// nixlAgent is one live kvferry_nixl_t: an agent and the handle of its
+// engine in the engines table (for metrics).
+type nixlAgent struct {
+	*nixl.Agent
+	eh uintptr
+}
+
+// nixlAgents is the table of live NIXL agents.
+var nixlAgents handles[*nixlAgent]
+
+// newNixlAgent creates agent name on a new engine (kvferry_nixl_create).
+func newNixlAgent(name string, opts map[string]string, progress bool) (*nixlAgent, error) {
+	p, err := nixl.ParseOptions(name, opts)
+	if err != nil {
+		return nil, err
+	}
+	eh, err := newEngine(p.MetadataConn, p.LocalServerName, true, p.EngineOptions)
+	if err != nil {
+		return nil, fmt.Errorf("nixl create agent %q: %w", name, err)
+	}
+	e, _ := engines.get(eh)
+	a, err := nixl.New(nixl.Config{Name: name, Engine: e, ProgressThread: progress, Logger: logger})
+	if err != nil {
+		engines.remove(eh)
+		_ = e.Close()
+		return nil, err
+	}
+	return &nixlAgent{Agent: a, eh: eh}, nil
+}
+
+// close closes the agent and its engine.
+func (a *nixlAgent) close() {
+	engines.remove(a.eh)
+	if err := a.Close(); err != nil {
+		logger.Warn("nixl engine close", "agent", a.Name(), "err", err)
+	}
+}
+
+// fail records err as the engine's last error and returns its status.
+func (a *nixlAgent) fail(err error) int {
+	engineFail(a.Engine(), err)
+	return nixlCode(err)
+}
 
 // maxNixlDescs bounds one descriptor list from C.
 const maxNixlDescs = 1 << 24
@@ -44,14 +91,14 @@ func lookupNixl(h C.kvferry_nixl_t) (*nixlAgent, bool) {
 }
 
 // descArg views a C descriptor array without copying.
-func descArg(p *C.kvferry_nixl_desc_t, n C.size_t) ([]nixlDesc, bool) {
+func descArg(p *C.kvferry_nixl_desc_t, n C.size_t) ([]nixl.Desc, bool) {
 	if n == 0 {
 		return nil, true
 	}
 	if p == nil || n > maxNixlDescs {
 		return nil, false
 	}
-	return unsafe.Slice((*nixlDesc)(unsafe.Pointer(p)), int(n)), true
+	return unsafe.Slice((*nixl.Desc)(unsafe.Pointer(p)), int(n)), true
 }
 
 // putBytes copies min(len(s), n) bytes of s to buf (no NUL) and returns
@@ -67,19 +114,19 @@ func putBytes(buf *C.char, n C.size_t, s string) C.int64_t {
 //export kvf_nixl_option
 func kvf_nixl_option(i C.size_t, key *C.char, klen C.size_t, val *C.char, vlen C.size_t) (rc C.int) {
 	defer recoverNixl(&rc)
-	opts := nixlOptions()
+	opts := nixl.Options(hostenv.StackConfig())
 	if uint64(i) >= uint64(len(opts)) {
 		return 0
 	}
-	putString(key, klen, opts[i].key)
-	putString(val, vlen, opts[i].def)
+	putString(key, klen, opts[i].Key)
+	putString(val, vlen, opts[i].Default)
 	return 1
 }
 
 //export kvf_nixl_supported_mems
 func kvf_nixl_supported_mems(mems *C.int, capacity C.size_t) (rc C.int) {
 	defer recoverNixl(&rc)
-	supported := []C.int{nixlDRAM} // VRAM once a GPU transport exists
+	supported := []C.int{C.int(nixl.DRAM)} // VRAM once a GPU transport exists
 	if mems != nil && capacity > 0 {
 		copy(unsafe.Slice(mems, int(min(capacity, 16))), supported)
 	}
@@ -144,7 +191,7 @@ func kvf_nixl_conn_info(h C.kvferry_nixl_t, buf *C.char, n C.size_t) (rc C.int64
 	if !ok {
 		return nixlErrInvalidParam
 	}
-	return putBytes(buf, n, a.self.info)
+	return putBytes(buf, n, a.ConnInfo())
 }
 
 //export kvf_nixl_load_conn_info
@@ -156,7 +203,7 @@ func kvf_nixl_load_conn_info(h C.kvferry_nixl_t, agent *C.char, alen C.size_t, i
 	if !ok || !ok1 || !ok2 {
 		return nixlErrInvalidParam
 	}
-	return C.int(a.fail(a.loadConnInfo(name, in)))
+	return C.int(a.fail(a.LoadConnInfo(name, in)))
 }
 
 //export kvf_nixl_connect
@@ -167,7 +214,7 @@ func kvf_nixl_connect(h C.kvferry_nixl_t, agent *C.char, alen C.size_t) (rc C.in
 	if !ok || !ok1 {
 		return nixlErrInvalidParam
 	}
-	return C.int(a.fail(a.connect(name)))
+	return C.int(a.fail(a.Connect(name)))
 }
 
 //export kvf_nixl_disconnect
@@ -178,7 +225,7 @@ func kvf_nixl_disconnect(h C.kvferry_nixl_t, agent *C.char, alen C.size_t) (rc C
 	if !ok || !ok1 {
 		return nixlErrInvalidParam
 	}
-	return C.int(a.fail(a.disconnect(name)))
+	return C.int(a.fail(a.Disconnect(name)))
 }
 
 //export kvf_nixl_register
@@ -189,7 +236,7 @@ func kvf_nixl_register(h C.kvferry_nixl_t, mem C.int, addr, n, dev C.uint64_t, o
 		return nixlErrInvalidParam
 	}
 	*out = 0
-	md, err := a.register(int(mem), uint64(addr), uint64(n), uint64(dev))
+	md, err := a.Register(nixl.MemType(mem), uint64(addr), uint64(n), uint64(dev))
 	if err != nil {
 		return C.int(a.fail(err))
 	}
@@ -204,7 +251,7 @@ func kvf_nixl_deregister(h C.kvferry_nixl_t, md C.kvferry_nixl_md_t) (rc C.int) 
 	if !ok {
 		return nixlErrInvalidParam
 	}
-	return C.int(a.fail(a.deregister(uintptr(md))))
+	return C.int(a.fail(a.Deregister(nixl.MD(md))))
 }
 
 //export kvf_nixl_public_data
@@ -219,7 +266,7 @@ func kvf_nixl_public_data(h C.kvferry_nixl_t, md C.kvferry_nixl_md_t, buf *C.cha
 	if !ok {
 		return nixlErrInvalidParam
 	}
-	s, err := a.publicData(uintptr(md))
+	s, err := a.PublicData(nixl.MD(md))
 	if err != nil {
 		return C.int64_t(a.fail(err))
 	}
@@ -236,7 +283,7 @@ func kvf_nixl_load_remote_md(h C.kvferry_nixl_t, agent *C.char, alen C.size_t, m
 		return nixlErrInvalidParam
 	}
 	*out = 0
-	md, err := a.loadRemoteMD(name, int(mem), uint64(addr), uint64(n), uint64(dev), b)
+	md, err := a.LoadRemoteMD(name, nixl.MemType(mem), uint64(addr), uint64(n), uint64(dev), b)
 	if err != nil {
 		return C.int(a.fail(err))
 	}
@@ -252,7 +299,7 @@ func kvf_nixl_load_local_md(h C.kvferry_nixl_t, md C.kvferry_nixl_md_t, out *C.k
 		return nixlErrInvalidParam
 	}
 	*out = 0
-	r, err := a.loadLocalMD(uintptr(md))
+	r, err := a.LoadLocalMD(nixl.MD(md))
 	if err != nil {
 		return C.int(a.fail(err))
 	}
@@ -267,7 +314,7 @@ func kvf_nixl_unload_md(h C.kvferry_nixl_t, md C.kvferry_nixl_md_t) (rc C.int) {
 	if !ok {
 		return nixlErrInvalidParam
 	}
-	return C.int(a.fail(a.unloadMD(uintptr(md))))
+	return C.int(a.fail(a.UnloadMD(nixl.MD(md))))
 }
 
 //export kvf_nixl_xfer_prep
@@ -281,7 +328,7 @@ func kvf_nixl_xfer_prep(h C.kvferry_nixl_t, op C.int, agent *C.char, alen C.size
 		return nixlErrInvalidParam
 	}
 	*out = 0
-	x, err := a.prepXfer(int(op), name, l, r)
+	x, err := a.PrepXfer(nixl.Op(op), name, l, r)
 	if err != nil {
 		return C.int(a.fail(err))
 	}
@@ -296,26 +343,25 @@ func kvf_nixl_xfer_post(h C.kvferry_nixl_t, xh C.kvferry_nixl_xfer_t, op C.int, 
 	if !ok {
 		return nixlErrInvalidParam
 	}
-	x, ok := a.xfers.get(uintptr(xh))
 	l, ok1 := descArg(local, nl)
 	r, ok2 := descArg(remote, nr)
-	if !ok || !ok1 || !ok2 {
+	if !ok1 || !ok2 {
 		return C.int(a.fail(fmt.Errorf("post request %#x: %w", uint64(xh), engine.ErrInvalidArgument)))
 	}
-	var notif *engine.Notification
+	var err error
 	if hasNotif != 0 {
 		m, ok := bytesArg(msg, mlen)
 		if !ok {
 			return nixlErrInvalidParam
 		}
-		n := a.encodeNotif(m)
-		notif = &n
+		err = a.PostNotify(nixl.Xfer(xh), nixl.Op(op), l, r, m)
+	} else {
+		err = a.Post(nixl.Xfer(xh), nixl.Op(op), l, r)
 	}
-	st, err := a.postXfer(x, int(op), l, r, notif)
 	if err != nil {
 		return C.int(a.fail(err))
 	}
-	return C.int(st)
+	return nixlInProg
 }
 
 //export kvf_nixl_xfer_check
@@ -325,11 +371,7 @@ func kvf_nixl_xfer_check(h C.kvferry_nixl_t, xh C.kvferry_nixl_xfer_t) (rc C.int
 	if !ok {
 		return nixlErrInvalidParam
 	}
-	x, ok := a.xfers.get(uintptr(xh))
-	if !ok {
-		return nixlErrInvalidParam
-	}
-	return C.int(a.checkXfer(x))
+	return C.int(nixlCode(a.Check(nixl.Xfer(xh))))
 }
 
 //export kvf_nixl_xfer_release
@@ -339,14 +381,9 @@ func kvf_nixl_xfer_release(h C.kvferry_nixl_t, xh C.kvferry_nixl_xfer_t) (rc C.i
 	if !ok {
 		return nixlErrInvalidParam
 	}
-	x, ok := a.xfers.get(uintptr(xh))
-	if !ok {
-		return C.int(a.fail(fmt.Errorf("release request %#x: %w", uint64(xh), errNixlReleased)))
-	}
-	if err := a.releaseXfer(x); err != nil {
+	if err := a.Release(nixl.Xfer(xh)); err != nil {
 		return C.int(a.fail(err))
 	}
-	a.xfers.remove(uintptr(xh))
 	return nixlSuccess
 }
 
@@ -359,7 +396,7 @@ func kvf_nixl_gen_notif(h C.kvferry_nixl_t, agent *C.char, alen C.size_t, msg *C
 	if !ok || !ok1 || !ok2 {
 		return nixlErrInvalidParam
 	}
-	return C.int(a.fail(a.genNotif(name, m)))
+	return C.int(a.fail(a.Notify(name, m)))
 }
 
 //export kvf_nixl_get_notifs
@@ -373,7 +410,7 @@ func kvf_nixl_get_notifs(h C.kvferry_nixl_t, out **C.kvferry_nixl_notif_t, count
 	if !ok {
 		return nixlErrInvalidParam
 	}
-	ns := a.getNotifs()
+	ns := a.Notifications()
 	if len(ns) == 0 {
 		return nixlSuccess
 	}
@@ -385,7 +422,7 @@ func kvf_nixl_get_notifs(h C.kvferry_nixl_t, out **C.kvferry_nixl_notif_t, count
 	}
 	block := C.malloc(total)
 	if block == nil {
-		logger.Error("nixl notifications lost: out of memory", "agent", a.name, "count", len(ns))
+		logger.Error("nixl notifications lost: out of memory", "agent", a.Name(), "count", len(ns))
 		return nixlErrBackend
 	}
 	arr := unsafe.Slice((*C.kvferry_nixl_notif_t)(block), len(ns))
@@ -411,5 +448,5 @@ func kvf_nixl_last_error(h C.kvferry_nixl_t, buf *C.char, n C.size_t) (rc C.int)
 	if !ok {
 		return nixlErrInvalidParam
 	}
-	return C.int(putString(buf, n, a.e.LastError()))
+	return C.int(putString(buf, n, a.Engine().LastError()))
 }

@@ -1,0 +1,10 @@
+package nixl
+
+import (
+	"os"
+	"testing"
+
+	"github.com/kvferry/kvferry/internal/testutil"
+)
+
+func TestMain(m *testing.M) { os.Exit(testutil.VerifyNoLeaks(m)) }

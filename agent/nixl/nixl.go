@@ -1,0 +1,123 @@
+package nixl
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"structs"
+
+	"github.com/kvferry/kvferry/engine"
+)
+
+// MemType is a NIXL memory type (nixl_mem_t, specs/nixl.md §2.4).
+type MemType int
+
+// Memory types; the values are NIXL's.
+const (
+	// DRAM is host memory, the only type this build registers.
+	DRAM MemType = 0
+	// VRAM is GPU memory (refused with ErrNotSupported until a GPU
+	// transport exists).
+	VRAM MemType = 1
+)
+
+// Op is a NIXL transfer operation (nixl_xfer_op_t, specs/nixl.md §2.4).
+type Op int
+
+// Operations; the values are NIXL's.
+const (
+	// Read copies the remote descriptors into the local ones.
+	Read Op = 0
+	// Write copies the local descriptors into the remote ones.
+	Write Op = 1
+)
+
+// engineOp returns the engine opcode of a valid op.
+func (o Op) engineOp() engine.OpCode {
+	if o == Read {
+		return engine.OpRead
+	}
+	return engine.OpWrite
+}
+
+// MD is the handle of a memory descriptor: a local registration (Register)
+// or a loaded buffer of an agent (LoadRemoteMD, LoadLocalMD). It is an
+// opaque, never reused value, never 0.
+type MD uint64
+
+// Xfer is the handle of a reusable transfer request (PrepXfer). It is an
+// opaque, never reused value, never 0.
+type Xfer uint64
+
+// Desc is one buffer of a transfer: Len bytes at Addr on device DevID,
+// inside the memory descriptor MD (0: look the range up instead). It mirrors
+// kvferry_nixl_desc_t in kvferry.h, field for field (layout tested in abi/).
+type Desc struct {
+	_     structs.HostLayout
+	Addr  uint64
+	Len   uint64
+	DevID uint64
+	MD    MD
+}
+
+// Sentinel errors of the agent. abi/ maps each (and the engine's) to a
+// nixl_status_t; every error an Agent returns wraps one of them or an
+// engine sentinel.
+var (
+	// ErrUnknownAgent: no agent of that name was loaded (or it was
+	// disconnected). NIXL_ERR_NOT_FOUND.
+	ErrUnknownAgent = errors.New("unknown agent")
+	// ErrMismatch: a buffer description disagrees with its public data or
+	// the agent's connection info. NIXL_ERR_MISMATCH.
+	ErrMismatch = errors.New("metadata mismatch")
+	// ErrNotAllowed: an agent's connection info changed, or the agent's own
+	// name came with another agent's info. NIXL_ERR_NOT_ALLOWED.
+	ErrNotAllowed = errors.New("not allowed")
+	// ErrRepostActive: a request was posted again while its previous post
+	// still runs. NIXL_ERR_REPOST_ACTIVE.
+	ErrRepostActive = errors.New("previous post still in progress")
+	// ErrNotSupported: a memory type this build does not handle.
+	// NIXL_ERR_NOT_SUPPORTED.
+	ErrNotSupported = errors.New("not supported")
+	// ErrReleased: the request was released. NIXL_ERR_INVALID_PARAM.
+	ErrReleased = errors.New("request released")
+	// ErrNotPosted: Check of a request never posted. NIXL_ERR_NOT_POSTED.
+	ErrNotPosted = errors.New("request not posted")
+	// ErrInProgress: Check of a request whose post still runs; not a
+	// failure. NIXL_IN_PROG.
+	ErrInProgress = errors.New("transfer in progress")
+)
+
+// publicPrefix starts every public-data blob; the version lets a later
+// format be told apart.
+const publicPrefix = "kvf1 "
+
+// binaryTag ends the sender name of a notification whose message was not
+// UTF-8 and travels base64-encoded (the notify RPC body is JSON, which would
+// replace invalid bytes).
+const binaryTag = "\x00b64"
+
+// formatPublicData is the inverse of parsePublicData:
+// "kvf1 <addr hex> <len> <segment name>".
+func formatPublicData(addr, n uint64, seg string) string {
+	return publicPrefix + strconv.FormatUint(addr, 16) + " " + strconv.FormatUint(n, 10) + " " + seg
+}
+
+// parsePublicData splits a blob made by formatPublicData.
+func parsePublicData(blob string) (addr, n uint64, seg string, err error) {
+	rest, ok := strings.CutPrefix(blob, publicPrefix)
+	if !ok {
+		return 0, 0, "", fmt.Errorf("public data %.40q: not kvferry's: %w", blob, engine.ErrInvalidArgument)
+	}
+	f := strings.SplitN(rest, " ", 3)
+	if len(f) != 3 || f[2] == "" {
+		return 0, 0, "", fmt.Errorf("public data %.40q: malformed: %w", blob, engine.ErrInvalidArgument)
+	}
+	addr, err1 := strconv.ParseUint(f[0], 16, 64)
+	n, err2 := strconv.ParseUint(f[1], 10, 64)
+	if err1 != nil || err2 != nil || n == 0 || addr+n < addr {
+		return 0, 0, "", fmt.Errorf("public data %.40q: bad range: %w", blob, engine.ErrInvalidArgument)
+	}
+	return addr, n, f[2], nil
+}
