@@ -9,15 +9,59 @@ import "C"
 
 import (
 	"fmt"
+	"math"
+	"time"
 	"unsafe"
 
+	"github.com/kvferry/kvferry/agent/trtllm"
 	"github.com/kvferry/kvferry/engine"
+	"github.com/kvferry/kvferry/internal/hostenv"
 )
 
 // The hidden Go exports behind kvferry.h "TensorRT-LLM support", called only
 // from trtllm_c.c after the fork guard. Each converts its arguments, calls
-// trtAgent (trtllm.go), writes the error text into the calling thread's
-// buffer (eb, el) and recovers panics into KVFERRY_ERR_INTERNAL.
+// agent/trtllm, writes the error text into the calling thread's buffer (eb,
+// el), maps the error with trtCode (trtllm_codes.go) and recovers panics
+// into KVFERRY_ERR_INTERNAL.
+
+// trtAgent is one live kvferry_trtllm_t: an agent and the handle of its
+// engine in the engines table (kvferry_trtllm_engine).
+type trtAgent struct {
+	*trtllm.Agent
+	eh uintptr
+}
+
+// trtAgents is the table of live agents.
+var trtAgents handles[*trtAgent]
+
+// newTRTAgent creates agent name on a new engine; opts are
+// kvferry_trtllm_create's options.
+func newTRTAgent(name string, opts map[string]string) (*trtAgent, error) {
+	p, err := trtllm.ParseOptions(name, opts, hostenv.Getenv, logger)
+	if err != nil {
+		return nil, err
+	}
+	eh, err := newEngine(p.MetadataConn, p.LocalServerName, p.AutoDiscover, p.EngineOptions)
+	if err != nil {
+		return nil, fmt.Errorf("trtllm create agent %q: %w", name, err)
+	}
+	e, _ := engines.get(eh)
+	a, err := trtllm.New(trtllm.Config{Name: name, Engine: e, NotifyWait: p.NotifyWait, Logger: logger})
+	if err != nil {
+		engines.remove(eh)
+		_ = e.Close()
+		return nil, err
+	}
+	return &trtAgent{Agent: a, eh: eh}, nil
+}
+
+// close closes the agent and its engine: running transfers end FAILED.
+func (a *trtAgent) close() {
+	engines.remove(a.eh)
+	if err := a.Close(); err != nil {
+		logger.Warn("trtllm agent close", "agent", a.Name(), "err", err)
+	}
+}
 
 // trtMaxDescs bounds a descriptor array from C (far above the 40k
 // descriptors TensorRT-LLM's Python transceiver submits at once).
@@ -28,7 +72,7 @@ const trtMaxDescs = 1 << 26
 func trtFail(eb *C.char, el C.size_t, err error) C.int {
 	putString(eb, el, err.Error())
 	logger.Debug("trtllm call failed", "err", err)
-	return C.int(resourceCode(err))
+	return C.int(trtCode(err))
 }
 
 // trtRecover turns a panic into KVFERRY_ERR_INTERNAL with its text.
@@ -52,19 +96,19 @@ func trtBytes(p *C.char, n C.size_t) ([]byte, error) {
 }
 
 // trtDescs views n descriptors at p (C memory, read during the call only).
-func trtDescs(p unsafe.Pointer, n C.size_t) ([]trtDesc, error) {
+func trtDescs(p unsafe.Pointer, n C.size_t) ([]trtllm.Desc, error) {
 	if n == 0 {
 		return nil, nil
 	}
 	if p == nil || n > trtMaxDescs {
 		return nil, fmt.Errorf("%d descriptors at %p: %w", n, p, engine.ErrInvalidArgument)
 	}
-	return unsafe.Slice((*trtDesc)(p), int(n)), nil
+	return unsafe.Slice((*trtllm.Desc)(p), int(n)), nil
 }
 
 func lookupTRT(h C.uint64_t) (*trtAgent, error) {
 	a, ok := trtAgents.get(uintptr(h))
-	if !ok || a.e.Closed() {
+	if !ok || a.Engine().Closed() {
 		return nil, fmt.Errorf("trtllm agent handle %#x: %w", uint64(h), engine.ErrInvalidArgument)
 	}
 	return a, nil
@@ -134,7 +178,7 @@ func kvf_trt_conn_info(h C.uint64_t, buf *C.char, n C.size_t, eb *C.char, el C.s
 	if err != nil {
 		return trtFail(eb, el, err)
 	}
-	return C.int(putString(buf, n, a.e.SegmentName()))
+	return C.int(putString(buf, n, a.ConnInfo()))
 }
 
 //export kvf_trt_register
@@ -149,12 +193,12 @@ func kvf_trt_register(h C.uint64_t, memType C.int, p unsafe.Pointer, n C.size_t,
 		return trtFail(eb, el, err)
 	}
 	if add != 0 {
-		err = a.register(int(memType), descs)
+		err = a.Register(trtllm.MemType(memType), descs)
 	} else {
-		err = a.deregister(descs)
+		err = a.Deregister(descs)
 	}
 	if err != nil {
-		return trtFail(eb, el, fmt.Errorf("agent %q: %w", a.name, err))
+		return trtFail(eb, el, fmt.Errorf("agent %q: %w", a.Name(), err))
 	}
 	return 0
 }
@@ -174,8 +218,8 @@ func kvf_trt_load(h C.uint64_t, name *C.char, nameLen C.size_t, conn *C.char, co
 	if err != nil {
 		return trtFail(eb, el, err)
 	}
-	if err := a.load(string(nm), string(info)); err != nil {
-		return trtFail(eb, el, fmt.Errorf("agent %q: %w", a.name, err))
+	if err := a.Load(string(nm), string(info)); err != nil {
+		return trtFail(eb, el, fmt.Errorf("agent %q: %w", a.Name(), err))
 	}
 	return 0
 }
@@ -191,7 +235,7 @@ func kvf_trt_invalidate(h C.uint64_t, name *C.char, nameLen C.size_t, eb *C.char
 	if err != nil {
 		return trtFail(eb, el, err)
 	}
-	a.invalidate(string(nm))
+	a.Invalidate(string(nm))
 	return 0
 }
 
@@ -210,7 +254,7 @@ func kvf_trt_check_remote(h C.uint64_t, name *C.char, nameLen C.size_t, p unsafe
 	if err != nil {
 		return trtFail(eb, el, err)
 	}
-	if a.checkRemote(string(nm), descs) {
+	if a.CheckRemote(string(nm), descs) {
 		return 1
 	}
 	return 0
@@ -243,9 +287,17 @@ func kvf_trt_submit(h C.uint64_t, op C.int, name *C.char, nameLen C.size_t, loca
 	if err != nil {
 		return trtFail(eb, el, err)
 	}
-	id, err := a.submit(int(op), string(nm), ld, rd, m, hasMsg != 0)
+	if op < 0 || op > math.MaxUint8 { // not an OpCode at all
+		return trtFail(eb, el, fmt.Errorf("agent %q: submit: opcode %d: %w", a.Name(), int(op), engine.ErrInvalidArgument))
+	}
+	var id engine.BatchID
+	if hasMsg != 0 {
+		id, err = a.SubmitNotify(engine.OpCode(op), string(nm), ld, rd, m)
+	} else {
+		id, err = a.Submit(engine.OpCode(op), string(nm), ld, rd)
+	}
 	if err != nil {
-		return trtFail(eb, el, fmt.Errorf("agent %q: %w", a.name, err))
+		return trtFail(eb, el, fmt.Errorf("agent %q: %w", a.Name(), err))
 	}
 	*xfer = C.uint64_t(id)
 	return 0
@@ -259,17 +311,21 @@ func kvf_trt_wait(h C.uint64_t, xfer C.uint64_t, timeoutMS C.int64_t, block C.in
 	defer func() {
 		if r := recover(); r != nil {
 			_ = panicked(r)
-			st = trtFailure
+			st = C.int(trtllm.Failure)
 		}
 	}()
 	a, err := lookupTRT(h)
 	if err != nil {
-		return trtFailure
+		return C.int(trtllm.Failure)
 	}
 	if block == 0 {
-		return C.int(a.poll(engine.BatchID(xfer)))
+		return C.int(a.Poll(engine.BatchID(xfer)))
 	}
-	return C.int(a.wait(engine.BatchID(xfer), int64(timeoutMS)))
+	timeout := time.Duration(-1) // as long as the transfer makes progress
+	if timeoutMS >= 0 {
+		timeout = time.Duration(min(int64(timeoutMS), int64(math.MaxInt64/time.Millisecond))) * time.Millisecond
+	}
+	return C.int(a.Wait(engine.BatchID(xfer), timeout))
 }
 
 //export kvf_trt_xfer_error
@@ -279,7 +335,7 @@ func kvf_trt_xfer_error(h C.uint64_t, xfer C.uint64_t, buf *C.char, n C.size_t) 
 	if err != nil {
 		return C.int(putString(buf, n, err.Error()))
 	}
-	return C.int(putString(buf, n, a.xferError(engine.BatchID(xfer))))
+	return C.int(putString(buf, n, a.XferError(engine.BatchID(xfer))))
 }
 
 //export kvf_trt_cancel
@@ -289,8 +345,8 @@ func kvf_trt_cancel(h C.uint64_t, xfer C.uint64_t, eb *C.char, el C.size_t) (rc 
 	if err != nil {
 		return trtFail(eb, el, err)
 	}
-	if err := a.cancelXfer(engine.BatchID(xfer)); err != nil {
-		return trtFail(eb, el, fmt.Errorf("agent %q: %w", a.name, err))
+	if err := a.Cancel(engine.BatchID(xfer)); err != nil {
+		return trtFail(eb, el, fmt.Errorf("agent %q: %w", a.Name(), err))
 	}
 	return 0
 }
@@ -303,7 +359,7 @@ func kvf_trt_xfer_free(h C.uint64_t, xfer C.uint64_t) {
 		}
 	}()
 	if a, ok := trtAgents.get(uintptr(h)); ok {
-		a.freeXfer(engine.BatchID(xfer))
+		a.Free(engine.BatchID(xfer))
 	}
 }
 
@@ -322,9 +378,9 @@ func kvf_trt_notify(h C.uint64_t, name *C.char, nameLen C.size_t, msg *C.char, m
 	if err != nil {
 		return trtFail(eb, el, err)
 	}
-	queued, err := a.notify(string(nm), m)
+	queued, err := a.Notify(string(nm), m)
 	if err != nil {
-		return trtFail(eb, el, fmt.Errorf("agent %q: %w", a.name, err))
+		return trtFail(eb, el, fmt.Errorf("agent %q: %w", a.Name(), err))
 	}
 	if queued {
 		return 1
@@ -345,7 +401,7 @@ func kvf_trt_get_notifs(h C.uint64_t, out **C.kvferry_trtllm_notif_t, count *C.s
 	if err != nil {
 		return trtFail(eb, el, err)
 	}
-	ns := a.takeNotifs()
+	ns := a.Notifications()
 	if len(ns) == 0 {
 		return 0
 	}
@@ -384,5 +440,10 @@ func trtCLayout() map[string]uintptr {
 		"offsetof(device_id)":                  unsafe.Offsetof(d.device_id),
 		"sizeof(kvferry_trtllm_notif_t)":       uintptr(trtNotifSize),
 		"offsetof(kvferry_trtllm_notif_t.msg)": unsafe.Offsetof(C.kvferry_trtllm_notif_t{}.msg),
+		"KVFERRY_XFER_IN_PROGRESS":             C.KVFERRY_XFER_IN_PROGRESS,
+		"KVFERRY_XFER_SUCCESS":                 C.KVFERRY_XFER_SUCCESS,
+		"KVFERRY_XFER_FAILURE":                 C.KVFERRY_XFER_FAILURE,
+		"KVFERRY_TRTLLM_DRAM":                  C.KVFERRY_TRTLLM_DRAM,
+		"KVFERRY_TRTLLM_VRAM":                  C.KVFERRY_TRTLLM_VRAM,
 	}
 }

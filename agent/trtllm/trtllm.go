@@ -1,0 +1,89 @@
+package trtllm
+
+import (
+	"fmt"
+	"structs"
+	"time"
+
+	"github.com/kvferry/kvferry/engine"
+)
+
+// State is a transfer state; the values are TensorRT-LLM's TransferState
+// (kvferry.h KVFERRY_XFER_*).
+type State int
+
+// Transfer states.
+const (
+	// InProgress: the transfer still runs.
+	InProgress State = 0
+	// Success: every byte arrived.
+	Success State = 1
+	// Failure: the transfer failed, was canceled, or is unknown.
+	Failure State = 2
+)
+
+// MemType is a TensorRT-LLM memory type (MemoryType, kvferry.h
+// KVFERRY_TRTLLM_*).
+type MemType int
+
+// Memory types.
+const (
+	// DRAM is host memory, the only type this build registers.
+	DRAM MemType = 0
+	// VRAM is GPU memory (refused with ErrMemoryType: no GPU path yet).
+	VRAM MemType = 1
+)
+
+// String returns TensorRT-LLM's name of the type ("kDRAM", ...).
+func (t MemType) String() string {
+	switch t {
+	case DRAM:
+		return "kDRAM"
+	case VRAM:
+		return "kVRAM"
+	case 2:
+		return "kBLK"
+	case 3:
+		return "kOBJ"
+	case 4:
+		return "kFILE"
+	}
+	return "unknown"
+}
+
+// Desc is one memory range: Len bytes at Addr on device DeviceID. It
+// mirrors kvferry_trtllm_desc_t and TensorRT-LLM's MemoryDesc, field for
+// field (24 bytes; layout tested in abi/).
+type Desc struct {
+	_        structs.HostLayout
+	Addr     uint64
+	Len      uint64
+	DeviceID uint32
+	_        uint32
+}
+
+// MaxQueued bounds the messages waiting for agents not loaded yet.
+const MaxQueued = 4096
+
+// DefaultNotifyWait is how long Notifications waits for a message when none
+// is queued (option notify_wait_us, KVFERRY_TRTLLM_NOTIFY_WAIT_US).
+// TensorRT-LLM calls getNotifiedSyncMessages in tight loops from several
+// threads (specs/tensorrt-llm.md §4.2); waiting on arrival instead of
+// returning at once keeps those threads off the CPU and adds no latency,
+// since an arriving message ends the wait.
+const DefaultNotifyWait = time.Millisecond
+
+// Sentinel errors of the agent. Each belongs to an engine error class (it
+// matches that sentinel under errors.Is too); abi/ maps them to KVFERRY_ERR_*
+// codes. Other failures wrap engine sentinels.
+var (
+	// ErrNotLoaded: a transfer to an agent that was not loaded (or was
+	// invalidated). A member of engine.ErrUnknownSegment.
+	ErrNotLoaded = fmt.Errorf("not loaded: %w", engine.ErrUnknownSegment)
+	// ErrQueueFull: MaxQueued messages already wait for agents not loaded.
+	// A member of engine.ErrTooManyRequests.
+	ErrQueueFull = fmt.Errorf("message queue full: %w", engine.ErrTooManyRequests)
+	// ErrMemoryType: memory other than host memory. A member of
+	// engine.ErrNotSupported.
+	ErrMemoryType = fmt.Errorf("only host memory (kDRAM) is supported by this build: %w", engine.ErrNotSupported)
+)
