@@ -17,10 +17,10 @@ import (
 	"github.com/kvferry/kvferry/engine/descriptor"
 	"github.com/kvferry/kvferry/engine/metadata"
 	mdhttp "github.com/kvferry/kvferry/engine/metadata/http"
-	"github.com/kvferry/kvferry/engine/metadata/internal/leakcheck"
+	"github.com/kvferry/kvferry/internal/testutil"
 )
 
-func TestMain(m *testing.M) { leakcheck.Main(m) }
+func TestMain(m *testing.M) { os.Exit(testutil.VerifyNoLeaks(m)) }
 
 func TestKeys(t *testing.T) {
 	for _, tc := range []struct {

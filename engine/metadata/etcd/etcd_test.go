@@ -19,7 +19,7 @@ import (
 	"github.com/kvferry/kvferry/engine/metadata"
 	"github.com/kvferry/kvferry/engine/metadata/etcd"
 	"github.com/kvferry/kvferry/engine/metadata/etcd/etcdtest"
-	"github.com/kvferry/kvferry/engine/metadata/internal/leakcheck"
+	"github.com/kvferry/kvferry/internal/testutil"
 )
 
 // helperEnv makes the test binary act as a separate engine process that
@@ -30,7 +30,7 @@ func TestMain(m *testing.M) {
 	if ep := os.Getenv(helperEnv); ep != "" {
 		os.Exit(runHelper(ep))
 	}
-	leakcheck.Main(m)
+	os.Exit(testutil.VerifyNoLeaks(m))
 }
 
 func runHelper(ep string) int {

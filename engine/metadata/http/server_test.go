@@ -21,10 +21,10 @@ import (
 
 	"github.com/kvferry/kvferry/engine/metadata"
 	mdhttp "github.com/kvferry/kvferry/engine/metadata/http"
-	"github.com/kvferry/kvferry/engine/metadata/internal/leakcheck"
+	"github.com/kvferry/kvferry/internal/testutil"
 )
 
-func TestMain(m *testing.M) { leakcheck.Main(m) }
+func TestMain(m *testing.M) { os.Exit(testutil.VerifyNoLeaks(m)) }
 
 // metadataServer is one running metadata server, in-process or a binary.
 type metadataServer interface {

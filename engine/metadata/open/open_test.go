@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -17,11 +18,11 @@ import (
 	"github.com/kvferry/kvferry/engine/metadata/etcd"
 	"github.com/kvferry/kvferry/engine/metadata/etcd/etcdtest"
 	mdhttp "github.com/kvferry/kvferry/engine/metadata/http"
-	"github.com/kvferry/kvferry/engine/metadata/internal/leakcheck"
 	"github.com/kvferry/kvferry/engine/metadata/open"
+	"github.com/kvferry/kvferry/internal/testutil"
 )
 
-func TestMain(m *testing.M) { leakcheck.Main(m) }
+func TestMain(m *testing.M) { os.Exit(testutil.VerifyNoLeaks(m)) }
 
 func TestParse(t *testing.T) {
 	for _, tc := range []struct {
