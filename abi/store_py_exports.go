@@ -13,19 +13,15 @@ import "C"
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 	"unsafe"
 
-	"golang.org/x/sys/unix"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-
 	"github.com/kvferry/kvferry/engine"
+	"github.com/kvferry/kvferry/internal/cmem"
 	"github.com/kvferry/kvferry/internal/hostenv"
+	"github.com/kvferry/kvferry/store/asyncq"
 	"github.com/kvferry/kvferry/store/client"
 	"github.com/kvferry/kvferry/store/embedded"
 	"github.com/kvferry/kvferry/store/master"
@@ -36,28 +32,6 @@ import (
 // Python binding (python/kvferry) needs beyond Mooncake's C headers. Every
 // function here is called only from store_py_c.c, after the fork guard and
 // the NULL checks, and recovers panics into an error code.
-
-// Async queue limits (kvferry.h).
-const (
-	defaultQueueWorkers = 16
-	maxQueueWorkers     = 256
-	defaultQueueDepth   = 4096
-	maxQueueDepth       = 1 << 20
-)
-
-// Queue operations and flags; the values are kvferry.h's KVFERRY_QOP_* and
-// KVFERRY_QFLAG_*.
-const (
-	qopPut      = 1
-	qopGetInto  = 2
-	qopGetAlloc = 3
-	qopIsExist  = 4
-	qopGetSize  = 5
-	qopRemove   = 6
-
-	qflagUpsert = 1
-	qflagForce  = 2
-)
 
 //export kvf_py_probe
 func kvf_py_probe(h C.uintptr_t, name *C.char) (rc C.int) {
@@ -188,11 +162,6 @@ type keyReplicasJSON struct {
 	Replicas []replicaJSON `json:"replicas"`
 }
 
-// replicaStatusName gives Mooncake's ReplicaStatus name of a wire status.
-func replicaStatusName(s wire.ReplicaStatus) string {
-	return strings.TrimPrefix(s.String(), "REPLICA_STATUS_")
-}
-
 //export kvf_py_replica_desc
 func kvf_py_replica_desc(h C.uintptr_t, keys **C.char, count C.size_t, out *unsafe.Pointer) (rc C.int64_t) {
 	defer recoverStoreInt64(&rc)
@@ -204,7 +173,7 @@ func kvf_py_replica_desc(h C.uintptr_t, keys **C.char, count C.size_t, out *unsa
 	if err != nil {
 		return C.int64_t(s.fail(err))
 	}
-	res, err := replicaLists(uintptr(h), c, goKeys(keys, count))
+	res, err := replicaLists(c, goKeys(keys, count))
 	if err != nil {
 		return C.int64_t(s.fail(err))
 	}
@@ -223,78 +192,23 @@ func kvf_py_replica_desc(h C.uintptr_t, keys **C.char, count C.size_t, out *unsa
 	return C.int64_t(len(b))
 }
 
-// masterConns caches one gRPC connection per store handle for the replica
-// lookups (the store client has no exported call for them). An entry is
-// replaced when the client's master changes and dropped once its store
-// handle is gone.
-var masterConns struct {
-	sync.Mutex
-	m map[uintptr]*pyMasterConn // guarded
-}
-
-// pyMasterConn is a cached connection to one master address.
-type pyMasterConn struct {
-	addr string
-	cc   *grpc.ClientConn
-}
-
-// masterFor returns a connection to the current master of store handle h.
-func masterFor(h uintptr, c *client.Client) (*grpc.ClientConn, error) {
-	addr := c.MasterAddr()
-	masterConns.Lock()
-	defer masterConns.Unlock()
-	if masterConns.m == nil {
-		masterConns.m = make(map[uintptr]*pyMasterConn)
-	}
-	for k, mc := range masterConns.m {
-		if _, live := stores.get(k); !live {
-			_ = mc.cc.Close()
-			delete(masterConns.m, k)
-		}
-	}
-	if mc := masterConns.m[h]; mc != nil {
-		if mc.addr == addr {
-			return mc.cc, nil
-		}
-		_ = mc.cc.Close()
-		delete(masterConns.m, h)
-	}
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		return nil, fmt.Errorf("replica desc: dial master %s: %w: %w", addr, err, wire.ErrRPCFail)
-	}
-	masterConns.m[h] = &pyMasterConn{addr: addr, cc: cc}
-	return cc, nil
-}
-
-// replicaLists asks the client's current master for the replica lists of
-// keys in one BatchGetReplicaList call.
-func replicaLists(h uintptr, c *client.Client, keys []string) ([]keyReplicasJSON, error) {
+// replicaLists asks the client's master for the replica lists of keys in
+// one call (client.ReplicaDescs) and converts them for the JSON answer.
+func replicaLists(c *client.Client, keys []string) ([]keyReplicasJSON, error) {
 	out := make([]keyReplicasJSON, len(keys))
 	if len(keys) == 0 {
 		return out, nil
 	}
-	addr := c.MasterAddr()
-	cc, err := masterFor(h, c)
+	res, err := c.ReplicaDescs(context.Background(), keys)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("replica desc: %w", err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), client.DefaultRPCTimeout)
-	defer cancel()
-	resp, err := wire.NewMasterClient(cc).BatchGetReplicaList(ctx, &wire.BatchKeyRequest{Keys: keys})
-	if err != nil {
-		return nil, fmt.Errorf("replica desc from master %s: %w", addr, wire.FromStatus(err))
-	}
-	results := resp.GetResults()
-	if len(results) != len(keys) {
-		return nil, fmt.Errorf("replica desc: master %s answered %d results for %d keys: %w", addr, len(results), len(keys), wire.ErrRPCFail)
-	}
-	for i, r := range results {
-		out[i] = keyReplicasJSON{Code: r.GetCode(), Size: r.GetSize(), Replicas: []replicaJSON{}}
-		for _, rep := range r.GetReplicas() {
+	for i, r := range res {
+		out[i] = keyReplicasJSON{Code: int32(wire.CodeOf(r.Err)), Size: r.Size, Replicas: []replicaJSON{}}
+		for _, rep := range r.Replicas {
 			out[i].Replicas = append(out[i].Replicas, replicaJSON{
-				SegmentName: rep.GetSegmentName(), Address: rep.GetAddress(), Size: rep.GetSize(),
-				Status: replicaStatusName(rep.GetStatus()), Protocol: rep.GetProtocol(),
+				SegmentName: rep.SegmentName, Address: rep.Address, Size: rep.Size,
+				Status: rep.Status, Protocol: rep.Protocol,
 			})
 		}
 	}
@@ -303,49 +217,39 @@ func replicaLists(h uintptr, c *client.Client, keys []string) ([]keyReplicasJSON
 
 // ---- asynchronous completion queue ----
 
-// queueJob is one submitted call.
-type queueJob struct {
-	op    int
-	flags int
-	tag   uint64
-	key   string
-	buf   uintptr
-	size  uint64
-	cfg   client.ReplicateConfig
-}
-
-// queueDone is one finished call, waiting for a poll.
-type queueDone struct {
-	tag    uint64
-	result int64
-	data   unsafe.Pointer // malloc'ed object of a GET_ALLOC, else nil
-}
-
-// storeQueue is one kvferry_store_queue_t: a fixed pool of workers that
-// run store calls and an eventfd that signals completions.
-type storeQueue struct {
-	store uintptr // the store handle, looked up per call
-	fd    int     // eventfd; readable while completions wait
-	depth int64
-
-	// outstanding counts calls submitted and not yet polled.
-	outstanding atomic.Int64
-
-	// submitMu orders submissions against destroy: submit holds it shared
-	// while it sends, destroy exclusively while it closes jobs.
-	submitMu sync.RWMutex
-	closed   bool // guarded by submitMu
-	jobs     chan queueJob
-
-	done struct {
-		sync.Mutex
-		list []queueDone // guarded
-	}
-	wg sync.WaitGroup
-}
+// The queue itself is store/asyncq; here are its table, the conversion of
+// the C arguments and the code tables.
 
 // queues is the table of live completion queues.
-var queues handles[*storeQueue]
+var queues handles[*asyncq.Queue]
+
+// queueCode maps an error of asyncq's Submit to kvferry_store_queue_submit's
+// code; the one table of that call. Bad arguments and anything unknown are
+// -1.
+func queueCode(err error) int {
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, asyncq.ErrClosed):
+		return errClosed
+	case errors.Is(err, asyncq.ErrFull):
+		return errTooManyRequests
+	}
+	return storeErr
+}
+
+// queueResult is a completion's result for kvferry_store_queue_poll: the
+// value, or the store code of its error (wire's table).
+func queueResult(d asyncq.Completion) int64 {
+	if d.Err != nil {
+		return int64(wire.CodeOf(d.Err))
+	}
+	return int64(d.Value)
+}
+
+// errStoreGone is a queued call's error once its store handle was
+// destroyed (-1, as Mooncake's INTERNAL_ERROR).
+var errStoreGone = fmt.Errorf("store handle destroyed: %w", wire.ErrInternal)
 
 //export kvf_py_queue_create
 func kvf_py_queue_create(h C.uintptr_t, workers C.int, depth C.size_t) (q C.uintptr_t) {
@@ -358,29 +262,38 @@ func kvf_py_queue_create(h C.uintptr_t, workers C.int, depth C.size_t) (q C.uint
 	if _, ok := lookupStore(h); !ok {
 		return 0
 	}
-	n := int(workers)
-	switch {
-	case n == 0:
-		n = defaultQueueWorkers
-	case n < 0 || n > maxQueueWorkers:
+	if uint64(depth) > asyncq.MaxDepth {
 		return 0
 	}
-	d := int64(depth)
-	switch {
-	case depth == 0:
-		d = defaultQueueDepth
-	case uint64(depth) > maxQueueDepth:
-		return 0
-	}
-	fd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+	sh := uintptr(h)
+	sq, err := asyncq.New(asyncq.Config{
+		Workers: int(workers),
+		Depth:   int(depth),
+		// The store handle is looked up per call: it may be set up, or
+		// destroyed, after the queue was made.
+		Store: func() (asyncq.Store, error) {
+			s, ok := stores.get(sh)
+			if !ok {
+				return nil, errStoreGone
+			}
+			c, err := s.ready()
+			if err != nil {
+				return nil, err
+			}
+			return c, nil
+		},
+		OnError: func(err error) {
+			if s, ok := stores.get(sh); ok {
+				s.fail(err)
+			}
+		},
+		Logger: logger,
+	})
 	if err != nil {
-		logger.Error("store queue: eventfd failed", "err", err)
+		if !errors.Is(err, asyncq.ErrInvalid) {
+			logger.Error("store queue creation failed", "err", err)
+		}
 		return 0
-	}
-	sq := &storeQueue{store: uintptr(h), fd: fd, depth: d, jobs: make(chan queueJob, d)}
-	sq.wg.Add(n)
-	for range n {
-		go sq.runWorker() // owned by sq; stops when jobs is closed in destroy
 	}
 	return C.uintptr_t(queues.add(sq))
 }
@@ -392,7 +305,7 @@ func kvf_py_queue_fd(q C.uintptr_t) (rc C.int) {
 	if !ok {
 		return storeErr
 	}
-	return C.int(sq.fd)
+	return C.int(sq.FD())
 }
 
 //export kvf_py_queue_submit
@@ -403,29 +316,15 @@ func kvf_py_queue_submit(q C.uintptr_t, op C.int, tag C.uint64_t, key *C.char, b
 	if !ok {
 		return storeErr
 	}
-	if op < qopPut || op > qopRemove {
-		return storeErr
-	}
-	j := queueJob{op: int(op), flags: int(flags), tag: uint64(tag), key: C.GoString(key), buf: uintptr(buf), size: uint64(size)}
-	if op == qopPut {
+	j := asyncq.Job{Op: asyncq.Op(op), Flags: asyncq.Flags(flags), Tag: uint64(tag), Key: C.GoString(key), Addr: uintptr(buf), Size: uint64(size)}
+	if j.Op == asyncq.OpPut {
 		rcfg, err := replicateConfig(cfg)
 		if err != nil {
 			return C.int(wire.CodeOf(err))
 		}
-		j.cfg = rcfg
+		j.Config = rcfg
 	}
-	sq.submitMu.RLock()
-	defer sq.submitMu.RUnlock()
-	if sq.closed {
-		return errClosed
-	}
-	if sq.outstanding.Add(1) > sq.depth {
-		sq.outstanding.Add(-1)
-		return errTooManyRequests
-	}
-	// outstanding <= depth = cap(jobs), so the send never blocks.
-	sq.jobs <- j
-	return 0
+	return C.int(queueCode(sq.Submit(j)))
 }
 
 //export kvf_py_queue_poll
@@ -438,11 +337,8 @@ func kvf_py_queue_poll(q C.uintptr_t, tags *C.uint64_t, results *C.int64_t, data
 	if limit == 0 {
 		return 0
 	}
-	sq.done.Lock()
-	n := min(len(sq.done.list), int(min(uint64(limit), 1<<20)))
-	got := sq.done.list[:n:n]
-	sq.done.list = append([]queueDone(nil), sq.done.list[n:]...)
-	sq.done.Unlock()
+	got := sq.Poll(int(min(uint64(limit), 1<<20)))
+	n := len(got)
 	if n == 0 {
 		return 0
 	}
@@ -453,16 +349,15 @@ func kvf_py_queue_poll(q C.uintptr_t, tags *C.uint64_t, results *C.int64_t, data
 		ds = unsafe.Slice(data, n)
 	}
 	for i, d := range got {
-		ts[i] = C.uint64_t(d.tag)
-		rs[i] = C.int64_t(d.result)
+		ts[i] = C.uint64_t(d.Tag)
+		rs[i] = C.int64_t(queueResult(d))
 		switch {
 		case ds != nil:
-			ds[i] = d.data
-		case d.data != nil:
-			C.free(d.data)
+			ds[i] = cmem.Pointer(d.Data)
+		case d.Data != 0:
+			cmem.Free(d.Data)
 		}
 	}
-	sq.outstanding.Add(-int64(n))
 	return C.int(n)
 }
 
@@ -477,121 +372,24 @@ func kvf_py_queue_destroy(q C.uintptr_t) {
 	if !ok {
 		return
 	}
-	sq.submitMu.Lock()
-	sq.closed = true
-	close(sq.jobs)
-	sq.submitMu.Unlock()
-	sq.wg.Wait()
-	sq.done.Lock()
-	for _, d := range sq.done.list {
-		if d.data != nil {
-			C.free(d.data)
-		}
-	}
-	sq.done.list = nil
-	sq.done.Unlock()
-	_ = unix.Close(sq.fd)
-}
-
-// runWorker runs submitted calls until jobs is closed (by
-// kvf_py_queue_destroy, which waits for it).
-func (sq *storeQueue) runWorker() {
-	defer sq.wg.Done()
-	for j := range sq.jobs {
-		d := sq.run(j)
-		sq.done.Lock()
-		sq.done.list = append(sq.done.list, d)
-		sq.done.Unlock()
-		var one [8]byte
-		one[0] = 1 // native little-endian uint64 1
-		_, _ = unix.Write(sq.fd, one[:])
+	if err := sq.Close(); err != nil {
+		logger.Warn("store queue destroy", "err", err)
 	}
 }
 
-// run performs one call and returns its completion; a panic becomes -1.
-func (sq *storeQueue) run(j queueJob) (d queueDone) {
-	d.tag = j.tag
-	defer func() {
-		if r := recover(); r != nil {
-			_ = panicked(r)
-			if d.data != nil {
-				C.free(d.data)
-				d.data = nil
-			}
-			d.result = storeErr
-		}
-	}()
-	s, ok := stores.get(sq.store)
-	if !ok {
-		d.result = storeErr
-		return d
+// queueCLayout reports kvferry.h's queue constants as the C compiler sees
+// them, for the tests (cgo cannot appear in _test.go files).
+func queueCLayout() map[string]int {
+	return map[string]int{
+		"KVFERRY_QOP_PUT":               C.KVFERRY_QOP_PUT,
+		"KVFERRY_QOP_GET_INTO":          C.KVFERRY_QOP_GET_INTO,
+		"KVFERRY_QOP_GET_ALLOC":         C.KVFERRY_QOP_GET_ALLOC,
+		"KVFERRY_QOP_IS_EXIST":          C.KVFERRY_QOP_IS_EXIST,
+		"KVFERRY_QOP_GET_SIZE":          C.KVFERRY_QOP_GET_SIZE,
+		"KVFERRY_QOP_REMOVE":            C.KVFERRY_QOP_REMOVE,
+		"KVFERRY_QFLAG_UPSERT":          C.KVFERRY_QFLAG_UPSERT,
+		"KVFERRY_QFLAG_FORCE":           C.KVFERRY_QFLAG_FORCE,
+		"KVFERRY_ERR_TOO_MANY_REQUESTS": C.KVFERRY_ERR_TOO_MANY_REQUESTS,
+		"KVFERRY_ERR_CLOSED":            C.KVFERRY_ERR_CLOSED,
 	}
-	c, err := s.ready()
-	if err != nil {
-		d.result = int64(s.fail(err))
-		return d
-	}
-	ctx := context.Background()
-	switch j.op {
-	case qopPut:
-		if j.flags&qflagUpsert != 0 {
-			err = c.UpsertFrom(ctx, j.key, j.buf, j.size, j.cfg)
-		} else {
-			err = c.PutFrom(ctx, j.key, j.buf, j.size, j.cfg)
-		}
-		d.result = int64(s.fail(err))
-	case qopGetInto:
-		n, err := c.GetInto(ctx, j.key, j.buf, j.size)
-		d.result = int64(n)
-		if err != nil {
-			d.result = int64(s.fail(err))
-		}
-	case qopGetAlloc:
-		d.result, d.data = getAlloc(ctx, s, c, j.key)
-	case qopIsExist:
-		yes, err := c.IsExist(ctx, j.key)
-		switch {
-		case err != nil:
-			d.result = int64(s.fail(err))
-		case yes:
-			d.result = 1
-		}
-	case qopGetSize:
-		n, err := c.GetSize(ctx, j.key)
-		d.result = int64(n)
-		if err != nil {
-			d.result = int64(s.fail(err))
-		}
-	case qopRemove:
-		d.result = int64(s.fail(c.Remove(ctx, j.key, j.flags&qflagForce != 0)))
-	default:
-		d.result = storeErr
-	}
-	return d
-}
-
-// getAlloc reads key into malloc'ed memory (as kvferry_store_get_alloc):
-// it returns the size and the memory, or a negative code and nil.
-func getAlloc(ctx context.Context, s *storeHandle, c *client.Client, key string) (int64, unsafe.Pointer) {
-	// The object may be replaced between the size query and the read; try
-	// again with the new size a few times.
-	for range 3 {
-		size, err := c.GetSize(ctx, key)
-		if err != nil {
-			return int64(s.fail(err)), nil
-		}
-		p := C.malloc(C.size_t(max(size, 1)))
-		if p == nil {
-			return int64(s.fail(fmt.Errorf("get %q: malloc %d bytes: %w", key, size, wire.ErrBufferOverflow))), nil
-		}
-		n, err := c.GetInto(ctx, key, uintptr(p), size)
-		if err == nil {
-			return int64(n), p
-		}
-		C.free(p)
-		if wire.CodeOf(err) != wire.ErrInvalidParams {
-			return int64(s.fail(err)), nil
-		}
-	}
-	return int64(s.fail(fmt.Errorf("get %q: object keeps changing size: %w", key, wire.ErrInvalidParams))), nil
 }
