@@ -1,7 +1,9 @@
 // Package abi is the only place where C meets Go. It implements the
 // functions of include/transfer_engine_c.h (Mooncake's Transfer Engine C
 // API, exactly its return conventions, specs/mooncake.md §1) and of
-// include/kvferry.h over the Go engine.
+// include/kvferry.h over the Go packages: the engine, the store client,
+// the NIXL and TensorRT-LLM agents (agent/nixl, agent/trtllm) and the store
+// completion queue (store/asyncq). It holds no logic of its own.
 //
 // Each public C function is a thin C definition (te_c.c) compiled against
 // our headers, so a signature that drifts from the header fails to compile.

@@ -126,6 +126,7 @@ func TestNoRawAtomics(t *testing.T) {
 func TestLibraryQuiet(t *testing.T) {
 	for _, f := range goFiles(t) {
 		lib := strings.HasPrefix(f.rel, "engine/") || strings.HasPrefix(f.rel, "store/") || strings.HasPrefix(f.rel, "abi/") ||
+			strings.HasPrefix(f.rel, "agent/") ||
 			(strings.HasPrefix(f.rel, "internal/") && !strings.HasPrefix(f.rel, "internal/lint/"))
 		testOnly := strings.HasPrefix(f.rel, "internal/testutil/") || strings.Contains(f.rel, "/leakcheck/")
 		if !lib || testOnly || strings.HasSuffix(f.rel, "_test.go") || strings.Contains(f.rel, "/cmd/") {
