@@ -57,12 +57,13 @@ type Client struct {
 	metrics metrics
 }
 
-// masterConn is one gRPC connection to a master (cc nil: an embedded
-// master called directly).
+// masterConn is one connection to a master: mux, gRPC, or (closer nil) an
+// embedded master called directly.
 type masterConn struct {
-	addr string
-	cc   *grpc.ClientConn
-	mc   wire.MasterClient
+	addr   string
+	rpc    string // MasterRPCMux or MasterRPCGRPC; "" in process
+	closer io.Closer
+	mc     wire.MasterClient
 	// version is the master's view version last seen in a Ping.
 	version atomic.Uint64
 }
@@ -111,7 +112,7 @@ func New(ctx context.Context, cfg Config) (_ *Client, err error) {
 		addr = view.Address
 	}
 	if mc == nil {
-		if mc, err = dialMaster(addr); err != nil {
+		if mc, err = c.dialMaster(ctx, addr); err != nil {
 			return nil, err
 		}
 	}
@@ -177,11 +178,30 @@ func New(ctx context.Context, cfg Config) (_ *Client, err error) {
 	c.wg.Add(1)
 	go c.runHeartbeat() // owned by c; stops on Close
 	c.log.Info("store client started", "segment", c.segName, "client", c.clientID, "master", mc.addr,
-		"config", cfg.String())
+		"master_rpc", mc.rpc, "config", cfg.String())
 	return c, nil
 }
 
-func dialMaster(addr string) (*masterConn, error) {
+// dialMaster connects to the master at addr over mux (Config.MasterRPC
+// "auto" or "mux") or gRPC. In "auto" a master that answers but does not
+// speak mux is used over gRPC; one that cannot be reached now is kept on
+// mux, which dials again on the next call.
+func (c *Client) dialMaster(ctx context.Context, addr string) (*masterConn, error) {
+	if c.cfg.MasterRPC != MasterRPCGRPC {
+		timeout := min(c.cfg.RPCTimeout, wire.DefaultMuxDialTimeout)
+		mux := wire.NewMuxClient(wire.MuxClientConfig{Addr: addr, DialTimeout: timeout})
+		dctx, cancel := context.WithTimeout(ctx, timeout)
+		err := mux.Connect(dctx)
+		cancel()
+		if err == nil || (c.cfg.MasterRPC != MasterRPCMux && !errors.Is(err, wire.ErrMuxRefused)) {
+			return &masterConn{addr: addr, rpc: MasterRPCMux, closer: mux, mc: mux}, nil
+		}
+		mux.Close()
+		if c.cfg.MasterRPC == MasterRPCMux {
+			return nil, fmt.Errorf("store client: connect to master %s over mux: %w", addr, err)
+		}
+		c.log.Info("store master does not speak mux, using grpc", "master", addr, "err", err)
+	}
 	cc, err := grpc.NewClient(addr,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithConnectParams(grpc.ConnectParams{
@@ -192,7 +212,7 @@ func dialMaster(addr string) (*masterConn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store client: dial master %s: %w", addr, err)
 	}
-	return &masterConn{addr: addr, cc: cc, mc: wire.NewMasterClient(cc)}, nil
+	return &masterConn{addr: addr, rpc: MasterRPCGRPC, closer: cc, mc: wire.NewMasterClient(cc)}, nil
 }
 
 func (c *Client) leader(ctx context.Context) (ha.View, error) {
@@ -249,8 +269,8 @@ func (c *Client) Close() error {
 func (c *Client) teardown() {
 	c.cancel()
 	c.wg.Wait()
-	if mc := c.conn.Swap(nil); mc != nil && mc.cc != nil {
-		mc.cc.Close()
+	if mc := c.conn.Swap(nil); mc != nil && mc.closer != nil {
+		mc.closer.Close()
 	}
 	if c.e != nil {
 		if c.global != nil {
@@ -429,19 +449,21 @@ func (c *Client) switchLeader(old *masterConn) bool {
 	if view.Address == old.addr {
 		return true
 	}
-	mc, err := dialMaster(view.Address)
+	mc, err := c.dialMaster(c.ctx, view.Address)
 	if err != nil {
 		c.log.Warn("connect to new master leader failed", "master", view.Address, "err", err)
 		return false
 	}
 	if !c.conn.CompareAndSwap(old, mc) {
-		mc.cc.Close()
+		mc.closer.Close()
 		return true
 	}
 	c.metrics.masterSwitches.Add(1)
 	c.log.Info("following new master leader", "master", view.Address, "version", view.Version, "previous", old.addr)
 	// Calls in flight on the old connection fail; new calls use the new one.
-	old.cc.Close()
+	if old.closer != nil {
+		old.closer.Close()
+	}
 	c.remount(mc)
 	return true
 }

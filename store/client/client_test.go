@@ -5,10 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"gotest.tools/v3/assert"
 
 	"github.com/kvferry/kvferry/engine/metadata/etcd/etcdtest"
@@ -149,13 +151,25 @@ func TestEmbeddedSingleClient(t *testing.T) {
 	assert.Assert(t, errors.Is(c.HealthCheck(ctx), client.ErrClosed))
 }
 
-// TestRemoteClients: a holder and a pure client on one master; every byte
-// of the pure client goes over TCP to the holder.
+// TestRemoteClients: a holder and a pure client on one master, over mux
+// (the default) and over gRPC; the pure client's bytes go to the holder
+// through the transfer engine.
 func TestRemoteClients(t *testing.T) {
+	for _, rpc := range []string{client.MasterRPCAuto, client.MasterRPCGRPC} {
+		t.Run(rpc, func(t *testing.T) { remoteClients(t, rpc) })
+	}
+}
+
+func remoteClients(t *testing.T, rpc string) {
 	ctx := ctxT(t, 60*time.Second)
 	srv := startMaster(t, master.Config{})
-	holder := newClient(t, client.Config{MasterServerAddr: srv.Addr(), GlobalSegmentSize: 128 << 20})
-	user := newClient(t, client.Config{MasterServerAddr: srv.Addr(), LocalBufferSize: 1 << 20})
+	holder := newClient(t, client.Config{MasterServerAddr: srv.Addr(), GlobalSegmentSize: 128 << 20, MasterRPC: rpc})
+	user := newClient(t, client.Config{MasterServerAddr: srv.Addr(), LocalBufferSize: 1 << 20, MasterRPC: rpc})
+	want := client.MasterRPCMux
+	if rpc == client.MasterRPCGRPC {
+		want = client.MasterRPCGRPC
+	}
+	assert.Equal(t, client.MasterRPCForTest(user), want)
 
 	// Larger than the user's staging buffer: staged in chunks.
 	big := pattern(5<<20+123, 7)
@@ -285,13 +299,19 @@ func stopHeartbeat(c *client.Client) {
 }
 
 // TestMasterRestart: the master goes away and comes back empty on the same
-// address; clients re-mount by themselves and work again.
+// address; clients re-mount by themselves and work again (mux and gRPC).
 func TestMasterRestart(t *testing.T) {
+	for _, rpc := range []string{client.MasterRPCMux, client.MasterRPCGRPC} {
+		t.Run(rpc, func(t *testing.T) { masterRestart(t, rpc) })
+	}
+}
+
+func masterRestart(t *testing.T, rpc string) {
 	ctx := ctxT(t, 60*time.Second)
 	srv := startMaster(t, master.Config{})
 	addr := srv.Addr()
-	holder := newClient(t, client.Config{MasterServerAddr: addr, GlobalSegmentSize: 16 << 20})
-	user := newClient(t, client.Config{MasterServerAddr: addr})
+	holder := newClient(t, client.Config{MasterServerAddr: addr, GlobalSegmentSize: 16 << 20, MasterRPC: rpc})
+	user := newClient(t, client.Config{MasterServerAddr: addr, MasterRPC: rpc})
 	assert.NilError(t, user.Put(ctx, "a", pattern(1000, 1), client.ReplicateConfig{}))
 	assert.NilError(t, srv.Close())
 	err := user.Put(ctx, "b", pattern(1000, 2), client.ReplicateConfig{})
@@ -350,4 +370,51 @@ func TestHAFollowLeader(t *testing.T) {
 	assert.NilError(t, err)
 	assert.Assert(t, bytes.Equal(got, pattern(5000, 2)))
 	assert.Assert(t, user.Metrics().MasterSwitches >= 1)
+}
+
+// grpcOnlyMaster is a master that speaks only gRPC (as an older one would).
+type grpcOnlyMaster struct {
+	wire.UnimplementedMasterServer
+}
+
+func (grpcOnlyMaster) ReMountSegments(context.Context, *wire.ReMountSegmentsRequest) (*wire.ReMountSegmentsResponse, error) {
+	return &wire.ReMountSegmentsResponse{}, nil
+}
+
+func (grpcOnlyMaster) Ping(context.Context, *wire.PingRequest) (*wire.PingResponse, error) {
+	return &wire.PingResponse{Status: wire.ClientStatus_CLIENT_STATUS_OK}, nil
+}
+
+func (grpcOnlyMaster) ExistKey(context.Context, *wire.KeyRequest) (*wire.ExistKeyResponse, error) {
+	return &wire.ExistKeyResponse{Exists: true}, nil
+}
+
+// TestFallbackToGRPC: with MasterRPC auto a master that does not speak mux
+// is used over gRPC; with MasterRPC mux the client refuses to start.
+func TestFallbackToGRPC(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	assert.NilError(t, err)
+	gs := grpc.NewServer()
+	wire.RegisterMasterServer(gs, grpcOnlyMaster{})
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		_ = gs.Serve(lis)
+	}()
+	defer func() {
+		gs.Stop()
+		<-served
+	}()
+	c := newClient(t, client.Config{MasterServerAddr: lis.Addr().String()})
+	assert.Equal(t, client.MasterRPCForTest(c), client.MasterRPCGRPC)
+	ok, err := c.IsExist(ctxT(t, 10*time.Second), "k")
+	assert.NilError(t, err)
+	assert.Assert(t, ok)
+	assert.NilError(t, c.Close())
+
+	_, err = embedded.NewClient(ctxT(t, 10*time.Second), client.Config{LocalHostname: "127.0.0.1",
+		MasterServerAddr: lis.Addr().String(), MasterRPC: client.MasterRPCMux})
+	assert.Assert(t, errors.Is(err, wire.ErrMuxRefused), "got %v", err)
+	_, err = embedded.NewClient(ctxT(t, 10*time.Second), client.Config{MasterServerAddr: "x:1", MasterRPC: "http"})
+	assert.ErrorContains(t, err, "MasterRPC")
 }

@@ -33,6 +33,17 @@ const (
 	EmbeddedMaster = "embedded"
 )
 
+// Values of Config.MasterRPC.
+const (
+	// MasterRPCAuto uses the mux protocol and falls back to gRPC when the
+	// master does not speak it.
+	MasterRPCAuto = "auto"
+	// MasterRPCMux uses only the mux protocol.
+	MasterRPCMux = "mux"
+	// MasterRPCGRPC uses only gRPC.
+	MasterRPCGRPC = "grpc"
+)
+
 // InProcessMaster is a master running in this process.
 type InProcessMaster struct {
 	// Addr is its gRPC address (loopback), for other processes and tools.
@@ -96,6 +107,12 @@ type Config struct {
 	// Stack is the base configuration of a created engine; LocalHostname,
 	// MetadataServer and Protocol override its fields.
 	Stack stack.Config
+	// MasterRPC is how a remote master is called: MasterRPCAuto (default,
+	// also ""), MasterRPCMux or MasterRPCGRPC. Mux carries the same
+	// messages as gRPC over one persistent connection per client, with a
+	// round trip several times cheaper (store/wire, mux.go); every kvferry
+	// master serves both on its one port.
+	MasterRPC string
 	// RPCTimeout bounds one master call (default 10 s; MC_RPC_TIMEOUT_MS).
 	RPCTimeout time.Duration
 	// PingInterval is the heartbeat period (default 1 s).
@@ -124,6 +141,9 @@ func (c Config) withDefaults() Config {
 	if c.ClusterID == "" {
 		c.ClusterID = ha.DefaultClusterID
 	}
+	if c.MasterRPC == "" {
+		c.MasterRPC = MasterRPCAuto
+	}
 	if c.RPCTimeout == 0 {
 		c.RPCTimeout = DefaultRPCTimeout
 	}
@@ -147,6 +167,8 @@ func (c Config) Validate() error {
 		return errors.New("store client config: negative timeout")
 	case c.PingFailures < 0:
 		return errors.New("store client config: negative PingFailures")
+	case c.MasterRPC != MasterRPCAuto && c.MasterRPC != MasterRPCMux && c.MasterRPC != MasterRPCGRPC:
+		return fmt.Errorf("store client config: MasterRPC %q: want %q, %q or %q", c.MasterRPC, MasterRPCAuto, MasterRPCMux, MasterRPCGRPC)
 	case isEmbedded(c.MasterServerAddr) && c.StartEmbeddedMaster == nil:
 		return errors.New("store client config: the embedded master needs StartEmbeddedMaster (use store/embedded)")
 	}
@@ -166,7 +188,7 @@ func isEmbedded(addr string) bool {
 func (c Config) String() string {
 	c = c.withDefaults()
 	return fmt.Sprintf("local_hostname=%s metadata=%s global_segment_size=%d local_buffer_size=%d no_local_buffer=%v "+
-		"protocol=%s master=%q cluster_id=%s rpc_timeout=%v ping_interval=%v",
+		"protocol=%s master=%q master_rpc=%s cluster_id=%s rpc_timeout=%v ping_interval=%v",
 		c.LocalHostname, c.MetadataServer, c.GlobalSegmentSize, c.LocalBufferSize, c.NoLocalBuffer,
-		c.Protocol, c.MasterServerAddr, c.ClusterID, c.RPCTimeout, c.PingInterval)
+		c.Protocol, c.MasterServerAddr, c.MasterRPC, c.ClusterID, c.RPCTimeout, c.PingInterval)
 }

@@ -4,24 +4,40 @@ import (
 	"context"
 	"time"
 
+	"google.golang.org/grpc"
+
 	"github.com/kvferry/kvferry/store/wire"
 )
 
-// grpcService adapts the active Service to wire.MasterServer: it converts
-// messages and turns errors into gRPC status with wire.ToStatus (the one
-// Go → gRPC table). A server that does not lead answers ErrNotLeader.
-type grpcService struct {
+// handlers adapts the active Service to wire.MasterServer: it converts
+// messages and returns plain store errors (wrapping a wire.Code). Each
+// transport turns them into what its clients see: the gRPC server through
+// statusInterceptor (wire.ToStatus, the one Go → gRPC table), the mux
+// protocol and the in-process client as the *wire.StatusError that
+// wire.FromStatus would have made of the gRPC status. A server that does
+// not lead answers ErrNotLeader.
+type handlers struct {
 	wire.UnimplementedMasterServer
 	s *Server
 }
 
-var _ wire.MasterServer = (*grpcService)(nil)
+var _ wire.MasterServer = (*handlers)(nil)
 
-func (g *grpcService) svc() (*Service, error) {
+func (g *handlers) svc() (*Service, error) {
 	if svc := g.s.active.Load(); svc != nil {
 		return svc, nil
 	}
-	return nil, wire.ToStatus(ErrNotLeader)
+	return nil, ErrNotLeader
+}
+
+// statusInterceptor turns the handlers' store errors into gRPC status
+// errors that carry the Code (wire.ToStatus).
+func statusInterceptor(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	resp, err := h(ctx, req)
+	if err != nil {
+		return nil, wire.ToStatus(err)
+	}
+	return resp, nil
 }
 
 // codeOf turns a per-key error into its wire integer.
@@ -61,30 +77,30 @@ func configFromWire(c *wire.ReplicateConfig) ReplicateConfig {
 	}
 }
 
-func (g *grpcService) Ping(_ context.Context, req *wire.PingRequest) (*wire.PingResponse, error) {
+func (g *handlers) Ping(_ context.Context, req *wire.PingRequest) (*wire.PingResponse, error) {
 	svc, err := g.svc()
 	if err != nil {
 		return nil, err
 	}
 	st, err := svc.Ping(req.GetClientId())
 	if err != nil {
-		return nil, wire.ToStatus(err)
+		return nil, err
 	}
 	return &wire.PingResponse{Status: st, ViewVersion: svc.ViewVersion()}, nil
 }
 
-func (g *grpcService) MountSegment(_ context.Context, req *wire.MountSegmentRequest) (*wire.MountSegmentResponse, error) {
+func (g *handlers) MountSegment(_ context.Context, req *wire.MountSegmentRequest) (*wire.MountSegmentResponse, error) {
 	svc, err := g.svc()
 	if err != nil {
 		return nil, err
 	}
 	if err := svc.MountSegment(req.GetClientId(), segmentFromWire(req.GetSegment())); err != nil {
-		return nil, wire.ToStatus(err)
+		return nil, err
 	}
 	return &wire.MountSegmentResponse{}, nil
 }
 
-func (g *grpcService) ReMountSegments(_ context.Context, req *wire.ReMountSegmentsRequest) (*wire.ReMountSegmentsResponse, error) {
+func (g *handlers) ReMountSegments(_ context.Context, req *wire.ReMountSegmentsRequest) (*wire.ReMountSegmentsResponse, error) {
 	svc, err := g.svc()
 	if err != nil {
 		return nil, err
@@ -94,35 +110,35 @@ func (g *grpcService) ReMountSegments(_ context.Context, req *wire.ReMountSegmen
 		segs[i] = segmentFromWire(p)
 	}
 	if err := svc.ReMountSegments(req.GetClientId(), segs); err != nil {
-		return nil, wire.ToStatus(err)
+		return nil, err
 	}
 	return &wire.ReMountSegmentsResponse{}, nil
 }
 
-func (g *grpcService) UnmountSegment(_ context.Context, req *wire.UnmountSegmentRequest) (*wire.UnmountSegmentResponse, error) {
+func (g *handlers) UnmountSegment(_ context.Context, req *wire.UnmountSegmentRequest) (*wire.UnmountSegmentResponse, error) {
 	svc, err := g.svc()
 	if err != nil {
 		return nil, err
 	}
 	if err := svc.UnmountSegment(req.GetClientId(), req.GetSegmentId()); err != nil {
-		return nil, wire.ToStatus(err)
+		return nil, err
 	}
 	return &wire.UnmountSegmentResponse{}, nil
 }
 
-func (g *grpcService) ExistKey(_ context.Context, req *wire.KeyRequest) (*wire.ExistKeyResponse, error) {
+func (g *handlers) ExistKey(_ context.Context, req *wire.KeyRequest) (*wire.ExistKeyResponse, error) {
 	svc, err := g.svc()
 	if err != nil {
 		return nil, err
 	}
 	ok, err := svc.ExistKey(req.GetKey())
 	if err != nil {
-		return nil, wire.ToStatus(err)
+		return nil, err
 	}
 	return &wire.ExistKeyResponse{Exists: ok}, nil
 }
 
-func (g *grpcService) BatchExistKey(_ context.Context, req *wire.BatchKeyRequest) (*wire.BatchExistKeyResponse, error) {
+func (g *handlers) BatchExistKey(_ context.Context, req *wire.BatchKeyRequest) (*wire.BatchExistKeyResponse, error) {
 	svc, err := g.svc()
 	if err != nil {
 		return nil, err
@@ -130,20 +146,20 @@ func (g *grpcService) BatchExistKey(_ context.Context, req *wire.BatchKeyRequest
 	return &wire.BatchExistKeyResponse{Results: svc.BatchExistKey(req.GetKeys())}, nil
 }
 
-func (g *grpcService) GetReplicaList(_ context.Context, req *wire.KeyRequest) (*wire.GetReplicaListResponse, error) {
+func (g *handlers) GetReplicaList(_ context.Context, req *wire.KeyRequest) (*wire.GetReplicaListResponse, error) {
 	svc, err := g.svc()
 	if err != nil {
 		return nil, err
 	}
 	l, err := svc.GetReplicaList(req.GetKey())
 	if err != nil {
-		return nil, wire.ToStatus(err)
+		return nil, err
 	}
 	return &wire.GetReplicaListResponse{Replicas: replicasToWire(l.Replicas), Size: l.Size,
 		LeaseTtlMs: uint64(l.LeaseTTL / time.Millisecond)}, nil
 }
 
-func (g *grpcService) BatchGetReplicaList(_ context.Context, req *wire.BatchKeyRequest) (*wire.BatchGetReplicaListResponse, error) {
+func (g *handlers) BatchGetReplicaList(_ context.Context, req *wire.BatchKeyRequest) (*wire.BatchGetReplicaListResponse, error) {
 	svc, err := g.svc()
 	if err != nil {
 		return nil, err
@@ -158,19 +174,19 @@ func (g *grpcService) BatchGetReplicaList(_ context.Context, req *wire.BatchKeyR
 	return resp, nil
 }
 
-func (g *grpcService) PutStart(_ context.Context, req *wire.PutStartRequest) (*wire.PutStartResponse, error) {
+func (g *handlers) PutStart(_ context.Context, req *wire.PutStartRequest) (*wire.PutStartResponse, error) {
 	svc, err := g.svc()
 	if err != nil {
 		return nil, err
 	}
 	reps, err := svc.PutStart(req.GetClientId(), req.GetKey(), req.GetSize(), configFromWire(req.GetConfig()), req.GetUpsert())
 	if err != nil {
-		return nil, wire.ToStatus(err)
+		return nil, err
 	}
 	return &wire.PutStartResponse{Replicas: replicasToWire(reps)}, nil
 }
 
-func (g *grpcService) BatchPutStart(_ context.Context, req *wire.BatchPutStartRequest) (*wire.BatchPutStartResponse, error) {
+func (g *handlers) BatchPutStart(_ context.Context, req *wire.BatchPutStartRequest) (*wire.BatchPutStartResponse, error) {
 	svc, err := g.svc()
 	if err != nil {
 		return nil, err
@@ -183,7 +199,7 @@ func (g *grpcService) BatchPutStart(_ context.Context, req *wire.BatchPutStartRe
 	return resp, nil
 }
 
-func (g *grpcService) PutEnd(_ context.Context, req *wire.PutEndRequest) (*wire.PutEndResponse, error) {
+func (g *handlers) PutEnd(_ context.Context, req *wire.PutEndRequest) (*wire.PutEndResponse, error) {
 	svc, err := g.svc()
 	if err != nil {
 		return nil, err
@@ -194,12 +210,12 @@ func (g *grpcService) PutEnd(_ context.Context, req *wire.PutEndRequest) (*wire.
 		err = svc.PutEnd(req.GetClientId(), req.GetKey())
 	}
 	if err != nil {
-		return nil, wire.ToStatus(err)
+		return nil, err
 	}
 	return &wire.PutEndResponse{}, nil
 }
 
-func (g *grpcService) BatchPutEnd(_ context.Context, req *wire.BatchPutEndRequest) (*wire.BatchCodesResponse, error) {
+func (g *handlers) BatchPutEnd(_ context.Context, req *wire.BatchPutEndRequest) (*wire.BatchCodesResponse, error) {
 	svc, err := g.svc()
 	if err != nil {
 		return nil, err
@@ -215,18 +231,18 @@ func codesOf(errs []error) []int32 {
 	return out
 }
 
-func (g *grpcService) Remove(_ context.Context, req *wire.RemoveRequest) (*wire.RemoveResponse, error) {
+func (g *handlers) Remove(_ context.Context, req *wire.RemoveRequest) (*wire.RemoveResponse, error) {
 	svc, err := g.svc()
 	if err != nil {
 		return nil, err
 	}
 	if err := svc.Remove(req.GetKey(), req.GetForce()); err != nil {
-		return nil, wire.ToStatus(err)
+		return nil, err
 	}
 	return &wire.RemoveResponse{}, nil
 }
 
-func (g *grpcService) BatchRemove(_ context.Context, req *wire.BatchRemoveRequest) (*wire.BatchCodesResponse, error) {
+func (g *handlers) BatchRemove(_ context.Context, req *wire.BatchRemoveRequest) (*wire.BatchCodesResponse, error) {
 	svc, err := g.svc()
 	if err != nil {
 		return nil, err
@@ -234,19 +250,19 @@ func (g *grpcService) BatchRemove(_ context.Context, req *wire.BatchRemoveReques
 	return &wire.BatchCodesResponse{Codes: codesOf(svc.BatchRemove(req.GetKeys(), req.GetForce()))}, nil
 }
 
-func (g *grpcService) RemoveByRegex(_ context.Context, req *wire.RemoveByRegexRequest) (*wire.CountResponse, error) {
+func (g *handlers) RemoveByRegex(_ context.Context, req *wire.RemoveByRegexRequest) (*wire.CountResponse, error) {
 	svc, err := g.svc()
 	if err != nil {
 		return nil, err
 	}
 	n, err := svc.RemoveByRegex(req.GetPattern(), req.GetForce())
 	if err != nil {
-		return nil, wire.ToStatus(err)
+		return nil, err
 	}
 	return &wire.CountResponse{Count: n}, nil
 }
 
-func (g *grpcService) RemoveAll(_ context.Context, req *wire.RemoveAllRequest) (*wire.CountResponse, error) {
+func (g *handlers) RemoveAll(_ context.Context, req *wire.RemoveAllRequest) (*wire.CountResponse, error) {
 	svc, err := g.svc()
 	if err != nil {
 		return nil, err
@@ -254,7 +270,7 @@ func (g *grpcService) RemoveAll(_ context.Context, req *wire.RemoveAllRequest) (
 	return &wire.CountResponse{Count: svc.RemoveAll(req.GetForce())}, nil
 }
 
-func (g *grpcService) ListSegments(_ context.Context, _ *wire.ListSegmentsRequest) (*wire.ListSegmentsResponse, error) {
+func (g *handlers) ListSegments(_ context.Context, _ *wire.ListSegmentsRequest) (*wire.ListSegmentsResponse, error) {
 	svc, err := g.svc()
 	if err != nil {
 		return nil, err
@@ -267,7 +283,7 @@ func (g *grpcService) ListSegments(_ context.Context, _ *wire.ListSegmentsReques
 	return resp, nil
 }
 
-func (g *grpcService) ListKeys(_ context.Context, _ *wire.ListKeysRequest) (*wire.ListKeysResponse, error) {
+func (g *handlers) ListKeys(_ context.Context, _ *wire.ListKeysRequest) (*wire.ListKeysResponse, error) {
 	svc, err := g.svc()
 	if err != nil {
 		return nil, err

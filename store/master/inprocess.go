@@ -11,106 +11,114 @@ import (
 // InProcessClient returns a wire.MasterClient that calls this server's
 // handlers directly: no socket, no serialization. It is the embedded
 // master's fast path (a master round trip costs a function call instead of
-// a loopback gRPC exchange). Answers and errors are exactly those of a
-// remote call (errors are gRPC status errors; decode them with
-// wire.FromStatus). Requests are read during the call only and responses are
-// fresh, so neither side shares memory with the other afterwards. Safe for
-// concurrent use; after Close every call fails with
-// UNAVAILABLE_IN_CURRENT_STATUS.
-func (s *Server) InProcessClient() wire.MasterClient { return inProcess{g: &grpcService{s: s}} }
+// a loopback exchange). Answers and errors are exactly those of a remote
+// call after wire.FromStatus: errors are *wire.StatusError values with the
+// Code, gRPC code and message a gRPC client would see. Requests are read
+// during the call only and responses are fresh, so neither side shares
+// memory with the other afterwards. Safe for concurrent use; after Close
+// every call fails with UNAVAILABLE_IN_CURRENT_STATUS.
+func (s *Server) InProcessClient() wire.MasterClient { return inProcess{g: &handlers{s: s}} }
 
-// inProcess adapts grpcService to wire.MasterClient. Call options are
+// inProcess adapts handlers to wire.MasterClient. Call options are
 // meaningless in process and ignored.
-type inProcess struct{ g *grpcService }
+type inProcess struct{ g *handlers }
+
+// answer returns resp, or err as a remote caller would see it.
+func answer[T any](resp *T, err error) (*T, error) {
+	if err != nil {
+		return nil, wire.AsStatusError(err)
+	}
+	return resp, nil
+}
 
 var _ wire.MasterClient = inProcess{}
 
 // Ping calls the handler directly.
 func (c inProcess) Ping(ctx context.Context, in *wire.PingRequest, _ ...grpc.CallOption) (*wire.PingResponse, error) {
-	return c.g.Ping(ctx, in)
+	return answer(c.g.Ping(ctx, in))
 }
 
 // MountSegment calls the handler directly.
 func (c inProcess) MountSegment(ctx context.Context, in *wire.MountSegmentRequest, _ ...grpc.CallOption) (*wire.MountSegmentResponse, error) {
-	return c.g.MountSegment(ctx, in)
+	return answer(c.g.MountSegment(ctx, in))
 }
 
 // ReMountSegments calls the handler directly.
 func (c inProcess) ReMountSegments(ctx context.Context, in *wire.ReMountSegmentsRequest, _ ...grpc.CallOption) (*wire.ReMountSegmentsResponse, error) {
-	return c.g.ReMountSegments(ctx, in)
+	return answer(c.g.ReMountSegments(ctx, in))
 }
 
 // UnmountSegment calls the handler directly.
 func (c inProcess) UnmountSegment(ctx context.Context, in *wire.UnmountSegmentRequest, _ ...grpc.CallOption) (*wire.UnmountSegmentResponse, error) {
-	return c.g.UnmountSegment(ctx, in)
+	return answer(c.g.UnmountSegment(ctx, in))
 }
 
 // ExistKey calls the handler directly.
 func (c inProcess) ExistKey(ctx context.Context, in *wire.KeyRequest, _ ...grpc.CallOption) (*wire.ExistKeyResponse, error) {
-	return c.g.ExistKey(ctx, in)
+	return answer(c.g.ExistKey(ctx, in))
 }
 
 // BatchExistKey calls the handler directly.
 func (c inProcess) BatchExistKey(ctx context.Context, in *wire.BatchKeyRequest, _ ...grpc.CallOption) (*wire.BatchExistKeyResponse, error) {
-	return c.g.BatchExistKey(ctx, in)
+	return answer(c.g.BatchExistKey(ctx, in))
 }
 
 // GetReplicaList calls the handler directly.
 func (c inProcess) GetReplicaList(ctx context.Context, in *wire.KeyRequest, _ ...grpc.CallOption) (*wire.GetReplicaListResponse, error) {
-	return c.g.GetReplicaList(ctx, in)
+	return answer(c.g.GetReplicaList(ctx, in))
 }
 
 // BatchGetReplicaList calls the handler directly.
 func (c inProcess) BatchGetReplicaList(ctx context.Context, in *wire.BatchKeyRequest, _ ...grpc.CallOption) (*wire.BatchGetReplicaListResponse, error) {
-	return c.g.BatchGetReplicaList(ctx, in)
+	return answer(c.g.BatchGetReplicaList(ctx, in))
 }
 
 // PutStart calls the handler directly.
 func (c inProcess) PutStart(ctx context.Context, in *wire.PutStartRequest, _ ...grpc.CallOption) (*wire.PutStartResponse, error) {
-	return c.g.PutStart(ctx, in)
+	return answer(c.g.PutStart(ctx, in))
 }
 
 // BatchPutStart calls the handler directly.
 func (c inProcess) BatchPutStart(ctx context.Context, in *wire.BatchPutStartRequest, _ ...grpc.CallOption) (*wire.BatchPutStartResponse, error) {
-	return c.g.BatchPutStart(ctx, in)
+	return answer(c.g.BatchPutStart(ctx, in))
 }
 
 // PutEnd calls the handler directly.
 func (c inProcess) PutEnd(ctx context.Context, in *wire.PutEndRequest, _ ...grpc.CallOption) (*wire.PutEndResponse, error) {
-	return c.g.PutEnd(ctx, in)
+	return answer(c.g.PutEnd(ctx, in))
 }
 
 // BatchPutEnd calls the handler directly.
 func (c inProcess) BatchPutEnd(ctx context.Context, in *wire.BatchPutEndRequest, _ ...grpc.CallOption) (*wire.BatchCodesResponse, error) {
-	return c.g.BatchPutEnd(ctx, in)
+	return answer(c.g.BatchPutEnd(ctx, in))
 }
 
 // Remove calls the handler directly.
 func (c inProcess) Remove(ctx context.Context, in *wire.RemoveRequest, _ ...grpc.CallOption) (*wire.RemoveResponse, error) {
-	return c.g.Remove(ctx, in)
+	return answer(c.g.Remove(ctx, in))
 }
 
 // BatchRemove calls the handler directly.
 func (c inProcess) BatchRemove(ctx context.Context, in *wire.BatchRemoveRequest, _ ...grpc.CallOption) (*wire.BatchCodesResponse, error) {
-	return c.g.BatchRemove(ctx, in)
+	return answer(c.g.BatchRemove(ctx, in))
 }
 
 // RemoveByRegex calls the handler directly.
 func (c inProcess) RemoveByRegex(ctx context.Context, in *wire.RemoveByRegexRequest, _ ...grpc.CallOption) (*wire.CountResponse, error) {
-	return c.g.RemoveByRegex(ctx, in)
+	return answer(c.g.RemoveByRegex(ctx, in))
 }
 
 // RemoveAll calls the handler directly.
 func (c inProcess) RemoveAll(ctx context.Context, in *wire.RemoveAllRequest, _ ...grpc.CallOption) (*wire.CountResponse, error) {
-	return c.g.RemoveAll(ctx, in)
+	return answer(c.g.RemoveAll(ctx, in))
 }
 
 // ListSegments calls the handler directly.
 func (c inProcess) ListSegments(ctx context.Context, in *wire.ListSegmentsRequest, _ ...grpc.CallOption) (*wire.ListSegmentsResponse, error) {
-	return c.g.ListSegments(ctx, in)
+	return answer(c.g.ListSegments(ctx, in))
 }
 
 // ListKeys calls the handler directly.
 func (c inProcess) ListKeys(ctx context.Context, in *wire.ListKeysRequest, _ ...grpc.CallOption) (*wire.ListKeysResponse, error) {
-	return c.g.ListKeys(ctx, in)
+	return answer(c.g.ListKeys(ctx, in))
 }

@@ -42,6 +42,7 @@ type Server struct {
 	log *slog.Logger
 
 	lis      net.Listener
+	grpcLis  *connListener // the connections that speak gRPC
 	grpc     *grpc.Server
 	httpSrv  *http.Server
 	httpLis  net.Listener
@@ -51,6 +52,14 @@ type Server struct {
 	active atomic.Pointer[Service]
 	role   atomic.Value // string
 	leader atomic.Value // ha.View last seen or held
+
+	// conns are the accepted connections not handed to gRPC: those still
+	// sending their first bytes and those speaking mux. Close closes them.
+	conns struct {
+		sync.Mutex
+		m      map[net.Conn]struct{}
+		closed bool
+	}
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -116,15 +125,18 @@ func NewServer(cfg Config) (*Server, error) {
 		go s.runMaintenance(s.ctx, svc) // owned by s; stops on Close
 	}
 
-	s.grpc = grpc.NewServer()
-	wire.RegisterMasterServer(s.grpc, &grpcService{s: s})
-	s.wg.Add(1)
+	s.grpc = grpc.NewServer(grpc.UnaryInterceptor(statusInterceptor))
+	wire.RegisterMasterServer(s.grpc, &handlers{s: s})
+	s.grpcLis = newConnListener(s.lis.Addr())
+	s.conns.m = make(map[net.Conn]struct{})
+	s.wg.Add(2)
 	go func() { // owned by s; stops when Close calls grpc.Stop
 		defer s.wg.Done()
-		if err := s.grpc.Serve(s.lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		if err := s.grpc.Serve(s.grpcLis); err != nil && !errors.Is(err, grpc.ErrServerStopped) && !errors.Is(err, net.ErrClosed) {
 			s.log.Error("store master grpc serve", "err", err)
 		}
 	}()
+	go s.runAccept() // owned by s; stops when Close closes the listener
 	if s.httpSrv != nil {
 		s.wg.Add(1)
 		go func() { // owned by s; stops when Close shuts the HTTP server
@@ -170,6 +182,9 @@ func (s *Server) Leader() ha.View { return s.leader.Load().(ha.View) }
 func (s *Server) Close() error {
 	s.once.Do(func() {
 		s.cancel()
+		s.lis.Close()
+		s.closeConns()
+		s.grpcLis.Close()
 		s.grpc.Stop()
 		if s.httpSrv != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -42,23 +43,29 @@ func ctxT(t *testing.T) context.Context {
 // TestServerRoundTrip drives a whole object lifecycle through gRPC and
 // checks that store codes survive the wire.
 // It runs over gRPC and over the in-process client, which must answer alike.
+// TestServerRoundTrip runs the same calls over gRPC, over mux (the same
+// port) and in process; the answers and errors are the same.
 func TestServerRoundTrip(t *testing.T) {
-	for _, inproc := range []bool{false, true} {
-		name := "grpc"
-		if inproc {
-			name = "inprocess"
-		}
-		t.Run(name, func(t *testing.T) { roundTrip(t, inproc) })
+	for _, via := range []string{"grpc", "mux", "inprocess"} {
+		t.Run(via, func(t *testing.T) { roundTrip(t, via) })
 	}
 }
 
-func roundTrip(t *testing.T, inproc bool) {
+func roundTrip(t *testing.T, via string) {
 	srv, err := StartEmbedded(Config{AllocationStrategy: StrategyFreeRatioFirst})
 	assert.NilError(t, err)
 	defer srv.Close()
 	assert.Equal(t, srv.Role(), RoleLeader)
-	c := dial(t, srv.Addr())
-	if inproc {
+	var c wire.MasterClient
+	switch via {
+	case "grpc":
+		c = dial(t, srv.Addr())
+	case "mux":
+		mc := wire.NewMuxClient(wire.MuxClientConfig{Addr: srv.Addr()})
+		t.Cleanup(func() { mc.Close() })
+		assert.NilError(t, mc.Connect(ctxT(t)))
+		c = mc
+	case "inprocess":
 		c = srv.InProcessClient()
 	}
 	ctx := ctxT(t)
@@ -137,7 +144,7 @@ func roundTrip(t *testing.T, inproc bool) {
 	assert.NilError(t, srv.Close())
 	_, err = c.Ping(ctx, &wire.PingRequest{ClientId: "c1"})
 	want := wire.ErrRPCFail
-	if inproc {
+	if via == "inprocess" {
 		want = wire.ErrUnavailableInStatus
 	}
 	assert.Equal(t, wire.CodeOf(wire.FromStatus(err)), want)
@@ -241,6 +248,10 @@ func TestHAFailover(t *testing.T) {
 	assert.NilError(t, err)
 	_, err = c2.Ping(ctx, &wire.PingRequest{ClientId: "c"})
 	assert.Equal(t, wire.CodeOf(wire.FromStatus(err)), wire.ErrUnavailableInStatus)
+	mux2 := wire.NewMuxClient(wire.MuxClientConfig{Addr: m2.Addr()})
+	defer mux2.Close()
+	_, err = mux2.Ping(ctx, &wire.PingRequest{ClientId: "c"})
+	assert.Equal(t, wire.CodeOf(err), wire.ErrUnavailableInStatus)
 	assert.Equal(t, m2.Role(), RoleStandby)
 
 	start := time.Now()
@@ -255,6 +266,47 @@ func TestHAFailover(t *testing.T) {
 	assert.NilError(t, err)
 	assert.Equal(t, ping.GetStatus(), wire.ClientStatus_CLIENT_STATUS_NEED_REMOUNT)
 	assert.Equal(t, ping.GetViewVersion(), view2.Version)
+	ping, err = mux2.Ping(ctx, &wire.PingRequest{ClientId: "c"})
+	assert.NilError(t, err)
+	assert.Equal(t, ping.GetViewVersion(), view2.Version)
+}
+
+// TestServerCloseWithIdleConnections: connections that never finish their
+// first bytes, idle mux connections and gRPC connections do not hold Close.
+func TestServerCloseWithIdleConnections(t *testing.T) {
+	srv, err := StartEmbedded(Config{})
+	assert.NilError(t, err)
+	silent, err := net.Dial("tcp", srv.Addr())
+	assert.NilError(t, err)
+	defer silent.Close()
+	partial, err := net.Dial("tcp", srv.Addr())
+	assert.NilError(t, err)
+	defer partial.Close()
+	_, err = partial.Write(wire.MuxHello[:3])
+	assert.NilError(t, err)
+	mux := wire.NewMuxClient(wire.MuxClientConfig{Addr: srv.Addr()})
+	defer mux.Close()
+	_, err = mux.Ping(ctxT(t), &wire.PingRequest{ClientId: "c"})
+	assert.NilError(t, err)
+	_, err = dial(t, srv.Addr()).Ping(ctxT(t), &wire.PingRequest{ClientId: "c"})
+	assert.NilError(t, err)
+
+	closed := make(chan struct{})
+	go func() {
+		srv.Close()
+		close(closed)
+	}()
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close waited for idle connections")
+	}
+	// The server closed them.
+	_ = silent.SetReadDeadline(time.Now().Add(5 * time.Second))
+	_, err = silent.Read(make([]byte, 1))
+	assert.Assert(t, err != nil)
+	_, err = mux.Ping(ctxT(t), &wire.PingRequest{ClientId: "c"})
+	assert.Equal(t, wire.CodeOf(err), wire.ErrRPCFail)
 }
 
 // TestHALeaseLoss checks that a leader whose etcd key disappears steps down

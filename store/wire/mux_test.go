@@ -1,0 +1,524 @@
+package wire
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
+	"gotest.tools/v3/assert"
+)
+
+// TestMuxHeaderGolden checks the header layout against bytes written by
+// hand from the format in mux.go, not from our encoder.
+func TestMuxHeaderGolden(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		h    MuxHeader
+		b    []byte
+	}{
+		{"request", MuxHeader{BodyBytes: 5, ID: 0x01020304, Method: MuxPutStart},
+			[]byte{0x05, 0, 0, 0, 0x04, 0x03, 0x02, 0x01, 0x09, 0, 0, 0}},
+		{"failed answer", MuxHeader{BodyBytes: 0x0100, ID: 7, Method: MuxGetReplicaList, Status: uint16(codes.NotFound)},
+			[]byte{0, 0x01, 0, 0, 7, 0, 0, 0, 7, 0, 5, 0}},
+		{"largest body", MuxHeader{BodyBytes: MaxMuxBody, ID: 0xffffffff, Method: MuxListKeys},
+			[]byte{0, 0, 0, 0x04, 0xff, 0xff, 0xff, 0xff, 18, 0, 0, 0}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var b [MuxHeaderBytes]byte
+			PutMuxHeader(b[:], tc.h)
+			assert.DeepEqual(t, b[:], tc.b)
+			h, err := ParseMuxHeader(tc.b)
+			assert.NilError(t, err)
+			assert.Equal(t, h, tc.h)
+		})
+	}
+	assert.DeepEqual(t, MuxHello[:], []byte("KVFMUX\x00\x01"))
+	// The HTTP/2 client preface (RFC 9113 §3.4) never looks like our hello.
+	assert.Assert(t, !bytes.HasPrefix([]byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"), MuxHello[:]))
+}
+
+// TestMuxMethodValues is the known-answer table of method numbers: they are
+// protocol, in the order of the rpcs in wire.proto.
+func TestMuxMethodValues(t *testing.T) {
+	names := []string{"Ping", "MountSegment", "ReMountSegments", "UnmountSegment", "ExistKey", "BatchExistKey",
+		"GetReplicaList", "BatchGetReplicaList", "PutStart", "BatchPutStart", "PutEnd", "BatchPutEnd", "Remove",
+		"BatchRemove", "RemoveByRegex", "RemoveAll", "ListSegments", "ListKeys"}
+	assert.Equal(t, len(names), len(Master_ServiceDesc.Methods))
+	for i, n := range names {
+		m := MuxMethod(i + 1)
+		assert.Equal(t, m.Name(), "/kvferry.store.v1.Master/"+n)
+		assert.Equal(t, Master_ServiceDesc.Methods[i].MethodName, n)
+	}
+	assert.Equal(t, MuxMethod(0).Name(), "")
+	assert.Equal(t, MuxMethod(19).Name(), "")
+}
+
+func TestParseMuxHeaderErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		h    MuxHeader
+	}{
+		{"body too large", MuxHeader{BodyBytes: MaxMuxBody + 1, Method: MuxPing}},
+		{"method 0", MuxHeader{Method: 0}},
+		{"method past the end", MuxHeader{Method: muxMethodEnd}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var b [MuxHeaderBytes]byte
+			PutMuxHeader(b[:], tc.h)
+			_, err := ParseMuxHeader(b[:])
+			assert.Assert(t, errors.Is(err, ErrMuxFrame), "got %v", err)
+		})
+	}
+	_, err := ParseMuxHeader(make([]byte, 11))
+	assert.Assert(t, errors.Is(err, ErrMuxFrame))
+}
+
+// TestAsStatusError: the mux and in-process paths give exactly what a gRPC
+// client gets after FromStatus, for every code.
+func TestAsStatusError(t *testing.T) {
+	errs := []error{errors.New("plain"), context.DeadlineExceeded, fmt.Errorf("put %q: %w", "k", context.Canceled)}
+	for _, c := range Codes() {
+		if c != OK {
+			errs = append(errs, fmt.Errorf("op %q: %w", "key", c))
+		}
+	}
+	for _, err := range errs {
+		t.Run(err.Error(), func(t *testing.T) {
+			want := FromStatus(ToStatus(err))
+			got := AsStatusError(err)
+			assert.DeepEqual(t, error(got), want)
+			// Over the mux error body.
+			body, st := AppendMuxError(nil, err)
+			assert.DeepEqual(t, ParseMuxError(st, body), want)
+		})
+	}
+	// A status error and a *StatusError pass through.
+	se := &StatusError{Code: ErrObjectNotFound, GRPC: codes.NotFound, Message: "m"}
+	assert.Equal(t, AsStatusError(fmt.Errorf("x: %w", se)), se)
+	st := ToStatus(ErrObjectHasLease)
+	assert.DeepEqual(t, error(AsStatusError(st)), FromStatus(st))
+	assert.Assert(t, AsStatusError(nil) == nil)
+	// A short error body is RPC_FAIL, an unknown code INTERNAL.
+	assert.Equal(t, CodeOf(ParseMuxError(13, []byte{1})), ErrRPCFail)
+	assert.Equal(t, CodeOf(ParseMuxError(2, []byte{0xff, 0xff, 0, 0, 'x'})), ErrInternal)
+}
+
+// fakeMaster answers a few calls, for the protocol tests.
+type fakeMaster struct {
+	UnimplementedMasterServer
+	block   chan struct{} // ExistKey of "block" waits for it
+	pings   atomic.Int64
+	started chan struct{} // gets a value when ExistKey("block") starts
+}
+
+func (f *fakeMaster) Ping(_ context.Context, req *PingRequest) (*PingResponse, error) {
+	f.pings.Add(1)
+	return &PingResponse{Status: ClientStatus_CLIENT_STATUS_OK, ViewVersion: uint64(len(req.GetClientId()))}, nil
+}
+
+func (f *fakeMaster) ExistKey(_ context.Context, req *KeyRequest) (*ExistKeyResponse, error) {
+	switch req.GetKey() {
+	case "block":
+		if f.block != nil {
+			f.started <- struct{}{}
+			<-f.block
+		}
+	case "missing":
+		return nil, fmt.Errorf("exist %q: %w", req.GetKey(), ErrObjectNotFound)
+	case "status":
+		return nil, ToStatus(fmt.Errorf("exist: %w", ErrObjectHasLease))
+	}
+	return &ExistKeyResponse{Exists: true}, nil
+}
+
+func (f *fakeMaster) ListKeys(context.Context, *ListKeysRequest) (*ListKeysResponse, error) {
+	keys := make([]string, 0, 200000)
+	for i := range cap(keys) {
+		keys = append(keys, fmt.Sprintf("key-%08d", i))
+	}
+	return &ListKeysResponse{Keys: keys}, nil
+}
+
+// muxServer serves fakeMaster over mux on a loopback port.
+type muxServer struct {
+	lis   net.Listener
+	f     *fakeMaster
+	wg    sync.WaitGroup
+	mu    sync.Mutex
+	conns []net.Conn
+}
+
+func startMuxServer(t *testing.T, addr string) *muxServer {
+	t.Helper()
+	lis, err := net.Listen("tcp", addr)
+	assert.NilError(t, err)
+	s := &muxServer{lis: lis, f: &fakeMaster{block: make(chan struct{}), started: make(chan struct{}, 16)}}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			s.mu.Lock()
+			s.conns = append(s.conns, c)
+			s.mu.Unlock()
+			s.wg.Add(1)
+			go func() {
+				defer s.wg.Done()
+				defer c.Close()
+				var hello [8]byte
+				if _, err := io.ReadFull(c, hello[:]); err != nil || hello != MuxHello {
+					return
+				}
+				_ = ServeMuxConn(context.Background(), c, s.f)
+			}()
+		}
+	}()
+	t.Cleanup(s.stop)
+	return s
+}
+
+func (s *muxServer) addr() string { return s.lis.Addr().String() }
+
+// stop closes the listener and every connection and waits.
+func (s *muxServer) stop() {
+	s.lis.Close()
+	s.mu.Lock()
+	for _, c := range s.conns {
+		c.Close()
+	}
+	s.mu.Unlock()
+	select {
+	case <-s.f.block:
+	default:
+		close(s.f.block)
+	}
+	s.wg.Wait()
+}
+
+func ctxFor(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestMuxClientCalls(t *testing.T) {
+	s := startMuxServer(t, "127.0.0.1:0")
+	c := NewMuxClient(MuxClientConfig{Addr: s.addr()})
+	defer c.Close()
+	ctx := ctxFor(t, 10*time.Second)
+	assert.NilError(t, c.Connect(ctx))
+	p, err := c.Ping(ctx, &PingRequest{ClientId: "abc"})
+	assert.NilError(t, err)
+	assert.Equal(t, p.GetViewVersion(), uint64(3))
+
+	_, err = c.ExistKey(ctx, &KeyRequest{Key: "missing"})
+	assert.DeepEqual(t, err, FromStatus(ToStatus(fmt.Errorf("exist %q: %w", "missing", ErrObjectNotFound))))
+	_, err = c.ExistKey(ctx, &KeyRequest{Key: "status"})
+	assert.Equal(t, CodeOf(err), ErrObjectHasLease)
+	// A method the server does not implement: gRPC's Unimplemented.
+	_, err = c.Remove(ctx, &RemoveRequest{Key: "k"})
+	assert.Equal(t, CodeOf(err), ErrNotSupported)
+	// A large answer (several MiB, more than one read buffer).
+	keys, err := c.ListKeys(ctx, &ListKeysRequest{})
+	assert.NilError(t, err)
+	assert.Equal(t, len(keys.GetKeys()), 200000)
+	assert.Equal(t, keys.GetKeys()[199999], "key-00199999")
+}
+
+// TestMuxClientConcurrent: many goroutines share the connection; each
+// gets its own answer whichever goroutine reads it.
+func TestMuxClientConcurrent(t *testing.T) {
+	s := startMuxServer(t, "127.0.0.1:0")
+	c := NewMuxClient(MuxClientConfig{Addr: s.addr()})
+	defer c.Close()
+	ctx := ctxFor(t, 30*time.Second)
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for g := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 300 {
+				id := fmt.Sprintf("%d-%d%s", g, i, bytes.Repeat([]byte("x"), (g*i)%50))
+				p, err := c.Ping(ctx, &PingRequest{ClientId: id})
+				if err == nil && p.GetViewVersion() != uint64(len(id)) {
+					err = fmt.Errorf("answer of another call: %d for %q", p.GetViewVersion(), id)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	assert.Equal(t, s.f.pings.Load(), int64(16*300))
+}
+
+// TestMuxClientTimeout: a call whose master does not answer ends at its
+// deadline with RPC_TIMEOUT while other calls go on; a cancelled call ends
+// with RPC_FAIL.
+func TestMuxClientTimeout(t *testing.T) {
+	s := startMuxServer(t, "127.0.0.1:0")
+	c := NewMuxClient(MuxClientConfig{Addr: s.addr()})
+	defer c.Close()
+	ctx := ctxFor(t, 20*time.Second)
+	assert.NilError(t, c.Connect(ctx))
+
+	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	_, err := c.ExistKey(short, &KeyRequest{Key: "block"})
+	assert.Equal(t, CodeOf(err), ErrRPCTimeout, "got %v", err)
+	var se *StatusError
+	assert.Assert(t, errors.As(err, &se))
+	assert.Equal(t, se.GRPC, codes.DeadlineExceeded)
+
+	<-s.f.started
+	// The master is stuck in the first call; a second one waits, reading
+	// (no deadline), until cancelled.
+	cctx, ccancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.ExistKey(cctx, &KeyRequest{Key: "other"})
+		done <- err
+	}()
+	waitPending(t, c, 1)
+	ccancel()
+	select {
+	case err := <-done:
+		assert.Equal(t, CodeOf(err), ErrRPCFail, "got %v", err)
+	case <-ctx.Done():
+		t.Fatal("cancelled call did not return")
+	}
+	// The server is still busy with the first "block"; release it. The
+	// connection works and the late answers are dropped.
+	close(s.f.block)
+	for range 3 {
+		_, err = c.Ping(ctx, &PingRequest{ClientId: "x"})
+		assert.NilError(t, err)
+	}
+}
+
+// TestMuxClientReconnect: a lost connection fails the calls in flight with
+// RPC_FAIL, and a later call dials again (after the backoff).
+func TestMuxClientReconnect(t *testing.T) {
+	s := startMuxServer(t, "127.0.0.1:0")
+	addr := s.addr()
+	c := NewMuxClient(MuxClientConfig{Addr: addr, DialTimeout: time.Second})
+	defer c.Close()
+	ctx := ctxFor(t, 20*time.Second)
+
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.ExistKey(ctx, &KeyRequest{Key: "block"})
+		done <- err
+	}()
+	<-s.f.started
+	s.stop()
+	select {
+	case err := <-done:
+		assert.Equal(t, CodeOf(err), ErrRPCFail, "got %v", err)
+	case <-ctx.Done():
+		t.Fatal("call on a lost connection did not return")
+	}
+	_, err := c.Ping(ctx, &PingRequest{ClientId: "x"})
+	assert.Equal(t, CodeOf(err), ErrRPCFail)
+
+	s2 := startMuxServer(t, addr)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err = c.Ping(ctx, &PingRequest{ClientId: "x"})
+		if err == nil || time.Now().After(deadline) {
+			break
+		}
+		select {
+		case <-time.After(20 * time.Millisecond):
+		case <-ctx.Done():
+		}
+	}
+	assert.NilError(t, err)
+	assert.Equal(t, s2.f.pings.Load(), int64(1))
+
+	assert.NilError(t, c.Close())
+	assert.NilError(t, c.Close())
+	_, err = c.Ping(ctx, &PingRequest{ClientId: "x"})
+	assert.Equal(t, CodeOf(err), ErrRPCFail)
+}
+
+// TestMuxRefusedByGRPC: a master that only speaks gRPC refuses the hello,
+// and the client says so (the store client then uses gRPC).
+func TestMuxRefusedByGRPC(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	assert.NilError(t, err)
+	gs := grpc.NewServer()
+	RegisterMasterServer(gs, &fakeMaster{})
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		_ = gs.Serve(lis)
+	}()
+	defer func() {
+		gs.Stop()
+		<-served
+	}()
+	c := NewMuxClient(MuxClientConfig{Addr: lis.Addr().String()})
+	defer c.Close()
+	err = c.Connect(ctxFor(t, 10*time.Second))
+	assert.Assert(t, errors.Is(err, ErrMuxRefused), "got %v", err)
+	_, err = c.Ping(ctxFor(t, 10*time.Second), &PingRequest{})
+	assert.Equal(t, CodeOf(err), ErrRPCFail)
+
+	// Nobody listening: RPC_FAIL, not refused.
+	c2 := NewMuxClient(MuxClientConfig{Addr: "127.0.0.1:1"})
+	defer c2.Close()
+	err = c2.Connect(ctxFor(t, 10*time.Second))
+	assert.Assert(t, !errors.Is(err, ErrMuxRefused))
+	assert.Equal(t, CodeOf(err), ErrRPCFail)
+}
+
+// TestServeMuxConnMalformed: a bad frame ends the connection with
+// ErrMuxFrame; an undecodable request is answered INVALID_PARAMS.
+func TestServeMuxConnMalformed(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		frames  []byte
+		wantErr error
+		answers int
+	}{
+		{"bad method", frame(MuxHeader{Method: 99}, nil), ErrMuxFrame, 0},
+		{"status in request", frame(MuxHeader{Method: MuxPing, Status: 3}, nil), ErrMuxFrame, 0},
+		{"undecodable body", append(frame(MuxHeader{Method: MuxPing, ID: 4}, []byte{0xff, 0xff}),
+			frame(MuxHeader{Method: MuxPing, ID: 5}, nil)...), nil, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cl, sv := net.Pipe()
+			errc := make(chan error, 1)
+			go func() { errc <- ServeMuxConn(context.Background(), sv, &fakeMaster{}) }()
+			var hello [8]byte
+			_, err := io.ReadFull(cl, hello[:])
+			assert.NilError(t, err)
+			go func() { _, _ = cl.Write(tc.frames) }()
+			for range tc.answers {
+				var hdr [MuxHeaderBytes]byte
+				_, err := io.ReadFull(cl, hdr[:])
+				assert.NilError(t, err)
+				h, err := ParseMuxHeader(hdr[:])
+				assert.NilError(t, err)
+				body := make([]byte, h.BodyBytes)
+				_, err = io.ReadFull(cl, body)
+				assert.NilError(t, err)
+				if h.ID == 4 {
+					assert.Equal(t, CodeOf(ParseMuxError(h.Status, body)), ErrInvalidParams)
+				} else {
+					assert.Equal(t, h.Status, uint16(0))
+				}
+			}
+			if tc.wantErr == nil {
+				cl.Close()
+			}
+			select {
+			case err = <-errc:
+			case <-time.After(10 * time.Second):
+				t.Fatal("ServeMuxConn did not return")
+			}
+			if tc.wantErr == nil {
+				assert.NilError(t, err)
+			} else {
+				assert.Assert(t, errors.Is(err, tc.wantErr), "got %v", err)
+			}
+			cl.Close()
+			sv.Close()
+		})
+	}
+}
+
+func frame(h MuxHeader, body []byte) []byte {
+	b := make([]byte, MuxHeaderBytes, MuxHeaderBytes+len(body))
+	h.BodyBytes = uint32(len(body))
+	PutMuxHeader(b, h)
+	return append(b, body...)
+}
+
+// FuzzServeMuxConn feeds arbitrary bytes after the hello: no panic, and
+// the answers are whole, well-formed frames.
+func FuzzServeMuxConn(f *testing.F) {
+	ping, _ := proto.Marshal(&PingRequest{ClientId: "c"})
+	f.Add(frame(MuxHeader{Method: MuxPing, ID: 1}, ping))
+	f.Add(frame(MuxHeader{Method: MuxExistKey, ID: 2}, []byte{0x0a, 0x01, 'k'}))
+	f.Add(frame(MuxHeader{Method: MuxRemove, ID: 3}, nil))
+	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 1, 0, 0, 0, 1, 0, 0, 0})
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, in []byte) {
+		c := &memConn{r: bytes.NewReader(in)}
+		_ = ServeMuxConn(context.Background(), c, &fakeMaster{})
+		out := c.w.Bytes()
+		if !bytes.HasPrefix(out, MuxHello[:]) {
+			t.Fatalf("no hello")
+		}
+		out = out[len(MuxHello):]
+		for len(out) >= MuxHeaderBytes {
+			h, err := ParseMuxHeader(out)
+			if err != nil {
+				t.Fatalf("server sent a bad header: %v", err)
+			}
+			if int(h.BodyBytes) > len(out)-MuxHeaderBytes {
+				t.Fatalf("server sent a short frame")
+			}
+			out = out[MuxHeaderBytes+int(h.BodyBytes):]
+		}
+		if len(out) != 0 {
+			t.Fatalf("server sent %d trailing bytes", len(out))
+		}
+	})
+}
+
+// memConn reads from r and writes to w.
+type memConn struct {
+	net.Conn // nil: only Read and Write are used
+	r        *bytes.Reader
+	w        bytes.Buffer
+}
+
+func (c *memConn) Read(b []byte) (int, error)  { return c.r.Read(b) }
+func (c *memConn) Write(b []byte) (int, error) { return c.w.Write(b) }
+
+// waitPending waits until n calls of c are in flight.
+func waitPending(t *testing.T, c *MuxClient, n int) {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		c.mu.Lock()
+		mc := c.mu.conn
+		c.mu.Unlock()
+		if mc != nil {
+			mc.mu.Lock()
+			k := len(mc.mu.pending)
+			mc.mu.Unlock()
+			if k == n {
+				return
+			}
+		}
+		select {
+		case <-deadline:
+			t.Fatalf("%d calls never in flight", n)
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
