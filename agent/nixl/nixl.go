@@ -54,11 +54,16 @@ type Xfer uint64
 // inside the memory descriptor MD (0: look the range up instead). It mirrors
 // kvferry_nixl_desc_t in kvferry.h, field for field (layout tested in abi/).
 type Desc struct {
-	_     structs.HostLayout
-	Addr  uint64
-	Len   uint64
+	_ structs.HostLayout
+	// Addr is the buffer's address (in the remote agent's memory for a
+	// remote descriptor).
+	Addr uint64
+	// Len is the buffer's length in bytes.
+	Len uint64
+	// DevID is NIXL's device id of the buffer.
 	DevID uint64
-	MD    MD
+	// MD is the memory descriptor the buffer lies in, or 0.
+	MD MD
 }
 
 // Sentinel errors of the agent. abi/ maps each (and the engine's) to a

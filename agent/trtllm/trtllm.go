@@ -55,11 +55,15 @@ func (t MemType) String() string {
 // mirrors kvferry_trtllm_desc_t and TensorRT-LLM's MemoryDesc, field for
 // field (24 bytes; layout tested in abi/).
 type Desc struct {
-	_        structs.HostLayout
-	Addr     uint64
-	Len      uint64
+	_ structs.HostLayout
+	// Addr is the range's address (in the remote agent's memory for a
+	// remote range).
+	Addr uint64
+	// Len is the range's length in bytes.
+	Len uint64
+	// DeviceID is the device the memory belongs to.
 	DeviceID uint32
-	_        uint32
+	_        uint32 // reserved
 }
 
 // MaxQueued bounds the messages waiting for agents not loaded yet.

@@ -73,6 +73,9 @@ var (
 )
 
 // Store is the store a queue's jobs run on; *client.Client implements it.
+// The workers call it concurrently, so it must be safe for concurrent use,
+// and each call must end on its own (the store's timeouts): Close waits for
+// running calls. Addresses are the caller's C memory, valid for the call.
 type Store interface {
 	PutFrom(ctx context.Context, key string, addr uintptr, size uint64, cfg client.ReplicateConfig) error
 	UpsertFrom(ctx context.Context, key string, addr uintptr, size uint64, cfg client.ReplicateConfig) error
