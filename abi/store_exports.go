@@ -182,6 +182,9 @@ func storeEnv(cfg *client.Config) {
 	if v, ok := hostenv.Getenv("KVFERRY_STORE_LAZY_SEGMENT"); ok && v != "" && v != "0" {
 		cfg.LazySegment = true
 	}
+	if v, ok := hostenv.Getenv("KVFERRY_STORE_HUGEPAGES"); ok && strings.TrimSpace(v) == "0" {
+		cfg.NoHugePages = true
+	}
 	if v, ok := hostenv.Getenv("MC_RPC_TIMEOUT_MS"); ok {
 		if n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64); err == nil && n > 0 {
 			cfg.RPCTimeout = time.Duration(n) * time.Millisecond

@@ -46,6 +46,7 @@ var (
 	ops      = flag.Int("ops", 400, "operations in total (split over the threads)")
 	prefix   = flag.String("prefix", "b", "key prefix")
 	localSeg = flag.Uint64("local_segment", 0, "run, latency: bytes the runner itself lends (with -master=embedded: single-process mode)")
+	segHuge  = flag.Bool("segment_hugepages", true, "advise the lent memory for transparent huge pages (the store's default)")
 )
 
 // Result is one measured phase.
@@ -86,6 +87,7 @@ func newClient(segmentBytes uint64) (*client.Client, error) {
 		LocalHostname:     "127.0.0.1",
 		MasterServerAddr:  *master,
 		GlobalSegmentSize: segmentBytes,
+		NoHugePages:       !*segHuge,
 	})
 }
 

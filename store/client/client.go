@@ -151,11 +151,7 @@ func New(ctx context.Context, cfg Config) (_ *Client, err error) {
 		c.staging = st
 	}
 	if cfg.GlobalSegmentSize > 0 {
-		mapper := cmem.MapAnonPopulate
-		if cfg.LazySegment {
-			mapper = cmem.MapAnon
-		}
-		m, err := mapper(cfg.GlobalSegmentSize)
+		m, err := mapSegment(cfg.GlobalSegmentSize, !cfg.LazySegment, !cfg.NoHugePages)
 		if err != nil {
 			return nil, fmt.Errorf("store client: global segment: %w", err)
 		}
