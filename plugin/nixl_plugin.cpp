@@ -3,7 +3,7 @@
 //
 // A thin shim: each engine method converts NIXL's C++ arguments into plain C
 // values and makes one call of kvferry.h's "NIXL support" API; the semantics
-// live in Go (abi/nixl.go). No exception leaves this file (every entry has a
+// live in Go (agent/nixl). No exception leaves this file (every entry has a
 // catch-all) and no Go panic reaches it (every Go export recovers). The only
 // state kept here is the integer handle each C++ object carries.
 // See specs/nixl.md §1-3 for what NIXL calls and when.

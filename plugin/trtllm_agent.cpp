@@ -4,7 +4,7 @@
 //
 // A thin shim: each BaseTransferAgent and TransferStatus method converts its
 // C++ arguments into plain C values and makes one call of kvferry.h's
-// "TensorRT-LLM support" API; the semantics live in Go (abi/trtllm.go). The
+// "TensorRT-LLM support" API; the semantics live in Go (agent/trtllm). The
 // only state kept here is the agent handle and the transfer id. Failures reach
 // TensorRT-LLM as std::runtime_error carrying kvferry's error text, as the
 // stock agent reports them; the TransferStatus methods and the destructors
