@@ -418,3 +418,64 @@ func TestFallbackToGRPC(t *testing.T) {
 	_, err = embedded.NewClient(ctxT(t, 10*time.Second), client.Config{MasterServerAddr: "x:1", MasterRPC: "http"})
 	assert.ErrorContains(t, err, "MasterRPC")
 }
+
+// BenchmarkRemoteOps measures one put and one get of 4 KiB from registered
+// memory through a master server (mux) and a holder in this process
+// (same-process transport): the per-operation cost of the client and the
+// master round trips, with allocations.
+func BenchmarkRemoteOps(b *testing.B) {
+	srv, err := master.NewServer(master.Config{RPCAddr: "127.0.0.1:0"})
+	assert.NilError(b, err)
+	defer srv.Close()
+	ctx := context.Background()
+	mk := func(seg uint64) *client.Client {
+		c, err := embedded.NewClient(ctx, client.Config{LocalHostname: "127.0.0.1", MasterServerAddr: srv.Addr(),
+			GlobalSegmentSize: seg})
+		assert.NilError(b, err)
+		return c
+	}
+	holder := mk(64 << 20)
+	defer holder.Close()
+	user := mk(0)
+	defer user.Close()
+	const sz = 4096
+	buf, err := cmem.MapAnon(sz)
+	assert.NilError(b, err)
+	defer buf.Close()
+	assert.NilError(b, user.RegisterBuffer(buf.Addr(), sz))
+	keys := make([]string, 1024)
+	for i := range keys {
+		keys[i] = fmt.Sprint("k", i)
+	}
+	b.Run("put", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			k := keys[i%len(keys)]
+			if i%len(keys) == 0 && i > 0 {
+				_, _ = user.RemoveAll(ctx, true)
+			}
+			if err := user.PutFrom(ctx, k, buf.Addr(), sz, client.ReplicateConfig{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	for _, k := range keys {
+		_ = user.PutFrom(ctx, k, buf.Addr(), sz, client.ReplicateConfig{})
+	}
+	b.Run("get", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			if _, err := user.GetInto(ctx, keys[i%len(keys)], buf.Addr(), sz); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("exist", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			if _, err := user.IsExist(ctx, keys[i%len(keys)]); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
