@@ -1,18 +1,56 @@
 #!/usr/bin/env bash
 # Store benchmark on loopback, in one run: kvferry put/get of 1 MiB and 4 MiB
-# values (1 and 4 client threads) and redis-server with redis-benchmark
-# SET/GET of the same sizes and client counts. kvferry runs two ways:
-#   remote:   a client process puts into / gets from a holder process that
-#             lends the memory, through a kvferry-master process (every
-#             byte crosses loopback TCP, as with redis);
-#   embedded: one process with the embedded master and its own segment
-#             (kvferry's single-host default: memcpy, no master RPC socket).
-# Prints a markdown table with GB/s, ops/s and the kvferry/redis ratios, then
-# the latency of a 4 KiB put (p50/p99) and of one master round trip.
-#   OPS=400 bench/store.sh
+# values with 1 and 4 clients against redis-server + redis-benchmark SET/GET
+# of the same sizes and client counts, then the latency of a 4 KiB put and of
+# one master round trip.
+#
+# What is measured, and how the two sides compare:
+#   redis:    redis-benchmark -t set,get -d SIZE -n OPS -c CLIENTS: CLIENTS
+#             connections, each with one request in flight (no pipelining,
+#             -P 1), one key, value bytes through loopback TCP both ways
+#             (the issue's yardstick). redis-server runs without
+#             persistence. At 1 MiB redis-benchmark's own client is slow on
+#             GET (p50 latency ~0.17 ms, yet ~0.7 ms per request), so the
+#             same workload also runs through storebench's RESP client
+#             (-mode=redis: the kvferry harness, one connection and one key
+#             per client, writev, reads into a preallocated buffer): the
+#             "redis (same client)" column, about 1.3x redis-benchmark. The
+#             ratios against both are printed.
+#   kvferry remote: a client process (CLIENTS goroutines, one request in
+#             flight each, sharing one connection to the master) puts into /
+#             gets from a holder process that lends 4 GiB to the store,
+#             through a kvferry-master process. A put is PutStart (master
+#             round trip), the copy into the holder's memory, PutEnd (master
+#             round trip; the object is readable by others when put
+#             returns); a get is one master round trip (replica list and
+#             read lease) and the copy. The bytes move between the processes
+#             with the transfer engine's same-host path (cma:
+#             process_vm_readv/writev, one copy, no socket); the table's
+#             footnote shows the transports the runs used. The client's
+#             buffers are registered (put_from / get_into, as SGLang and
+#             vLLM use the store) and on 4 KiB pages; the holder's segment
+#             is on transparent huge pages (the store's default). Each put
+#             phase is preceded by one untimed pass (pages and connections
+#             warm), as redis-benchmark's SET overwrites one warm key.
+#   kvferry embedded: one process with the in-process master and its own
+#             segment (kvferry's single-host default): memcpy, no socket.
+# Every cell is measured TRIALS times, the systems back to back in each
+# trial so that they see the same load; the table gives medians. The ratio
+# is kvferry / redis of the medians.
+#
+#   bench/store.sh
+#   OPS=2000 TRIALS=5 bench/store.sh
+#   BASELINE_BIN=/tmp/old/bin bench/store.sh   # also an older build
+#
+# Environment: OPS (operations per phase at 1 MiB, half at 4 MiB; default
+# 1000), TRIALS (default 3), BASELINE_BIN (a directory holding kvferry-master
+# and storebench built from another commit: its remote numbers are measured
+# in the same trials and shown beside ours).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-OPS="${OPS:-400}"
+OPS="${OPS:-1000}"
+TRIALS="${TRIALS:-3}"
+BASELINE_BIN="${BASELINE_BIN:-}"
 T="$(mktemp -d)"
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$T"; }
@@ -20,23 +58,38 @@ trap cleanup EXIT
 command -v redis-server >/dev/null && command -v redis-benchmark >/dev/null ||
   { echo "redis-server / redis-benchmark missing (Debian package redis-server, redis-tools)" >&2; exit 1; }
 
-MASTER_BIN=build/bin/kvferry-master
-[ -x "$MASTER_BIN" ] || go build -o "$MASTER_BIN" ./cmd/kvferry-master
-go build -o "$T/storebench" ./bench/storebench
+# Always this tree's code (a build/bin left by an older make would be stale).
+mkdir -p "$T/bin"
+go build -o "$T/bin/kvferry-master" ./cmd/kvferry-master
+go build -o "$T/bin/storebench" ./bench/storebench
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+load() { cut -d' ' -f1-3 /proc/loadavg; }
+LOAD_START=$(load)
 
-# kvferry: master, holder (lends 4 GiB), runner.
-"$MASTER_BIN" --port=0 --rpc_address=127.0.0.1 --enable_metric_reporting=false > "$T/master.out" 2> "$T/master.err" &
-pids+=($!)
-for _ in $(seq 1 100); do grep -q '^listening on' "$T/master.out" 2>/dev/null && break; sleep 0.1; done
-MASTER=$(awk '/^listening on/ {print $3}' "$T/master.out")
-mkfifo "$T/holder.in"
-"$T/storebench" -mode=holder -master="$MASTER" -segment=$((4 << 30)) < "$T/holder.in" > "$T/holder.out" 2> "$T/holder.err" &
-pids+=($!)
-exec 7> "$T/holder.in"
-for _ in $(seq 1 200); do grep -q '^ready' "$T/holder.out" 2>/dev/null && break; sleep 0.1; done
-grep -q '^ready' "$T/holder.out" || { echo "holder did not start" >&2; cat "$T/holder.err" >&2; exit 1; }
+# start_remote NAME BINDIR: a master and a holder (lends 4 GiB); sets
+# MASTER_<NAME>.
+start_remote() {
+  local name=$1 bin=$2 d="$T/$1"
+  mkdir -p "$d"
+  "$bin/kvferry-master" --port=0 --rpc_address=127.0.0.1 --enable_metric_reporting=false > "$d/master.out" 2> "$d/master.err" &
+  pids+=($!)
+  for _ in $(seq 1 100); do grep -q '^listening on' "$d/master.out" 2>/dev/null && break; sleep 0.1; done
+  local addr
+  addr=$(awk '/^listening on/ {print $3}' "$d/master.out")
+  [ -n "$addr" ] || { echo "$name master did not start" >&2; cat "$d/master.err" >&2; exit 1; }
+  mkfifo "$d/holder.in"
+  "$bin/storebench" -mode=holder -master="$addr" -segment=$((4 << 30)) < "$d/holder.in" > "$d/holder.out" 2> "$d/holder.err" &
+  pids+=($!)
+  # Keep the holder's stdin open (it serves until stdin closes).
+  sleep 1000000 > "$d/holder.in" &
+  pids+=($!)
+  for _ in $(seq 1 300); do grep -q '^ready' "$d/holder.out" 2>/dev/null && break; sleep 0.1; done
+  grep -q '^ready' "$d/holder.out" || { echo "$name holder did not start" >&2; cat "$d/holder.err" >&2; exit 1; }
+  printf -v "MASTER_$name" '%s' "$addr"
+}
+start_remote new "$T/bin"
+[ -z "$BASELINE_BIN" ] || start_remote base "$BASELINE_BIN"
 
 # redis: no persistence, no memory limit.
 RPORT=$(free_port)
@@ -45,47 +98,111 @@ redis-server --port "$RPORT" --bind 127.0.0.1 --save "" --appendonly no --protec
 pids+=($!)
 for _ in $(seq 1 100); do redis-cli -p "$RPORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
 
-printf "| op | value | clients | redis GB/s | redis ops/s | kvferry remote GB/s | ops/s | vs redis | kvferry embedded GB/s | ops/s | vs redis |\n"
-printf "|---|---|---|---|---|---|---|---|---|---|---|\n"
+R="$T/results"
+mkdir -p "$R"
 for size in 1048576 4194304; do
   ops=$OPS
   [ "$size" -gt 1048576 ] && ops=$((OPS / 2))
   for th in 1 4; do
-    redis-benchmark -p "$RPORT" -t set,get -d "$size" -n "$ops" -c "$th" --csv > "$T/redis.csv" 2>/dev/null
-    "$T/storebench" -mode=run -master="$MASTER" -op=both -size=$size -threads=$th -ops=$ops > "$T/kv.json"
-    "$T/storebench" -mode=run -master=embedded -local_segment=$((2 << 30)) -op=both -size=$size -threads=$th \
-      -ops=$ops > "$T/emb.json"
-    python3 - "$T/kv.json" "$T/emb.json" "$T/redis.csv" "$size" "$th" <<'PY'
-import csv, json, sys
-kv = {r["op"]: r for r in map(json.loads, open(sys.argv[1]))}
-emb = {r["op"]: r for r in map(json.loads, open(sys.argv[2]))}
-red = {}
-for row in csv.reader(open(sys.argv[3])):
-    if row and row[0] in ("SET", "GET"):
-        red[row[0]] = float(row[1])
-size, th = int(sys.argv[4]), int(sys.argv[5])
-def cell(k, rgb):
-    err = f" ({k['errors']} errors)" if k["errors"] else ""
-    ratio = k["gb_per_s"] / rgb if rgb else float("nan")
-    return f"{k['gb_per_s']:.2f}{err} | {k['ops_per_s']:.0f} | {ratio:.1f}x"
-for op, rname in (("put", "SET"), ("get", "GET")):
-    rops = red.get(rname, 0.0)
-    rgb = rops * size / 1e9
-    print(f"| {op} | {size >> 20} MiB | {th} | {rgb:.2f} | {rops:.0f} | {cell(kv[op], rgb)} | {cell(emb[op], rgb)} |")
-PY
+    for trial in $(seq 1 "$TRIALS"); do
+      cell="$R/${size}_${th}_${trial}"
+      redis-benchmark -p "$RPORT" -t set,get -d "$size" -n "$ops" -c "$th" --csv > "$cell.redis.csv" 2>/dev/null
+      "$T/bin/storebench" -mode=redis -redis=127.0.0.1:"$RPORT" -size=$size -threads=$th -ops=$ops > "$cell.redisgo.json"
+      "$T/bin/storebench" -mode=run -master="$MASTER_new" -op=both -size=$size -threads=$th -ops=$ops > "$cell.remote.json"
+      if [ -n "$BASELINE_BIN" ]; then
+        "$BASELINE_BIN/storebench" -mode=run -master="$MASTER_base" -op=both -size=$size -threads=$th -ops=$ops \
+          > "$cell.base.json"
+      fi
+      "$T/bin/storebench" -mode=run -master=embedded -local_segment=$((2 << 30)) -op=both -size=$size -threads=$th \
+        -ops=$ops > "$cell.embedded.json"
+    done
   done
 done
 
-"$T/storebench" -mode=latency -master="$MASTER" -size=4096 -ops=2000 > "$T/lat.json"
-"$T/storebench" -mode=latency -master=embedded -local_segment=$((256 << 20)) -size=4096 -ops=2000 > "$T/elat.json"
-python3 - "$T/lat.json" "$T/elat.json" <<'PY'
-import json, sys
+for trial in $(seq 1 "$TRIALS"); do
+  "$T/bin/storebench" -mode=latency -master="$MASTER_new" -size=4096 -ops=2000 > "$R/lat_mux_$trial.json"
+  "$T/bin/storebench" -mode=latency -master="$MASTER_new" -master_rpc=grpc -size=4096 -ops=2000 > "$R/lat_grpc_$trial.json"
+  if [ -n "$BASELINE_BIN" ]; then
+    "$BASELINE_BIN/storebench" -mode=latency -master="$MASTER_base" -size=4096 -ops=2000 > "$R/lat_base_$trial.json"
+  fi
+  "$T/bin/storebench" -mode=latency -master=embedded -local_segment=$((256 << 20)) -size=4096 -ops=2000 \
+    > "$R/lat_embedded_$trial.json"
+done
+
+python3 - "$R" "$TRIALS" "$BASELINE_BIN" "$LOAD_START" "$(load)" "$(nproc)" <<'PY'
+import csv, glob, json, os, statistics, sys
+R, trials, base, load0, load1, ncpu = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6]
+med = statistics.median
+def kv(path):
+    return {r["op"]: r for r in map(json.loads, open(path))}
+def redis(path):
+    out = {}
+    for row in csv.reader(open(path)):
+        if row and row[0] in ("SET", "GET"):
+            out[row[0]] = float(row[1])
+    return out
+systems = ["remote"] + (["base"] if base else []) + ["embedded"]
+head = ("| op | value | clients | redis-benchmark GB/s | ops/s | redis (same client) GB/s |"
+        " kvferry remote GB/s | ops/s | vs redis-benchmark | vs redis (same client) |")
+sep = "|---|---|---|---|---|---|---|---|---|---|"
+if base:
+    head += " baseline remote GB/s | vs redis-benchmark |"
+    sep += "---|---|"
+head += " kvferry embedded GB/s | vs redis-benchmark |"
+sep += "---|---|"
+print(head)
+print(sep)
+transports, errors = {}, {}
+for size in (1048576, 4194304):
+    for th in (1, 4):
+        runs = {s: [kv(f"{R}/{size}_{th}_{t}.{s}.json") for t in range(1, trials + 1)] for s in systems}
+        reds = [redis(f"{R}/{size}_{th}_{t}.redis.csv") for t in range(1, trials + 1)]
+        redgo = [kv(f"{R}/{size}_{th}_{t}.redisgo.json") for t in range(1, trials + 1)]
+        for op, rname in (("put", "SET"), ("get", "GET")):
+            rops = med([r.get(rname, 0.0) for r in reds])
+            rgb = rops * size / 1e9
+            ggb = med([r[op]["gb_per_s"] for r in redgo])
+            row = f"| {op} | {size >> 20} MiB | {th} | {rgb:.2f} | {rops:.0f} | {ggb:.2f} |"
+            for s in systems:
+                gb = med([r[op]["gb_per_s"] for r in runs[s]])
+                ops = med([r[op]["ops_per_s"] for r in runs[s]])
+                ratio = gb / rgb if rgb else float("nan")
+                errs = sum(r[op]["errors"] for r in runs[s])
+                if errs:
+                    errors[(s, op, size, th)] = errs
+                for r in runs[s]:
+                    if "transports" not in r[op]:
+                        transports.setdefault(s, None)
+                        continue
+                    for k, v in r[op]["transports"].items():
+                        transports.setdefault(s, {}).setdefault(k, 0)
+                        transports[s][k] += v
+                if s == "remote":
+                    row += f" {gb:.2f} | {ops:.0f} | {ratio:.1f}x | {gb / ggb if ggb else float('nan'):.1f}x |"
+                else:
+                    row += f" {gb:.2f} | {ratio:.1f}x |"
+            print(row)
 print()
-print("| 4 KiB, 2000 ops | put p50 | put p99 | master round trip p50 | p99 | get p50 | get p99 |")
+for s in systems:
+    t = transports.get(s, {})
+    if t is None:
+        print(f"{s}: engine slices by transport: not reported by this build")
+        continue
+    print(f"{s}: engine slices by transport: " + (", ".join(f"{k} {v}" for k, v in sorted(t.items())) or "none (all local)"))
+for k, v in errors.items():
+    print(f"ERRORS: {k}: {v}")
+print()
+print("| 4 KiB, 2000 ops, median of trials | put p50 | put p99 | master round trip p50 | p99 | get p50 | get p99 |")
 print("|---|---|---|---|---|---|---|")
-for name, path in (("remote (gRPC master, TCP holder)", sys.argv[1]), ("embedded (in-process)", sys.argv[2])):
-    r = json.load(open(path))
-    print(f"| {name} | {r['put_p50_us']:.0f} us | {r['put_p99_us']:.0f} us | {r['rpc_p50_us']:.0f} us | "
-          f"{r['rpc_p99_us']:.0f} us | {r['get_p50_us']:.0f} us | {r['get_p99_us']:.0f} us |")
+rows = [("remote, master over mux (default)", "mux"), ("remote, master over gRPC", "grpc")]
+if base:
+    rows.append(("baseline remote", "base"))
+rows.append(("embedded (in-process master)", "embedded"))
+for name, tag in rows:
+    rs = [json.load(open(p)) for p in sorted(glob.glob(f"{R}/lat_{tag}_*.json"))]
+    m = {k: med([r[k] for r in rs]) for k in ("put_p50_us", "put_p99_us", "rpc_p50_us", "rpc_p99_us", "get_p50_us", "get_p99_us")}
+    print(f"| {name} | {m['put_p50_us']:.0f} us | {m['put_p99_us']:.0f} us | {m['rpc_p50_us']:.0f} us | "
+          f"{m['rpc_p99_us']:.0f} us | {m['get_p50_us']:.0f} us | {m['get_p99_us']:.0f} us |")
+print()
+print(f"machine: {ncpu} CPUs, load {load0} at start, {load1} at end, {trials} trials")
 PY
-exec 7>&-

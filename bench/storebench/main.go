@@ -5,29 +5,41 @@
 //	storebench -mode=run -master=127.0.0.1:50051 -op=put -size=1048576 -threads=4 -ops=400
 //	storebench -mode=latency -master=127.0.0.1:50051 -size=4096 -ops=2000
 //	storebench -mode=run -master=embedded -local_segment=4294967296 ...
+//	storebench -mode=redis -redis=127.0.0.1:6379 -size=1048576 -threads=4 -ops=400
 //
 // The holder lends memory to the store and serves it until stdin closes
 // (like redis-server holding the data). The runner is a pure client (it
-// lends nothing, as redis-benchmark): every byte crosses loopback TCP to the
-// holder. Its buffers are registered, so puts and gets are zero-copy
-// (put_from / get_into, as SGLang and vLLM use the store). It prints one
-// JSON line. -op=put writes keys t<thread>_<i>; -op=get reads them back
+// lends nothing, as redis-benchmark): every byte goes to or comes from the
+// holder's memory through the transfer engine (between processes of one
+// host: cma, one kernel copy). Its buffers are registered, so puts and gets
+// are zero-copy (put_from / get_into, as SGLang and vLLM use the store). It
+// prints one JSON line per phase, with the engine slices of the phase by
+// transport. -op=put writes keys t<thread>_<i>; -op=get reads them back
 // (run put first); -op=both runs put then get on the same keys and prints
 // both lines. latency prints the p50/p99 of a whole small put (master
 // round trips plus the transfer) and of one master round trip (ExistKey).
 // With -master=embedded and -local_segment, the runner is the single-host
 // embedded setup: master and memory in its own process, replicas written
-// and read with memcpy, master calls without gRPC.
+// and read with memcpy, master calls without gRPC. redis runs the same
+// harness against redis-server (SET then GET of one key per client over
+// one connection each, one request in flight, RESP written with writev and
+// read into a preallocated buffer): a second yardstick beside
+// redis-benchmark, whose client costs more per large GET than the server.
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -47,6 +59,8 @@ var (
 	prefix   = flag.String("prefix", "b", "key prefix")
 	localSeg = flag.Uint64("local_segment", 0, "run, latency: bytes the runner itself lends (with -master=embedded: single-process mode)")
 	segHuge  = flag.Bool("segment_hugepages", true, "advise the lent memory for transparent huge pages (the store's default)")
+	rpc      = flag.String("master_rpc", "auto", "how to call a remote master: auto (mux, else gRPC), mux or grpc")
+	redisAt  = flag.String("redis", "127.0.0.1:6379", "redis: the redis-server address")
 )
 
 // Result is one measured phase.
@@ -59,6 +73,9 @@ type Result struct {
 	OpsPerS float64 `json:"ops_per_s"`
 	GBps    float64 `json:"gb_per_s"`
 	Errors  int     `json:"errors"`
+	// Transports counts the engine slices of the phase by transport (cma
+	// between processes of this host; none when every replica is local).
+	Transports map[string]uint64 `json:"transports"`
 }
 
 func main() {
@@ -71,6 +88,8 @@ func main() {
 		err = run()
 	case "latency":
 		err = latency()
+	case "redis":
+		err = redisRun()
 	default:
 		err = fmt.Errorf("unknown -mode %q", *mode)
 	}
@@ -88,6 +107,7 @@ func newClient(segmentBytes uint64) (*client.Client, error) {
 		MasterServerAddr:  *master,
 		GlobalSegmentSize: segmentBytes,
 		NoHugePages:       !*segHuge,
+		MasterRPC:         *rpc,
 	})
 }
 
@@ -139,6 +159,7 @@ func run() error {
 		var wg sync.WaitGroup
 		var mu sync.Mutex
 		errs := 0
+		before := c.Engine().Metrics().SlicesByTransport
 		start := time.Now()
 		for _, w := range ws {
 			wg.Add(1)
@@ -158,8 +179,15 @@ func run() error {
 		wg.Wait()
 		secs := time.Since(start).Seconds()
 		total := per * len(ws)
+		tr := map[string]uint64{}
+		for k, v := range c.Engine().Metrics().SlicesByTransport {
+			if d := v - before[k]; d > 0 {
+				tr[k] = d
+			}
+		}
 		return Result{Op: name, Size: *size, Threads: len(ws), Ops: total, Seconds: secs,
-			OpsPerS: float64(total) / secs, GBps: float64(total) * float64(*size) / secs / 1e9, Errors: errs}
+			OpsPerS: float64(total) / secs, GBps: float64(total) * float64(*size) / secs / 1e9, Errors: errs,
+			Transports: tr}
 	}
 	put := func(w *worker, k string) error {
 		return c.PutFrom(ctx, k, w.buf.Addr(), *size, client.ReplicateConfig{})
@@ -266,4 +294,91 @@ func latency() error {
 		GetP50us: pct(gets, 0.5), GetP99us: pct(gets, 0.99),
 		PutErrors: perr, RPCErrors: rerr, GetErrorsN: gerr,
 	})
+}
+
+// redisRun measures SET then GET of -size bytes with -threads clients, one
+// connection and one key each, against redis-server at -redis.
+func redisRun() error {
+	per := max(*ops / *threads, 1)
+	conns := make([]net.Conn, *threads)
+	for t := range conns {
+		c, err := net.DialTimeout("tcp", *redisAt, 10*time.Second)
+		if err != nil {
+			return fmt.Errorf("redis: %w", err)
+		}
+		defer c.Close()
+		conns[t] = c
+	}
+	val := make([]byte, *size)
+	for i := range val {
+		val[i] = byte(i * 7)
+	}
+	phase := func(name string, f func(c net.Conn, r *bufio.Reader, key string, buf []byte) error) (Result, error) {
+		var wg sync.WaitGroup
+		errs := make([]error, len(conns))
+		start := time.Now()
+		for t, c := range conns {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				r := bufio.NewReaderSize(c, 64<<10)
+				buf := make([]byte, *size+2)
+				key := fmt.Sprintf("%s_redis_%d_%d", *prefix, *size, t)
+				for range per {
+					if err := f(c, r, key, buf); err != nil {
+						errs[t] = err
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		secs := time.Since(start).Seconds()
+		if err := errors.Join(errs...); err != nil {
+			return Result{}, fmt.Errorf("redis %s: %w", name, err)
+		}
+		total := per * len(conns)
+		return Result{Op: name, Size: *size, Threads: len(conns), Ops: total, Seconds: secs,
+			OpsPerS: float64(total) / secs, GBps: float64(total) * float64(*size) / secs / 1e9}, nil
+	}
+	set := func(c net.Conn, r *bufio.Reader, key string, _ []byte) error {
+		hdr := fmt.Appendf(nil, "*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n", len(key), key, len(val))
+		bufs := net.Buffers{hdr, val, []byte("\r\n")}
+		if _, err := bufs.WriteTo(c); err != nil {
+			return err
+		}
+		line, err := r.ReadString('\n')
+		if err == nil && line != "+OK\r\n" {
+			err = fmt.Errorf("SET answered %q", line)
+		}
+		return err
+	}
+	get := func(c net.Conn, r *bufio.Reader, key string, buf []byte) error {
+		if _, err := fmt.Fprintf(c, "*2\r\n$3\r\nGET\r\n$%d\r\n%s\r\n", len(key), key); err != nil {
+			return err
+		}
+		line, err := r.ReadString('\n')
+		if err != nil {
+			return err
+		}
+		if n, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(line, "$"))); err != nil || n != len(val) {
+			return fmt.Errorf("GET answered %q", line)
+		}
+		_, err = io.ReadFull(r, buf)
+		return err
+	}
+	enc := json.NewEncoder(os.Stdout)
+	for _, p := range []struct {
+		name string
+		f    func(net.Conn, *bufio.Reader, string, []byte) error
+	}{{"put", set}, {"get", get}} {
+		r, err := phase(p.name, p.f)
+		if err != nil {
+			return err
+		}
+		if err := enc.Encode(r); err != nil {
+			return err
+		}
+	}
+	return nil
 }
