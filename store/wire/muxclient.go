@@ -229,6 +229,15 @@ type muxConn struct {
 	lastRead atomic.Int64
 	// tok holds the reader role: receive it to read, send it back after.
 	tok chan struct{}
+	// w coalesces concurrent requests: while one caller writes, the others
+	// append their frames to queue, and the writer sends them in its next
+	// write.
+	w struct {
+		sync.Mutex
+		busy  bool   // a caller is writing
+		queue []byte // frames waiting for the writer
+		spare []byte // the other buffer of the pair
+	}
 	// r and fr belong to the reader role.
 	r  *bufio.Reader
 	fr frameReader
@@ -369,6 +378,42 @@ func (mc *muxConn) readFor(ctx context.Context, id uint32, p *muxPending, deadli
 	}
 }
 
+// send writes frame, or queues it for the caller that is writing now (one
+// write carries the frames that queued meanwhile). A write error fails the
+// connection, and so every call in flight. It does not keep frame.
+func (mc *muxConn) send(frame []byte) {
+	mc.w.Lock()
+	if mc.w.busy {
+		mc.w.queue = append(mc.w.queue, frame...)
+		mc.w.Unlock()
+		return
+	}
+	mc.w.busy = true
+	mc.w.Unlock()
+	out := frame
+	for {
+		if _, err := mc.c.Write(out); err != nil {
+			mc.w.Lock()
+			mc.w.busy = false
+			mc.w.queue = mc.w.queue[:0]
+			mc.w.Unlock()
+			mc.fail(err)
+			return
+		}
+		mc.w.Lock()
+		if &out[0] != &frame[0] && cap(out) <= muxPoolMaxBytes {
+			mc.w.spare = out[:0] // written: reusable
+		}
+		if len(mc.w.queue) == 0 {
+			mc.w.busy = false
+			mc.w.Unlock()
+			return
+		}
+		out, mc.w.queue, mc.w.spare = mc.w.queue, mc.w.spare, nil
+		mc.w.Unlock()
+	}
+}
+
 // forget removes a call that stopped waiting; false means it was answered
 // meanwhile (p.done has it).
 func (mc *muxConn) forget(id uint32) bool {
@@ -413,11 +458,8 @@ func (c *MuxClient) invoke(ctx context.Context, m MuxMethod, in, out proto.Messa
 	mc.mu.pending[id] = p
 	mc.mu.Unlock()
 	sent := time.Now()
-	_, werr := mc.c.Write(frame) // one Write per frame: net.Conn does not interleave them
+	mc.send(frame)
 	putBuf(buf)
-	if werr != nil {
-		mc.fail(werr) // answers p too
-	}
 
 	deadline, _ := ctx.Deadline()
 	if _, ok := ctx.Deadline(); !ok && ctx.Done() != nil {
