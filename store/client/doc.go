@@ -6,7 +6,8 @@
 // with the transfer engine (engine/), never through the master. Replicas in
 // its own segment are served by memcpy.
 //
-// The master is reached over gRPC (store/wire): a "host:port" address, an
+// The master is reached over mux, or over gRPC when it does not speak mux
+// or Config.MasterRPC says so (store/wire): a "host:port" address, an
 // "etcd://h1:2379;h2:2379" HA cluster whose leader the client follows
 // (store/ha), or an embedded in-process master ("" or "embedded", started
 // through Config.StartEmbeddedMaster; store/embedded wires it, since this
@@ -16,6 +17,6 @@
 // without restarting themselves.
 //
 // Ownership: a Client owns its engine (unless Config.Engine was given), its
-// memory mappings, its gRPC connection, its etcd client and its embedded
+// memory mappings, its master connection, its etcd client and its embedded
 // master; Close releases all of them.
 package client
