@@ -81,6 +81,9 @@ func ServeMuxConn(ctx context.Context, conn net.Conn, srv MasterServer) error {
 		if cap(out) > 4*muxBufBytes {
 			out = make([]byte, MuxHeaderBytes, 4<<10) // do not keep a huge answer's buffer
 		}
+		if cap(body) > 4*muxBufBytes {
+			body = nil // nor a huge request's
+		}
 		// Flush once no further whole request is already buffered: answers
 		// to requests that arrived together leave in one write.
 		if !wholeFrameBuffered(r) {
