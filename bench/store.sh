@@ -42,10 +42,11 @@
 #   OPS=2000 TRIALS=5 bench/store.sh
 #   BASELINE_BIN=/tmp/old/bin bench/store.sh   # also an older build
 #
-# Environment: OPS (operations per phase at 1 MiB, half at 4 MiB; default
-# 1000), TRIALS (default 3), BASELINE_BIN (a directory holding kvferry-master
-# and storebench built from another commit: its remote numbers are measured
-# in the same trials and shown beside ours).
+# Environment: OPS (operations per phase at 1 MiB, a quarter at 4 MiB: OPS
+# MiB per phase; default 1000), TRIALS (default 3), BASELINE_BIN (a
+# directory holding kvferry-master and storebench built from another
+# commit: its remote numbers are measured in the same trials and shown
+# beside ours). Memory: each holder lends 4 GiB, the embedded run 2 GiB.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OPS="${OPS:-1000}"
@@ -72,7 +73,10 @@ LOAD_START=$(load)
 start_remote() {
   local name=$1 bin=$2 d="$T/$1"
   mkdir -p "$d"
-  "$bin/kvferry-master" --port=0 --rpc_address=127.0.0.1 --enable_metric_reporting=false > "$d/master.out" 2> "$d/master.err" &
+  # Leases of 2 s (default 10 s): each trial's objects, removed after
+  # being read, free their space before the next trial needs it.
+  "$bin/kvferry-master" --port=0 --rpc_address=127.0.0.1 --enable_metric_reporting=false --default_kv_lease_ttl=2000 \
+    > "$d/master.out" 2> "$d/master.err" &
   pids+=($!)
   for _ in $(seq 1 100); do grep -q '^listening on' "$d/master.out" 2>/dev/null && break; sleep 0.1; done
   local addr
@@ -101,8 +105,7 @@ for _ in $(seq 1 100); do redis-cli -p "$RPORT" ping >/dev/null 2>&1 && break; s
 R="$T/results"
 mkdir -p "$R"
 for size in 1048576 4194304; do
-  ops=$OPS
-  [ "$size" -gt 1048576 ] && ops=$((OPS / 2))
+  ops=$((OPS * 1048576 / size)) # the same bytes (OPS MiB) per phase at every size
   for th in 1 4; do
     for trial in $(seq 1 "$TRIALS"); do
       cell="$R/${size}_${th}_${trial}"
