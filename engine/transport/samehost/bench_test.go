@@ -2,6 +2,7 @@ package samehost_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 
 	"gotest.tools/v3/assert"
@@ -59,6 +60,65 @@ func benchOne(b *testing.B, tr string, bs uint64) {
 	for range b.N {
 		if err := a.Transfer(context.Background(), reqs); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkSmall measures small submissions, where the hand-off to a copy
+// goroutine costs as much as the copy: one request per batch (as a store
+// get or put makes), and batches of 64 KiB requests of a few MiB in all,
+// both directions, from one goroutine and from two.
+func BenchmarkSmall(b *testing.B) {
+	type shape struct {
+		name      string
+		n, each   uint64
+		op        engine.OpCode
+		submitter int
+	}
+	var shapes []shape
+	for _, op := range []engine.OpCode{engine.OpWrite, engine.OpRead} {
+		for _, bs := range []uint64{64 << 10, 256 << 10, 1 << 20, 2 << 20, 4 << 20} {
+			shapes = append(shapes, shape{op.String() + "/1x" + human(bs), 1, bs, op, 1})
+		}
+		for _, n := range []uint64{16, 32, 64} {
+			shapes = append(shapes, shape{op.String() + "/" + itoa(n) + "x64KiB", n, 64 << 10, op, 1})
+		}
+		shapes = append(shapes, shape{op.String() + "/2g-1x1MiB", 1, 1 << 20, op, 2})
+	}
+	for _, tr := range []string{"cma", "local"} {
+		a, e2 := newBenchEngine(b, tr, tr), newBenchEngine(b, tr, tr)
+		const span = 16 << 20
+		src := newBenchBuf(b, a, 2*span)
+		dst := newBenchBuf(b, e2, 2*span)
+		seg, err := a.OpenSegment(context.Background(), e2.SegmentName())
+		assert.NilError(b, err)
+		for _, sh := range shapes {
+			b.Run(tr+"/"+sh.name, func(b *testing.B) {
+				reqs := make([][]engine.Request, sh.submitter)
+				for g := range reqs {
+					for i := range sh.n {
+						off := uint64(g)*span + i*sh.each
+						reqs[g] = append(reqs[g], engine.Request{Op: sh.op, Source: src.Addr() + uintptr(off), Target: seg, TargetOffset: uint64(dst.Addr()) + off, Length: sh.each})
+					}
+				}
+				b.SetBytes(int64(sh.n*sh.each) * int64(sh.submitter))
+				b.ReportAllocs()
+				b.ResetTimer()
+				var wg sync.WaitGroup
+				for g := range sh.submitter {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for range b.N {
+							if err := a.Transfer(context.Background(), reqs[g]); err != nil {
+								b.Error(err)
+								return
+							}
+						}
+					}()
+				}
+				wg.Wait()
+			})
 		}
 	}
 }
