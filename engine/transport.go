@@ -30,13 +30,16 @@ func (o OpCode) String() string {
 
 // Transport moves slices between local registered memory and a peer.
 //
-// Contract: Submit never blocks on the network; it queues the slices and
-// returns. The transport calls Complete exactly once for every slice it was
-// given, from any goroutine, possibly before Submit returns, and within the
-// transport's own deadlines (a dead or silent peer completes slices with an
-// error; nothing waits forever). A slice whose batch was canceled before it
-// reached the wire is completed with ErrCanceled without touching memory.
-// The transport may touch a slice's local memory only between Submit and
+// Contract: Submit never blocks on the network or waits for a peer; it
+// queues the slices and returns. It may instead move a small submission
+// itself, doing a bounded amount of local work that the transport
+// documents (cma copies up to its inline size in Submit). The transport
+// calls Complete exactly once for every slice it was given, from any
+// goroutine, possibly before Submit returns, and within the transport's own
+// deadlines (a dead or silent peer completes slices with an error; nothing
+// waits forever). A slice whose batch was canceled before it reached the
+// wire is completed with ErrCanceled without touching memory. The
+// transport may touch a slice's local memory only between Submit and
 // Complete. After Close, Submit completes every slice with ErrClosed.
 // Implementations are safe for concurrent use.
 type Transport interface {

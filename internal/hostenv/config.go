@@ -73,6 +73,7 @@ func Set(name string) bool {
 //	KVFERRY_SHM_CHUNK_BYTES           shm staging chunk size in bytes (64 KiB - 64 MiB)
 //	KVFERRY_SHM_CHUNKS                shm staging chunks per session (1-64)
 //	KVFERRY_CMA_ALLOW_PTRACER         owner lets any same-user process ptrace it (yama ptrace_scope=1)
+//	KVFERRY_CMA_INLINE_BYTES          largest cma submission copied by the submitting thread (0 = never)
 //	MC_METADATA_CLUSTER_ID            metadata key prefix mooncake/<id>/
 //	KVFERRY_METADATA_REPUBLISH_SEC    how often http/etcd entries are written again
 //	KVFERRY_ETCD_LEASE_TTL_SEC        etcd lease TTL of an engine's entries
@@ -129,6 +130,12 @@ func StackConfig() stack.Config {
 		c.SameHost.ShmChunks = int(n)
 	}
 	c.SameHost.AllowAnyPtracer = flag("KVFERRY_CMA_ALLOW_PTRACER")
+	if n, ok := integer("KVFERRY_CMA_INLINE_BYTES"); ok && n >= 0 && n <= 1<<30 {
+		c.SameHost.CMAInlineBytes = n
+		if n == 0 {
+			c.SameHost.CMAInlineBytes = -1
+		}
+	}
 	if v, ok := str("MC_METADATA_CLUSTER_ID"); ok {
 		c.Metadata.KV.ClusterID = strings.TrimSpace(v)
 	}

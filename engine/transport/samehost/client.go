@@ -219,7 +219,7 @@ func (b *base) dial(p *engine.Peer, sock string) (*session, error) {
 	_ = c.SetDeadline(time.Now().Add(timeout))
 	h := hello{kind: b.kind}
 	if b.kind == kindCMA {
-		h.slots = uint32(b.cfg.Workers)
+		h.slots = uint32(b.cfg.cmaSlots())
 	} else {
 		h.chunks, h.chunkBytes = uint32(b.cfg.ShmChunks), b.cfg.ShmChunkBytes
 	}
@@ -387,6 +387,20 @@ func (s *session) deathErr() error {
 	return fmt.Errorf("segment %q: %w", s.peer, s.err)
 }
 
+// acquire takes a reference for a job; false when the last reference is
+// already gone (the session was replaced and unmapped meanwhile).
+func (s *session) acquire() bool {
+	for {
+		n := s.refs.Load()
+		if n <= 0 {
+			return false
+		}
+		if s.refs.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
 func (s *session) release() {
 	if s.refs.Add(-1) != 0 {
 		return
@@ -460,8 +474,12 @@ func (b *base) submit(p *engine.Peer, slices []*engine.Slice, q chan<- job) {
 	}
 	per := max(1, (len(slices)+b.cfg.Workers-1)/b.cfg.Workers)
 	for lo := 0; lo < len(slices); lo += per {
-		s.refs.Add(1)
-		q <- job{s: s, slices: slices[lo:min(lo+per, len(slices))]}
+		part := slices[lo:min(lo+per, len(slices))]
+		if !s.acquire() {
+			failAll(part, fmt.Errorf("%s: session to segment %q closed: %w", b.name, p.Name, ErrPeerGone))
+			continue
+		}
+		q <- job{s: s, slices: part}
 	}
 }
 

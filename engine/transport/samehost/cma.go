@@ -3,6 +3,7 @@ package samehost
 import (
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 
@@ -14,9 +15,17 @@ import (
 // process_vm_readv/writev: one copy, done by the kernel in the initiator's
 // thread. Ranges are validated against the owner's registration mirror
 // under the epoch protocol described in the package comment.
+//
+// A small submission is copied by the goroutine that submits it (see
+// Submit); the rest goes to the workers.
 type CMA struct {
 	base
 	q chan job
+	// inline holds the free inline copiers; each owns epoch slot
+	// Workers+k of every session. Nil when the inline path is off.
+	inline chan *cmaWorker
+	// inlined counts the submissions copied inline.
+	inlined atomic.Uint64
 }
 
 var _ engine.Transport = (*CMA)(nil)
@@ -26,6 +35,12 @@ func NewCMA(e *engine.Engine, cfg Config) *CMA {
 	t := &CMA{}
 	t.init(e, NameCMA, kindCMA, cfg)
 	t.q = make(chan job, 1024)
+	if n := t.cfg.inlineSlots(); n > 0 {
+		t.inline = make(chan *cmaWorker, n)
+		for k := range n {
+			t.inline <- &cmaWorker{t: t, id: t.cfg.Workers + k}
+		}
+	}
 	for i := range t.cfg.Workers {
 		t.work.Add(1)
 		go t.runWorker(i)
@@ -41,11 +56,27 @@ func (t *CMA) Reaches(p *engine.Peer) bool {
 	return s != nil && s.ctl.word(ctlOffOverflow).Load() == 0
 }
 
+// Inlined returns the number of submissions copied by the goroutine that
+// submitted them.
+func (t *CMA) Inlined() uint64 { return t.inlined.Load() }
+
 // SliceSize returns the cma slice size.
 func (t *CMA) SliceSize() uint64 { return t.cfg.CMASliceSize }
 
-// Submit queues the slices for the workers.
+// Submit copies a small submission itself and queues any other for the
+// workers. A submission is small when its slices number at most 1024 and
+// hold at most CMAInlineBytes together; it is copied here when one of the
+// CMAInlineSlots inline slots is free, and queued otherwise. The work Submit
+// then does is bounded by that size: a read of the owner's registration
+// mirror (giving up after about a millisecond of a table locked by its
+// writer), one process_vm_readv or process_vm_writev per direction (a
+// kernel copy of at most CMAInlineBytes, page faults included), and the
+// slices' completions. It never waits for the owner process or a socket.
 func (t *CMA) Submit(p *engine.Peer, slices []*engine.Slice) {
+	if w := t.inlineCopier(slices); w != nil {
+		t.copyInline(w, p, slices)
+		return
+	}
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	if t.stopped {
@@ -66,7 +97,51 @@ func (t *CMA) Close() error {
 	return nil
 }
 
-// cmaWorker is one copy goroutine's scratch, allocated once.
+// inlineCopier returns a free inline copier when slices are small enough to
+// be copied by the submitting goroutine, or nil.
+func (t *CMA) inlineCopier(slices []*engine.Slice) *cmaWorker {
+	if t.inline == nil || len(slices) > inlineMaxSlices {
+		return nil
+	}
+	var n uint64
+	for _, sl := range slices {
+		n += sl.Length
+	}
+	if n > uint64(t.cfg.CMAInlineBytes) {
+		return nil
+	}
+	select {
+	case w := <-t.inline:
+		return w
+	default:
+		return nil
+	}
+}
+
+// copyInline copies slices in the calling goroutine with the inline copier
+// w, which it then frees. It holds the submit lock for reading, so that
+// Close waits for it as for the workers.
+func (t *CMA) copyInline(w *cmaWorker, p *engine.Peer, slices []*engine.Slice) {
+	defer func() { t.inline <- w }()
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	if t.stopped {
+		failAll(slices, engine.ErrClosed)
+		return
+	}
+	s := t.sessionFor(p, false)
+	if s == nil || !s.acquire() {
+		failAll(slices, fmt.Errorf("%s: no session to segment %q: %w", t.name, p.Name, ErrPeerGone))
+		return
+	}
+	t.inlined.Add(1)
+	w.run(job{s: s, slices: slices})
+	s.release()
+}
+
+// cmaWorker is one copy goroutine's scratch, allocated once. The workers'
+// ids are 0..Workers-1 and the inline copiers' follow; an id is the index
+// of the epoch slot its owner uses in every session.
 type cmaWorker struct {
 	t      *CMA
 	id     int

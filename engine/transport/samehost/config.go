@@ -21,6 +21,12 @@ const (
 	// DefaultCMASliceSize is the slice size of cma: large requests are cut
 	// so that the workers copy them in parallel.
 	DefaultCMASliceSize = 4 << 20
+	// DefaultCMAInlineBytes is the largest submission that the submitting
+	// goroutine copies itself over cma.
+	DefaultCMAInlineBytes = 2 << 20
+	// DefaultCMAInlineSlots is how many goroutines may copy inline at once
+	// over cma.
+	DefaultCMAInlineSlots = 4
 	// DefaultShmChunkBytes is the size of one staging chunk of shm.
 	DefaultShmChunkBytes = 2 << 20
 	// DefaultShmChunks is the number of staging chunks per shm session.
@@ -33,6 +39,9 @@ const (
 	maxChunkBytes = 64 << 20
 	// iovMax is the kernel's limit of iovecs per process_vm_* call.
 	iovMax = 1024
+	// inlineMaxSlices caps the slices of a submission that cma copies
+	// inline (one process_vm_* call per direction).
+	inlineMaxSlices = iovMax
 	// callBytes is about the most one process_vm_* call moves, so that an
 	// owner's death is noticed after at most this much copying.
 	callBytes = 16 << 20
@@ -45,6 +54,18 @@ type Config struct {
 	Workers int
 	// CMASliceSize is the slice size of cma (default 4 MiB).
 	CMASliceSize uint64
+	// CMAInlineBytes is the largest submission (its slices' bytes
+	// together, at most 1024 slices) that cma copies in the submitting
+	// goroutine instead of handing it to a worker, which costs two thread
+	// switches (default 2 MiB; a negative value turns the inline path off;
+	// KVFERRY_CMA_INLINE_BYTES, where 0 turns it off).
+	CMAInlineBytes int64
+	// CMAInlineSlots is how many goroutines may copy inline at once; each
+	// holds an epoch slot of its own in every cma session, beside the
+	// workers' (default 4, at most 64 minus Workers; a negative value turns
+	// the inline path off). A submission finding every inline slot busy
+	// goes to the workers.
+	CMAInlineSlots int
 	// ShmChunkBytes is the staging chunk size an shm initiator asks for
 	// (default 2 MiB, 64 KiB - 64 MiB; KVFERRY_SHM_CHUNK_BYTES).
 	ShmChunkBytes uint64
@@ -73,6 +94,16 @@ func (c Config) withDefaults(e *engine.Engine) Config {
 	if c.CMASliceSize == 0 {
 		c.CMASliceSize = DefaultCMASliceSize
 	}
+	if c.CMAInlineBytes == 0 {
+		c.CMAInlineBytes = DefaultCMAInlineBytes
+	}
+	if c.CMAInlineSlots == 0 {
+		c.CMAInlineSlots = DefaultCMAInlineSlots
+	}
+	if c.CMAInlineBytes < 0 || c.CMAInlineSlots < 0 {
+		c.CMAInlineBytes, c.CMAInlineSlots = -1, -1
+	}
+	c.CMAInlineSlots = min(c.CMAInlineSlots, maxSlots-c.Workers)
 	if c.ShmChunkBytes == 0 {
 		c.ShmChunkBytes = DefaultShmChunkBytes
 	}
@@ -89,6 +120,13 @@ func (c Config) withDefaults(e *engine.Engine) Config {
 	}
 	return c
 }
+
+// inlineSlots returns the number of inline copiers of cma (0 when off).
+func (c Config) inlineSlots() int { return max(c.CMAInlineSlots, 0) }
+
+// cmaSlots returns the epoch slots a cma initiator asks of every owner:
+// one per worker, then one per inline copier.
+func (c Config) cmaSlots() int { return c.Workers + c.inlineSlots() }
 
 // clampChunkBytes keeps a chunk size within limits, in whole pages.
 func clampChunkBytes(n uint64) uint64 {

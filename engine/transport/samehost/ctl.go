@@ -39,8 +39,10 @@ const (
 )
 
 // Slot pages: one per cma session, read-write on both sides; slot i is the
-// word at i*slotStride. An initiator worker stores the epoch it works in
-// before it validates and copies, and 0 when done.
+// word at i*slotStride. The initiator asks for Workers+CMAInlineSlots slots
+// in its hello: slot i < Workers belongs to worker i, and slot Workers+k to
+// inline copier k. Each stores the epoch it works in before it validates
+// and copies, and 0 when done; the owner drains every slot it granted.
 const (
 	slotStride = 64 // one cache line per slot
 	slotBytes  = 4096

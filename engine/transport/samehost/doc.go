@@ -20,7 +20,8 @@
 // # cma
 //
 // The session passes the control page (read-only to the initiator) and a
-// page of epoch slots (one per initiator worker). The initiator first reads
+// page of epoch slots: one per initiator worker, then one per inline
+// copier (the owner treats them all alike). The initiator first reads
 // the owner's random nonce with process_vm_readv: this proves that the
 // kernel allows the access and that the pid is the owner. When the kernel
 // refuses (EPERM: a different user without CAP_SYS_PTRACE, yama
@@ -31,7 +32,11 @@
 // For every batch a worker stores the current epoch in its slot, re-reads
 // the epoch (retrying if it moved), validates every range against the
 // mirror under a seqlock, copies with process_vm_readv/writev (up to 1024
-// ranges per call, resuming partial transfers), and clears its slot. When a
+// ranges per call, resuming partial transfers), and clears its slot. A
+// small batch (Config.CMAInlineBytes, at most 1024 slices) skips the hand-off
+// to a worker: the submitting goroutine takes a free inline copier, whose
+// slot it uses exactly as a worker uses its own, and copies in Submit;
+// with every inline copier busy the batch goes to the workers. When a
 // region is unregistered, the engine republishes its descriptor; the node
 // then rewrites the mirror, bumps the epoch and waits until no slot holds
 // an older epoch before UnregisterMemory returns. Hence:

@@ -25,6 +25,7 @@ import (
 
 	"github.com/kvferry/kvferry/engine"
 	"github.com/kvferry/kvferry/engine/stack"
+	"github.com/kvferry/kvferry/engine/transport/samehost"
 	"github.com/kvferry/kvferry/internal/cmem"
 	"github.com/kvferry/kvferry/internal/hostenv"
 	"github.com/kvferry/kvferry/internal/testutil"
@@ -166,7 +167,7 @@ func ownerLoop(e *engine.Engine, buf *cmem.Map, reply func(string, ...any)) int 
 //	wbatch addr n each seed  n writes of each bytes, 2*each apart, in one batch
 //	mixed addr len seed      one batch: a write to the owner and a local copy
 //	loop addr len            64 MiB writes until killed ("started" after the first)
-//	metrics                  slices per transport
+//	metrics                  slices per transport, cma submissions copied inline
 //	quit
 func initiatorLoop(e *engine.Engine, seg engine.SegmentID, buf *cmem.Map, reply func(string, ...any)) int {
 	sc := bufio.NewScanner(os.Stdin)
@@ -240,7 +241,11 @@ func initiatorLoop(e *engine.Engine, seg engine.SegmentID, buf *cmem.Map, reply 
 			}
 		case "metrics":
 			m := e.Metrics().SlicesByTransport
-			reply("metrics local=%d cma=%d shm=%d tcp=%d", m["local"], m["cma"], m["shm"], m["tcp"])
+			var inlined uint64
+			if t, ok := e.Transport(samehost.NameCMA).(*samehost.CMA); ok {
+				inlined = t.Inlined()
+			}
+			reply("metrics local=%d cma=%d shm=%d tcp=%d inlined=%d", m["local"], m["cma"], m["shm"], m["tcp"], inlined)
 		case "quit":
 			return 0
 		}

@@ -24,12 +24,22 @@ func newEngine(t *testing.T, force string, transports ...string) *engine.Engine 
 
 func newBenchEngine(t testing.TB, force string, transports ...string) *engine.Engine {
 	t.Helper()
+	return newEngineWith(t, samehost.Config{}, force, transports...)
+}
+
+// newEngineWith starts an engine with cfg (small shm chunks unless cfg
+// names others).
+func newEngineWith(t testing.TB, cfg samehost.Config, force string, transports ...string) *engine.Engine {
+	t.Helper()
 	if len(transports) == 0 {
 		transports = []string{samehost.NameCMA, samehost.NameShm, "tcp"}
 	}
+	if cfg.ShmChunkBytes == 0 {
+		cfg.ShmChunkBytes, cfg.ShmChunks = 256<<10, 4
+	}
 	e, err := stack.New(context.Background(), stack.Config{
 		Engine:   engine.Config{LocalServerName: "127.0.0.1", Transports: transports, ForceTransport: force, TransferTimeout: 5 * time.Second},
-		SameHost: samehost.Config{ShmChunkBytes: 256 << 10, ShmChunks: 4},
+		SameHost: cfg,
 	})
 	assert.NilError(t, err)
 	t.Cleanup(func() { e.Close() })
@@ -54,15 +64,21 @@ func newBenchBuf(t testing.TB, e *engine.Engine, n uint64) *cmem.Map {
 
 // TestInProcess runs both transports between two engines of this process
 // (process_vm_* to one's own pid is allowed), with sizes around the staging
-// chunk size and batches of many small requests.
+// chunk size and batches of many small requests; cma both with its inline
+// path and with workers only.
 func TestInProcess(t *testing.T) {
-	for _, tr := range []string{samehost.NameCMA, samehost.NameShm, ""} {
-		name := tr
-		if name == "" {
-			name = "auto"
-		}
-		t.Run(name, func(t *testing.T) {
-			a, b := newEngine(t, tr), newEngine(t, tr)
+	for _, tc := range []struct {
+		name, tr string
+		cfg      samehost.Config
+	}{
+		{"cma", samehost.NameCMA, samehost.Config{}},
+		{"cma-workers", samehost.NameCMA, samehost.Config{CMAInlineBytes: -1}},
+		{"shm", samehost.NameShm, samehost.Config{}},
+		{"auto", "", samehost.Config{}},
+	} {
+		tr := tc.tr
+		t.Run(tc.name, func(t *testing.T) {
+			a, b := newEngineWith(t, tc.cfg, tr), newEngineWith(t, tc.cfg, tr)
 			src := newBuf(t, a, 8<<20)
 			back := newBuf(t, a, 8<<20)
 			dst := newBuf(t, b, 8<<20)

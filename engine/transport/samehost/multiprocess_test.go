@@ -86,7 +86,7 @@ func (o *owner) refusals(t *testing.T, c *child) {
 func metrics(t *testing.T, c *child) map[string]uint64 {
 	t.Helper()
 	f := strings.Fields(c.do("metrics"))
-	assert.Assert(t, len(f) == 5 && f[0] == "metrics")
+	assert.Assert(t, len(f) == 6 && f[0] == "metrics")
 	m := map[string]uint64{}
 	for _, kv := range f[1:] {
 		k, v, _ := strings.Cut(kv, "=")
@@ -259,19 +259,32 @@ func TestInitiatorKilled(t *testing.T) {
 }
 
 // TestUnregisterWaitsForCMA unregisters a region while a cma initiator
-// writes into it in a loop: once UnregisterMemory returned, the region
-// must not change any more (the epoch drain), and the initiator's next
-// writes fail as rejected.
+// writes into it in a loop, through the workers (64 MiB writes) and inline
+// (1 MiB writes, copied by the submitting goroutine): once
+// UnregisterMemory returned, the region must not change any more (the
+// epoch drain), and the initiator's next writes fail as rejected.
 func TestUnregisterWaitsForCMA(t *testing.T) {
 	o := newOwner(t)
-	victim := newBuf(t, o.e, 64<<20)
-	c := startChild(t, childOpts{role: "initiator", env: []string{"KVFERRY_TRANSPORT=cma", ownerEnv + "=" + o.e.SegmentName()}})
-	_, err := fmt.Fprintf(c.in, "loop %d %d\n", victim.Addr(), 64<<20)
-	assert.NilError(t, err)
-	assert.Equal(t, c.read(30*time.Second), "started")
-	assert.NilError(t, o.e.UnregisterMemory(victim.Addr()))
-	clear(victim.Bytes())
-	r := c.read(30 * time.Second)
-	assert.Assert(t, strings.HasPrefix(r, "err rejected"), r)
-	assert.Assert(t, bytes.Equal(victim.Bytes(), make([]byte, victim.Len())), "written after UnregisterMemory returned")
+	for _, tc := range []struct {
+		name   string
+		size   uint64
+		inline bool
+	}{
+		{"workers", 64 << 20, false},
+		{"inline", 1 << 20, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			victim := newBuf(t, o.e, 64<<20)
+			c := startChild(t, childOpts{role: "initiator", env: []string{"KVFERRY_TRANSPORT=cma", ownerEnv + "=" + o.e.SegmentName()}})
+			_, err := fmt.Fprintf(c.in, "loop %d %d\n", victim.Addr(), tc.size)
+			assert.NilError(t, err)
+			assert.Equal(t, c.read(30*time.Second), "started")
+			assert.NilError(t, o.e.UnregisterMemory(victim.Addr()))
+			clear(victim.Bytes())
+			r := c.read(30 * time.Second)
+			assert.Assert(t, strings.HasPrefix(r, "err rejected"), r)
+			assert.Assert(t, bytes.Equal(victim.Bytes(), make([]byte, victim.Len())), "written after UnregisterMemory returned")
+			assert.Equal(t, metrics(t, c)["inlined"] > 0, tc.inline)
+		})
+	}
 }

@@ -15,6 +15,11 @@ func TestWireGolden(t *testing.T) {
 	assert.Equal(t, hex.EncodeToString(hb[:]),
 		"7366766b"+"0100"+"02"+"00"+"02000000"+"08000000"+"0000200000000000")
 
+	// A cma hello asks for a slot per worker and per inline copier (2 + 4).
+	hello{kind: kindCMA, slots: 6}.encode(hb[:])
+	assert.Equal(t, hex.EncodeToString(hb[:]),
+		"7366766b"+"0100"+"01"+"00"+"06000000"+"00000000"+"0000000000000000")
+
 	var rb [replySize]byte
 	reply{status: statusBusy, nonce: 0x0102030405060708, probeAddr: 0x7f0000001008, slots: 2, chunks: 8, chunkBytes: 1 << 20}.encode(rb[:])
 	assert.Equal(t, hex.EncodeToString(rb[:]),

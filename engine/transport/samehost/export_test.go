@@ -1,0 +1,37 @@
+package samehost
+
+import "github.com/kvferry/kvferry/engine"
+
+// HoldLastSlot stores the owner's current epoch in the last epoch slot (an
+// inline copier's) of t's session to p, as a copy in progress does, and
+// returns the session's slot count and a function that clears the slot.
+func HoldLastSlot(t *CMA, p *engine.Peer) (slots int, clear func()) {
+	s := t.sessionFor(p, false)
+	if s == nil {
+		return 0, func() {}
+	}
+	w := slotWord(s.slots, s.nslots-1)
+	w.Store(s.ctl.epoch())
+	return s.nslots, func() { w.Store(0) }
+}
+
+// TakeInlineCopiers takes every free inline copier of t, so that
+// submissions go to the workers, and returns a function that gives them
+// back.
+func TakeInlineCopiers(t *CMA) (giveBack func()) {
+	var ws []*cmaWorker
+	for {
+		select {
+		case w := <-t.inline:
+			ws = append(ws, w)
+			continue
+		default:
+		}
+		break
+	}
+	return func() {
+		for _, w := range ws {
+			t.inline <- w
+		}
+	}
+}
