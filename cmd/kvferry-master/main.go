@@ -10,6 +10,10 @@
 // its address at mooncake-store/<cluster_id>/master_view, where clients
 // with master_server_addr "etcd://h1:2379;h2:2379" find it.
 //
+// Beyond mooncake_master: --put_grant_bytes and --put_grant_lease tune the
+// put grants that let clients put with one master round trip instead of
+// two (store/master grants.go).
+//
 // With --enable_http_metadata_server it also serves Mooncake's HTTP
 // metadata protocol on --http_metadata_server_port (8080), so transfer
 // engines can use "http://<master>:8080/metadata".
@@ -136,6 +140,10 @@ func parse(args []string) (*options, error) {
 	fs.Var(secDuration{&cfg.PutStartReleaseTimeout}, "put_start_release_timeout_sec", "seconds after which an unfinished put's space is reclaimed")
 	fs.StringVar(&cfg.AllocationStrategy, "allocation_strategy", master.DefaultAllocationStrategy, "random or free_ratio_first")
 	memAlloc := fs.String("memory_allocator", "offset", "allocator inside a segment (offset)")
+	grantBytes := fs.Uint64("put_grant_bytes", master.DefaultGrantBytes,
+		"size of the put grants that give clients one-round-trip puts (kvferry; 0: none, every put is PutStart and PutEnd)")
+	fs.Var(msDuration{&cfg.GrantLease}, "put_grant_lease",
+		"how long a client may write into a put grant after its last confirmation, in ms or a duration (kvferry; default 3 s, at most half of --client_ttl)")
 	fs.BoolVar(&cfg.EnableHA, "enable_ha", false, "elect a leader among masters through etcd")
 	haType := fs.String("ha_backend_type", "etcd", "HA backend (etcd)")
 	haConn := fs.String("ha_backend_connstring", "", "HA backend endpoints, e.g. \"h1:2379;h2:2379\"")
@@ -162,6 +170,7 @@ func parse(args []string) (*options, error) {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
 	cfg.Logger = log
 	cfg.KeepSoftPinned = !*allowEvictSoft
+	cfg.GrantBytes, cfg.DisableGrants = *grantBytes, *grantBytes == 0
 	fs.Visit(func(f *flag.Flag) {
 		if _, ok := ignored[f.Name]; ok {
 			log.Warn("flag ignored", "flag", f.Name, "value", f.Value.String())

@@ -26,6 +26,8 @@ func TestParseDefaults(t *testing.T) {
 	assert.Equal(t, c.EnableHA, false)
 	assert.Equal(t, c.KeepSoftPinned, false)
 	assert.Equal(t, o.enableHTTPMeta, false)
+	assert.Equal(t, c.GrantBytes, uint64(master.DefaultGrantBytes))
+	assert.Equal(t, c.DisableGrants, false)
 	assert.NilError(t, c.Validate())
 }
 
@@ -57,6 +59,15 @@ func TestParseMooncakeFlags(t *testing.T) {
 	assert.Equal(t, c.ClusterID, "c7")
 	assert.Equal(t, o.enableHTTPMeta, true)
 	assert.Equal(t, o.httpMetaAddr, "0.0.0.0:0")
+
+	o, err = parse([]string{"--put_grant_bytes=1048576", "--put_grant_lease=800"})
+	assert.NilError(t, err)
+	assert.Equal(t, o.cfg.GrantBytes, uint64(1<<20))
+	assert.Equal(t, o.cfg.GrantLease, 800*time.Millisecond)
+	assert.NilError(t, o.cfg.Validate())
+	o, err = parse([]string{"--put_grant_bytes=0"})
+	assert.NilError(t, err)
+	assert.Equal(t, o.cfg.DisableGrants, true)
 
 	o, err = parse([]string{"--port=7000", "--ha_backend_connstring=etcd://h:1", "--enable_ha", "--enable_metric_reporting=false"})
 	assert.NilError(t, err)

@@ -94,12 +94,29 @@ func (c *Client) batchPut(ctx context.Context, keys []string, addrs []uintptr, s
 	if len(idx) == 0 {
 		return c.countPutErrs(errs, sizes)
 	}
-	rctx, cancel := c.rpcCtx(ctx)
-	resp, err := mc.mc.BatchPutStart(rctx, &wire.BatchPutStartRequest{ClientId: c.clientID, Keys: startKeys,
-		Sizes: startSizes, Config: cfg.toWire(), Upsert: upsert})
-	cancel()
+	var resp *wire.BatchPutStartResponse
+	err = c.allocCall(ctx, &mc, func(mc *masterConn) error {
+		rctx, cancel := c.rpcCtx(ctx)
+		defer cancel()
+		var err error
+		resp, err = mc.mc.BatchPutStart(rctx, &wire.BatchPutStartRequest{ClientId: c.clientID, Keys: startKeys,
+			Sizes: startSizes, Config: cfg.toWire(), Upsert: upsert})
+		if err != nil {
+			return c.rpcErr(err)
+		}
+		// A master that allocates nothing yet answers every key so.
+		for _, r := range resp.GetResults() {
+			if wire.Code(r.GetCode()) != wire.ErrUnavailableInStatus {
+				return nil
+			}
+		}
+		return wire.ErrUnavailableInStatus
+	})
+	if err != nil && resp != nil && wire.CodeOf(err) == wire.ErrUnavailableInStatus {
+		err = nil // per-key answers
+	}
 	if err != nil {
-		err = fmt.Errorf("batch put start: %w", c.rpcErr(err))
+		err = fmt.Errorf("batch put start: %w", err)
 		for _, i := range idx {
 			errs[i] = err
 		}

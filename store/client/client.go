@@ -55,6 +55,7 @@ type Client struct {
 	wg      sync.WaitGroup
 	closed  atomic.Bool
 	metrics metrics
+	grants  grantPool
 }
 
 // masterConn is one connection to a master: mux, gRPC, or (closer nil) an
@@ -66,6 +67,15 @@ type masterConn struct {
 	mc     wire.MasterClient
 	// version is the master's view version last seen in a Ping.
 	version atomic.Uint64
+}
+
+// session returns the mux session of the connection and whether it is up
+// (wire.MuxClient.Session); false for gRPC and in-process masters.
+func (mc *masterConn) session() (uint64, bool) {
+	if m, ok := mc.mc.(*wire.MuxClient); ok {
+		return m.Session()
+	}
+	return 0, false
 }
 
 // New sets up a client: it starts (or takes) a transfer engine, starts the
@@ -165,10 +175,13 @@ func New(ctx context.Context, cfg Config) (_ *Client, err error) {
 	// ReMountSegments registers the client even without a segment, so the
 	// master tracks its liveness from the start.
 	rctx, cancel := context.WithTimeout(ctx, cfg.RPCTimeout)
-	_, err = mc.mc.ReMountSegments(rctx, &wire.ReMountSegmentsRequest{ClientId: c.clientID, Segments: c.segments})
+	mresp, err := mc.mc.ReMountSegments(rctx, &wire.ReMountSegmentsRequest{ClientId: c.clientID, Segments: c.segments})
 	cancel()
 	if err != nil {
 		return nil, fmt.Errorf("store client: mount segment at master %s: %w", mc.addr, wire.FromStatus(err))
+	}
+	if !cfg.NoPutGrants {
+		c.grants.offer(mc, mresp)
 	}
 
 	c.wg.Add(1)
@@ -247,6 +260,10 @@ func (c *Client) Close() error {
 		return nil
 	}
 	if mc := c.conn.Load(); mc != nil {
+		c.grants.retireAll()
+		ctx, cancel := context.WithTimeout(context.Background(), min(c.cfg.RPCTimeout, 2*time.Second))
+		c.returnGrants(ctx, mc, time.Now())
+		cancel()
 		for _, seg := range c.segments {
 			ctx, cancel := context.WithTimeout(context.Background(), min(c.cfg.RPCTimeout, 2*time.Second))
 			_, err := mc.mc.UnmountSegment(ctx, &wire.UnmountSegmentRequest{ClientId: c.clientID, SegmentId: seg.GetId()})
@@ -387,6 +404,7 @@ func (c *Client) runHeartbeat() {
 			return
 		}
 		ctx, cancel := context.WithTimeout(c.ctx, max(c.cfg.PingInterval, 500*time.Millisecond))
+		sent := time.Now()
 		resp, err := mc.mc.Ping(ctx, &wire.PingRequest{ClientId: c.clientID})
 		cancel()
 		if err != nil {
@@ -413,9 +431,11 @@ func (c *Client) runHeartbeat() {
 		if old := mc.version.Swap(resp.GetViewVersion()); old != 0 && old != resp.GetViewVersion() {
 			c.log.Info("master view changed", "master", mc.addr, "version", resp.GetViewVersion())
 		}
+		c.grants.heartbeat(mc, sent, resp)
 		if resp.GetStatus() == wire.ClientStatus_CLIENT_STATUS_NEED_REMOUNT {
 			c.remount(mc)
 		}
+		c.returnGrants(c.ctx, mc, time.Now().Add(-grantIdle))
 	}
 }
 
@@ -423,10 +443,13 @@ func (c *Client) runHeartbeat() {
 func (c *Client) remount(mc *masterConn) {
 	ctx, cancel := context.WithTimeout(c.ctx, c.cfg.RPCTimeout)
 	defer cancel()
-	_, err := mc.mc.ReMountSegments(ctx, &wire.ReMountSegmentsRequest{ClientId: c.clientID, Segments: c.segments})
+	resp, err := mc.mc.ReMountSegments(ctx, &wire.ReMountSegmentsRequest{ClientId: c.clientID, Segments: c.segments})
 	if err != nil {
 		c.log.Warn("remount failed", "master", mc.addr, "err", wire.FromStatus(err))
 		return
+	}
+	if !c.cfg.NoPutGrants {
+		c.grants.offer(mc, resp)
 	}
 	c.metrics.remounts.Add(1)
 	c.log.Info("segments remounted", "master", mc.addr, "segments", len(c.segments))

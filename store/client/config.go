@@ -119,6 +119,10 @@ type Config struct {
 	// round trip several times cheaper (store/wire, mux.go); every kvferry
 	// master serves both on its one port.
 	MasterRPC string
+	// NoPutGrants makes every put take two master round trips (PutStart,
+	// PutEnd). By default a master that offers put grants gets one round
+	// trip per put that fits (PutCommit; store/client grants.go).
+	NoPutGrants bool
 	// RPCTimeout bounds one master call (default 10 s; MC_RPC_TIMEOUT_MS).
 	RPCTimeout time.Duration
 	// PingInterval is the heartbeat period (default 1 s).
@@ -195,7 +199,7 @@ func (c Config) String() string {
 	c = c.withDefaults()
 	return fmt.Sprintf("local_hostname=%s metadata=%s global_segment_size=%d lazy_segment=%v huge_pages=%v "+
 		"local_buffer_size=%d no_local_buffer=%v "+
-		"protocol=%s master=%q master_rpc=%s cluster_id=%s rpc_timeout=%v ping_interval=%v",
+		"protocol=%s master=%q master_rpc=%s put_grants=%v cluster_id=%s rpc_timeout=%v ping_interval=%v",
 		c.LocalHostname, c.MetadataServer, c.GlobalSegmentSize, c.LazySegment, !c.NoHugePages, c.LocalBufferSize, c.NoLocalBuffer,
-		c.Protocol, c.MasterServerAddr, c.MasterRPC, c.ClusterID, c.RPCTimeout, c.PingInterval)
+		c.Protocol, c.MasterServerAddr, c.MasterRPC, !c.NoPutGrants, c.ClusterID, c.RPCTimeout, c.PingInterval)
 }

@@ -8,6 +8,9 @@ type metrics struct {
 	localCopies               atomic.Uint64
 	remounts, masterSwitches  atomic.Uint64
 	pingFailures              atomic.Uint64
+	grantPuts, grantFallbacks atomic.Uint64
+	grantAcquires             atomic.Uint64
+	grantReturns              atomic.Uint64
 }
 
 // Metrics is a snapshot of a client's counters since New.
@@ -34,6 +37,16 @@ type Metrics struct {
 	MasterSwitches uint64
 	// PingFailures counts failed heartbeats.
 	PingFailures uint64
+	// GrantPuts counts puts published with one master round trip
+	// (placed in put grants, PutCommit).
+	GrantPuts uint64
+	// GrantFallbacks counts puts that tried their grants but went the
+	// PutStart/PutEnd way (the commit was refused or failed).
+	GrantFallbacks uint64
+	// GrantAcquires counts AcquireGrants calls.
+	GrantAcquires uint64
+	// GrantReturns counts grants given back to the master.
+	GrantReturns uint64
 }
 
 // Metrics returns a snapshot.
@@ -44,5 +57,7 @@ func (c *Client) Metrics() Metrics {
 		Gets: m.gets.Load(), GetBytes: m.getBytes.Load(), GetErrors: m.getErrors.Load(),
 		LocalCopies: m.localCopies.Load(), Remounts: m.remounts.Load(),
 		MasterSwitches: m.masterSwitches.Load(), PingFailures: m.pingFailures.Load(),
+		GrantPuts: m.grantPuts.Load(), GrantFallbacks: m.grantFallbacks.Load(),
+		GrantAcquires: m.grantAcquires.Load(), GrantReturns: m.grantReturns.Load(),
 	}
 }

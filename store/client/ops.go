@@ -123,12 +123,21 @@ func (c *Client) put(ctx context.Context, key string, data span, cfg ReplicateCo
 	if err != nil {
 		return err
 	}
-	rctx, cancel := c.rpcCtx(ctx)
-	resp, err := mc.mc.PutStart(rctx, &wire.PutStartRequest{ClientId: c.clientID, Key: key, Size: data.size,
-		Config: cfg.toWire(), Upsert: upsert})
-	cancel()
+	if c.grants.eligible(mc, data.size, cfg) {
+		if done, err := c.putGranted(ctx, mc, key, data, cfg, upsert); done {
+			return err
+		}
+	}
+	var resp *wire.PutStartResponse
+	err = c.allocCall(ctx, &mc, func(mc *masterConn) error {
+		rctx, cancel := c.rpcCtx(ctx)
+		defer cancel()
+		var err error
+		resp, err = mc.mc.PutStart(rctx, &wire.PutStartRequest{ClientId: c.clientID, Key: key, Size: data.size,
+			Config: cfg.toWire(), Upsert: upsert})
+		return c.rpcErr(err)
+	})
 	if err != nil {
-		err = c.rpcErr(err)
 		if !upsert && wire.CodeOf(err) == wire.ErrObjectAlreadyExists {
 			return nil
 		}
@@ -143,7 +152,7 @@ func (c *Client) put(ctx context.Context, key string, data span, cfg ReplicateCo
 		}
 		return transferFail("put", key, werr)
 	}
-	rctx, cancel = c.rpcCtx(ctx)
+	rctx, cancel := c.rpcCtx(ctx)
 	_, err = mc.mc.PutEnd(rctx, &wire.PutEndRequest{ClientId: c.clientID, Key: key})
 	cancel()
 	if err != nil {
@@ -151,6 +160,37 @@ func (c *Client) put(ctx context.Context, key string, data span, cfg ReplicateCo
 	}
 	return nil
 }
+
+// allocCall runs an allocating master call fn (PutStart). A master that
+// cannot allocate yet (UNAVAILABLE_IN_CURRENT_STATUS: a new HA leader
+// waiting out its predecessor's put grants, or a master that no longer
+// leads while the heartbeat finds the new one) is asked again every
+// allocRetry until RPCTimeout has passed; *mc is the connection of the
+// last try. fn returns the converted error (rpcErr).
+func (c *Client) allocCall(ctx context.Context, mc **masterConn, fn func(mc *masterConn) error) error {
+	deadline := time.Now().Add(c.cfg.RPCTimeout)
+	for {
+		err := fn(*mc)
+		if wire.CodeOf(err) != wire.ErrUnavailableInStatus || !time.Now().Add(allocRetry).Before(deadline) {
+			return err
+		}
+		select {
+		case <-time.After(allocRetry):
+		case <-ctx.Done():
+			return err
+		case <-c.ctx.Done():
+			return err
+		}
+		next, merr := c.master()
+		if merr != nil {
+			return err
+		}
+		*mc = next
+	}
+}
+
+// allocRetry is the pause between tries of allocCall.
+const allocRetry = 100 * time.Millisecond
 
 // writeReplicas writes data to every replica: replicas in this client's
 // segment by memcpy, the others with one engine transfer (per staging

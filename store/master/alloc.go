@@ -1,6 +1,9 @@
 package master
 
-import "sort"
+import (
+	"slices"
+	"sort"
+)
 
 // allocAlign is the granularity of allocations inside a segment: every
 // replica starts on a 64-byte boundary relative to the segment base.
@@ -79,6 +82,27 @@ func (a *rangeAllocator) release(off, n uint64) {
 		copy(a.free[i+1:], a.free[i:])
 		a.free[i] = extent{off, need}
 	}
+}
+
+// reserve allocates exactly [off, off+n) (n a multiple of allocAlign); false
+// when that range is not wholly free.
+func (a *rangeAllocator) reserve(off, n uint64) bool {
+	for i, e := range a.free {
+		if off < e.off || off+n > e.off+e.len {
+			continue
+		}
+		var parts []extent
+		if off > e.off {
+			parts = append(parts, extent{e.off, off - e.off})
+		}
+		if end := e.off + e.len; off+n < end {
+			parts = append(parts, extent{off + n, end - off - n})
+		}
+		a.free = slices.Replace(a.free, i, i+1, parts...)
+		a.used += n
+		return true
+	}
+	return false
 }
 
 // largestFree returns the length of the largest free range.

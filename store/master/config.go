@@ -31,6 +31,15 @@ const (
 	// DefaultMaintenanceInterval is how often the server expires clients,
 	// releases zombie puts and checks the eviction watermark.
 	DefaultMaintenanceInterval = 100 * time.Millisecond
+	// DefaultGrantBytes is the size of a put grant (grants.go), capped at
+	// an eighth of the segment it is carved from.
+	DefaultGrantBytes = 64 << 20
+	// DefaultGrantLease is how long after its last confirmation a client
+	// may still write into a grant. It bounds how long a master that took
+	// grants back (or a new HA leader) keeps their space out of use.
+	DefaultGrantLease = 3 * time.Second
+	// DefaultMaxGrantsPerClient caps the grants one client holds.
+	DefaultMaxGrantsPerClient = 8
 )
 
 // Allocation strategies (--allocation_strategy).
@@ -91,6 +100,24 @@ type Config struct {
 	AllocationStrategy string
 	// Seed seeds the random strategy; 0 means a seed from the clock.
 	Seed uint64
+	// GrantBytes is the size of the put grants handed to clients for
+	// one-round-trip puts (default DefaultGrantBytes, 64 MiB; a grant never
+	// takes more than an eighth of its segment). --put_grant_bytes.
+	GrantBytes uint64
+	// GrantLease is how long after the last confirmation of its grants a
+	// client may write into them (default DefaultGrantLease, 3 s, or half
+	// of ClientTTL when that is shorter). Space
+	// the master takes back from a client that did not return it stays
+	// out of use this long, and so does every allocation of a new HA
+	// leader's first GrantLease. Must be shorter than ClientTTL.
+	// --put_grant_lease.
+	GrantLease time.Duration
+	// MaxGrantsPerClient caps the grants one client holds (default
+	// DefaultMaxGrantsPerClient, 8).
+	MaxGrantsPerClient int
+	// DisableGrants turns put grants off: clients put with PutStart and
+	// PutEnd only (--put_grant_bytes=0).
+	DisableGrants bool
 	// Clock is the time source; nil means the real clock.
 	Clock Clock
 	// Logger receives state changes (mounts, expiries, evictions); nil
@@ -153,6 +180,15 @@ func (c Config) withDefaults() Config {
 	if c.AllocationStrategy == "" {
 		c.AllocationStrategy = DefaultAllocationStrategy
 	}
+	if c.GrantBytes == 0 {
+		c.GrantBytes = DefaultGrantBytes
+	}
+	if c.GrantLease == 0 {
+		c.GrantLease = min(DefaultGrantLease, c.ClientTTL/2)
+	}
+	if c.MaxGrantsPerClient == 0 {
+		c.MaxGrantsPerClient = DefaultMaxGrantsPerClient
+	}
 	if c.RPCAddr == "" {
 		c.RPCAddr = fmt.Sprintf("0.0.0.0:%d", DefaultRPCPort)
 	}
@@ -194,6 +230,10 @@ func (c Config) Validate() error {
 		return errors.New("config: PutStartDiscardTimeout must be positive")
 	case c.PutStartReleaseTimeout < c.PutStartDiscardTimeout:
 		return errors.New("config: PutStartReleaseTimeout must be at least PutStartDiscardTimeout")
+	case c.GrantLease < 0 || c.MaxGrantsPerClient < 0:
+		return errors.New("config: GrantLease and MaxGrantsPerClient must be positive")
+	case !c.DisableGrants && c.GrantLease >= c.ClientTTL:
+		return fmt.Errorf("config: GrantLease %v must be shorter than ClientTTL %v", c.GrantLease, c.ClientTTL)
 	}
 	if c.EnableHA && len(c.EtcdEndpoints) == 0 {
 		return errors.New("config: EnableHA needs EtcdEndpoints")
@@ -216,9 +256,11 @@ func (c Config) String() string {
 	return fmt.Sprintf("lease_ttl=%v soft_pin_ttl=%v max_soft_pin_ttl=%v keep_soft_pinned=%v "+
 		"eviction_ratio=%v eviction_high_watermark_ratio=%v client_ttl=%v "+
 		"put_start_discard_timeout=%v put_start_release_timeout=%v allocation_strategy=%s "+
+		"put_grants=%v grant_bytes=%d grant_lease=%v max_grants_per_client=%d "+
 		"rpc_addr=%s metrics_addr=%q enable_ha=%v etcd=%v cluster_id=%s",
 		c.DefaultKVLeaseTTL, c.DefaultKVSoftPinTTL, c.MaxKVSoftPinTTL, c.KeepSoftPinned,
 		c.EvictionRatio, c.EvictionHighWatermarkRatio, c.ClientTTL,
 		c.PutStartDiscardTimeout, c.PutStartReleaseTimeout, c.AllocationStrategy,
+		!c.DisableGrants, c.GrantBytes, c.GrantLease, c.MaxGrantsPerClient,
 		c.RPCAddr, c.MetricsAddr, c.EnableHA, c.EtcdEndpoints, c.ClusterID)
 }

@@ -14,6 +14,9 @@ func checkInvariants(t *testing.T, s *Service) {
 	t.Helper()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if err := s.verifyLocked(); err != nil {
+		t.Fatal(err)
+	}
 	var capacity, used uint64
 	for _, seg := range s.mu.order {
 		capacity += seg.info.Size
@@ -40,8 +43,16 @@ func checkInvariants(t *testing.T, s *Service) {
 			live += alignedLen(r.size)
 			spans[r.off] = alignedLen(r.size)
 		}
+		for g := range seg.grants {
+			live += g.freeBytes()
+		}
+		for _, f := range s.mu.fences {
+			if f.seg == seg {
+				live += f.n
+			}
+		}
 		if live != seg.alloc.used {
-			t.Fatalf("segment %s: replicas hold %d bytes, allocator says %d", seg.info.ID, live, seg.alloc.used)
+			t.Fatalf("segment %s: replicas, grants and fences hold %d bytes, allocator says %d", seg.info.ID, live, seg.alloc.used)
 		}
 		for off, n := range spans {
 			for off2, n2 := range spans {
@@ -96,6 +107,7 @@ func FuzzService(f *testing.F) {
 	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13})
 	f.Add([]byte("put a lot of things and then evict them all, remove, tick, expire"))
 	f.Add([]byte{1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 9, 9, 9, 12, 12, 12, 3, 3, 3})
+	f.Add([]byte{0, 0, 0, 1, 14, 0, 15, 3, 15, 6, 16, 0, 14, 1, 8, 0, 15, 3, 9, 7, 9, 7, 13, 0, 14, 3})
 	f.Fuzz(func(t *testing.T, ops []byte) {
 		clock := newFakeClock()
 		s, err := NewService(Config{Clock: clock, Seed: 3, DefaultKVLeaseTTL: 2 * time.Second,
@@ -105,7 +117,7 @@ func FuzzService(f *testing.F) {
 		}
 		clients := []string{"c0", "c1", "c2"}
 		for i := 0; i+1 < len(ops); i += 2 {
-			op, arg := ops[i]%14, int(ops[i+1])
+			op, arg := ops[i]%17, int(ops[i+1])
 			c := clients[arg%len(clients)]
 			key := fmt.Sprintf("k%d", arg%17)
 			switch op {
@@ -139,6 +151,22 @@ func FuzzService(f *testing.F) {
 			case 13:
 				_ = s.ReMountSegments(c, []SegmentInfo{{ID: fmt.Sprintf("s%d", arg%6), Name: c,
 					Base: uint64(arg%6+1) << 32, Size: 8192}})
+			case 14:
+				_, _, _ = s.AcquireGrants(c, arg%3+1, uint64(arg*41%3000+1), nil)
+			case 15:
+				commitSomewhere(s, c, key, arg)
+			case 16:
+				s.mu.Lock()
+				var ids []uint64
+				if cs, ok := s.mu.clients[c]; ok {
+					for id := range cs.grants {
+						if int(id)%2 == arg%2 {
+							ids = append(ids, id)
+						}
+					}
+				}
+				s.mu.Unlock()
+				s.ReturnGrants(c, append(ids, uint64(arg)))
 			}
 			checkInvariants(t, s)
 		}
@@ -177,4 +205,31 @@ func TestInvariantsAfterScenarios(t *testing.T) {
 	clock.Advance(20 * time.Minute)
 	s.Tick()
 	checkInvariants(t, s)
+}
+
+// commitSomewhere commits key from client c at the start of a free part of
+// one of c's grants (or, for some arg, at an address no grant holds).
+func commitSomewhere(s *Service, c, key string, arg int) {
+	s.mu.Lock()
+	var reps []GrantedReplica
+	var size uint64
+	if cs, ok := s.mu.clients[c]; ok {
+		for _, g := range sortedGrantsByID(cs.grants) {
+			if len(g.free) == 0 || len(reps) == arg%2+1 {
+				continue
+			}
+			e := g.free[arg%len(g.free)]
+			if size == 0 {
+				size = uint64(arg*29)%e.len + 1
+			}
+			if alignedLen(size) <= e.len {
+				reps = append(reps, GrantedReplica{GrantID: g.id, Addr: g.seg.info.Base + e.off})
+			}
+		}
+	}
+	s.mu.Unlock()
+	if arg%13 == 0 {
+		reps = append(reps, GrantedReplica{GrantID: uint64(arg), Addr: uint64(arg) << 20})
+	}
+	_, _ = s.PutCommit(c, key, max(size, 1), ReplicateConfig{ReplicaNum: arg%2 + 1}, arg%5 == 0, reps)
 }

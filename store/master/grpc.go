@@ -82,11 +82,12 @@ func (g *handlers) Ping(_ context.Context, req *wire.PingRequest) (*wire.PingRes
 	if err != nil {
 		return nil, err
 	}
-	st, err := svc.Ping(req.GetClientId())
+	p, err := svc.Heartbeat(req.GetClientId())
 	if err != nil {
 		return nil, err
 	}
-	return &wire.PingResponse{Status: st, ViewVersion: svc.ViewVersion()}, nil
+	return &wire.PingResponse{Status: p.Status, ViewVersion: svc.ViewVersion(), GrantGeneration: p.GrantGeneration,
+		ReturnGrants: p.ReturnGrants}, nil
 }
 
 func (g *handlers) MountSegment(_ context.Context, req *wire.MountSegmentRequest) (*wire.MountSegmentResponse, error) {
@@ -112,7 +113,7 @@ func (g *handlers) ReMountSegments(_ context.Context, req *wire.ReMountSegmentsR
 	if err := svc.ReMountSegments(req.GetClientId(), segs); err != nil {
 		return nil, err
 	}
-	return &wire.ReMountSegmentsResponse{}, nil
+	return svc.grantOffer(), nil
 }
 
 func (g *handlers) UnmountSegment(_ context.Context, req *wire.UnmountSegmentRequest) (*wire.UnmountSegmentResponse, error) {
@@ -289,4 +290,57 @@ func (g *handlers) ListKeys(_ context.Context, _ *wire.ListKeysRequest) (*wire.L
 		return nil, err
 	}
 	return &wire.ListKeysResponse{Keys: svc.Keys()}, nil
+}
+
+// grantOffer tells a (re)mounting client whether and how this master
+// hands out put grants.
+func (s *Service) grantOffer() *wire.ReMountSegmentsResponse {
+	if s.cfg.DisableGrants {
+		return &wire.ReMountSegmentsResponse{}
+	}
+	return &wire.ReMountSegmentsResponse{GrantBytes: s.cfg.GrantBytes,
+		GrantLeaseMs: uint64(s.cfg.GrantLease / time.Millisecond)}
+}
+
+func (g *handlers) AcquireGrants(_ context.Context, req *wire.AcquireGrantsRequest) (*wire.AcquireGrantsResponse, error) {
+	svc, err := g.svc()
+	if err != nil {
+		return nil, err
+	}
+	grants, gen, err := svc.AcquireGrants(req.GetClientId(), int(req.GetCount()), req.GetMinBytes(), req.GetExcludeSegments())
+	if err != nil {
+		return nil, err
+	}
+	resp := &wire.AcquireGrantsResponse{Grants: make([]*wire.Grant, len(grants)), GrantGeneration: gen}
+	for i, gr := range grants {
+		resp.Grants[i] = &wire.Grant{Id: gr.ID, SegmentId: gr.SegmentID, SegmentName: gr.SegmentName,
+			Protocol: gr.Protocol, Address: gr.Addr, Size: gr.Size}
+	}
+	return resp, nil
+}
+
+func (g *handlers) PutCommit(_ context.Context, req *wire.PutCommitRequest) (*wire.PutCommitResponse, error) {
+	svc, err := g.svc()
+	if err != nil {
+		return nil, err
+	}
+	reps := make([]GrantedReplica, len(req.GetReplicas()))
+	for i, r := range req.GetReplicas() {
+		reps[i] = GrantedReplica{GrantID: r.GetGrantId(), Addr: r.GetAddress()}
+	}
+	gen, err := svc.PutCommit(req.GetClientId(), req.GetKey(), req.GetSize(), configFromWire(req.GetConfig()),
+		req.GetUpsert(), reps)
+	if err != nil {
+		return nil, err
+	}
+	return &wire.PutCommitResponse{GrantGeneration: gen}, nil
+}
+
+func (g *handlers) ReturnGrants(_ context.Context, req *wire.ReturnGrantsRequest) (*wire.ReturnGrantsResponse, error) {
+	svc, err := g.svc()
+	if err != nil {
+		return nil, err
+	}
+	svc.ReturnGrants(req.GetClientId(), req.GetGrantIds())
+	return &wire.ReturnGrantsResponse{}, nil
 }

@@ -122,3 +122,18 @@ func (c inProcess) ListSegments(ctx context.Context, in *wire.ListSegmentsReques
 func (c inProcess) ListKeys(ctx context.Context, in *wire.ListKeysRequest, _ ...grpc.CallOption) (*wire.ListKeysResponse, error) {
 	return answer(c.g.ListKeys(ctx, in))
 }
+
+// AcquireGrants calls the handler directly.
+func (c inProcess) AcquireGrants(ctx context.Context, in *wire.AcquireGrantsRequest, _ ...grpc.CallOption) (*wire.AcquireGrantsResponse, error) {
+	return answer(c.g.AcquireGrants(ctx, in))
+}
+
+// PutCommit calls the handler directly.
+func (c inProcess) PutCommit(ctx context.Context, in *wire.PutCommitRequest, _ ...grpc.CallOption) (*wire.PutCommitResponse, error) {
+	return answer(c.g.PutCommit(ctx, in))
+}
+
+// ReturnGrants calls the handler directly.
+func (c inProcess) ReturnGrants(ctx context.Context, in *wire.ReturnGrantsRequest, _ ...grpc.CallOption) (*wire.ReturnGrantsResponse, error) {
+	return answer(c.g.ReturnGrants(ctx, in))
+}

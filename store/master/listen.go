@@ -93,10 +93,14 @@ func (s *Server) untrack(conn net.Conn) {
 	s.conns.Unlock()
 }
 
-// closeConns closes every tracked connection and refuses new ones.
-func (s *Server) closeConns() {
+// closeConns closes every tracked connection; with refuse it refuses new
+// ones too (Close). A leader that steps down closes its mux connections
+// without refusing: their clients learn at once that the master which
+// granted their put grants no longer leads (they stop writing into them),
+// and redial to hear ErrNotLeader.
+func (s *Server) closeConns(refuse bool) {
 	s.conns.Lock()
-	s.conns.closed = true
+	s.conns.closed = s.conns.closed || refuse
 	conns := make([]net.Conn, 0, len(s.conns.m))
 	for c := range s.conns.m {
 		conns = append(conns, c)

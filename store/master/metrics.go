@@ -17,6 +17,10 @@ type counters struct {
 	expiredClients           uint64
 	zombiePuts               uint64
 	noSpace                  uint64
+	grantRequests, grants    uint64
+	grantReturns             uint64
+	grantsTakenBack          uint64
+	commits, commitFails     uint64
 }
 
 // Metrics is a point-in-time snapshot of the master.
@@ -34,8 +38,17 @@ type Metrics struct {
 	DiscardedBytes uint64
 	// CapacityBytes is the total size of the mounted segments.
 	CapacityBytes uint64
-	// UsedBytes is the allocated part of CapacityBytes.
+	// UsedBytes is the allocated part of CapacityBytes: objects, grants
+	// and fences.
 	UsedBytes uint64
+	// Grants is the number of put grants held by clients.
+	Grants int
+	// GrantedBytes is the part of UsedBytes reserved in grants and not
+	// yet taken by a commit.
+	GrantedBytes uint64
+	// FencedBytes is the part of UsedBytes kept out of use after grants
+	// were taken back, until their clients can no longer write into them.
+	FencedBytes uint64
 
 	// Counters since the Service was created.
 	MountsTotal         uint64
@@ -55,8 +68,23 @@ type Metrics struct {
 	// ZombiePutsTotal counts unfinished puts that were preempted or whose
 	// space was reclaimed after PutStartReleaseTimeout.
 	ZombiePutsTotal uint64
-	// NoSpaceTotal counts puts that failed with NO_AVAILABLE_HANDLE.
+	// NoSpaceTotal counts puts and grant requests that failed with
+	// NO_AVAILABLE_HANDLE.
 	NoSpaceTotal uint64
+	// GrantRequestsTotal counts AcquireGrants calls that got that far
+	// (after argument checks).
+	GrantRequestsTotal uint64
+	// GrantsTotal counts grants handed out.
+	GrantsTotal uint64
+	// GrantReturnsTotal counts grants returned by their clients.
+	GrantReturnsTotal uint64
+	// GrantsTakenBackTotal counts grants the master took back on its own
+	// (segment unmounted, client expired).
+	GrantsTakenBackTotal uint64
+	// PutCommitsTotal counts PutCommit calls; PutCommitFailsTotal those
+	// that failed (the key existed, an address outside a grant, ...).
+	PutCommitsTotal     uint64
+	PutCommitFailsTotal uint64
 }
 
 // Metrics returns a snapshot.
@@ -65,28 +93,41 @@ func (s *Service) Metrics() Metrics {
 	defer s.mu.Unlock()
 	c := s.mu.counters
 	m := Metrics{
-		Clients:             len(s.mu.clients),
-		Segments:            len(s.mu.segments),
-		Objects:             len(s.mu.objects),
-		ProcessingObjects:   len(s.mu.processing),
-		CapacityBytes:       s.mu.capacity,
-		UsedBytes:           s.mu.used,
-		MountsTotal:         c.mounts,
-		UnmountsTotal:       c.unmounts,
-		PutStartsTotal:      c.putStarts,
-		PutStartFailsTotal:  c.putStartFails,
-		PutEndsTotal:        c.putEnds,
-		PutRevokesTotal:     c.putRevokes,
-		GetsTotal:           c.gets,
-		GetHitsTotal:        c.getHits,
-		ExistsTotal:         c.exists,
-		RemovesTotal:        c.removes,
-		EvictionRoundsTotal: c.evictionRounds,
-		EvictedObjectsTotal: c.evictedObjects,
-		EvictedBytesTotal:   c.evictedBytes,
-		ExpiredClientsTotal: c.expiredClients,
-		ZombiePutsTotal:     c.zombiePuts,
-		NoSpaceTotal:        c.noSpace,
+		Clients:              len(s.mu.clients),
+		Segments:             len(s.mu.segments),
+		Objects:              len(s.mu.objects),
+		ProcessingObjects:    len(s.mu.processing),
+		CapacityBytes:        s.mu.capacity,
+		UsedBytes:            s.mu.used,
+		MountsTotal:          c.mounts,
+		UnmountsTotal:        c.unmounts,
+		PutStartsTotal:       c.putStarts,
+		PutStartFailsTotal:   c.putStartFails,
+		PutEndsTotal:         c.putEnds,
+		PutRevokesTotal:      c.putRevokes,
+		GetsTotal:            c.gets,
+		GetHitsTotal:         c.getHits,
+		ExistsTotal:          c.exists,
+		RemovesTotal:         c.removes,
+		EvictionRoundsTotal:  c.evictionRounds,
+		EvictedObjectsTotal:  c.evictedObjects,
+		EvictedBytesTotal:    c.evictedBytes,
+		ExpiredClientsTotal:  c.expiredClients,
+		ZombiePutsTotal:      c.zombiePuts,
+		NoSpaceTotal:         c.noSpace,
+		Grants:               len(s.mu.grants),
+		GrantedBytes:         s.mu.granted,
+		GrantRequestsTotal:   c.grantRequests,
+		GrantsTotal:          c.grants,
+		GrantReturnsTotal:    c.grantReturns,
+		GrantsTakenBackTotal: c.grantsTakenBack,
+		PutCommitsTotal:      c.commits,
+		PutCommitFailsTotal:  c.commitFails,
+	}
+	for _, f := range s.mu.fences {
+		if f.seg != nil && !f.seg.unmounted {
+			m.FencedBytes += f.n
+		}
 	}
 	for _, d := range s.mu.discarded {
 		for _, r := range d.replicas {
@@ -142,7 +183,16 @@ func newCollector(source func() (Metrics, bool)) *collector {
 		c("evicted_bytes_total", "Bytes freed by eviction.", func(m *Metrics) float64 { return float64(m.EvictedBytesTotal) }),
 		c("expired_clients_total", "Clients expired for missing heartbeats.", func(m *Metrics) float64 { return float64(m.ExpiredClientsTotal) }),
 		c("zombie_puts_total", "Unfinished puts preempted or reclaimed.", func(m *Metrics) float64 { return float64(m.ZombiePutsTotal) }),
-		c("no_space_total", "Puts that failed for lack of space.", func(m *Metrics) float64 { return float64(m.NoSpaceTotal) }),
+		c("no_space_total", "Puts and grant requests that failed for lack of space.", func(m *Metrics) float64 { return float64(m.NoSpaceTotal) }),
+		g("grants", "Put grants held by clients.", func(m *Metrics) float64 { return float64(m.Grants) }),
+		g("granted_bytes", "Bytes reserved in put grants and not yet committed.", func(m *Metrics) float64 { return float64(m.GrantedBytes) }),
+		g("fenced_bytes", "Bytes of taken-back grants kept out of use until their clients stop writing.", func(m *Metrics) float64 { return float64(m.FencedBytes) }),
+		c("grant_requests_total", "AcquireGrants requests.", func(m *Metrics) float64 { return float64(m.GrantRequestsTotal) }),
+		c("grants_total", "Put grants handed out.", func(m *Metrics) float64 { return float64(m.GrantsTotal) }),
+		c("grant_returns_total", "Put grants returned by their clients.", func(m *Metrics) float64 { return float64(m.GrantReturnsTotal) }),
+		c("grants_taken_back_total", "Put grants taken back by the master (segment unmounted, client expired).", func(m *Metrics) float64 { return float64(m.GrantsTakenBackTotal) }),
+		c("put_commits_total", "PutCommit requests (one-round-trip puts).", func(m *Metrics) float64 { return float64(m.PutCommitsTotal) }),
+		c("put_commit_failures_total", "PutCommit requests that failed.", func(m *Metrics) float64 { return float64(m.PutCommitFailsTotal) }),
 	}}
 }
 

@@ -183,7 +183,7 @@ func (s *Server) Close() error {
 	s.once.Do(func() {
 		s.cancel()
 		s.lis.Close()
-		s.closeConns()
+		s.closeConns(true)
 		s.grpcLis.Close()
 		s.grpc.Stop()
 		if s.httpSrv != nil {
@@ -229,7 +229,9 @@ func (s *Server) runHA(cli *clientv3.Client) {
 	defer cli.Close()
 	err := ha.Campaign(s.ctx, cli, s.cfg.ClusterID, s.advert, s.cfg.MasterViewLeaseTTL, s.log,
 		func(ctx context.Context, view ha.View) {
-			svc, err := NewService(s.cfg, view.Version)
+			// Fenced: the previous leader may have handed out grants that
+			// its clients still write into for up to GrantLease.
+			svc, err := newService(s.cfg, view.Version, true)
 			if err != nil { // cannot happen: cfg was validated
 				s.log.Error("store master service", "err", err)
 				return
@@ -242,6 +244,7 @@ func (s *Server) runHA(cli *clientv3.Client) {
 			<-ctx.Done()
 			s.active.Store(nil)
 			s.role.Store(RoleStandby)
+			s.closeConns(false)
 		})
 	if err != nil && !errors.Is(err, context.Canceled) {
 		s.log.Error("store master campaign", "err", err)

@@ -94,8 +94,20 @@ type Service struct {
 		lru        lruList            // complete objects, least recent first
 		discarded  []discardEntry
 		capacity   uint64 // sum of mounted segment sizes
-		used       uint64 // sum of allocated (aligned) bytes
+		used       uint64 // sum of allocated (aligned) bytes: objects, grants, fences
 		counters   counters
+
+		grants    map[uint64]*grant // by id
+		lastGrant uint64            // the last grant id handed out
+		granted   uint64            // bytes reserved in grants and not yet committed
+		grantGen  uint64            // bumped by every grant the master took back
+		fences    []*fence          // space of taken-back grants, out of use until their time
+		// allocFence: no allocation before it (a new HA leader waits out
+		// the grants of its predecessor).
+		allocFence time.Time
+		// pressureUntil: clients are asked to return idle grants until then
+		// (an allocation failed or eviction ran).
+		pressureUntil time.Time
 	}
 }
 
@@ -103,12 +115,17 @@ type clientState struct {
 	id       string
 	expiry   time.Time
 	segments map[string]*segment
+	grants   map[uint64]*grant
+	// grantGen is the Service's grantGen when the master last took back one
+	// of this client's grants (or when the client registered).
+	grantGen uint64
 }
 
 type segment struct {
 	info      SegmentInfo
 	alloc     *rangeAllocator
 	replicas  map[*replica]struct{}
+	grants    map[*grant]struct{}
 	unmounted bool
 }
 
@@ -150,6 +167,13 @@ type discardEntry struct {
 // instance to clients (use a value that grows across restarts, such as the
 // start time in nanoseconds or the HA election revision).
 func NewService(cfg Config, viewVersion uint64) (*Service, error) {
+	return newService(cfg, viewVersion, false)
+}
+
+// newService is NewService; with fenced (a new HA leader) it allocates
+// nothing for the first GrantLease, so that no grant of the previous leader
+// can still be written into space it hands out.
+func newService(cfg Config, viewVersion uint64, fenced bool) (*Service, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -165,6 +189,10 @@ func NewService(cfg Config, viewVersion uint64) (*Service, error) {
 	s.mu.byName = make(map[string][]*segment)
 	s.mu.objects = make(map[string]*object)
 	s.mu.processing = make(map[string]*object)
+	s.mu.grants = make(map[uint64]*grant)
+	if fenced && !cfg.DisableGrants {
+		s.mu.allocFence = s.clock.Now().Add(cfg.GrantLease)
+	}
 	return s, nil
 }
 
@@ -181,18 +209,36 @@ func (s *Service) ViewVersion() uint64 { return s.viewVersion }
 // expired, or a master restart) is told NEED_REMOUNT and must call
 // ReMountSegments.
 func (s *Service) Ping(clientID string) (wire.ClientStatus, error) {
+	p, err := s.Heartbeat(clientID)
+	return p.Status, err
+}
+
+// PingInfo is the master's answer to a heartbeat.
+type PingInfo struct {
+	// Status is OK or NEED_REMOUNT.
+	Status wire.ClientStatus
+	// GrantGeneration is the client's grant generation (grants.go).
+	GrantGeneration uint64
+	// ReturnGrants asks the client to return the grants it is not writing
+	// into: the master is short of space.
+	ReturnGrants bool
+}
+
+// Heartbeat is Ping with what a client holding put grants needs to know.
+func (s *Service) Heartbeat(clientID string) (PingInfo, error) {
 	if clientID == "" {
-		return wire.ClientStatus_CLIENT_STATUS_UNDEFINED, fmt.Errorf("ping: empty client id: %w", wire.ErrInvalidParams)
+		return PingInfo{}, fmt.Errorf("ping: empty client id: %w", wire.ErrInvalidParams)
 	}
 	now := s.clock.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	c, ok := s.mu.clients[clientID]
 	if !ok {
-		return wire.ClientStatus_CLIENT_STATUS_NEED_REMOUNT, nil
+		return PingInfo{Status: wire.ClientStatus_CLIENT_STATUS_NEED_REMOUNT}, nil
 	}
 	c.expiry = now.Add(s.cfg.ClientTTL)
-	return wire.ClientStatus_CLIENT_STATUS_OK, nil
+	return PingInfo{Status: wire.ClientStatus_CLIENT_STATUS_OK, GrantGeneration: c.grantGen,
+		ReturnGrants: len(c.grants) > 0 && now.Before(s.mu.pressureUntil)}, nil
 }
 
 // MountSegment lends a memory range of a client to the store. Mounting the
@@ -204,6 +250,7 @@ func (s *Service) MountSegment(clientID string, seg SegmentInfo) error {
 	now := s.clock.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	defer s.checkLocked()
 	c := s.touchClientLocked(clientID, now)
 	return s.mountLocked(c, seg)
 }
@@ -218,6 +265,7 @@ func (s *Service) ReMountSegments(clientID string, segs []SegmentInfo) error {
 	now := s.clock.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	defer s.checkLocked()
 	c := s.touchClientLocked(clientID, now)
 	var first error
 	for _, seg := range segs {
@@ -234,7 +282,8 @@ func (s *Service) ReMountSegments(clientID string, segs []SegmentInfo) error {
 func (s *Service) touchClientLocked(id string, now time.Time) *clientState {
 	c, ok := s.mu.clients[id]
 	if !ok {
-		c = &clientState{id: id, segments: make(map[string]*segment)}
+		c = &clientState{id: id, segments: make(map[string]*segment), grants: make(map[uint64]*grant),
+			grantGen: s.mu.grantGen}
 		s.mu.clients[id] = c
 		s.log.Info("client registered", "client", id)
 	}
@@ -262,12 +311,14 @@ func (s *Service) mountLocked(c *clientState, info SegmentInfo) error {
 	}
 	info.ClientID = c.id
 	info.UsedBytes = 0
-	seg := &segment{info: info, alloc: newRangeAllocator(info.Size), replicas: make(map[*replica]struct{})}
+	seg := &segment{info: info, alloc: newRangeAllocator(info.Size), replicas: make(map[*replica]struct{}),
+		grants: make(map[*grant]struct{})}
 	s.mu.segments[info.ID] = seg
 	s.mu.byName[info.Name] = append(s.mu.byName[info.Name], seg)
 	s.mu.order = append(s.mu.order, seg)
 	s.mu.capacity += info.Size
 	c.segments[info.ID] = seg
+	s.fenceMountedLocked(seg)
 	s.mu.counters.mounts++
 	s.log.Info("segment mounted", "client", c.id, "segment", info.Name, "id", info.ID, "bytes", info.Size)
 	return nil
@@ -278,6 +329,7 @@ func (s *Service) mountLocked(c *clientState, info SegmentInfo) error {
 func (s *Service) UnmountSegment(clientID, segmentID string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	defer s.checkLocked()
 	seg, ok := s.mu.segments[segmentID]
 	if !ok {
 		return fmt.Errorf("unmount segment %q: %w", segmentID, wire.ErrSegmentNotFound)
@@ -286,11 +338,22 @@ func (s *Service) UnmountSegment(clientID, segmentID string) error {
 		return fmt.Errorf("unmount segment %q: owned by client %q, not %q: %w",
 			segmentID, seg.info.ClientID, clientID, wire.ErrIllegalClient)
 	}
-	s.unmountLocked(seg)
+	s.unmountLocked(seg, s.clock.Now())
 	return nil
 }
 
-func (s *Service) unmountLocked(seg *segment) {
+func (s *Service) unmountLocked(seg *segment, now time.Time) {
+	// Grants on the segment go with it: their holders learn it from the
+	// grant generation, and their ranges stay fenced under the segment's
+	// name should it come back before the holders stop writing.
+	for _, g := range sortedGrants(seg.grants) {
+		s.takeBackGrantLocked(g, now)
+	}
+	for _, f := range s.mu.fences {
+		if f.seg == seg {
+			f.seg = nil
+		}
+	}
 	seg.unmounted = true
 	delete(s.mu.segments, seg.info.ID)
 	if c, ok := s.mu.clients[seg.info.ClientID]; ok {
@@ -458,6 +521,7 @@ func (s *Service) PutStart(clientID, key string, size uint64, cfg ReplicateConfi
 	now := s.clock.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	defer s.checkLocked()
 	return s.putStartLocked(clientID, key, size, cfg, upsert, now)
 }
 
@@ -466,6 +530,7 @@ func (s *Service) BatchPutStart(clientID string, keys []string, sizes []uint64, 
 	now := s.clock.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	defer s.checkLocked()
 	reps := make([][]Replica, len(keys))
 	errs := make([]error, len(keys))
 	for i, k := range keys {
@@ -485,20 +550,13 @@ func (s *Service) putStartLocked(clientID, key string, size uint64, cfg Replicat
 		return nil, fmt.Errorf("put start %q (size %d, replicas %d, client %q): %w",
 			key, size, cfg.ReplicaNum, clientID, wire.ErrInvalidParams)
 	}
-	if o, ok := s.mu.objects[key]; ok {
-		switch {
-		case upsert:
-			s.replaceLocked(o, now)
-		case o.complete || now.Sub(o.putStart) <= s.cfg.PutStartDiscardTimeout:
-			s.mu.counters.putStartFails++
-			return nil, fmt.Errorf("put start %q: %w", key, wire.ErrObjectAlreadyExists)
-		default:
-			// A zombie put: its writer may still be writing, so its space is
-			// released only after PutStartReleaseTimeout.
-			s.log.Info("zombie put preempted", "key", key, "client", o.writer, "age", now.Sub(o.putStart))
-			s.mu.counters.zombiePuts++
-			s.dropObjectLocked(o, o.putStart.Add(s.cfg.PutStartReleaseTimeout), now)
-		}
+	if err := s.fencedLocked(now); err != nil {
+		s.mu.counters.putStartFails++
+		return nil, fmt.Errorf("put start %q: %w", key, err)
+	}
+	if err := s.claimKeyLocked(key, upsert, now); err != nil {
+		s.mu.counters.putStartFails++
+		return nil, fmt.Errorf("put start %q: %w", key, err)
 	}
 	n := max(cfg.ReplicaNum, 1)
 	reps := s.placeLocked(size, n, cfg.PreferredSegments)
@@ -514,9 +572,42 @@ func (s *Service) putStartLocked(clientID, key string, size uint64, cfg Replicat
 	if len(reps) == 0 {
 		s.mu.counters.putStartFails++
 		s.mu.counters.noSpace++
+		s.mu.pressureUntil = now.Add(s.cfg.GrantLease)
 		return nil, fmt.Errorf("put start %q: %d bytes in %d segments: %w",
 			key, size, len(s.mu.order), wire.ErrNoAvailableHandle)
 	}
+	o := s.newObjectLocked(clientID, key, size, reps, cfg, now)
+	s.mu.processing[key] = o
+	return o.descriptors(), nil
+}
+
+// claimKeyLocked makes way for a new object under key: an existing object
+// is OBJECT_ALREADY_EXISTS (objects are immutable) unless upsert, which
+// replaces it, or unless it is an unfinished put older than
+// PutStartDiscardTimeout, which is preempted.
+func (s *Service) claimKeyLocked(key string, upsert bool, now time.Time) error {
+	o, ok := s.mu.objects[key]
+	if !ok {
+		return nil
+	}
+	switch {
+	case upsert:
+		s.replaceLocked(o, now)
+	case o.complete || now.Sub(o.putStart) <= s.cfg.PutStartDiscardTimeout:
+		return wire.ErrObjectAlreadyExists
+	default:
+		// A zombie put: its writer may still be writing, so its space is
+		// released only after PutStartReleaseTimeout.
+		s.log.Info("zombie put preempted", "key", key, "client", o.writer, "age", now.Sub(o.putStart))
+		s.mu.counters.zombiePuts++
+		s.dropObjectLocked(o, o.putStart.Add(s.cfg.PutStartReleaseTimeout), now)
+	}
+	return nil
+}
+
+// newObjectLocked indexes a new object with replicas reps under key (not
+// yet complete).
+func (s *Service) newObjectLocked(clientID, key string, size uint64, reps []*replica, cfg ReplicateConfig, now time.Time) *object {
 	o := &object{key: key, size: size, replicas: reps, writer: clientID, putStart: now, hardPin: cfg.HardPin}
 	if cfg.SoftPin == wire.SoftPinAction_SOFT_PIN_ENABLE {
 		o.softPinTTL = cfg.SoftPinTTL
@@ -529,8 +620,7 @@ func (s *Service) putStartLocked(clientID, key string, size uint64, cfg Replicat
 		r.obj = o
 	}
 	s.mu.objects[key] = o
-	s.mu.processing[key] = o
-	return o.descriptors(), nil
+	return o
 }
 
 // fitsSomeSegmentLocked reports whether an object of size bytes could fit in
@@ -560,11 +650,7 @@ func (s *Service) replaceLocked(o *object, now time.Time) {
 // names: preferred names first, then by the allocation strategy.
 func (s *Service) placeLocked(size uint64, n int, preferred []string) []*replica {
 	var out []*replica
-	usedNames := make(map[string]bool, n)
-	try := func(seg *segment) bool {
-		if usedNames[seg.info.Name] {
-			return false
-		}
+	s.pickSegmentsLocked(n, preferred, nil, func(seg *segment) bool {
 		off, ok := seg.alloc.alloc(size)
 		if !ok {
 			return false
@@ -572,13 +658,32 @@ func (s *Service) placeLocked(size uint64, n int, preferred []string) []*replica
 		r := &replica{seg: seg, off: off, size: size}
 		seg.replicas[r] = struct{}{}
 		s.mu.used += alignedLen(size)
-		usedNames[seg.info.Name] = true
 		out = append(out, r)
+		return true
+	})
+	return out
+}
+
+// pickSegmentsLocked offers segments to take until n took one, on distinct
+// segment names and none in exclude: the preferred names first, then in
+// the order of the allocation strategy. It returns how many took.
+func (s *Service) pickSegmentsLocked(n int, preferred, exclude []string, take func(*segment) bool) int {
+	usedNames := make(map[string]bool, n+len(exclude))
+	for _, name := range exclude {
+		usedNames[name] = true
+	}
+	got := 0
+	try := func(seg *segment) bool {
+		if usedNames[seg.info.Name] || !take(seg) {
+			return false
+		}
+		usedNames[seg.info.Name] = true
+		got++
 		return true
 	}
 	for _, name := range preferred {
-		if len(out) == n {
-			return out
+		if got == n {
+			return got
 		}
 		for _, seg := range s.mu.byName[name] {
 			if try(seg) {
@@ -586,8 +691,8 @@ func (s *Service) placeLocked(size uint64, n int, preferred []string) []*replica
 			}
 		}
 	}
-	if len(out) == n || len(s.mu.order) == 0 {
-		return out
+	if got == n || len(s.mu.order) == 0 {
+		return got
 	}
 	switch s.cfg.AllocationStrategy {
 	case StrategyFreeRatioFirst:
@@ -599,7 +704,7 @@ func (s *Service) placeLocked(size uint64, n int, preferred []string) []*replica
 			return cmp.Compare(fb, fa)
 		})
 		for _, seg := range cands {
-			if len(out) == n {
+			if got == n {
 				break
 			}
 			try(seg)
@@ -607,13 +712,13 @@ func (s *Service) placeLocked(size uint64, n int, preferred []string) []*replica
 	default: // StrategyRandom
 		start := s.mu.rng.IntN(len(s.mu.order))
 		for i := range s.mu.order {
-			if len(out) == n {
+			if got == n {
 				break
 			}
 			try(s.mu.order[(start+i)%len(s.mu.order)])
 		}
 	}
-	return out
+	return got
 }
 
 // PutEnd completes a put: the replicas become readable.
@@ -621,6 +726,7 @@ func (s *Service) PutEnd(clientID, key string) error {
 	now := s.clock.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	defer s.checkLocked()
 	return s.putEndLocked(clientID, key, now)
 }
 
@@ -629,6 +735,7 @@ func (s *Service) PutRevoke(clientID, key string) error {
 	now := s.clock.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	defer s.checkLocked()
 	return s.putRevokeLocked(clientID, key, now)
 }
 
@@ -637,6 +744,7 @@ func (s *Service) BatchPutEnd(clientID string, keys []string, revoke bool) []err
 	now := s.clock.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	defer s.checkLocked()
 	errs := make([]error, len(keys))
 	for i, k := range keys {
 		if revoke {
@@ -659,12 +767,7 @@ func (s *Service) putEndLocked(clientID, key string, now time.Time) error {
 	if o.complete {
 		return nil
 	}
-	o.complete = true
-	delete(s.mu.processing, key)
-	if o.softPinTTL > 0 {
-		o.softPinExpiry = now.Add(o.softPinTTL)
-	}
-	s.mu.lru.touch(o)
+	s.completeLocked(o, now)
 	s.mu.counters.putEnds++
 	return nil
 }
@@ -696,6 +799,7 @@ func (s *Service) Remove(key string, force bool) error {
 	now := s.clock.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	defer s.checkLocked()
 	return s.removeLocked(key, force, now)
 }
 
@@ -704,6 +808,7 @@ func (s *Service) BatchRemove(keys []string, force bool) []error {
 	now := s.clock.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	defer s.checkLocked()
 	errs := make([]error, len(keys))
 	for i, k := range keys {
 		errs[i] = s.removeLocked(k, force, now)
@@ -749,6 +854,7 @@ func (s *Service) removeMatching(match func(string) bool, force bool) int64 {
 	now := s.clock.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	defer s.checkLocked()
 	var victims []*object
 	for k, o := range s.mu.objects {
 		if !match(k) || !o.complete || (!force && o.leaseExpiry.After(now)) {
@@ -818,6 +924,7 @@ func (s *Service) Tick() {
 	now := s.clock.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	defer s.checkLocked()
 
 	var expired []*clientState
 	for _, c := range s.mu.clients {
@@ -827,18 +934,24 @@ func (s *Service) Tick() {
 	}
 	slices.SortFunc(expired, func(a, b *clientState) int { return cmp.Compare(a.id, b.id) })
 	for _, c := range expired {
-		s.log.Warn("client expired", "client", c.id, "segments", len(c.segments))
+		s.log.Warn("client expired", "client", c.id, "segments", len(c.segments), "grants", len(c.grants))
+		// Its grants are taken back (fenced: it may be alive behind a
+		// partition, though its lease ran out long ago).
+		for _, g := range sortedGrantsByID(c.grants) {
+			s.takeBackGrantLocked(g, now)
+		}
 		segs := make([]*segment, 0, len(c.segments))
 		for _, seg := range c.segments {
 			segs = append(segs, seg)
 		}
 		slices.SortFunc(segs, func(a, b *segment) int { return cmp.Compare(a.info.ID, b.info.ID) })
 		for _, seg := range segs {
-			s.unmountLocked(seg)
+			s.unmountLocked(seg, now)
 		}
 		delete(s.mu.clients, c.id)
 		s.mu.counters.expiredClients++
 	}
+	s.releaseFencesLocked(now)
 
 	// Release discarded replicas whose time has come.
 	kept := s.mu.discarded[:0]
@@ -908,6 +1021,7 @@ func (s *Service) evictLocked(target uint64, now time.Time) uint64 {
 			break
 		}
 	}
+	s.mu.pressureUntil = now.Add(s.cfg.GrantLease)
 	if n > 0 {
 		s.mu.counters.evictedObjects += uint64(n)
 		s.mu.counters.evictedBytes += freed

@@ -116,6 +116,21 @@ func fmtReplicas(rs []Replica) string {
 }
 
 func (h *ddHarness) run(t *testing.T, d *testutil.TestData) string {
+	out := h.runCmd(t, d)
+	if h.svc != nil {
+		// Every command leaves the bookkeeping consistent, with or without
+		// the invariants build tag.
+		h.svc.mu.Lock()
+		err := h.svc.verifyLocked()
+		h.svc.mu.Unlock()
+		if err != nil {
+			d.Fatalf(t, "invariant broken after %s: %v", d.Cmd, err)
+		}
+	}
+	return out
+}
+
+func (h *ddHarness) runCmd(t *testing.T, d *testutil.TestData) string {
 	if d.Cmd != "new" && h.svc == nil {
 		d.Fatalf(t, "no service: start the file with new")
 	}
@@ -135,8 +150,12 @@ func (h *ddHarness) run(t *testing.T, d *testutil.TestData) string {
 			EvictionRatio:              argFloat(t, d, "ratio", 0),
 			EvictionHighWatermarkRatio: argFloat(t, d, "hw", 0),
 			KeepSoftPinned:             d.HasArg("keep-soft-pinned"),
+			GrantBytes:                 argUint(t, d, "grant-bytes", 0),
+			GrantLease:                 argDur(t, d, "grant-lease", 0),
+			MaxGrantsPerClient:         int(argUint(t, d, "max-grants", 0)),
+			DisableGrants:              d.HasArg("no-grants"),
 		}
-		svc, err := NewService(cfg, 1)
+		svc, err := newService(cfg, 1, d.HasArg("fenced"))
 		if err != nil {
 			return "error: " + err.Error()
 		}
@@ -203,6 +222,77 @@ func (h *ddHarness) run(t *testing.T, d *testutil.TestData) string {
 
 	case "put-end":
 		return errText(h.svc.PutEnd(client, argStr(d, "key", "")))
+
+	case "heartbeat":
+		p, err := h.svc.Heartbeat(client)
+		if err != nil {
+			return errText(err)
+		}
+		return fmt.Sprintf("%s gen=%d return-grants=%v", strings.TrimPrefix(p.Status.String(), "CLIENT_STATUS_"),
+			p.GrantGeneration, p.ReturnGrants)
+
+	case "grant":
+		var exclude []string
+		if a, ok := d.Arg("exclude"); ok {
+			exclude = a.Vals
+		}
+		gs, gen, err := h.svc.AcquireGrants(client, int(argUint(t, d, "n", 1)), argUint(t, d, "min", 0), exclude)
+		if err != nil {
+			return errText(err)
+		}
+		var b strings.Builder
+		for _, g := range gs {
+			fmt.Fprintf(&b, "grant %d %s@%#x+%d\n", g.ID, g.SegmentName, g.Addr, g.Size)
+		}
+		fmt.Fprintf(&b, "gen=%d", gen)
+		return b.String()
+
+	case "commit":
+		cfg := ReplicateConfig{
+			ReplicaNum: int(argUint(t, d, "replicas", 1)),
+			HardPin:    d.HasArg("hard-pin"),
+		}
+		if d.HasArg("soft-pin") {
+			cfg.SoftPin = wire.SoftPinAction_SOFT_PIN_ENABLE
+		}
+		var reps []GrantedReplica
+		if a, ok := d.Arg("at"); ok {
+			for _, v := range a.Vals {
+				id, addr, ok := strings.Cut(v, ":")
+				gid, err1 := strconv.ParseUint(id, 0, 64)
+				ad, err2 := strconv.ParseUint(addr, 0, 64)
+				if !ok || err1 != nil || err2 != nil {
+					d.Fatalf(t, "commit: at=%s: want grant:address", v)
+				}
+				reps = append(reps, GrantedReplica{GrantID: gid, Addr: ad})
+			}
+		}
+		gen, err := h.svc.PutCommit(client, argStr(d, "key", ""), argUint(t, d, "size", 0), cfg, d.HasArg("upsert"), reps)
+		if err != nil {
+			return errText(err)
+		}
+		return fmt.Sprintf("ok gen=%d", gen)
+
+	case "return":
+		var ids []uint64
+		if a, ok := d.Arg("ids"); ok {
+			for _, v := range a.Vals {
+				id, err := strconv.ParseUint(v, 0, 64)
+				if err != nil {
+					d.Fatalf(t, "return: ids: %v", err)
+				}
+				ids = append(ids, id)
+			}
+		}
+		h.svc.ReturnGrants(client, ids)
+		return "ok"
+
+	case "grant-metrics":
+		m := h.svc.Metrics()
+		return fmt.Sprintf("used=%d grants=%d granted=%d fenced=%d\n"+
+			"grant-requests=%d grants-total=%d returns=%d taken-back=%d commits=%d commit-fails=%d no-space=%d",
+			m.UsedBytes, m.Grants, m.GrantedBytes, m.FencedBytes, m.GrantRequestsTotal, m.GrantsTotal,
+			m.GrantReturnsTotal, m.GrantsTakenBackTotal, m.PutCommitsTotal, m.PutCommitFailsTotal, m.NoSpaceTotal)
 
 	case "put-revoke":
 		return errText(h.svc.PutRevoke(client, argStr(d, "key", "")))
@@ -316,6 +406,27 @@ func (h *ddHarness) state() string {
 			flags = append(flags, "hard-pin")
 		}
 		fmt.Fprintf(&b, "object %s size=%d %s [%s]\n", k, o.size, fmtReplicas(o.descriptors()), strings.Join(flags, " "))
+	}
+	ids := make([]uint64, 0, len(s.mu.grants))
+	for id := range s.mu.grants {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		g := s.mu.grants[id]
+		parts := make([]string, len(g.free))
+		for i, e := range g.free {
+			parts[i] = fmt.Sprintf("%#x+%d", g.seg.info.Base+e.off, e.len)
+		}
+		fmt.Fprintf(&b, "grant %d client=%s %s@%#x+%d gen=%d free=[%s]\n", id, g.client.id, g.seg.info.Name,
+			g.seg.info.Base+g.off, g.size, g.gen, strings.Join(parts, " "))
+	}
+	for _, f := range s.mu.fences {
+		held := "unmounted"
+		if f.seg != nil {
+			held = fmt.Sprintf("held %#x+%d", f.seg.info.Base+f.off, f.n)
+		}
+		fmt.Fprintf(&b, "fence %s@%#x+%d until=+%v %s\n", f.name, f.addr, f.len, f.until.Sub(now), held)
 	}
 	return b.String()
 }

@@ -77,7 +77,10 @@ const (
 	MuxRemoveAll           MuxMethod = 16
 	MuxListSegments        MuxMethod = 17
 	MuxListKeys            MuxMethod = 18
-	muxMethodEnd           MuxMethod = 19
+	MuxAcquireGrants       MuxMethod = 19
+	MuxPutCommit           MuxMethod = 20
+	MuxReturnGrants        MuxMethod = 21
+	muxMethodEnd           MuxMethod = 22
 )
 
 // MuxHeader is a decoded frame header.
@@ -244,4 +247,10 @@ var muxCalls = [muxMethodEnd]muxCall{
 		serveFn(MasterServer.ListSegments)},
 	MuxListKeys: {Master_ListKeys_FullMethodName, func() proto.Message { return new(ListKeysRequest) },
 		serveFn(MasterServer.ListKeys)},
+	MuxAcquireGrants: {Master_AcquireGrants_FullMethodName, func() proto.Message { return new(AcquireGrantsRequest) },
+		serveFn(MasterServer.AcquireGrants)},
+	MuxPutCommit: {Master_PutCommit_FullMethodName, func() proto.Message { return new(PutCommitRequest) },
+		serveFn(MasterServer.PutCommit)},
+	MuxReturnGrants: {Master_ReturnGrants_FullMethodName, func() proto.Message { return new(ReturnGrantsRequest) },
+		serveFn(MasterServer.ReturnGrants)},
 }

@@ -52,7 +52,8 @@ func TestMuxHeaderGolden(t *testing.T) {
 func TestMuxMethodValues(t *testing.T) {
 	names := []string{"Ping", "MountSegment", "ReMountSegments", "UnmountSegment", "ExistKey", "BatchExistKey",
 		"GetReplicaList", "BatchGetReplicaList", "PutStart", "BatchPutStart", "PutEnd", "BatchPutEnd", "Remove",
-		"BatchRemove", "RemoveByRegex", "RemoveAll", "ListSegments", "ListKeys"}
+		"BatchRemove", "RemoveByRegex", "RemoveAll", "ListSegments", "ListKeys", "AcquireGrants", "PutCommit",
+		"ReturnGrants"}
 	assert.Equal(t, len(names), len(Master_ServiceDesc.Methods))
 	for i, n := range names {
 		m := MuxMethod(i + 1)
@@ -60,7 +61,7 @@ func TestMuxMethodValues(t *testing.T) {
 		assert.Equal(t, Master_ServiceDesc.Methods[i].MethodName, n)
 	}
 	assert.Equal(t, MuxMethod(0).Name(), "")
-	assert.Equal(t, MuxMethod(19).Name(), "")
+	assert.Equal(t, MuxMethod(22).Name(), "")
 }
 
 func TestParseMuxHeaderErrors(t *testing.T) {
@@ -360,6 +361,59 @@ func TestMuxClientReconnect(t *testing.T) {
 	assert.NilError(t, c.Close())
 	_, err = c.Ping(ctx, &PingRequest{ClientId: "x"})
 	assert.Equal(t, CodeOf(err), ErrRPCFail)
+}
+
+// TestMuxSession: Session numbers the connections and sees, without a
+// call, that the master closed the one in use (what lets store/client drop
+// put grants of a master that went away before it writes into them).
+func TestMuxSession(t *testing.T) {
+	s := startMuxServer(t, "127.0.0.1:0")
+	addr := s.addr()
+	c := NewMuxClient(MuxClientConfig{Addr: addr, DialTimeout: time.Second})
+	defer c.Close()
+	ctx := ctxFor(t, 20*time.Second)
+	id, ok := c.Session()
+	assert.Assert(t, id == 0 && !ok, "before any call: %d %v", id, ok)
+	_, err := c.Ping(ctx, &PingRequest{ClientId: "x"})
+	assert.NilError(t, err)
+	id1, ok := c.Session()
+	assert.Assert(t, id1 == 1 && ok, "connected: %d %v", id1, ok)
+	// Answers waiting in the socket do not make it look closed.
+	for range 3 {
+		id, ok = c.Session()
+		assert.Assert(t, id == id1 && ok)
+	}
+
+	s.stop()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, ok = c.Session(); !ok || time.Now().After(deadline) {
+			break
+		}
+		select {
+		case <-time.After(5 * time.Millisecond):
+		case <-ctx.Done():
+		}
+	}
+	assert.Assert(t, !ok, "the master closed the connection, Session still says it is up")
+
+	startMuxServer(t, addr)
+	deadline = time.Now().Add(10 * time.Second)
+	for {
+		if _, err = c.Ping(ctx, &PingRequest{ClientId: "x"}); err == nil || time.Now().After(deadline) {
+			break
+		}
+		select {
+		case <-time.After(20 * time.Millisecond):
+		case <-ctx.Done():
+		}
+	}
+	assert.NilError(t, err)
+	id2, ok := c.Session()
+	assert.Assert(t, id2 > id1 && ok, "reconnected: %d %v (was %d)", id2, ok, id1)
+	assert.NilError(t, c.Close())
+	_, ok = c.Session()
+	assert.Assert(t, !ok)
 }
 
 // TestMuxRefusedByGRPC: a master that only speaks gRPC refuses the hello,

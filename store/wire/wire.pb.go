@@ -277,7 +277,14 @@ type PingResponse struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Status ClientStatus           `protobuf:"varint,1,opt,name=status,proto3,enum=kvferry.store.v1.ClientStatus" json:"status,omitempty"`
 	// view_version changes whenever a new master (or leader) takes over.
-	ViewVersion   uint64 `protobuf:"varint,2,opt,name=view_version,json=viewVersion,proto3" json:"view_version,omitempty"`
+	ViewVersion uint64 `protobuf:"varint,2,opt,name=view_version,json=viewVersion,proto3" json:"view_version,omitempty"`
+	// grant_generation grows each time the master dropped grants of this
+	// client on its own (a segment unmounted): grants the client got at a
+	// smaller generation may be gone and must no longer be written.
+	GrantGeneration uint64 `protobuf:"varint,3,opt,name=grant_generation,json=grantGeneration,proto3" json:"grant_generation,omitempty"`
+	// return_grants asks the client to return the grants it is not writing
+	// into (the master is short of space).
+	ReturnGrants  bool `protobuf:"varint,4,opt,name=return_grants,json=returnGrants,proto3" json:"return_grants,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -324,6 +331,20 @@ func (x *PingResponse) GetViewVersion() uint64 {
 		return x.ViewVersion
 	}
 	return 0
+}
+
+func (x *PingResponse) GetGrantGeneration() uint64 {
+	if x != nil {
+		return x.GrantGeneration
+	}
+	return 0
+}
+
+func (x *PingResponse) GetReturnGrants() bool {
+	if x != nil {
+		return x.ReturnGrants
+	}
+	return false
 }
 
 // Segment is a registered memory range of a client.
@@ -565,7 +586,15 @@ func (x *ReMountSegmentsRequest) GetSegments() []*Segment {
 }
 
 type ReMountSegmentsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// grant_bytes is the size of the grants this master hands out; 0 means
+	// it offers none (use PutStart and PutEnd).
+	GrantBytes uint64 `protobuf:"varint,1,opt,name=grant_bytes,json=grantBytes,proto3" json:"grant_bytes,omitempty"`
+	// grant_lease_ms: a grant may be written into only until this long
+	// after the client sent the last request whose answer confirmed it (a
+	// Ping, AcquireGrants or PutCommit answered at the same or a larger
+	// grant generation, over the connection that acquired it).
+	GrantLeaseMs  uint64 `protobuf:"varint,2,opt,name=grant_lease_ms,json=grantLeaseMs,proto3" json:"grant_lease_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -598,6 +627,20 @@ func (x *ReMountSegmentsResponse) ProtoReflect() protoreflect.Message {
 // Deprecated: Use ReMountSegmentsResponse.ProtoReflect.Descriptor instead.
 func (*ReMountSegmentsResponse) Descriptor() ([]byte, []int) {
 	return file_wire_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ReMountSegmentsResponse) GetGrantBytes() uint64 {
+	if x != nil {
+		return x.GrantBytes
+	}
+	return 0
+}
+
+func (x *ReMountSegmentsResponse) GetGrantLeaseMs() uint64 {
+	if x != nil {
+		return x.GrantLeaseMs
+	}
+	return 0
 }
 
 type UnmountSegmentRequest struct {
@@ -2141,6 +2184,492 @@ func (x *ListKeysResponse) GetKeys() []string {
 	return nil
 }
 
+type AcquireGrantsRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	ClientId string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	// count is the number of grants wanted, each on a distinct segment name
+	// (one per replica the client lacks a grant for).
+	Count uint32 `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	// min_bytes is the smallest useful grant: the object the client is about
+	// to put (aligned). The master gives grant_bytes where it can.
+	MinBytes uint64 `protobuf:"varint,3,opt,name=min_bytes,json=minBytes,proto3" json:"min_bytes,omitempty"`
+	// exclude_segments are segment names the client holds grants on already.
+	ExcludeSegments []string `protobuf:"bytes,4,rep,name=exclude_segments,json=excludeSegments,proto3" json:"exclude_segments,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *AcquireGrantsRequest) Reset() {
+	*x = AcquireGrantsRequest{}
+	mi := &file_wire_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AcquireGrantsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AcquireGrantsRequest) ProtoMessage() {}
+
+func (x *AcquireGrantsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_wire_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AcquireGrantsRequest.ProtoReflect.Descriptor instead.
+func (*AcquireGrantsRequest) Descriptor() ([]byte, []int) {
+	return file_wire_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *AcquireGrantsRequest) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *AcquireGrantsRequest) GetCount() uint32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *AcquireGrantsRequest) GetMinBytes() uint64 {
+	if x != nil {
+		return x.MinBytes
+	}
+	return 0
+}
+
+func (x *AcquireGrantsRequest) GetExcludeSegments() []string {
+	if x != nil {
+		return x.ExcludeSegments
+	}
+	return nil
+}
+
+// Grant is space of one segment reserved for one client's puts.
+type Grant struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Id          uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	SegmentId   string                 `protobuf:"bytes,2,opt,name=segment_id,json=segmentId,proto3" json:"segment_id,omitempty"`
+	SegmentName string                 `protobuf:"bytes,3,opt,name=segment_name,json=segmentName,proto3" json:"segment_name,omitempty"`
+	Protocol    string                 `protobuf:"bytes,4,opt,name=protocol,proto3" json:"protocol,omitempty"`
+	// address and size are the reserved range (absolute, 64-byte aligned
+	// relative to the segment base).
+	Address       uint64 `protobuf:"varint,5,opt,name=address,proto3" json:"address,omitempty"`
+	Size          uint64 `protobuf:"varint,6,opt,name=size,proto3" json:"size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Grant) Reset() {
+	*x = Grant{}
+	mi := &file_wire_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Grant) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Grant) ProtoMessage() {}
+
+func (x *Grant) ProtoReflect() protoreflect.Message {
+	mi := &file_wire_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Grant.ProtoReflect.Descriptor instead.
+func (*Grant) Descriptor() ([]byte, []int) {
+	return file_wire_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *Grant) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *Grant) GetSegmentId() string {
+	if x != nil {
+		return x.SegmentId
+	}
+	return ""
+}
+
+func (x *Grant) GetSegmentName() string {
+	if x != nil {
+		return x.SegmentName
+	}
+	return ""
+}
+
+func (x *Grant) GetProtocol() string {
+	if x != nil {
+		return x.Protocol
+	}
+	return ""
+}
+
+func (x *Grant) GetAddress() uint64 {
+	if x != nil {
+		return x.Address
+	}
+	return 0
+}
+
+func (x *Grant) GetSize() uint64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+type AcquireGrantsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// grants has between 1 and count grants on distinct segment names.
+	Grants []*Grant `protobuf:"bytes,1,rep,name=grants,proto3" json:"grants,omitempty"`
+	// grant_generation is the client's generation (see PingResponse).
+	GrantGeneration uint64 `protobuf:"varint,2,opt,name=grant_generation,json=grantGeneration,proto3" json:"grant_generation,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *AcquireGrantsResponse) Reset() {
+	*x = AcquireGrantsResponse{}
+	mi := &file_wire_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AcquireGrantsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AcquireGrantsResponse) ProtoMessage() {}
+
+func (x *AcquireGrantsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_wire_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AcquireGrantsResponse.ProtoReflect.Descriptor instead.
+func (*AcquireGrantsResponse) Descriptor() ([]byte, []int) {
+	return file_wire_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *AcquireGrantsResponse) GetGrants() []*Grant {
+	if x != nil {
+		return x.Grants
+	}
+	return nil
+}
+
+func (x *AcquireGrantsResponse) GetGrantGeneration() uint64 {
+	if x != nil {
+		return x.GrantGeneration
+	}
+	return 0
+}
+
+// GrantedReplica places one replica of a committed object: address must lie
+// inside grant grant_id, in a part no earlier commit took.
+type GrantedReplica struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	GrantId       uint64                 `protobuf:"varint,1,opt,name=grant_id,json=grantId,proto3" json:"grant_id,omitempty"`
+	Address       uint64                 `protobuf:"varint,2,opt,name=address,proto3" json:"address,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GrantedReplica) Reset() {
+	*x = GrantedReplica{}
+	mi := &file_wire_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GrantedReplica) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GrantedReplica) ProtoMessage() {}
+
+func (x *GrantedReplica) ProtoReflect() protoreflect.Message {
+	mi := &file_wire_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GrantedReplica.ProtoReflect.Descriptor instead.
+func (*GrantedReplica) Descriptor() ([]byte, []int) {
+	return file_wire_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *GrantedReplica) GetGrantId() uint64 {
+	if x != nil {
+		return x.GrantId
+	}
+	return 0
+}
+
+func (x *GrantedReplica) GetAddress() uint64 {
+	if x != nil {
+		return x.Address
+	}
+	return 0
+}
+
+type PutCommitRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	ClientId string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	Key      string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	Size     uint64                 `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
+	Config   *ReplicateConfig       `protobuf:"bytes,4,opt,name=config,proto3" json:"config,omitempty"`
+	Upsert   bool                   `protobuf:"varint,5,opt,name=upsert,proto3" json:"upsert,omitempty"`
+	// replicas are on distinct segment names, one per grant.
+	Replicas      []*GrantedReplica `protobuf:"bytes,6,rep,name=replicas,proto3" json:"replicas,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PutCommitRequest) Reset() {
+	*x = PutCommitRequest{}
+	mi := &file_wire_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PutCommitRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PutCommitRequest) ProtoMessage() {}
+
+func (x *PutCommitRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_wire_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PutCommitRequest.ProtoReflect.Descriptor instead.
+func (*PutCommitRequest) Descriptor() ([]byte, []int) {
+	return file_wire_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *PutCommitRequest) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *PutCommitRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *PutCommitRequest) GetSize() uint64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *PutCommitRequest) GetConfig() *ReplicateConfig {
+	if x != nil {
+		return x.Config
+	}
+	return nil
+}
+
+func (x *PutCommitRequest) GetUpsert() bool {
+	if x != nil {
+		return x.Upsert
+	}
+	return false
+}
+
+func (x *PutCommitRequest) GetReplicas() []*GrantedReplica {
+	if x != nil {
+		return x.Replicas
+	}
+	return nil
+}
+
+type PutCommitResponse struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	GrantGeneration uint64                 `protobuf:"varint,1,opt,name=grant_generation,json=grantGeneration,proto3" json:"grant_generation,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *PutCommitResponse) Reset() {
+	*x = PutCommitResponse{}
+	mi := &file_wire_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PutCommitResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PutCommitResponse) ProtoMessage() {}
+
+func (x *PutCommitResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_wire_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PutCommitResponse.ProtoReflect.Descriptor instead.
+func (*PutCommitResponse) Descriptor() ([]byte, []int) {
+	return file_wire_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *PutCommitResponse) GetGrantGeneration() uint64 {
+	if x != nil {
+		return x.GrantGeneration
+	}
+	return 0
+}
+
+type ReturnGrantsRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	ClientId string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	// grant_ids the master no longer knows are ignored.
+	GrantIds      []uint64 `protobuf:"varint,2,rep,packed,name=grant_ids,json=grantIds,proto3" json:"grant_ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReturnGrantsRequest) Reset() {
+	*x = ReturnGrantsRequest{}
+	mi := &file_wire_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReturnGrantsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReturnGrantsRequest) ProtoMessage() {}
+
+func (x *ReturnGrantsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_wire_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReturnGrantsRequest.ProtoReflect.Descriptor instead.
+func (*ReturnGrantsRequest) Descriptor() ([]byte, []int) {
+	return file_wire_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *ReturnGrantsRequest) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *ReturnGrantsRequest) GetGrantIds() []uint64 {
+	if x != nil {
+		return x.GrantIds
+	}
+	return nil
+}
+
+type ReturnGrantsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReturnGrantsResponse) Reset() {
+	*x = ReturnGrantsResponse{}
+	mi := &file_wire_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReturnGrantsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReturnGrantsResponse) ProtoMessage() {}
+
+func (x *ReturnGrantsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_wire_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReturnGrantsResponse.ProtoReflect.Descriptor instead.
+func (*ReturnGrantsResponse) Descriptor() ([]byte, []int) {
+	return file_wire_proto_rawDescGZIP(), []int{45}
+}
+
 var File_wire_proto protoreflect.FileDescriptor
 
 const file_wire_proto_rawDesc = "" +
@@ -2150,10 +2679,12 @@ const file_wire_proto_rawDesc = "" +
 	"\vErrorDetail\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\x05R\x04code\"*\n" +
 	"\vPingRequest\x12\x1b\n" +
-	"\tclient_id\x18\x01 \x01(\tR\bclientId\"i\n" +
+	"\tclient_id\x18\x01 \x01(\tR\bclientId\"\xb9\x01\n" +
 	"\fPingResponse\x126\n" +
 	"\x06status\x18\x01 \x01(\x0e2\x1e.kvferry.store.v1.ClientStatusR\x06status\x12!\n" +
-	"\fview_version\x18\x02 \x01(\x04R\vviewVersion\"\xad\x01\n" +
+	"\fview_version\x18\x02 \x01(\x04R\vviewVersion\x12)\n" +
+	"\x10grant_generation\x18\x03 \x01(\x04R\x0fgrantGeneration\x12#\n" +
+	"\rreturn_grants\x18\x04 \x01(\bR\freturnGrants\"\xad\x01\n" +
 	"\aSegment\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
@@ -2169,8 +2700,11 @@ const file_wire_proto_rawDesc = "" +
 	"\x14MountSegmentResponse\"l\n" +
 	"\x16ReMountSegmentsRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x125\n" +
-	"\bsegments\x18\x02 \x03(\v2\x19.kvferry.store.v1.SegmentR\bsegments\"\x19\n" +
-	"\x17ReMountSegmentsResponse\"S\n" +
+	"\bsegments\x18\x02 \x03(\v2\x19.kvferry.store.v1.SegmentR\bsegments\"`\n" +
+	"\x17ReMountSegmentsResponse\x12\x1f\n" +
+	"\vgrant_bytes\x18\x01 \x01(\x04R\n" +
+	"grantBytes\x12$\n" +
+	"\x0egrant_lease_ms\x18\x02 \x01(\x04R\fgrantLeaseMs\"S\n" +
 	"\x15UnmountSegmentRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x1d\n" +
 	"\n" +
@@ -2262,7 +2796,39 @@ const file_wire_proto_rawDesc = "" +
 	"\bsegments\x18\x01 \x03(\v2\x19.kvferry.store.v1.SegmentR\bsegments\"\x11\n" +
 	"\x0fListKeysRequest\"&\n" +
 	"\x10ListKeysResponse\x12\x12\n" +
-	"\x04keys\x18\x01 \x03(\tR\x04keys*a\n" +
+	"\x04keys\x18\x01 \x03(\tR\x04keys\"\x91\x01\n" +
+	"\x14AcquireGrantsRequest\x12\x1b\n" +
+	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x14\n" +
+	"\x05count\x18\x02 \x01(\rR\x05count\x12\x1b\n" +
+	"\tmin_bytes\x18\x03 \x01(\x04R\bminBytes\x12)\n" +
+	"\x10exclude_segments\x18\x04 \x03(\tR\x0fexcludeSegments\"\xa3\x01\n" +
+	"\x05Grant\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x1d\n" +
+	"\n" +
+	"segment_id\x18\x02 \x01(\tR\tsegmentId\x12!\n" +
+	"\fsegment_name\x18\x03 \x01(\tR\vsegmentName\x12\x1a\n" +
+	"\bprotocol\x18\x04 \x01(\tR\bprotocol\x12\x18\n" +
+	"\aaddress\x18\x05 \x01(\x04R\aaddress\x12\x12\n" +
+	"\x04size\x18\x06 \x01(\x04R\x04size\"s\n" +
+	"\x15AcquireGrantsResponse\x12/\n" +
+	"\x06grants\x18\x01 \x03(\v2\x17.kvferry.store.v1.GrantR\x06grants\x12)\n" +
+	"\x10grant_generation\x18\x02 \x01(\x04R\x0fgrantGeneration\"E\n" +
+	"\x0eGrantedReplica\x12\x19\n" +
+	"\bgrant_id\x18\x01 \x01(\x04R\agrantId\x12\x18\n" +
+	"\aaddress\x18\x02 \x01(\x04R\aaddress\"\xe6\x01\n" +
+	"\x10PutCommitRequest\x12\x1b\n" +
+	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12\x12\n" +
+	"\x04size\x18\x03 \x01(\x04R\x04size\x129\n" +
+	"\x06config\x18\x04 \x01(\v2!.kvferry.store.v1.ReplicateConfigR\x06config\x12\x16\n" +
+	"\x06upsert\x18\x05 \x01(\bR\x06upsert\x12<\n" +
+	"\breplicas\x18\x06 \x03(\v2 .kvferry.store.v1.GrantedReplicaR\breplicas\">\n" +
+	"\x11PutCommitResponse\x12)\n" +
+	"\x10grant_generation\x18\x01 \x01(\x04R\x0fgrantGeneration\"O\n" +
+	"\x13ReturnGrantsRequest\x12\x1b\n" +
+	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x1b\n" +
+	"\tgrant_ids\x18\x02 \x03(\x04R\bgrantIds\"\x16\n" +
+	"\x14ReturnGrantsResponse*a\n" +
 	"\fClientStatus\x12\x1b\n" +
 	"\x17CLIENT_STATUS_UNDEFINED\x10\x00\x12\x14\n" +
 	"\x10CLIENT_STATUS_OK\x10\x01\x12\x1e\n" +
@@ -2277,7 +2843,7 @@ const file_wire_proto_rawDesc = "" +
 	"\rSoftPinAction\x12\x15\n" +
 	"\x11SOFT_PIN_PRESERVE\x10\x00\x12\x13\n" +
 	"\x0fSOFT_PIN_ENABLE\x10\x01\x12\x14\n" +
-	"\x10SOFT_PIN_DISABLE\x10\x022\xcc\f\n" +
+	"\x10SOFT_PIN_DISABLE\x10\x022\xe3\x0e\n" +
 	"\x06Master\x12E\n" +
 	"\x04Ping\x12\x1d.kvferry.store.v1.PingRequest\x1a\x1e.kvferry.store.v1.PingResponse\x12]\n" +
 	"\fMountSegment\x12%.kvferry.store.v1.MountSegmentRequest\x1a&.kvferry.store.v1.MountSegmentResponse\x12f\n" +
@@ -2296,7 +2862,10 @@ const file_wire_proto_rawDesc = "" +
 	"\rRemoveByRegex\x12&.kvferry.store.v1.RemoveByRegexRequest\x1a\x1f.kvferry.store.v1.CountResponse\x12P\n" +
 	"\tRemoveAll\x12\".kvferry.store.v1.RemoveAllRequest\x1a\x1f.kvferry.store.v1.CountResponse\x12]\n" +
 	"\fListSegments\x12%.kvferry.store.v1.ListSegmentsRequest\x1a&.kvferry.store.v1.ListSegmentsResponse\x12Q\n" +
-	"\bListKeys\x12!.kvferry.store.v1.ListKeysRequest\x1a\".kvferry.store.v1.ListKeysResponseB'Z%github.com/kvferry/kvferry/store/wireb\x06proto3"
+	"\bListKeys\x12!.kvferry.store.v1.ListKeysRequest\x1a\".kvferry.store.v1.ListKeysResponse\x12`\n" +
+	"\rAcquireGrants\x12&.kvferry.store.v1.AcquireGrantsRequest\x1a'.kvferry.store.v1.AcquireGrantsResponse\x12T\n" +
+	"\tPutCommit\x12\".kvferry.store.v1.PutCommitRequest\x1a#.kvferry.store.v1.PutCommitResponse\x12]\n" +
+	"\fReturnGrants\x12%.kvferry.store.v1.ReturnGrantsRequest\x1a&.kvferry.store.v1.ReturnGrantsResponseB'Z%github.com/kvferry/kvferry/store/wireb\x06proto3"
 
 var (
 	file_wire_proto_rawDescOnce sync.Once
@@ -2311,7 +2880,7 @@ func file_wire_proto_rawDescGZIP() []byte {
 }
 
 var file_wire_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_wire_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
+var file_wire_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
 var file_wire_proto_goTypes = []any{
 	(ClientStatus)(0),                   // 0: kvferry.store.v1.ClientStatus
 	(ReplicaStatus)(0),                  // 1: kvferry.store.v1.ReplicaStatus
@@ -2354,6 +2923,14 @@ var file_wire_proto_goTypes = []any{
 	(*ListSegmentsResponse)(nil),        // 38: kvferry.store.v1.ListSegmentsResponse
 	(*ListKeysRequest)(nil),             // 39: kvferry.store.v1.ListKeysRequest
 	(*ListKeysResponse)(nil),            // 40: kvferry.store.v1.ListKeysResponse
+	(*AcquireGrantsRequest)(nil),        // 41: kvferry.store.v1.AcquireGrantsRequest
+	(*Grant)(nil),                       // 42: kvferry.store.v1.Grant
+	(*AcquireGrantsResponse)(nil),       // 43: kvferry.store.v1.AcquireGrantsResponse
+	(*GrantedReplica)(nil),              // 44: kvferry.store.v1.GrantedReplica
+	(*PutCommitRequest)(nil),            // 45: kvferry.store.v1.PutCommitRequest
+	(*PutCommitResponse)(nil),           // 46: kvferry.store.v1.PutCommitResponse
+	(*ReturnGrantsRequest)(nil),         // 47: kvferry.store.v1.ReturnGrantsRequest
+	(*ReturnGrantsResponse)(nil),        // 48: kvferry.store.v1.ReturnGrantsResponse
 }
 var file_wire_proto_depIdxs = []int32{
 	0,  // 0: kvferry.store.v1.PingResponse.status:type_name -> kvferry.store.v1.ClientStatus
@@ -2370,47 +2947,56 @@ var file_wire_proto_depIdxs = []int32{
 	17, // 11: kvferry.store.v1.PutStartResult.replicas:type_name -> kvferry.store.v1.Replica
 	25, // 12: kvferry.store.v1.BatchPutStartResponse.results:type_name -> kvferry.store.v1.PutStartResult
 	6,  // 13: kvferry.store.v1.ListSegmentsResponse.segments:type_name -> kvferry.store.v1.Segment
-	4,  // 14: kvferry.store.v1.Master.Ping:input_type -> kvferry.store.v1.PingRequest
-	7,  // 15: kvferry.store.v1.Master.MountSegment:input_type -> kvferry.store.v1.MountSegmentRequest
-	9,  // 16: kvferry.store.v1.Master.ReMountSegments:input_type -> kvferry.store.v1.ReMountSegmentsRequest
-	11, // 17: kvferry.store.v1.Master.UnmountSegment:input_type -> kvferry.store.v1.UnmountSegmentRequest
-	13, // 18: kvferry.store.v1.Master.ExistKey:input_type -> kvferry.store.v1.KeyRequest
-	14, // 19: kvferry.store.v1.Master.BatchExistKey:input_type -> kvferry.store.v1.BatchKeyRequest
-	13, // 20: kvferry.store.v1.Master.GetReplicaList:input_type -> kvferry.store.v1.KeyRequest
-	14, // 21: kvferry.store.v1.Master.BatchGetReplicaList:input_type -> kvferry.store.v1.BatchKeyRequest
-	22, // 22: kvferry.store.v1.Master.PutStart:input_type -> kvferry.store.v1.PutStartRequest
-	24, // 23: kvferry.store.v1.Master.BatchPutStart:input_type -> kvferry.store.v1.BatchPutStartRequest
-	27, // 24: kvferry.store.v1.Master.PutEnd:input_type -> kvferry.store.v1.PutEndRequest
-	29, // 25: kvferry.store.v1.Master.BatchPutEnd:input_type -> kvferry.store.v1.BatchPutEndRequest
-	31, // 26: kvferry.store.v1.Master.Remove:input_type -> kvferry.store.v1.RemoveRequest
-	33, // 27: kvferry.store.v1.Master.BatchRemove:input_type -> kvferry.store.v1.BatchRemoveRequest
-	34, // 28: kvferry.store.v1.Master.RemoveByRegex:input_type -> kvferry.store.v1.RemoveByRegexRequest
-	35, // 29: kvferry.store.v1.Master.RemoveAll:input_type -> kvferry.store.v1.RemoveAllRequest
-	37, // 30: kvferry.store.v1.Master.ListSegments:input_type -> kvferry.store.v1.ListSegmentsRequest
-	39, // 31: kvferry.store.v1.Master.ListKeys:input_type -> kvferry.store.v1.ListKeysRequest
-	5,  // 32: kvferry.store.v1.Master.Ping:output_type -> kvferry.store.v1.PingResponse
-	8,  // 33: kvferry.store.v1.Master.MountSegment:output_type -> kvferry.store.v1.MountSegmentResponse
-	10, // 34: kvferry.store.v1.Master.ReMountSegments:output_type -> kvferry.store.v1.ReMountSegmentsResponse
-	12, // 35: kvferry.store.v1.Master.UnmountSegment:output_type -> kvferry.store.v1.UnmountSegmentResponse
-	15, // 36: kvferry.store.v1.Master.ExistKey:output_type -> kvferry.store.v1.ExistKeyResponse
-	16, // 37: kvferry.store.v1.Master.BatchExistKey:output_type -> kvferry.store.v1.BatchExistKeyResponse
-	18, // 38: kvferry.store.v1.Master.GetReplicaList:output_type -> kvferry.store.v1.GetReplicaListResponse
-	20, // 39: kvferry.store.v1.Master.BatchGetReplicaList:output_type -> kvferry.store.v1.BatchGetReplicaListResponse
-	23, // 40: kvferry.store.v1.Master.PutStart:output_type -> kvferry.store.v1.PutStartResponse
-	26, // 41: kvferry.store.v1.Master.BatchPutStart:output_type -> kvferry.store.v1.BatchPutStartResponse
-	28, // 42: kvferry.store.v1.Master.PutEnd:output_type -> kvferry.store.v1.PutEndResponse
-	30, // 43: kvferry.store.v1.Master.BatchPutEnd:output_type -> kvferry.store.v1.BatchCodesResponse
-	32, // 44: kvferry.store.v1.Master.Remove:output_type -> kvferry.store.v1.RemoveResponse
-	30, // 45: kvferry.store.v1.Master.BatchRemove:output_type -> kvferry.store.v1.BatchCodesResponse
-	36, // 46: kvferry.store.v1.Master.RemoveByRegex:output_type -> kvferry.store.v1.CountResponse
-	36, // 47: kvferry.store.v1.Master.RemoveAll:output_type -> kvferry.store.v1.CountResponse
-	38, // 48: kvferry.store.v1.Master.ListSegments:output_type -> kvferry.store.v1.ListSegmentsResponse
-	40, // 49: kvferry.store.v1.Master.ListKeys:output_type -> kvferry.store.v1.ListKeysResponse
-	32, // [32:50] is the sub-list for method output_type
-	14, // [14:32] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	42, // 14: kvferry.store.v1.AcquireGrantsResponse.grants:type_name -> kvferry.store.v1.Grant
+	21, // 15: kvferry.store.v1.PutCommitRequest.config:type_name -> kvferry.store.v1.ReplicateConfig
+	44, // 16: kvferry.store.v1.PutCommitRequest.replicas:type_name -> kvferry.store.v1.GrantedReplica
+	4,  // 17: kvferry.store.v1.Master.Ping:input_type -> kvferry.store.v1.PingRequest
+	7,  // 18: kvferry.store.v1.Master.MountSegment:input_type -> kvferry.store.v1.MountSegmentRequest
+	9,  // 19: kvferry.store.v1.Master.ReMountSegments:input_type -> kvferry.store.v1.ReMountSegmentsRequest
+	11, // 20: kvferry.store.v1.Master.UnmountSegment:input_type -> kvferry.store.v1.UnmountSegmentRequest
+	13, // 21: kvferry.store.v1.Master.ExistKey:input_type -> kvferry.store.v1.KeyRequest
+	14, // 22: kvferry.store.v1.Master.BatchExistKey:input_type -> kvferry.store.v1.BatchKeyRequest
+	13, // 23: kvferry.store.v1.Master.GetReplicaList:input_type -> kvferry.store.v1.KeyRequest
+	14, // 24: kvferry.store.v1.Master.BatchGetReplicaList:input_type -> kvferry.store.v1.BatchKeyRequest
+	22, // 25: kvferry.store.v1.Master.PutStart:input_type -> kvferry.store.v1.PutStartRequest
+	24, // 26: kvferry.store.v1.Master.BatchPutStart:input_type -> kvferry.store.v1.BatchPutStartRequest
+	27, // 27: kvferry.store.v1.Master.PutEnd:input_type -> kvferry.store.v1.PutEndRequest
+	29, // 28: kvferry.store.v1.Master.BatchPutEnd:input_type -> kvferry.store.v1.BatchPutEndRequest
+	31, // 29: kvferry.store.v1.Master.Remove:input_type -> kvferry.store.v1.RemoveRequest
+	33, // 30: kvferry.store.v1.Master.BatchRemove:input_type -> kvferry.store.v1.BatchRemoveRequest
+	34, // 31: kvferry.store.v1.Master.RemoveByRegex:input_type -> kvferry.store.v1.RemoveByRegexRequest
+	35, // 32: kvferry.store.v1.Master.RemoveAll:input_type -> kvferry.store.v1.RemoveAllRequest
+	37, // 33: kvferry.store.v1.Master.ListSegments:input_type -> kvferry.store.v1.ListSegmentsRequest
+	39, // 34: kvferry.store.v1.Master.ListKeys:input_type -> kvferry.store.v1.ListKeysRequest
+	41, // 35: kvferry.store.v1.Master.AcquireGrants:input_type -> kvferry.store.v1.AcquireGrantsRequest
+	45, // 36: kvferry.store.v1.Master.PutCommit:input_type -> kvferry.store.v1.PutCommitRequest
+	47, // 37: kvferry.store.v1.Master.ReturnGrants:input_type -> kvferry.store.v1.ReturnGrantsRequest
+	5,  // 38: kvferry.store.v1.Master.Ping:output_type -> kvferry.store.v1.PingResponse
+	8,  // 39: kvferry.store.v1.Master.MountSegment:output_type -> kvferry.store.v1.MountSegmentResponse
+	10, // 40: kvferry.store.v1.Master.ReMountSegments:output_type -> kvferry.store.v1.ReMountSegmentsResponse
+	12, // 41: kvferry.store.v1.Master.UnmountSegment:output_type -> kvferry.store.v1.UnmountSegmentResponse
+	15, // 42: kvferry.store.v1.Master.ExistKey:output_type -> kvferry.store.v1.ExistKeyResponse
+	16, // 43: kvferry.store.v1.Master.BatchExistKey:output_type -> kvferry.store.v1.BatchExistKeyResponse
+	18, // 44: kvferry.store.v1.Master.GetReplicaList:output_type -> kvferry.store.v1.GetReplicaListResponse
+	20, // 45: kvferry.store.v1.Master.BatchGetReplicaList:output_type -> kvferry.store.v1.BatchGetReplicaListResponse
+	23, // 46: kvferry.store.v1.Master.PutStart:output_type -> kvferry.store.v1.PutStartResponse
+	26, // 47: kvferry.store.v1.Master.BatchPutStart:output_type -> kvferry.store.v1.BatchPutStartResponse
+	28, // 48: kvferry.store.v1.Master.PutEnd:output_type -> kvferry.store.v1.PutEndResponse
+	30, // 49: kvferry.store.v1.Master.BatchPutEnd:output_type -> kvferry.store.v1.BatchCodesResponse
+	32, // 50: kvferry.store.v1.Master.Remove:output_type -> kvferry.store.v1.RemoveResponse
+	30, // 51: kvferry.store.v1.Master.BatchRemove:output_type -> kvferry.store.v1.BatchCodesResponse
+	36, // 52: kvferry.store.v1.Master.RemoveByRegex:output_type -> kvferry.store.v1.CountResponse
+	36, // 53: kvferry.store.v1.Master.RemoveAll:output_type -> kvferry.store.v1.CountResponse
+	38, // 54: kvferry.store.v1.Master.ListSegments:output_type -> kvferry.store.v1.ListSegmentsResponse
+	40, // 55: kvferry.store.v1.Master.ListKeys:output_type -> kvferry.store.v1.ListKeysResponse
+	43, // 56: kvferry.store.v1.Master.AcquireGrants:output_type -> kvferry.store.v1.AcquireGrantsResponse
+	46, // 57: kvferry.store.v1.Master.PutCommit:output_type -> kvferry.store.v1.PutCommitResponse
+	48, // 58: kvferry.store.v1.Master.ReturnGrants:output_type -> kvferry.store.v1.ReturnGrantsResponse
+	38, // [38:59] is the sub-list for method output_type
+	17, // [17:38] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_wire_proto_init() }
@@ -2424,7 +3010,7 @@ func file_wire_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_wire_proto_rawDesc), len(file_wire_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   38,
+			NumMessages:   46,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

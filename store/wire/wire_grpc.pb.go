@@ -43,6 +43,9 @@ const (
 	Master_RemoveAll_FullMethodName           = "/kvferry.store.v1.Master/RemoveAll"
 	Master_ListSegments_FullMethodName        = "/kvferry.store.v1.Master/ListSegments"
 	Master_ListKeys_FullMethodName            = "/kvferry.store.v1.Master/ListKeys"
+	Master_AcquireGrants_FullMethodName       = "/kvferry.store.v1.Master/AcquireGrants"
+	Master_PutCommit_FullMethodName           = "/kvferry.store.v1.Master/PutCommit"
+	Master_ReturnGrants_FullMethodName        = "/kvferry.store.v1.Master/ReturnGrants"
 )
 
 // MasterClient is the client API for Master service.
@@ -90,6 +93,16 @@ type MasterClient interface {
 	// ListSegments and ListKeys are admin views.
 	ListSegments(ctx context.Context, in *ListSegmentsRequest, opts ...grpc.CallOption) (*ListSegmentsResponse, error)
 	ListKeys(ctx context.Context, in *ListKeysRequest, opts ...grpc.CallOption) (*ListKeysResponse, error)
+	// One-round-trip puts (a kvferry extension; a master offers them when
+	// ReMountSegmentsResponse.grant_bytes is non-zero). AcquireGrants
+	// reserves space in segments for the calling client; the client places
+	// objects inside its grants itself, writes their bytes, and PutCommit
+	// publishes an object whose replicas lie in its grants: one master round
+	// trip per put instead of PutStart and PutEnd. ReturnGrants gives back
+	// what a client no longer needs.
+	AcquireGrants(ctx context.Context, in *AcquireGrantsRequest, opts ...grpc.CallOption) (*AcquireGrantsResponse, error)
+	PutCommit(ctx context.Context, in *PutCommitRequest, opts ...grpc.CallOption) (*PutCommitResponse, error)
+	ReturnGrants(ctx context.Context, in *ReturnGrantsRequest, opts ...grpc.CallOption) (*ReturnGrantsResponse, error)
 }
 
 type masterClient struct {
@@ -280,6 +293,36 @@ func (c *masterClient) ListKeys(ctx context.Context, in *ListKeysRequest, opts .
 	return out, nil
 }
 
+func (c *masterClient) AcquireGrants(ctx context.Context, in *AcquireGrantsRequest, opts ...grpc.CallOption) (*AcquireGrantsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AcquireGrantsResponse)
+	err := c.cc.Invoke(ctx, Master_AcquireGrants_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *masterClient) PutCommit(ctx context.Context, in *PutCommitRequest, opts ...grpc.CallOption) (*PutCommitResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PutCommitResponse)
+	err := c.cc.Invoke(ctx, Master_PutCommit_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *masterClient) ReturnGrants(ctx context.Context, in *ReturnGrantsRequest, opts ...grpc.CallOption) (*ReturnGrantsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReturnGrantsResponse)
+	err := c.cc.Invoke(ctx, Master_ReturnGrants_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MasterServer is the server API for Master service.
 // All implementations must embed UnimplementedMasterServer
 // for forward compatibility.
@@ -325,6 +368,16 @@ type MasterServer interface {
 	// ListSegments and ListKeys are admin views.
 	ListSegments(context.Context, *ListSegmentsRequest) (*ListSegmentsResponse, error)
 	ListKeys(context.Context, *ListKeysRequest) (*ListKeysResponse, error)
+	// One-round-trip puts (a kvferry extension; a master offers them when
+	// ReMountSegmentsResponse.grant_bytes is non-zero). AcquireGrants
+	// reserves space in segments for the calling client; the client places
+	// objects inside its grants itself, writes their bytes, and PutCommit
+	// publishes an object whose replicas lie in its grants: one master round
+	// trip per put instead of PutStart and PutEnd. ReturnGrants gives back
+	// what a client no longer needs.
+	AcquireGrants(context.Context, *AcquireGrantsRequest) (*AcquireGrantsResponse, error)
+	PutCommit(context.Context, *PutCommitRequest) (*PutCommitResponse, error)
+	ReturnGrants(context.Context, *ReturnGrantsRequest) (*ReturnGrantsResponse, error)
 	mustEmbedUnimplementedMasterServer()
 }
 
@@ -388,6 +441,15 @@ func (UnimplementedMasterServer) ListSegments(context.Context, *ListSegmentsRequ
 }
 func (UnimplementedMasterServer) ListKeys(context.Context, *ListKeysRequest) (*ListKeysResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListKeys not implemented")
+}
+func (UnimplementedMasterServer) AcquireGrants(context.Context, *AcquireGrantsRequest) (*AcquireGrantsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AcquireGrants not implemented")
+}
+func (UnimplementedMasterServer) PutCommit(context.Context, *PutCommitRequest) (*PutCommitResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PutCommit not implemented")
+}
+func (UnimplementedMasterServer) ReturnGrants(context.Context, *ReturnGrantsRequest) (*ReturnGrantsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReturnGrants not implemented")
 }
 func (UnimplementedMasterServer) mustEmbedUnimplementedMasterServer() {}
 func (UnimplementedMasterServer) testEmbeddedByValue()                {}
@@ -734,6 +796,60 @@ func _Master_ListKeys_Handler(srv interface{}, ctx context.Context, dec func(int
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Master_AcquireGrants_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AcquireGrantsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).AcquireGrants(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_AcquireGrants_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).AcquireGrants(ctx, req.(*AcquireGrantsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Master_PutCommit_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PutCommitRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).PutCommit(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_PutCommit_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).PutCommit(ctx, req.(*PutCommitRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Master_ReturnGrants_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReturnGrantsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).ReturnGrants(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_ReturnGrants_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).ReturnGrants(ctx, req.(*ReturnGrantsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Master_ServiceDesc is the grpc.ServiceDesc for Master service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -812,6 +928,18 @@ var Master_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListKeys",
 			Handler:    _Master_ListKeys_Handler,
+		},
+		{
+			MethodName: "AcquireGrants",
+			Handler:    _Master_AcquireGrants_Handler,
+		},
+		{
+			MethodName: "PutCommit",
+			Handler:    _Master_PutCommit_Handler,
+		},
+		{
+			MethodName: "ReturnGrants",
+			Handler:    _Master_ReturnGrants_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -1,0 +1,504 @@
+package client
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/kvferry/kvferry/store/wire"
+)
+
+// Put grants (store/master grants.go): space a master reserved for this
+// client's puts. A put that fits places its replicas in grants itself,
+// writes them, and publishes the object with one PutCommit: one master
+// round trip instead of PutStart and PutEnd. Puts that do not fit (too
+// large, preferred segments, more replicas than grantMaxReplicas, no grant
+// to be had) and every put over gRPC or to an embedded master take the
+// PutStart/PutEnd way, as do puts whose commit the master refused.
+//
+// The client writes into a grant only while it knows the master that
+// granted it still holds it for this client:
+//   - over the mux connection that acquired it, and only while that
+//     connection is open (wire.MuxClient.Session: a master that stops,
+//     dies or steps down closes it, which the socket shows before the
+//     write);
+//   - within two thirds of the master's grant lease after the send time of
+//     the last request whose answer confirmed it (a heartbeat, an
+//     AcquireGrants or a PutCommit answered at the grant's generation; the
+//     remaining third covers the copy);
+//   - never after the master said it took grants back (a larger grant
+//     generation) or asked for a remount (it forgot this client).
+// A grant that may no longer be valid is retired: nothing more is placed
+// in it, and the heartbeat returns it once no put is writing into it.
+
+// Grant tunables.
+const (
+	// grantMaxReplicas: puts with more replicas do not use grants.
+	grantMaxReplicas = 4
+	// grantMaxShare: a put uses grants when its aligned size is at most
+	// 1/grantMaxShare of the master's grant size.
+	grantMaxShare = 4
+	// grantIdle: a grant no put used for this long is returned.
+	grantIdle = 5 * time.Second
+	// grantAlign is the master's allocation alignment inside a segment.
+	grantAlign = 64
+)
+
+// extentAbs is a free range of a grant, at absolute addresses.
+type extentAbs struct{ addr, len uint64 }
+
+// clientGrant is one grant and what puts took of it.
+type clientGrant struct {
+	id                       uint64
+	segID, segName, protocol string
+	addr, size               uint64
+	gen                      uint64
+	free                     []extentAbs // sorted by addr, never adjacent
+	inflight                 int         // puts writing into it now
+	retired                  bool        // nothing more goes in; returned when inflight is 0
+	lastUse                  time.Time
+}
+
+// largestFree returns the length of the largest free range.
+func (g *clientGrant) largestFree() uint64 {
+	var m uint64
+	for _, e := range g.free {
+		m = max(m, e.len)
+	}
+	return m
+}
+
+// take carves n bytes, first fit; 0 when nothing fits.
+func (g *clientGrant) take(n uint64) uint64 {
+	for i := range g.free {
+		e := &g.free[i]
+		if e.len < n {
+			continue
+		}
+		addr := e.addr
+		e.addr += n
+		e.len -= n
+		if e.len == 0 {
+			g.free = slices.Delete(g.free, i, i+1)
+		}
+		return addr
+	}
+	return 0
+}
+
+// give puts [addr, addr+n) back, merging with its neighbours.
+func (g *clientGrant) give(addr, n uint64) {
+	i, _ := slices.BinarySearchFunc(g.free, addr, func(e extentAbs, a uint64) int {
+		switch {
+		case e.addr < a:
+			return -1
+		case e.addr > a:
+			return 1
+		}
+		return 0
+	})
+	prev := i > 0 && g.free[i-1].addr+g.free[i-1].len == addr
+	next := i < len(g.free) && addr+n == g.free[i].addr
+	switch {
+	case prev && next:
+		g.free[i-1].len += n + g.free[i].len
+		g.free = slices.Delete(g.free, i, i+1)
+	case prev:
+		g.free[i-1].len += n
+	case next:
+		g.free[i].addr = addr
+		g.free[i].len += n
+	default:
+		g.free = slices.Insert(g.free, i, extentAbs{addr, n})
+	}
+}
+
+// slot is one replica of a put placed in a grant.
+type slot struct {
+	g    *clientGrant
+	addr uint64
+	n    uint64 // aligned length taken
+}
+
+// grantPool holds a client's grants. Safe for concurrent use.
+type grantPool struct {
+	mu struct {
+		sync.Mutex
+		conn    *masterConn // the connection the grants came over
+		session uint64      // its mux session
+		bytes   uint64      // the master's grant size; 0: it offers none
+		lease   time.Duration
+		renewed time.Time // send time of the last request that confirmed the grants
+		gen     uint64    // the grant generation they were confirmed at
+		grants  []*clientGrant
+		// acquiring is closed when the AcquireGrants in flight ends.
+		acquiring chan struct{}
+	}
+}
+
+// offer takes a master's grant terms from its ReMountSegments answer. The
+// master was (re)told about this client, so every grant held so far is
+// forgotten: a master that answers a remount either never granted them or
+// took them back (an expiry) or is another one.
+func (p *grantPool) offer(mc *masterConn, resp *wire.ReMountSegmentsResponse) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.mu.grants = nil
+	p.mu.conn = mc
+	p.mu.session = 0
+	p.mu.bytes, p.mu.lease = 0, 0
+	if mc.rpc == MasterRPCMux && resp.GetGrantBytes() > 0 && resp.GetGrantLeaseMs() > 0 {
+		p.mu.bytes = resp.GetGrantBytes()
+		p.mu.lease = time.Duration(resp.GetGrantLeaseMs()) * time.Millisecond
+	}
+}
+
+// eligible reports whether a put of size bytes with cfg may use grants.
+func (p *grantPool) eligible(mc *masterConn, size uint64, cfg ReplicateConfig) bool {
+	if len(cfg.PreferredSegments) > 0 || cfg.ReplicaNum > grantMaxReplicas {
+		return false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.mu.bytes > 0 && p.mu.conn == mc && alignedLen(size) <= p.mu.bytes/grantMaxShare
+}
+
+func alignedLen(n uint64) uint64 { return (n + grantAlign - 1) &^ (grantAlign - 1) }
+
+// checkLocked retires every grant that may no longer be valid: a closed or
+// replaced connection, or a connection other than mc. It reports whether
+// the grants may be written into now (the lease held recently enough).
+func (p *grantPool) checkLocked(mc *masterConn, now time.Time) bool {
+	if p.mu.conn != mc {
+		return false
+	}
+	if len(p.mu.grants) > 0 {
+		id, ok := mc.session()
+		if !ok || id != p.mu.session {
+			p.retireAllLocked()
+			return false
+		}
+	}
+	return now.Before(p.mu.renewed.Add(p.mu.lease * 2 / 3))
+}
+
+func (p *grantPool) retireAllLocked() {
+	for _, g := range p.mu.grants {
+		g.retired = true
+	}
+}
+
+// retireAll retires every grant (Close).
+func (p *grantPool) retireAll() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.retireAllLocked()
+}
+
+// reserve places n replicas of size bytes in grants on distinct segment
+// names; false when the grants cannot take them now.
+func (p *grantPool) reserve(mc *masterConn, n int, size uint64) ([]slot, bool) {
+	now := time.Now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.checkLocked(mc, now) {
+		return nil, false
+	}
+	need := alignedLen(size)
+	out := make([]slot, 0, n)
+	for _, g := range p.mu.grants {
+		if len(out) == n {
+			break
+		}
+		if g.retired || g.largestFree() < need || slices.ContainsFunc(out, func(s slot) bool { return s.g.segName == g.segName }) {
+			continue
+		}
+		out = append(out, slot{g: g, addr: g.take(need), n: need})
+	}
+	if len(out) < n {
+		for _, s := range out {
+			s.g.give(s.addr, s.n)
+		}
+		return nil, false
+	}
+	for _, s := range out {
+		s.g.inflight++
+		s.g.lastUse = now
+	}
+	return out, true
+}
+
+// acquire asks the master for grants so that n replicas of size bytes
+// fit; one acquisition runs at a time (the others wait for it). It returns
+// false when the caller should put without grants.
+func (c *Client) acquireGrants(ctx context.Context, mc *masterConn, n int, size uint64) bool {
+	p := &c.grants
+	need := alignedLen(size)
+	p.mu.Lock()
+	if d := p.mu.acquiring; d != nil {
+		p.mu.Unlock()
+		select {
+		case <-d:
+			return true // try reserve again
+		case <-ctx.Done():
+			return false
+		}
+	}
+	if p.mu.conn != mc || p.mu.bytes == 0 {
+		p.mu.Unlock()
+		return false
+	}
+	p.checkLocked(mc, time.Now())
+	// Grants that cannot take this object are full for it: retire them
+	// and ask for as many as the replicas need, elsewhere than the
+	// segments whose grants still have room.
+	var exclude []string
+	have := 0
+	for _, g := range p.mu.grants {
+		switch {
+		case g.retired:
+		case g.largestFree() < need:
+			g.retired = true
+		case !slices.Contains(exclude, g.segName):
+			exclude = append(exclude, g.segName)
+			have++
+		}
+	}
+	if have >= n {
+		// Room enough, but not confirmed lately (heartbeats failed or
+		// late): this put goes the PutStart way, and a heartbeat now.
+		p.mu.Unlock()
+		select {
+		case c.kick <- struct{}{}:
+		default:
+		}
+		return false
+	}
+	count := n - have
+	done := make(chan struct{})
+	p.mu.acquiring = done
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		p.mu.acquiring = nil
+		p.mu.Unlock()
+		close(done)
+	}()
+
+	session, ok := mc.session()
+	if !ok {
+		return false // not connected: the PutStart way dials
+	}
+	sent := time.Now()
+	rctx, cancel := c.rpcCtx(ctx)
+	resp, err := mc.mc.AcquireGrants(rctx, &wire.AcquireGrantsRequest{ClientId: c.clientID, Count: uint32(count),
+		MinBytes: need, ExcludeSegments: exclude})
+	cancel()
+	c.metrics.grantAcquires.Add(1)
+	if err != nil {
+		c.log.Debug("acquire put grants failed", "err", c.rpcErr(err))
+		return false
+	}
+	now, ok2 := mc.session()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.mu.conn != mc || !ok2 || now != session {
+		// The connection changed under the call: these grants may come
+		// from a master that is gone. Keep them only to return them.
+		for _, g := range resp.GetGrants() {
+			p.mu.grants = append(p.mu.grants, newClientGrant(g, resp.GetGrantGeneration(), true))
+		}
+		return false
+	}
+	if len(p.mu.grants) == 0 || p.mu.session != session {
+		p.retireAllLocked()
+		p.mu.session = session
+		p.mu.gen = resp.GetGrantGeneration()
+		p.mu.renewed = sent
+	}
+	p.confirmLocked(sent, resp.GetGrantGeneration())
+	for _, g := range resp.GetGrants() {
+		p.mu.grants = append(p.mu.grants, newClientGrant(g, resp.GetGrantGeneration(), false))
+	}
+	return true
+}
+
+func newClientGrant(g *wire.Grant, gen uint64, retired bool) *clientGrant {
+	return &clientGrant{id: g.GetId(), segID: g.GetSegmentId(), segName: g.GetSegmentName(), protocol: g.GetProtocol(),
+		addr: g.GetAddress(), size: g.GetSize(), gen: gen, free: []extentAbs{{g.GetAddress(), g.GetSize()}},
+		retired: retired, lastUse: time.Now()}
+}
+
+// confirmLocked records an answer at grant generation gen to a request
+// sent at sent, over the grants' connection: grants of that generation are
+// confirmed as of sent; a larger generation retires the older grants.
+func (p *grantPool) confirmLocked(sent time.Time, gen uint64) {
+	if gen > p.mu.gen {
+		for _, g := range p.mu.grants {
+			if g.gen < gen {
+				g.retired = true
+			}
+		}
+		p.mu.gen = gen
+	}
+	if gen == p.mu.gen && sent.After(p.mu.renewed) {
+		p.mu.renewed = sent
+	}
+}
+
+// done ends a put's use of its slots: committed (the master took the
+// ranges), given back (the ranges are free again: the put failed before the
+// master took them), or retired (the grants are not to be trusted).
+func (p *grantPool) done(slots []slot, how slotEnd) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, s := range slots {
+		s.g.inflight--
+		switch how {
+		case slotGiveBack:
+			s.g.give(s.addr, s.n)
+		case slotRetire:
+			s.g.retired = true
+		}
+	}
+}
+
+type slotEnd int
+
+const (
+	slotCommitted slotEnd = iota
+	slotGiveBack
+	slotRetire
+)
+
+// committed records a successful PutCommit sent at sent.
+func (p *grantPool) committed(mc *masterConn, slots []slot, sent time.Time, gen uint64) {
+	p.done(slots, slotCommitted)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.mu.conn == mc {
+		if id, ok := mc.session(); ok && id == p.mu.session {
+			p.confirmLocked(sent, gen)
+		}
+	}
+}
+
+// heartbeat records a Ping answer to a request sent at sent over mc.
+func (p *grantPool) heartbeat(mc *masterConn, sent time.Time, resp *wire.PingResponse) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.mu.conn != mc || len(p.mu.grants) == 0 {
+		return
+	}
+	if resp.GetStatus() != wire.ClientStatus_CLIENT_STATUS_OK {
+		p.retireAllLocked()
+		return
+	}
+	if id, ok := mc.session(); !ok || id != p.mu.session {
+		p.retireAllLocked()
+		return
+	}
+	p.confirmLocked(sent, resp.GetGrantGeneration())
+	if resp.GetReturnGrants() {
+		for _, g := range p.mu.grants {
+			if g.inflight == 0 {
+				g.retired = true
+			}
+		}
+	}
+}
+
+// takeReturns retires the grants idle since before idleBefore and removes
+// from the pool the retired grants no put writes into, returning their ids.
+func (p *grantPool) takeReturns(mc *masterConn, idleBefore time.Time) []uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.mu.conn != mc {
+		return nil
+	}
+	var ids []uint64
+	p.mu.grants = slices.DeleteFunc(p.mu.grants, func(g *clientGrant) bool {
+		if g.inflight == 0 && (g.retired || g.lastUse.Before(idleBefore)) {
+			ids = append(ids, g.id)
+			return true
+		}
+		return false
+	})
+	return ids
+}
+
+// returnGrants gives the master back the grants the pool is done with.
+// The heartbeat calls it; Close calls it with everything retired.
+func (c *Client) returnGrants(ctx context.Context, mc *masterConn, idleBefore time.Time) {
+	ids := c.grants.takeReturns(mc, idleBefore)
+	if len(ids) == 0 {
+		return
+	}
+	rctx, cancel := c.rpcCtx(ctx)
+	_, err := mc.mc.ReturnGrants(rctx, &wire.ReturnGrantsRequest{ClientId: c.clientID, GrantIds: ids})
+	cancel()
+	if err != nil {
+		// The master forgets them with this client if it is gone, or
+		// fences them when it expires the client.
+		c.log.Debug("return put grants failed", "grants", len(ids), "err", wire.FromStatus(err))
+		return
+	}
+	c.metrics.grantReturns.Add(uint64(len(ids)))
+}
+
+// putGranted puts through grants. It reports false (and nothing done that
+// anyone can see) when the put must go the PutStart/PutEnd way.
+func (c *Client) putGranted(ctx context.Context, mc *masterConn, key string, data span, cfg ReplicateConfig,
+	upsert bool) (bool, error) {
+	n := max(cfg.ReplicaNum, 1)
+	slots, ok := c.grants.reserve(mc, n, data.size)
+	if !ok {
+		if !c.acquireGrants(ctx, mc, n, data.size) {
+			return false, nil
+		}
+		if slots, ok = c.grants.reserve(mc, n, data.size); !ok {
+			return false, nil
+		}
+	}
+	reps := make([]*wire.Replica, len(slots))
+	placed := make([]*wire.GrantedReplica, len(slots))
+	for i, s := range slots {
+		reps[i] = &wire.Replica{SegmentName: s.g.segName, SegmentId: s.g.segID, Protocol: s.g.protocol,
+			Address: s.addr, Size: data.size}
+		placed[i] = &wire.GrantedReplica{GrantId: s.g.id, Address: s.addr}
+	}
+	if werr := c.writeReplicas(ctx, data, reps); werr != nil {
+		// Nothing was published. The holder may be gone (the master may
+		// not know yet): the grants go, and the PutStart way places the
+		// object where the master sees fit.
+		c.grants.done(slots, slotRetire)
+		c.log.Debug("put into grant failed, putting with put start", "key", key, "err", werr)
+		c.metrics.grantFallbacks.Add(1)
+		return false, nil
+	}
+	sent := time.Now()
+	rctx, cancel := c.rpcCtx(ctx)
+	resp, err := mc.mc.PutCommit(rctx, &wire.PutCommitRequest{ClientId: c.clientID, Key: key, Size: data.size,
+		Config: cfg.toWire(), Upsert: upsert, Replicas: placed})
+	cancel()
+	if err == nil {
+		c.grants.committed(mc, slots, sent, resp.GetGrantGeneration())
+		c.metrics.grantPuts.Add(1)
+		return true, nil
+	}
+	err = c.rpcErr(err)
+	if wire.CodeOf(err) == wire.ErrObjectAlreadyExists {
+		c.grants.done(slots, slotGiveBack) // the master took nothing
+		if !upsert {
+			return true, nil
+		}
+	} else {
+		// Refused (grant taken back) or unknown (the call failed): the
+		// ranges are not to be used again; the PutStart way decides.
+		c.grants.done(slots, slotRetire)
+	}
+	c.log.Debug("put commit failed, putting with put start", "key", key, "err", err)
+	c.metrics.grantFallbacks.Add(1)
+	return false, nil
+}

@@ -1,0 +1,430 @@
+package master
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/kvferry/kvferry/store/wire"
+)
+
+// Put grants: one master round trip per put.
+//
+// A put through PutStart and PutEnd costs two master round trips around
+// the copy of its bytes. With grants it costs one: the master reserves
+// space in a segment for one client ahead of time (AcquireGrants, amortized
+// over many puts); the client places each object inside its grants itself,
+// writes its bytes there, and PutCommit publishes it. The master checks
+// that every replica lies inside a grant of the committing client, in a
+// part no earlier commit took, and publishes the object complete at once,
+// under the one lock, with the same key rules as PutStart (immutable
+// objects, upsert, zombie preemption). What Mooncake's clients see does not
+// change: an object is readable by others once put returns, a failed put
+// leaves nothing visible (a write that failed is never committed; its
+// range stays in the grant for the next put), and objects are evicted,
+// leased, pinned and removed as any other.
+//
+// Space. A grant is allocated in its segment like a replica: the whole
+// range counts as used (capacity, watermark, eviction) from AcquireGrants
+// on. A commit moves a part of it from the grant to a replica; the replica
+// is freed like any other. ReturnGrants gives back the parts no commit
+// took. When space runs short (an allocation failed, or eviction ran) Ping
+// answers ask clients to return the grants they are not writing into.
+//
+// Safety. A client writes into its grants without asking the master first,
+// so the master must never hand out space a client may still write into.
+// Clients write into a grant only within GrantLease (minus a margin for
+// the copy) after the send time of the last request whose answer confirmed
+// it: a Ping, AcquireGrants or PutCommit answered at the same grant
+// generation, over the same connection as the one that acquired it (and
+// while that connection is not closed by the master). So:
+//   - ReturnGrants (the client says it is done) frees at once;
+//   - a grant the master takes back on its own (its segment is unmounted,
+//     its client expired) bumps the client's grant generation, so no later
+//     answer confirms it, and its free parts are fenced: kept out of use,
+//     under the segment's name and absolute addresses even if the segment
+//     goes and comes back, for GrantLease;
+//   - a restarted master knows no grant, but the old one's connections
+//     closed with it, which clients see before they write; a new HA leader
+//     (whose predecessor may still have been answering) allocates nothing
+//     for its first GrantLease.
+// Under the invariants build tag every mutation ends with checkLocked: in
+// each segment the replicas, the free parts of grants, the fences and the
+// allocator's free list tile the segment exactly.
+
+// grant is space of one segment reserved for one client's puts.
+type grant struct {
+	id     uint64
+	client *clientState
+	seg    *segment
+	off    uint64   // start of the reserved range, relative to the segment base
+	size   uint64   // length of the reserved range (a multiple of allocAlign)
+	free   []extent // parts no commit took, sorted by offset, never adjacent
+	gen    uint64   // the client's grant generation when granted
+}
+
+func (g *grant) freeBytes() uint64 {
+	var n uint64
+	for _, e := range g.free {
+		n += e.len
+	}
+	return n
+}
+
+// take removes [off, off+n) from the free parts; false when that range is
+// not wholly free.
+func (g *grant) take(off, n uint64) bool {
+	for i, e := range g.free {
+		if off < e.off || off+n > e.off+e.len {
+			continue
+		}
+		var parts []extent
+		if off > e.off {
+			parts = append(parts, extent{e.off, off - e.off})
+		}
+		if end := e.off + e.len; off+n < end {
+			parts = append(parts, extent{off + n, end - off - n})
+		}
+		g.free = slices.Replace(g.free, i, i+1, parts...)
+		return true
+	}
+	return false
+}
+
+// fence keeps the free part of a taken-back grant out of use until a
+// client that may still write into it has stopped (GrantLease). It is known
+// by segment name and absolute address, so it outlives an unmount of its
+// segment and is applied again to a segment mounted over it.
+type fence struct {
+	name  string
+	addr  uint64 // absolute start
+	len   uint64
+	until time.Time
+	// seg is the mounted segment whose allocator holds [off, off+n) of the
+	// fence, or nil.
+	seg    *segment
+	off, n uint64
+}
+
+// GrantInfo describes a grant handed to a client.
+type GrantInfo struct {
+	// ID names the grant in PutCommit and ReturnGrants.
+	ID          uint64
+	SegmentID   string
+	SegmentName string
+	Protocol    string
+	// Addr and Size are the reserved range (absolute).
+	Addr uint64
+	Size uint64
+}
+
+// GrantedReplica places one replica of a PutCommit: Addr inside grant
+// GrantID.
+type GrantedReplica struct {
+	GrantID uint64
+	Addr    uint64
+}
+
+// maxGrantsPerCall caps AcquireGrants' count.
+const maxGrantsPerCall = 16
+
+// grantSegmentShare: a grant takes at most 1/grantSegmentShare of its
+// segment.
+const grantSegmentShare = 8
+
+// AcquireGrants reserves up to n grants for clientID, each on a distinct
+// segment name not in exclude, each at least minBytes: GrantBytes where a
+// segment has the room. A lack of space evicts once, as PutStart does; it
+// returns at least one grant or NO_AVAILABLE_HANDLE. It also returns the
+// client's grant generation. The client must be registered (a mount or
+// remount), else CLIENT_NOT_FOUND; a master with grants off answers
+// NOT_SUPPORTED.
+func (s *Service) AcquireGrants(clientID string, n int, minBytes uint64, exclude []string) ([]GrantInfo, uint64, error) {
+	now := s.clock.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	defer s.checkLocked()
+	if s.cfg.DisableGrants {
+		return nil, 0, fmt.Errorf("acquire grants: put grants are off: %w", wire.ErrNotSupported)
+	}
+	if n < 1 || n > maxGrantsPerCall || minBytes == 0 || alignedLen(minBytes) < minBytes {
+		return nil, 0, fmt.Errorf("acquire grants (%d of %d bytes): %w", n, minBytes, wire.ErrInvalidParams)
+	}
+	c, ok := s.mu.clients[clientID]
+	if !ok {
+		return nil, 0, fmt.Errorf("acquire grants: client %q: %w", clientID, wire.ErrClientNotFound)
+	}
+	c.expiry = now.Add(s.cfg.ClientTTL)
+	if err := s.fencedLocked(now); err != nil {
+		return nil, c.grantGen, fmt.Errorf("acquire grants: %w", err)
+	}
+	if room := s.cfg.MaxGrantsPerClient - len(c.grants); n > room {
+		if room <= 0 {
+			return nil, c.grantGen, fmt.Errorf("acquire grants: client %q holds %d grants: %w",
+				clientID, len(c.grants), wire.ErrNoAvailableHandle)
+		}
+		n = room
+	}
+	need := alignedLen(minBytes)
+	out := s.grantLocked(c, n, need, exclude)
+	if len(out) < n && s.fitsSomeSegmentLocked(need) {
+		target := max(uint64(s.cfg.EvictionRatio*float64(s.mu.capacity)), need*uint64(n-len(out)))
+		if s.evictLocked(target, now) > 0 {
+			more := slices.Clone(exclude)
+			for _, g := range out {
+				more = append(more, g.SegmentName)
+			}
+			out = append(out, s.grantLocked(c, n-len(out), need, more)...)
+		}
+	}
+	s.mu.counters.grantRequests++
+	if len(out) == 0 {
+		s.mu.counters.noSpace++
+		s.mu.pressureUntil = now.Add(s.cfg.GrantLease)
+		return nil, c.grantGen, fmt.Errorf("acquire grants: %d bytes in %d segments: %w",
+			need, len(s.mu.order), wire.ErrNoAvailableHandle)
+	}
+	return out, c.grantGen, nil
+}
+
+// grantLocked carves up to n grants of at least need bytes for c.
+func (s *Service) grantLocked(c *clientState, n int, need uint64, exclude []string) []GrantInfo {
+	var out []GrantInfo
+	s.pickSegmentsLocked(n, nil, exclude, func(seg *segment) bool {
+		size := max(min(s.cfg.GrantBytes, seg.info.Size/grantSegmentShare)&^(allocAlign-1), need)
+		off, ok := seg.alloc.alloc(size)
+		if !ok {
+			// Less than a full grant, if the largest hole holds the object.
+			size = seg.alloc.largestFree() &^ (allocAlign - 1)
+			if size < need {
+				return false
+			}
+			if off, ok = seg.alloc.alloc(size); !ok {
+				return false
+			}
+		}
+		s.mu.lastGrant++
+		g := &grant{id: s.mu.lastGrant, client: c, seg: seg, off: off, size: size,
+			free: []extent{{off, size}}, gen: c.grantGen}
+		s.mu.grants[g.id] = g
+		c.grants[g.id] = g
+		seg.grants[g] = struct{}{}
+		s.mu.used += size
+		s.mu.granted += size
+		s.mu.counters.grants++
+		out = append(out, GrantInfo{ID: g.id, SegmentID: seg.info.ID, SegmentName: seg.info.Name,
+			Protocol: seg.info.Protocol, Addr: seg.info.Base + off, Size: size})
+		return true
+	})
+	return out
+}
+
+// PutCommit publishes an object of size bytes under key whose replicas
+// clientID wrote into its grants, one replica per element of reps, on
+// distinct segment names (at most max(cfg.ReplicaNum, 1)). Each replica
+// must start on a 64-byte boundary of its segment and lie, with its
+// aligned length, inside a part of its grant no earlier commit took; else
+// INVALID_WRITE and nothing changes. Then the key rules of PutStart apply
+// (OBJECT_ALREADY_EXISTS unless upsert; a zombie put is preempted), and the
+// object is complete at once. It returns the client's grant generation.
+func (s *Service) PutCommit(clientID, key string, size uint64, cfg ReplicateConfig, upsert bool, reps []GrantedReplica) (uint64, error) {
+	now := s.clock.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	defer s.checkLocked()
+	s.mu.counters.commits++
+	gen, err := s.putCommitLocked(clientID, key, size, cfg, upsert, reps, now)
+	if err != nil {
+		s.mu.counters.commitFails++
+	}
+	return gen, err
+}
+
+func (s *Service) putCommitLocked(clientID, key string, size uint64, cfg ReplicateConfig, upsert bool,
+	reps []GrantedReplica, now time.Time) (uint64, error) {
+	if key == "" || size == 0 || alignedLen(size) < size || cfg.ReplicaNum < 0 || len(reps) == 0 ||
+		len(reps) > max(cfg.ReplicaNum, 1) {
+		return 0, fmt.Errorf("put commit %q (size %d, %d replicas of %d): %w",
+			key, size, len(reps), cfg.ReplicaNum, wire.ErrInvalidParams)
+	}
+	c, ok := s.mu.clients[clientID]
+	if !ok {
+		return 0, fmt.Errorf("put commit %q: client %q: %w", key, clientID, wire.ErrClientNotFound)
+	}
+	c.expiry = now.Add(s.cfg.ClientTTL)
+	need := alignedLen(size)
+	grants := make([]*grant, len(reps))
+	for i, r := range reps {
+		g, ok := c.grants[r.GrantID]
+		if !ok {
+			return c.grantGen, fmt.Errorf("put commit %q: client %q holds no grant %d: %w",
+				key, clientID, r.GrantID, wire.ErrInvalidWrite)
+		}
+		base := g.seg.info.Base
+		if r.Addr < base || (r.Addr-base)%allocAlign != 0 || !g.holds(r.Addr-base, need) {
+			return c.grantGen, fmt.Errorf("put commit %q: %d bytes at %#x are not free in grant %d [%#x, +%d): %w",
+				key, need, r.Addr, g.id, base+g.off, g.size, wire.ErrInvalidWrite)
+		}
+		for _, h := range grants[:i] {
+			if h.seg.info.Name == g.seg.info.Name {
+				return c.grantGen, fmt.Errorf("put commit %q: two replicas on segment %q: %w",
+					key, g.seg.info.Name, wire.ErrInvalidParams)
+			}
+		}
+		grants[i] = g
+	}
+	if err := s.claimKeyLocked(key, upsert, now); err != nil {
+		return c.grantGen, fmt.Errorf("put commit %q: %w", key, err)
+	}
+	out := make([]*replica, len(reps))
+	for i, g := range grants {
+		off := reps[i].Addr - g.seg.info.Base
+		g.take(off, need)
+		s.mu.granted -= need
+		r := &replica{seg: g.seg, off: off, size: size}
+		g.seg.replicas[r] = struct{}{}
+		out[i] = r
+	}
+	o := s.newObjectLocked(clientID, key, size, out, cfg, now)
+	s.completeLocked(o, now)
+	return c.grantGen, nil
+}
+
+// holds reports whether [off, off+n) is wholly inside one free part.
+func (g *grant) holds(off, n uint64) bool {
+	for _, e := range g.free {
+		if off >= e.off && off+n <= e.off+e.len {
+			return true
+		}
+	}
+	return false
+}
+
+// ReturnGrants frees what no commit took of the listed grants of clientID.
+// Grants it does not hold (taken back already, or never its own) are
+// ignored.
+func (s *Service) ReturnGrants(clientID string, ids []uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	defer s.checkLocked()
+	c, ok := s.mu.clients[clientID]
+	if !ok {
+		return
+	}
+	for _, id := range ids {
+		if g, ok := c.grants[id]; ok {
+			s.forgetGrantLocked(g)
+			for _, e := range g.free {
+				g.seg.alloc.release(e.off, e.len)
+				s.mu.used -= e.len
+			}
+			s.mu.counters.grantReturns++
+		}
+	}
+}
+
+// forgetGrantLocked removes g from every index; its free parts are the
+// caller's to release or fence.
+func (s *Service) forgetGrantLocked(g *grant) {
+	delete(s.mu.grants, g.id)
+	delete(g.client.grants, g.id)
+	delete(g.seg.grants, g)
+	s.mu.granted -= g.freeBytes()
+}
+
+// takeBackGrantLocked takes g back without its client's word: the client
+// learns it from its grant generation, and g's free parts are fenced for
+// GrantLease.
+func (s *Service) takeBackGrantLocked(g *grant, now time.Time) {
+	s.forgetGrantLocked(g)
+	s.mu.grantGen++
+	g.client.grantGen = s.mu.grantGen
+	until := now.Add(s.cfg.GrantLease)
+	for _, e := range g.free {
+		f := &fence{name: g.seg.info.Name, addr: g.seg.info.Base + e.off, len: e.len, until: until}
+		if !g.seg.unmounted {
+			f.seg, f.off, f.n = g.seg, e.off, e.len // stays allocated
+		}
+		s.mu.fences = append(s.mu.fences, f)
+	}
+	s.mu.counters.grantsTakenBack++
+	s.log.Info("grant taken back", "client", g.client.id, "segment", g.seg.info.Name, "grant", g.id,
+		"bytes", g.freeBytes())
+}
+
+// fenceMountedLocked applies to a newly mounted segment the fences that
+// fall inside it: their parts are allocated until the fences end.
+func (s *Service) fenceMountedLocked(seg *segment) {
+	lo, hi := seg.info.Base, seg.info.Base+seg.info.Size
+	for _, f := range s.mu.fences {
+		if f.seg != nil || f.name != seg.info.Name {
+			continue
+		}
+		a, b := max(f.addr, lo), min(f.addr+f.len, hi)
+		if a >= b {
+			continue
+		}
+		// Widen to allocation boundaries so the allocator stays aligned
+		// (bytes past the segment's last boundary are never allocated).
+		off := (a - lo) &^ (allocAlign - 1)
+		end := min(alignedLen(b-lo), seg.info.Size&^(allocAlign-1))
+		if off >= end || !seg.alloc.reserve(off, end-off) {
+			continue // cannot happen on a fresh allocator
+		}
+		f.seg, f.off, f.n = seg, off, end-off
+		s.mu.used += end - off
+	}
+}
+
+// releaseFencesLocked ends the fences whose time has come.
+func (s *Service) releaseFencesLocked(now time.Time) {
+	s.mu.fences = slices.DeleteFunc(s.mu.fences, func(f *fence) bool {
+		if f.until.After(now) {
+			return false
+		}
+		if f.seg != nil && !f.seg.unmounted {
+			f.seg.alloc.release(f.off, f.n)
+			s.mu.used -= f.n
+		}
+		return true
+	})
+}
+
+// fencedLocked fails while a new HA leader waits out its predecessor's
+// grants.
+func (s *Service) fencedLocked(now time.Time) error {
+	if now.Before(s.mu.allocFence) {
+		return fmt.Errorf("new master allocates nothing for %v (grants of its predecessor): %w",
+			s.mu.allocFence.Sub(now).Round(time.Millisecond), wire.ErrUnavailableInStatus)
+	}
+	return nil
+}
+
+// completeLocked makes o readable.
+func (s *Service) completeLocked(o *object, now time.Time) {
+	o.complete = true
+	delete(s.mu.processing, o.key)
+	if o.softPinTTL > 0 {
+		o.softPinExpiry = now.Add(o.softPinTTL)
+	}
+	s.mu.lru.touch(o)
+}
+
+func sortedGrants(m map[*grant]struct{}) []*grant {
+	out := make([]*grant, 0, len(m))
+	for g := range m {
+		out = append(out, g)
+	}
+	slices.SortFunc(out, func(a, b *grant) int { return cmp.Compare(a.id, b.id) })
+	return out
+}
+
+func sortedGrantsByID(m map[uint64]*grant) []*grant {
+	out := make([]*grant, 0, len(m))
+	for _, g := range m {
+		out = append(out, g)
+	}
+	slices.SortFunc(out, func(a, b *grant) int { return cmp.Compare(a.id, b.id) })
+	return out
+}

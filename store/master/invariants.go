@@ -1,0 +1,132 @@
+package master
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+
+	"github.com/kvferry/kvferry/internal/invariants"
+)
+
+// checkLocked verifies the space bookkeeping when built with the
+// invariants tag and panics on a broken invariant (a bug of this package):
+// in every mounted segment the replicas (live or discarded), the free parts
+// of grants, the fences and the allocator's free list tile the segment
+// exactly, so no two live objects overlap and objects plus grants never
+// exceed a segment; every count (used, granted, capacity) matches; every
+// object's replicas are indexed in their segments; every grant is indexed
+// by its client and segment. Without the tag it compiles to nothing.
+func (s *Service) checkLocked() {
+	if !invariants.Enabled {
+		return
+	}
+	if err := s.verifyLocked(); err != nil {
+		panic("store master invariant: " + err.Error())
+	}
+}
+
+type owned struct {
+	off, len uint64
+	what     string
+}
+
+func (s *Service) verifyLocked() error {
+	var used, capacity, granted uint64
+	for _, seg := range s.mu.order {
+		if seg.unmounted || s.mu.segments[seg.info.ID] != seg {
+			return fmt.Errorf("segment %q in order but not mounted", seg.info.ID)
+		}
+		capacity += seg.info.Size
+		used += seg.alloc.used
+		var parts []owned
+		for r := range seg.replicas {
+			if r.seg != seg {
+				return fmt.Errorf("replica in segment %q points at %q", seg.info.ID, r.seg.info.ID)
+			}
+			what := "discarded replica"
+			if r.obj != nil {
+				what = "replica of " + r.obj.key
+			}
+			parts = append(parts, owned{r.off, alignedLen(r.size), what})
+		}
+		for g := range seg.grants {
+			if s.mu.grants[g.id] != g || g.client.grants[g.id] != g || g.seg != seg {
+				return fmt.Errorf("grant %d of segment %q not indexed", g.id, seg.info.ID)
+			}
+			granted += g.freeBytes()
+			for _, e := range g.free {
+				if e.off < g.off || e.off+e.len > g.off+g.size || e.len == 0 || e.len%allocAlign != 0 {
+					return fmt.Errorf("grant %d: free part [%d, +%d) outside [%d, +%d) or unaligned",
+						g.id, e.off, e.len, g.off, g.size)
+				}
+				parts = append(parts, owned{e.off, e.len, fmt.Sprintf("grant %d", g.id)})
+			}
+		}
+		for _, f := range s.mu.fences {
+			if f.seg == seg {
+				parts = append(parts, owned{f.off, f.n, "fence"})
+			}
+		}
+		var free uint64
+		for _, e := range seg.alloc.free {
+			parts = append(parts, owned{e.off, e.len, "free"})
+			free += e.len
+		}
+		if seg.alloc.used != seg.info.Size-free {
+			return fmt.Errorf("segment %q: used %d, size %d, free %d", seg.info.ID, seg.alloc.used, seg.info.Size, free)
+		}
+		slices.SortFunc(parts, func(a, b owned) int { return cmp.Compare(a.off, b.off) })
+		var at uint64
+		for _, p := range parts {
+			if p.off != at {
+				if p.off < at {
+					return fmt.Errorf("segment %q: %s at [%d, +%d) overlaps what ends at %d", seg.info.ID, p.what, p.off, p.len, at)
+				}
+				return fmt.Errorf("segment %q: bytes [%d, %d) owned by nothing (next: %s)", seg.info.ID, at, p.off, p.what)
+			}
+			at = p.off + p.len
+		}
+		if at != seg.info.Size {
+			return fmt.Errorf("segment %q: parts end at %d, size %d", seg.info.ID, at, seg.info.Size)
+		}
+	}
+	if len(s.mu.order) != len(s.mu.segments) {
+		return fmt.Errorf("%d segments in order, %d by id", len(s.mu.order), len(s.mu.segments))
+	}
+	if used != s.mu.used || capacity != s.mu.capacity || granted != s.mu.granted {
+		return fmt.Errorf("counts: used %d (sum %d), capacity %d (sum %d), granted %d (sum %d)",
+			s.mu.used, used, s.mu.capacity, capacity, s.mu.granted, granted)
+	}
+	nGrants := 0
+	for _, c := range s.mu.clients {
+		nGrants += len(c.grants)
+		for _, g := range c.grants {
+			if _, ok := g.seg.grants[g]; !ok || g.seg.unmounted {
+				return fmt.Errorf("grant %d of client %q not in a mounted segment", g.id, c.id)
+			}
+		}
+	}
+	if nGrants != len(s.mu.grants) {
+		return fmt.Errorf("%d grants by client, %d by id", nGrants, len(s.mu.grants))
+	}
+	for k, o := range s.mu.objects {
+		if o.key != k {
+			return fmt.Errorf("object %q indexed as %q", o.key, k)
+		}
+		if len(o.replicas) == 0 {
+			return fmt.Errorf("object %q has no replica", k)
+		}
+		for _, r := range o.replicas {
+			if _, ok := r.seg.replicas[r]; !ok || r.obj != o || r.seg.unmounted {
+				return fmt.Errorf("replica of %q not indexed in a mounted segment", k)
+			}
+		}
+		if _, ok := s.mu.processing[k]; ok == o.complete {
+			return fmt.Errorf("object %q: complete %v, processing %v", k, o.complete, ok)
+		}
+		if o.complete != o.inLRU {
+			return fmt.Errorf("object %q: complete %v, in LRU %v", k, o.complete, o.inLRU)
+		}
+	}
+	return nil
+}
