@@ -134,8 +134,17 @@ type grantPool struct {
 		grants  []*clientGrant
 		// acquiring is closed when the AcquireGrants in flight ends.
 		acquiring chan struct{}
+		// toReturn are ids of grants taken out of the pool whose return
+		// may not have reached the master.
+		toReturn []uint64
+		// idleUntil: no grant requests before it (the last one failed).
+		idleUntil time.Time
 	}
 }
+
+// grantBackoff is how long puts go the PutStart way after a grant request
+// failed (no space, too many grants, an unknown client, ...).
+const grantBackoff = time.Second
 
 // offer takes a master's grant terms from its ReMountSegments answer. The
 // master was (re)told about this client, so every grant held so far is
@@ -145,6 +154,8 @@ func (p *grantPool) offer(mc *masterConn, resp *wire.ReMountSegmentsResponse) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.mu.grants = nil
+	p.mu.toReturn = nil
+	p.mu.idleUntil = time.Time{}
 	p.mu.conn = mc
 	p.mu.session = 0
 	p.mu.bytes, p.mu.lease = 0, 0
@@ -161,7 +172,8 @@ func (p *grantPool) eligible(mc *masterConn, size uint64, cfg ReplicateConfig) b
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.mu.bytes > 0 && p.mu.conn == mc && alignedLen(size) <= p.mu.bytes/grantMaxShare
+	return p.mu.bytes > 0 && p.mu.conn == mc && alignedLen(size) <= p.mu.bytes/grantMaxShare &&
+		(len(p.mu.grants) > 0 || !time.Now().Before(p.mu.idleUntil))
 }
 
 func alignedLen(n uint64) uint64 { return (n + grantAlign - 1) &^ (grantAlign - 1) }
@@ -245,7 +257,7 @@ func (c *Client) acquireGrants(ctx context.Context, mc *masterConn, n int, size 
 			return false
 		}
 	}
-	if p.mu.conn != mc || p.mu.bytes == 0 {
+	if p.mu.conn != mc || p.mu.bytes == 0 || time.Now().Before(p.mu.idleUntil) {
 		p.mu.Unlock()
 		return false
 	}
@@ -276,6 +288,8 @@ func (c *Client) acquireGrants(ctx context.Context, mc *masterConn, n int, size 
 		return false
 	}
 	count := n - have
+	// Spent grants go back with the request.
+	returns := p.takeReturnsLocked(time.Time{})
 	done := make(chan struct{})
 	p.mu.acquiring = done
 	p.mu.Unlock()
@@ -288,18 +302,29 @@ func (c *Client) acquireGrants(ctx context.Context, mc *masterConn, n int, size 
 
 	session, ok := mc.session()
 	if !ok {
+		p.mu.Lock()
+		p.mu.toReturn = append(p.mu.toReturn, returns...)
+		p.mu.Unlock()
 		return false // not connected: the PutStart way dials
 	}
 	sent := time.Now()
 	rctx, cancel := c.rpcCtx(ctx)
 	resp, err := mc.mc.AcquireGrants(rctx, &wire.AcquireGrantsRequest{ClientId: c.clientID, Count: uint32(count),
-		MinBytes: need, ExcludeSegments: exclude})
+		MinBytes: need, ExcludeSegments: exclude, ReturnGrantIds: returns})
 	cancel()
 	c.metrics.grantAcquires.Add(1)
 	if err != nil {
-		c.log.Debug("acquire put grants failed", "err", c.rpcErr(err))
+		err = c.rpcErr(err)
+		c.log.Debug("acquire put grants failed", "err", err)
+		p.mu.Lock()
+		p.mu.idleUntil = time.Now().Add(grantBackoff)
+		if code := wire.CodeOf(err); code == wire.ErrRPCFail || code == wire.ErrRPCTimeout {
+			p.mu.toReturn = append(p.mu.toReturn, returns...) // maybe not returned
+		}
+		p.mu.Unlock()
 		return false
 	}
+	c.metrics.grantReturns.Add(uint64(len(returns)))
 	now, ok2 := mc.session()
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -409,15 +434,21 @@ func (p *grantPool) heartbeat(mc *masterConn, sent time.Time, resp *wire.PingRes
 	}
 }
 
-// takeReturns retires the grants idle since before idleBefore and removes
-// from the pool the retired grants no put writes into, returning their ids.
+// takeReturns takes out of the pool the grants to give back: retired ones
+// and ones idle since before idleBefore, if no put writes into them, and
+// those whose return may have been lost.
 func (p *grantPool) takeReturns(mc *masterConn, idleBefore time.Time) []uint64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.mu.conn != mc {
 		return nil
 	}
-	var ids []uint64
+	return p.takeReturnsLocked(idleBefore)
+}
+
+func (p *grantPool) takeReturnsLocked(idleBefore time.Time) []uint64 {
+	ids := p.mu.toReturn
+	p.mu.toReturn = nil
 	p.mu.grants = slices.DeleteFunc(p.mu.grants, func(g *clientGrant) bool {
 		if g.inflight == 0 && (g.retired || g.lastUse.Before(idleBefore)) {
 			ids = append(ids, g.id)
@@ -439,9 +470,14 @@ func (c *Client) returnGrants(ctx context.Context, mc *masterConn, idleBefore ti
 	_, err := mc.mc.ReturnGrants(rctx, &wire.ReturnGrantsRequest{ClientId: c.clientID, GrantIds: ids})
 	cancel()
 	if err != nil {
-		// The master forgets them with this client if it is gone, or
-		// fences them when it expires the client.
+		// Tried again at the next heartbeat; the master forgets them with
+		// this client if it is gone, or fences them when it expires it.
 		c.log.Debug("return put grants failed", "grants", len(ids), "err", wire.FromStatus(err))
+		c.grants.mu.Lock()
+		if c.grants.mu.conn == mc {
+			c.grants.mu.toReturn = append(c.grants.mu.toReturn, ids...)
+		}
+		c.grants.mu.Unlock()
 		return
 	}
 	c.metrics.grantReturns.Add(uint64(len(ids)))

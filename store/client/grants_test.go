@@ -52,6 +52,9 @@ func TestPutGrants(t *testing.T) {
 	// 100 KB objects (aligned 100032) in 1 MiB grants: 10 per grant.
 	assert.Assert(t, m.GrantAcquires >= 4 && m.GrantAcquires <= 6, "acquires %d", m.GrantAcquires)
 	assert.Equal(t, svc.Metrics().PutStartsTotal, uint64(0))
+	// Spent grants go back with the next grant request.
+	assert.Assert(t, m.GrantReturns >= m.GrantAcquires-2, "%+v", m)
+	assert.Assert(t, svc.Metrics().Grants <= 2, "%+v", svc.Metrics())
 
 	// An existing key: nil, value unchanged. Upsert replaces.
 	assert.NilError(t, w.Put(ctx, "g0", pattern(10, 99), client.ReplicateConfig{}))

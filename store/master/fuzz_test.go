@@ -152,7 +152,7 @@ func FuzzService(f *testing.F) {
 				_ = s.ReMountSegments(c, []SegmentInfo{{ID: fmt.Sprintf("s%d", arg%6), Name: c,
 					Base: uint64(arg%6+1) << 32, Size: 8192}})
 			case 14:
-				_, _, _ = s.AcquireGrants(c, arg%3+1, uint64(arg*41%3000+1), nil)
+				_, _, _ = s.AcquireGrants(c, arg%3+1, uint64(arg*41%3000+1), nil, []uint64{uint64(arg % 5)})
 			case 15:
 				commitSomewhere(s, c, key, arg)
 			case 16:

@@ -135,16 +135,18 @@ const grantSegmentShare = 8
 
 // AcquireGrants reserves up to n grants for clientID, each on a distinct
 // segment name not in exclude, each at least minBytes: GrantBytes where a
-// segment has the room. A lack of space evicts once, as PutStart does; it
+// segment has the room. It first takes back the grants in returns, as
+// ReturnGrants does. A lack of space evicts once, as PutStart does; it
 // returns at least one grant or NO_AVAILABLE_HANDLE. It also returns the
 // client's grant generation. The client must be registered (a mount or
 // remount), else CLIENT_NOT_FOUND; a master with grants off answers
 // NOT_SUPPORTED.
-func (s *Service) AcquireGrants(clientID string, n int, minBytes uint64, exclude []string) ([]GrantInfo, uint64, error) {
+func (s *Service) AcquireGrants(clientID string, n int, minBytes uint64, exclude []string, returns []uint64) ([]GrantInfo, uint64, error) {
 	now := s.clock.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	defer s.checkLocked()
+	s.returnGrantsLocked(clientID, returns)
 	if s.cfg.DisableGrants {
 		return nil, 0, fmt.Errorf("acquire grants: put grants are off: %w", wire.ErrNotSupported)
 	}
@@ -308,6 +310,10 @@ func (s *Service) ReturnGrants(clientID string, ids []uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	defer s.checkLocked()
+	s.returnGrantsLocked(clientID, ids)
+}
+
+func (s *Service) returnGrantsLocked(clientID string, ids []uint64) {
 	c, ok := s.mu.clients[clientID]
 	if !ok {
 		return

@@ -307,7 +307,8 @@ func (g *handlers) AcquireGrants(_ context.Context, req *wire.AcquireGrantsReque
 	if err != nil {
 		return nil, err
 	}
-	grants, gen, err := svc.AcquireGrants(req.GetClientId(), int(req.GetCount()), req.GetMinBytes(), req.GetExcludeSegments())
+	grants, gen, err := svc.AcquireGrants(req.GetClientId(), int(req.GetCount()), req.GetMinBytes(), req.GetExcludeSegments(),
+		req.GetReturnGrantIds())
 	if err != nil {
 		return nil, err
 	}

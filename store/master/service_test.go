@@ -236,7 +236,17 @@ func (h *ddHarness) runCmd(t *testing.T, d *testutil.TestData) string {
 		if a, ok := d.Arg("exclude"); ok {
 			exclude = a.Vals
 		}
-		gs, gen, err := h.svc.AcquireGrants(client, int(argUint(t, d, "n", 1)), argUint(t, d, "min", 0), exclude)
+		var returns []uint64
+		if a, ok := d.Arg("return"); ok {
+			for _, v := range a.Vals {
+				id, err := strconv.ParseUint(v, 0, 64)
+				if err != nil {
+					d.Fatalf(t, "grant: return: %v", err)
+				}
+				returns = append(returns, id)
+			}
+		}
+		gs, gen, err := h.svc.AcquireGrants(client, int(argUint(t, d, "n", 1)), argUint(t, d, "min", 0), exclude, returns)
 		if err != nil {
 			return errText(err)
 		}

@@ -2195,8 +2195,11 @@ type AcquireGrantsRequest struct {
 	MinBytes uint64 `protobuf:"varint,3,opt,name=min_bytes,json=minBytes,proto3" json:"min_bytes,omitempty"`
 	// exclude_segments are segment names the client holds grants on already.
 	ExcludeSegments []string `protobuf:"bytes,4,rep,name=exclude_segments,json=excludeSegments,proto3" json:"exclude_segments,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// return_grant_ids are grants the client is done with, returned first
+	// (as ReturnGrants would).
+	ReturnGrantIds []uint64 `protobuf:"varint,5,rep,packed,name=return_grant_ids,json=returnGrantIds,proto3" json:"return_grant_ids,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *AcquireGrantsRequest) Reset() {
@@ -2253,6 +2256,13 @@ func (x *AcquireGrantsRequest) GetMinBytes() uint64 {
 func (x *AcquireGrantsRequest) GetExcludeSegments() []string {
 	if x != nil {
 		return x.ExcludeSegments
+	}
+	return nil
+}
+
+func (x *AcquireGrantsRequest) GetReturnGrantIds() []uint64 {
+	if x != nil {
+		return x.ReturnGrantIds
 	}
 	return nil
 }
@@ -2796,12 +2806,13 @@ const file_wire_proto_rawDesc = "" +
 	"\bsegments\x18\x01 \x03(\v2\x19.kvferry.store.v1.SegmentR\bsegments\"\x11\n" +
 	"\x0fListKeysRequest\"&\n" +
 	"\x10ListKeysResponse\x12\x12\n" +
-	"\x04keys\x18\x01 \x03(\tR\x04keys\"\x91\x01\n" +
+	"\x04keys\x18\x01 \x03(\tR\x04keys\"\xbb\x01\n" +
 	"\x14AcquireGrantsRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x14\n" +
 	"\x05count\x18\x02 \x01(\rR\x05count\x12\x1b\n" +
 	"\tmin_bytes\x18\x03 \x01(\x04R\bminBytes\x12)\n" +
-	"\x10exclude_segments\x18\x04 \x03(\tR\x0fexcludeSegments\"\xa3\x01\n" +
+	"\x10exclude_segments\x18\x04 \x03(\tR\x0fexcludeSegments\x12(\n" +
+	"\x10return_grant_ids\x18\x05 \x03(\x04R\x0ereturnGrantIds\"\xa3\x01\n" +
 	"\x05Grant\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x1d\n" +
 	"\n" +
