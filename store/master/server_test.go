@@ -73,10 +73,13 @@ func roundTrip(t *testing.T, via string) {
 	ping, err := c.Ping(ctx, &wire.PingRequest{ClientId: "c1"})
 	assert.NilError(t, err)
 	assert.Equal(t, ping.GetStatus(), wire.ClientStatus_CLIENT_STATUS_NEED_REMOUNT)
-	_, err = c.ReMountSegments(ctx, &wire.ReMountSegmentsRequest{ClientId: "c1", Segments: []*wire.Segment{
+	rm, err := c.ReMountSegments(ctx, &wire.ReMountSegmentsRequest{ClientId: "c1", Segments: []*wire.Segment{
 		{Id: "s1", Name: "127.0.0.1:15000", Base: 0x7f0000000000, Size: 1 << 20, Protocol: "tcp"},
 	}})
 	assert.NilError(t, err)
+	// The master offers put grants: at most an eighth of the segment.
+	assert.Equal(t, rm.GetGrantBytes(), uint64(DefaultGrantBytes))
+	assert.Equal(t, rm.GetGrantLeaseMs(), uint64(3000))
 	ping, err = c.Ping(ctx, &wire.PingRequest{ClientId: "c1"})
 	assert.NilError(t, err)
 	assert.Equal(t, ping.GetStatus(), wire.ClientStatus_CLIENT_STATUS_OK)
@@ -122,6 +125,32 @@ func roundTrip(t *testing.T, via string) {
 	assert.NilError(t, err)
 	assert.Equal(t, bg.GetResults()[0].GetSize(), uint64(10))
 	assert.Equal(t, bg.GetResults()[1].GetCode(), int32(wire.ErrObjectNotFound))
+
+	// A one-round-trip put: a grant, a commit inside it, one outside.
+	ag, err := c.AcquireGrants(ctx, &wire.AcquireGrantsRequest{ClientId: "c1", Count: 1, MinBytes: 100})
+	assert.NilError(t, err)
+	assert.Equal(t, len(ag.GetGrants()), 1)
+	g := ag.GetGrants()[0]
+	assert.Equal(t, g.GetSize(), uint64(1<<20/8))
+	assert.Equal(t, g.GetSegmentName(), "127.0.0.1:15000")
+	_, err = c.PutCommit(ctx, &wire.PutCommitRequest{ClientId: "c1", Key: "g", Size: 100,
+		Replicas: []*wire.GrantedReplica{{GrantId: g.GetId(), Address: g.GetAddress() + g.GetSize()}}})
+	assert.Equal(t, wire.CodeOf(wire.FromStatus(err)), wire.ErrInvalidWrite)
+	pc, err := c.PutCommit(ctx, &wire.PutCommitRequest{ClientId: "c1", Key: "g", Size: 100,
+		Replicas: []*wire.GrantedReplica{{GrantId: g.GetId(), Address: g.GetAddress()}}})
+	assert.NilError(t, err)
+	assert.Equal(t, pc.GetGrantGeneration(), ag.GetGrantGeneration())
+	gl, err = c.GetReplicaList(ctx, &wire.KeyRequest{Key: "g"})
+	assert.NilError(t, err)
+	assert.Equal(t, gl.GetReplicas()[0].GetAddress(), g.GetAddress())
+	_, err = c.PutCommit(ctx, &wire.PutCommitRequest{ClientId: "c1", Key: "g", Size: 100,
+		Replicas: []*wire.GrantedReplica{{GrantId: g.GetId(), Address: g.GetAddress() + 128}}})
+	assert.Equal(t, wire.CodeOf(wire.FromStatus(err)), wire.ErrObjectAlreadyExists)
+	_, err = c.ReturnGrants(ctx, &wire.ReturnGrantsRequest{ClientId: "c1", GrantIds: []uint64{g.GetId()}})
+	assert.NilError(t, err)
+	assert.Equal(t, srv.Service().Metrics().Grants, 0)
+	_, err = c.Remove(ctx, &wire.RemoveRequest{Key: "g", Force: true})
+	assert.NilError(t, err)
 
 	keys, err := c.ListKeys(ctx, &wire.ListKeysRequest{})
 	assert.NilError(t, err)
