@@ -37,6 +37,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -61,6 +62,7 @@ var (
 	segHuge  = flag.Bool("segment_hugepages", true, "advise the lent memory for transparent huge pages (the store's default)")
 	rpc      = flag.String("master_rpc", "auto", "how to call a remote master: auto (mux, else gRPC), mux or grpc")
 	redisAt  = flag.String("redis", "127.0.0.1:6379", "redis: the redis-server address")
+	cpuProf  = flag.String("cpuprofile", "", "write a Go CPU profile of the whole run to this file")
 )
 
 // Result is one measured phase.
@@ -80,6 +82,17 @@ type Result struct {
 
 func main() {
 	flag.Parse()
+	if *cpuProf != "" {
+		f, err := os.Create(*cpuProf)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "storebench: cpu profile:", err)
+			os.Exit(1)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	var err error
 	switch *mode {
 	case "holder":
@@ -94,6 +107,7 @@ func main() {
 		err = fmt.Errorf("unknown -mode %q", *mode)
 	}
 	if err != nil {
+		pprof.StopCPUProfile()
 		fmt.Fprintln(os.Stderr, "storebench:", err)
 		os.Exit(1)
 	}
