@@ -6,7 +6,8 @@
 //       metadata to <ready-file> and serves until it receives "quit".
 //   nixl_bench initiator <plugin> <libkvferry.so> <target-md> <seconds> <transport>
 //       With both paths on <transport> ("auto": the engine's choice; "tcp"),
-//       for READ and WRITE, blocks of 4 KiB to 4 MiB and batches of 1 and 32:
+//       for READ and WRITE, blocks of 4 KiB to 4 MiB (4, 64, 256, 512, 1024, 4096 KiB)
+//       and batches of 1 and 32:
 //       runs the plugin path (prepXfer once, then post + checkXfer polled,
 //       reposting the same handle, as nixlbench does) and the C API path
 //       (allocateBatchID + submitTransfer, kvferry_batch_status polled,
@@ -193,7 +194,7 @@ static int runInitiator(const char *plugin, const char *lib, const char *mdfile,
            "| overhead/post us |\n|---|---|---|---|---|---|---|---|---|---|\n");
     const int rounds = 3;
     for (XferOp op : {KVFNIXL_WRITE, KVFNIXL_READ}) {
-        for (size_t bs : {size_t(4096), size_t(65536), size_t(MiB), size_t(4 * MiB)}) {
+        for (size_t bs : {size_t(4096), size_t(65536), size_t(256 << 10), size_t(512 << 10), size_t(MiB), size_t(4 * MiB)}) {
             for (size_t batch : {size_t(1), size_t(32)}) {
                 std::vector<Desc> l, r;
                 std::vector<transfer_request_t> reqs;
