@@ -17,7 +17,8 @@ import (
 // under the epoch protocol described in the package comment.
 //
 // A small submission is copied by the goroutine that submits it (see
-// Submit); the rest goes to the workers.
+// Submit); of a larger one the workers copy most and the submitting
+// goroutine a share.
 type CMA struct {
 	base
 	q chan job
@@ -26,6 +27,9 @@ type CMA struct {
 	inline chan *cmaWorker
 	// inlined counts the submissions copied inline.
 	inlined atomic.Uint64
+	// shared counts the submissions split between the workers and the
+	// submitting goroutine.
+	shared atomic.Uint64
 }
 
 var _ engine.Transport = (*CMA)(nil)
@@ -60,6 +64,10 @@ func (t *CMA) Reaches(p *engine.Peer) bool {
 // submitted them.
 func (t *CMA) Inlined() uint64 { return t.inlined.Load() }
 
+// Shared returns how many submissions the submitting goroutine copied a
+// share of, beside the workers.
+func (t *CMA) Shared() uint64 { return t.shared.Load() }
+
 // SliceSize returns the cma slice size.
 func (t *CMA) SliceSize() uint64 { return t.cfg.CMASliceSize }
 
@@ -72,9 +80,31 @@ func (t *CMA) SliceSize() uint64 { return t.cfg.CMASliceSize }
 // writer), one process_vm_readv or process_vm_writev per direction (a
 // kernel copy of at most CMAInlineBytes, page faults included), and the
 // slices' completions. It never waits for the owner process or a socket.
+//
+// A larger submission of several slices is shared: the workers get all but
+// the last slices, which the submitting goroutine copies itself when an
+// inline slot is free: a 1/(Workers+1) share of the slices, at most
+// CMAInlineBytes of them, and always at least one slice. An initiator that
+// polls for completion (NIXL's checkXfer loop) would otherwise keep its
+// CPU busy doing nothing while the workers copy; now it copies. Its share
+// is bounded as above, so Submit stays bounded: by CMAInlineBytes or one
+// slice (CMASliceSize), whichever is larger.
 func (t *CMA) Submit(p *engine.Peer, slices []*engine.Slice) {
 	if w := t.inlineCopier(slices); w != nil {
-		t.copyInline(w, p, slices)
+		t.copyInline(w, p, slices, &t.inlined)
+		return
+	}
+	if w, k := t.shareCopier(slices); w != nil {
+		t.mu.RLock()
+		if t.stopped {
+			t.mu.RUnlock()
+			t.inline <- w
+			failAll(slices, engine.ErrClosed)
+			return
+		}
+		t.submit(p, slices[:k], t.q)
+		t.mu.RUnlock()
+		t.copyInline(w, p, slices[k:], &t.shared)
 		return
 	}
 	t.mu.RLock()
@@ -84,6 +114,28 @@ func (t *CMA) Submit(p *engine.Peer, slices []*engine.Slice) {
 		return
 	}
 	t.submit(p, slices, t.q)
+}
+
+// shareCopier returns a free inline copier and the index from which the
+// submitting goroutine copies slices itself, or nil when slices are too
+// few to share or no inline copier is free.
+func (t *CMA) shareCopier(slices []*engine.Slice) (*cmaWorker, int) {
+	if t.inline == nil || len(slices) < 2 {
+		return nil, 0
+	}
+	k := len(slices) - 1 // the last slice at least
+	budget := uint64(t.cfg.CMAInlineBytes)
+	bytes := slices[k].Length
+	for k > 1 && len(slices)-k < len(slices)/(t.cfg.Workers+1) && bytes+slices[k-1].Length <= budget {
+		k--
+		bytes += slices[k].Length
+	}
+	select {
+	case w := <-t.inline:
+		return w, k
+	default:
+		return nil, 0
+	}
 }
 
 // Close stops the workers (queued slices fail), ends the sessions and
@@ -119,9 +171,9 @@ func (t *CMA) inlineCopier(slices []*engine.Slice) *cmaWorker {
 }
 
 // copyInline copies slices in the calling goroutine with the inline copier
-// w, which it then frees. It holds the submit lock for reading, so that
+// w, which it then frees, and counts the copy in count. It holds the submit lock for reading, so that
 // Close waits for it as for the workers.
-func (t *CMA) copyInline(w *cmaWorker, p *engine.Peer, slices []*engine.Slice) {
+func (t *CMA) copyInline(w *cmaWorker, p *engine.Peer, slices []*engine.Slice, count *atomic.Uint64) {
 	defer func() { t.inline <- w }()
 	t.mu.RLock()
 	defer t.mu.RUnlock()
@@ -134,7 +186,7 @@ func (t *CMA) copyInline(w *cmaWorker, p *engine.Peer, slices []*engine.Slice) {
 		failAll(slices, fmt.Errorf("%s: no session to segment %q: %w", t.name, p.Name, ErrPeerGone))
 		return
 	}
-	t.inlined.Add(1)
+	count.Add(1)
 	w.run(job{s: s, slices: slices})
 	s.release()
 }

@@ -14,8 +14,9 @@ import (
 )
 
 // TestInline: small cma submissions are copied by the submitting
-// goroutine, larger ones and those finding every inline copier busy go to
-// the workers, and the knob turns the inline path off.
+// goroutine; larger ones of several slices are shared between the workers
+// and the submitting goroutine; one large slice and submissions finding
+// every inline copier busy go to the workers; the knob turns both off.
 func TestInline(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
@@ -23,18 +24,21 @@ func TestInline(t *testing.T) {
 		size   uint64
 		n      int
 		inline bool
+		shared bool
 	}{
-		{"1x4KiB", samehost.Config{}, 4 << 10, 1, true},
-		{"1x2MiB", samehost.Config{}, 2 << 20, 1, true},
-		{"1x2MiB+1", samehost.Config{}, 2<<20 + 1, 1, false},
-		{"32x64KiB", samehost.Config{}, 64 << 10, 32, true},
-		{"33x64KiB", samehost.Config{}, 64 << 10, 33, false},
-		{"1025x1KiB", samehost.Config{}, 1 << 10, 1025, false}, // more slices than one call takes
-		{"1x1MiB/8MiB", samehost.Config{CMAInlineBytes: 8 << 20}, 1 << 20, 1, true},
-		{"8x1MiB/8MiB", samehost.Config{CMAInlineBytes: 8 << 20}, 1 << 20, 8, true},
-		{"off", samehost.Config{CMAInlineBytes: -1}, 4 << 10, 1, false},
-		{"no slots", samehost.Config{CMAInlineSlots: -1}, 4 << 10, 1, false},
-		{"64 workers", samehost.Config{Workers: 64}, 4 << 10, 1, false},
+		{"1x4KiB", samehost.Config{}, 4 << 10, 1, true, false},
+		{"1x2MiB", samehost.Config{}, 2 << 20, 1, true, false},
+		{"1x2MiB+1", samehost.Config{}, 2<<20 + 1, 1, false, false},
+		{"32x64KiB", samehost.Config{}, 64 << 10, 32, true, false},
+		{"33x64KiB", samehost.Config{}, 64 << 10, 33, false, true},
+		{"1025x1KiB", samehost.Config{}, 1 << 10, 1025, false, true}, // more slices than one call takes
+		{"3x4MiB", samehost.Config{}, 4 << 20, 3, false, true},
+		{"1x1MiB/8MiB", samehost.Config{CMAInlineBytes: 8 << 20}, 1 << 20, 1, true, false},
+		{"8x1MiB/8MiB", samehost.Config{CMAInlineBytes: 8 << 20}, 1 << 20, 8, true, false},
+		{"off", samehost.Config{CMAInlineBytes: -1}, 4 << 10, 1, false, false},
+		{"off/33x64KiB", samehost.Config{CMAInlineBytes: -1}, 64 << 10, 33, false, false},
+		{"no slots", samehost.Config{CMAInlineSlots: -1}, 4 << 10, 1, false, false},
+		{"64 workers", samehost.Config{Workers: 64}, 64 << 10, 33, false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a, b := newEngineWith(t, tc.cfg, "cma"), newEngineWith(t, tc.cfg, "cma")
@@ -50,7 +54,7 @@ func TestInline(t *testing.T) {
 				off := uint64(i) * tc.size
 				reqs[i] = engine.Request{Op: engine.OpWrite, Source: src.Addr() + uintptr(off), Target: seg, TargetOffset: uint64(dst.Addr()) + off, Length: tc.size}
 			}
-			before := cma.Inlined()
+			before, sharedBefore := cma.Inlined(), cma.Shared()
 			assert.NilError(t, a.Transfer(ctx, reqs))
 			assert.Assert(t, bytes.Equal(src.Bytes()[:span], dst.Bytes()[:span]))
 			for i := range reqs {
@@ -63,6 +67,11 @@ func TestInline(t *testing.T) {
 				want = 2
 			}
 			assert.Equal(t, cma.Inlined()-before, want)
+			want = 0
+			if tc.shared {
+				want = 2
+			}
+			assert.Equal(t, cma.Shared()-sharedBefore, want)
 		})
 	}
 }
