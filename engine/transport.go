@@ -33,7 +33,8 @@ func (o OpCode) String() string {
 // Contract: Submit never blocks on the network or waits for a peer; it
 // queues the slices and returns. It may instead move a small submission
 // itself, doing a bounded amount of local work that the transport
-// documents (cma copies up to its inline size in Submit). The transport
+// documents (cma copies up to its inline size, or one share of a larger
+// submission, in Submit). The transport
 // calls Complete exactly once for every slice it was given, from any
 // goroutine, possibly before Submit returns, and within the transport's own
 // deadlines (a dead or silent peer completes slices with an error; nothing

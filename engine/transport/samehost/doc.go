@@ -36,7 +36,10 @@
 // small batch (Config.CMAInlineBytes, at most 1024 slices) skips the hand-off
 // to a worker: the submitting goroutine takes a free inline copier, whose
 // slot it uses exactly as a worker uses its own, and copies in Submit;
-// with every inline copier busy the batch goes to the workers. When a
+// with every inline copier busy the batch goes to the workers. Of a larger
+// batch of several slices the workers get most, and the submitting
+// goroutine copies the last 1/(Workers+1) of the slices (at most
+// CMAInlineBytes, at least one slice) with an inline copier. When a
 // region is unregistered, the engine republishes its descriptor; the node
 // then rewrites the mirror, bumps the epoch and waits until no slot holds
 // an older epoch before UnregisterMemory returns. Hence:
