@@ -56,7 +56,7 @@ ucx() {
   wait || true
 }
 echo
-echo "UCX $(ucx_info -v 2>/dev/null | sed -n 's/.*version=\([^ ]*\).*/\1/p' | head -1) in the same run (ucx_perftest, two processes):"
+echo "UCX $(ucx_info -v 2>/dev/null | sed -n 's/^# Version //p' | head -1) in the same run (ucx_perftest, two processes, one buffer of the block size reused):"
 for mem in app shm; do
   for size in 262144 524288 1048576; do
     echo "$mem $size WRITE $(ucx "$mem" ucp_put_bw "$size" 3000)"
@@ -79,13 +79,13 @@ try:
 except FileNotFoundError:
     pass
 print()
-print("| op | block | UCX, application memory GB/s | UCX, its own shared memory GB/s | kvferry plugin batch 1 | batch 32 | plugin batch 32 / UCX application memory |")
-print("|---|---|---|---|---|---|---|")
+print("| op | block | UCX, application memory GB/s | UCX, its own shared memory GB/s | kvferry plugin batch 1 | batch 32 | batch 1 / UCX app | batch 32 / UCX app |")
+print("|---|---|---|---|---|---|---|---|")
 for op in ("WRITE", "READ"):
     for kib in (256, 512, 1024):
         a, s = ucx.get(("app", kib, op)), ucx.get(("shm", kib, op))
         p1, p32 = plugin.get((op, kib, 1)), plugin.get((op, kib, 32))
         fmt = lambda v: "n/a" if v is None else f"{v:.2f}"
-        ratio = f"{p32 / a:.1f}x" if a and p32 else "n/a"
-        print(f"| {op} | {kib} KiB | {fmt(a)} | {fmt(s)} | {fmt(p1)} | {fmt(p32)} | {ratio} |")
+        ratio = lambda p: f"{p / a:.1f}x" if a and p else "n/a"
+        print(f"| {op} | {kib} KiB | {fmt(a)} | {fmt(s)} | {fmt(p1)} | {fmt(p32)} | {ratio(p1)} | {ratio(p32)} |")
 PY
