@@ -155,7 +155,7 @@ func (c *Client) batchPut(ctx context.Context, keys []string, addrs []uintptr, s
 		}
 		if !data.registered(c.e) {
 			// Staged, one key at a time.
-			if err := c.writeReplicas(ctx, data, remote); err != nil {
+			if err := c.writeReplicas(ctx, data, remote, nil); err != nil {
 				errs[i] = transferFail("put", keys[i], err)
 			}
 			continue

@@ -12,3 +12,17 @@ func StopHeartbeatForTest(c *Client) {
 func MasterRPCForTest(c *Client) string {
 	return c.conn.Load().rpc
 }
+
+// HoldStagingForTest takes every chunk of c's staging buffer, so that
+// staged transfers wait for one; release gives them back.
+func HoldStagingForTest(c *Client) (release func()) {
+	var held []uintptr
+	for range cap(c.staging.free) {
+		held = append(held, <-c.staging.free)
+	}
+	return func() {
+		for _, a := range held {
+			c.staging.put(a)
+		}
+	}
+}

@@ -2,6 +2,8 @@ package client
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -29,8 +31,15 @@ import (
 //     remaining third covers the copy);
 //   - never after the master said it took grants back (a larger grant
 //     generation) or asked for a remount (it forgot this client).
+// These hold at each transfer, not only when the put placed its replicas:
+// writeReplicas checks them again (writeDeadline) right before it submits
+// each transfer, and bounds the transfer (and every wait before it: the
+// holder's metadata, a staging chunk) to the write deadline.
 // A grant that may no longer be valid is retired: nothing more is placed
 // in it, and the heartbeat returns it once no put is writing into it.
+// Returns go only over the connection the grant came over (the session
+// recorded with it): a master reached over another connection may be
+// another master, whose grants of the same ids are not ours.
 
 // Grant tunables.
 const (
@@ -53,7 +62,8 @@ type clientGrant struct {
 	id                       uint64
 	segID, segName, protocol string
 	addr, size               uint64
-	gen                      uint64
+	gen                      uint64      // the grant generation it came at
+	session                  uint64      // the mux session it came over
 	free                     []extentAbs // sorted by addr, never adjacent
 	inflight                 int         // puts writing into it now
 	retired                  bool        // nothing more goes in; returned when inflight is 0
@@ -121,12 +131,16 @@ type slot struct {
 	n    uint64 // aligned length taken
 }
 
+// pendingReturn is a grant to give back over the mux session it came over.
+type pendingReturn struct{ id, session uint64 }
+
 // grantPool holds a client's grants. Safe for concurrent use.
 type grantPool struct {
 	mu struct {
 		sync.Mutex
 		conn    *masterConn // the connection the grants came over
-		session uint64      // its mux session
+		session uint64      // its mux session; 0: none yet (after an offer)
+		epoch   uint64      // counts offers: an acquire that spans one keeps nothing
 		bytes   uint64      // the master's grant size; 0: it offers none
 		lease   time.Duration
 		renewed time.Time // send time of the last request that confirmed the grants
@@ -134,9 +148,9 @@ type grantPool struct {
 		grants  []*clientGrant
 		// acquiring is closed when the AcquireGrants in flight ends.
 		acquiring chan struct{}
-		// toReturn are ids of grants taken out of the pool whose return
-		// may not have reached the master.
-		toReturn []uint64
+		// toReturn are grants taken out of the pool whose return may not
+		// have reached the master, with the session they came over.
+		toReturn []pendingReturn
 		// idleUntil: no grant requests before it (the last one failed).
 		idleUntil time.Time
 	}
@@ -147,14 +161,26 @@ type grantPool struct {
 const grantBackoff = time.Second
 
 // offer takes a master's grant terms from its ReMountSegments answer. The
-// master was (re)told about this client, so every grant held so far is
-// forgotten: a master that answers a remount either never granted them or
-// took them back (an expiry) or is another one.
+// master was (re)told about this client, so no grant held so far is used
+// again: a master that answers a remount either never granted them or took
+// them back (an expiry) or is another one. They are retired, not dropped:
+// a concurrent put may have acquired some on this very connection after
+// the master handled the remount (real grants, to give back), and a put
+// may still be writing into some (they go back once it is done). Returns
+// go over their own session only, so ids of another master are never
+// sent; the master ignores ids it does not know.
 func (p *grantPool) offer(mc *masterConn, resp *wire.ReMountSegmentsResponse) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.mu.grants = nil
-	p.mu.toReturn = nil
+	if p.mu.conn != mc {
+		// Grants of another connection are never returned over mc: its
+		// session numbers are its own, and its master may be another.
+		// Puts writing into them see the connection replaced and stop.
+		p.mu.grants = nil
+		p.mu.toReturn = nil
+	}
+	p.retireAllLocked()
+	p.mu.epoch++
 	p.mu.idleUntil = time.Time{}
 	p.mu.conn = mc
 	p.mu.session = 0
@@ -209,7 +235,9 @@ func (p *grantPool) retireAll() {
 }
 
 // reserve places n replicas of size bytes in grants on distinct segment
-// names; false when the grants cannot take them now.
+// names; false when the grants cannot take them now. Only grants of the
+// pool's current session and generation are used (a grant of an older
+// generation may be one the master took back).
 func (p *grantPool) reserve(mc *masterConn, n int, size uint64) ([]slot, bool) {
 	now := time.Now()
 	p.mu.Lock()
@@ -223,7 +251,8 @@ func (p *grantPool) reserve(mc *masterConn, n int, size uint64) ([]slot, bool) {
 		if len(out) == n {
 			break
 		}
-		if g.retired || g.largestFree() < need || slices.ContainsFunc(out, func(s slot) bool { return s.g.segName == g.segName }) {
+		if g.retired || g.gen != p.mu.gen || g.session != p.mu.session || g.largestFree() < need ||
+			slices.ContainsFunc(out, func(s slot) bool { return s.g.segName == g.segName }) {
 			continue
 		}
 		out = append(out, slot{g: g, addr: g.take(need), n: need})
@@ -239,6 +268,43 @@ func (p *grantPool) reserve(mc *masterConn, n int, size uint64) ([]slot, bool) {
 		s.g.lastUse = now
 	}
 	return out, true
+}
+
+// errGrantLapsed: a put stopped writing into its grants because it can no
+// longer be sure the master still holds them for this client.
+var errGrantLapsed = errors.New("put grant lapsed")
+
+// writeDeadline is checked right before each transfer into slots: it
+// returns the time until which the put may start writing into them (two
+// thirds of the lease after the last confirmation, the bound reserve uses),
+// or errGrantLapsed when that has passed, when mc is no longer the grants'
+// connection or is closed or replaced (another session), or when a grant
+// of slots is not of the current generation (the master took grants back
+// since) or session (an offer since).
+func (p *grantPool) writeDeadline(mc *masterConn, slots []slot) (time.Time, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.mu.conn != mc {
+		return time.Time{}, fmt.Errorf("master connection replaced: %w", errGrantLapsed)
+	}
+	id, ok := mc.session()
+	if !ok || id != p.mu.session {
+		p.retireAllLocked()
+		return time.Time{}, fmt.Errorf("master connection %d closed or replaced (now %d, up %t): %w",
+			p.mu.session, id, ok, errGrantLapsed)
+	}
+	for _, s := range slots {
+		if s.g.session != id || s.g.gen != p.mu.gen {
+			return time.Time{}, fmt.Errorf("grant %d of generation %d, session %d; now %d, %d: %w",
+				s.g.id, s.g.gen, s.g.session, p.mu.gen, id, errGrantLapsed)
+		}
+	}
+	d := p.mu.renewed.Add(p.mu.lease * 2 / 3)
+	if !time.Now().Before(d) {
+		return time.Time{}, fmt.Errorf("lease confirmed at %s, write deadline %s passed: %w",
+			p.mu.renewed.Format(time.StampMilli), d.Format(time.StampMilli), errGrantLapsed)
+	}
+	return d, nil
 }
 
 // acquire asks the master for grants so that n replicas of size bytes
@@ -288,8 +354,14 @@ func (c *Client) acquireGrants(ctx context.Context, mc *masterConn, n int, size 
 		return false
 	}
 	count := n - have
-	// Spent grants go back with the request.
-	returns := p.takeReturnsLocked(time.Time{})
+	session, ok := mc.session()
+	if !ok {
+		p.mu.Unlock()
+		return false // not connected: the PutStart way dials
+	}
+	// Spent grants of this session go back with the request.
+	returns := p.takeReturnsLocked(session, time.Time{})
+	epoch := p.mu.epoch
 	done := make(chan struct{})
 	p.mu.acquiring = done
 	p.mu.Unlock()
@@ -300,17 +372,10 @@ func (c *Client) acquireGrants(ctx context.Context, mc *masterConn, n int, size 
 		close(done)
 	}()
 
-	session, ok := mc.session()
-	if !ok {
-		p.mu.Lock()
-		p.mu.toReturn = append(p.mu.toReturn, returns...)
-		p.mu.Unlock()
-		return false // not connected: the PutStart way dials
-	}
 	sent := time.Now()
-	rctx, cancel := c.rpcCtx(ctx)
+	rctx, cancel := c.rpcCtx(wire.WithMuxSession(ctx, session))
 	resp, err := mc.mc.AcquireGrants(rctx, &wire.AcquireGrantsRequest{ClientId: c.clientID, Count: uint32(count),
-		MinBytes: need, ExcludeSegments: exclude, ReturnGrantIds: returns})
+		MinBytes: need, ExcludeSegments: exclude, ReturnGrantIds: pendingIDs(returns)})
 	cancel()
 	c.metrics.grantAcquires.Add(1)
 	if err != nil {
@@ -328,36 +393,48 @@ func (c *Client) acquireGrants(ctx context.Context, mc *masterConn, n int, size 
 	now, ok2 := mc.session()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.mu.conn != mc || !ok2 || now != session {
-		// The connection changed under the call: these grants may come
-		// from a master that is gone. Keep them only to return them.
-		for _, g := range resp.GetGrants() {
-			p.mu.grants = append(p.mu.grants, newClientGrant(g, resp.GetGrantGeneration(), true))
-		}
-		return false
-	}
-	if len(p.mu.grants) == 0 || p.mu.session != session {
-		p.retireAllLocked()
-		p.mu.session = session
-		p.mu.gen = resp.GetGrantGeneration()
-		p.mu.renewed = sent
-	}
-	p.confirmLocked(sent, resp.GetGrantGeneration())
-	for _, g := range resp.GetGrants() {
-		p.mu.grants = append(p.mu.grants, newClientGrant(g, resp.GetGrantGeneration(), false))
-	}
-	return true
+	return p.acceptLocked(mc, session, epoch, sent, resp, ok2 && now == session)
 }
 
-func newClientGrant(g *wire.Grant, gen uint64, retired bool) *clientGrant {
+// acceptLocked adds the grants of an AcquireGrants answer to a request sent
+// at sent over session, when the pool's epoch was epoch; up: that session
+// was still the connection's, and open, when the answer came. Grants that
+// may not be valid now are kept retired, only to be returned: the
+// connection changed under the call (they may come from a master that is
+// gone), an offer came meanwhile (the master may have forgotten them), or
+// an answer at a larger generation came meanwhile (this one is older: the
+// master took grants back since, maybe some of these). It reports whether
+// the grants are usable.
+func (p *grantPool) acceptLocked(mc *masterConn, session, epoch uint64, sent time.Time,
+	resp *wire.AcquireGrantsResponse, up bool) bool {
+	gen := resp.GetGrantGeneration()
+	stale := p.mu.conn != mc || !up || p.mu.epoch != epoch || (p.mu.session == session && gen < p.mu.gen)
+	if !stale && p.mu.session != session {
+		// The first grants of this session: its generations start here.
+		p.retireAllLocked()
+		p.mu.session = session
+		p.mu.gen = gen
+		p.mu.renewed = sent
+	}
+	if !stale {
+		p.confirmLocked(sent, gen)
+	}
+	for _, g := range resp.GetGrants() {
+		p.mu.grants = append(p.mu.grants, newClientGrant(g, gen, session, stale))
+	}
+	return !stale
+}
+
+func newClientGrant(g *wire.Grant, gen, session uint64, retired bool) *clientGrant {
 	return &clientGrant{id: g.GetId(), segID: g.GetSegmentId(), segName: g.GetSegmentName(), protocol: g.GetProtocol(),
-		addr: g.GetAddress(), size: g.GetSize(), gen: gen, free: []extentAbs{{g.GetAddress(), g.GetSize()}},
-		retired: retired, lastUse: time.Now()}
+		addr: g.GetAddress(), size: g.GetSize(), gen: gen, session: session,
+		free: []extentAbs{{g.GetAddress(), g.GetSize()}}, retired: retired, lastUse: time.Now()}
 }
 
 // confirmLocked records an answer at grant generation gen to a request
 // sent at sent, over the grants' connection: grants of that generation are
-// confirmed as of sent; a larger generation retires the older grants.
+// confirmed as of sent; a larger generation retires the older grants (and
+// only answers at it confirm from then on, as of their own send time).
 func (p *grantPool) confirmLocked(sent time.Time, gen uint64) {
 	if gen > p.mu.gen {
 		for _, g := range p.mu.grants {
@@ -366,6 +443,8 @@ func (p *grantPool) confirmLocked(sent time.Time, gen uint64) {
 			}
 		}
 		p.mu.gen = gen
+		p.mu.renewed = sent
+		return
 	}
 	if gen == p.mu.gen && sent.After(p.mu.renewed) {
 		p.mu.renewed = sent
@@ -434,53 +513,82 @@ func (p *grantPool) heartbeat(mc *masterConn, sent time.Time, resp *wire.PingRes
 	}
 }
 
-// takeReturns takes out of the pool the grants to give back: retired ones
-// and ones idle since before idleBefore, if no put writes into them, and
-// those whose return may have been lost.
-func (p *grantPool) takeReturns(mc *masterConn, idleBefore time.Time) []uint64 {
+// takeReturns takes out of the pool the grants to give back over mc's
+// current session (see takeReturnsLocked); nil when mc is not the grants'
+// connection or is down.
+func (p *grantPool) takeReturns(mc *masterConn, idleBefore time.Time) ([]pendingReturn, uint64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.mu.conn != mc {
-		return nil
+		return nil, 0
 	}
-	return p.takeReturnsLocked(idleBefore)
+	session, ok := mc.session()
+	if !ok {
+		return nil, 0 // kept: dropped once another session is up
+	}
+	return p.takeReturnsLocked(session, idleBefore), session
 }
 
-func (p *grantPool) takeReturnsLocked(idleBefore time.Time) []uint64 {
-	ids := p.mu.toReturn
+// takeReturnsLocked takes out of the pool the grants to give back over
+// session: retired ones and ones idle since before idleBefore, if no put
+// writes into them, and those whose return may have been lost. Those of
+// other sessions are dropped: the master that granted them is gone or
+// forgot them (a closed connection), and the one reached now may be
+// another, to which their ids mean nothing or someone else's grants.
+func (p *grantPool) takeReturnsLocked(session uint64, idleBefore time.Time) []pendingReturn {
+	var out []pendingReturn
+	for _, r := range p.mu.toReturn {
+		if r.session == session {
+			out = append(out, r)
+		}
+	}
 	p.mu.toReturn = nil
 	p.mu.grants = slices.DeleteFunc(p.mu.grants, func(g *clientGrant) bool {
 		if g.inflight == 0 && (g.retired || g.lastUse.Before(idleBefore)) {
-			ids = append(ids, g.id)
+			if g.session == session {
+				out = append(out, pendingReturn{g.id, g.session})
+			}
 			return true
 		}
 		return false
 	})
+	return out
+}
+
+func pendingIDs(rs []pendingReturn) []uint64 {
+	if len(rs) == 0 {
+		return nil
+	}
+	ids := make([]uint64, len(rs))
+	for i, r := range rs {
+		ids[i] = r.id
+	}
 	return ids
 }
 
 // returnGrants gives the master back the grants the pool is done with.
 // The heartbeat calls it; Close calls it with everything retired.
 func (c *Client) returnGrants(ctx context.Context, mc *masterConn, idleBefore time.Time) {
-	ids := c.grants.takeReturns(mc, idleBefore)
-	if len(ids) == 0 {
+	rs, session := c.grants.takeReturns(mc, idleBefore)
+	if len(rs) == 0 {
 		return
 	}
-	rctx, cancel := c.rpcCtx(ctx)
-	_, err := mc.mc.ReturnGrants(rctx, &wire.ReturnGrantsRequest{ClientId: c.clientID, GrantIds: ids})
+	rctx, cancel := c.rpcCtx(wire.WithMuxSession(ctx, session))
+	_, err := mc.mc.ReturnGrants(rctx, &wire.ReturnGrantsRequest{ClientId: c.clientID, GrantIds: pendingIDs(rs)})
 	cancel()
 	if err != nil {
-		// Tried again at the next heartbeat; the master forgets them with
-		// this client if it is gone, or fences them when it expires it.
-		c.log.Debug("return put grants failed", "grants", len(ids), "err", wire.FromStatus(err))
+		// Tried again at the next heartbeat if the session is still up;
+		// the master forgets them with this client if it is gone, or
+		// fences them when it expires it.
+		c.log.Debug("return put grants failed", "grants", len(rs), "err", wire.FromStatus(err))
 		c.grants.mu.Lock()
 		if c.grants.mu.conn == mc {
-			c.grants.mu.toReturn = append(c.grants.mu.toReturn, ids...)
+			c.grants.mu.toReturn = append(c.grants.mu.toReturn, rs...)
 		}
 		c.grants.mu.Unlock()
 		return
 	}
-	c.metrics.grantReturns.Add(uint64(len(ids)))
+	c.metrics.grantReturns.Add(uint64(len(rs)))
 }
 
 // putGranted puts through grants. It reports false (and nothing done that
@@ -504,17 +612,23 @@ func (c *Client) putGranted(ctx context.Context, mc *masterConn, key string, dat
 			Address: s.addr, Size: data.size}
 		placed[i] = &wire.GrantedReplica{GrantId: s.g.id, Address: s.addr}
 	}
-	if werr := c.writeReplicas(ctx, data, reps); werr != nil {
+	bound := &writeBound{check: func() (time.Time, error) { return c.grants.writeDeadline(mc, slots) }}
+	if werr := c.writeReplicas(ctx, data, reps, bound); werr != nil {
 		// Nothing was published. The holder may be gone (the master may
-		// not know yet): the grants go, and the PutStart way places the
-		// object where the master sees fit.
+		// not know yet), or the grants lapsed before a transfer: the
+		// grants go, and the PutStart way places the object where the
+		// master sees fit.
 		c.grants.done(slots, slotRetire)
+		if errors.Is(werr, errGrantLapsed) || bound.allowed() != nil { // or a wait ran into the deadline
+			c.metrics.grantLapses.Add(1)
+		}
 		c.log.Debug("put into grant failed, putting with put start", "key", key, "err", werr)
 		c.metrics.grantFallbacks.Add(1)
 		return false, nil
 	}
 	sent := time.Now()
-	rctx, cancel := c.rpcCtx(ctx)
+	// Over the grants' session only (a new one may reach another master).
+	rctx, cancel := c.rpcCtx(wire.WithMuxSession(ctx, slots[0].g.session))
 	resp, err := mc.mc.PutCommit(rctx, &wire.PutCommitRequest{ClientId: c.clientID, Key: key, Size: data.size,
 		Config: cfg.toWire(), Upsert: upsert, Replicas: placed})
 	cancel()

@@ -249,3 +249,44 @@ func TestPutGrantsHolderGone(t *testing.T) {
 	_, err := w.Get(ctx, "x")
 	assert.Equal(t, code(err), wire.ErrObjectNotFound)
 }
+
+// TestPutGrantLapsesWaitingForStaging: a put that placed its object in a
+// grant but waits for a staging chunk past its write deadline (two thirds
+// of the grant lease after the last confirmation; no heartbeat renews it
+// here) must not write into the grant once a chunk frees up: by then the
+// master may have taken the range back and handed it to someone else. It
+// goes the PutStart way instead.
+func TestPutGrantLapsesWaitingForStaging(t *testing.T) {
+	ctx := ctxT(t, 30*time.Second)
+	srv := startMaster(t, master.Config{GrantLease: 300 * time.Millisecond})
+	svc := srv.Service()
+	h := newClient(t, client.Config{MasterServerAddr: srv.Addr(), GlobalSegmentSize: 16 << 20})
+	w := newClient(t, client.Config{MasterServerAddr: srv.Addr(), PingInterval: time.Hour})
+	release := client.HoldStagingForTest(w)
+	released := false
+	defer func() {
+		if !released {
+			release()
+		}
+	}()
+	done := make(chan error, 1)
+	go func() { done <- w.Put(ctx, "k", pattern(100_000, 5), client.ReplicateConfig{}) }()
+	// The grant write waits for staging until its deadline (200 ms after
+	// the grant was acquired), then gives up.
+	waitFor(t, 5*time.Second, "the grant write to lapse", func() bool { return w.Metrics().GrantLapses == 1 })
+	release()
+	released = true
+	select {
+	case err := <-done:
+		assert.NilError(t, err)
+	case <-ctx.Done():
+		t.Fatal("put did not finish")
+	}
+	m := w.Metrics()
+	assert.Equal(t, m.GrantPuts, uint64(0), "%+v", m)
+	assert.Equal(t, m.GrantFallbacks, uint64(1), "%+v", m)
+	assert.Equal(t, svc.Metrics().PutStartsTotal, uint64(1))
+	got, err := h.Get(ctx, "k")
+	assert.NilError(t, err)
+	assert.Assert(t, bytes.Equal(got, pattern(100_000, 5)))
+}

@@ -11,6 +11,7 @@ type metrics struct {
 	grantPuts, grantFallbacks atomic.Uint64
 	grantAcquires             atomic.Uint64
 	grantReturns              atomic.Uint64
+	grantLapses               atomic.Uint64
 }
 
 // Metrics is a snapshot of a client's counters since New.
@@ -47,6 +48,10 @@ type Metrics struct {
 	GrantAcquires uint64
 	// GrantReturns counts grants given back to the master.
 	GrantReturns uint64
+	// GrantLapses counts puts that stopped writing into their grants
+	// before a transfer because the grants' lease or connection lapsed
+	// (they went the PutStart way; also counted in GrantFallbacks).
+	GrantLapses uint64
 }
 
 // Metrics returns a snapshot.
@@ -59,5 +64,6 @@ func (c *Client) Metrics() Metrics {
 		MasterSwitches: m.masterSwitches.Load(), PingFailures: m.pingFailures.Load(),
 		GrantPuts: m.grantPuts.Load(), GrantFallbacks: m.grantFallbacks.Load(),
 		GrantAcquires: m.grantAcquires.Load(), GrantReturns: m.grantReturns.Load(),
+		GrantLapses: m.grantLapses.Load(),
 	}
 }

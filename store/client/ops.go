@@ -143,7 +143,7 @@ func (c *Client) put(ctx context.Context, key string, data span, cfg ReplicateCo
 		}
 		return fmt.Errorf("put %q: %w", key, err)
 	}
-	if werr := c.writeReplicas(ctx, data, resp.GetReplicas()); werr != nil {
+	if werr := c.writeReplicas(ctx, data, resp.GetReplicas(), nil); werr != nil {
 		rctx, cancel := c.rpcCtx(context.Background())
 		_, rerr := mc.mc.PutEnd(rctx, &wire.PutEndRequest{ClientId: c.clientID, Key: key, Revoke: true})
 		cancel()
@@ -192,16 +192,69 @@ func (c *Client) allocCall(ctx context.Context, mc **masterConn, fn func(mc *mas
 // allocRetry is the pause between tries of allocCall.
 const allocRetry = 100 * time.Millisecond
 
+// writeBound limits a put's writes into space it may use only until a
+// deadline that can move (put grants): check returns that deadline, or an
+// error once writing is no longer allowed. A nil *writeBound is no limit
+// (replicas the master allocated with PutStart).
+type writeBound struct {
+	check func() (time.Time, error)
+}
+
+// enter is called right before each write (memcpy or transfer submission)
+// and before each wait that precedes one: it fails when the bound forbids
+// writing now, and otherwise returns a ctx that ends at the deadline.
+func (b *writeBound) enter(ctx context.Context) (context.Context, context.CancelFunc, error) {
+	if b == nil {
+		return ctx, func() {}, nil
+	}
+	d, err := b.check()
+	if err != nil {
+		return nil, nil, err
+	}
+	if !time.Now().Before(d) {
+		return nil, nil, fmt.Errorf("write deadline %s passed: %w", d.Format(time.StampMilli), errGrantLapsed)
+	}
+	wctx, cancel := context.WithDeadline(ctx, d)
+	return wctx, cancel, nil
+}
+
+// allowed reports whether the bound allows writing now.
+func (b *writeBound) allowed() error {
+	if b == nil {
+		return nil
+	}
+	_, err := b.check()
+	return err
+}
+
 // writeReplicas writes data to every replica: replicas in this client's
 // segment by memcpy, the others with one engine transfer (per staging
 // chunk when the data is not registered).
-func (c *Client) writeReplicas(ctx context.Context, data span, reps []*wire.Replica) error {
+//
+// With a bound (put grants), the bound is checked again right before every
+// memcpy and every transfer submission, after any wait (the holder's
+// metadata, a staging chunk), and every wait and transfer runs under a ctx
+// that ends at the bound's deadline; a failed check ends the write with
+// its error (errGrantLapsed) and nothing more is submitted. A transfer
+// already submitted cannot be recalled: when its ctx ends the engine
+// cancels it, dropping the slices not yet on the wire and waiting for those
+// that are. So the one assumption left is that a slice the engine put on
+// the wire before the deadline lands in the holder's memory within the
+// remaining third of the grant lease (the master fences a range it took
+// back for a whole lease after the last confirmation the client could have
+// seen); a staging chunk is at most 4 MiB.
+func (c *Client) writeReplicas(ctx context.Context, data span, reps []*wire.Replica, bound *writeBound) error {
 	remote := make([]*wire.Replica, 0, len(reps))
 	for _, r := range reps {
 		if r.GetSize() < data.size {
 			return fmt.Errorf("replica of %d bytes for %d: %w", r.GetSize(), data.size, wire.ErrInvalidReplica)
 		}
+	}
+	for _, r := range reps {
 		if r.GetSegmentName() == c.segName {
+			if err := bound.allowed(); err != nil {
+				return err
+			}
 			data.copyTo(uintptr(r.GetAddress()), 0, data.size)
 			c.metrics.localCopies.Add(1)
 			continue
@@ -211,7 +264,12 @@ func (c *Client) writeReplicas(ctx context.Context, data span, reps []*wire.Repl
 	if len(remote) == 0 {
 		return nil
 	}
-	ids, err := c.open(ctx, remote)
+	wctx, cancel, err := bound.enter(ctx)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	ids, err := c.open(wctx, remote)
 	if err != nil {
 		return err
 	}
@@ -220,12 +278,16 @@ func (c *Client) writeReplicas(ctx context.Context, data span, reps []*wire.Repl
 		for i, r := range remote {
 			reqs[i] = engine.Request{Op: engine.OpWrite, Source: data.addr, Target: ids[i], TargetOffset: r.GetAddress(), Length: data.size}
 		}
-		return c.transfer(ctx, reqs, remote)
+		return c.boundTransfer(ctx, bound, reqs, remote)
 	}
 	if c.staging == nil {
 		return fmt.Errorf("data not in registered memory and no local buffer: %w", wire.ErrInvalidParams)
 	}
-	chunk, err := c.staging.get(ctx)
+	if wctx, cancel, err = bound.enter(ctx); err != nil {
+		return err
+	}
+	defer cancel()
+	chunk, err := c.staging.get(wctx)
 	if err != nil {
 		return err
 	}
@@ -236,11 +298,22 @@ func (c *Client) writeReplicas(ctx context.Context, data span, reps []*wire.Repl
 		for i, r := range remote {
 			reqs[i] = engine.Request{Op: engine.OpWrite, Source: chunk, Target: ids[i], TargetOffset: r.GetAddress() + off, Length: n}
 		}
-		if err := c.transfer(ctx, reqs, remote); err != nil {
+		if err := c.boundTransfer(ctx, bound, reqs, remote); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// boundTransfer is transfer under bound: checked right before submitting,
+// and bounded by its deadline.
+func (c *Client) boundTransfer(ctx context.Context, bound *writeBound, reqs []engine.Request, reps []*wire.Replica) error {
+	tctx, cancel, err := bound.enter(ctx)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	return c.transfer(tctx, reqs, reps)
 }
 
 // open returns the engine segment ids of the replicas' holders.

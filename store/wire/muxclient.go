@@ -487,14 +487,37 @@ func (mc *muxConn) forget(id uint32) bool {
 	return true
 }
 
+type muxSessionKey struct{}
+
+// WithMuxSession returns a ctx for MuxClient calls that must go over the
+// connection numbered session (Session): such a call fails with RPC_FAIL,
+// without dialing, when that connection is failed or replaced. A caller
+// sends state tied to one connection (store/client's put grants) so, never
+// to whichever master answers on the next one.
+func WithMuxSession(ctx context.Context, session uint64) context.Context {
+	return context.WithValue(ctx, muxSessionKey{}, session)
+}
+
 // invoke sends in as method and decodes the answer into out.
 func (c *MuxClient) invoke(ctx context.Context, m MuxMethod, in, out proto.Message) error {
+	pinned, isPinned := ctx.Value(muxSessionKey{}).(uint64)
+	if isPinned {
+		c.mu.Lock()
+		cur := c.mu.conn
+		c.mu.Unlock()
+		if cur == nil || cur.failed.Load() || cur.session != pinned {
+			return rpcFail("store master %s: connection %d gone", c.cfg.Addr, pinned)
+		}
+	}
 	mc, err := c.conn(ctx)
 	if err != nil {
 		if errors.Is(err, ErrMuxRefused) {
 			return rpcFail("store master %s: %v", c.cfg.Addr, err)
 		}
 		return err
+	}
+	if isPinned && mc.session != pinned {
+		return rpcFail("store master %s: connection %d gone", c.cfg.Addr, pinned)
 	}
 	buf := bufPool.Get().(*[]byte)
 	frame, err := proto.MarshalOptions{}.MarshalAppend(append((*buf)[:0], make([]byte, MuxHeaderBytes)...), in)
