@@ -1,6 +1,7 @@
 package master
 
 import (
+	"math"
 	"slices"
 	"sort"
 )
@@ -30,6 +31,21 @@ func newRangeAllocator(size uint64) *rangeAllocator {
 		a.free = []extent{{0, size}}
 	}
 	return a
+}
+
+// inside reports whether [off, off+n) lies wholly inside e. It never
+// computes an end, so offsets and lengths near 2^64 (a client's) cannot
+// wrap into a match.
+func (e extent) inside(off, n uint64) bool {
+	return off >= e.off && n <= e.len && off-e.off <= e.len-n
+}
+
+// mulSat returns a*b, or the largest uint64 when the product overflows.
+func mulSat(a, b uint64) uint64 {
+	if b != 0 && a > math.MaxUint64/b {
+		return math.MaxUint64
+	}
+	return a * b
 }
 
 // alignedLen is the length an allocation of n bytes takes.
@@ -88,7 +104,7 @@ func (a *rangeAllocator) release(off, n uint64) {
 // when that range is not wholly free.
 func (a *rangeAllocator) reserve(off, n uint64) bool {
 	for i, e := range a.free {
-		if off < e.off || off+n > e.off+e.len {
+		if !e.inside(off, n) {
 			continue
 		}
 		var parts []extent

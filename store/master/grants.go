@@ -45,10 +45,17 @@ import (
 //     answer confirms it, and its free parts are fenced: kept out of use,
 //     under the segment's name and absolute addresses even if the segment
 //     goes and comes back, for GrantLease;
-//   - a restarted master knows no grant, but the old one's connections
-//     closed with it, which clients see before they write; a new HA leader
-//     (whose predecessor may still have been answering) allocates nothing
-//     for its first GrantLease.
+//   - a restarted master knows no grant, and a client of the old one may
+//     be writing into its grants until GrantLease after the old one's last
+//     answer: for its first GrantLease a plain master (NewServer)
+//     allocates nothing in the segments of clients it answered
+//     NEED_REMOUNT (clients of a previous instance; fresh clients' segments
+//     serve at once), and a new HA leader (whose predecessor may still
+//     have been answering) allocates nothing at all. An allocation that
+//     finds room only in fenced space answers UNAVAILABLE_IN_CURRENT_STATUS,
+//     which clients retry;
+//   - grant ids start at a random point in every instance, so an id of a
+//     previous instance names no grant of this one.
 // Under the invariants build tag every mutation ends with checkLocked: in
 // each segment the replicas, the free parts of grants, the fences and the
 // allocator's free list tile the segment exactly.
@@ -76,7 +83,7 @@ func (g *grant) freeBytes() uint64 {
 // not wholly free.
 func (g *grant) take(off, n uint64) bool {
 	for i, e := range g.free {
-		if off < e.off || off+n > e.off+e.len {
+		if !e.inside(off, n) {
 			continue
 		}
 		var parts []extent
@@ -161,6 +168,7 @@ func (s *Service) AcquireGrants(clientID string, n int, minBytes uint64, exclude
 	if err := s.fencedLocked(now); err != nil {
 		return nil, c.grantGen, fmt.Errorf("acquire grants: %w", err)
 	}
+	s.unfenceLocked(now)
 	if room := s.cfg.MaxGrantsPerClient - len(c.grants); n > room {
 		if room <= 0 {
 			return nil, c.grantGen, fmt.Errorf("acquire grants: client %q holds %d grants: %w",
@@ -170,8 +178,12 @@ func (s *Service) AcquireGrants(clientID string, n int, minBytes uint64, exclude
 	}
 	need := alignedLen(minBytes)
 	out := s.grantLocked(c, n, need, exclude)
-	if len(out) < n && s.fitsSomeSegmentLocked(need) {
-		target := max(uint64(s.cfg.EvictionRatio*float64(s.mu.capacity)), need*uint64(n-len(out)))
+	fenced := s.anyFencedLocked() // nothing is evicted for want of fenced space
+	if len(out) == 0 && fenced {
+		return nil, c.grantGen, fmt.Errorf("acquire grants: %w", s.remountFencedErrLocked(now))
+	}
+	if len(out) < n && !fenced && s.fitsSomeSegmentLocked(need) {
+		target := max(uint64(s.cfg.EvictionRatio*float64(s.mu.capacity)), mulSat(need, uint64(n-len(out))))
 		if s.evictLocked(target, now) > 0 {
 			more := slices.Clone(exclude)
 			for _, g := range out {
@@ -263,8 +275,10 @@ func (s *Service) putCommitLocked(clientID, key string, size uint64, cfg Replica
 			return c.grantGen, fmt.Errorf("put commit %q: client %q holds no grant %d: %w",
 				key, clientID, r.GrantID, wire.ErrInvalidWrite)
 		}
+		// Overflow-free: r.Addr and size are the client's (holds never
+		// adds an offset to a length).
 		base := g.seg.info.Base
-		if r.Addr < base || (r.Addr-base)%allocAlign != 0 || !g.holds(r.Addr-base, need) {
+		if need > g.size || r.Addr < base || (r.Addr-base)%allocAlign != 0 || !g.holds(r.Addr-base, need) {
 			return c.grantGen, fmt.Errorf("put commit %q: %d bytes at %#x are not free in grant %d [%#x, +%d): %w",
 				key, need, r.Addr, g.id, base+g.off, g.size, wire.ErrInvalidWrite)
 		}
@@ -293,10 +307,14 @@ func (s *Service) putCommitLocked(clientID, key string, size uint64, cfg Replica
 	return c.grantGen, nil
 }
 
-// holds reports whether [off, off+n) is wholly inside one free part.
+// holds reports whether [off, off+n) is wholly inside one free part, for
+// any off and n (no sum of them can wrap).
 func (g *grant) holds(off, n uint64) bool {
+	if n > g.size {
+		return false
+	}
 	for _, e := range g.free {
-		if off >= e.off && off+n <= e.off+e.len {
+		if e.inside(off, n) {
 			return true
 		}
 	}
@@ -360,27 +378,82 @@ func (s *Service) takeBackGrantLocked(g *grant, now time.Time) {
 }
 
 // fenceMountedLocked applies to a newly mounted segment the fences that
-// fall inside it: their parts are allocated until the fences end.
+// fall inside it: their parts are allocated until the fences end. A fence
+// that reaches past the segment is split: the parts outside stay fences of
+// their own, for a segment mounted there later. Fences are widened to
+// allocation boundaries of the new base, so two that were apart may now
+// share a block: those are merged into one fence held until the later of
+// their ends, so every fenced byte stays allocated.
 func (s *Service) fenceMountedLocked(seg *segment) {
 	lo, hi := seg.info.Base, seg.info.Base+seg.info.Size
+	// Bytes past the segment's last boundary are never allocated.
+	limit := seg.info.Size &^ (allocAlign - 1)
+	type held struct {
+		f        *fence
+		off, end uint64 // widened, relative to lo
+	}
+	var here []held
+	var outside []*fence
 	for _, f := range s.mu.fences {
 		if f.seg != nil || f.name != seg.info.Name {
 			continue
 		}
-		a, b := max(f.addr, lo), min(f.addr+f.len, hi)
+		fend := f.addr + f.len
+		a, b := max(f.addr, lo), min(fend, hi)
 		if a >= b {
 			continue
 		}
-		// Widen to allocation boundaries so the allocator stays aligned
-		// (bytes past the segment's last boundary are never allocated).
-		off := (a - lo) &^ (allocAlign - 1)
-		end := min(alignedLen(b-lo), seg.info.Size&^(allocAlign-1))
-		if off >= end || !seg.alloc.reserve(off, end-off) {
-			continue // cannot happen on a fresh allocator
+		if f.addr < a {
+			outside = append(outside, &fence{name: f.name, addr: f.addr, len: a - f.addr, until: f.until})
 		}
-		f.seg, f.off, f.n = seg, off, end-off
-		s.mu.used += end - off
+		if b < fend {
+			outside = append(outside, &fence{name: f.name, addr: b, len: fend - b, until: f.until})
+		}
+		f.addr, f.len = a, b-a
+		off, end := (a-lo)&^(allocAlign-1), limit
+		if b-lo < limit {
+			end = alignedLen(b - lo) // <= limit: no overflow
+		}
+		if off < end {
+			here = append(here, held{f, off, end})
+		}
 	}
+	slices.SortFunc(here, func(x, y held) int { return cmp.Compare(x.off, y.off) })
+	merged := make(map[*fence]bool)
+	for i := 0; i < len(here); {
+		h := here[i]
+		first, last := h.f.addr, h.f.addr+h.f.len
+		j := i + 1
+		for ; j < len(here) && here[j].off < h.end; j++ {
+			o := here[j]
+			h.end = max(h.end, o.end)
+			first, last = min(first, o.f.addr), max(last, o.f.addr+o.f.len)
+			h.f.until = later(h.f.until, o.f.until)
+			merged[o.f] = true
+		}
+		i = j
+		h.f.addr, h.f.len = first, last-first
+		if !seg.alloc.reserve(h.off, h.end-h.off) {
+			// Cannot happen: the allocator is fresh and the merged ranges
+			// are disjoint.
+			s.log.Error("fence not held", "segment", seg.info.Name, "off", h.off, "bytes", h.end-h.off)
+			continue
+		}
+		h.f.seg, h.f.off, h.f.n = seg, h.off, h.end-h.off
+		s.mu.used += h.f.n
+	}
+	if len(merged) > 0 {
+		s.mu.fences = slices.DeleteFunc(s.mu.fences, func(f *fence) bool { return merged[f] })
+	}
+	s.mu.fences = append(s.mu.fences, outside...)
+}
+
+// later returns the later of a and b.
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // releaseFencesLocked ends the fences whose time has come.
@@ -395,6 +468,39 @@ func (s *Service) releaseFencesLocked(now time.Time) {
 		}
 		return true
 	})
+}
+
+// unfenceLocked ends the remount fence once its time has come.
+func (s *Service) unfenceLocked(now time.Time) {
+	if s.mu.remountFence.IsZero() || now.Before(s.mu.remountFence) {
+		return
+	}
+	s.mu.remountFence = time.Time{}
+	s.mu.remounting = nil
+	for _, c := range s.mu.clients {
+		c.previous = false
+	}
+	for _, seg := range s.mu.order {
+		seg.fenced = false
+	}
+}
+
+// anyFencedLocked reports whether a mounted segment is under the remount
+// fence (unfenceLocked ran at now).
+func (s *Service) anyFencedLocked() bool {
+	for _, seg := range s.mu.order {
+		if seg.fenced {
+			return true
+		}
+	}
+	return false
+}
+
+// remountFencedErrLocked is the error of an allocation that found no room
+// outside the segments under the remount fence: the client asks again.
+func (s *Service) remountFencedErrLocked(now time.Time) error {
+	return fmt.Errorf("restarted master allocates nothing for %v in the segments of its predecessor's clients "+
+		"(their grants): %w", s.mu.remountFence.Sub(now).Round(time.Millisecond), wire.ErrUnavailableInStatus)
 }
 
 // fencedLocked fails while a new HA leader waits out its predecessor's

@@ -68,8 +68,17 @@ type Server struct {
 }
 
 // NewServer validates cfg, listens on cfg.RPCAddr (and cfg.MetricsAddr), and
-// starts serving. Close stops it.
+// starts serving. Close stops it. Without HA it may be a restarted master
+// whose predecessor's clients still write into their put grants: for its
+// first GrantLease it allocates nothing in the segments of clients it
+// answers NEED_REMOUNT (grants.go).
 func NewServer(cfg Config) (*Server, error) {
+	return newServer(cfg, fenceRemounted)
+}
+
+// newServer is NewServer; fence applies to the Service of a master without
+// HA (an HA leader always fences all).
+func newServer(cfg Config, fence startFence) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -113,7 +122,7 @@ func NewServer(cfg Config) (*Server, error) {
 		s.wg.Add(1)
 		go s.runHA(cli) // owned by s; stops on Close (ctx)
 	} else {
-		svc, err := NewService(cfg, uint64(time.Now().UnixNano()))
+		svc, err := newService(cfg, uint64(time.Now().UnixNano()), fence)
 		if err != nil {
 			s.closeListeners()
 			return nil, err
@@ -231,7 +240,7 @@ func (s *Server) runHA(cli *clientv3.Client) {
 		func(ctx context.Context, view ha.View) {
 			// Fenced: the previous leader may have handed out grants that
 			// its clients still write into for up to GrantLease.
-			svc, err := newService(s.cfg, view.Version, true)
+			svc, err := newService(s.cfg, view.Version, fenceAll)
 			if err != nil { // cannot happen: cfg was validated
 				s.log.Error("store master service", "err", err)
 				return

@@ -355,3 +355,48 @@ func TestHALeaseLoss(t *testing.T) {
 	assert.NilError(t, err)
 	waitFor(t, 10*time.Second, "re-election", func() bool { return m.Role() == RoleLeader && m.Leader().Version > v1 })
 }
+
+// TestServerStartFence: a plain master may be a restarted one, so the
+// segments of clients it answers NEED_REMOUNT (clients of the previous
+// instance, whose grants may still be written into) serve nothing for the
+// first grant lease; a fresh client's segment serves at once. An embedded
+// master on a free port has no predecessor and does not fence.
+func TestServerStartFence(t *testing.T) {
+	srv, err := NewServer(Config{RPCAddr: "127.0.0.1:0", GrantLease: 300 * time.Millisecond})
+	assert.NilError(t, err)
+	defer srv.Close()
+	svc := srv.Service()
+	st, err := svc.Ping("old")
+	assert.NilError(t, err)
+	assert.Equal(t, st, wire.ClientStatus_CLIENT_STATUS_NEED_REMOUNT)
+	assert.NilError(t, svc.ReMountSegments("old", []SegmentInfo{{ID: "s1", Name: "n1", Base: 4096, Size: 1 << 20}}))
+	_, err = svc.PutStart("old", "k", 100, ReplicateConfig{}, false)
+	assert.Equal(t, wire.CodeOf(err), wire.ErrUnavailableInStatus)
+	_, _, err = svc.AcquireGrants("old", 1, 100, nil, nil)
+	assert.Equal(t, wire.CodeOf(err), wire.ErrUnavailableInStatus)
+	assert.NilError(t, svc.MountSegment("fresh", SegmentInfo{ID: "s2", Name: "n2", Base: 4096, Size: 1 << 20}))
+	reps, err := svc.PutStart("old", "k", 100, ReplicateConfig{}, false)
+	assert.NilError(t, err)
+	assert.Equal(t, reps[0].SegmentName, "n2")
+	start := time.Now()
+	waitFor(t, 5*time.Second, "the start fence to end", func() bool {
+		gs, _, err := svc.AcquireGrants("old", 1, 100, []string{"n2"}, nil)
+		if err != nil {
+			assert.Equal(t, wire.CodeOf(err), wire.ErrUnavailableInStatus)
+			return false
+		}
+		assert.Equal(t, gs[0].SegmentName, "n1")
+		return true
+	})
+	assert.Assert(t, time.Since(start) > 200*time.Millisecond)
+
+	emb, err := StartEmbedded(Config{})
+	assert.NilError(t, err)
+	defer emb.Close()
+	esvc := emb.Service()
+	_, err = esvc.Ping("old")
+	assert.NilError(t, err)
+	assert.NilError(t, esvc.ReMountSegments("old", []SegmentInfo{{ID: "s1", Name: "n1", Base: 4096, Size: 1 << 20}}))
+	_, err = esvc.PutStart("old", "k", 100, ReplicateConfig{}, false)
+	assert.NilError(t, err)
+}

@@ -98,13 +98,20 @@ type Service struct {
 		counters   counters
 
 		grants    map[uint64]*grant // by id
-		lastGrant uint64            // the last grant id handed out
+		lastGrant uint64            // the last grant id handed out (random at first)
 		granted   uint64            // bytes reserved in grants and not yet committed
 		grantGen  uint64            // bumped by every grant the master took back
 		fences    []*fence          // space of taken-back grants, out of use until their time
 		// allocFence: no allocation before it (a new HA leader waits out
 		// the grants of its predecessor).
 		allocFence time.Time
+		// remountFence: until then, the segments of clients of a previous
+		// master instance (those answered NEED_REMOUNT, listed in
+		// remounting) are fenced: nothing is allocated in them, as the
+		// grants of the previous instance may still be written into. Zero
+		// once passed (unfenceLocked).
+		remountFence time.Time
+		remounting   map[string]struct{}
 		// pressureUntil: clients are asked to return idle grants until then
 		// (an allocation failed or eviction ran).
 		pressureUntil time.Time
@@ -119,6 +126,10 @@ type clientState struct {
 	// grantGen is the Service's grantGen when the master last took back one
 	// of this client's grants (or when the client registered).
 	grantGen uint64
+	// previous: the client was answered NEED_REMOUNT before it registered,
+	// so it was a client of a previous master instance; its segments are
+	// fenced while the remount fence lasts.
+	previous bool
 }
 
 type segment struct {
@@ -127,6 +138,9 @@ type segment struct {
 	replicas  map[*replica]struct{}
 	grants    map[*grant]struct{}
 	unmounted bool
+	// fenced: mounted by a client of a previous master instance while the
+	// remount fence lasts; nothing is allocated in it until then.
+	fenced bool
 }
 
 type replica struct {
@@ -165,15 +179,34 @@ type discardEntry struct {
 
 // NewService returns a master state machine. viewVersion identifies this
 // instance to clients (use a value that grows across restarts, such as the
-// start time in nanoseconds or the HA election revision).
+// start time in nanoseconds or the HA election revision). It assumes no
+// previous instance had clients: NewServer fences (see startFence).
 func NewService(cfg Config, viewVersion uint64) (*Service, error) {
-	return newService(cfg, viewVersion, false)
+	return newService(cfg, viewVersion, fenceNone)
 }
 
-// newService is NewService; with fenced (a new HA leader) it allocates
-// nothing for the first GrantLease, so that no grant of the previous leader
-// can still be written into space it hands out.
-func newService(cfg Config, viewVersion uint64, fenced bool) (*Service, error) {
+// startFence says what a new Service keeps out of use for its first
+// GrantLease, so that no put grant of a previous master instance, which
+// its clients may still write into, is handed out again.
+type startFence int
+
+const (
+	// fenceNone: no previous instance can have had clients (tests, and
+	// callers of NewService).
+	fenceNone startFence = iota
+	// fenceRemounted: a plain master, which may have been restarted: the
+	// segments of the clients it answers NEED_REMOUNT (clients of the
+	// previous instance) are fenced; fresh clients' segments are not, so
+	// a master that has no predecessor (an embedded one, a first start)
+	// serves at once.
+	fenceRemounted
+	// fenceAll: a new HA leader, whose predecessor may still have been
+	// answering: it allocates nothing at all.
+	fenceAll
+)
+
+// newService is NewService with a fence for the first GrantLease.
+func newService(cfg Config, viewVersion uint64, fence startFence) (*Service, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -190,8 +223,20 @@ func newService(cfg Config, viewVersion uint64, fenced bool) (*Service, error) {
 	s.mu.objects = make(map[string]*object)
 	s.mu.processing = make(map[string]*object)
 	s.mu.grants = make(map[uint64]*grant)
-	if fenced && !cfg.DisableGrants {
-		s.mu.allocFence = s.clock.Now().Add(cfg.GrantLease)
+	// Grant ids start at a random point (of the runtime-seeded source, not
+	// cfg.Seed, which may be the same in every instance), so that ids of
+	// different master instances (restarts, HA terms) do not collide: a
+	// client that returns an id of a previous instance must not free a
+	// grant of this one. 2^63 ids are left before a wrap.
+	s.mu.lastGrant = rand.Uint64() >> 1
+	if !cfg.DisableGrants {
+		switch fence {
+		case fenceAll:
+			s.mu.allocFence = s.clock.Now().Add(cfg.GrantLease)
+		case fenceRemounted:
+			s.mu.remountFence = s.clock.Now().Add(cfg.GrantLease)
+			s.mu.remounting = make(map[string]struct{})
+		}
 	}
 	return s, nil
 }
@@ -232,8 +277,12 @@ func (s *Service) Heartbeat(clientID string) (PingInfo, error) {
 	now := s.clock.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.unfenceLocked(now)
 	c, ok := s.mu.clients[clientID]
 	if !ok {
+		if s.mu.remounting != nil {
+			s.mu.remounting[clientID] = struct{}{}
+		}
 		return PingInfo{Status: wire.ClientStatus_CLIENT_STATUS_NEED_REMOUNT}, nil
 	}
 	c.expiry = now.Add(s.cfg.ClientTTL)
@@ -280,10 +329,12 @@ func (s *Service) ReMountSegments(clientID string, segs []SegmentInfo) error {
 }
 
 func (s *Service) touchClientLocked(id string, now time.Time) *clientState {
+	s.unfenceLocked(now)
 	c, ok := s.mu.clients[id]
 	if !ok {
+		_, previous := s.mu.remounting[id]
 		c = &clientState{id: id, segments: make(map[string]*segment), grants: make(map[uint64]*grant),
-			grantGen: s.mu.grantGen}
+			grantGen: s.mu.grantGen, previous: previous}
 		s.mu.clients[id] = c
 		s.log.Info("client registered", "client", id)
 	}
@@ -312,7 +363,7 @@ func (s *Service) mountLocked(c *clientState, info SegmentInfo) error {
 	info.ClientID = c.id
 	info.UsedBytes = 0
 	seg := &segment{info: info, alloc: newRangeAllocator(info.Size), replicas: make(map[*replica]struct{}),
-		grants: make(map[*grant]struct{})}
+		grants: make(map[*grant]struct{}), fenced: c.previous}
 	s.mu.segments[info.ID] = seg
 	s.mu.byName[info.Name] = append(s.mu.byName[info.Name], seg)
 	s.mu.order = append(s.mu.order, seg)
@@ -554,16 +605,23 @@ func (s *Service) putStartLocked(clientID, key string, size uint64, cfg Replicat
 		s.mu.counters.putStartFails++
 		return nil, fmt.Errorf("put start %q: %w", key, err)
 	}
+	s.unfenceLocked(now)
 	if err := s.claimKeyLocked(key, upsert, now); err != nil {
 		s.mu.counters.putStartFails++
 		return nil, fmt.Errorf("put start %q: %w", key, err)
 	}
 	n := max(cfg.ReplicaNum, 1)
 	reps := s.placeLocked(size, n, cfg.PreferredSegments)
+	if len(reps) == 0 && s.anyFencedLocked() {
+		// Space may be in the fenced segments soon: the client asks again
+		// (nothing is evicted for want of them).
+		s.mu.counters.putStartFails++
+		return nil, fmt.Errorf("put start %q: %w", key, s.remountFencedErrLocked(now))
+	}
 	if len(reps) == 0 && s.fitsSomeSegmentLocked(size) {
 		// Allocation failure triggers eviction (specs/mooncake.md §7.4); we
 		// evict synchronously and try once more.
-		need := alignedLen(size) * uint64(n)
+		need := mulSat(alignedLen(size), uint64(n))
 		target := max(uint64(s.cfg.EvictionRatio*float64(s.mu.capacity)), need)
 		if s.evictLocked(target, now) > 0 {
 			reps = s.placeLocked(size, n, cfg.PreferredSegments)
@@ -626,8 +684,12 @@ func (s *Service) newObjectLocked(clientID, key string, size uint64, reps []*rep
 // fitsSomeSegmentLocked reports whether an object of size bytes could fit in
 // an empty mounted segment (so evicting could help).
 func (s *Service) fitsSomeSegmentLocked(size uint64) bool {
+	need := alignedLen(size)
+	if need < size { // overflow: fits nowhere
+		return false
+	}
 	for _, seg := range s.mu.order {
-		if alignedLen(size) <= seg.info.Size {
+		if need <= seg.info.Size {
 			return true
 		}
 	}
@@ -674,7 +736,7 @@ func (s *Service) pickSegmentsLocked(n int, preferred, exclude []string, take fu
 	}
 	got := 0
 	try := func(seg *segment) bool {
-		if usedNames[seg.info.Name] || !take(seg) {
+		if usedNames[seg.info.Name] || seg.fenced || !take(seg) {
 			return false
 		}
 		usedNames[seg.info.Name] = true

@@ -55,6 +55,18 @@ func TestDataDriven(t *testing.T) {
 type ddHarness struct {
 	clock *fakeClock
 	svc   *Service
+	// grantBase is the service's grant id counter at start (random): the
+	// files name grants by their id less grantBase (1, 2, ...).
+	grantBase uint64
+}
+
+// grantID turns a grant number of a file into the service's id.
+func (h *ddHarness) grantID(t *testing.T, d *testutil.TestData, v string) uint64 {
+	n, err := strconv.ParseUint(v, 0, 64)
+	if err != nil {
+		d.Fatalf(t, "grant id %q: %v", v, err)
+	}
+	return h.grantBase + n
 }
 
 func argStr(d *testutil.TestData, key, def string) string {
@@ -155,11 +167,19 @@ func (h *ddHarness) runCmd(t *testing.T, d *testutil.TestData) string {
 			MaxGrantsPerClient:         int(argUint(t, d, "max-grants", 0)),
 			DisableGrants:              d.HasArg("no-grants"),
 		}
-		svc, err := newService(cfg, 1, d.HasArg("fenced"))
+		fence := fenceNone
+		switch {
+		case d.HasArg("fenced"):
+			fence = fenceAll
+		case d.HasArg("fenced-remounted"):
+			fence = fenceRemounted
+		}
+		svc, err := newService(cfg, 1, fence)
 		if err != nil {
 			return "error: " + err.Error()
 		}
 		h.svc = svc
+		h.grantBase = svc.mu.lastGrant
 		return "ok"
 
 	case "mount":
@@ -239,11 +259,7 @@ func (h *ddHarness) runCmd(t *testing.T, d *testutil.TestData) string {
 		var returns []uint64
 		if a, ok := d.Arg("return"); ok {
 			for _, v := range a.Vals {
-				id, err := strconv.ParseUint(v, 0, 64)
-				if err != nil {
-					d.Fatalf(t, "grant: return: %v", err)
-				}
-				returns = append(returns, id)
+				returns = append(returns, h.grantID(t, d, v))
 			}
 		}
 		gs, gen, err := h.svc.AcquireGrants(client, int(argUint(t, d, "n", 1)), argUint(t, d, "min", 0), exclude, returns)
@@ -252,7 +268,7 @@ func (h *ddHarness) runCmd(t *testing.T, d *testutil.TestData) string {
 		}
 		var b strings.Builder
 		for _, g := range gs {
-			fmt.Fprintf(&b, "grant %d %s@%#x+%d\n", g.ID, g.SegmentName, g.Addr, g.Size)
+			fmt.Fprintf(&b, "grant %d %s@%#x+%d\n", g.ID-h.grantBase, g.SegmentName, g.Addr, g.Size)
 		}
 		fmt.Fprintf(&b, "gen=%d", gen)
 		return b.String()
@@ -269,12 +285,11 @@ func (h *ddHarness) runCmd(t *testing.T, d *testutil.TestData) string {
 		if a, ok := d.Arg("at"); ok {
 			for _, v := range a.Vals {
 				id, addr, ok := strings.Cut(v, ":")
-				gid, err1 := strconv.ParseUint(id, 0, 64)
-				ad, err2 := strconv.ParseUint(addr, 0, 64)
-				if !ok || err1 != nil || err2 != nil {
+				ad, err := strconv.ParseUint(addr, 0, 64)
+				if !ok || err != nil {
 					d.Fatalf(t, "commit: at=%s: want grant:address", v)
 				}
-				reps = append(reps, GrantedReplica{GrantID: gid, Addr: ad})
+				reps = append(reps, GrantedReplica{GrantID: h.grantID(t, d, id), Addr: ad})
 			}
 		}
 		gen, err := h.svc.PutCommit(client, argStr(d, "key", ""), argUint(t, d, "size", 0), cfg, d.HasArg("upsert"), reps)
@@ -287,11 +302,7 @@ func (h *ddHarness) runCmd(t *testing.T, d *testutil.TestData) string {
 		var ids []uint64
 		if a, ok := d.Arg("ids"); ok {
 			for _, v := range a.Vals {
-				id, err := strconv.ParseUint(v, 0, 64)
-				if err != nil {
-					d.Fatalf(t, "return: ids: %v", err)
-				}
-				ids = append(ids, id)
+				ids = append(ids, h.grantID(t, d, v))
 			}
 		}
 		h.svc.ReturnGrants(client, ids)
@@ -428,7 +439,7 @@ func (h *ddHarness) state() string {
 		for i, e := range g.free {
 			parts[i] = fmt.Sprintf("%#x+%d", g.seg.info.Base+e.off, e.len)
 		}
-		fmt.Fprintf(&b, "grant %d client=%s %s@%#x+%d gen=%d free=[%s]\n", id, g.client.id, g.seg.info.Name,
+		fmt.Fprintf(&b, "grant %d client=%s %s@%#x+%d gen=%d free=[%s]\n", id-h.grantBase, g.client.id, g.seg.info.Name,
 			g.seg.info.Base+g.off, g.size, g.gen, strings.Join(parts, " "))
 	}
 	for _, f := range s.mu.fences {
@@ -545,4 +556,28 @@ func TestBatchCalls(t *testing.T) {
 	assert.NilError(t, rerrs[0])
 	assert.NilError(t, rerrs[1])
 	assert.Equal(t, svc.Metrics().UsedBytes, uint64(0))
+}
+
+// TestGrantIDsDifferAcrossInstances: grant ids of two master instances
+// (a restart), even with the same seed, do not collide, so a client that
+// returns an id of the previous instance frees nothing of the new one.
+func TestGrantIDsDifferAcrossInstances(t *testing.T) {
+	var ids []uint64
+	var svcs []*Service
+	for range 2 {
+		svc, err := NewService(Config{Seed: 1, Clock: newFakeClock()}, 1)
+		assert.NilError(t, err)
+		assert.NilError(t, svc.MountSegment("h", SegmentInfo{ID: "s", Name: "n", Base: 1 << 20, Size: 1 << 20}))
+		assert.NilError(t, svc.ReMountSegments("w", nil))
+		gs, _, err := svc.AcquireGrants("w", 1, 100, nil, nil)
+		assert.NilError(t, err)
+		assert.Equal(t, len(gs), 1)
+		ids = append(ids, gs[0].ID)
+		svcs = append(svcs, svc)
+	}
+	assert.Assert(t, ids[0] != ids[1], "grant id %d in both instances", ids[0])
+	svcs[1].ReturnGrants("w", []uint64{ids[0]})
+	assert.Equal(t, svcs[1].Metrics().Grants, 1)
+	_, err := svcs[1].PutCommit("w", "k", 100, ReplicateConfig{}, false, []GrantedReplica{{GrantID: ids[1], Addr: 1 << 20}})
+	assert.NilError(t, err)
 }
