@@ -171,8 +171,8 @@ func (t *CMA) inlineCopier(slices []*engine.Slice) *cmaWorker {
 }
 
 // copyInline copies slices in the calling goroutine with the inline copier
-// w, which it then frees, and counts the copy in count. It holds the submit lock for reading, so that
-// Close waits for it as for the workers.
+// w, which it then frees, and counts the copy in count. It holds the submit
+// lock for reading, so that Close waits for it as for the workers.
 func (t *CMA) copyInline(w *cmaWorker, p *engine.Peer, slices []*engine.Slice, count *atomic.Uint64) {
 	defer func() { t.inline <- w }()
 	t.mu.RLock()
