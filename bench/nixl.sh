@@ -49,7 +49,7 @@ ucx() {
   local env=() port
   [ "$1" = app ] && env=(UCX_ALLOC_PRIO=heap)
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-  env "${env[@]}" ucx_perftest -t "$2" -s "$3" -n "$4" -w 100 -f -p "$port" >/dev/null 2>&1 &
+  env "${env[@]}" timeout 150 ucx_perftest -t "$2" -s "$3" -n "$4" -w 100 -f -p "$port" >/dev/null 2>&1 &
   sleep 0.5
   env "${env[@]}" timeout 120 ucx_perftest 127.0.0.1 -t "$2" -s "$3" -n "$4" -w 100 -f -p "$port" 2>/dev/null |
     awk 'NF >= 8 && $1 ~ /^[0-9]+$/ {printf "%.2f\n", $6 * 1048576 / 1e9}'
