@@ -103,7 +103,19 @@ func (a *rangeAllocator) release(off, n uint64) {
 // reserve allocates exactly [off, off+n) (n a multiple of allocAlign); false
 // when that range is not wholly free.
 func (a *rangeAllocator) reserve(off, n uint64) bool {
-	for i, e := range a.free {
+	free, ok := carve(a.free, off, n)
+	if ok {
+		a.free = free
+		a.used += n
+	}
+	return ok
+}
+
+// carve removes [off, off+n) from free (sorted, non-adjacent extents) and
+// returns the new list; false when that range is not wholly inside one
+// extent. The extent it falls in is replaced by the parts before and after.
+func carve(free []extent, off, n uint64) ([]extent, bool) {
+	for i, e := range free {
 		if !e.inside(off, n) {
 			continue
 		}
@@ -114,11 +126,9 @@ func (a *rangeAllocator) reserve(off, n uint64) bool {
 		if end := e.off + e.len; off+n < end {
 			parts = append(parts, extent{off + n, end - off - n})
 		}
-		a.free = slices.Replace(a.free, i, i+1, parts...)
-		a.used += n
-		return true
+		return slices.Replace(free, i, i+1, parts...), true
 	}
-	return false
+	return free, false
 }
 
 // largestFree returns the length of the largest free range.

@@ -82,21 +82,9 @@ func (g *grant) freeBytes() uint64 {
 // take removes [off, off+n) from the free parts; false when that range is
 // not wholly free.
 func (g *grant) take(off, n uint64) bool {
-	for i, e := range g.free {
-		if !e.inside(off, n) {
-			continue
-		}
-		var parts []extent
-		if off > e.off {
-			parts = append(parts, extent{e.off, off - e.off})
-		}
-		if end := e.off + e.len; off+n < end {
-			parts = append(parts, extent{off + n, end - off - n})
-		}
-		g.free = slices.Replace(g.free, i, i+1, parts...)
-		return true
-	}
-	return false
+	free, ok := carve(g.free, off, n)
+	g.free = free
+	return ok
 }
 
 // fence keeps the free part of a taken-back grant out of use until a
