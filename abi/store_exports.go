@@ -23,7 +23,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/kvferry/kvferry/internal/cmem"
 	"github.com/kvferry/kvferry/internal/hostenv"
+	"github.com/kvferry/kvferry/store/asyncq"
 	"github.com/kvferry/kvferry/store/client"
 	"github.com/kvferry/kvferry/store/embedded"
 	"github.com/kvferry/kvferry/store/master"
@@ -625,29 +627,12 @@ func kvf_store_get_alloc(h C.uintptr_t, key *C.char, out *unsafe.Pointer) (rc C.
 	if err != nil {
 		return C.int64_t(s.fail(err))
 	}
-	k := C.GoString(key)
-	// The object may be replaced between the size query and the read; try
-	// again with the new size a few times.
-	for range 3 {
-		size, err := c.GetSize(context.Background(), k)
-		if err != nil {
-			return C.int64_t(s.fail(err))
-		}
-		p := C.malloc(C.size_t(max(size, 1)))
-		if p == nil {
-			return C.int64_t(s.fail(fmt.Errorf("get %q: malloc %d bytes: %w", k, size, wire.ErrBufferOverflow)))
-		}
-		n, err := c.GetInto(context.Background(), k, uintptr(p), size)
-		if err == nil {
-			*out = p
-			return C.int64_t(n)
-		}
-		C.free(p)
-		if wire.CodeOf(err) != wire.ErrInvalidParams {
-			return C.int64_t(s.fail(err))
-		}
+	n, p, err := asyncq.GetAlloc(context.Background(), c, C.GoString(key))
+	if err != nil {
+		return C.int64_t(s.fail(err))
 	}
-	return C.int64_t(s.fail(fmt.Errorf("get %q: object keeps changing size: %w", k, wire.ErrInvalidParams)))
+	*out = cmem.Pointer(p)
+	return C.int64_t(n)
 }
 
 //export kvf_store_last_error

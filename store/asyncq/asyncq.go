@@ -320,7 +320,7 @@ func (q *Queue) call(j Job) (uint64, uintptr, error) {
 		n, err := s.GetInto(ctx, j.Key, j.Addr, j.Size)
 		return n, 0, err
 	case OpGetAlloc:
-		return getAlloc(ctx, s, j.Key)
+		return GetAlloc(ctx, s, j.Key)
 	case OpIsExist:
 		yes, err := s.IsExist(ctx, j.Key)
 		if yes && err == nil {
@@ -336,9 +336,10 @@ func (q *Queue) call(j Job) (uint64, uintptr, error) {
 	return 0, 0, fmt.Errorf("store queue: op %d: %w", j.Op, ErrInvalid)
 }
 
-// getAlloc reads key into C-malloc'ed memory (as kvferry_store_get_alloc):
-// it returns the size and the memory, or an error and no memory.
-func getAlloc(ctx context.Context, s Store, key string) (uint64, uintptr, error) {
+// GetAlloc reads key into C-malloc'ed memory (kvferry_store_get_alloc and
+// its queued form): it returns the size and the memory, which the caller
+// frees with C free, or an error and no memory.
+func GetAlloc(ctx context.Context, s Store, key string) (uint64, uintptr, error) {
 	// The object may be replaced between the size query and the read; try
 	// again with the new size a few times.
 	for range 3 {
