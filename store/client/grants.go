@@ -61,7 +61,7 @@ type extentAbs struct{ addr, len uint64 }
 type clientGrant struct {
 	id                       uint64
 	segID, segName, protocol string
-	addr, size               uint64
+	addr                     uint64 // start of the granted range
 	gen                      uint64      // the grant generation it came at
 	session                  uint64      // the mux session it came over
 	free                     []extentAbs // sorted by addr, never adjacent
@@ -427,7 +427,7 @@ func (p *grantPool) acceptLocked(mc *masterConn, session, epoch uint64, sent tim
 
 func newClientGrant(g *wire.Grant, gen, session uint64, retired bool) *clientGrant {
 	return &clientGrant{id: g.GetId(), segID: g.GetSegmentId(), segName: g.GetSegmentName(), protocol: g.GetProtocol(),
-		addr: g.GetAddress(), size: g.GetSize(), gen: gen, session: session,
+		addr: g.GetAddress(), gen: gen, session: session,
 		free: []extentAbs{{g.GetAddress(), g.GetSize()}}, retired: retired, lastUse: time.Now()}
 }
 
