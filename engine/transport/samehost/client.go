@@ -472,11 +472,17 @@ func (b *base) submit(p *engine.Peer, slices []*engine.Slice, q chan<- job) {
 		failAll(slices, fmt.Errorf("%s: no session to segment %q: %w", b.name, p.Name, ErrPeerGone))
 		return
 	}
+	b.queue(s, slices, q)
+}
+
+// queue splits slices of session s over the workers' queue; the caller
+// holds b.mu for reading.
+func (b *base) queue(s *session, slices []*engine.Slice, q chan<- job) {
 	per := max(1, (len(slices)+b.cfg.Workers-1)/b.cfg.Workers)
 	for lo := 0; lo < len(slices); lo += per {
 		part := slices[lo:min(lo+per, len(slices))]
 		if !s.acquire() {
-			failAll(part, fmt.Errorf("%s: session to segment %q closed: %w", b.name, p.Name, ErrPeerGone))
+			failAll(part, fmt.Errorf("%s: session to segment %q closed: %w", b.name, s.peer, ErrPeerGone))
 			continue
 		}
 		q <- job{s: s, slices: part}

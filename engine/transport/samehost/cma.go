@@ -95,16 +95,20 @@ func (t *CMA) Submit(p *engine.Peer, slices []*engine.Slice) {
 		return
 	}
 	if w, k := t.shareCopier(slices); w != nil {
+		defer func() { t.inline <- w }()
 		t.mu.RLock()
+		defer t.mu.RUnlock()
 		if t.stopped {
-			t.mu.RUnlock()
-			t.inline <- w
 			failAll(slices, engine.ErrClosed)
 			return
 		}
-		t.submit(p, slices[:k], t.q)
-		t.mu.RUnlock()
-		t.copyInline(w, p, slices[k:], &t.shared)
+		s := t.sessionFor(p, false)
+		if s == nil {
+			failAll(slices, fmt.Errorf("%s: no session to segment %q: %w", t.name, p.Name, ErrPeerGone))
+			return
+		}
+		t.queue(s, slices[:k], t.q)
+		t.copyWith(w, s, slices[k:], &t.shared)
 		return
 	}
 	t.mu.RLock()
@@ -182,8 +186,18 @@ func (t *CMA) copyInline(w *cmaWorker, p *engine.Peer, slices []*engine.Slice, c
 		return
 	}
 	s := t.sessionFor(p, false)
-	if s == nil || !s.acquire() {
+	if s == nil {
 		failAll(slices, fmt.Errorf("%s: no session to segment %q: %w", t.name, p.Name, ErrPeerGone))
+		return
+	}
+	t.copyWith(w, s, slices, count)
+}
+
+// copyWith copies slices of session s with the inline copier w and counts
+// the copy in count; the caller holds the submit lock for reading.
+func (t *CMA) copyWith(w *cmaWorker, s *session, slices []*engine.Slice, count *atomic.Uint64) {
+	if !s.acquire() {
+		failAll(slices, fmt.Errorf("%s: no session to segment %q: %w", t.name, s.peer, ErrPeerGone))
 		return
 	}
 	count.Add(1)
