@@ -130,12 +130,9 @@ func (b *respBatch) flush(c net.Conn, timeout time.Duration) error {
 	_ = c.SetWriteDeadline(time.Now().Add(timeout))
 	iov := b.iov
 	_, err := iov.WriteTo(c)
-	for i := range b.pins {
-		b.pins[i].Release()
-		b.pins[i] = nil
-	}
+	b.release()
 	clear(b.iov)
-	b.iov, b.pins, b.nst, b.bytes = b.iov[:0], b.pins[:0], 0, 0
+	b.iov, b.nst, b.bytes = b.iov[:0], 0, 0
 	return err
 }
 
