@@ -19,6 +19,7 @@ import (
 
 	"github.com/kvferry/kvferry/engine"
 	"github.com/kvferry/kvferry/engine/stack"
+	"github.com/kvferry/kvferry/engine/transport/tcp"
 	"github.com/kvferry/kvferry/internal/hostenv"
 )
 
@@ -150,19 +151,21 @@ func kvf_install(h C.uintptr_t, proto *C.char, args unsafe.Pointer) (t C.uintptr
 			}
 		}
 	}
-	if _, err := e.InstallTransport(p); err != nil {
-		engineFail(e, err)
-		return 0
-	}
-	if p == "tcp" {
+	names := []string{p}
+	if p == tcp.Name {
 		// A Mooncake program that installs TCP by hand still gets the
 		// same-process and same-host paths: they are chosen per request
 		// only for kvferry peers on this host, and Mooncake peers keep TCP.
+		// Their errors are ignored; the descriptor is published once.
 		for _, name := range stack.DefaultTransports {
-			if name != "tcp" {
-				_, _ = e.InstallTransport(name)
+			if name != tcp.Name {
+				names = append(names, name)
 			}
 		}
+	}
+	if err := e.InstallTransports(names...)[0]; err != nil {
+		engineFail(e, err)
+		return 0
 	}
 	tag := transportTags[p]
 	if tag == 0 {

@@ -144,7 +144,8 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 	go e.runNotifier()
 
 	for _, name := range cfg.Transports {
-		if _, err := e.InstallTransport(name); err != nil {
+		// Published once below, with every transport.
+		if _, _, err := e.install(name); err != nil {
 			e.Close()
 			return nil, fmt.Errorf("start engine: %w", err)
 		}
@@ -245,37 +246,67 @@ var transportPriority = map[string]int{
 }
 
 // InstallTransport installs the transport called name (or returns the one
-// already installed) and republishes the descriptor.
+// already installed) and republishes the descriptor when it was new.
 func (e *Engine) InstallTransport(name string) (Transport, error) {
+	t, added, err := e.install(name)
+	if err != nil || !added {
+		return t, err
+	}
+	return t, e.publish(e.ctx)
+}
+
+// InstallTransports installs each named transport not installed yet and
+// republishes the descriptor once. errs[i] is the error of names[i]: its
+// installation's, or the publication's when names[i] was new.
+func (e *Engine) InstallTransports(names ...string) []error {
+	errs := make([]error, len(names))
+	var added []int
+	for i, name := range names {
+		_, isNew, err := e.install(name)
+		errs[i] = err
+		if isNew {
+			added = append(added, i)
+		}
+	}
+	if len(added) > 0 {
+		if err := e.publish(e.ctx); err != nil {
+			for _, i := range added {
+				errs[i] = err
+			}
+		}
+	}
+	return errs
+}
+
+// install installs the transport called name without publishing; added
+// reports whether it was not installed before.
+func (e *Engine) install(name string) (t Transport, added bool, err error) {
 	if e.closed.Load() {
-		return nil, ErrClosed
+		return nil, false, ErrClosed
 	}
 	if t := e.Transport(name); t != nil {
-		return t, nil
+		return t, false, nil
 	}
 	if e.cfg.NewTransport == nil {
-		return nil, fmt.Errorf("install transport %q: no transport factory: %w", name, ErrNotSupported)
+		return nil, false, fmt.Errorf("install transport %q: no transport factory: %w", name, ErrNotSupported)
 	}
-	t, err := e.cfg.NewTransport(name, e)
+	t, err = e.cfg.NewTransport(name, e)
 	if err != nil {
-		return nil, fmt.Errorf("install transport %q: %w", name, err)
+		return nil, false, fmt.Errorf("install transport %q: %w", name, err)
 	}
 	e.transports.Lock()
 	for _, in := range e.transports.list {
 		if in.t.Name() == name { // lost a race with another installer
 			e.transports.Unlock()
 			t.Close()
-			return in.t, nil
+			return in.t, false, nil
 		}
 	}
 	e.transports.list = append(e.transports.list, installed{t: t, prio: transportPriority[name], slices: new(atomic.Uint64)})
 	sort.SliceStable(e.transports.list, func(i, j int) bool { return e.transports.list[i].prio > e.transports.list[j].prio })
 	e.transports.Unlock()
 	e.log.Info("transport installed", "transport", name, "segment", e.name)
-	if err := e.publish(e.ctx); err != nil {
-		return t, err
-	}
-	return t, nil
+	return t, true, nil
 }
 
 // Transport returns the installed transport called name, or nil.
