@@ -61,7 +61,7 @@ type extentAbs struct{ addr, len uint64 }
 type clientGrant struct {
 	id                       uint64
 	segID, segName, protocol string
-	addr                     uint64 // start of the granted range
+	addr                     uint64      // start of the granted range
 	gen                      uint64      // the grant generation it came at
 	session                  uint64      // the mux session it came over
 	free                     []extentAbs // sorted by addr, never adjacent
