@@ -10,6 +10,7 @@ import "C"
 
 import (
 	"fmt"
+	"sync"
 	"unsafe"
 
 	"github.com/kvferry/kvferry/agent/nixl"
@@ -32,18 +33,30 @@ type nixlAgent struct {
 // nixlAgents is the table of live NIXL agents.
 var nixlAgents handles[*nixlAgent]
 
+// ignoredNixlKeys holds the parameter keys already logged as ignored, so
+// each is logged once per process.
+var ignoredNixlKeys sync.Map
+
 // newNixlAgent creates agent name on a new engine (kvferry_nixl_create).
 func newNixlAgent(name string, opts map[string]string, progress bool) (*nixlAgent, error) {
+	if err := setup(); err != nil {
+		return nil, err
+	}
 	p, err := nixl.ParseOptions(name, opts)
 	if err != nil {
 		return nil, err
+	}
+	for _, k := range p.Ignored {
+		if _, seen := ignoredNixlKeys.LoadOrStore(k, true); !seen {
+			nixlLogger.Debug("nixl backend parameter is not kvferry's; ignored", "agent", name, "key", k)
+		}
 	}
 	eh, err := newEngine(p.MetadataConn, p.LocalServerName, true, p.EngineOptions)
 	if err != nil {
 		return nil, fmt.Errorf("nixl create agent %q: %w", name, err)
 	}
 	e, _ := engines.get(eh)
-	a, err := nixl.New(nixl.Config{Name: name, Engine: e, ProgressThread: progress, Logger: logger})
+	a, err := nixl.New(nixl.Config{Name: name, Engine: e, ProgressThread: progress, Logger: nixlLogger})
 	if err != nil {
 		engines.remove(eh)
 		_ = e.Close()
@@ -56,7 +69,7 @@ func newNixlAgent(name string, opts map[string]string, progress bool) (*nixlAgen
 func (a *nixlAgent) close() {
 	engines.remove(a.eh)
 	if err := a.Close(); err != nil {
-		logger.Warn("nixl engine close", "agent", a.Name(), "err", err)
+		nixlLogger.Warn("nixl engine close", "agent", a.Name(), "err", err)
 	}
 }
 
@@ -138,12 +151,13 @@ func kvf_nixl_create(agent *C.char, alen C.size_t, keys, values **C.char, n C.si
 	defer recoverNixl(&rc)
 	_ = delayUS // the progress goroutine waits on events; nothing to pace
 	if out == nil {
-		return nixlErrInvalidParam
+		return nixlCreateFailed("", fmt.Errorf("NULL output handle: %w", engine.ErrInvalidArgument))
 	}
 	*out = 0
 	name, ok := bytesArg(agent, alen)
-	if !ok || n > 256 || (n > 0 && (keys == nil || values == nil)) {
-		return nixlErrInvalidParam
+	if !ok || n > maxNixlParams || (n > 0 && (keys == nil || values == nil)) {
+		return nixlCreateFailed(name, fmt.Errorf("bad arguments (agent name %d bytes, %d parameters, keys %p, values %p; at most %d parameters): %w",
+			alen, n, keys, values, maxNixlParams, engine.ErrInvalidArgument))
 	}
 	opts := map[string]string{}
 	if n > 0 {
@@ -153,18 +167,29 @@ func kvf_nixl_create(agent *C.char, alen C.size_t, keys, values **C.char, n C.si
 			k, ok1 := cstr(ks[i])
 			v, ok2 := cstr(vs[i])
 			if !ok1 || !ok2 {
-				return nixlErrInvalidParam
+				return nixlCreateFailed(name, fmt.Errorf("parameter %d: NULL or oversized key or value: %w", i, engine.ErrInvalidArgument))
 			}
 			opts[k] = v
 		}
 	}
 	a, err := newNixlAgent(name, opts, progress != 0)
 	if err != nil {
-		logger.Error("nixl engine creation failed", "agent", name, "err", err)
-		return C.int(nixlCode(err))
+		return nixlCreateFailed(name, err)
 	}
 	*out = C.kvferry_nixl_t(nixlAgents.add(a))
 	return nixlSuccess
+}
+
+// maxNixlParams bounds the backend parameters of kvferry_nixl_create.
+const maxNixlParams = 4096
+
+// nixlCreateFailed logs why creating agent name failed and returns its
+// status. The reason goes into the message, at error level: NIXL's own
+// line that follows only says that the backend failed.
+func nixlCreateFailed(name string, err error) C.int {
+	_ = setup() // the logger; a setup failure is err itself then
+	nixlLogger.Error("KVFERRY backend creation failed: "+err.Error(), "agent", name)
+	return C.int(nixlCode(err))
 }
 
 //export kvf_nixl_destroy
@@ -422,7 +447,7 @@ func kvf_nixl_get_notifs(h C.kvferry_nixl_t, out **C.kvferry_nixl_notif_t, count
 	}
 	block := C.malloc(total)
 	if block == nil {
-		logger.Error("nixl notifications lost: out of memory", "agent", a.Name(), "count", len(ns))
+		nixlLogger.Error("nixl notifications lost: out of memory", "agent", a.Name(), "count", len(ns))
 		return nixlErrBackend
 	}
 	arr := unsafe.Slice((*C.kvferry_nixl_notif_t)(block), len(ns))

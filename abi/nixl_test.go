@@ -129,17 +129,19 @@ func TestNixlCodesBothWays(t *testing.T) {
 }
 
 // TestNixlCreateOptions checks the conversion of kvferry_nixl_create's
-// options: unknown keys, an empty name and bad engine values are refused
-// before an engine starts.
+// options: keys of other backends are ignored, an empty name and malformed
+// values of kvferry's keys are refused before an engine starts.
 func TestNixlCreateOptions(t *testing.T) {
 	live := len(engines.all())
-	_, err := newNixlAgent("x", map[string]string{"bogus": "1"}, false)
-	assert.Assert(t, errors.Is(err, engine.ErrInvalidArgument), "%v", err)
-	assert.Equal(t, nixlCode(err), nixlErrInvalidParam)
+	a, err := newNixlAgent("x", map[string]string{"num_workers": "1", "ucx_error_handling_mode": "none", "local_server_name": "127.0.0.1"}, false)
+	assert.NilError(t, err)
+	a.close()
 	_, err = newNixlAgent("", nil, false)
 	assert.Assert(t, errors.Is(err, engine.ErrInvalidArgument), "%v", err)
-	_, err = newNixlAgent("x", map[string]string{"tcp_lanes": "99"}, false)
-	assert.Assert(t, err != nil)
-	assert.Equal(t, nixlCode(err), nixlErrInvalidParam)
+	for k, v := range map[string]string{"tcp_lanes": "99", "timeout_ms": "soon", "transport": "bogus"} {
+		_, err = newNixlAgent("x", map[string]string{k: v}, false)
+		assert.Assert(t, err != nil)
+		assert.Equal(t, nixlCode(err), nixlErrInvalidParam, "%s=%s: %v", k, v, err)
+	}
 	assert.Equal(t, len(engines.all()), live, "no engine left behind")
 }

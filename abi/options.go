@@ -8,6 +8,7 @@ import (
 
 	"github.com/kvferry/kvferry/engine"
 	"github.com/kvferry/kvferry/engine/stack"
+	"github.com/kvferry/kvferry/engine/transport/tcp"
 )
 
 // applyOption applies one kvferry_engine_create option (kvferry.h).
@@ -26,8 +27,8 @@ func applyOption(c *stack.Config, k, v string) error {
 		}
 	case "tcp_lanes":
 		n, err := num()
-		if err != nil || n < 1 || n > 16 {
-			return bad(fmt.Errorf("want 1-16"))
+		if err != nil || n < 1 || n > tcp.MaxLanes {
+			return bad(fmt.Errorf("want 1-%d", tcp.MaxLanes))
 		}
 		c.TCP.Lanes = int(n)
 	case "slice_size":

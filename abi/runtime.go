@@ -17,7 +17,10 @@ var (
 	setupOnce sync.Once
 	setupErr  error
 	logger    = slog.New(slog.DiscardHandler)
-	guard     net.Listener
+	// nixlLogger is the NIXL backend's logger (hostenv.NIXLLogger): it
+	// follows NIXL_LOG_LEVEL unless kvferry's own level is set.
+	nixlLogger = slog.New(slog.DiscardHandler)
+	guard      net.Listener
 )
 
 // Version is the library version.
@@ -29,6 +32,7 @@ const Version = "0.1.0"
 func setup() error {
 	setupOnce.Do(func() {
 		logger = hostenv.Logger()
+		nixlLogger = hostenv.NIXLLogger()
 		if n := hostenv.MaxProcs(); n < runtime.NumCPU() {
 			runtime.GOMAXPROCS(n)
 		}

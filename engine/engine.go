@@ -245,6 +245,17 @@ var transportPriority = map[string]int{
 	"local": 100, "cma": 85, "shm": 80, "nvlink": 70, "rdma": 60, "tcp": 10,
 }
 
+// TransportNames lists the names of the transports the engine knows how to
+// rank (not all are built into every process), sorted.
+func TransportNames() []string {
+	names := make([]string, 0, len(transportPriority))
+	for n := range transportPriority {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
 // InstallTransport installs the transport called name (or returns the one
 // already installed) and republishes the descriptor when it was new.
 func (e *Engine) InstallTransport(name string) (Transport, error) {

@@ -126,14 +126,28 @@ func TestOptions(t *testing.T) {
 	assert.Equal(t, keys["metadata"], "P2PHANDSHAKE")
 	assert.Equal(t, Options(stack.Config{})[2], Option{Key: "transport", Default: "auto"})
 
-	_, err := ParseOptions("x", map[string]string{"bogus": "1"})
-	assert.Assert(t, errors.Is(err, engine.ErrInvalidArgument), "%v", err)
+	// Keys of other backends are ignored (NIXL passes a program's whole
+	// map to every backend); malformed values of kvferry's keys are not.
+	p, err := ParseOptions("x", map[string]string{"num_workers": "4", "ucx_devices": "mlx5_0", "engine_config": "{}", "tcp_lanes": "2"})
+	assert.NilError(t, err)
+	assert.DeepEqual(t, p.Ignored, []string{"engine_config", "num_workers", "ucx_devices"})
+	assert.DeepEqual(t, p.EngineOptions, map[string]string{"tcp_lanes": "2"})
+	for k, v := range map[string]string{"tcp_lanes": "abc", "slice_size": "1", "timeout_ms": "0", "transport": "carrier-pigeon"} {
+		_, err := ParseOptions("x", map[string]string{k: v, "num_workers": "4"})
+		assert.Assert(t, errors.Is(err, engine.ErrInvalidArgument), "%s=%s: %v", k, v, err)
+		assert.ErrorContains(t, err, k+"=")
+		assert.ErrorContains(t, err, "want ")
+	}
+	for _, tr := range []string{"auto", "TCP", "cma", "shm", "local"} {
+		_, err := ParseOptions("x", map[string]string{"transport": tr})
+		assert.NilError(t, err, tr)
+	}
 	_, err = ParseOptions("", nil)
 	assert.Assert(t, errors.Is(err, engine.ErrInvalidArgument), "%v", err)
 	_, err = New(Config{Name: "x"})
 	assert.Assert(t, errors.Is(err, engine.ErrInvalidArgument), "%v", err)
 
-	p, err := ParseOptions("x", map[string]string{"metadata": "http://127.0.0.1:1/metadata", "transport": "Auto", "tcp_lanes": "2", "timeout_ms": ""})
+	p, err = ParseOptions("x", map[string]string{"metadata": "http://127.0.0.1:1/metadata", "transport": "Auto", "tcp_lanes": "2", "timeout_ms": ""})
 	assert.NilError(t, err)
 	assert.DeepEqual(t, p, EngineParams{MetadataConn: "http://127.0.0.1:1/metadata", LocalServerName: "x",
 		EngineOptions: map[string]string{"tcp_lanes": "2"}})

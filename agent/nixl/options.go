@@ -2,6 +2,8 @@ package nixl
 
 import (
 	"fmt"
+	"slices"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -71,12 +73,18 @@ type EngineParams struct {
 	// key/value form (transport, tcp_lanes, slice_size, timeout_ms); empty
 	// values and transport "auto" are left out.
 	EngineOptions map[string]string
+	// Ignored lists, sorted, the keys that are not kvferry's: NIXL hands a
+	// program's whole parameter map to every backend it creates, so keys
+	// meant for other backends (num_workers, ucx_*, ...) arrive here too.
+	// They are ignored, as NIXL's own plugins ignore keys they do not know.
+	Ignored []string
 }
 
 // ParseOptions checks agent name and the backend options opts of a new
-// agent and returns what its engine is created from. An empty name or an
-// unknown key wraps engine.ErrInvalidArgument; the option values are checked
-// when the engine is configured.
+// agent and returns what its engine is created from. Keys kvferry does not
+// own are ignored (EngineParams.Ignored). An empty name or a malformed
+// value of one of kvferry's keys wraps engine.ErrInvalidArgument, with the
+// key, the value and what is wanted in the message.
 func ParseOptions(name string, opts map[string]string) (EngineParams, error) {
 	if name == "" {
 		return EngineParams{}, fmt.Errorf("nixl create: empty agent name: %w", engine.ErrInvalidArgument)
@@ -85,15 +93,21 @@ func ParseOptions(name string, opts map[string]string) (EngineParams, error) {
 	for _, k := range optionKeys {
 		known[k] = true
 	}
+	var ignored []string
 	eopts := map[string]string{}
 	for k, v := range opts {
 		if !known[k] {
-			return EngineParams{}, fmt.Errorf("nixl create: option %q: unknown: %w", k, engine.ErrInvalidArgument)
+			ignored = append(ignored, k)
+			continue
+		}
+		if err := checkOption(k, v); err != nil {
+			return EngineParams{}, fmt.Errorf("nixl create agent %q: %w", name, err)
 		}
 		if v != "" && k != "metadata" && k != "local_server_name" {
 			eopts[k] = v
 		}
 	}
+	sort.Strings(ignored)
 	conn := opts["metadata"]
 	if conn == "" {
 		conn = metadata.P2PHandshake
@@ -109,5 +123,41 @@ func ParseOptions(name string, opts map[string]string) (EngineParams, error) {
 	if t := strings.ToLower(strings.TrimSpace(eopts["transport"])); t == "auto" {
 		delete(eopts, "transport")
 	}
-	return EngineParams{MetadataConn: conn, LocalServerName: server, EngineOptions: eopts}, nil
+	return EngineParams{MetadataConn: conn, LocalServerName: server, EngineOptions: eopts, Ignored: ignored}, nil
+}
+
+// checkOption checks the value of one of kvferry's keys; an empty value
+// means the default.
+func checkOption(k, v string) error {
+	bad := func(want string) error {
+		return fmt.Errorf("option %s=%q: want %s: %w", k, v, want, engine.ErrInvalidArgument)
+	}
+	t := strings.TrimSpace(v)
+	if t == "" {
+		return nil
+	}
+	num := func(lo, hi int64) bool {
+		n, err := strconv.ParseInt(t, 10, 64)
+		return err == nil && n >= lo && n <= hi
+	}
+	switch k {
+	case "transport":
+		t = strings.ToLower(t)
+		if t != "auto" && !slices.Contains(engine.TransportNames(), t) {
+			return bad("auto or one of " + strings.Join(engine.TransportNames(), ", "))
+		}
+	case "tcp_lanes":
+		if !num(1, tcp.MaxLanes) {
+			return bad(fmt.Sprintf("a number of lanes in 1-%d", tcp.MaxLanes))
+		}
+	case "slice_size":
+		if !num(4096, 1<<40) {
+			return bad("a size in bytes >= 4096")
+		}
+	case "timeout_ms":
+		if !num(1, 1<<40) {
+			return bad("milliseconds > 0")
+		}
+	}
+	return nil
 }

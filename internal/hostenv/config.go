@@ -157,19 +157,41 @@ func Logger() *slog.Logger {
 	if !ok {
 		return slog.New(slog.DiscardHandler)
 	}
-	var lvl slog.Level
+	return textLogger(parseLevel(v))
+}
+
+// NIXLLogger returns the logger of the NIXL backend: Logger's when
+// KVFERRY_LOG_LEVEL or MC_LOG_LEVEL is set, else one at the level of the
+// host's NIXL_LOG_LEVEL (TRACE, DEBUG, INFO, WARN, ERROR, FATAL), whose
+// default is NIXL's own, WARN: inside a NIXL program the backend logs as
+// NIXL's own plugins do, so a failed createBackend says why by default.
+func NIXLLogger() *slog.Logger {
+	if _, ok := str("KVFERRY_LOG_LEVEL", "MC_LOG_LEVEL"); ok {
+		return Logger()
+	}
+	lvl := slog.LevelWarn
+	if v, ok := str("NIXL_LOG_LEVEL"); ok {
+		lvl = parseLevel(v)
+	}
+	return textLogger(lvl)
+}
+
+// parseLevel maps a level name of kvferry, Mooncake or NIXL to a slog
+// level; unknown names mean info.
+func parseLevel(v string) slog.Level {
 	switch strings.ToLower(strings.TrimSpace(v)) {
 	case "trace", "debug":
-		lvl = slog.LevelDebug
-	case "info":
-		lvl = slog.LevelInfo
+		return slog.LevelDebug
 	case "warn", "warning":
-		lvl = slog.LevelWarn
+		return slog.LevelWarn
 	case "error", "fatal":
-		lvl = slog.LevelError
-	default:
-		lvl = slog.LevelInfo
+		return slog.LevelError
 	}
+	return slog.LevelInfo
+}
+
+// textLogger logs text at lvl to stderr, or to KVFERRY_LOG_FILE.
+func textLogger(lvl slog.Level) *slog.Logger {
 	var w io.Writer = os.Stderr
 	if p, ok := str("KVFERRY_LOG_FILE"); ok {
 		if f, err := os.OpenFile(p, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644); err == nil {

@@ -22,6 +22,18 @@ wait_ready() { # file timeout-seconds
   echo "target did not start" >&2; return 1
 }
 
+echo "--- a failed backend creation says why in its first log line, at the default level"
+env -u KVFERRY_LOG_LEVEL -u MC_LOG_LEVEL -u NIXL_LOG_LEVEL -u KVFERRY_LOG_FILE \
+  "$OUT/nixl_test" badparam "$PLUGIN" 2>"$OUT/badparam.err"
+first="$(head -n 1 "$OUT/badparam.err")"
+case "$first" in
+  *"KVFERRY backend creation failed"*tcp_lanes*lots*want*) ;;
+  *) echo "first log line does not say why: $first" >&2; cat "$OUT/badparam.err" >&2; exit 1 ;;
+esac
+if grep -q num_workers "$OUT/badparam.err"; then
+  echo "an ignored key was logged at the default level" >&2; exit 1
+fi
+
 for tr in auto tcp; do
   echo "--- two agents in one process ($tr)"
   timeout 300 "$OUT/nixl_test" single "$PLUGIN" "$tr"

@@ -25,6 +25,8 @@ const (
 	DefaultStripeSize    = 512 << 10
 	DefaultStatusTimeout = 30 * time.Second
 	DefaultWindow        = 1024
+	// MaxLanes is the most connections per peer.
+	MaxLanes = 16
 	// stripeMinBytes is the least a lane gets from one submission before
 	// the next lane is used.
 	stripeMinBytes = 256 << 10
@@ -54,8 +56,8 @@ func (c Config) withDefaults(e *engine.Engine) Config {
 	if c.Lanes <= 0 {
 		c.Lanes = DefaultLanes
 	}
-	if c.Lanes > 16 {
-		c.Lanes = 16
+	if c.Lanes > MaxLanes {
+		c.Lanes = MaxLanes
 	}
 	if c.StripeSize == 0 {
 		c.StripeSize = DefaultStripeSize
