@@ -203,6 +203,11 @@ KVF_API void kvferry_store_free(void *data) {
     free(data);
 }
 
+KVF_API int kvferry_store_set_tenant(mooncake_store_t store, const char *tenant_id) {
+    if (kvf_forked() || !store) return -1;
+    return kvf_store_set_tenant(S(store), (char *)tenant_id);
+}
+
 KVF_API int kvferry_store_last_error(mooncake_store_t store, char *buf, size_t len) {
     if (kvf_forked() || !store) return -1;
     return kvf_store_last_error(S(store), buf, len);

@@ -55,9 +55,10 @@ const (
 
 // storeHandle is one mooncake_store_t: created empty, set up once.
 type storeHandle struct {
-	mu      sync.Mutex // guards c during setup and destroy
+	mu      sync.Mutex // guards c during setup and destroy, and tenant
 	c       atomic.Pointer[client.Client]
 	lastErr atomic.Pointer[string]
+	tenant  string // kvferry_store_set_tenant, for the setup to come
 }
 
 // stores is the table of live store handles.
@@ -208,6 +209,27 @@ func storeHostname(host, metadata string) string {
 	return net.JoinHostPort(strings.Trim(host, "[]"), strconv.Itoa(port))
 }
 
+//export kvf_store_set_tenant
+func kvf_store_set_tenant(h C.uintptr_t, tenant *C.char) (rc C.int) {
+	defer recoverStoreInt(&rc)
+	s, ok := lookupStore(h)
+	if !ok {
+		return storeErr
+	}
+	raw, _ := cstr(tenant)
+	id, err := wire.TenantID(raw)
+	if err != nil {
+		return C.int(s.fail(fmt.Errorf("store set tenant: %w", err)))
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.c.Load() != nil {
+		return C.int(s.fail(fmt.Errorf("store set tenant %q: already set up: %w", id, wire.ErrInvalidParams)))
+	}
+	s.tenant = id
+	return 0
+}
+
 //export kvf_store_setup
 func kvf_store_setup(h C.uintptr_t, localHostname, metadataServer *C.char, globalSegmentSize, localBufferSize C.uint64_t,
 	protocol, deviceName, masterAddr *C.char) (rc C.int) {
@@ -251,6 +273,7 @@ func kvf_store_setup(h C.uintptr_t, localHostname, metadataServer *C.char, globa
 	if s.c.Load() != nil {
 		return C.int(s.fail(fmt.Errorf("store setup: already set up: %w", wire.ErrInvalidParams)))
 	}
+	cfg.TenantID = s.tenant
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.RPCTimeout+time.Minute)
 	defer cancel()
 	c, err := client.New(ctx, cfg)

@@ -122,6 +122,7 @@ func kvf_py_setup_with_engine(h, eh C.uintptr_t, globalSegmentSize, localBufferS
 	if s.c.Load() != nil {
 		return C.int(s.fail(fmt.Errorf("store setup: already set up: %w", wire.ErrInvalidParams)))
 	}
+	cfg.TenantID = s.tenant
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.RPCTimeout+time.Minute)
 	defer cancel()
 	c, err := client.New(ctx, cfg)

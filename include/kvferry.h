@@ -27,7 +27,7 @@
 extern "C" {
 #endif
 
-#define KVFERRY_API_VERSION 3
+#define KVFERRY_API_VERSION 4
 
 /* Error codes (negative). The first group has Mooncake's values. */
 #define KVFERRY_OK 0
@@ -150,6 +150,14 @@ int64_t kvferry_store_get_alloc(mooncake_store_t store, const char *key,
 
 /* Frees memory returned by kvferry_store_get_alloc (NULL is harmless). */
 void kvferry_store_free(void *data);
+
+/* Sets the tenant whose namespace every key of store lives in (Mooncake's
+ * setup(..., tenant_id=...); NULL or "" is "default"): stores of different
+ * tenants on one master never see each other's objects. Call it before
+ * mooncake_store_setup. Returns 0; -600 (INVALID_PARAMS) for an id that
+ * starts with '_', holds a control character or exceeds 256 bytes, or for
+ * a store already set up; -1 for a NULL handle. */
+int kvferry_store_set_tenant(mooncake_store_t store, const char *tenant_id);
 
 /* Copies the text of the last error this store recorded into buf
  * (NUL-ended, truncated to len). Returns the full length, or -1. */

@@ -204,6 +204,7 @@ _PROTOTYPES = {
     "kvferry_store_get_alloc": (c_int64, [_V, _S, POINTER(c_void_p)]),
     "kvferry_store_free": (None, [_V]),
     "kvferry_store_last_error": (c_int, [_V, c_char_p, c_size_t]),
+    "kvferry_store_set_tenant": (c_int, [_V, _S]),
     # kvferry.h, Python support (API version 2)
     "kvferry_engine_probe": (c_int, [_V, _S]),
     "kvferry_segment_buffers": (c_int, [_V, c_int32, POINTER(BufferEntry), c_size_t]),

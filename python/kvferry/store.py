@@ -353,10 +353,13 @@ class MooncakeDistributedStore:
         Either the 7 positional arguments of Mooncake's binding or one dict
         (keys local_hostname, metadata_server, global_segment_size ("4gb"
         accepted), local_buffer_size, protocol, rdma_devices,
-        master_server_addr). master_server_addr "" or "embedded" starts a
-        master inside this process; other processes reach it at
+        master_server_addr, tenant_id). master_server_addr "" or "embedded"
+        starts a master inside this process; other processes reach it at
         ``master_address()``. engine shares a TransferEngine (or its
-        get_engine()) instead of starting one.
+        get_engine()) instead of starting one. tenant_id names the namespace
+        of every key of this client: clients of different tenants on one
+        master never see each other's objects; an id starting with "_" or
+        holding a control character is INVALID_PARAMS.
         """
         if isinstance(local_hostname, dict):
             cfg = dict(local_hostname)
@@ -382,6 +385,7 @@ class MooncakeDistributedStore:
         rdma_devices = _key(rdma_devices or "", "rdma_devices")
         master_server_addr = _key(master_server_addr if master_server_addr is not None else "",
                                   "master_server_addr")
+        tenant_id = _key(tenant_id if tenant_id is not None else "", "tenant_id")
         if gss < 0 or lbs < 0:
             return _INVALID
         if enable_ssd_offload:
@@ -395,6 +399,11 @@ class MooncakeDistributedStore:
             h = lib.mooncake_store_create()
             if not h:
                 return int(ErrorCode.INTERNAL_ERROR)
+            rc = lib.kvferry_store_set_tenant(h, tenant_id.encode())
+            if rc != 0:
+                log.error("setup: tenant_id %r: %s", tenant_id, _last_error(h))
+                lib.mooncake_store_destroy(h)
+                return rc
             if engine is not None:
                 from .engine import InnerTransferEngine, TransferEngine
 

@@ -99,7 +99,7 @@ func (c *Client) batchPut(ctx context.Context, keys []string, addrs []uintptr, s
 		rctx, cancel := c.rpcCtx(ctx)
 		defer cancel()
 		var err error
-		resp, err = mc.mc.BatchPutStart(rctx, &wire.BatchPutStartRequest{ClientId: c.clientID, Keys: startKeys,
+		resp, err = mc.mc.BatchPutStart(rctx, &wire.BatchPutStartRequest{TenantId: c.tenant, ClientId: c.clientID, Keys: startKeys,
 			Sizes: startSizes, Config: cfg.toWire(), Upsert: upsert})
 		if err != nil {
 			return c.rpcErr(err)
@@ -191,14 +191,14 @@ func (c *Client) batchPut(ctx context.Context, keys []string, addrs []uintptr, s
 	}
 	if len(revokeKeys) > 0 {
 		rctx, cancel := c.rpcCtx(context.Background())
-		if _, err := mc.mc.BatchPutEnd(rctx, &wire.BatchPutEndRequest{ClientId: c.clientID, Keys: revokeKeys, Revoke: true}); err != nil {
+		if _, err := mc.mc.BatchPutEnd(rctx, &wire.BatchPutEndRequest{TenantId: c.tenant, ClientId: c.clientID, Keys: revokeKeys, Revoke: true}); err != nil {
 			c.log.Warn("batch put revoke failed", "keys", len(revokeKeys), "err", c.rpcErr(err))
 		}
 		cancel()
 	}
 	if len(endKeys) > 0 {
 		rctx, cancel := c.rpcCtx(ctx)
-		end, err := mc.mc.BatchPutEnd(rctx, &wire.BatchPutEndRequest{ClientId: c.clientID, Keys: endKeys})
+		end, err := mc.mc.BatchPutEnd(rctx, &wire.BatchPutEndRequest{TenantId: c.tenant, ClientId: c.clientID, Keys: endKeys})
 		cancel()
 		if err != nil {
 			err = fmt.Errorf("batch put end: %w", c.rpcErr(err))
@@ -255,7 +255,7 @@ func (c *Client) BatchGetInto(ctx context.Context, keys []string, addrs []uintpt
 		rctx, cancel := c.rpcCtx(ctx)
 		defer cancel()
 		var err error
-		resp, err = mc.mc.BatchGetReplicaList(rctx, &wire.BatchKeyRequest{Keys: keys})
+		resp, err = mc.mc.BatchGetReplicaList(rctx, &wire.BatchKeyRequest{TenantId: c.tenant, Keys: keys})
 		return c.rpcErr(err)
 	})
 	if err != nil {

@@ -38,6 +38,7 @@ type Client struct {
 	e        *engine.Engine
 	ownsEng  bool
 	clientID string
+	tenant   string // Config.TenantID, on every key request
 	segName  string // this client's transfer-engine segment name
 
 	global   *cmem.Map // the mounted segment's memory (nil: none)
@@ -87,7 +88,7 @@ func New(ctx context.Context, cfg Config) (_ *Client, err error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	c := &Client{cfg: cfg, log: cfg.Logger, kick: make(chan struct{}, 1), clientID: newUUID()}
+	c := &Client{cfg: cfg, log: cfg.Logger, kick: make(chan struct{}, 1), clientID: newUUID(), tenant: cfg.TenantID}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	defer func() {
 		if err != nil {
@@ -245,6 +246,9 @@ func (c *Client) Engine() *engine.Engine { return c.e }
 // Hostname returns the client's transfer-engine segment name ("host:port"
 // in P2P mode), the name under which its segment is mounted.
 func (c *Client) Hostname() string { return c.segName }
+
+// TenantID returns the tenant whose namespace the client's keys are in.
+func (c *Client) TenantID() string { return c.tenant }
 
 // ClientID returns the id the master knows this client by.
 func (c *Client) ClientID() string { return c.clientID }

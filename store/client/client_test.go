@@ -259,7 +259,7 @@ func TestReplicaSurvivesHolderLoss(t *testing.T) {
 	}
 	// Kill the holder of the first replica of r0 (its engine stops serving
 	// and its heartbeat stops), without telling the master.
-	list, err := srv.Service().GetReplicaList("r0")
+	list, err := srv.Service().GetReplicaList("", "r0")
 	assert.NilError(t, err)
 	assert.Equal(t, len(list.Replicas), 2)
 	var victim *client.Client
@@ -282,7 +282,7 @@ func TestReplicaSurvivesHolderLoss(t *testing.T) {
 		assert.Assert(t, time.Now().Before(deadline), "victim not expired")
 		time.Sleep(20 * time.Millisecond)
 	}
-	list, err = srv.Service().GetReplicaList("r0")
+	list, err = srv.Service().GetReplicaList("", "r0")
 	assert.NilError(t, err)
 	assert.Equal(t, len(list.Replicas), 1)
 	for i := range 10 {

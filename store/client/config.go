@@ -130,6 +130,11 @@ type Config struct {
 	// PingFailures is the number of consecutive failed heartbeats after
 	// which the client re-resolves the master (default 3).
 	PingFailures int
+	// TenantID is the namespace of every key this client puts, reads and
+	// removes (Mooncake's tenant_id; "" is "default"): clients of different
+	// tenants on one master never see each other's objects (wire.TenantID
+	// says which ids are valid).
+	TenantID string
 	// Logger receives state changes (connect, remount, failover); nil
 	// discards.
 	Logger *slog.Logger
@@ -166,6 +171,9 @@ func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
+	if c.TenantID == "" {
+		c.TenantID = wire.DefaultTenant
+	}
 	return c
 }
 
@@ -181,6 +189,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("store client config: MasterRPC %q: want %q, %q or %q", c.MasterRPC, MasterRPCAuto, MasterRPCMux, MasterRPCGRPC)
 	case isEmbedded(c.MasterServerAddr) && c.StartEmbeddedMaster == nil:
 		return errors.New("store client config: the embedded master needs StartEmbeddedMaster (use store/embedded)")
+	}
+	if _, err := wire.TenantID(c.TenantID); err != nil {
+		return fmt.Errorf("store client config: TenantID: %w", err)
 	}
 	if strings.HasPrefix(c.MasterServerAddr, ha.Scheme) {
 		if _, err := ha.ParseEndpoints(c.MasterServerAddr); err != nil {
@@ -199,7 +210,7 @@ func (c Config) String() string {
 	c = c.withDefaults()
 	return fmt.Sprintf("local_hostname=%s metadata=%s global_segment_size=%d lazy_segment=%v huge_pages=%v "+
 		"local_buffer_size=%d no_local_buffer=%v "+
-		"protocol=%s master=%q master_rpc=%s put_grants=%v cluster_id=%s rpc_timeout=%v ping_interval=%v",
+		"protocol=%s master=%q master_rpc=%s put_grants=%v cluster_id=%s tenant_id=%q rpc_timeout=%v ping_interval=%v",
 		c.LocalHostname, c.MetadataServer, c.GlobalSegmentSize, c.LazySegment, !c.NoHugePages, c.LocalBufferSize, c.NoLocalBuffer,
-		c.Protocol, c.MasterServerAddr, c.MasterRPC, !c.NoPutGrants, c.ClusterID, c.RPCTimeout, c.PingInterval)
+		c.Protocol, c.MasterServerAddr, c.MasterRPC, !c.NoPutGrants, c.ClusterID, c.TenantID, c.RPCTimeout, c.PingInterval)
 }

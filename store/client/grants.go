@@ -629,7 +629,7 @@ func (c *Client) putGranted(ctx context.Context, mc *masterConn, key string, dat
 	sent := time.Now()
 	// Over the grants' session only (a new one may reach another master).
 	rctx, cancel := c.rpcCtx(wire.WithMuxSession(ctx, slots[0].g.session))
-	resp, err := mc.mc.PutCommit(rctx, &wire.PutCommitRequest{ClientId: c.clientID, Key: key, Size: data.size,
+	resp, err := mc.mc.PutCommit(rctx, &wire.PutCommitRequest{TenantId: c.tenant, ClientId: c.clientID, Key: key, Size: data.size,
 		Config: cfg.toWire(), Upsert: upsert, Replicas: placed})
 	cancel()
 	if err == nil {

@@ -133,7 +133,7 @@ func (c *Client) put(ctx context.Context, key string, data span, cfg ReplicateCo
 		rctx, cancel := c.rpcCtx(ctx)
 		defer cancel()
 		var err error
-		resp, err = mc.mc.PutStart(rctx, &wire.PutStartRequest{ClientId: c.clientID, Key: key, Size: data.size,
+		resp, err = mc.mc.PutStart(rctx, &wire.PutStartRequest{TenantId: c.tenant, ClientId: c.clientID, Key: key, Size: data.size,
 			Config: cfg.toWire(), Upsert: upsert})
 		return c.rpcErr(err)
 	})
@@ -145,7 +145,7 @@ func (c *Client) put(ctx context.Context, key string, data span, cfg ReplicateCo
 	}
 	if werr := c.writeReplicas(ctx, data, resp.GetReplicas(), nil); werr != nil {
 		rctx, cancel := c.rpcCtx(context.Background())
-		_, rerr := mc.mc.PutEnd(rctx, &wire.PutEndRequest{ClientId: c.clientID, Key: key, Revoke: true})
+		_, rerr := mc.mc.PutEnd(rctx, &wire.PutEndRequest{TenantId: c.tenant, ClientId: c.clientID, Key: key, Revoke: true})
 		cancel()
 		if rerr != nil {
 			c.log.Warn("put revoke failed", "key", key, "err", c.rpcErr(rerr))
@@ -153,7 +153,7 @@ func (c *Client) put(ctx context.Context, key string, data span, cfg ReplicateCo
 		return transferFail("put", key, werr)
 	}
 	rctx, cancel := c.rpcCtx(ctx)
-	_, err = mc.mc.PutEnd(rctx, &wire.PutEndRequest{ClientId: c.clientID, Key: key})
+	_, err = mc.mc.PutEnd(rctx, &wire.PutEndRequest{TenantId: c.tenant, ClientId: c.clientID, Key: key})
 	cancel()
 	if err != nil {
 		return fmt.Errorf("put %q: end: %w", key, c.rpcErr(err))
@@ -402,7 +402,7 @@ func (c *Client) get(ctx context.Context, key string, dest func(size uint64) (sp
 		rctx, cancel := c.rpcCtx(ctx)
 		defer cancel()
 		var err error
-		resp, err = mc.mc.GetReplicaList(rctx, &wire.KeyRequest{Key: key})
+		resp, err = mc.mc.GetReplicaList(rctx, &wire.KeyRequest{TenantId: c.tenant, Key: key})
 		return c.rpcErr(err)
 	})
 	if err != nil {
@@ -509,7 +509,7 @@ func (c *Client) IsExist(ctx context.Context, key string) (bool, error) {
 		rctx, cancel := c.rpcCtx(ctx)
 		defer cancel()
 		var err error
-		resp, err = mc.mc.ExistKey(rctx, &wire.KeyRequest{Key: key})
+		resp, err = mc.mc.ExistKey(rctx, &wire.KeyRequest{TenantId: c.tenant, Key: key})
 		return c.rpcErr(err)
 	})
 	if err != nil {
@@ -525,7 +525,7 @@ func (c *Client) BatchIsExist(ctx context.Context, keys []string) ([]bool, error
 		rctx, cancel := c.rpcCtx(ctx)
 		defer cancel()
 		var err error
-		resp, err = mc.mc.BatchExistKey(rctx, &wire.BatchKeyRequest{Keys: keys})
+		resp, err = mc.mc.BatchExistKey(rctx, &wire.BatchKeyRequest{TenantId: c.tenant, Keys: keys})
 		return c.rpcErr(err)
 	})
 	if err != nil {
@@ -547,7 +547,7 @@ func (c *Client) GetSize(ctx context.Context, key string) (uint64, error) {
 		rctx, cancel := c.rpcCtx(ctx)
 		defer cancel()
 		var err error
-		resp, err = mc.mc.GetReplicaList(rctx, &wire.KeyRequest{Key: key})
+		resp, err = mc.mc.GetReplicaList(rctx, &wire.KeyRequest{TenantId: c.tenant, Key: key})
 		return c.rpcErr(err)
 	})
 	if err != nil {
@@ -565,7 +565,7 @@ func (c *Client) Remove(ctx context.Context, key string, force bool) error {
 	}
 	ctx, cancel := c.rpcCtx(ctx)
 	defer cancel()
-	if _, err := mc.mc.Remove(ctx, &wire.RemoveRequest{Key: key, Force: force}); err != nil {
+	if _, err := mc.mc.Remove(ctx, &wire.RemoveRequest{TenantId: c.tenant, Key: key, Force: force}); err != nil {
 		return fmt.Errorf("remove %q: %w", key, c.rpcErr(err))
 	}
 	return nil
@@ -580,7 +580,7 @@ func (c *Client) BatchRemove(ctx context.Context, keys []string, force bool) ([]
 	}
 	ctx, cancel := c.rpcCtx(ctx)
 	defer cancel()
-	resp, err := mc.mc.BatchRemove(ctx, &wire.BatchRemoveRequest{Keys: keys, Force: force})
+	resp, err := mc.mc.BatchRemove(ctx, &wire.BatchRemoveRequest{TenantId: c.tenant, Keys: keys, Force: force})
 	if err != nil {
 		return nil, fmt.Errorf("batch remove (%d keys): %w", len(keys), c.rpcErr(err))
 	}
@@ -608,7 +608,7 @@ func (c *Client) RemoveByRegex(ctx context.Context, pattern string, force bool) 
 	}
 	ctx, cancel := c.rpcCtx(ctx)
 	defer cancel()
-	resp, err := mc.mc.RemoveByRegex(ctx, &wire.RemoveByRegexRequest{Pattern: pattern, Force: force})
+	resp, err := mc.mc.RemoveByRegex(ctx, &wire.RemoveByRegexRequest{TenantId: c.tenant, Pattern: pattern, Force: force})
 	if err != nil {
 		return 0, fmt.Errorf("remove by regex %q: %w", pattern, c.rpcErr(err))
 	}
@@ -624,7 +624,7 @@ func (c *Client) RemoveAll(ctx context.Context, force bool) (int64, error) {
 	}
 	ctx, cancel := c.rpcCtx(ctx)
 	defer cancel()
-	resp, err := mc.mc.RemoveAll(ctx, &wire.RemoveAllRequest{Force: force})
+	resp, err := mc.mc.RemoveAll(ctx, &wire.RemoveAllRequest{TenantId: c.tenant, Force: force})
 	if err != nil {
 		return 0, fmt.Errorf("remove all: %w", c.rpcErr(err))
 	}
@@ -689,7 +689,7 @@ func (c *Client) ReplicaDescs(ctx context.Context, keys []string) ([]KeyReplicas
 		rctx, cancel := c.rpcCtx(ctx)
 		defer cancel()
 		var err error
-		resp, err = mc.mc.BatchGetReplicaList(rctx, &wire.BatchKeyRequest{Keys: keys})
+		resp, err = mc.mc.BatchGetReplicaList(rctx, &wire.BatchKeyRequest{TenantId: c.tenant, Keys: keys})
 		return c.rpcErr(err)
 	})
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 // tools use (specs/mooncake.md §7.8): /metrics (Prometheus text from the
 // private registry), /health, /role, /leader, /get_all_segments (one segment
 // name per line), /get_all_keys (one key per line) and /query_key?key=.
+// The key endpoints take an optional tenant_id= (default "default").
 func (s *Server) adminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
@@ -56,15 +57,20 @@ func (s *Server) adminHandler() http.Handler {
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
 		_, _ = w.Write([]byte(b.String()))
 	})
-	mux.HandleFunc("GET /get_all_keys", func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("GET /get_all_keys", func(w http.ResponseWriter, r *http.Request) {
 		svc := s.active.Load()
 		if svc == nil {
 			http.Error(w, "not the leader", http.StatusServiceUnavailable)
 			return
 		}
+		keys, err := svc.Keys(r.URL.Query().Get("tenant_id"))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
 		var b strings.Builder
-		for _, k := range svc.Keys() {
+		for _, k := range keys {
 			b.WriteString(k + "\n")
 		}
 		_, _ = w.Write([]byte(b.String()))
@@ -75,7 +81,7 @@ func (s *Server) adminHandler() http.Handler {
 			http.Error(w, "not the leader", http.StatusServiceUnavailable)
 			return
 		}
-		list, err := svc.GetReplicaList(r.URL.Query().Get("key"))
+		list, err := svc.GetReplicaList(r.URL.Query().Get("tenant_id"), r.URL.Query().Get("key"))
 		if err != nil {
 			c := wire.CodeOf(err)
 			writeJSON(w, http.StatusNotFound, map[string]any{

@@ -66,8 +66,8 @@ func checkInvariants(t *testing.T, s *Service) {
 		t.Fatalf("capacity %d/%d used %d/%d", capacity, s.mu.capacity, used, s.mu.used)
 	}
 	for k, o := range s.mu.objects {
-		if o.key != k || len(o.replicas) == 0 {
-			t.Fatalf("object %q: key %q, %d replicas", k, o.key, len(o.replicas))
+		if o.id != k || len(o.replicas) == 0 {
+			t.Fatalf("object %v: key %v, %d replicas", k, o.id, len(o.replicas))
 		}
 		if _, proc := s.mu.processing[k]; proc == o.complete {
 			t.Fatalf("object %q: complete=%v but processing index says otherwise", k, o.complete)
@@ -86,8 +86,8 @@ func checkInvariants(t *testing.T, s *Service) {
 	}
 	n := 0
 	for o := s.mu.lru.head; o != nil; o = o.next {
-		if s.mu.objects[o.key] != o {
-			t.Fatalf("lru holds a dropped object %q", o.key)
+		if s.mu.objects[o.id] != o {
+			t.Fatalf("lru holds a dropped object %v", o.id)
 		}
 		n++
 	}
@@ -120,23 +120,24 @@ func FuzzService(f *testing.F) {
 			op, arg := ops[i]%17, int(ops[i+1])
 			c := clients[arg%len(clients)]
 			key := fmt.Sprintf("k%d", arg%17)
+			tenant := []string{"", "t1", wire.DefaultTenant}[arg/17%3] // "" and "default" are one
 			switch op {
 			case 0:
 				_ = s.MountSegment(c, SegmentInfo{ID: fmt.Sprintf("s%d", arg%6), Name: c, Base: uint64(arg%6+1) << 32,
 					Size: uint64(arg%4+1) * 4096})
 			case 1, 2:
-				_, _ = s.PutStart(c, key, uint64(arg*37%5000+1), ReplicateConfig{ReplicaNum: arg%3 + 1,
+				_, _ = s.PutStart(c, tenant, key, uint64(arg*37%5000+1), ReplicateConfig{ReplicaNum: arg%3 + 1,
 					HardPin: arg%11 == 0, SoftPin: wire.SoftPinAction(arg % 2)}, false)
 			case 3:
-				_ = s.PutEnd(c, key)
+				_ = s.PutEnd(c, tenant, key)
 			case 4:
-				_ = s.PutRevoke(c, key)
+				_ = s.PutRevoke(c, tenant, key)
 			case 5:
-				_, _ = s.GetReplicaList(key)
+				_, _ = s.GetReplicaList(tenant, key)
 			case 6:
-				_ = s.Remove(key, arg%2 == 0)
+				_ = s.Remove(tenant, key, arg%2 == 0)
 			case 7:
-				_, _ = s.RemoveByRegex(fmt.Sprintf("^k%d", arg%3), arg%2 == 0)
+				_, _ = s.RemoveByRegex(tenant, fmt.Sprintf("^k%d", arg%3), arg%2 == 0)
 			case 8:
 				_ = s.UnmountSegment(c, fmt.Sprintf("s%d", arg%6))
 			case 9:
@@ -145,16 +146,16 @@ func FuzzService(f *testing.F) {
 			case 10:
 				_, _ = s.Ping(c)
 			case 11:
-				_, _ = s.PutStart(c, key, uint64(arg*53%3000+1), ReplicateConfig{}, true)
+				_, _ = s.PutStart(c, tenant, key, uint64(arg*53%3000+1), ReplicateConfig{}, true)
 			case 12:
-				s.RemoveAll(arg%2 == 0)
+				_, _ = s.RemoveAll(tenant, arg%2 == 0)
 			case 13:
 				_ = s.ReMountSegments(c, []SegmentInfo{{ID: fmt.Sprintf("s%d", arg%6), Name: c,
 					Base: uint64(arg%6+1) << 32, Size: 8192}})
 			case 14:
 				_, _, _ = s.AcquireGrants(c, arg%3+1, uint64(arg*41%3000+1), nil, []uint64{uint64(arg % 5)})
 			case 15:
-				commitSomewhere(s, c, key, arg)
+				commitSomewhere(s, c, tenant, key, arg)
 			case 16:
 				s.mu.Lock()
 				var ids []uint64
@@ -189,12 +190,12 @@ func TestInvariantsAfterScenarios(t *testing.T) {
 	}
 	for i := range 3000 {
 		key := fmt.Sprint("k", i%700)
-		_, _ = s.PutStart("c0", key, uint64(i%9000+1), ReplicateConfig{ReplicaNum: i%3 + 1}, i%5 == 0)
+		_, _ = s.PutStart("c0", "", key, uint64(i%9000+1), ReplicateConfig{ReplicaNum: i%3 + 1}, i%5 == 0)
 		if i%3 != 0 {
-			_ = s.PutEnd("c0", key)
+			_ = s.PutEnd("c0", "", key)
 		}
 		if i%7 == 0 {
-			_, _ = s.GetReplicaList(fmt.Sprint("k", (i*13)%700))
+			_, _ = s.GetReplicaList("", fmt.Sprint("k", (i*13)%700))
 		}
 		if i%100 == 0 {
 			clock.Advance(time.Second)
@@ -207,9 +208,9 @@ func TestInvariantsAfterScenarios(t *testing.T) {
 	checkInvariants(t, s)
 }
 
-// commitSomewhere commits key from client c at the start of a free part of
+// commitSomewhere commits key of tenant from client c at the start of a free part of
 // one of c's grants (or, for some arg, at an address no grant holds).
-func commitSomewhere(s *Service, c, key string, arg int) {
+func commitSomewhere(s *Service, c, tenant, key string, arg int) {
 	s.mu.Lock()
 	var reps []GrantedReplica
 	var size uint64
@@ -231,5 +232,5 @@ func commitSomewhere(s *Service, c, key string, arg int) {
 	if arg%13 == 0 {
 		reps = append(reps, GrantedReplica{GrantID: uint64(arg), Addr: uint64(arg) << 20})
 	}
-	_, _ = s.PutCommit(c, key, max(size, 1), ReplicateConfig{ReplicaNum: arg%2 + 1}, arg%5 == 0, reps)
+	_, _ = s.PutCommit(c, tenant, key, max(size, 1), ReplicateConfig{ReplicaNum: arg%2 + 1}, arg%5 == 0, reps)
 }

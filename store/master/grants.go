@@ -222,7 +222,8 @@ func (s *Service) grantLocked(c *clientState, n int, need uint64, exclude []stri
 	return out
 }
 
-// PutCommit publishes an object of size bytes under key whose replicas
+// PutCommit publishes an object of size bytes under key in tenant's
+// namespace ("" is the default tenant) whose replicas
 // clientID wrote into its grants, one replica per element of reps, on
 // distinct segment names (at most max(cfg.ReplicaNum, 1)). Each replica
 // must start on a 64-byte boundary of its segment and lie, with its
@@ -230,29 +231,33 @@ func (s *Service) grantLocked(c *clientState, n int, need uint64, exclude []stri
 // INVALID_WRITE and nothing changes. Then the key rules of PutStart apply
 // (OBJECT_ALREADY_EXISTS unless upsert; a zombie put is preempted), and the
 // object is complete at once. It returns the client's grant generation.
-func (s *Service) PutCommit(clientID, key string, size uint64, cfg ReplicateConfig, upsert bool, reps []GrantedReplica) (uint64, error) {
+func (s *Service) PutCommit(clientID, tenant, key string, size uint64, cfg ReplicateConfig, upsert bool, reps []GrantedReplica) (uint64, error) {
+	id, err := objectKeyOf(tenant, key)
+	if err != nil {
+		return 0, fmt.Errorf("put commit %q: %w", key, err)
+	}
 	now := s.clock.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	defer s.checkLocked()
 	s.mu.counters.commits++
-	gen, err := s.putCommitLocked(clientID, key, size, cfg, upsert, reps, now)
+	gen, err := s.putCommitLocked(clientID, id, size, cfg, upsert, reps, now)
 	if err != nil {
 		s.mu.counters.commitFails++
 	}
 	return gen, err
 }
 
-func (s *Service) putCommitLocked(clientID, key string, size uint64, cfg ReplicateConfig, upsert bool,
+func (s *Service) putCommitLocked(clientID string, id objectKey, size uint64, cfg ReplicateConfig, upsert bool,
 	reps []GrantedReplica, now time.Time) (uint64, error) {
-	if key == "" || size == 0 || alignedLen(size) < size || cfg.ReplicaNum < 0 || len(reps) == 0 ||
+	if id.key == "" || size == 0 || alignedLen(size) < size || cfg.ReplicaNum < 0 || len(reps) == 0 ||
 		len(reps) > max(cfg.ReplicaNum, 1) {
-		return 0, fmt.Errorf("put commit %q (size %d, %d replicas of %d): %w",
-			key, size, len(reps), cfg.ReplicaNum, wire.ErrInvalidParams)
+		return 0, fmt.Errorf("put commit %v (size %d, %d replicas of %d): %w",
+			id, size, len(reps), cfg.ReplicaNum, wire.ErrInvalidParams)
 	}
 	c, ok := s.mu.clients[clientID]
 	if !ok {
-		return 0, fmt.Errorf("put commit %q: client %q: %w", key, clientID, wire.ErrClientNotFound)
+		return 0, fmt.Errorf("put commit %v: client %q: %w", id, clientID, wire.ErrClientNotFound)
 	}
 	c.expiry = now.Add(s.cfg.ClientTTL)
 	need := alignedLen(size)
@@ -260,26 +265,26 @@ func (s *Service) putCommitLocked(clientID, key string, size uint64, cfg Replica
 	for i, r := range reps {
 		g, ok := c.grants[r.GrantID]
 		if !ok {
-			return c.grantGen, fmt.Errorf("put commit %q: client %q holds no grant %d: %w",
-				key, clientID, r.GrantID, wire.ErrInvalidWrite)
+			return c.grantGen, fmt.Errorf("put commit %v: client %q holds no grant %d: %w",
+				id, clientID, r.GrantID, wire.ErrInvalidWrite)
 		}
 		// Overflow-free: r.Addr and size are the client's (holds never
 		// adds an offset to a length).
 		base := g.seg.info.Base
 		if need > g.size || r.Addr < base || (r.Addr-base)%allocAlign != 0 || !g.holds(r.Addr-base, need) {
-			return c.grantGen, fmt.Errorf("put commit %q: %d bytes at %#x are not free in grant %d [%#x, +%d): %w",
-				key, need, r.Addr, g.id, base+g.off, g.size, wire.ErrInvalidWrite)
+			return c.grantGen, fmt.Errorf("put commit %v: %d bytes at %#x are not free in grant %d [%#x, +%d): %w",
+				id, need, r.Addr, g.id, base+g.off, g.size, wire.ErrInvalidWrite)
 		}
 		for _, h := range grants[:i] {
 			if h.seg.info.Name == g.seg.info.Name {
-				return c.grantGen, fmt.Errorf("put commit %q: two replicas on segment %q: %w",
-					key, g.seg.info.Name, wire.ErrInvalidParams)
+				return c.grantGen, fmt.Errorf("put commit %v: two replicas on segment %q: %w",
+					id, g.seg.info.Name, wire.ErrInvalidParams)
 			}
 		}
 		grants[i] = g
 	}
-	if err := s.claimKeyLocked(key, upsert, now); err != nil {
-		return c.grantGen, fmt.Errorf("put commit %q: %w", key, err)
+	if err := s.claimKeyLocked(id, upsert, now); err != nil {
+		return c.grantGen, fmt.Errorf("put commit %v: %w", id, err)
 	}
 	out := make([]*replica, len(reps))
 	for i, g := range grants {
@@ -290,7 +295,7 @@ func (s *Service) putCommitLocked(clientID, key string, size uint64, cfg Replica
 		g.seg.replicas[r] = struct{}{}
 		out[i] = r
 	}
-	o := s.newObjectLocked(clientID, key, size, out, cfg, now)
+	o := s.newObjectLocked(clientID, id, size, out, cfg, now)
 	s.completeLocked(o, now)
 	return c.grantGen, nil
 }
@@ -504,7 +509,7 @@ func (s *Service) fencedLocked(now time.Time) error {
 // completeLocked makes o readable.
 func (s *Service) completeLocked(o *object, now time.Time) {
 	o.complete = true
-	delete(s.mu.processing, o.key)
+	delete(s.mu.processing, o.id)
 	if o.softPinTTL > 0 {
 		o.softPinExpiry = now.Add(o.softPinTTL)
 	}

@@ -132,7 +132,7 @@ func (g *handlers) ExistKey(_ context.Context, req *wire.KeyRequest) (*wire.Exis
 	if err != nil {
 		return nil, err
 	}
-	ok, err := svc.ExistKey(req.GetKey())
+	ok, err := svc.ExistKey(req.GetTenantId(), req.GetKey())
 	if err != nil {
 		return nil, err
 	}
@@ -144,7 +144,7 @@ func (g *handlers) BatchExistKey(_ context.Context, req *wire.BatchKeyRequest) (
 	if err != nil {
 		return nil, err
 	}
-	return &wire.BatchExistKeyResponse{Results: svc.BatchExistKey(req.GetKeys())}, nil
+	return &wire.BatchExistKeyResponse{Results: svc.BatchExistKey(req.GetTenantId(), req.GetKeys())}, nil
 }
 
 func (g *handlers) GetReplicaList(_ context.Context, req *wire.KeyRequest) (*wire.GetReplicaListResponse, error) {
@@ -152,7 +152,7 @@ func (g *handlers) GetReplicaList(_ context.Context, req *wire.KeyRequest) (*wir
 	if err != nil {
 		return nil, err
 	}
-	l, err := svc.GetReplicaList(req.GetKey())
+	l, err := svc.GetReplicaList(req.GetTenantId(), req.GetKey())
 	if err != nil {
 		return nil, err
 	}
@@ -165,7 +165,7 @@ func (g *handlers) BatchGetReplicaList(_ context.Context, req *wire.BatchKeyRequ
 	if err != nil {
 		return nil, err
 	}
-	lists, errs := svc.BatchGetReplicaList(req.GetKeys())
+	lists, errs := svc.BatchGetReplicaList(req.GetTenantId(), req.GetKeys())
 	resp := &wire.BatchGetReplicaListResponse{Results: make([]*wire.ReplicaListResult, len(lists)),
 		LeaseTtlMs: uint64(svc.Config().DefaultKVLeaseTTL / time.Millisecond)}
 	for i := range lists {
@@ -180,7 +180,7 @@ func (g *handlers) PutStart(_ context.Context, req *wire.PutStartRequest) (*wire
 	if err != nil {
 		return nil, err
 	}
-	reps, err := svc.PutStart(req.GetClientId(), req.GetKey(), req.GetSize(), configFromWire(req.GetConfig()), req.GetUpsert())
+	reps, err := svc.PutStart(req.GetClientId(), req.GetTenantId(), req.GetKey(), req.GetSize(), configFromWire(req.GetConfig()), req.GetUpsert())
 	if err != nil {
 		return nil, err
 	}
@@ -192,7 +192,7 @@ func (g *handlers) BatchPutStart(_ context.Context, req *wire.BatchPutStartReque
 	if err != nil {
 		return nil, err
 	}
-	reps, errs := svc.BatchPutStart(req.GetClientId(), req.GetKeys(), req.GetSizes(), configFromWire(req.GetConfig()), req.GetUpsert())
+	reps, errs := svc.BatchPutStart(req.GetClientId(), req.GetTenantId(), req.GetKeys(), req.GetSizes(), configFromWire(req.GetConfig()), req.GetUpsert())
 	resp := &wire.BatchPutStartResponse{Results: make([]*wire.PutStartResult, len(reps))}
 	for i := range reps {
 		resp.Results[i] = &wire.PutStartResult{Code: codeOf(errs[i]), Replicas: replicasToWire(reps[i])}
@@ -206,9 +206,9 @@ func (g *handlers) PutEnd(_ context.Context, req *wire.PutEndRequest) (*wire.Put
 		return nil, err
 	}
 	if req.GetRevoke() {
-		err = svc.PutRevoke(req.GetClientId(), req.GetKey())
+		err = svc.PutRevoke(req.GetClientId(), req.GetTenantId(), req.GetKey())
 	} else {
-		err = svc.PutEnd(req.GetClientId(), req.GetKey())
+		err = svc.PutEnd(req.GetClientId(), req.GetTenantId(), req.GetKey())
 	}
 	if err != nil {
 		return nil, err
@@ -221,7 +221,7 @@ func (g *handlers) BatchPutEnd(_ context.Context, req *wire.BatchPutEndRequest) 
 	if err != nil {
 		return nil, err
 	}
-	return &wire.BatchCodesResponse{Codes: codesOf(svc.BatchPutEnd(req.GetClientId(), req.GetKeys(), req.GetRevoke()))}, nil
+	return &wire.BatchCodesResponse{Codes: codesOf(svc.BatchPutEnd(req.GetClientId(), req.GetTenantId(), req.GetKeys(), req.GetRevoke()))}, nil
 }
 
 func codesOf(errs []error) []int32 {
@@ -237,7 +237,7 @@ func (g *handlers) Remove(_ context.Context, req *wire.RemoveRequest) (*wire.Rem
 	if err != nil {
 		return nil, err
 	}
-	if err := svc.Remove(req.GetKey(), req.GetForce()); err != nil {
+	if err := svc.Remove(req.GetTenantId(), req.GetKey(), req.GetForce()); err != nil {
 		return nil, err
 	}
 	return &wire.RemoveResponse{}, nil
@@ -248,7 +248,7 @@ func (g *handlers) BatchRemove(_ context.Context, req *wire.BatchRemoveRequest) 
 	if err != nil {
 		return nil, err
 	}
-	return &wire.BatchCodesResponse{Codes: codesOf(svc.BatchRemove(req.GetKeys(), req.GetForce()))}, nil
+	return &wire.BatchCodesResponse{Codes: codesOf(svc.BatchRemove(req.GetTenantId(), req.GetKeys(), req.GetForce()))}, nil
 }
 
 func (g *handlers) RemoveByRegex(_ context.Context, req *wire.RemoveByRegexRequest) (*wire.CountResponse, error) {
@@ -256,7 +256,7 @@ func (g *handlers) RemoveByRegex(_ context.Context, req *wire.RemoveByRegexReque
 	if err != nil {
 		return nil, err
 	}
-	n, err := svc.RemoveByRegex(req.GetPattern(), req.GetForce())
+	n, err := svc.RemoveByRegex(req.GetTenantId(), req.GetPattern(), req.GetForce())
 	if err != nil {
 		return nil, err
 	}
@@ -268,7 +268,11 @@ func (g *handlers) RemoveAll(_ context.Context, req *wire.RemoveAllRequest) (*wi
 	if err != nil {
 		return nil, err
 	}
-	return &wire.CountResponse{Count: svc.RemoveAll(req.GetForce())}, nil
+	n, err := svc.RemoveAll(req.GetTenantId(), req.GetForce())
+	if err != nil {
+		return nil, err
+	}
+	return &wire.CountResponse{Count: n}, nil
 }
 
 func (g *handlers) ListSegments(_ context.Context, _ *wire.ListSegmentsRequest) (*wire.ListSegmentsResponse, error) {
@@ -284,12 +288,16 @@ func (g *handlers) ListSegments(_ context.Context, _ *wire.ListSegmentsRequest) 
 	return resp, nil
 }
 
-func (g *handlers) ListKeys(_ context.Context, _ *wire.ListKeysRequest) (*wire.ListKeysResponse, error) {
+func (g *handlers) ListKeys(_ context.Context, req *wire.ListKeysRequest) (*wire.ListKeysResponse, error) {
 	svc, err := g.svc()
 	if err != nil {
 		return nil, err
 	}
-	return &wire.ListKeysResponse{Keys: svc.Keys()}, nil
+	keys, err := svc.Keys(req.GetTenantId())
+	if err != nil {
+		return nil, err
+	}
+	return &wire.ListKeysResponse{Keys: keys}, nil
 }
 
 // grantOffer tells a (re)mounting client whether and how this master
@@ -329,7 +337,7 @@ func (g *handlers) PutCommit(_ context.Context, req *wire.PutCommitRequest) (*wi
 	for i, r := range req.GetReplicas() {
 		reps[i] = GrantedReplica{GrantID: r.GetGrantId(), Addr: r.GetAddress()}
 	}
-	gen, err := svc.PutCommit(req.GetClientId(), req.GetKey(), req.GetSize(), configFromWire(req.GetConfig()),
+	gen, err := svc.PutCommit(req.GetClientId(), req.GetTenantId(), req.GetKey(), req.GetSize(), configFromWire(req.GetConfig()),
 		req.GetUpsert(), reps)
 	if err != nil {
 		return nil, err

@@ -45,7 +45,7 @@ func (s *Service) verifyLocked() error {
 			}
 			what := "discarded replica"
 			if r.obj != nil {
-				what = "replica of " + r.obj.key
+				what = "replica of " + r.obj.id.String()
 			}
 			parts = append(parts, owned{r.off, alignedLen(r.size), what})
 		}
@@ -110,22 +110,22 @@ func (s *Service) verifyLocked() error {
 		return fmt.Errorf("%d grants by client, %d by id", nGrants, len(s.mu.grants))
 	}
 	for k, o := range s.mu.objects {
-		if o.key != k {
-			return fmt.Errorf("object %q indexed as %q", o.key, k)
+		if o.id != k {
+			return fmt.Errorf("object %v indexed as %v", o.id, k)
 		}
 		if len(o.replicas) == 0 {
-			return fmt.Errorf("object %q has no replica", k)
+			return fmt.Errorf("object %v has no replica", k)
 		}
 		for _, r := range o.replicas {
 			if _, ok := r.seg.replicas[r]; !ok || r.obj != o || r.seg.unmounted {
-				return fmt.Errorf("replica of %q not indexed in a mounted segment", k)
+				return fmt.Errorf("replica of %v not indexed in a mounted segment", k)
 			}
 		}
 		if _, ok := s.mu.processing[k]; ok == o.complete {
-			return fmt.Errorf("object %q: complete %v, processing %v", k, o.complete, ok)
+			return fmt.Errorf("object %v: complete %v, processing %v", k, o.complete, ok)
 		}
 		if o.complete != o.inLRU {
-			return fmt.Errorf("object %q: complete %v, in LRU %v", k, o.complete, o.inLRU)
+			return fmt.Errorf("object %v: complete %v, in LRU %v", k, o.complete, o.inLRU)
 		}
 	}
 	return nil

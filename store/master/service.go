@@ -89,9 +89,9 @@ type Service struct {
 		segments   map[string]*segment   // by id
 		byName     map[string][]*segment // by transfer-engine segment name
 		order      []*segment            // mounted segments, in mount order
-		objects    map[string]*object
-		processing map[string]*object // objects between PutStart and PutEnd
-		lru        lruList            // complete objects, least recent first
+		objects    map[objectKey]*object
+		processing map[objectKey]*object // objects between PutStart and PutEnd
+		lru        lruList               // complete objects, least recent first
 		discarded  []discardEntry
 		capacity   uint64 // sum of mounted segment sizes
 		used       uint64 // sum of allocated (aligned) bytes: objects, grants, fences
@@ -151,7 +151,7 @@ type replica struct {
 }
 
 type object struct {
-	key      string
+	id       objectKey
 	size     uint64
 	replicas []*replica
 	writer   string
@@ -174,7 +174,7 @@ type object struct {
 type discardEntry struct {
 	replicas []*replica
 	release  time.Time
-	key      string
+	id       objectKey
 }
 
 // NewService returns a master state machine. viewVersion identifies this
@@ -220,8 +220,8 @@ func newService(cfg Config, viewVersion uint64, fence startFence) (*Service, err
 	s.mu.clients = make(map[string]*clientState)
 	s.mu.segments = make(map[string]*segment)
 	s.mu.byName = make(map[string][]*segment)
-	s.mu.objects = make(map[string]*object)
-	s.mu.processing = make(map[string]*object)
+	s.mu.objects = make(map[objectKey]*object)
+	s.mu.processing = make(map[objectKey]*object)
 	s.mu.grants = make(map[uint64]*grant)
 	// Grant ids start at a random point (of the runtime-seeded source, not
 	// cfg.Seed, which may be the same in every instance), so that ids of
@@ -448,47 +448,66 @@ func (s *Service) Segments() []SegmentInfo {
 	return out
 }
 
-// Keys returns the keys of all objects, sorted.
-func (s *Service) Keys() []string {
+// Keys returns the keys of all objects of tenant ("" is the default),
+// sorted.
+func (s *Service) Keys(tenant string) ([]string, error) {
+	t, err := tenantOf(tenant)
+	if err != nil {
+		return nil, fmt.Errorf("list keys: %w", err)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]string, 0, len(s.mu.objects))
-	for k := range s.mu.objects {
-		out = append(out, k)
+	var out []string
+	for id := range s.mu.objects {
+		if id.tenant == t {
+			out = append(out, id.key)
+		}
 	}
 	slices.Sort(out)
-	return out
+	return out, nil
 }
 
 // ---------------------------------------------------------------------------
 // Reads
 
-// ExistKey reports whether key has a readable replica; a yes grants a read
-// lease (specs/mooncake.md §7.4).
-func (s *Service) ExistKey(key string) (bool, error) {
+// ExistKey reports whether key has a readable replica in tenant's
+// namespace ("" is the default tenant); a yes grants a read lease
+// (specs/mooncake.md §7.4).
+func (s *Service) ExistKey(tenant, key string) (bool, error) {
+	id, err := objectKeyOf(tenant, key)
+	if err != nil {
+		return false, fmt.Errorf("exist key %q: %w", key, err)
+	}
 	now := s.clock.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.existLocked(key, now), nil
+	return s.existLocked(id, now), nil
 }
 
 // BatchExistKey is ExistKey for many keys: 1, 0 or a negative code each.
-func (s *Service) BatchExistKey(keys []string) []int32 {
+func (s *Service) BatchExistKey(tenant string, keys []string) []int32 {
+	out := make([]int32, len(keys))
+	ids, err := objectKeys(tenant, keys)
+	if err != nil {
+		for i := range out {
+			out[i] = codeOf(err)
+		}
+		return out
+	}
 	now := s.clock.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]int32, len(keys))
-	for i, k := range keys {
-		if s.existLocked(k, now) {
+	for i, id := range ids {
+		if s.existLocked(id, now) {
 			out[i] = 1
 		}
 	}
 	return out
 }
 
-func (s *Service) existLocked(key string, now time.Time) bool {
+func (s *Service) existLocked(id objectKey, now time.Time) bool {
 	s.mu.counters.exists++
-	o, ok := s.mu.objects[key]
+	o, ok := s.mu.objects[id]
 	if !ok || !o.complete || len(o.replicas) == 0 {
 		return false
 	}
@@ -496,36 +515,48 @@ func (s *Service) existLocked(key string, now time.Time) bool {
 	return true
 }
 
-// GetReplicaList returns the readable replicas of key and grants a read
-// lease. Errors: OBJECT_NOT_FOUND, REPLICA_IS_NOT_READY (put in progress).
-func (s *Service) GetReplicaList(key string) (ReplicaList, error) {
+// GetReplicaList returns the readable replicas of key in tenant's
+// namespace and grants a read lease. Errors: OBJECT_NOT_FOUND,
+// REPLICA_IS_NOT_READY (put in progress), INVALID_PARAMS (tenant).
+func (s *Service) GetReplicaList(tenant, key string) (ReplicaList, error) {
+	id, err := objectKeyOf(tenant, key)
+	if err != nil {
+		return ReplicaList{}, fmt.Errorf("get replica list %q: %w", key, err)
+	}
 	now := s.clock.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.getLocked(key, now)
+	return s.getLocked(id, now)
 }
 
 // BatchGetReplicaList is GetReplicaList for many keys.
-func (s *Service) BatchGetReplicaList(keys []string) ([]ReplicaList, []error) {
+func (s *Service) BatchGetReplicaList(tenant string, keys []string) ([]ReplicaList, []error) {
+	lists := make([]ReplicaList, len(keys))
+	errs := make([]error, len(keys))
+	ids, err := objectKeys(tenant, keys)
+	if err != nil {
+		for i := range errs {
+			errs[i] = err
+		}
+		return lists, errs
+	}
 	now := s.clock.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	lists := make([]ReplicaList, len(keys))
-	errs := make([]error, len(keys))
-	for i, k := range keys {
-		lists[i], errs[i] = s.getLocked(k, now)
+	for i, id := range ids {
+		lists[i], errs[i] = s.getLocked(id, now)
 	}
 	return lists, errs
 }
 
-func (s *Service) getLocked(key string, now time.Time) (ReplicaList, error) {
+func (s *Service) getLocked(id objectKey, now time.Time) (ReplicaList, error) {
 	s.mu.counters.gets++
-	o, ok := s.mu.objects[key]
+	o, ok := s.mu.objects[id]
 	if !ok {
-		return ReplicaList{}, fmt.Errorf("get replica list %q: %w", key, wire.ErrObjectNotFound)
+		return ReplicaList{}, fmt.Errorf("get replica list %v: %w", id, wire.ErrObjectNotFound)
 	}
 	if !o.complete {
-		return ReplicaList{}, fmt.Errorf("get replica list %q: %w", key, wire.ErrReplicaIsNotReady)
+		return ReplicaList{}, fmt.Errorf("get replica list %v: %w", id, wire.ErrReplicaIsNotReady)
 	}
 	s.mu.counters.getHits++
 	s.leaseLocked(o, now)
@@ -561,54 +592,66 @@ func (o *object) descriptors() []Replica {
 // ---------------------------------------------------------------------------
 // Writes
 
-// PutStart allocates the replicas of a new object of size bytes, written by
-// clientID. The object is not readable until PutEnd. A key that exists is
+// PutStart allocates the replicas of a new object of size bytes under key
+// in tenant's namespace ("" is the default tenant), written by clientID.
+// The object is not readable until PutEnd. A key that exists is
 // OBJECT_ALREADY_EXISTS (objects are immutable) unless upsert, or unless the
 // existing object is an unfinished put older than PutStartDiscardTimeout,
 // which is preempted. With upsert an existing object is replaced; its memory
 // is freed once no reader's lease covers it. No space is NO_AVAILABLE_HANDLE
 // after one synchronous eviction round.
-func (s *Service) PutStart(clientID, key string, size uint64, cfg ReplicateConfig, upsert bool) ([]Replica, error) {
+func (s *Service) PutStart(clientID, tenant, key string, size uint64, cfg ReplicateConfig, upsert bool) ([]Replica, error) {
+	id, err := objectKeyOf(tenant, key)
+	if err != nil {
+		return nil, fmt.Errorf("put start %q: %w", key, err)
+	}
 	now := s.clock.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	defer s.checkLocked()
-	return s.putStartLocked(clientID, key, size, cfg, upsert, now)
+	return s.putStartLocked(clientID, id, size, cfg, upsert, now)
 }
 
 // BatchPutStart is PutStart for many keys under one lock.
-func (s *Service) BatchPutStart(clientID string, keys []string, sizes []uint64, cfg ReplicateConfig, upsert bool) ([][]Replica, []error) {
+func (s *Service) BatchPutStart(clientID, tenant string, keys []string, sizes []uint64, cfg ReplicateConfig, upsert bool) ([][]Replica, []error) {
+	reps := make([][]Replica, len(keys))
+	errs := make([]error, len(keys))
+	ids, err := objectKeys(tenant, keys)
+	if err != nil {
+		for i := range errs {
+			errs[i] = fmt.Errorf("put start: %w", err)
+		}
+		return reps, errs
+	}
 	now := s.clock.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	defer s.checkLocked()
-	reps := make([][]Replica, len(keys))
-	errs := make([]error, len(keys))
-	for i, k := range keys {
+	for i, id := range ids {
 		if i >= len(sizes) {
-			errs[i] = fmt.Errorf("put start %q: no size: %w", k, wire.ErrInvalidParams)
+			errs[i] = fmt.Errorf("put start %v: no size: %w", id, wire.ErrInvalidParams)
 			continue
 		}
-		reps[i], errs[i] = s.putStartLocked(clientID, k, sizes[i], cfg, upsert, now)
+		reps[i], errs[i] = s.putStartLocked(clientID, id, sizes[i], cfg, upsert, now)
 	}
 	return reps, errs
 }
 
-func (s *Service) putStartLocked(clientID, key string, size uint64, cfg ReplicateConfig, upsert bool, now time.Time) ([]Replica, error) {
+func (s *Service) putStartLocked(clientID string, id objectKey, size uint64, cfg ReplicateConfig, upsert bool, now time.Time) ([]Replica, error) {
 	s.mu.counters.putStarts++
-	if key == "" || size == 0 || cfg.ReplicaNum < 0 || clientID == "" {
+	if id.key == "" || size == 0 || cfg.ReplicaNum < 0 || clientID == "" {
 		s.mu.counters.putStartFails++
-		return nil, fmt.Errorf("put start %q (size %d, replicas %d, client %q): %w",
-			key, size, cfg.ReplicaNum, clientID, wire.ErrInvalidParams)
+		return nil, fmt.Errorf("put start %v (size %d, replicas %d, client %q): %w",
+			id, size, cfg.ReplicaNum, clientID, wire.ErrInvalidParams)
 	}
 	if err := s.fencedLocked(now); err != nil {
 		s.mu.counters.putStartFails++
-		return nil, fmt.Errorf("put start %q: %w", key, err)
+		return nil, fmt.Errorf("put start %v: %w", id, err)
 	}
 	s.unfenceLocked(now)
-	if err := s.claimKeyLocked(key, upsert, now); err != nil {
+	if err := s.claimKeyLocked(id, upsert, now); err != nil {
 		s.mu.counters.putStartFails++
-		return nil, fmt.Errorf("put start %q: %w", key, err)
+		return nil, fmt.Errorf("put start %v: %w", id, err)
 	}
 	n := max(cfg.ReplicaNum, 1)
 	reps := s.placeLocked(size, n, cfg.PreferredSegments)
@@ -616,7 +659,7 @@ func (s *Service) putStartLocked(clientID, key string, size uint64, cfg Replicat
 		// Space may be in the fenced segments soon: the client asks again
 		// (nothing is evicted for want of them).
 		s.mu.counters.putStartFails++
-		return nil, fmt.Errorf("put start %q: %w", key, s.remountFencedErrLocked(now))
+		return nil, fmt.Errorf("put start %v: %w", id, s.remountFencedErrLocked(now))
 	}
 	if len(reps) == 0 && s.fitsSomeSegmentLocked(size) {
 		// Allocation failure triggers eviction (specs/mooncake.md §7.4); we
@@ -631,20 +674,20 @@ func (s *Service) putStartLocked(clientID, key string, size uint64, cfg Replicat
 		s.mu.counters.putStartFails++
 		s.mu.counters.noSpace++
 		s.mu.pressureUntil = now.Add(s.cfg.GrantLease)
-		return nil, fmt.Errorf("put start %q: %d bytes in %d segments: %w",
-			key, size, len(s.mu.order), wire.ErrNoAvailableHandle)
+		return nil, fmt.Errorf("put start %v: %d bytes in %d segments: %w",
+			id, size, len(s.mu.order), wire.ErrNoAvailableHandle)
 	}
-	o := s.newObjectLocked(clientID, key, size, reps, cfg, now)
-	s.mu.processing[key] = o
+	o := s.newObjectLocked(clientID, id, size, reps, cfg, now)
+	s.mu.processing[id] = o
 	return o.descriptors(), nil
 }
 
-// claimKeyLocked makes way for a new object under key: an existing object
+// claimKeyLocked makes way for a new object under id: an existing object
 // is OBJECT_ALREADY_EXISTS (objects are immutable) unless upsert, which
 // replaces it, or unless it is an unfinished put older than
 // PutStartDiscardTimeout, which is preempted.
-func (s *Service) claimKeyLocked(key string, upsert bool, now time.Time) error {
-	o, ok := s.mu.objects[key]
+func (s *Service) claimKeyLocked(id objectKey, upsert bool, now time.Time) error {
+	o, ok := s.mu.objects[id]
 	if !ok {
 		return nil
 	}
@@ -656,17 +699,17 @@ func (s *Service) claimKeyLocked(key string, upsert bool, now time.Time) error {
 	default:
 		// A zombie put: its writer may still be writing, so its space is
 		// released only after PutStartReleaseTimeout.
-		s.log.Info("zombie put preempted", "key", key, "client", o.writer, "age", now.Sub(o.putStart))
+		s.log.Info("zombie put preempted", "key", id.key, "tenant", id.tenant, "client", o.writer, "age", now.Sub(o.putStart))
 		s.mu.counters.zombiePuts++
 		s.dropObjectLocked(o, o.putStart.Add(s.cfg.PutStartReleaseTimeout), now)
 	}
 	return nil
 }
 
-// newObjectLocked indexes a new object with replicas reps under key (not
+// newObjectLocked indexes a new object with replicas reps under id (not
 // yet complete).
-func (s *Service) newObjectLocked(clientID, key string, size uint64, reps []*replica, cfg ReplicateConfig, now time.Time) *object {
-	o := &object{key: key, size: size, replicas: reps, writer: clientID, putStart: now, hardPin: cfg.HardPin}
+func (s *Service) newObjectLocked(clientID string, id objectKey, size uint64, reps []*replica, cfg ReplicateConfig, now time.Time) *object {
+	o := &object{id: id, size: size, replicas: reps, writer: clientID, putStart: now, hardPin: cfg.HardPin}
 	if cfg.SoftPin == wire.SoftPinAction_SOFT_PIN_ENABLE {
 		o.softPinTTL = cfg.SoftPinTTL
 		if o.softPinTTL <= 0 {
@@ -677,7 +720,7 @@ func (s *Service) newObjectLocked(clientID, key string, size uint64, reps []*rep
 	for _, r := range reps {
 		r.obj = o
 	}
-	s.mu.objects[key] = o
+	s.mu.objects[id] = o
 	return o
 }
 
@@ -783,48 +826,64 @@ func (s *Service) pickSegmentsLocked(n int, preferred, exclude []string, take fu
 	return got
 }
 
-// PutEnd completes a put: the replicas become readable.
-func (s *Service) PutEnd(clientID, key string) error {
+// PutEnd completes a put of key in tenant's namespace: the replicas
+// become readable.
+func (s *Service) PutEnd(clientID, tenant, key string) error {
+	id, err := objectKeyOf(tenant, key)
+	if err != nil {
+		return fmt.Errorf("put end %q: %w", key, err)
+	}
 	now := s.clock.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	defer s.checkLocked()
-	return s.putEndLocked(clientID, key, now)
+	return s.putEndLocked(clientID, id, now)
 }
 
 // PutRevoke abandons a put whose write failed: its space is freed at once.
-func (s *Service) PutRevoke(clientID, key string) error {
+func (s *Service) PutRevoke(clientID, tenant, key string) error {
+	id, err := objectKeyOf(tenant, key)
+	if err != nil {
+		return fmt.Errorf("put revoke %q: %w", key, err)
+	}
 	now := s.clock.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	defer s.checkLocked()
-	return s.putRevokeLocked(clientID, key, now)
+	return s.putRevokeLocked(clientID, id, now)
 }
 
 // BatchPutEnd is PutEnd (or PutRevoke with revoke) for many keys.
-func (s *Service) BatchPutEnd(clientID string, keys []string, revoke bool) []error {
+func (s *Service) BatchPutEnd(clientID, tenant string, keys []string, revoke bool) []error {
+	errs := make([]error, len(keys))
+	ids, err := objectKeys(tenant, keys)
+	if err != nil {
+		for i := range errs {
+			errs[i] = fmt.Errorf("put end: %w", err)
+		}
+		return errs
+	}
 	now := s.clock.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	defer s.checkLocked()
-	errs := make([]error, len(keys))
-	for i, k := range keys {
+	for i, id := range ids {
 		if revoke {
-			errs[i] = s.putRevokeLocked(clientID, k, now)
+			errs[i] = s.putRevokeLocked(clientID, id, now)
 		} else {
-			errs[i] = s.putEndLocked(clientID, k, now)
+			errs[i] = s.putEndLocked(clientID, id, now)
 		}
 	}
 	return errs
 }
 
-func (s *Service) putEndLocked(clientID, key string, now time.Time) error {
-	o, ok := s.mu.objects[key]
+func (s *Service) putEndLocked(clientID string, id objectKey, now time.Time) error {
+	o, ok := s.mu.objects[id]
 	if !ok {
-		return fmt.Errorf("put end %q: %w", key, wire.ErrObjectNotFound)
+		return fmt.Errorf("put end %v: %w", id, wire.ErrObjectNotFound)
 	}
 	if o.writer != clientID {
-		return fmt.Errorf("put end %q: written by client %q, not %q: %w", key, o.writer, clientID, wire.ErrIllegalClient)
+		return fmt.Errorf("put end %v: written by client %q, not %q: %w", id, o.writer, clientID, wire.ErrIllegalClient)
 	}
 	if o.complete {
 		return nil
@@ -834,16 +893,16 @@ func (s *Service) putEndLocked(clientID, key string, now time.Time) error {
 	return nil
 }
 
-func (s *Service) putRevokeLocked(clientID, key string, now time.Time) error {
-	o, ok := s.mu.objects[key]
+func (s *Service) putRevokeLocked(clientID string, id objectKey, now time.Time) error {
+	o, ok := s.mu.objects[id]
 	if !ok {
-		return fmt.Errorf("put revoke %q: %w", key, wire.ErrObjectNotFound)
+		return fmt.Errorf("put revoke %v: %w", id, wire.ErrObjectNotFound)
 	}
 	if o.writer != clientID {
-		return fmt.Errorf("put revoke %q: written by client %q, not %q: %w", key, o.writer, clientID, wire.ErrIllegalClient)
+		return fmt.Errorf("put revoke %v: written by client %q, not %q: %w", id, o.writer, clientID, wire.ErrIllegalClient)
 	}
 	if o.complete {
-		return fmt.Errorf("put revoke %q: already complete: %w", key, wire.ErrInvalidWrite)
+		return fmt.Errorf("put revoke %v: already complete: %w", id, wire.ErrInvalidWrite)
 	}
 	s.dropObjectLocked(o, now, now)
 	s.mu.counters.putRevokes++
@@ -853,73 +912,93 @@ func (s *Service) putRevokeLocked(clientID, key string, now time.Time) error {
 // ---------------------------------------------------------------------------
 // Removal
 
-// Remove deletes an object. A leased object fails with OBJECT_HAS_LEASE
+// Remove deletes the object under key in tenant's namespace. A leased object fails with OBJECT_HAS_LEASE
 // unless force; with force its memory is freed only when the lease ends, so
 // a reader in flight never sees it reused. An unfinished put fails with
 // REPLICA_IS_NOT_READY even with force (as Mooncake).
-func (s *Service) Remove(key string, force bool) error {
+func (s *Service) Remove(tenant, key string, force bool) error {
+	id, err := objectKeyOf(tenant, key)
+	if err != nil {
+		return fmt.Errorf("remove %q: %w", key, err)
+	}
 	now := s.clock.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	defer s.checkLocked()
-	return s.removeLocked(key, force, now)
+	return s.removeLocked(id, force, now)
 }
 
 // BatchRemove is Remove for many keys.
-func (s *Service) BatchRemove(keys []string, force bool) []error {
+func (s *Service) BatchRemove(tenant string, keys []string, force bool) []error {
+	errs := make([]error, len(keys))
+	ids, err := objectKeys(tenant, keys)
+	if err != nil {
+		for i := range errs {
+			errs[i] = fmt.Errorf("remove: %w", err)
+		}
+		return errs
+	}
 	now := s.clock.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	defer s.checkLocked()
-	errs := make([]error, len(keys))
-	for i, k := range keys {
-		errs[i] = s.removeLocked(k, force, now)
+	for i, id := range ids {
+		errs[i] = s.removeLocked(id, force, now)
 	}
 	return errs
 }
 
-func (s *Service) removeLocked(key string, force bool, now time.Time) error {
-	o, ok := s.mu.objects[key]
+func (s *Service) removeLocked(id objectKey, force bool, now time.Time) error {
+	o, ok := s.mu.objects[id]
 	if !ok {
-		return fmt.Errorf("remove %q: %w", key, wire.ErrObjectNotFound)
+		return fmt.Errorf("remove %v: %w", id, wire.ErrObjectNotFound)
 	}
 	if !force && o.leaseExpiry.After(now) {
-		return fmt.Errorf("remove %q: leased for %v: %w", key, o.leaseExpiry.Sub(now), wire.ErrObjectHasLease)
+		return fmt.Errorf("remove %v: leased for %v: %w", id, o.leaseExpiry.Sub(now), wire.ErrObjectHasLease)
 	}
 	if !o.complete {
-		return fmt.Errorf("remove %q: %w", key, wire.ErrReplicaIsNotReady)
+		return fmt.Errorf("remove %v: %w", id, wire.ErrReplicaIsNotReady)
 	}
 	s.dropObjectLocked(o, o.leaseExpiry, now)
 	s.mu.counters.removes++
 	return nil
 }
 
-// RemoveByRegex deletes every complete object whose key matches pattern
-// (Go RE2 syntax, unanchored search like Mooncake's std::regex_search).
-// Leased objects are skipped unless force. Returns how many were removed; a
-// bad pattern is INVALID_PARAMS.
-func (s *Service) RemoveByRegex(pattern string, force bool) (int64, error) {
+// RemoveByRegex deletes every complete object of tenant whose key matches
+// pattern (Go RE2 syntax, unanchored search like Mooncake's
+// std::regex_search). Leased objects are skipped unless force. Returns how
+// many were removed; a bad pattern or tenant is INVALID_PARAMS.
+func (s *Service) RemoveByRegex(tenant, pattern string, force bool) (int64, error) {
+	t, err := tenantOf(tenant)
+	if err != nil {
+		return 0, fmt.Errorf("remove by regex %q: %w", pattern, err)
+	}
 	re, err := regexp.Compile(pattern)
 	if err != nil {
 		return 0, fmt.Errorf("remove by regex %q: %v: %w", pattern, err, wire.ErrInvalidParams)
 	}
-	return s.removeMatching(re.MatchString, force), nil
+	return s.removeMatching(t, re.MatchString, force), nil
 }
 
-// RemoveAll deletes every complete object, skipping leased ones unless
-// force. Returns how many were removed.
-func (s *Service) RemoveAll(force bool) int64 {
-	return s.removeMatching(func(string) bool { return true }, force)
+// RemoveAll deletes every complete object of tenant, skipping leased ones
+// unless force. Returns how many were removed; a bad tenant is
+// INVALID_PARAMS.
+func (s *Service) RemoveAll(tenant string, force bool) (int64, error) {
+	t, err := tenantOf(tenant)
+	if err != nil {
+		return 0, fmt.Errorf("remove all: %w", err)
+	}
+	return s.removeMatching(t, func(string) bool { return true }, force), nil
 }
 
-func (s *Service) removeMatching(match func(string) bool, force bool) int64 {
+func (s *Service) removeMatching(tenant string, match func(string) bool, force bool) int64 {
 	now := s.clock.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	defer s.checkLocked()
 	var victims []*object
-	for k, o := range s.mu.objects {
-		if !match(k) || !o.complete || (!force && o.leaseExpiry.After(now)) {
+	for id, o := range s.mu.objects {
+		if id.tenant != tenant || !match(id.key) || !o.complete || (!force && o.leaseExpiry.After(now)) {
 			continue
 		}
 		victims = append(victims, o)
@@ -942,7 +1021,7 @@ func (s *Service) dropObjectLocked(o *object, release, now time.Time) {
 		r.obj = nil
 	}
 	if release.After(now) {
-		s.mu.discarded = append(s.mu.discarded, discardEntry{replicas: o.replicas, release: release, key: o.key})
+		s.mu.discarded = append(s.mu.discarded, discardEntry{replicas: o.replicas, release: release, id: o.id})
 	} else {
 		for _, r := range o.replicas {
 			s.freeLocked(r)
@@ -953,11 +1032,11 @@ func (s *Service) dropObjectLocked(o *object, release, now time.Time) {
 
 // forgetObjectLocked removes o from the indexes without touching replicas.
 func (s *Service) forgetObjectLocked(o *object) {
-	if cur, ok := s.mu.objects[o.key]; ok && cur == o {
-		delete(s.mu.objects, o.key)
+	if cur, ok := s.mu.objects[o.id]; ok && cur == o {
+		delete(s.mu.objects, o.id)
 	}
-	if cur, ok := s.mu.processing[o.key]; ok && cur == o {
-		delete(s.mu.processing, o.key)
+	if cur, ok := s.mu.processing[o.id]; ok && cur == o {
+		delete(s.mu.processing, o.id)
 	}
 	s.mu.lru.remove(o)
 }
@@ -1037,7 +1116,7 @@ func (s *Service) Tick() {
 		}
 	}
 	for _, o := range abandoned {
-		s.log.Info("abandoned put released", "key", o.key, "client", o.writer)
+		s.log.Info("abandoned put released", "key", o.id.key, "tenant", o.id.tenant, "client", o.writer)
 		s.dropObjectLocked(o, now, now)
 		s.mu.counters.zombiePuts++
 	}

@@ -147,6 +147,7 @@ func (h *ddHarness) runCmd(t *testing.T, d *testutil.TestData) string {
 		d.Fatalf(t, "no service: start the file with new")
 	}
 	client := argStr(d, "client", "c1")
+	tenant := argStr(d, "tenant", "")
 	switch d.Cmd {
 	case "new":
 		h.clock = newFakeClock()
@@ -229,19 +230,19 @@ func (h *ddHarness) runCmd(t *testing.T, d *testutil.TestData) string {
 			cfg.PreferredSegments = a.Vals
 		}
 		key := argStr(d, "key", "")
-		reps, err := h.svc.PutStart(client, key, argUint(t, d, "size", 0), cfg, d.Cmd == "upsert" || d.HasArg("upsert"))
+		reps, err := h.svc.PutStart(client, tenant, key, argUint(t, d, "size", 0), cfg, d.Cmd == "upsert" || d.HasArg("upsert"))
 		if err != nil {
 			return errText(err)
 		}
 		if d.Cmd != "put-start" {
-			if err := h.svc.PutEnd(client, key); err != nil {
+			if err := h.svc.PutEnd(client, tenant, key); err != nil {
 				return errText(err)
 			}
 		}
 		return fmtReplicas(reps)
 
 	case "put-end":
-		return errText(h.svc.PutEnd(client, argStr(d, "key", "")))
+		return errText(h.svc.PutEnd(client, tenant, argStr(d, "key", "")))
 
 	case "heartbeat":
 		p, err := h.svc.Heartbeat(client)
@@ -292,7 +293,7 @@ func (h *ddHarness) runCmd(t *testing.T, d *testutil.TestData) string {
 				reps = append(reps, GrantedReplica{GrantID: h.grantID(t, d, id), Addr: ad})
 			}
 		}
-		gen, err := h.svc.PutCommit(client, argStr(d, "key", ""), argUint(t, d, "size", 0), cfg, d.HasArg("upsert"), reps)
+		gen, err := h.svc.PutCommit(client, tenant, argStr(d, "key", ""), argUint(t, d, "size", 0), cfg, d.HasArg("upsert"), reps)
 		if err != nil {
 			return errText(err)
 		}
@@ -316,12 +317,12 @@ func (h *ddHarness) runCmd(t *testing.T, d *testutil.TestData) string {
 			m.GrantReturnsTotal, m.GrantsTakenBackTotal, m.PutCommitsTotal, m.PutCommitFailsTotal, m.NoSpaceTotal)
 
 	case "put-revoke":
-		return errText(h.svc.PutRevoke(client, argStr(d, "key", "")))
+		return errText(h.svc.PutRevoke(client, tenant, argStr(d, "key", "")))
 
 	case "exist":
 		var out []string
 		for _, k := range strings.Split(argStr(d, "key", ""), ",") {
-			ok, err := h.svc.ExistKey(k)
+			ok, err := h.svc.ExistKey(tenant, k)
 			if err != nil {
 				out = append(out, k+": "+errText(err))
 			} else {
@@ -333,7 +334,7 @@ func (h *ddHarness) runCmd(t *testing.T, d *testutil.TestData) string {
 	case "get":
 		var out []string
 		for _, k := range strings.Split(argStr(d, "key", ""), ",") {
-			l, err := h.svc.GetReplicaList(k)
+			l, err := h.svc.GetReplicaList(tenant, k)
 			if err != nil {
 				out = append(out, k+": "+errText(err))
 			} else {
@@ -345,19 +346,30 @@ func (h *ddHarness) runCmd(t *testing.T, d *testutil.TestData) string {
 	case "remove":
 		var out []string
 		for _, k := range strings.Split(argStr(d, "key", ""), ",") {
-			out = append(out, k+": "+errText(h.svc.Remove(k, d.HasArg("force"))))
+			out = append(out, k+": "+errText(h.svc.Remove(tenant, k, d.HasArg("force"))))
 		}
 		return strings.Join(out, "\n")
 
 	case "remove-regex":
-		n, err := h.svc.RemoveByRegex(d.Input, d.HasArg("force"))
+		n, err := h.svc.RemoveByRegex(tenant, d.Input, d.HasArg("force"))
 		if err != nil {
 			return errText(err)
 		}
 		return fmt.Sprintf("removed %d", n)
 
 	case "remove-all":
-		return fmt.Sprintf("removed %d", h.svc.RemoveAll(d.HasArg("force")))
+		n, err := h.svc.RemoveAll(tenant, d.HasArg("force"))
+		if err != nil {
+			return errText(err)
+		}
+		return fmt.Sprintf("removed %d", n)
+
+	case "keys":
+		keys, err := h.svc.Keys(tenant)
+		if err != nil {
+			return errText(err)
+		}
+		return fmt.Sprintf("%q", keys)
 
 	case "advance":
 		if len(d.CmdArgs) == 0 {
@@ -404,13 +416,21 @@ func (h *ddHarness) state() string {
 		fmt.Fprintf(&b, "segment %s %s client=%s used=%d/%d\n", seg.info.ID, seg.info.Name,
 			seg.info.ClientID, seg.alloc.used, seg.info.Size)
 	}
+	// Objects of the default tenant print as their key, others as
+	// tenant/key.
 	keys := make([]string, 0, len(s.mu.objects))
-	for k := range s.mu.objects {
+	byName := make(map[string]*object, len(s.mu.objects))
+	for id, o := range s.mu.objects {
+		k := id.key
+		if id.tenant != wire.DefaultTenant {
+			k = id.tenant + "/" + id.key
+		}
 		keys = append(keys, k)
+		byName[k] = o
 	}
 	slices.Sort(keys)
 	for _, k := range keys {
-		o := s.mu.objects[k]
+		o := byName[k]
 		var flags []string
 		if o.complete {
 			flags = append(flags, "complete")
@@ -516,7 +536,7 @@ func TestRandomStrategySpreads(t *testing.T) {
 	}
 	seen := map[string]bool{}
 	for i := range 64 {
-		reps, err := svc.PutStart("c", fmt.Sprint("k", i), 1000, ReplicateConfig{ReplicaNum: 3}, false)
+		reps, err := svc.PutStart("c", "", fmt.Sprint("k", i), 1000, ReplicateConfig{ReplicaNum: 3}, false)
 		assert.NilError(t, err)
 		assert.Equal(t, len(reps), 3)
 		names := map[string]bool{}
@@ -534,25 +554,25 @@ func TestBatchCalls(t *testing.T) {
 	svc, err := NewService(Config{Clock: clock, AllocationStrategy: StrategyFreeRatioFirst}, 1)
 	assert.NilError(t, err)
 	assert.NilError(t, svc.MountSegment("c", SegmentInfo{ID: "s", Name: "n", Base: 0x1000, Size: 4096}))
-	reps, errs := svc.BatchPutStart("c", []string{"a", "b", "a", ""}, []uint64{100, 200, 100, 5}, ReplicateConfig{}, false)
+	reps, errs := svc.BatchPutStart("c", "", []string{"a", "b", "a", ""}, []uint64{100, 200, 100, 5}, ReplicateConfig{}, false)
 	assert.NilError(t, errs[0])
 	assert.NilError(t, errs[1])
 	assert.Equal(t, wire.CodeOf(errs[2]), wire.ErrObjectAlreadyExists)
 	assert.Equal(t, wire.CodeOf(errs[3]), wire.ErrInvalidParams)
 	assert.Equal(t, reps[1][0].Addr, uint64(0x1000+128))
-	ends := svc.BatchPutEnd("c", []string{"a", "b", "zz"}, false)
+	ends := svc.BatchPutEnd("c", "", []string{"a", "b", "zz"}, false)
 	assert.NilError(t, ends[0])
 	assert.NilError(t, ends[1])
 	assert.Equal(t, wire.CodeOf(ends[2]), wire.ErrObjectNotFound)
-	assert.DeepEqual(t, svc.BatchExistKey([]string{"a", "zz", "b"}), []int32{1, 0, 1})
-	lists, gerrs := svc.BatchGetReplicaList([]string{"b", "zz"})
+	assert.DeepEqual(t, svc.BatchExistKey("", []string{"a", "zz", "b"}), []int32{1, 0, 1})
+	lists, gerrs := svc.BatchGetReplicaList("", []string{"b", "zz"})
 	assert.NilError(t, gerrs[0])
 	assert.Equal(t, lists[0].Size, uint64(200))
 	assert.Equal(t, wire.CodeOf(gerrs[1]), wire.ErrObjectNotFound)
-	rerrs := svc.BatchRemove([]string{"a", "b"}, false)
+	rerrs := svc.BatchRemove("", []string{"a", "b"}, false)
 	assert.Equal(t, wire.CodeOf(rerrs[0]), wire.ErrObjectHasLease)
 	clock.Advance(11 * time.Second)
-	rerrs = svc.BatchRemove([]string{"a", "b"}, false)
+	rerrs = svc.BatchRemove("", []string{"a", "b"}, false)
 	assert.NilError(t, rerrs[0])
 	assert.NilError(t, rerrs[1])
 	assert.Equal(t, svc.Metrics().UsedBytes, uint64(0))
@@ -578,6 +598,6 @@ func TestGrantIDsDifferAcrossInstances(t *testing.T) {
 	assert.Assert(t, ids[0] != ids[1], "grant id %d in both instances", ids[0])
 	svcs[1].ReturnGrants("w", []uint64{ids[0]})
 	assert.Equal(t, svcs[1].Metrics().Grants, 1)
-	_, err := svcs[1].PutCommit("w", "k", 100, ReplicateConfig{}, false, []GrantedReplica{{GrantID: ids[1], Addr: 1 << 20}})
+	_, err := svcs[1].PutCommit("w", "", "k", 100, ReplicateConfig{}, false, []GrantedReplica{{GrantID: ids[1], Addr: 1 << 20}})
 	assert.NilError(t, err)
 }

@@ -732,8 +732,11 @@ func (*UnmountSegmentResponse) Descriptor() ([]byte, []int) {
 }
 
 type KeyRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Key   string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// tenant_id names the key's namespace (Mooncake's tenant); "" is
+	// "default". See TenantID in store/wire.
+	TenantId      string `protobuf:"bytes,2,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -775,9 +778,19 @@ func (x *KeyRequest) GetKey() string {
 	return ""
 }
 
+func (x *KeyRequest) GetTenantId() string {
+	if x != nil {
+		return x.TenantId
+	}
+	return ""
+}
+
 type BatchKeyRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Keys          []string               `protobuf:"bytes,1,rep,name=keys,proto3" json:"keys,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Keys  []string               `protobuf:"bytes,1,rep,name=keys,proto3" json:"keys,omitempty"`
+	// tenant_id names the key's namespace (Mooncake's tenant); "" is
+	// "default". See TenantID in store/wire.
+	TenantId      string `protobuf:"bytes,2,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -817,6 +830,13 @@ func (x *BatchKeyRequest) GetKeys() []string {
 		return x.Keys
 	}
 	return nil
+}
+
+func (x *BatchKeyRequest) GetTenantId() string {
+	if x != nil {
+		return x.TenantId
+	}
+	return ""
 }
 
 type ExistKeyResponse struct {
@@ -1257,7 +1277,10 @@ type PutStartRequest struct {
 	Config   *ReplicateConfig       `protobuf:"bytes,4,opt,name=config,proto3" json:"config,omitempty"`
 	// upsert overwrites an existing object instead of failing with
 	// OBJECT_ALREADY_EXISTS.
-	Upsert        bool `protobuf:"varint,5,opt,name=upsert,proto3" json:"upsert,omitempty"`
+	Upsert bool `protobuf:"varint,5,opt,name=upsert,proto3" json:"upsert,omitempty"`
+	// tenant_id names the key's namespace (Mooncake's tenant); "" is
+	// "default". See TenantID in store/wire.
+	TenantId      string `protobuf:"bytes,6,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1327,6 +1350,13 @@ func (x *PutStartRequest) GetUpsert() bool {
 	return false
 }
 
+func (x *PutStartRequest) GetTenantId() string {
+	if x != nil {
+		return x.TenantId
+	}
+	return ""
+}
+
 type PutStartResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Replicas      []*Replica             `protobuf:"bytes,1,rep,name=replicas,proto3" json:"replicas,omitempty"`
@@ -1372,12 +1402,15 @@ func (x *PutStartResponse) GetReplicas() []*Replica {
 }
 
 type BatchPutStartRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ClientId      string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
-	Keys          []string               `protobuf:"bytes,2,rep,name=keys,proto3" json:"keys,omitempty"`
-	Sizes         []uint64               `protobuf:"varint,3,rep,packed,name=sizes,proto3" json:"sizes,omitempty"`
-	Config        *ReplicateConfig       `protobuf:"bytes,4,opt,name=config,proto3" json:"config,omitempty"`
-	Upsert        bool                   `protobuf:"varint,5,opt,name=upsert,proto3" json:"upsert,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	ClientId string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	Keys     []string               `protobuf:"bytes,2,rep,name=keys,proto3" json:"keys,omitempty"`
+	Sizes    []uint64               `protobuf:"varint,3,rep,packed,name=sizes,proto3" json:"sizes,omitempty"`
+	Config   *ReplicateConfig       `protobuf:"bytes,4,opt,name=config,proto3" json:"config,omitempty"`
+	Upsert   bool                   `protobuf:"varint,5,opt,name=upsert,proto3" json:"upsert,omitempty"`
+	// tenant_id names the key's namespace (Mooncake's tenant); "" is
+	// "default". See TenantID in store/wire.
+	TenantId      string `protobuf:"bytes,6,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1445,6 +1478,13 @@ func (x *BatchPutStartRequest) GetUpsert() bool {
 		return x.Upsert
 	}
 	return false
+}
+
+func (x *BatchPutStartRequest) GetTenantId() string {
+	if x != nil {
+		return x.TenantId
+	}
+	return ""
 }
 
 type PutStartResult struct {
@@ -1548,7 +1588,10 @@ type PutEndRequest struct {
 	ClientId string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
 	Key      string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
 	// revoke abandons the put (the write failed) instead of completing it.
-	Revoke        bool `protobuf:"varint,3,opt,name=revoke,proto3" json:"revoke,omitempty"`
+	Revoke bool `protobuf:"varint,3,opt,name=revoke,proto3" json:"revoke,omitempty"`
+	// tenant_id names the key's namespace (Mooncake's tenant); "" is
+	// "default". See TenantID in store/wire.
+	TenantId      string `protobuf:"bytes,4,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1604,6 +1647,13 @@ func (x *PutEndRequest) GetRevoke() bool {
 	return false
 }
 
+func (x *PutEndRequest) GetTenantId() string {
+	if x != nil {
+		return x.TenantId
+	}
+	return ""
+}
+
 type PutEndResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1641,10 +1691,13 @@ func (*PutEndResponse) Descriptor() ([]byte, []int) {
 }
 
 type BatchPutEndRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ClientId      string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
-	Keys          []string               `protobuf:"bytes,2,rep,name=keys,proto3" json:"keys,omitempty"`
-	Revoke        bool                   `protobuf:"varint,3,opt,name=revoke,proto3" json:"revoke,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	ClientId string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	Keys     []string               `protobuf:"bytes,2,rep,name=keys,proto3" json:"keys,omitempty"`
+	Revoke   bool                   `protobuf:"varint,3,opt,name=revoke,proto3" json:"revoke,omitempty"`
+	// tenant_id names the key's namespace (Mooncake's tenant); "" is
+	// "default". See TenantID in store/wire.
+	TenantId      string `protobuf:"bytes,4,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1700,6 +1753,13 @@ func (x *BatchPutEndRequest) GetRevoke() bool {
 	return false
 }
 
+func (x *BatchPutEndRequest) GetTenantId() string {
+	if x != nil {
+		return x.TenantId
+	}
+	return ""
+}
+
 type BatchCodesResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Codes         []int32                `protobuf:"varint,1,rep,packed,name=codes,proto3" json:"codes,omitempty"`
@@ -1745,9 +1805,12 @@ func (x *BatchCodesResponse) GetCodes() []int32 {
 }
 
 type RemoveRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
-	Force         bool                   `protobuf:"varint,2,opt,name=force,proto3" json:"force,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Key   string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Force bool                   `protobuf:"varint,2,opt,name=force,proto3" json:"force,omitempty"`
+	// tenant_id names the key's namespace (Mooncake's tenant); "" is
+	// "default". See TenantID in store/wire.
+	TenantId      string `protobuf:"bytes,3,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1796,6 +1859,13 @@ func (x *RemoveRequest) GetForce() bool {
 	return false
 }
 
+func (x *RemoveRequest) GetTenantId() string {
+	if x != nil {
+		return x.TenantId
+	}
+	return ""
+}
+
 type RemoveResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1833,9 +1903,12 @@ func (*RemoveResponse) Descriptor() ([]byte, []int) {
 }
 
 type BatchRemoveRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Keys          []string               `protobuf:"bytes,1,rep,name=keys,proto3" json:"keys,omitempty"`
-	Force         bool                   `protobuf:"varint,2,opt,name=force,proto3" json:"force,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Keys  []string               `protobuf:"bytes,1,rep,name=keys,proto3" json:"keys,omitempty"`
+	Force bool                   `protobuf:"varint,2,opt,name=force,proto3" json:"force,omitempty"`
+	// tenant_id names the key's namespace (Mooncake's tenant); "" is
+	// "default". See TenantID in store/wire.
+	TenantId      string `protobuf:"bytes,3,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1884,10 +1957,20 @@ func (x *BatchRemoveRequest) GetForce() bool {
 	return false
 }
 
+func (x *BatchRemoveRequest) GetTenantId() string {
+	if x != nil {
+		return x.TenantId
+	}
+	return ""
+}
+
 type RemoveByRegexRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Pattern       string                 `protobuf:"bytes,1,opt,name=pattern,proto3" json:"pattern,omitempty"`
-	Force         bool                   `protobuf:"varint,2,opt,name=force,proto3" json:"force,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Pattern string                 `protobuf:"bytes,1,opt,name=pattern,proto3" json:"pattern,omitempty"`
+	Force   bool                   `protobuf:"varint,2,opt,name=force,proto3" json:"force,omitempty"`
+	// tenant_id names the key's namespace (Mooncake's tenant); "" is
+	// "default". See TenantID in store/wire.
+	TenantId      string `protobuf:"bytes,3,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1936,9 +2019,19 @@ func (x *RemoveByRegexRequest) GetForce() bool {
 	return false
 }
 
+func (x *RemoveByRegexRequest) GetTenantId() string {
+	if x != nil {
+		return x.TenantId
+	}
+	return ""
+}
+
 type RemoveAllRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Force         bool                   `protobuf:"varint,1,opt,name=force,proto3" json:"force,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Force bool                   `protobuf:"varint,1,opt,name=force,proto3" json:"force,omitempty"`
+	// tenant_id names the key's namespace (Mooncake's tenant); "" is
+	// "default". See TenantID in store/wire.
+	TenantId      string `protobuf:"bytes,2,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1978,6 +2071,13 @@ func (x *RemoveAllRequest) GetForce() bool {
 		return x.Force
 	}
 	return false
+}
+
+func (x *RemoveAllRequest) GetTenantId() string {
+	if x != nil {
+		return x.TenantId
+	}
+	return ""
 }
 
 type CountResponse struct {
@@ -2105,7 +2205,10 @@ func (x *ListSegmentsResponse) GetSegments() []*Segment {
 }
 
 type ListKeysRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// tenant_id names the key's namespace (Mooncake's tenant); "" is
+	// "default". See TenantID in store/wire.
+	TenantId      string `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2138,6 +2241,13 @@ func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
 // Deprecated: Use ListKeysRequest.ProtoReflect.Descriptor instead.
 func (*ListKeysRequest) Descriptor() ([]byte, []int) {
 	return file_wire_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *ListKeysRequest) GetTenantId() string {
+	if x != nil {
+		return x.TenantId
+	}
+	return ""
 }
 
 type ListKeysResponse struct {
@@ -2470,7 +2580,10 @@ type PutCommitRequest struct {
 	Config   *ReplicateConfig       `protobuf:"bytes,4,opt,name=config,proto3" json:"config,omitempty"`
 	Upsert   bool                   `protobuf:"varint,5,opt,name=upsert,proto3" json:"upsert,omitempty"`
 	// replicas are on distinct segment names, one per grant.
-	Replicas      []*GrantedReplica `protobuf:"bytes,6,rep,name=replicas,proto3" json:"replicas,omitempty"`
+	Replicas []*GrantedReplica `protobuf:"bytes,6,rep,name=replicas,proto3" json:"replicas,omitempty"`
+	// tenant_id names the key's namespace (Mooncake's tenant); "" is
+	// "default". See TenantID in store/wire.
+	TenantId      string `protobuf:"bytes,7,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2545,6 +2658,13 @@ func (x *PutCommitRequest) GetReplicas() []*GrantedReplica {
 		return x.Replicas
 	}
 	return nil
+}
+
+func (x *PutCommitRequest) GetTenantId() string {
+	if x != nil {
+		return x.TenantId
+	}
+	return ""
 }
 
 type PutCommitResponse struct {
@@ -2719,12 +2839,14 @@ const file_wire_proto_rawDesc = "" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x1d\n" +
 	"\n" +
 	"segment_id\x18\x02 \x01(\tR\tsegmentId\"\x18\n" +
-	"\x16UnmountSegmentResponse\"\x1e\n" +
+	"\x16UnmountSegmentResponse\";\n" +
 	"\n" +
 	"KeyRequest\x12\x10\n" +
-	"\x03key\x18\x01 \x01(\tR\x03key\"%\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1b\n" +
+	"\ttenant_id\x18\x02 \x01(\tR\btenantId\"B\n" +
 	"\x0fBatchKeyRequest\x12\x12\n" +
-	"\x04keys\x18\x01 \x03(\tR\x04keys\"*\n" +
+	"\x04keys\x18\x01 \x03(\tR\x04keys\x12\x1b\n" +
+	"\ttenant_id\x18\x02 \x01(\tR\btenantId\"*\n" +
 	"\x10ExistKeyResponse\x12\x16\n" +
 	"\x06exists\x18\x01 \x01(\bR\x06exists\"1\n" +
 	"\x15BatchExistKeyResponse\x12\x18\n" +
@@ -2756,55 +2878,64 @@ const file_wire_proto_rawDesc = "" +
 	"\bsoft_pin\x18\x02 \x01(\x0e2\x1f.kvferry.store.v1.SoftPinActionR\asoftPin\x12%\n" +
 	"\x0fsoft_pin_ttl_ms\x18\x03 \x01(\x04R\fsoftPinTtlMs\x12\x19\n" +
 	"\bhard_pin\x18\x04 \x01(\bR\ahardPin\x12-\n" +
-	"\x12preferred_segments\x18\x05 \x03(\tR\x11preferredSegments\"\xa7\x01\n" +
+	"\x12preferred_segments\x18\x05 \x03(\tR\x11preferredSegments\"\xc4\x01\n" +
 	"\x0fPutStartRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x12\n" +
 	"\x04size\x18\x03 \x01(\x04R\x04size\x129\n" +
 	"\x06config\x18\x04 \x01(\v2!.kvferry.store.v1.ReplicateConfigR\x06config\x12\x16\n" +
-	"\x06upsert\x18\x05 \x01(\bR\x06upsert\"I\n" +
+	"\x06upsert\x18\x05 \x01(\bR\x06upsert\x12\x1b\n" +
+	"\ttenant_id\x18\x06 \x01(\tR\btenantId\"I\n" +
 	"\x10PutStartResponse\x125\n" +
-	"\breplicas\x18\x01 \x03(\v2\x19.kvferry.store.v1.ReplicaR\breplicas\"\xb0\x01\n" +
+	"\breplicas\x18\x01 \x03(\v2\x19.kvferry.store.v1.ReplicaR\breplicas\"\xcd\x01\n" +
 	"\x14BatchPutStartRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x12\n" +
 	"\x04keys\x18\x02 \x03(\tR\x04keys\x12\x14\n" +
 	"\x05sizes\x18\x03 \x03(\x04R\x05sizes\x129\n" +
 	"\x06config\x18\x04 \x01(\v2!.kvferry.store.v1.ReplicateConfigR\x06config\x12\x16\n" +
-	"\x06upsert\x18\x05 \x01(\bR\x06upsert\"[\n" +
+	"\x06upsert\x18\x05 \x01(\bR\x06upsert\x12\x1b\n" +
+	"\ttenant_id\x18\x06 \x01(\tR\btenantId\"[\n" +
 	"\x0ePutStartResult\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\x05R\x04code\x125\n" +
 	"\breplicas\x18\x02 \x03(\v2\x19.kvferry.store.v1.ReplicaR\breplicas\"S\n" +
 	"\x15BatchPutStartResponse\x12:\n" +
-	"\aresults\x18\x01 \x03(\v2 .kvferry.store.v1.PutStartResultR\aresults\"V\n" +
+	"\aresults\x18\x01 \x03(\v2 .kvferry.store.v1.PutStartResultR\aresults\"s\n" +
 	"\rPutEndRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x16\n" +
-	"\x06revoke\x18\x03 \x01(\bR\x06revoke\"\x10\n" +
-	"\x0ePutEndResponse\"]\n" +
+	"\x06revoke\x18\x03 \x01(\bR\x06revoke\x12\x1b\n" +
+	"\ttenant_id\x18\x04 \x01(\tR\btenantId\"\x10\n" +
+	"\x0ePutEndResponse\"z\n" +
 	"\x12BatchPutEndRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x12\n" +
 	"\x04keys\x18\x02 \x03(\tR\x04keys\x12\x16\n" +
-	"\x06revoke\x18\x03 \x01(\bR\x06revoke\"*\n" +
+	"\x06revoke\x18\x03 \x01(\bR\x06revoke\x12\x1b\n" +
+	"\ttenant_id\x18\x04 \x01(\tR\btenantId\"*\n" +
 	"\x12BatchCodesResponse\x12\x14\n" +
-	"\x05codes\x18\x01 \x03(\x05R\x05codes\"7\n" +
+	"\x05codes\x18\x01 \x03(\x05R\x05codes\"T\n" +
 	"\rRemoveRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05force\x18\x02 \x01(\bR\x05force\"\x10\n" +
-	"\x0eRemoveResponse\">\n" +
+	"\x05force\x18\x02 \x01(\bR\x05force\x12\x1b\n" +
+	"\ttenant_id\x18\x03 \x01(\tR\btenantId\"\x10\n" +
+	"\x0eRemoveResponse\"[\n" +
 	"\x12BatchRemoveRequest\x12\x12\n" +
 	"\x04keys\x18\x01 \x03(\tR\x04keys\x12\x14\n" +
-	"\x05force\x18\x02 \x01(\bR\x05force\"F\n" +
+	"\x05force\x18\x02 \x01(\bR\x05force\x12\x1b\n" +
+	"\ttenant_id\x18\x03 \x01(\tR\btenantId\"c\n" +
 	"\x14RemoveByRegexRequest\x12\x18\n" +
 	"\apattern\x18\x01 \x01(\tR\apattern\x12\x14\n" +
-	"\x05force\x18\x02 \x01(\bR\x05force\"(\n" +
+	"\x05force\x18\x02 \x01(\bR\x05force\x12\x1b\n" +
+	"\ttenant_id\x18\x03 \x01(\tR\btenantId\"E\n" +
 	"\x10RemoveAllRequest\x12\x14\n" +
-	"\x05force\x18\x01 \x01(\bR\x05force\"%\n" +
+	"\x05force\x18\x01 \x01(\bR\x05force\x12\x1b\n" +
+	"\ttenant_id\x18\x02 \x01(\tR\btenantId\"%\n" +
 	"\rCountResponse\x12\x14\n" +
 	"\x05count\x18\x01 \x01(\x03R\x05count\"\x15\n" +
 	"\x13ListSegmentsRequest\"M\n" +
 	"\x14ListSegmentsResponse\x125\n" +
-	"\bsegments\x18\x01 \x03(\v2\x19.kvferry.store.v1.SegmentR\bsegments\"\x11\n" +
-	"\x0fListKeysRequest\"&\n" +
+	"\bsegments\x18\x01 \x03(\v2\x19.kvferry.store.v1.SegmentR\bsegments\".\n" +
+	"\x0fListKeysRequest\x12\x1b\n" +
+	"\ttenant_id\x18\x01 \x01(\tR\btenantId\"&\n" +
 	"\x10ListKeysResponse\x12\x12\n" +
 	"\x04keys\x18\x01 \x03(\tR\x04keys\"\xbb\x01\n" +
 	"\x14AcquireGrantsRequest\x12\x1b\n" +
@@ -2826,14 +2957,15 @@ const file_wire_proto_rawDesc = "" +
 	"\x10grant_generation\x18\x02 \x01(\x04R\x0fgrantGeneration\"E\n" +
 	"\x0eGrantedReplica\x12\x19\n" +
 	"\bgrant_id\x18\x01 \x01(\x04R\agrantId\x12\x18\n" +
-	"\aaddress\x18\x02 \x01(\x04R\aaddress\"\xe6\x01\n" +
+	"\aaddress\x18\x02 \x01(\x04R\aaddress\"\x83\x02\n" +
 	"\x10PutCommitRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x12\n" +
 	"\x04size\x18\x03 \x01(\x04R\x04size\x129\n" +
 	"\x06config\x18\x04 \x01(\v2!.kvferry.store.v1.ReplicateConfigR\x06config\x12\x16\n" +
 	"\x06upsert\x18\x05 \x01(\bR\x06upsert\x12<\n" +
-	"\breplicas\x18\x06 \x03(\v2 .kvferry.store.v1.GrantedReplicaR\breplicas\">\n" +
+	"\breplicas\x18\x06 \x03(\v2 .kvferry.store.v1.GrantedReplicaR\breplicas\x12\x1b\n" +
+	"\ttenant_id\x18\a \x01(\tR\btenantId\">\n" +
 	"\x11PutCommitResponse\x12)\n" +
 	"\x10grant_generation\x18\x01 \x01(\x04R\x0fgrantGeneration\"O\n" +
 	"\x13ReturnGrantsRequest\x12\x1b\n" +

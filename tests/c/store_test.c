@@ -49,6 +49,7 @@
     X(kvferry_store_get_alloc)          \
     X(kvferry_store_free)               \
     X(kvferry_store_last_error)         \
+    X(kvferry_store_set_tenant)         \
     X(kvferry_metrics_text)
 
 static struct {
@@ -328,6 +329,52 @@ static void test_client(const char *master, const char *holder) {
     munmap(wb, K * SZ);
 }
 
+static mooncake_store_t tenant_store(const char *master, const char *tenant) {
+    mooncake_store_t s = api.mooncake_store_create();
+    if (!s) exit(2);
+    CHECK(api.kvferry_store_set_tenant(s, tenant) == 0, "set_tenant(%s)", tenant);
+    int rc = api.mooncake_store_setup(s, "127.0.0.1", "P2PHANDSHAKE", 0, 4 << 20, "tcp", "", master);
+    if (rc != 0) {
+        fprintf(stderr, "setup of tenant %s = %d\n", tenant, rc);
+        exit(2);
+    }
+    return s;
+}
+
+/* Stores of two tenants on one master: the same key is two objects, and
+ * nothing of one tenant is seen or removed by the other. */
+static void test_tenants(const char *master) {
+    CHECK(api.kvferry_store_set_tenant(NULL, "a") == -1, "set_tenant NULL store");
+    mooncake_store_t bad = api.mooncake_store_create();
+    CHECK(api.kvferry_store_set_tenant(bad, "_reserved") == INVALID_PARAMS, "reserved tenant");
+    CHECK(api.kvferry_store_set_tenant(bad, "a\tb") == INVALID_PARAMS, "control character");
+    CHECK(api.kvferry_store_set_tenant(bad, NULL) == 0, "NULL tenant is the default");
+    api.mooncake_store_destroy(bad);
+
+    mooncake_store_t a = tenant_store(master, "tenant-a"), b = tenant_store(master, "tenant-b");
+    CHECK(api.kvferry_store_set_tenant(a, "other") == INVALID_PARAMS, "set_tenant after setup");
+    uint8_t va[512], vb[300], out[512];
+    fill(va, sizeof va, 21);
+    fill(vb, sizeof vb, 22);
+    CHECK(api.mooncake_store_put(a, "tk", va, sizeof va, NULL) == 0, "put a");
+    CHECK(api.mooncake_store_put(b, "tk", vb, sizeof vb, NULL) == 0, "put b");
+    CHECK(api.mooncake_store_put(a, "only-a", va, sizeof va, NULL) == 0, "put only-a");
+    CHECK(api.mooncake_store_get_into(a, "tk", out, sizeof out) == (int64_t)sizeof va && same(out, sizeof va, 21),
+          "get a");
+    CHECK(api.mooncake_store_get_into(b, "tk", out, sizeof out) == (int64_t)sizeof vb && same(out, sizeof vb, 22),
+          "get b");
+    CHECK(api.mooncake_store_is_exist(b, "only-a") == 0, "b sees a's key");
+    CHECK(api.mooncake_store_get_size(b, "only-a") == OBJECT_NOT_FOUND, "b sizes a's key");
+    CHECK(api.mooncake_store_remove(b, "only-a", 1) == OBJECT_NOT_FOUND, "b removes a's key");
+    int64_t n = api.mooncake_store_remove_all(b, 1);
+    CHECK(n == 1, "remove_all b = %" PRId64, n);
+    CHECK(api.mooncake_store_is_exist(a, "tk") == 1 && api.mooncake_store_is_exist(a, "only-a") == 1,
+          "a kept its keys");
+    CHECK(api.mooncake_store_remove_by_regex(a, "^(tk|only-a)$", 1) == 2, "a removes its keys");
+    api.mooncake_store_destroy(a);
+    api.mooncake_store_destroy(b);
+}
+
 static void test_embedded(void) {
     mooncake_store_t s = new_store("", 16 << 20);
     uint8_t b[4096], out[4096];
@@ -365,6 +412,7 @@ int main(int argc, char **argv) {
     }
     if (strcmp(argv[1], "client") == 0 && argc == 5) {
         test_client(argv[3], argv[4]);
+        test_tenants(argv[3]);
     } else if (strcmp(argv[1], "embedded") == 0) {
         test_embedded();
     } else {
