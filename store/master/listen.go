@@ -1,6 +1,8 @@
 package master
 
 import (
+	"bytes"
+	"encoding/hex"
 	"errors"
 	"io"
 	"net"
@@ -11,8 +13,16 @@ import (
 )
 
 // helloTimeout bounds how long a new connection may take to send its first
-// bytes (the mux hello or the HTTP/2 preface).
-const helloTimeout = 10 * time.Second
+// bytes: the mux hello or the whole HTTP/2 client preface. A connection
+// that sends neither in time (a Mooncake client, whose coro_rpc header
+// neither protocol accepts, or anything else) is closed with a log line,
+// so the peer fails at once instead of waiting for an answer that never
+// comes.
+const helloTimeout = time.Second
+
+// http2Preface is the HTTP/2 client connection preface (RFC 9113 §3.4),
+// the first bytes of every gRPC connection.
+const http2Preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 
 // runAccept accepts connections on the RPC port and starts serveConn for
 // each. Owned by the Server; stops when Close closes the listener.
@@ -46,21 +56,27 @@ func (s *Server) runAccept() {
 	}
 }
 
-// serveConn reads the first bytes of conn: the mux hello makes it a mux
-// connection served here, anything else goes to the gRPC server with those
-// bytes put back in front.
+// serveConn reads the first bytes of conn within helloTimeout: the mux
+// hello makes it a mux connection served here, the HTTP/2 preface hands it
+// to the gRPC server with those bytes put back in front, and anything else
+// (or nothing in time) closes it.
 func (s *Server) serveConn(conn net.Conn) {
 	defer s.wg.Done()
-	var first [len(wire.MuxHello)]byte
+	var first [len(http2Preface)]byte
 	_ = conn.SetReadDeadline(time.Now().Add(helloTimeout))
-	n, err := io.ReadFull(conn, first[:])
+	n, err := io.ReadFull(conn, first[:len(wire.MuxHello)])
+	if err == nil && string(first[:n]) == http2Preface[:n] {
+		var m int
+		m, err = io.ReadFull(conn, first[n:])
+		n += m
+	}
 	_ = conn.SetReadDeadline(time.Time{})
-	if err != nil && n == 0 {
-		s.untrack(conn)
-		conn.Close()
+	isMux := n == len(wire.MuxHello) && bytes.Equal(first[:n], wire.MuxHello[:])
+	if !isMux && (err != nil || string(first[:n]) != http2Preface) {
+		s.refuse(conn, first[:n], err)
 		return
 	}
-	if err == nil && first == wire.MuxHello {
+	if isMux {
 		s.log.Debug("mux client connected", "peer", conn.RemoteAddr())
 		err := wire.ServeMuxConn(s.ctx, conn, &handlers{s: s})
 		s.untrack(conn)
@@ -70,10 +86,46 @@ func (s *Server) serveConn(conn net.Conn) {
 		}
 		return
 	}
-	// gRPC (or something else that gRPC will refuse). Short reads hand on
-	// what arrived; gRPC sees the same bytes it would have read itself.
+	// gRPC: it reads the preface again from the saved bytes.
 	s.untrack(conn)
 	s.grpcLis.handoff(&prefixConn{Conn: conn, prefix: first[:n]})
+}
+
+// refuse closes a connection that did not start with the mux hello or the
+// HTTP/2 preface in time, and says so: at Warn, at most once a second (the
+// others at Debug, counted in the next Warn line), so a port scan cannot
+// flood the log. A peer that connected and left without a byte (a port
+// probe) is logged at Debug only.
+func (s *Server) refuse(conn net.Conn, got []byte, err error) {
+	defer conn.Close() // after the log line: whoever sees the close finds it
+	s.untrack(conn)
+	peer := conn.RemoteAddr().String()
+	if len(got) == 0 && errors.Is(err, io.EOF) {
+		s.log.Debug("store master connection closed before its first byte", "peer", peer)
+		return
+	}
+	reason := "speaks neither kvferry's mux protocol nor HTTP/2 (Mooncake's own coro_rpc clients cannot use a kvferry master)"
+	if err != nil {
+		reason = "no mux hello or HTTP/2 preface within " + helloTimeout.String()
+	}
+	now := time.Now()
+	s.refused.Lock()
+	s.refused.n++
+	warn := now.Sub(s.refused.last) >= time.Second
+	suppressed := s.refused.n - 1
+	if warn {
+		s.refused.last, s.refused.n = now, 0
+	}
+	s.refused.Unlock()
+	attrs := []any{"peer", peer, "reason", reason, "first_bytes", hex.EncodeToString(got)}
+	if !warn {
+		s.log.Debug("store master closed a connection", attrs...)
+		return
+	}
+	if suppressed > 0 {
+		attrs = append(attrs, "refused_since_last_warning", suppressed)
+	}
+	s.log.Warn("store master closed a connection", attrs...)
 }
 
 // track records an accepted connection; false once the server is closing.

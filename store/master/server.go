@@ -60,6 +60,12 @@ type Server struct {
 		m      map[net.Conn]struct{}
 		closed bool
 	}
+	// refused rate-limits the log lines of refused connections (refuse).
+	refused struct {
+		sync.Mutex
+		last time.Time // the last Warn line
+		n    int       // refusals since
+	}
 
 	ctx    context.Context
 	cancel context.CancelFunc

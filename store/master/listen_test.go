@@ -1,0 +1,103 @@
+package master
+
+import (
+	"bytes"
+	"errors"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"gotest.tools/v3/assert"
+
+	"github.com/kvferry/kvferry/store/wire"
+)
+
+// lockedBuffer is a bytes.Buffer for a logger shared by goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestServerRefusesForeignProtocols: a connection that sends neither the mux
+// hello nor the HTTP/2 preface within helloTimeout (a Mooncake coro_rpc
+// client, HTTP/1, a partial preface, silence) is closed with a log line;
+// mux and gRPC clients on the same port are served as before.
+func TestServerRefusesForeignProtocols(t *testing.T) {
+	var logs lockedBuffer
+	srv, err := StartEmbedded(Config{Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	assert.NilError(t, err)
+	defer srv.Close()
+
+	t.Run("refused", func(t *testing.T) { refuseCases(t, srv.Addr()) })
+	// One line per refused connection (the first at Warn, the rest of the
+	// same second at Debug), with the peer and the bytes it sent.
+	out := logs.String()
+	assert.Equal(t, strings.Count(out, "store master closed a connection"), 5, out)
+	assert.Assert(t, strings.Contains(out, "level=WARN msg=\"store master closed a connection\""), out)
+	assert.Assert(t, strings.Contains(out, "first_bytes=15010000"), out)
+	assert.Assert(t, strings.Contains(out, "no mux hello or HTTP/2 preface within 1s"), out)
+
+	// A port probe (connect, close) is not refused loudly.
+	probe, err := net.Dial("tcp", srv.Addr())
+	assert.NilError(t, err)
+	probe.Close()
+
+	// Both protocols still work on the port.
+	mux := wire.NewMuxClient(wire.MuxClientConfig{Addr: srv.Addr()})
+	defer mux.Close()
+	_, err = mux.Ping(ctxT(t), &wire.PingRequest{ClientId: "c"})
+	assert.NilError(t, err)
+	_, err = dial(t, srv.Addr()).Ping(ctxT(t), &wire.PingRequest{ClientId: "c"})
+	assert.NilError(t, err)
+	assert.Equal(t, strings.Count(logs.String(), "store master closed a connection"), 5)
+}
+
+// refuseCases sends what foreign clients send, in parallel, and checks that
+// the master closes each connection.
+func refuseCases(t *testing.T, addr string) {
+	for _, tc := range []struct {
+		name string
+		send []byte
+	}{
+		// A coro_rpc request header (magic 0x15, version, serialize type,
+		// message type, sequence, function id, length, ...).
+		{"mooncake coro_rpc", []byte{0x15, 0x01, 0x00, 0x00, 0x01, 0, 0, 0, 0xde, 0xad, 0xbe, 0xef, 0x10, 0, 0, 0, 0, 0, 0, 0}},
+		{"http/1", []byte("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")},
+		{"partial http/2 preface", []byte("PRI * HTTP/2.0\r\n")},
+		{"partial mux hello", wire.MuxHello[:5]},
+		{"silence", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			conn, err := net.Dial("tcp", addr)
+			assert.NilError(t, err)
+			defer conn.Close()
+			if len(tc.send) > 0 {
+				_, err = conn.Write(tc.send)
+				assert.NilError(t, err)
+			}
+			// Closed by the master well before this deadline (the old
+			// hand-off to gRPC waited for its 2-minute handshake timeout).
+			_ = conn.SetReadDeadline(time.Now().Add(8 * time.Second))
+			n, err := conn.Read(make([]byte, 64))
+			assert.Equal(t, n, 0)
+			var ne net.Error
+			assert.Assert(t, err != nil && !(errors.As(err, &ne) && ne.Timeout()), "read: %v", err)
+		})
+	}
+}
