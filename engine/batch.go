@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -121,8 +122,7 @@ func (t *task) finish() {
 		t.pin = nil
 	}
 	t.batch.e.metrics.taskDone(st, t.length, time.Since(t.start))
-	t.state.Store(int32(st))
-	t.batch.taskTerminal(st)
+	t.batch.taskTerminal(t, st)
 }
 
 func (t *task) status() TaskStatus {
@@ -131,8 +131,8 @@ func (t *task) status() TaskStatus {
 
 // pendingNotify is a notification to send once the batch completes.
 type pendingNotify struct {
-	target SegmentID
-	msg    Notification
+	peer *Peer // reqs[0]'s segment, as when submitted
+	msg  Notification
 }
 
 type batch struct {
@@ -143,38 +143,91 @@ type batch struct {
 	canceled  atomic.Bool
 	remaining atomic.Int64 // tasks not yet terminal
 	failed    atomic.Int64 // terminal tasks that did not complete
+	// notifying is true from the moment the last task completed until the
+	// batch's notification was accepted by the peer or failed; completed
+	// tasks read as pending meanwhile.
+	notifying atomic.Bool
+	// notifyErr is why the notification could not be delivered; completed
+	// tasks read as failed then.
+	notifyErr atomic.Pointer[error]
 
 	mu struct {
 		sync.Mutex
 		tasks  []*task
 		notify *pendingNotify
-		waitCh chan struct{} // closed when remaining reaches 0
+		waitCh chan struct{} // closed when the batch is idle (waitIdle)
 		freed  bool
 	}
 }
 
-func (b *batch) taskTerminal(st TaskState) {
+// taskTerminal records that t ended in st. When it was the last task and
+// the batch completed with a notification pending, the notification starts
+// on its way before t's state becomes visible, so that nobody sees the
+// batch completed before its notification has left.
+func (b *batch) taskTerminal(t *task, st TaskState) {
 	if st != StateCompleted {
 		b.failed.Add(1)
 	}
-	if b.remaining.Add(-1) == 0 {
+	last := b.remaining.Add(-1) == 0
+	var n *pendingNotify
+	if last && b.failed.Load() == 0 && !b.canceled.Load() {
 		b.mu.Lock()
-		if b.mu.waitCh != nil {
-			close(b.mu.waitCh)
-			b.mu.waitCh = nil
+		if n = b.mu.notify; n != nil {
+			b.mu.notify = nil
+			b.notifying.Store(true)
 		}
 		b.mu.Unlock()
 	}
+	t.state.Store(int32(st))
+	switch {
+	case n != nil:
+		b.sendNotify(n)
+	case last:
+		b.wakeIfIdle()
+	}
 }
 
-// waitIdle waits until every submitted task is terminal or ctx is done.
+// sendNotify hands the batch's notification to its peer and settles the
+// batch with the outcome.
+func (b *batch) sendNotify(n *pendingNotify) {
+	done := func(err error) {
+		if err != nil {
+			err = fmt.Errorf("batch %d completed, but its notification did not reach segment %q: %w", b.id, n.peer.Name, err)
+			b.notifyErr.Store(&err)
+			b.e.log.Warn("batch notification failed", "batch", b.id, "segment", n.peer.Name, "err", err)
+		}
+		b.notifying.Store(false)
+		b.wakeIfIdle()
+	}
+	if n.peer.Local() {
+		done(b.e.notifyPeer(b.e.ctx, n.peer, n.msg))
+		return
+	}
+	b.e.enqueueNotify(n.peer, &outNotify{n: n.msg, done: done})
+}
+
+// idle reports whether no task runs and no notification is on its way.
+func (b *batch) idle() bool { return b.remaining.Load() == 0 && !b.notifying.Load() }
+
+// wakeIfIdle wakes waitIdle's waiters once the batch is idle.
+func (b *batch) wakeIfIdle() {
+	b.mu.Lock()
+	if b.mu.waitCh != nil && b.idle() {
+		close(b.mu.waitCh)
+		b.mu.waitCh = nil
+	}
+	b.mu.Unlock()
+}
+
+// waitIdle waits until every submitted task is terminal and the batch's
+// notification (if any) has settled, or ctx is done.
 func (b *batch) waitIdle(ctx context.Context) error {
 	for {
-		if b.remaining.Load() == 0 {
+		if b.idle() {
 			return nil
 		}
 		b.mu.Lock()
-		if b.remaining.Load() == 0 {
+		if b.idle() {
 			b.mu.Unlock()
 			return nil
 		}
@@ -201,33 +254,37 @@ func (b *batch) taskAt(i int) *task {
 	return b.mu.tasks[i]
 }
 
-// observe reports t's status and, if terminal, marks it observed and fires
-// the batch's pending notification when the whole batch has completed.
-func (b *batch) observe(t *task) TaskStatus {
+// status is t's status as the batch reports it: a completed task reads
+// as pending while the batch's notification is on its way (unless it was
+// reported completed before), and as failed once it could not be
+// delivered.
+func (b *batch) status(t *task) (TaskStatus, error) {
 	st := t.status()
-	if st.State.Terminal() {
-		t.observed.Store(true)
-		if st.State == StateCompleted {
-			b.maybeNotify()
-		}
+	if st.State != StateCompleted {
+		return st, nil
 	}
-	return st
+	// notifying before notifyErr: the sender stores the error first, so a
+	// notification seen settled has its outcome visible.
+	if b.notifying.Load() {
+		if !t.observed.Load() {
+			st.State = StatePending
+		}
+		return st, nil
+	}
+	if p := b.notifyErr.Load(); p != nil {
+		st.State = StateFailed
+		return st, *p
+	}
+	return st, nil
 }
 
-// maybeNotify sends the pending notification once every task completed.
-func (b *batch) maybeNotify() {
-	if b.remaining.Load() != 0 || b.failed.Load() != 0 {
-		return
+// observe reports t's status and, if terminal, marks it observed.
+func (b *batch) observe(t *task) TaskStatus {
+	st, _ := b.status(t)
+	if st.State.Terminal() {
+		t.observed.Store(true)
 	}
-	b.mu.Lock()
-	n := b.mu.notify
-	if n == nil || b.remaining.Load() != 0 {
-		b.mu.Unlock()
-		return
-	}
-	b.mu.notify = nil
-	b.mu.Unlock()
-	b.e.queueNotify(n.target, n.msg)
+	return st
 }
 
 // aggregate computes the batch status; terminal tasks become observed.
@@ -240,7 +297,7 @@ func (b *batch) aggregate() BatchStatus {
 	bs.State = StateCompleted
 	running := false
 	for _, t := range tasks {
-		st := t.status()
+		st, nerr := b.status(t)
 		bs.TransferredBytes += st.TransferredBytes
 		if !st.State.Terminal() {
 			running = true
@@ -251,15 +308,13 @@ func (b *batch) aggregate() BatchStatus {
 			bs.State = st.State
 			if p := t.err.Load(); p != nil {
 				bs.Err = *p
+			} else if nerr != nil {
+				bs.Err = nerr
 			}
 		}
 	}
 	if running {
 		bs.State = StateWaiting
-		return bs
-	}
-	if bs.State == StateCompleted {
-		b.maybeNotify()
 	}
 	return bs
 }

@@ -68,7 +68,7 @@ type Engine struct {
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
 	closed   atomic.Bool
-	notifyQ  chan pendingNotify
+	out      outboxes // notifications on their way out (outbox.go)
 	localSeg atomic.Pointer[descriptor.Segment]
 
 	transports struct {
@@ -105,7 +105,6 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 	e.ctx, e.cancel = context.WithCancel(context.Background())
 	e.segments.byName = make(map[string]*Peer)
 	e.batches.m = make(map[BatchID]*batch)
-	e.notifyQ = make(chan pendingNotify, 4096)
 
 	host := cfg.LocalServerName
 	if e.meta.P2P() {
@@ -139,9 +138,6 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 	e.segments.byID = []*Peer{local}
 	e.segments.byName[e.name] = local
 	e.rpcSrv = rpc.NewServer(ln, e.handleRPC, rpc.ServerConfig{MaxMessage: cfg.HandshakeMaxLength, Logger: e.log})
-
-	e.wg.Add(1)
-	go e.runNotifier()
 
 	for _, name := range cfg.Transports {
 		// Published once below, with every transport.
@@ -610,12 +606,17 @@ func (e *Engine) CloseSegment(id SegmentID) error {
 }
 
 // RemoveSegment drops the cached segment called name; its id becomes
-// unknown. The local segment cannot be removed.
+// unknown. Notifications queued for it are delivered first (waiting at most
+// the metadata timeout; those still queued then fail, visibly to their
+// senders). The local segment cannot be removed.
 func (e *Engine) RemoveSegment(name string) error {
 	name = strings.TrimPrefix(name, "/")
 	if name == "" {
 		return fmt.Errorf("remove segment: empty name: %w", ErrInvalidArgument)
 	}
+	// Notifications queued for the segment go out (or fail visibly)
+	// before it is forgotten.
+	e.flushOutbox(name, e.cfg.MetadataTimeout)
 	e.segments.Lock()
 	defer e.segments.Unlock()
 	p := e.segments.byName[name]
@@ -828,8 +829,9 @@ func (e *Engine) WaitNotifications(ctx context.Context) []Notification {
 	}
 }
 
-// Notify sends n to segment target now (LocalSegment delivers to this
-// engine's own queue).
+// Notify sends n to segment target and waits until the peer accepted it
+// (LocalSegment delivers to this engine's own queue). It is ordered with
+// the segment's batch notifications queued before it.
 func (e *Engine) Notify(ctx context.Context, target SegmentID, n Notification) error {
 	if e.closed.Load() {
 		return ErrClosed
@@ -839,7 +841,17 @@ func (e *Engine) Notify(ctx context.Context, target SegmentID, n Notification) e
 		return fmt.Errorf("notify segment %d: %w", target, ErrUnknownSegment)
 	}
 	if p.Local() {
+		return e.notifyPeer(ctx, p, n)
+	}
+	return e.sendNotify(ctx, p, n)
+}
+
+// notifyPeer hands n to p now: one notify RPC, or the own queue for the
+// local segment.
+func (e *Engine) notifyPeer(ctx context.Context, p *Peer, n Notification) error {
+	if p.Local() {
 		if !e.deliver(n) {
+			e.metrics.notifiesFailed.Add(1)
 			return fmt.Errorf("notify self: queue full: %w", ErrTooManyRequests)
 		}
 		e.metrics.notifiesSent.Add(1)
@@ -891,31 +903,6 @@ func (e *Engine) Probe(ctx context.Context, name string) error {
 	return nil
 }
 
-func (e *Engine) queueNotify(target SegmentID, n Notification) {
-	select {
-	case e.notifyQ <- pendingNotify{target: target, msg: n}:
-	default:
-		e.metrics.notifiesFailed.Add(1)
-		e.log.Error("notification queue full, dropping", "segment", target)
-	}
-}
-
-// runNotifier sends batch-completion notifications; owned by the Engine,
-// stopped by Close.
-func (e *Engine) runNotifier() {
-	defer e.wg.Done()
-	for {
-		select {
-		case <-e.ctx.Done():
-			return
-		case n := <-e.notifyQ:
-			if err := e.Notify(e.ctx, n.target, n.msg); err != nil {
-				e.log.Warn("batch notification failed", "segment", n.target, "err", err)
-			}
-		}
-	}
-}
-
 // ---- batches ----
 
 // AllocateBatch creates a batch that can hold capacity requests in total.
@@ -952,9 +939,13 @@ func (e *Engine) Submit(id BatchID, reqs []Request) error {
 	return e.submit(id, reqs, nil)
 }
 
-// SubmitWithNotify is Submit plus a notification to reqs[0].Target sent
-// once the whole batch has been observed completed. A later call on the
-// same batch replaces the pending notification.
+// SubmitWithNotify is Submit plus a notification to reqs[0].Target, sent
+// as soon as every task of the batch has completed (none sent when one
+// fails or the batch is canceled). Until the peer has accepted it the
+// batch's completed tasks report StatePending and the batch StateWaiting;
+// if it cannot be delivered, they report StateFailed with the reason. So a
+// batch reported completed means its notification has left. A later call
+// on the same batch replaces the pending notification.
 func (e *Engine) SubmitWithNotify(id BatchID, reqs []Request, n Notification) error {
 	if len(reqs) == 0 {
 		return fmt.Errorf("submit with notify: no requests: %w", ErrInvalidArgument)
@@ -1031,7 +1022,7 @@ func (e *Engine) submit(id BatchID, reqs []Request, n *Notification) error {
 	}
 	b.remaining.Add(int64(len(reqs)))
 	if n != nil {
-		b.mu.notify = &pendingNotify{target: reqs[0].Target, msg: *n}
+		b.mu.notify = &pendingNotify{peer: groups[gidx[0]].p, msg: *n}
 	}
 	b.mu.Unlock()
 
@@ -1279,12 +1270,13 @@ func (e *Engine) Metrics() Metrics {
 func (e *Engine) Closed() bool { return e.closed.Load() }
 
 // Close stops the engine: the RPC server, the transports (tasks in flight
-// end FAILED), the notifier; it unpublishes the segment and closes the
-// metadata backend. A second Close is harmless.
+// end FAILED), the outboxes (notifications not yet sent fail); it
+// unpublishes the segment and closes the metadata backend. A second Close is harmless.
 func (e *Engine) Close() error {
 	if e.closed.Swap(true) {
 		return nil
 	}
+	e.closeOutboxes()
 	e.rpcSrv.Close()
 	e.transports.Lock()
 	list := e.transports.list

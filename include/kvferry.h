@@ -86,7 +86,10 @@ int kvferry_engine_last_error(transfer_engine_t engine, char *buf, size_t len);
  * while any task runs, STATUS_COMPLETED when all completed, STATUS_FAILED
  * (or STATUS_CANCELED / STATUS_TIMEOUT) once every task is terminal and one
  * did not complete. Terminal tasks count as observed, exactly as if
- * getTransferStatus had reported each, and a pending notification is sent.
+ * getTransferStatus had reported each. A batch submitted with a notification
+ * reads STATUS_WAITING until the peer has accepted the notification (its
+ * completed tasks read STATUS_PENDING meanwhile), and STATUS_FAILED if it
+ * could not be delivered.
  * Any of the out pointers may be NULL. Returns 0 or a negative code. */
 int kvferry_batch_status(transfer_engine_t engine, batch_id_t batch_id,
                          int *state, uint64_t *transferred_bytes,

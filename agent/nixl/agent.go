@@ -9,7 +9,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 	"unicode/utf8"
 
 	"github.com/kvferry/kvferry/engine"
@@ -24,9 +23,9 @@ type Config struct {
 	// EngineParams with auto-discovered transports; required. The agent owns
 	// it from New on: Close closes it.
 	Engine *engine.Engine
-	// ProgressThread starts a goroutine that observes batches posted with a
-	// notification, so the notification goes out without the caller
-	// polling (NIXL's progress thread). False: Notifications observes them.
+	// ProgressThread is NIXL's progress-thread flag. The engine progresses
+	// on its own either way (a transfer's notification leaves as soon as
+	// its data has landed, polled or not), so it only shows in the log.
 	ProgressThread bool
 	// Logger receives the agent's logs; nil discards them.
 	Logger *slog.Logger
@@ -42,8 +41,6 @@ type Agent struct {
 
 	ctx       context.Context // cancelled by Close
 	cancel    context.CancelFunc
-	wg        sync.WaitGroup // the progress goroutine
-	kick      chan struct{}  // wakes the progress goroutine; capacity 1
 	closeOnce sync.Once
 	closeErr  error
 	// gen grows whenever a handle that prepared requests may refer to goes
@@ -57,11 +54,6 @@ type Agent struct {
 		sync.Mutex
 		peers map[string]*peer // by agent name, self included
 		regs  []*reg           // engine registrations
-	}
-	pending struct {
-		sync.Mutex
-		// batches posted with a notification, not yet observed terminal
-		m map[engine.BatchID]struct{}
 	}
 }
 
@@ -120,26 +112,20 @@ func New(cfg Config) (*Agent, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	e := cfg.Engine
-	a := &Agent{name: cfg.Name, e: e, log: log, progress: cfg.ProgressThread, kick: make(chan struct{}, 1)}
+	a := &Agent{name: cfg.Name, e: e, log: log, progress: cfg.ProgressThread}
 	a.ctx, a.cancel = context.WithCancel(context.Background())
 	a.self = &peer{agent: cfg.Name, info: e.SegmentName(), seg: engine.LocalSegment}
 	a.mu.peers = map[string]*peer{cfg.Name: a.self}
-	a.pending.m = map[engine.BatchID]struct{}{}
-	if a.progress {
-		a.wg.Add(1)
-		go a.runProgress()
-	}
 	log.Info("nixl engine created", "agent", cfg.Name, "segment", e.SegmentName(), "progress_thread", a.progress)
 	return a, nil
 }
 
-// Close stops the progress goroutine, cancels running transfers, drops every
-// handle and closes the engine. A second Close is harmless and returns the
+// Close cancels running transfers, drops every handle and closes the
+// engine. A second Close is harmless and returns the
 // first one's error.
 func (a *Agent) Close() error {
 	a.closeOnce.Do(func() {
 		a.cancel()
-		a.wg.Wait()
 		for _, x := range a.xfers.All() {
 			_ = a.release(x)
 		}
@@ -416,86 +402,12 @@ func (a *Agent) Notify(agent, msg string) error {
 	return nil
 }
 
-// Notifications observes finished batches (without a progress thread this
-// is where their notifications go out) and drains the received
-// notifications: Name is the sender agent, Msg its message, oldest first.
+// Notifications drains the received notifications: Name is the sender
+// agent, Msg its message, oldest first.
 func (a *Agent) Notifications() []engine.Notification {
-	if !a.progress {
-		a.progressPending()
-	}
 	ns := a.e.Notifications()
 	for i := range ns {
 		ns[i] = decodeNotif(ns[i])
 	}
 	return ns
-}
-
-// observe reports whether batch id is done with; a completed batch's
-// notification is sent as a side effect of BatchStatus.
-func (a *Agent) observe(id engine.BatchID) bool {
-	bs, err := a.e.BatchStatus(id)
-	if err == nil && bs.State == engine.StateWaiting {
-		return false
-	}
-	a.pending.Lock()
-	delete(a.pending.m, id)
-	a.pending.Unlock()
-	return true
-}
-
-// progressPending observes every pending batch once, without blocking.
-func (a *Agent) progressPending() {
-	a.pending.Lock()
-	if len(a.pending.m) == 0 {
-		a.pending.Unlock()
-		return
-	}
-	ids := make([]engine.BatchID, 0, len(a.pending.m))
-	for id := range a.pending.m {
-		ids = append(ids, id)
-	}
-	a.pending.Unlock()
-	for _, id := range ids {
-		a.observe(id)
-	}
-}
-
-func (a *Agent) oldestPending() (engine.BatchID, bool) {
-	a.pending.Lock()
-	defer a.pending.Unlock()
-	var best engine.BatchID
-	for id := range a.pending.m {
-		if best == 0 || id < best {
-			best = id
-		}
-	}
-	return best, best != 0
-}
-
-// runProgress is the progress thread of an agent created with one: it waits
-// for each batch posted with a notification and observes it, so the
-// notification goes out without the caller polling. Owned by the agent,
-// stopped by Close (a.ctx).
-func (a *Agent) runProgress() {
-	defer a.wg.Done()
-	for {
-		select {
-		case <-a.ctx.Done():
-			return
-		case <-a.kick:
-		}
-		for {
-			id, ok := a.oldestPending()
-			if !ok {
-				break
-			}
-			ctx, cancel := context.WithTimeout(a.ctx, a.e.Config().TransferTimeout+time.Second)
-			_, _ = a.e.Wait(ctx, id)
-			cancel()
-			if a.ctx.Err() != nil {
-				return
-			}
-			a.observe(id)
-		}
-	}
 }

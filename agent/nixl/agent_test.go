@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net/http/httptest"
 	"strconv"
 	"strings"
@@ -427,4 +428,38 @@ func TestClose(t *testing.T) {
 	assert.Assert(t, p.a.Engine().Closed())
 	assert.NilError(t, p.a.Close())
 	assert.Assert(t, errors.Is(p.a.Check(x), ErrReleased), "Close released the request")
+}
+
+// TestDoneMeansNotified: once Check reports a post with a notification
+// done, the target already holds the notification, so a program may drop
+// the remote agent right away (NIXL's examples invalidate it after DONE;
+// the target then waits for the notification). Both progress modes.
+func TestDoneMeansNotified(t *testing.T) {
+	p := newPair(t)
+	for _, src := range []*Agent{p.a, p.b} { // alice has a progress thread, bob not
+		dst, sbuf, smd, dbuf, rmd := p.b, p.abuf, p.amd, p.bbuf, p.arm
+		if src == p.b {
+			dst, sbuf, smd, dbuf, rmd = p.a, p.bbuf, p.bmd, p.abuf, p.brm
+		}
+		local, remote := descsOf(sbuf, smd)[:2], descsOf(dbuf, rmd)[:2]
+		for k := range 20 {
+			x, err := src.PrepXfer(Write, dst.Name(), local, remote)
+			assert.NilError(t, err)
+			msg := fmt.Sprintf("post %d", k)
+			assert.NilError(t, src.PostNotify(x, Write, local, remote, msg))
+			assert.NilError(t, waitXfer(t, src, x))
+			assert.NilError(t, src.Release(x))
+			assert.NilError(t, src.Disconnect(dst.Name()))
+			assert.DeepEqual(t, dst.Notifications(), []engine.Notification{{Name: src.Name(), Msg: msg}})
+			// Reload, as NIXL does on the next metadata exchange.
+			assert.NilError(t, src.LoadConnInfo(dst.Name(), dst.ConnInfo()))
+			for i := range rmd[:2] {
+				blob, err := dst.PublicData(map[*Agent][]MD{p.a: p.amd, p.b: p.bmd}[dst][i])
+				assert.NilError(t, err)
+				h, err := src.LoadRemoteMD(dst.Name(), DRAM, remote[i].Addr, testBlock, 0, blob)
+				assert.NilError(t, err)
+				remote[i].MD = h
+			}
+		}
+	}
 }

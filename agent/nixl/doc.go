@@ -6,9 +6,10 @@
 // data per registered buffer for NIXL's metadata exchange (PublicData,
 // LoadRemoteMD), runs reusable transfer requests (PrepXfer, Post,
 // PostNotify, Check, Release) and delivers notifications tagged with the
-// sender agent's name (Notify, Notifications). With a progress thread it
-// observes posted batches itself, so their notifications go out without the
-// caller polling.
+// sender agent's name (Notify, Notifications). The engine progresses on its
+// own: a post's notification leaves as soon as its data has landed, and
+// Check reports success only after that, whether or not NIXL runs a
+// progress thread.
 //
 // The package has a plain Go API and never sees a C type. abi/ implements
 // kvferry.h "NIXL support" over it: it parses the C options (ParseOptions),
@@ -17,7 +18,6 @@
 // one table. MD and Xfer values are handles the C caller holds directly.
 //
 // Ownership and lifetime: an Agent owns its engine from New on and closes it
-// in Close, which also stops the progress goroutine and cancels running
-// transfers. All methods are safe for concurrent use; after Close they fail
-// with the engine's errors.
+// in Close, which also cancels running transfers. All methods are safe for
+// concurrent use; after Close they fail with the engine's errors.
 package nixl

@@ -81,7 +81,8 @@ func (a *Agent) Post(h Xfer, op Op, local, remote []Desc) error {
 }
 
 // PostNotify is Post with a notification: once the transfer completed,
-// the remote agent receives msg (any bytes) from this agent.
+// the remote agent receives msg (any bytes) from this agent. Check reports
+// success only once the notification has been handed to the peer.
 func (a *Agent) PostNotify(h Xfer, op Op, local, remote []Desc, msg string) error {
 	n := a.encodeNotif(msg)
 	return a.post(h, op, local, remote, &n)
@@ -134,17 +135,6 @@ func (a *Agent) postXfer(x *xfer, op Op, local, remote []Desc, notif *engine.Not
 		return fmt.Errorf("post to agent %q: %w", x.peer.agent, err)
 	}
 	x.batch = id
-	if notif != nil {
-		a.pending.Lock()
-		a.pending.m[id] = struct{}{}
-		a.pending.Unlock()
-		if a.progress {
-			select {
-			case a.kick <- struct{}{}:
-			default:
-			}
-		}
-	}
 	return nil
 }
 
@@ -165,9 +155,6 @@ func (a *Agent) finish(x *xfer, bs engine.BatchStatus, err error) {
 		x.last = fmt.Errorf("transfer to agent %q ended %s", x.peer.agent, bs.State)
 	}
 	_ = a.e.FreeBatch(x.batch)
-	a.pending.Lock()
-	delete(a.pending.m, x.batch)
-	a.pending.Unlock()
 	x.batch = 0
 }
 

@@ -422,8 +422,9 @@ func (a *Agent) Submit(op engine.OpCode, name string, local, remote []Desc) (eng
 }
 
 // SubmitNotify is Submit with a message: agent name receives (this agent,
-// msg) once the whole transfer has completed and been observed (Wait,
-// Poll). It needs at least one pair.
+// msg) as soon as the whole transfer has completed; Wait and Poll report
+// completion only once the message has reached the peer. It needs at least
+// one pair.
 func (a *Agent) SubmitNotify(op engine.OpCode, name string, local, remote []Desc, msg []byte) (engine.BatchID, error) {
 	return a.submit(op, name, local, remote, msg, true)
 }
