@@ -128,7 +128,9 @@ func TestRemoveSegmentDeliversQueued(t *testing.T) {
 	var wg sync.WaitGroup
 	errs := make(chan error, direct)
 	for i := range direct {
-		wg.Go(func() { errs <- a.Notify(context.Background(), seg, engine.Notification{Name: "a", Msg: fmt.Sprintf("direct %d", i)}) })
+		wg.Go(func() {
+			errs <- a.Notify(context.Background(), seg, engine.Notification{Name: "a", Msg: fmt.Sprintf("direct %d", i)})
+		})
 	}
 	assert.NilError(t, a.RemoveSegment(b.SegmentName()))
 	wg.Wait()
