@@ -14,6 +14,12 @@
 // put grants that let clients put with one master round trip instead of
 // two (store/master grants.go).
 //
+// Persistence: --oplog_dir=DIR keeps the metadata (an operation log and
+// snapshots) in DIR, so a restarted master serves every committed object
+// once its holders remount (store/master persist.go); --oplog_fsync syncs
+// each write to the device. With --enable_ha, --enable_oplog keeps it in
+// etcd instead, so a new leader does.
+//
 // With --enable_http_metadata_server it also serves Mooncake's HTTP
 // metadata protocol on --http_metadata_server_port (8080), so transfer
 // engines can use "http://<master>:8080/metadata".
@@ -98,7 +104,7 @@ func setDuration(d *time.Duration, s string, unit time.Duration) error {
 // accepted (so existing command lines work) and logged.
 var ignoredFlags = []string{
 	"max_threads", "rpc_thread_num", "rpc_conn_timeout_seconds", "rpc_enable_tcp_no_delay",
-	"rpc_interface", "root_fs_dir", "enable_offload", "enable_cxl", "enable_oplog",
+	"rpc_interface", "root_fs_dir", "enable_offload", "enable_cxl",
 	"global_file_segment_size", "enable_disk_eviction", "quota_bytes",
 }
 
@@ -152,6 +158,13 @@ func parse(args []string) (*options, error) {
 	enableHTTPMeta := fs.Bool("enable_http_metadata_server", false, "also serve the HTTP metadata protocol")
 	httpMetaPort := fs.Int("http_metadata_server_port", 8080, "HTTP metadata server port")
 	httpMetaHost := fs.String("http_metadata_server_host", "0.0.0.0", "HTTP metadata server bind address")
+	fs.StringVar(&cfg.OplogDir, "oplog_dir", "",
+		"keep the metadata (operation log and snapshots) in this directory: a restarted master serves every committed object (kvferry)")
+	fs.BoolVar(&cfg.OplogFsync, "oplog_fsync", false, "sync each oplog write to the device before answering (survives machine crashes)")
+	fs.BoolVar(&cfg.EnableOplog, "enable_oplog", false, "with --enable_ha: keep the metadata in etcd, so a new leader serves every committed object")
+	fs.Var(secDuration{&cfg.RestoreWindow}, "restore_window", "seconds a restored master waits for logged segments to be remounted (default 2 x --client_ttl)")
+	fs.IntVar(&cfg.SnapshotRecords, "snapshot_records", master.DefaultSnapshotRecords, "write a metadata snapshot after this many oplog records")
+	fs.Var(secDuration{&cfg.SnapshotInterval}, "snapshot_interval_sec", "write a metadata snapshot at least this often while the oplog grows (default 300)")
 	level := fs.String("log_level", "info", "log level: debug, info, warn or error")
 	ignored := map[string]*string{}
 	for _, name := range ignoredFlags {

@@ -118,6 +118,19 @@ type Config struct {
 	// DisableGrants turns put grants off: clients put with PutStart and
 	// PutEnd only (--put_grant_bytes=0).
 	DisableGrants bool
+	// RestoreWindow is how long a master that restored its state from
+	// the operation log waits for the logged segments to be remounted;
+	// those that did not come back are then dropped with their replicas
+	// (default 2 x ClientTTL). --restore_window.
+	RestoreWindow time.Duration
+	// SnapshotRecords and SnapshotInterval: a snapshot of the state is
+	// written after that many log records, or that long after the last
+	// one while records were added (defaults 100000, 5 min).
+	// --snapshot_records, --snapshot_interval_sec.
+	SnapshotRecords  int
+	SnapshotInterval time.Duration
+	// PersistTimeout bounds one write of the operation log (default 10 s).
+	PersistTimeout time.Duration
 	// Clock is the time source; nil means the real clock.
 	Clock Clock
 	// Logger receives state changes (mounts, expiries, evictions); nil
@@ -150,6 +163,18 @@ type Config struct {
 	ClusterID string
 	// MasterViewLeaseTTL is the TTL of the leader's etcd lease (default 5 s).
 	MasterViewLeaseTTL time.Duration
+	// OplogDir keeps the master's metadata (operation log and snapshots)
+	// in this local directory, so a restarted master serves every
+	// committed object (persist.go). Empty: nothing is kept. Not with
+	// EnableHA (use EnableOplog). --oplog_dir.
+	OplogDir string
+	// OplogFsync syncs every log write to the device before the master
+	// answers (survives a machine crash; without it a write survives the
+	// master process). --oplog_fsync.
+	OplogFsync bool
+	// EnableOplog, with EnableHA, keeps the metadata in etcd, so a new
+	// leader serves every committed object. --enable_oplog.
+	EnableOplog bool
 }
 
 func (c Config) withDefaults() Config {
@@ -201,6 +226,18 @@ func (c Config) withDefaults() Config {
 	if c.MasterViewLeaseTTL == 0 {
 		c.MasterViewLeaseTTL = DefaultMasterViewLeaseTTL
 	}
+	if c.RestoreWindow == 0 {
+		c.RestoreWindow = 2 * c.ClientTTL
+	}
+	if c.SnapshotRecords == 0 {
+		c.SnapshotRecords = DefaultSnapshotRecords
+	}
+	if c.SnapshotInterval == 0 {
+		c.SnapshotInterval = DefaultSnapshotInterval
+	}
+	if c.PersistTimeout == 0 {
+		c.PersistTimeout = 10 * time.Second
+	}
 	if c.Clock == nil {
 		c.Clock = realClock{}
 	}
@@ -238,6 +275,12 @@ func (c Config) Validate() error {
 	if c.EnableHA && len(c.EtcdEndpoints) == 0 {
 		return errors.New("config: EnableHA needs EtcdEndpoints")
 	}
+	if c.EnableHA && c.OplogDir != "" {
+		return errors.New("config: OplogDir is for a single master; with EnableHA use EnableOplog (the log lives in etcd)")
+	}
+	if c.RestoreWindow < 0 || c.SnapshotRecords < 0 || c.SnapshotInterval < 0 || c.PersistTimeout < 0 {
+		return errors.New("config: RestoreWindow, SnapshotRecords, SnapshotInterval and PersistTimeout must be positive")
+	}
 	if c.MaintenanceInterval < 0 {
 		return errors.New("config: MaintenanceInterval must be positive")
 	}
@@ -257,10 +300,12 @@ func (c Config) String() string {
 		"eviction_ratio=%v eviction_high_watermark_ratio=%v client_ttl=%v "+
 		"put_start_discard_timeout=%v put_start_release_timeout=%v allocation_strategy=%s "+
 		"put_grants=%v grant_bytes=%d grant_lease=%v max_grants_per_client=%d "+
-		"rpc_addr=%s metrics_addr=%q enable_ha=%v etcd=%v cluster_id=%s",
+		"rpc_addr=%s metrics_addr=%q enable_ha=%v etcd=%v cluster_id=%s "+
+		"oplog_dir=%q oplog_fsync=%v enable_oplog=%v restore_window=%v snapshot_records=%d snapshot_interval=%v",
 		c.DefaultKVLeaseTTL, c.DefaultKVSoftPinTTL, c.MaxKVSoftPinTTL, c.KeepSoftPinned,
 		c.EvictionRatio, c.EvictionHighWatermarkRatio, c.ClientTTL,
 		c.PutStartDiscardTimeout, c.PutStartReleaseTimeout, c.AllocationStrategy,
 		!c.DisableGrants, c.GrantBytes, c.GrantLease, c.MaxGrantsPerClient,
-		c.RPCAddr, c.MetricsAddr, c.EnableHA, c.EtcdEndpoints, c.ClusterID)
+		c.RPCAddr, c.MetricsAddr, c.EnableHA, c.EtcdEndpoints, c.ClusterID,
+		c.OplogDir, c.OplogFsync, c.EnableOplog, c.RestoreWindow, c.SnapshotRecords, c.SnapshotInterval)
 }

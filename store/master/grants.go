@@ -136,8 +136,9 @@ const grantSegmentShare = 8
 // client's grant generation. The client must be registered (a mount or
 // remount), else CLIENT_NOT_FOUND; a master with grants off answers
 // NOT_SUPPORTED.
-func (s *Service) AcquireGrants(clientID string, n int, minBytes uint64, exclude []string, returns []uint64) ([]GrantInfo, uint64, error) {
+func (s *Service) AcquireGrants(clientID string, n int, minBytes uint64, exclude []string, returns []uint64) (_ []GrantInfo, _ uint64, err error) {
 	now := s.clock.Now()
+	defer s.durable(&err)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	defer s.checkLocked()
@@ -231,12 +232,13 @@ func (s *Service) grantLocked(c *clientState, n int, need uint64, exclude []stri
 // INVALID_WRITE and nothing changes. Then the key rules of PutStart apply
 // (OBJECT_ALREADY_EXISTS unless upsert; a zombie put is preempted), and the
 // object is complete at once. It returns the client's grant generation.
-func (s *Service) PutCommit(clientID, tenant, key string, size uint64, cfg ReplicateConfig, upsert bool, reps []GrantedReplica) (uint64, error) {
+func (s *Service) PutCommit(clientID, tenant, key string, size uint64, cfg ReplicateConfig, upsert bool, reps []GrantedReplica) (_ uint64, err error) {
 	id, err := objectKeyOf(tenant, key)
 	if err != nil {
 		return 0, fmt.Errorf("put commit %q: %w", key, err)
 	}
 	now := s.clock.Now()
+	defer s.durable(&err)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	defer s.checkLocked()
@@ -514,6 +516,7 @@ func (s *Service) completeLocked(o *object, now time.Time) {
 		o.softPinExpiry = now.Add(o.softPinTTL)
 	}
 	s.mu.lru.touch(o)
+	s.logObjectLocked(o)
 }
 
 func sortedGrants(m map[*grant]struct{}) []*grant {

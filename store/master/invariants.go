@@ -113,8 +113,17 @@ func (s *Service) verifyLocked() error {
 		if o.id != k {
 			return fmt.Errorf("object %v indexed as %v", o.id, k)
 		}
-		if len(o.replicas) == 0 {
+		if len(o.replicas) == 0 && len(o.pending) == 0 {
 			return fmt.Errorf("object %v has no replica", k)
+		}
+		for _, p := range o.pending {
+			a, ok := s.mu.awaiting[p.segID]
+			if !ok {
+				return fmt.Errorf("object %v: restored replica on segment %q, which is not awaited", k, p.segID)
+			}
+			if _, ok := a.objs[o]; !ok {
+				return fmt.Errorf("object %v: restored replica not indexed in awaited segment %q", k, p.segID)
+			}
 		}
 		for _, r := range o.replicas {
 			if _, ok := r.seg.replicas[r]; !ok || r.obj != o || r.seg.unmounted {
@@ -124,8 +133,8 @@ func (s *Service) verifyLocked() error {
 		if _, ok := s.mu.processing[k]; ok == o.complete {
 			return fmt.Errorf("object %v: complete %v, processing %v", k, o.complete, ok)
 		}
-		if o.complete != o.inLRU {
-			return fmt.Errorf("object %v: complete %v, in LRU %v", k, o.complete, o.inLRU)
+		if want := o.complete && len(o.replicas) > 0; want != o.inLRU {
+			return fmt.Errorf("object %v: complete %v with %d replicas, in LRU %v", k, o.complete, len(o.replicas), o.inLRU)
 		}
 	}
 	return nil

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/kvferry/kvferry/store/ha"
+	"github.com/kvferry/kvferry/store/oplog"
 	"github.com/kvferry/kvferry/store/wire"
 )
 
@@ -48,6 +49,8 @@ type Server struct {
 	httpLis  net.Listener
 	registry *prometheus.Registry
 	advert   string
+	// oplog is the local operation log (OplogDir), closed by Close.
+	oplog oplog.Backend
 
 	active atomic.Pointer[Service]
 	role   atomic.Value // string
@@ -129,6 +132,9 @@ func newServer(cfg Config, fence startFence) (*Server, error) {
 		go s.runHA(cli) // owned by s; stops on Close (ctx)
 	} else {
 		svc, err := newService(cfg, uint64(time.Now().UnixNano()), fence)
+		if err == nil && cfg.OplogDir != "" {
+			err = s.openOplog(svc)
+		}
 		if err != nil {
 			s.closeListeners()
 			return nil, err
@@ -207,6 +213,14 @@ func (s *Server) Close() error {
 			cancel()
 		}
 		s.wg.Wait()
+		if svc := s.active.Load(); svc != nil && s.oplog != nil {
+			if err := svc.Snapshot(true); err != nil {
+				s.log.Error("store master final snapshot failed", "err", err)
+			}
+		}
+		if s.oplog != nil {
+			_ = s.oplog.Close()
+		}
 		s.active.Store(nil)
 		s.role.Store(RoleStopped)
 		s.log.Info("store master stopped", "addr", s.Addr())
@@ -233,6 +247,9 @@ func (s *Server) runMaintenance(ctx context.Context, svc *Service) {
 			return
 		case <-t.C:
 			svc.Tick()
+			if err := svc.Snapshot(false); err != nil {
+				s.log.Error("store master snapshot failed", "err", err)
+			}
 		}
 	}
 }
@@ -250,6 +267,15 @@ func (s *Server) runHA(cli *clientv3.Client) {
 			if err != nil { // cannot happen: cfg was validated
 				s.log.Error("store master service", "err", err)
 				return
+			}
+			if s.cfg.EnableOplog {
+				if err := restoreFromEtcd(ctx, svc, cli, s.cfg.ClusterID, view); err != nil {
+					// Serving without the committed objects would lose
+					// them: give the leadership up and try again.
+					s.log.Error("store master: cannot load the oplog from etcd; stepping down", "err", err)
+					sleepCtx(ctx, time.Second)
+					return
+				}
 			}
 			s.leader.Store(view)
 			s.active.Store(svc)
@@ -285,4 +311,47 @@ func firstNonLoopbackIPv4() string {
 		}
 	}
 	return "127.0.0.1"
+}
+
+// openOplog opens the local operation log and restores svc from it.
+func (s *Server) openOplog(svc *Service) error {
+	be, err := oplog.OpenDir(oplog.DirConfig{Path: s.cfg.OplogDir, Fsync: s.cfg.OplogFsync})
+	if err != nil {
+		return fmt.Errorf("store master: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.PersistTimeout)
+	st, err := be.Load(ctx)
+	cancel()
+	if err == nil {
+		err = svc.restore(st, be)
+	}
+	if err != nil {
+		be.Close()
+		return fmt.Errorf("store master: restore from %s: %w", s.cfg.OplogDir, err)
+	}
+	s.oplog = be
+	return nil
+}
+
+// restoreFromEtcd loads a new HA leader's state from the cluster's log in
+// etcd; its writes are guarded by the leadership it won (view).
+func restoreFromEtcd(ctx context.Context, svc *Service, cli *clientv3.Client, clusterID string, view ha.View) error {
+	guard := clientv3.Compare(clientv3.CreateRevision(ha.MasterViewKey(clusterID)), "=", int64(view.Version))
+	be := oplog.NewEtcd(oplog.EtcdConfig{Client: cli, Prefix: oplog.EtcdPrefix(clusterID), Guard: &guard})
+	lctx, cancel := context.WithTimeout(ctx, svc.cfg.PersistTimeout)
+	defer cancel()
+	st, err := be.Load(lctx)
+	if err != nil {
+		return err
+	}
+	return svc.restore(st, be)
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
 }

@@ -82,6 +82,10 @@ type Service struct {
 	// it change in Ping answers. Immutable.
 	viewVersion uint64
 
+	// jr is the operation log (persist.go); nil when the master keeps
+	// nothing across restarts.
+	jr *journal
+
 	mu struct {
 		sync.Mutex
 		rng        *rand.Rand
@@ -115,6 +119,11 @@ type Service struct {
 		// pressureUntil: clients are asked to return idle grants until then
 		// (an allocation failed or eviction ran).
 		pressureUntil time.Time
+
+		// awaiting: logged segments not remounted since a restart, by id;
+		// restoreUntil: when those still awaited are dropped (persist.go).
+		awaiting     map[string]*awaited
+		restoreUntil time.Time
 	}
 }
 
@@ -166,6 +175,11 @@ type object struct {
 	hardPin       bool
 	// lastAccess orders eviction (least recent first).
 	lastAccess uint64
+	// pending are restored replicas whose segments were not remounted yet
+	// (persist.go).
+	pending []pendingReplica
+	// version is the object's version (0 unless versioned publish).
+	version uint64
 
 	prev, next *object // lru links
 	inLRU      bool
@@ -292,11 +306,12 @@ func (s *Service) Heartbeat(clientID string) (PingInfo, error) {
 
 // MountSegment lends a memory range of a client to the store. Mounting the
 // same segment again (same id, owner and range) is a no-op.
-func (s *Service) MountSegment(clientID string, seg SegmentInfo) error {
+func (s *Service) MountSegment(clientID string, seg SegmentInfo) (err error) {
 	if clientID == "" {
 		return fmt.Errorf("mount segment: empty client id: %w", wire.ErrInvalidParams)
 	}
 	now := s.clock.Now()
+	defer s.durable(&err)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	defer s.checkLocked()
@@ -307,11 +322,12 @@ func (s *Service) MountSegment(clientID string, seg SegmentInfo) error {
 // ReMountSegments registers a client again with all its segments, after the
 // master answered NEED_REMOUNT. Segments the master still has are kept; the
 // first error is returned after every segment was tried.
-func (s *Service) ReMountSegments(clientID string, segs []SegmentInfo) error {
+func (s *Service) ReMountSegments(clientID string, segs []SegmentInfo) (err error) {
 	if clientID == "" {
 		return fmt.Errorf("remount segments: empty client id: %w", wire.ErrInvalidParams)
 	}
 	now := s.clock.Now()
+	defer s.durable(&err)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	defer s.checkLocked()
@@ -369,7 +385,9 @@ func (s *Service) mountLocked(c *clientState, info SegmentInfo) error {
 	s.mu.order = append(s.mu.order, seg)
 	s.mu.capacity += info.Size
 	c.segments[info.ID] = seg
+	s.attachRestoredLocked(seg)
 	s.fenceMountedLocked(seg)
+	s.logSegMountLocked(info)
 	s.mu.counters.mounts++
 	s.log.Info("segment mounted", "client", c.id, "segment", info.Name, "id", info.ID, "bytes", info.Size)
 	return nil
@@ -377,7 +395,8 @@ func (s *Service) mountLocked(c *clientState, info SegmentInfo) error {
 
 // UnmountSegment removes a segment of the calling client and drops every
 // replica on it; objects left without replicas are removed.
-func (s *Service) UnmountSegment(clientID, segmentID string) error {
+func (s *Service) UnmountSegment(clientID, segmentID string) (err error) {
+	defer s.durable(&err)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	defer s.checkLocked()
@@ -425,11 +444,15 @@ func (s *Service) unmountLocked(seg *segment, now time.Time) {
 		}
 		o.replicas = slices.DeleteFunc(o.replicas, func(x *replica) bool { return x == r })
 		dropped++
-		if len(o.replicas) == 0 {
+		switch {
+		case len(o.replicas) == 0 && len(o.pending) == 0:
 			s.forgetObjectLocked(o)
+		case len(o.replicas) == 0:
+			s.mu.lru.remove(o) // restored replicas elsewhere may still come back
 		}
 	}
 	clear(seg.replicas)
+	s.logLocked(encodeSegGone(seg.info.ID))
 	s.mu.counters.unmounts++
 	s.log.Info("segment unmounted", "client", seg.info.ClientID, "segment", seg.info.Name,
 		"id", seg.info.ID, "replicas", dropped)
@@ -555,7 +578,7 @@ func (s *Service) getLocked(id objectKey, now time.Time) (ReplicaList, error) {
 	if !ok {
 		return ReplicaList{}, fmt.Errorf("get replica list %v: %w", id, wire.ErrObjectNotFound)
 	}
-	if !o.complete {
+	if !o.complete || len(o.replicas) == 0 {
 		return ReplicaList{}, fmt.Errorf("get replica list %v: %w", id, wire.ErrReplicaIsNotReady)
 	}
 	s.mu.counters.getHits++
@@ -600,12 +623,13 @@ func (o *object) descriptors() []Replica {
 // which is preempted. With upsert an existing object is replaced; its memory
 // is freed once no reader's lease covers it. No space is NO_AVAILABLE_HANDLE
 // after one synchronous eviction round.
-func (s *Service) PutStart(clientID, tenant, key string, size uint64, cfg ReplicateConfig, upsert bool) ([]Replica, error) {
+func (s *Service) PutStart(clientID, tenant, key string, size uint64, cfg ReplicateConfig, upsert bool) (_ []Replica, err error) {
 	id, err := objectKeyOf(tenant, key)
 	if err != nil {
 		return nil, fmt.Errorf("put start %q: %w", key, err)
 	}
 	now := s.clock.Now()
+	defer s.durable(&err)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	defer s.checkLocked()
@@ -624,6 +648,7 @@ func (s *Service) BatchPutStart(clientID, tenant string, keys []string, sizes []
 		return reps, errs
 	}
 	now := s.clock.Now()
+	defer func() { s.durableAll(errs) }()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	defer s.checkLocked()
@@ -828,12 +853,13 @@ func (s *Service) pickSegmentsLocked(n int, preferred, exclude []string, take fu
 
 // PutEnd completes a put of key in tenant's namespace: the replicas
 // become readable.
-func (s *Service) PutEnd(clientID, tenant, key string) error {
+func (s *Service) PutEnd(clientID, tenant, key string) (err error) {
 	id, err := objectKeyOf(tenant, key)
 	if err != nil {
 		return fmt.Errorf("put end %q: %w", key, err)
 	}
 	now := s.clock.Now()
+	defer s.durable(&err)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	defer s.checkLocked()
@@ -841,12 +867,13 @@ func (s *Service) PutEnd(clientID, tenant, key string) error {
 }
 
 // PutRevoke abandons a put whose write failed: its space is freed at once.
-func (s *Service) PutRevoke(clientID, tenant, key string) error {
+func (s *Service) PutRevoke(clientID, tenant, key string) (err error) {
 	id, err := objectKeyOf(tenant, key)
 	if err != nil {
 		return fmt.Errorf("put revoke %q: %w", key, err)
 	}
 	now := s.clock.Now()
+	defer s.durable(&err)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	defer s.checkLocked()
@@ -864,6 +891,7 @@ func (s *Service) BatchPutEnd(clientID, tenant string, keys []string, revoke boo
 		return errs
 	}
 	now := s.clock.Now()
+	defer func() { s.durableAll(errs) }()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	defer s.checkLocked()
@@ -916,12 +944,13 @@ func (s *Service) putRevokeLocked(clientID string, id objectKey, now time.Time) 
 // unless force; with force its memory is freed only when the lease ends, so
 // a reader in flight never sees it reused. An unfinished put fails with
 // REPLICA_IS_NOT_READY even with force (as Mooncake).
-func (s *Service) Remove(tenant, key string, force bool) error {
+func (s *Service) Remove(tenant, key string, force bool) (err error) {
 	id, err := objectKeyOf(tenant, key)
 	if err != nil {
 		return fmt.Errorf("remove %q: %w", key, err)
 	}
 	now := s.clock.Now()
+	defer s.durable(&err)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	defer s.checkLocked()
@@ -939,6 +968,7 @@ func (s *Service) BatchRemove(tenant string, keys []string, force bool) []error 
 		return errs
 	}
 	now := s.clock.Now()
+	defer func() { s.durableAll(errs) }()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	defer s.checkLocked()
@@ -993,6 +1023,7 @@ func (s *Service) RemoveAll(tenant string, force bool) (int64, error) {
 
 func (s *Service) removeMatching(tenant string, match func(string) bool, force bool) int64 {
 	now := s.clock.Now()
+	defer s.flushLog()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	defer s.checkLocked()
@@ -1016,6 +1047,10 @@ func (s *Service) removeMatching(tenant string, match func(string) bool, force b
 // dropObjectLocked removes o from every index and frees its replicas: now if
 // release is not after now, else at release (the discard list).
 func (s *Service) dropObjectLocked(o *object, release, now time.Time) {
+	if o.complete && s.mu.objects[o.id] == o {
+		s.logLocked(encodeRemove(o.id))
+	}
+	s.forgetPendingLocked(o)
 	s.forgetObjectLocked(o)
 	for _, r := range o.replicas {
 		r.obj = nil
@@ -1063,6 +1098,7 @@ func (s *Service) freeLocked(r *replica) {
 // MaintenanceInterval; tests call it after moving a fake clock.
 func (s *Service) Tick() {
 	now := s.clock.Now()
+	defer s.flushLog()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	defer s.checkLocked()
@@ -1093,6 +1129,7 @@ func (s *Service) Tick() {
 		s.mu.counters.expiredClients++
 	}
 	s.releaseFencesLocked(now)
+	s.expireRestoredLocked(now)
 
 	// Release discarded replicas whose time has come.
 	kept := s.mu.discarded[:0]
