@@ -469,6 +469,7 @@ func (e *Engine) buildDescriptor() *descriptor.Segment {
 		TCPProtoVersion: descriptor.TCPProtoV2,
 		Timestamp:       descriptor.TimestampNow(time.Now()),
 		Host:            e.hostID,
+		Features:        []string{descriptor.FeatureNotifyBytes},
 	}
 	for _, r := range e.reg.regions() {
 		seg.Buffers = append(seg.Buffers, descriptor.Buffer{Name: e.name, Addr: uint64(r.Addr), Length: r.Length})
@@ -756,14 +757,11 @@ func (e *Engine) handleRPC(_ context.Context, t rpc.Type, body []byte, peer net.
 	case rpc.TypeMetadata:
 		return descriptor.Marshal(e.LocalDescriptor())
 	case rpc.TypeNotify:
-		var n struct {
-			Name string `json:"name"`
-			Msg  string `json:"notify_msg"`
-		}
-		if err := json.Unmarshal(body, &n); err != nil {
+		n, err := decodeNotify(body)
+		if err != nil {
 			return nil, fmt.Errorf("notify from %s: %w", peer, err)
 		}
-		if !e.deliver(Notification{Name: n.Name, Msg: n.Msg}) {
+		if !e.deliver(n) {
 			// An empty notify_msg tells the sender we refused it.
 			return []byte(`{"name":"","notify_msg":""}` + "\n"), nil
 		}
@@ -857,10 +855,7 @@ func (e *Engine) notifyPeer(ctx context.Context, p *Peer, n Notification) error 
 		e.metrics.notifiesSent.Add(1)
 		return nil
 	}
-	body, err := json.Marshal(struct {
-		Name string `json:"name"`
-		Msg  string `json:"notify_msg"`
-	}{n.Name, n.Msg})
+	body, err := encodeNotify(n, p.Descriptor())
 	if err != nil {
 		return err
 	}

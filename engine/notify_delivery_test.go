@@ -1,9 +1,11 @@
 package engine_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +13,8 @@ import (
 	"gotest.tools/v3/assert"
 
 	"github.com/kvferry/kvferry/engine"
+	"github.com/kvferry/kvferry/engine/descriptor"
+	"github.com/kvferry/kvferry/engine/rpc"
 	"github.com/kvferry/kvferry/engine/stack"
 )
 
@@ -152,4 +156,73 @@ func TestRemoveSegmentDeliversQueued(t *testing.T) {
 	}
 	got := waitNotifs(t, b, batches+sent)
 	assert.Equal(t, len(got), batches+sent)
+}
+
+// allBytes is every byte value, NUL and invalid UTF-8 included.
+func allBytes() string {
+	b := make([]byte, 256)
+	for i := range b {
+		b[i] = byte(i)
+	}
+	return string(b)
+}
+
+// TestNotificationBytes: between kvferry engines a notification's name and
+// message arrive byte for byte, whatever the bytes, through Notify and
+// through a batch's notification.
+func TestNotificationBytes(t *testing.T) {
+	a, b := newEngine(t, "tcp"), newEngine(t, "tcp")
+	src := newBuf(t, a, 1<<20)
+	dst := newBuf(t, b, 1<<20)
+	seg, err := a.OpenSegment(context.Background(), b.SegmentName())
+	assert.NilError(t, err)
+	all := allBytes()
+	want := []engine.Notification{
+		{Name: "agent\x00\xff", Msg: all},
+		{Name: all, Msg: "\xc3\x28 invalid \x80\x00 utf-8"},
+		{Name: "", Msg: ""},
+	}
+	for _, n := range want {
+		assert.NilError(t, a.Notify(context.Background(), seg, n))
+	}
+	id, err := a.AllocateBatch(1)
+	assert.NilError(t, err)
+	assert.NilError(t, a.SubmitWithNotify(id, []engine.Request{{Op: engine.OpWrite, Source: src.Addr(), Target: seg, TargetOffset: uint64(dst.Addr()), Length: 4096}}, engine.Notification{Name: all, Msg: all}))
+	assert.Equal(t, pollDone(t, a, id).State, engine.StateCompleted)
+	want = append(want, engine.Notification{Name: all, Msg: all})
+	assert.DeepEqual(t, waitNotifs(t, b, len(want)), want)
+}
+
+// TestNotificationToMooncakePeer: a peer whose descriptor does not announce
+// byte notifications (Mooncake) gets Mooncake's plain JSON form, and a
+// plain body from it is delivered as it is.
+func TestNotificationToMooncakePeer(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	assert.NilError(t, err)
+	name := ln.Addr().String()
+	bodies := make(chan []byte, 4)
+	srv := rpc.NewServer(ln, func(_ context.Context, typ rpc.Type, body []byte, _ net.Addr) ([]byte, error) {
+		switch typ {
+		case rpc.TypeMetadata:
+			return descriptor.Marshal(&descriptor.Segment{Name: name, Protocol: "tcp", TCPDataPort: 1, TCPProtoVersion: 2})
+		case rpc.TypeNotify:
+			bodies <- append([]byte(nil), body...)
+			return []byte(`{"name":"","notify_msg":"success"}`), nil
+		}
+		return nil, fmt.Errorf("unexpected %s", typ)
+	}, rpc.ServerConfig{})
+	defer srv.Close()
+	a := newEngine(t, "tcp")
+	seg, err := a.OpenSegment(context.Background(), name)
+	assert.NilError(t, err)
+	assert.NilError(t, a.Notify(context.Background(), seg, engine.Notification{Name: "agent-a", Msg: "hello mooncake"}))
+	assert.Equal(t, string(<-bodies), `{"name":"agent-a","notify_msg":"hello mooncake"}`)
+
+	// And what a Mooncake node sends is taken as it is.
+	b := newEngine(t, "tcp")
+	reply, err := rpc.Call(context.Background(), fmt.Sprintf("127.0.0.1:%d", b.RPCPort()), rpc.TypeNotify,
+		[]byte(`{"name":"mooncake-node","notify_msg":"plain text"}`), rpc.ClientConfig{})
+	assert.NilError(t, err)
+	assert.Equal(t, string(bytes.TrimSpace(reply)), `{"name":"","notify_msg":"success"}`)
+	assert.DeepEqual(t, b.Notifications(), []engine.Notification{{Name: "mooncake-node", Msg: "plain text"}})
 }

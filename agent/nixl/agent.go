@@ -2,14 +2,11 @@ package nixl
 
 import (
 	"context"
-	"encoding/base64"
 	"fmt"
 	"log/slog"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
-	"unicode/utf8"
 
 	"github.com/kvferry/kvferry/engine"
 	"github.com/kvferry/kvferry/internal/handle"
@@ -370,24 +367,6 @@ func (a *Agent) UnloadMD(h MD) error {
 
 // ---- notifications ----
 
-// encodeNotif makes the engine notification for msg from this agent.
-func (a *Agent) encodeNotif(msg string) engine.Notification {
-	if utf8.ValidString(msg) {
-		return engine.Notification{Name: a.name, Msg: msg}
-	}
-	return engine.Notification{Name: a.name + binaryTag, Msg: base64.StdEncoding.EncodeToString([]byte(msg))}
-}
-
-// decodeNotif undoes encodeNotif.
-func decodeNotif(n engine.Notification) engine.Notification {
-	if name, ok := strings.CutSuffix(n.Name, binaryTag); ok {
-		if b, err := base64.StdEncoding.DecodeString(n.Msg); err == nil {
-			return engine.Notification{Name: name, Msg: string(b)}
-		}
-	}
-	return n
-}
-
 // Notify sends msg (any bytes) to loaded agent.
 func (a *Agent) Notify(agent, msg string) error {
 	p, err := a.peer(agent)
@@ -396,7 +375,7 @@ func (a *Agent) Notify(agent, msg string) error {
 	}
 	ctx, cancel := a.metaCtx()
 	defer cancel()
-	if err := a.e.Notify(ctx, p.seg, a.encodeNotif(msg)); err != nil {
+	if err := a.e.Notify(ctx, p.seg, engine.Notification{Name: a.name, Msg: msg}); err != nil {
 		return fmt.Errorf("notify agent %q: %w", agent, err)
 	}
 	return nil
@@ -405,9 +384,5 @@ func (a *Agent) Notify(agent, msg string) error {
 // Notifications drains the received notifications: Name is the sender
 // agent, Msg its message, oldest first.
 func (a *Agent) Notifications() []engine.Notification {
-	ns := a.e.Notifications()
-	for i := range ns {
-		ns[i] = decodeNotif(ns[i])
-	}
-	return ns
+	return a.e.Notifications()
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/http/httptest"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -102,16 +101,6 @@ func FuzzParsePublicData(f *testing.F) {
 			t.Fatalf("round trip of %q: %v", blob, err)
 		}
 	})
-}
-
-func TestNotifEncoding(t *testing.T) {
-	a := &Agent{name: "agent"}
-	for _, msg := range []string{"", "0xBEEF", "with\x00nul", "\xff\xfe binary \x80", strings.Repeat("é", 100)} {
-		n := a.encodeNotif(msg)
-		assert.Equal(t, decodeNotif(n), engine.Notification{Name: "agent", Msg: msg})
-	}
-	// A peer's plain notification passes unchanged.
-	assert.Equal(t, decodeNotif(engine.Notification{Name: "x", Msg: "y"}), engine.Notification{Name: "x", Msg: "y"})
 }
 
 func TestOptions(t *testing.T) {
@@ -462,4 +451,24 @@ func TestDoneMeansNotified(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestNotificationBytes: every byte value arrives exactly, by Notify and
+// with a post, between agents of two engines.
+func TestNotificationBytes(t *testing.T) {
+	p := newPair(t)
+	b := make([]byte, 256)
+	for i := range b {
+		b[i] = byte(i)
+	}
+	all := string(b)
+	assert.NilError(t, p.a.Notify("bob", all))
+	assert.DeepEqual(t, waitNotifs(t, p.b, 1, 10*time.Second), []engine.Notification{{Name: "alice", Msg: all}})
+	local, remote := descsOf(p.abuf, p.amd)[:1], descsOf(p.bbuf, p.arm)[:1]
+	x, err := p.a.PrepXfer(Write, "bob", local, remote)
+	assert.NilError(t, err)
+	assert.NilError(t, p.a.PostNotify(x, Write, local, remote, all))
+	assert.NilError(t, waitXfer(t, p.a, x))
+	assert.DeepEqual(t, p.b.Notifications(), []engine.Notification{{Name: "alice", Msg: all}})
+	assert.NilError(t, p.a.Release(x))
 }

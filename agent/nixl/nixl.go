@@ -98,11 +98,6 @@ var (
 // format be told apart.
 const publicPrefix = "kvf1 "
 
-// binaryTag ends the sender name of a notification whose message was not
-// UTF-8 and travels base64-encoded (the notify RPC body is JSON, which would
-// replace invalid bytes).
-const binaryTag = "\x00b64"
-
 // formatPublicData is the inverse of parsePublicData:
 // "kvf1 <addr hex> <len> <segment name>".
 func formatPublicData(addr, n uint64, seg string) string {

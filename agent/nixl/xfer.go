@@ -84,7 +84,7 @@ func (a *Agent) Post(h Xfer, op Op, local, remote []Desc) error {
 // the remote agent receives msg (any bytes) from this agent. Check reports
 // success only once the notification has been handed to the peer.
 func (a *Agent) PostNotify(h Xfer, op Op, local, remote []Desc, msg string) error {
-	n := a.encodeNotif(msg)
+	n := engine.Notification{Name: a.name, Msg: msg}
 	return a.post(h, op, local, remote, &n)
 }
 

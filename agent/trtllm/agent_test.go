@@ -342,3 +342,29 @@ func TestMemTypeNames(t *testing.T) {
 		assert.Equal(t, mt.String(), want)
 	}
 }
+
+// TestMessageBytes: every byte value arrives exactly, by Notify and with a
+// transfer, and a transfer waited for has its message delivered already.
+func TestMessageBytes(t *testing.T) {
+	a := newTestAgent(t, "ctx")
+	b := newTestAgent(t, "gen")
+	src, dst := newTestMap(t, 1<<16), newTestMap(t, 1<<16)
+	assert.NilError(t, a.Register(DRAM, []Desc{desc(src.Addr(), 1<<16)}))
+	assert.NilError(t, b.Register(DRAM, []Desc{desc(dst.Addr(), 1<<16)}))
+	assert.NilError(t, a.Load("gen", b.ConnInfo()))
+	all := make([]byte, 256)
+	for i := range all {
+		all[i] = byte(i)
+	}
+	_, err := a.Notify("gen", all)
+	assert.NilError(t, err)
+	got := waitNotifs(t, b, 1)
+	assert.DeepEqual(t, []byte(got[0].Msg), all)
+	id, err := a.SubmitNotify(engine.OpWrite, "gen", []Desc{desc(src.Addr(), 4096)}, []Desc{desc(dst.Addr(), 4096)}, all)
+	assert.NilError(t, err)
+	assert.Equal(t, a.Wait(id, 30*time.Second), Success)
+	a.Free(id)
+	got = b.e.Notifications() // no waiting: it is there already
+	assert.Equal(t, len(got), 1)
+	assert.Equal(t, got[0].Msg, encode(all))
+}

@@ -123,6 +123,24 @@ type Segment struct {
 	// Extra carries transport-specific published data keyed by transport
 	// name (kvferry extension "kvferry_extra"), e.g. shared-memory sockets.
 	Extra map[string]json.RawMessage
+	// Features lists the optional protocol features the owner understands
+	// (kvferry extension "kvferry_features"; nil from Mooncake), e.g.
+	// FeatureNotifyBytes.
+	Features []string
+}
+
+// FeatureNotifyBytes: the owner accepts notify RPCs whose name and message
+// are base64 ("kvferry_encoding":"base64"), so any bytes arrive exactly.
+const FeatureNotifyBytes = "notify_bytes"
+
+// Has reports whether the owner announced feature f.
+func (s *Segment) Has(f string) bool {
+	for _, g := range s.Features {
+		if g == f {
+			return true
+		}
+	}
+	return false
 }
 
 // Find returns the buffer that contains [addr, addr+length), or false.
@@ -141,6 +159,7 @@ func (s *Segment) Clone() *Segment {
 	c.Buffers = append([]Buffer(nil), s.Buffers...)
 	c.Devices = append([]Device(nil), s.Devices...)
 	c.Transports = append([]string(nil), s.Transports...)
+	c.Features = append([]string(nil), s.Features...)
 	if s.Host != nil {
 		h := *s.Host
 		c.Host = &h
@@ -168,6 +187,7 @@ type wireSegment struct {
 	Host            *Host                      `json:"kvferry_host,omitempty"`
 	Transports      []string                   `json:"kvferry_transports,omitempty"`
 	Extra           map[string]json.RawMessage `json:"kvferry_extra,omitempty"`
+	Features        []string                   `json:"kvferry_features,omitempty"`
 }
 
 // TimestampNow formats t as Mooncake's descriptor timestamp.
@@ -191,6 +211,7 @@ func Marshal(s *Segment) ([]byte, error) {
 		Host:           s.Host,
 		Transports:     s.Transports,
 		Extra:          s.Extra,
+		Features:       s.Features,
 	}
 	if w.Buffers == nil {
 		w.Buffers = []Buffer{}
@@ -244,6 +265,7 @@ func Unmarshal(data []byte) (*Segment, error) {
 		Host:           w.Host,
 		Transports:     w.Transports,
 		Extra:          w.Extra,
+		Features:       w.Features,
 	}
 	if w.TCPProtoVersion != nil {
 		s.TCPProtoVersion = *w.TCPProtoVersion

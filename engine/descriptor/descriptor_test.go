@@ -68,7 +68,7 @@ func TestRejectionRules(t *testing.T) {
 func TestEncodeFieldsAsMooncake(t *testing.T) {
 	s := &Segment{Name: "127.0.0.1:15000", Protocol: "tcp", TCPDataPort: 16000, TCPProtoVersion: 2,
 		Timestamp: "2026-11-29 10:00:00.000000", Buffers: []Buffer{{Name: "127.0.0.1:15000", Addr: 4096, Length: 8192}},
-		Host: &Host{BootID: "b", PID: 7}, Transports: []string{"local", "tcp"}}
+		Host: &Host{BootID: "b", PID: 7}, Transports: []string{"local", "tcp"}, Features: []string{FeatureNotifyBytes}}
 	b, err := Marshal(s)
 	assert.NilError(t, err)
 	var m map[string]any
@@ -84,6 +84,10 @@ func TestEncodeFieldsAsMooncake(t *testing.T) {
 	back, err := Unmarshal(b)
 	assert.NilError(t, err)
 	assert.DeepEqual(t, back, s)
+	assert.Assert(t, back.Has(FeatureNotifyBytes))
+	mc, err := Unmarshal([]byte(mooncakeTCP))
+	assert.NilError(t, err)
+	assert.Assert(t, !mc.Has(FeatureNotifyBytes), "Mooncake announces no kvferry feature")
 }
 
 func TestRPCMetaAndNames(t *testing.T) {

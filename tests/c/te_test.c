@@ -130,7 +130,7 @@ static int run_target(size_t size, const char *ready) {
                 te.destroyTransferEngine(e);
                 return 0;
             }
-            char reply[256];
+            char reply[1024];
             uint64_t seed;
             size_t len;
             if (sscanf(m, "verify:%" SCNu64 ":%zu", &seed, &len) == 2) {
@@ -341,6 +341,24 @@ static int run_initiator(const char *seg_name, uint64_t remote) {
     char *extra = next_notify(e, 0.3);
     CHECK(extra == NULL, "notification delivered more than once: %s", extra);
     free(extra);
+
+    /* Every byte a C string can hold (1..255, invalid UTF-8 included)
+     * arrives exactly, both ways, by genNotifyInEngine and with a batch. */
+    {
+        char bytes[256], want[300];
+        for (int i = 1; i < 256; i++) bytes[i - 1] = (char)i;
+        bytes[255] = 0;
+        snprintf(want, sizeof want, "echo:bytes:%s", bytes);
+        snprintf(nm, sizeof nm, "bytes@%s", my_name);
+        notify_msg_t bm = {.name = nm, .msg = bytes};
+        CHECK(te.genNotifyInEngine(e, (uint64_t)seg, bm) == 0, "genNotifyInEngine with all bytes");
+        expect_notify(e, want);
+        batch_id_t bb = te.allocateBatchID(e, 1);
+        CHECK(te.submitTransferWithNotify(e, bb, reqs, 1, bm) == 0, "submit with a notification of all bytes");
+        CHECK(wait_batch(e, bb, 1, 30) == 0, "all-bytes notify batch completes");
+        CHECK(te.freeBatchID(e, bb) == 0, "free all-bytes notify batch");
+        expect_notify(e, want);
+    }
 
     /* Batch capacity is cumulative; ids continue across submits. */
     b = te.allocateBatchID(e, 2);

@@ -338,11 +338,28 @@ static void errorCases(Agent &a, uint8_t *buf, Agent &b, const AgentMD &bmd) {
             CHECK_ST(a.release(x), KVFNIXL_SUCCESS);
         }
     }
-    // Binary notification payloads survive.
+    // Binary notification payloads survive: every byte value, by genNotif
+    // and with a transfer. A transfer reported done has its notification
+    // delivered already (the target reads it without waiting).
     {
         std::string bin("\0\xff\xfe binary \x80", 13);
         CHECK_ST(a.eng->genNotif(b.name, bin), KVFNIXL_SUCCESS);
         expectNotif(b, a.name, bin);
+        std::string all;
+        for (int i = 0; i < 256; i++) all.push_back(static_cast<char>(i));
+        CHECK_ST(a.eng->genNotif(b.name, all), KVFNIXL_SUCCESS);
+        expectNotif(b, a.name, all);
+        std::unique_ptr<Xfer> x;
+        CHECK_ST(a.createXfer(KVFNIXL_WRITE, local, remoteBlocks(bmd, 1, 0, 4096), b.name, x, &all), KVFNIXL_SUCCESS);
+        if (x) {
+            a.post(*x);
+            CHECK_ST(a.wait(*x), KVFNIXL_SUCCESS);
+            std::map<std::string, std::vector<std::string>> m;
+            b.getNotifs(m);
+            CHECK(m[a.name].size() == 1 && m[a.name][0] == all, "transfer done, but its notification is not there yet (%zu)",
+                  m[a.name].size());
+            CHECK_ST(a.release(x), KVFNIXL_SUCCESS);
+        }
     }
 }
 
