@@ -92,6 +92,14 @@ type Engine struct {
 	}
 	publishMu sync.Mutex // serializes descriptor publication
 	lastErr   atomic.Pointer[string]
+	hooks     rpcHooks   // transports' RPC handlers (hooks.go)
+	// regMu serializes registrations with the installation of transports
+	// that register memory themselves (MemoryRegistrar).
+	regMu       sync.Mutex
+	installArgs struct {
+		sync.Mutex
+		m map[string][]string
+	}
 }
 
 // New creates and starts an engine: it binds the RPC port, names the
@@ -297,6 +305,8 @@ func (e *Engine) install(name string) (t Transport, added bool, err error) {
 	if e.cfg.NewTransport == nil {
 		return nil, false, fmt.Errorf("install transport %q: no transport factory: %w", name, ErrNotSupported)
 	}
+	e.regMu.Lock()
+	defer e.regMu.Unlock()
 	t, err = e.cfg.NewTransport(name, e)
 	if err != nil {
 		return nil, false, fmt.Errorf("install transport %q: %w", name, err)
@@ -392,15 +402,24 @@ func (e *Engine) register(rs []*Region) error {
 	if len(rs) == 0 {
 		return nil
 	}
+	e.regMu.Lock()
+	defer e.regMu.Unlock()
 	if err := e.reg.add(rs); err != nil {
 		return err
 	}
-	if err := e.publish(e.ctx); err != nil {
-		addrs := make([]uintptr, len(rs))
-		for i, r := range rs {
-			addrs[i] = r.Addr
-		}
+	addrs := make([]uintptr, len(rs))
+	for i, r := range rs {
+		addrs[i] = r.Addr
+	}
+	if err := e.registerWithTransports(rs); err != nil {
 		_, _ = e.reg.remove(addrs)
+		return fmt.Errorf("register %#x+%d: %w", rs[0].Addr, rs[0].Length, err)
+	}
+	if err := e.publish(e.ctx); err != nil {
+		_, _ = e.reg.remove(addrs)
+		for _, r := range e.registrars() {
+			r.UnregisterRegions(rs)
+		}
 		return err
 	}
 	return nil
@@ -427,7 +446,11 @@ func (e *Engine) UnregisterMemoryBatch(addrs []uintptr) error {
 			e.log.Warn("publish after unregister failed", "segment", e.name, "err", err)
 		}
 	}
-	if !waitDrained(gone, e.cfg.TransferTimeout+5*time.Second) {
+	drained := waitDrained(gone, e.cfg.TransferTimeout+5*time.Second)
+	for _, r := range e.registrars() {
+		r.UnregisterRegions(gone)
+	}
+	if !drained {
 		return fmt.Errorf("unregister: transfers still use the memory after %s: %w", e.cfg.TransferTimeout, ErrTimeout)
 	}
 	return nil
@@ -465,7 +488,6 @@ func (e *Engine) LocalDescriptor() *descriptor.Segment {
 func (e *Engine) buildDescriptor() *descriptor.Segment {
 	seg := &descriptor.Segment{
 		Name:            e.name,
-		Protocol:        descriptor.ProtocolTCP,
 		TCPProtoVersion: descriptor.TCPProtoV2,
 		Timestamp:       descriptor.TimestampNow(time.Now()),
 		Host:            e.hostID,
@@ -480,6 +502,9 @@ func (e *Engine) buildDescriptor() *descriptor.Segment {
 		in.t.Describe(seg)
 	}
 	e.transports.RUnlock()
+	if seg.Protocol == "" {
+		seg.Protocol = descriptor.ProtocolTCP
+	}
 	return seg
 }
 
@@ -752,7 +777,10 @@ func (e *Engine) Peer(id SegmentID) *Peer { return e.peer(id) }
 
 // ---- notifications ----
 
-func (e *Engine) handleRPC(_ context.Context, t rpc.Type, body []byte, peer net.Addr) ([]byte, error) {
+func (e *Engine) handleRPC(ctx context.Context, t rpc.Type, body []byte, peer net.Addr) ([]byte, error) {
+	if h := e.hooks.get(t); h != nil {
+		return h(ctx, body, peer)
+	}
 	switch t {
 	case rpc.TypeMetadata:
 		return descriptor.Marshal(e.LocalDescriptor())
@@ -769,7 +797,8 @@ func (e *Engine) handleRPC(_ context.Context, t rpc.Type, body []byte, peer net.
 	case rpc.TypeProbe:
 		return []byte(`{"status":"success"}` + "\n"), nil
 	case rpc.TypeConnection, rpc.TypeLegacy:
-		// RDMA queue-pair handshake: refuse politely (non-empty reply_msg).
+		// RDMA queue-pair handshake while no transport handles it: refuse
+		// politely (non-empty reply_msg).
 		return []byte(`{"reply_msg":"kvferry: rdma transport not installed on this engine"}` + "\n"), nil
 	}
 	return nil, fmt.Errorf("rpc from %s: unknown type %s", peer, t)

@@ -302,7 +302,9 @@ func Unmarshal(data []byte) (*Segment, error) {
 		if b.Addr+b.Length < b.Addr {
 			return nil, fmt.Errorf("%w: segment %q: buffer %#x+%d wraps around", ErrMalformed, s.Name, b.Addr, b.Length)
 		}
-		if rdma && (len(b.RKey) != len(b.LKey) || (len(b.RKey) != 0 && len(b.RKey) != len(s.Devices))) {
+		// As Mooncake: a buffer registered without remote access has lkeys
+		// and no rkeys; keys, when present, pair one to one with devices.
+		if rdma && len(b.RKey) != 0 && (len(b.RKey) != len(b.LKey) || len(b.RKey) != len(s.Devices)) {
 			return nil, fmt.Errorf("%w: segment %q: buffer key count differs from device count", ErrMalformed, s.Name)
 		}
 	}

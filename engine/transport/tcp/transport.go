@@ -125,9 +125,12 @@ func (t *Transport) Name() string { return Name }
 // Port returns the data port.
 func (t *Transport) Port() int { return t.port }
 
-// Describe publishes the data port and protocol version.
+// Describe publishes the data port and protocol version. The protocol
+// Mooncake peers see stays that of a transport described before (rdma).
 func (t *Transport) Describe(seg *descriptor.Segment) {
-	seg.Protocol = descriptor.ProtocolTCP
+	if seg.Protocol == "" {
+		seg.Protocol = descriptor.ProtocolTCP
+	}
 	seg.TCPDataPort = t.port
 	seg.TCPProtoVersion = descriptor.TCPProtoV2
 }

@@ -1,0 +1,117 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync"
+
+	"github.com/kvferry/kvferry/engine/rpc"
+)
+
+// RPCHandler answers one type of socket-RPC request on the engine's RPC port
+// for a transport (the RDMA transport's Connection handshake, for one). It
+// returns the reply body; an error drops the connection without a reply.
+type RPCHandler func(ctx context.Context, body []byte, peer net.Addr) ([]byte, error)
+
+// rpcHooks holds the transports' RPC handlers by message type.
+type rpcHooks struct {
+	mu sync.RWMutex
+	m  map[rpc.Type]RPCHandler
+}
+
+func (h *rpcHooks) get(t rpc.Type) RPCHandler {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	return h.m[t]
+}
+
+// HandleRPC makes h answer requests of type t on the RPC port, in place of
+// the engine's own answer (the engine answers Metadata, Notify and Probe,
+// and refuses Connection requests while no transport handles them). The
+// returned function removes the handler. A second handler for the same
+// type is an error.
+func (e *Engine) HandleRPC(t rpc.Type, h RPCHandler) (remove func(), err error) {
+	e.hooks.mu.Lock()
+	defer e.hooks.mu.Unlock()
+	if e.hooks.m == nil {
+		e.hooks.m = make(map[rpc.Type]RPCHandler)
+	}
+	if e.hooks.m[t] != nil {
+		return nil, fmt.Errorf("rpc type %s already has a handler: %w", t, ErrInvalidArgument)
+	}
+	e.hooks.m[t] = h
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			e.hooks.mu.Lock()
+			delete(e.hooks.m, t)
+			e.hooks.mu.Unlock()
+		})
+	}, nil
+}
+
+// MemoryRegistrar is implemented by transports that register memory with
+// hardware (RDMA NICs) before peers may reach it. The engine calls
+// RegisterRegions for every registration before it publishes the
+// descriptor (all or nothing: an error fails the registration), and
+// UnregisterRegions once an unregistered region is no longer used by local
+// transfers. At installation a registrar registers the regions that exist
+// already (Engine.Regions); the engine holds registrations back meanwhile.
+type MemoryRegistrar interface {
+	RegisterRegions(rs []*Region) error
+	UnregisterRegions(rs []*Region)
+}
+
+// registrars returns the installed transports that register memory.
+func (e *Engine) registrars() []MemoryRegistrar {
+	e.transports.RLock()
+	defer e.transports.RUnlock()
+	var out []MemoryRegistrar
+	for _, in := range e.transports.list {
+		if r, ok := in.t.(MemoryRegistrar); ok {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// registerWithTransports hands rs to every registrar, undoing the earlier
+// ones when one fails.
+func (e *Engine) registerWithTransports(rs []*Region) error {
+	regs := e.registrars()
+	for i, r := range regs {
+		if err := r.RegisterRegions(rs); err != nil {
+			for _, done := range regs[:i] {
+				done.UnregisterRegions(rs)
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// TransportArgs returns the arguments given to InstallTransportWith for the
+// transport called name (a transport factory reads them), or nil.
+func (e *Engine) TransportArgs(name string) []string {
+	e.installArgs.Lock()
+	defer e.installArgs.Unlock()
+	return e.installArgs.m[name]
+}
+
+// InstallTransportWith is InstallTransport with arguments for the
+// transport's factory (Mooncake's installTransport args: for "rdma",
+// args[0] is a NIC priority matrix). The arguments are kept for the
+// factory only when the transport is not installed yet.
+func (e *Engine) InstallTransportWith(name string, args []string) (Transport, error) {
+	if t := e.Transport(name); t != nil {
+		return t, nil
+	}
+	e.installArgs.Lock()
+	if e.installArgs.m == nil {
+		e.installArgs.m = make(map[string][]string)
+	}
+	e.installArgs.m[name] = append([]string(nil), args...)
+	e.installArgs.Unlock()
+	return e.InstallTransport(name)
+}
