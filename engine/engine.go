@@ -92,7 +92,7 @@ type Engine struct {
 	}
 	publishMu sync.Mutex // serializes descriptor publication
 	lastErr   atomic.Pointer[string]
-	hooks     rpcHooks   // transports' RPC handlers (hooks.go)
+	hooks     rpcHooks // transports' RPC handlers (hooks.go)
 	// regMu serializes registrations with the installation of transports
 	// that register memory themselves (MemoryRegistrar).
 	regMu       sync.Mutex
