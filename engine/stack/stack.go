@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 
 	"github.com/kvferry/kvferry/engine"
@@ -15,6 +16,7 @@ import (
 	"github.com/kvferry/kvferry/engine/metadata/open"
 	"github.com/kvferry/kvferry/engine/rpc"
 	"github.com/kvferry/kvferry/engine/transport/local"
+	"github.com/kvferry/kvferry/engine/transport/rdma"
 	"github.com/kvferry/kvferry/engine/transport/samehost"
 	"github.com/kvferry/kvferry/engine/transport/tcp"
 )
@@ -31,13 +33,21 @@ type Config struct {
 	// SameHost configures the cma and shm transports (other processes of
 	// this host).
 	SameHost samehost.Config
+	// RDMA configures the RDMA transport (NIC filter, priority matrix,
+	// Mooncake's MC_* resources and addressing).
+	RDMA rdma.Config
 	// Metadata configures the backend opened from Engine.MetadataConn:
 	// cluster id (MC_METADATA_CLUSTER_ID), re-publish interval, HTTP
 	// timeouts, etcd lease TTL. Its RPC and Logger default to the engine's.
 	Metadata open.Options
 	// AutoDiscover installs DefaultTransports at start (Mooncake's
-	// auto_discover = 1) unless Engine.Transports names others.
+	// auto_discover = 1) unless Engine.Transports names others, and the
+	// RDMA transport too when an RDMA NIC is usable and TCP is not forced
+	// (MC_FORCE_TCP; MC_FORCE_HCA installs it even then).
 	AutoDiscover bool
+	// ForceRDMA is MC_FORCE_HCA: auto-discovery installs RDMA even when TCP
+	// is forced.
+	ForceRDMA bool
 }
 
 // DefaultTransports are installed by AutoDiscover, best first.
@@ -55,6 +65,12 @@ func Factory(cfg Config) engine.TransportFactory {
 			return samehost.NewCMA(e, cfg.SameHost), nil
 		case samehost.NameShm:
 			return samehost.NewShm(e, cfg.SameHost), nil
+		case rdma.Name:
+			rc := cfg.RDMA
+			if args := e.TransportArgs(rdma.Name); len(args) > 0 && args[0] != "" {
+				rc.Matrix = args[0] // installTransport("rdma", args): the priority matrix
+			}
+			return rdma.New(e, rc)
 		}
 		return nil, fmt.Errorf("transport %q: %w", name, engine.ErrNotSupported)
 	}
@@ -100,10 +116,34 @@ func New(ctx context.Context, cfg Config) (*engine.Engine, error) {
 	if ec.NewTransport == nil {
 		ec.NewTransport = Factory(cfg)
 	}
+	lg := ec.Logger
+	if lg == nil {
+		lg = slog.New(slog.DiscardHandler)
+	}
+	withRDMA := false
 	if cfg.AutoDiscover && len(ec.Transports) == 0 {
 		ec.Transports = DefaultTransports
+		if ec.ForceTransport != tcp.Name || cfg.ForceRDMA {
+			if devs, err := rdma.Available(cfg.RDMA); err == nil {
+				withRDMA = true
+				ec.Transports = append(append([]string(nil), DefaultTransports[:len(DefaultTransports)-1]...), rdma.Name, tcp.Name)
+				lg.Info("rdma devices found", "devices", devs)
+			} else {
+				lg.Info("rdma not installed", "reason", err)
+			}
+		}
 	}
 	e, err := engine.New(ctx, ec)
+	if err != nil && withRDMA && cfg.Engine.Metadata == nil {
+		// The NICs were listed but could not be used: run without them
+		// (the failed engine closed its metadata backend; open another).
+		lg.Warn("rdma transport could not start; continuing without it", "err", err)
+		ec.Transports = DefaultTransports
+		if ec.Metadata, err = OpenMetadata(ctx, ec.MetadataConn, ec, cfg.Metadata); err != nil {
+			return nil, err
+		}
+		e, err = engine.New(ctx, ec)
+	}
 	if err != nil {
 		ec.Metadata.Close()
 		return nil, err

@@ -57,7 +57,9 @@ func Set(name string) bool {
 // StackConfig builds an engine stack configuration from the environment:
 //
 //	MC_FORCE_TCP (any value)          use only the TCP transport
-//	KVFERRY_TRANSPORT                 force one transport by name (local, cma, shm, tcp; "auto" = selector)
+//	MC_FORCE_HCA (any value)          auto-discovery installs RDMA even with MC_FORCE_TCP
+//	KVFERRY_TRANSPORT                 force one transport by name (local, cma, shm, rdma, tcp; "auto" = selector)
+//	(RDMA: see RDMAConfig)
 //	MC_TCP_BIND_ADDRESS               address to bind and advertise
 //	MC_MIN_RPC_PORT, MC_MAX_RPC_PORT  port range (aliases MC_MIN_PRC_PORT, MC_MAX_PRC_PORT)
 //	MC_HANDSHAKE_CONNECT_TIMEOUT      seconds
@@ -83,6 +85,8 @@ func StackConfig() stack.Config {
 	if Set("MC_FORCE_TCP") {
 		c.Engine.ForceTransport = "tcp"
 	}
+	c.RDMA = RDMAConfig()
+	c.ForceRDMA = Set("MC_FORCE_HCA")
 	if v, ok := str("KVFERRY_TRANSPORT"); ok && v != "auto" {
 		c.Engine.ForceTransport = strings.ToLower(v)
 	}

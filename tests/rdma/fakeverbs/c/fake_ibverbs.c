@@ -6,10 +6,11 @@
 // through KVFERRY_IBVERBS_LIB.
 //
 // Model: every process that opens a device is a host with that NIC. Its
-// GID (index 1; index 0 is a null entry) encodes the process id and the
-// device index. Each opened device context runs
+// GID (index 1; index 0 is a null entry) encodes the process id, the
+// device index and the context's sequence number (two engines in one
+// process are two hosts). Each opened device context runs
 //   - a responder: a small per-device broker listening on a Unix socket
-//     FAKEVERBS_DIR/<pid>-<dev>.s; it receives requests from peers' QPs,
+//     FAKEVERBS_DIR/<pid>-<dev>-<n>.s; it receives requests from peers' QPs,
 //     checks the destination QP (state RTR/RTS, connected to the sender),
 //     the rkey (same PD, access rights, bounds: else IBV_WC_REM_ACCESS_ERR)
 //     and moves the bytes with process_vm_readv/process_vm_writev between
@@ -754,7 +755,7 @@ static void *resp_main(void *arg) {
 
 static void sock_path(char *out, size_t n, const uint8_t gid[16]) {
 	uint32_t pid = ((uint32_t)gid[8] << 24) | ((uint32_t)gid[9] << 16) | ((uint32_t)gid[10] << 8) | gid[11];
-	snprintf(out, n, "%s/%u-%u.s", sockdir, pid, gid[12]);
+	snprintf(out, n, "%s/%u-%u-%u.s", sockdir, pid, gid[12], ((unsigned)gid[13] << 8) | gid[14]);
 }
 
 static void msleep(int ms) {
@@ -992,6 +993,10 @@ struct ibv_context *ibv_open_device(struct ibv_device *dev) {
 	c->gid.raw[10] = pid >> 8;
 	c->gid.raw[11] = pid;
 	c->gid.raw[12] = d->idx;
+	static atomic_uint opens;
+	unsigned seq = atomic_fetch_add(&opens, 1);
+	c->gid.raw[13] = seq >> 8; /* every opened context is its own port */
+	c->gid.raw[14] = seq;
 	c->gid.raw[15] = 1;
 	int ap[2];
 	if (pipe2(ap, O_CLOEXEC) != 0) { free(c); return NULL; }

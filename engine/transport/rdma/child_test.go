@@ -1,0 +1,3 @@
+package rdma_test
+
+func childMain(role string) int { return 2 }

@@ -1,0 +1,99 @@
+package rdma
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+)
+
+// handshake is Mooncake's HandShakeDesc, the JSON body of a Connection
+// request and its reply on the RPC port (transfer_metadata.cpp's
+// TransferHandshakeUtil): fields in the encoder's order. ready_ack is
+// present only from peers that support the ready-ACK phase (its presence,
+// not its value, says so).
+type handshake struct {
+	Payload      string   `json:"payload"`
+	LocalNICPath string   `json:"local_nic_path"`
+	LocalLID     uint16   `json:"local_lid"`
+	LocalGID     string   `json:"local_gid"`
+	PeerNICPath  string   `json:"peer_nic_path"`
+	QPNum        []uint32 `json:"qp_num"`
+	ReadyAck     *bool    `json:"ready_ack,omitempty"`
+	ReplyMsg     string   `json:"reply_msg"`
+}
+
+func (h *handshake) readyAckSupported() bool { return h.ReadyAck != nil }
+func (h *handshake) isReadyAck() bool        { return h.ReadyAck != nil && *h.ReadyAck }
+
+func encodeHandshake(h *handshake) []byte {
+	if h.QPNum == nil {
+		h.QPNum = []uint32{}
+	}
+	b, _ := json.Marshal(h)
+	return b
+}
+
+// decodeHandshake parses a HandShakeDesc leniently, as jsoncpp's accessors
+// do: a missing or mistyped field reads as its zero value.
+func decodeHandshake(b []byte) (*handshake, error) {
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return nil, fmt.Errorf("rdma handshake: %w", err)
+	}
+	h := &handshake{}
+	str := func(k string) string {
+		var s string
+		if v, ok := raw[k]; ok {
+			_ = json.Unmarshal(v, &s)
+		}
+		return s
+	}
+	h.Payload = str("payload")
+	h.LocalNICPath = str("local_nic_path")
+	h.LocalGID = str("local_gid")
+	h.PeerNICPath = str("peer_nic_path")
+	h.ReplyMsg = str("reply_msg")
+	if v, ok := raw["local_lid"]; ok {
+		var n uint16
+		if json.Unmarshal(v, &n) == nil {
+			h.LocalLID = n
+		}
+	}
+	if v, ok := raw["qp_num"]; ok {
+		var qs []uint32
+		if err := json.Unmarshal(v, &qs); err != nil {
+			return nil, fmt.Errorf("rdma handshake: qp_num: %w", err)
+		}
+		h.QPNum = qs
+	}
+	if v, ok := raw["ready_ack"]; ok {
+		b := false
+		_ = json.Unmarshal(v, &b)
+		h.ReadyAck = &b
+	}
+	return h, nil
+}
+
+// nicPath is Mooncake's "<server>@<nic>" name of a NIC.
+func nicPath(server, nic string) string { return server + "@" + nic }
+
+// splitNICPath splits a NIC path at its last '@'.
+func splitNICPath(p string) (server, nic string, ok bool) {
+	i := strings.LastIndexByte(p, '@')
+	if i <= 0 || i == len(p)-1 {
+		return "", "", false
+	}
+	return p[:i], p[i+1:], true
+}
+
+func equalQPs(a, b []uint32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}

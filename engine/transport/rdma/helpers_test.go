@@ -1,0 +1,102 @@
+package rdma_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"testing/fstest"
+	"time"
+
+	"gotest.tools/v3/assert"
+
+	"github.com/kvferry/kvferry/engine"
+	"github.com/kvferry/kvferry/engine/stack"
+	"github.com/kvferry/kvferry/engine/transport/rdma"
+	"github.com/kvferry/kvferry/internal/cmem"
+	"github.com/kvferry/kvferry/tests/rdma/fakeverbs"
+)
+
+// allDevices are the fake NICs every test process sees; a test picks some
+// with Config.Devices.
+var allDevices = []string{"fake_mlx5_0", "fake_mlx5_1", "fake_mlx5_2", "fake_mlx5_3"}
+
+var (
+	fakeLib string
+	fakeDir string
+	fake    *fakeverbs.Control
+)
+
+func TestMain(m *testing.M) {
+	if role := os.Getenv("RDMA_TEST_CHILD"); role != "" {
+		os.Exit(childMain(role))
+	}
+	var err error
+	if fakeLib, err = fakeverbs.Build(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	if fakeDir, err = os.MkdirTemp("", "fakeverbs-"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	fakeverbs.Setenv(fakeLib, fakeDir, allDevices...)
+	if fake, err = fakeverbs.Open(fakeLib); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(fakeDir)
+	os.Exit(code)
+}
+
+// emptySys is a sysfs tree with one NUMA node and nothing else.
+var emptySys = fstest.MapFS{"devices/system/node/node0/cpulist": {Data: []byte("0-1\n")}}
+
+func rdmaConfig(devices ...string) rdma.Config {
+	return rdma.Config{Library: fakeLib, Devices: devices, SysFS: emptySys}
+}
+
+// newEngine starts an engine with only the RDMA transport on devices.
+func newEngine(t testing.TB, cfg rdma.Config, timeout time.Duration) *engine.Engine {
+	t.Helper()
+	e, err := stack.New(context.Background(), stack.Config{
+		Engine: engine.Config{LocalServerName: "127.0.0.1", Transports: []string{rdma.Name}, TransferTimeout: timeout},
+		RDMA:   cfg,
+	})
+	assert.NilError(t, err)
+	t.Cleanup(func() { e.Close() })
+	return e
+}
+
+func newBuf(t testing.TB, e *engine.Engine, n uint64) *cmem.Map {
+	t.Helper()
+	m, err := cmem.MapAnon(n)
+	assert.NilError(t, err)
+	assert.NilError(t, e.RegisterMemory(m.Addr(), n, "cpu:0", true))
+	return m
+}
+
+func patternAt(seed, n uint64) []byte {
+	b := make([]byte, n)
+	pattern(b, seed)
+	return b
+}
+
+func pattern(b []byte, seed uint64) {
+	x := seed*0x9E3779B97F4A7C15 + 1
+	for i := range b {
+		x ^= x << 13
+		x ^= x >> 7
+		x ^= x << 17
+		b[i] = byte(x)
+	}
+}
+
+func nicBytes(e *engine.Engine) map[string]uint64 {
+	out := map[string]uint64{}
+	for _, s := range e.NICStats() {
+		out[s.Device] = s.BytesCompleted
+	}
+	return out
+}
