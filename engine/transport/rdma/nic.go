@@ -41,7 +41,7 @@ type nic struct {
 	// CQ's capacity: every WR may produce a completion).
 	credits atomic.Int64
 
-	mu  sync.Mutex
+	mu       sync.Mutex
 	eps      map[string]*endpoint // by peer NIC path
 	draining []*endpoint          // retired, replaced, not drained yet
 	qps      map[uint32]*qpState  // by QP number, for completions
