@@ -19,6 +19,7 @@ import (
 
 	"github.com/kvferry/kvferry/engine"
 	"github.com/kvferry/kvferry/engine/stack"
+	"github.com/kvferry/kvferry/engine/transport/rdma"
 	"github.com/kvferry/kvferry/engine/transport/tcp"
 	"github.com/kvferry/kvferry/internal/hostenv"
 )
@@ -142,14 +143,26 @@ func kvf_install(h C.uintptr_t, proto *C.char, args unsafe.Pointer) (t C.uintptr
 	p = strings.ToLower(p)
 	// args[0], when set, is a NIC priority matrix (RDMA); TCP ignores it,
 	// but a malformed one fails as in Mooncake.
+	var matrix string
 	if args != nil {
 		if first := *(**C.char)(args); first != nil {
+			matrix = C.GoString(first)
 			var m map[string][2][]string
-			if err := json.Unmarshal([]byte(C.GoString(first)), &m); err != nil {
+			if err := json.Unmarshal([]byte(matrix), &m); err != nil {
 				engineFail(e, fmt.Errorf("install transport %q: priority matrix: %w", p, err))
 				return 0
 			}
 		}
+	}
+	if p == rdma.Name {
+		// No NIC, no libibverbs: NULL, as Mooncake's installTransport; the
+		// transports installed before stay.
+		if _, err := e.InstallTransportWith(p, []string{matrix}); err != nil {
+			engineFail(e, err)
+			logger.Info("installTransport(rdma) failed", "err", err)
+			return 0
+		}
+		return C.uintptr_t(uintptr(h) | transportTags[p])
 	}
 	names := []string{p}
 	if p == tcp.Name {
@@ -534,11 +547,33 @@ func kvf_sync_cache(h C.uintptr_t) (rc C.int) {
 //export kvf_nic_stats
 func kvf_nic_stats(h C.uintptr_t, stats unsafe.Pointer, count *C.size_t) (rc C.int) {
 	defer recoverResource(&rc)
-	if _, err := lookupEngine(uintptr(h)); err != nil || count == nil {
+	e, err := lookupEngine(uintptr(h))
+	if err != nil || count == nil {
 		return errInvalidArgument
 	}
-	// No RDMA NIC is in use: zero devices, as the classic engine reports.
-	*count = 0
+	// One entry per NIC of the RDMA transport (none without it).
+	nics := e.NICStats()
+	capacity := int(*count)
+	if stats == nil {
+		capacity = 0
+	}
+	out := unsafe.Slice((*C.struct_nic_load_stat)(stats), capacity)
+	for i := 0; i < len(nics) && i < capacity; i++ {
+		o := &out[i]
+		name := nics[i].Device
+		if len(name) > 63 {
+			name = name[:63]
+		}
+		for j := range o.device_name {
+			o.device_name[j] = 0
+		}
+		for j := 0; j < len(name); j++ {
+			o.device_name[j] = C.char(name[j])
+		}
+		o.inflight_bytes = C.uint64_t(nics[i].InflightBytes)
+		o.ewma_bandwidth_bps = C.double(nics[i].EWMABandwidthBps)
+	}
+	*count = C.size_t(len(nics))
 	return 0
 }
 
@@ -566,13 +601,22 @@ func kvf_show_links(h C.uintptr_t, buf *C.char, n C.size_t, asJSON C.int) (rc C.
 		}
 		links = append(links, link{Segment: p.Name, ID: int32(id), Transport: e.ChooseTransport(id), Endpoint: p.Endpoint.Addr()})
 	}
+	nics := e.NICStats()
+	rdmaNote := rdmaStatus(e)
 	var s string
 	if asJSON != 0 {
-		b, _ := json.Marshal(map[string]any{"segment": e.SegmentName(), "transports": e.Transports(), "links": links})
+		b, _ := json.Marshal(map[string]any{"segment": e.SegmentName(), "transports": e.Transports(), "links": links,
+			"rdma": rdmaNote, "nics": nics})
 		s = string(b)
 	} else {
 		var sb strings.Builder
 		fmt.Fprintf(&sb, "segment %s transports %v\n", e.SegmentName(), e.Transports())
+		fmt.Fprintf(&sb, "rdma: %s\n", rdmaNote)
+		for _, c := range nics {
+			fmt.Fprintf(&sb, "  nic %s %s %s %.0f Gb/s mtu %d gid[%d] %s numa %d pci %s netdev %s inflight %d B ewma %.3g bit/s completed %d B (%d slices, %d retried, %d failed) endpoints %d\n",
+				c.Device, c.State, c.LinkLayer, c.RateGbps, c.MTU, c.GIDIndex, c.GID, c.NUMA, orDash(c.PCI), orDash(c.Netdev),
+				c.InflightBytes, c.EWMABandwidthBps, c.BytesCompleted, c.SlicesCompleted, c.SlicesRetried, c.SlicesFailed, c.Endpoints)
+		}
 		for _, l := range links {
 			fmt.Fprintf(&sb, "  [%d] %s via %s (%s)\n", l.ID, l.Segment, l.Transport, l.Endpoint)
 		}
@@ -790,4 +834,22 @@ func recoverStatus(rc *C.int) {
 		_ = panicked(r)
 		*rc = stContext
 	}
+}
+
+// rdmaStatus says whether RDMA is in use on e, and why not.
+func rdmaStatus(e *engine.Engine) string {
+	if t, ok := e.Transport(rdma.Name).(*rdma.Transport); ok {
+		return fmt.Sprintf("installed on %v", t.Devices())
+	}
+	if _, err := rdma.Available(hostenv.RDMAConfig()); err != nil {
+		return "not installed: " + err.Error()
+	}
+	return "not installed (devices present; the engine did not install the rdma transport)"
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }

@@ -37,6 +37,14 @@ func applyOption(c *stack.Config, k, v string) error {
 			return bad(fmt.Errorf("want >= 4096"))
 		}
 		c.TCP.StripeSize = uint64(n)
+	case "rdma_devices":
+		// Mooncake's device_name whitelist: comma-separated NIC names.
+		c.RDMA.Devices = nil
+		for _, d := range strings.Split(v, ",") {
+			if d = strings.TrimSpace(d); d != "" {
+				c.RDMA.Devices = append(c.RDMA.Devices, d)
+			}
+		}
 	case "timeout_ms":
 		n, err := num()
 		if err != nil || n <= 0 {

@@ -62,8 +62,9 @@ const char *kvferry_version(void);
 /* Creates an engine from option pairs (keys[i] = values[i]); unknown keys are
  * an error. Keys: "metadata" (connection string, default "P2PHANDSHAKE"),
  * "local_server_name" (default: first non-loopback IPv4, else 127.0.0.1),
- * "transport" ("auto", "tcp", "local", ...), "tcp_lanes", "slice_size",
- * "timeout_ms", "auto_discover" ("1"/"0", default "1"). Values not given
+ * "transport" ("auto", "tcp", "rdma", "local", ...), "tcp_lanes",
+ * "slice_size", "timeout_ms", "rdma_devices" (comma-separated NIC names),
+ * "auto_discover" ("1"/"0", default "1"). Values not given
  * fall back to the MC_* / KVFERRY_* environment, then to the defaults.
  * Returns NULL on failure. */
 transfer_engine_t kvferry_engine_create(const char *const *keys,

@@ -211,7 +211,7 @@ class TransferEngine:
         local_hostname = _as_str(local_hostname, "local_hostname")
         metadata_server = _as_str(metadata_server, "metadata_server")
         protocol = _as_str(protocol if protocol is not None else "", "protocol")
-        _as_str(device_name if device_name is not None else "", "device_name")
+        device_name = _as_str(device_name if device_name is not None else "", "device_name")
         metadata_type = _as_str(metadata_type if metadata_type is not None else "",
                                 "metadata_type")
         if protocol == "xgmi":
@@ -228,6 +228,10 @@ class TransferEngine:
         if local_hostname:
             keys.append("local_server_name")
             vals.append(local_hostname)
+        if device_name:
+            # Mooncake's NIC whitelist for RDMA auto-discovery.
+            keys.append("rdma_devices")
+            vals.append(device_name)
         h = lib.kvferry_engine_create(_lib.c_strings(keys), _lib.c_strings(vals), len(keys))
         if not h:
             log.error("initialize failed: metadata=%s local_hostname=%s", conn, local_hostname)
