@@ -8,14 +8,15 @@ import (
 
 // handshake is Mooncake's HandShakeDesc, the JSON body of a Connection
 // request and its reply on the RPC port (transfer_metadata.cpp's
-// TransferHandshakeUtil): fields in the encoder's order. ready_ack is
-// present only from peers that support the ready-ACK phase (its presence,
-// not its value, says so).
+// TransferHandshakeUtil). Fields are in the order jsoncpp's FastWriter
+// writes them (sorted keys), so the encoding matches Mooncake's bytes.
+// ready_ack is present only from peers that support the ready-ACK phase
+// (its presence, not its value, says so).
 type handshake struct {
-	Payload      string   `json:"payload"`
-	LocalNICPath string   `json:"local_nic_path"`
-	LocalLID     uint16   `json:"local_lid"`
 	LocalGID     string   `json:"local_gid"`
+	LocalLID     uint16   `json:"local_lid"`
+	LocalNICPath string   `json:"local_nic_path"`
+	Payload      string   `json:"payload"`
 	PeerNICPath  string   `json:"peer_nic_path"`
 	QPNum        []uint32 `json:"qp_num"`
 	ReadyAck     *bool    `json:"ready_ack,omitempty"`
@@ -30,7 +31,7 @@ func encodeHandshake(h *handshake) []byte {
 		h.QPNum = []uint32{}
 	}
 	b, _ := json.Marshal(h)
-	return b
+	return append(b, '\n') // FastWriter ends with a newline
 }
 
 // decodeHandshake parses a HandShakeDesc leniently, as jsoncpp's accessors
