@@ -1,0 +1,169 @@
+// Package fakecuda builds the fake CUDA driver of tests/fakecuda (a test
+// fixture: a libcuda.so.1 whose device memory is memfd-backed host memory
+// the CPU cannot touch at the device address) and drives its fault
+// injection. Only tests import it; the real binding (internal/cuda) loads
+// the fake through KVFERRY_CUDA_LIB or an explicit path, unaware of it.
+package fakecuda
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"testing"
+
+	"github.com/ebitengine/purego"
+
+	"github.com/kvferry/kvferry/internal/cmem"
+)
+
+var build struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// Source returns the path of fake_cuda.c.
+func Source() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..", "..", "tests", "fakecuda", "fake_cuda.c")
+}
+
+// Build compiles the fake (once per process; the file is cached in the
+// temporary directory under a name derived from its source) and returns
+// the path of libcuda.so.1.
+func Build() (string, error) {
+	build.once.Do(func() {
+		src, err := os.ReadFile(Source())
+		if err != nil {
+			build.err = fmt.Errorf("fake cuda source: %w", err)
+			return
+		}
+		sum := sha256.Sum256(src)
+		dir := filepath.Join(os.TempDir(), "kvferry-fakecuda-"+hex.EncodeToString(sum[:8]))
+		out := filepath.Join(dir, "libcuda.so.1")
+		if _, err := os.Stat(out); err == nil {
+			build.path = out
+			return
+		}
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			build.err = err
+			return
+		}
+		tmp, err := os.CreateTemp(dir, "build-*.so")
+		if err != nil {
+			build.err = err
+			return
+		}
+		tmp.Close()
+		cmd := exec.Command("gcc", "-O2", "-g", "-Wall", "-Wextra", "-std=gnu11", "-shared", "-fPIC",
+			"-fvisibility=hidden", "-o", tmp.Name(), Source(), "-lpthread")
+		if b, err := cmd.CombinedOutput(); err != nil {
+			os.Remove(tmp.Name())
+			build.err = fmt.Errorf("build fake cuda: %v: %s", err, b)
+			return
+		}
+		if err := os.Rename(tmp.Name(), out); err != nil {
+			build.err = err
+			return
+		}
+		build.path = out
+	})
+	return build.path, build.err
+}
+
+// Path builds the fake and returns its path, failing tb on error.
+func Path(tb testing.TB) string {
+	tb.Helper()
+	p, err := Build()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return p
+}
+
+// Control drives the fake loaded in this process.
+type Control struct {
+	fail          func(name string, nth, sticky, code int32) int32
+	reset         func()
+	setCopyDelay  func(us int32)
+	loseContext   func(dev int32)
+	backing       func(p uint64) uintptr
+	calls         func(name string) uint64
+	wrongVersions func() uint64
+	count         func(kind int32) int32
+}
+
+// Open returns the control of the fake at path (loading it if the binding
+// has not yet); it panics when the file is not the fake.
+func Open(path string) *Control {
+	h, err := purego.Dlopen(path, purego.RTLD_NOW|purego.RTLD_LOCAL)
+	if err != nil {
+		panic(fmt.Sprintf("fakecuda: %v", err))
+	}
+	c := &Control{}
+	for name, fp := range map[string]any{
+		"fakecuda_fail": &c.fail, "fakecuda_reset": &c.reset, "fakecuda_set_copy_delay_us": &c.setCopyDelay,
+		"fakecuda_lose_context": &c.loseContext, "fakecuda_backing": &c.backing, "fakecuda_calls": &c.calls,
+		"fakecuda_wrong_version_calls": &c.wrongVersions, "fakecuda_count": &c.count,
+	} {
+		purego.RegisterLibFunc(fp, h, name)
+	}
+	return c
+}
+
+// Fail makes the nth call (1-based, counted from now) of entry point name
+// return code; with sticky, every call from the nth on. Name "copy" fails a stream copy on
+// the fake's worker, which loses the device's context.
+func (c *Control) Fail(name string, nth int, sticky bool, code int) {
+	s := int32(0)
+	if sticky {
+		s = 1
+	}
+	c.fail(name, int32(nth), s, int32(code))
+}
+
+// Reset removes every fault and copy delay and restores lost contexts.
+func (c *Control) Reset() { c.reset() }
+
+// SetCopyDelay makes every stream copy sleep us microseconds first.
+func (c *Control) SetCopyDelay(us int) { c.setCopyDelay(int32(us)) }
+
+// LoseContext makes device dev's context unusable (error 700 from then on).
+func (c *Control) LoseContext(dev int) { c.loseContext(int32(dev)) }
+
+// Bytes returns the n bytes at device address p through the fake's own
+// host mapping (nil when p is not device memory).
+func (c *Control) Bytes(p uint64, n int) []byte {
+	b := c.backing(p)
+	if b == 0 {
+		return nil
+	}
+	return cmem.Bytes(b, uint64(n))
+}
+
+// Calls returns how often entry point name was called.
+func (c *Control) Calls(name string) uint64 { return c.calls(name) }
+
+// WrongVersionCalls counts calls of old-ABI exports (cuMemAlloc instead of
+// cuMemAlloc_v2, ...) and of cuGetProcAddress_v2 on a pre-12.0 driver.
+func (c *Control) WrongVersionCalls() uint64 { return c.wrongVersions() }
+
+// Kinds for Count.
+const (
+	KindAll        = 0
+	KindDevice     = 1
+	KindPinned     = 2
+	KindRegistered = 3
+	KindManaged    = 4
+	KindIPCOpen    = 5
+	KindVMMMapping = 6
+	KindVMMPhys    = -1
+)
+
+// Count returns how many live allocations (or mappings) of a kind exist.
+func (c *Control) Count(kind int) int { return int(c.count(int32(kind))) }
