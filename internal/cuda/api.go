@@ -10,18 +10,18 @@ import (
 
 // Device attributes kvferry reads (CUdevice_attribute).
 const (
-	AttrPCIBusID         = 33
-	AttrPCIDeviceID      = 34
-	AttrUnifiedAddress   = 41
-	AttrPCIDomainID      = 50
-	AttrVMM              = 102
-	AttrPosixFDHandles   = 103
-	AttrGDRWithVMM       = 110
-	AttrGPUDirectRDMA    = 116
-	AttrDmaBuf           = 124
-	AttrFabricHandles    = 128
-	AttrComputeCapMajor  = 75
-	AttrComputeCapMinor  = 76
+	AttrPCIBusID        = 33
+	AttrPCIDeviceID     = 34
+	AttrUnifiedAddress  = 41
+	AttrPCIDomainID     = 50
+	AttrVMM             = 102
+	AttrPosixFDHandles  = 103
+	AttrGDRWithVMM      = 110
+	AttrGPUDirectRDMA   = 116
+	AttrDmaBuf          = 124
+	AttrFabricHandles   = 128
+	AttrComputeCapMajor = 75
+	AttrComputeCapMinor = 76
 )
 
 // Flags.

@@ -15,15 +15,15 @@ type FabricHandle struct{ Data [64]byte }
 
 // allocProp is CUmemAllocationProp (32 bytes).
 type allocProp struct {
-	typ            int32 // CU_MEM_ALLOCATION_TYPE_PINNED = 1
-	handleTypes    int32 // CUmemAllocationHandleType bits
-	locType        int32 // CU_MEM_LOCATION_TYPE_DEVICE = 1
-	locID          int32
-	win32Meta      uintptr
-	compression    uint8
-	gdrCapable     uint8
-	usage          uint16
-	reservedFlags  [4]uint8
+	typ           int32 // CU_MEM_ALLOCATION_TYPE_PINNED = 1
+	handleTypes   int32 // CUmemAllocationHandleType bits
+	locType       int32 // CU_MEM_LOCATION_TYPE_DEVICE = 1
+	locID         int32
+	win32Meta     uintptr
+	compression   uint8
+	gdrCapable    uint8
+	usage         uint16
+	reservedFlags [4]uint8
 }
 
 // accessDesc is CUmemAccessDesc (12 bytes).
@@ -35,52 +35,52 @@ type accessDesc struct {
 
 // funcs are the typed entry points, bound with purego.
 type funcs struct {
-	init                  func(flags uint32) Result
-	getErrorName          func(r Result, s **byte) Result
-	deviceGetCount        func(n *int32) Result
-	deviceGetAttribute    func(v *int32, attr, dev int32) Result
-	deviceGetName         func(buf *byte, n, dev int32) Result
-	deviceGetPCIBusID     func(buf *byte, n, dev int32) Result
-	deviceTotalMem        func(b *uint64, dev int32) Result
-	deviceCanAccessPeer   func(can *int32, dev, peer int32) Result
-	primaryCtxRetain      func(ctx *uintptr, dev int32) Result
-	primaryCtxRelease     func(dev int32) Result
-	ctxPushCurrent        func(ctx uintptr) Result
-	ctxPopCurrent         func(ctx *uintptr) Result
-	ctxGetCurrent         func(ctx *uintptr) Result
-	ctxEnablePeerAccess   func(peer uintptr, flags uint32) Result
-	memAlloc              func(p *uint64, n uint64) Result
-	memFree               func(p uint64) Result
-	memAllocManaged       func(p *uint64, n uint64, flags uint32) Result
-	memHostAlloc          func(p *uintptr, n uint64, flags uint32) Result
-	memFreeHost           func(p uintptr) Result
-	memHostRegister       func(p uintptr, n uint64, flags uint32) Result
-	memHostUnregister     func(p uintptr) Result
-	memGetAddressRange    func(base, size *uint64, p uint64) Result
-	streamCreate          func(s *uintptr, flags uint32) Result
-	streamDestroy         func(s uintptr) Result
-	streamSynchronize     func(s uintptr) Result
-	eventCreate           func(e *uintptr, flags uint32) Result
-	eventDestroy          func(e uintptr) Result
-	memcpy                func(dst, src, n uint64) Result
-	memsetD8              func(dst uint64, v uint8, n uint64) Result
-	ipcGetMemHandle       func(h *IPCHandle, p uint64) Result
-	ipcOpenMemHandle      func(p *uint64, h IPCHandle, flags uint32) Result
-	ipcCloseMemHandle     func(p uint64) Result
-	memGetGranularity     func(g *uint64, prop *allocProp, option int32) Result
-	memCreate             func(h *uint64, size uint64, prop *allocProp, flags uint64) Result
-	memRelease            func(h uint64) Result
-	memAddressReserve     func(p *uint64, size, align, addr, flags uint64) Result
-	memAddressFree        func(p, size uint64) Result
-	memMap                func(p, size, offset, h, flags uint64) Result
-	memSetAccess          func(p, size uint64, desc *accessDesc, count uint64) Result
-	memUnmap              func(p, size uint64) Result
-	memRetainAllocHandle  func(h *uint64, p uintptr) Result
-	memExportShareable    func(out unsafe.Pointer, h uint64, typ int32, flags uint64) Result
-	memImportShareable    func(h *uint64, os uintptr, typ int32) Result
-	memImportFabric       func(h *uint64, os *FabricHandle, typ int32) Result
-	memGetHandleForRange  func(out *int32, p, size uint64, typ int32, flags uint64) Result
-	launchHostFunc        func(s, fn, arg uintptr) Result
+	init                 func(flags uint32) Result
+	getErrorName         func(r Result, s **byte) Result
+	deviceGetCount       func(n *int32) Result
+	deviceGetAttribute   func(v *int32, attr, dev int32) Result
+	deviceGetName        func(buf *byte, n, dev int32) Result
+	deviceGetPCIBusID    func(buf *byte, n, dev int32) Result
+	deviceTotalMem       func(b *uint64, dev int32) Result
+	deviceCanAccessPeer  func(can *int32, dev, peer int32) Result
+	primaryCtxRetain     func(ctx *uintptr, dev int32) Result
+	primaryCtxRelease    func(dev int32) Result
+	ctxPushCurrent       func(ctx uintptr) Result
+	ctxPopCurrent        func(ctx *uintptr) Result
+	ctxGetCurrent        func(ctx *uintptr) Result
+	ctxEnablePeerAccess  func(peer uintptr, flags uint32) Result
+	memAlloc             func(p *uint64, n uint64) Result
+	memFree              func(p uint64) Result
+	memAllocManaged      func(p *uint64, n uint64, flags uint32) Result
+	memHostAlloc         func(p *uintptr, n uint64, flags uint32) Result
+	memFreeHost          func(p uintptr) Result
+	memHostRegister      func(p uintptr, n uint64, flags uint32) Result
+	memHostUnregister    func(p uintptr) Result
+	memGetAddressRange   func(base, size *uint64, p uint64) Result
+	streamCreate         func(s *uintptr, flags uint32) Result
+	streamDestroy        func(s uintptr) Result
+	streamSynchronize    func(s uintptr) Result
+	eventCreate          func(e *uintptr, flags uint32) Result
+	eventDestroy         func(e uintptr) Result
+	memcpy               func(dst, src, n uint64) Result
+	memsetD8             func(dst uint64, v uint8, n uint64) Result
+	ipcGetMemHandle      func(h *IPCHandle, p uint64) Result
+	ipcOpenMemHandle     func(p *uint64, h IPCHandle, flags uint32) Result
+	ipcCloseMemHandle    func(p uint64) Result
+	memGetGranularity    func(g *uint64, prop *allocProp, option int32) Result
+	memCreate            func(h *uint64, size uint64, prop *allocProp, flags uint64) Result
+	memRelease           func(h uint64) Result
+	memAddressReserve    func(p *uint64, size, align, addr, flags uint64) Result
+	memAddressFree       func(p, size uint64) Result
+	memMap               func(p, size, offset, h, flags uint64) Result
+	memSetAccess         func(p, size uint64, desc *accessDesc, count uint64) Result
+	memUnmap             func(p, size uint64) Result
+	memRetainAllocHandle func(h *uint64, p uintptr) Result
+	memExportShareable   func(out unsafe.Pointer, h uint64, typ int32, flags uint64) Result
+	memImportShareable   func(h *uint64, os uintptr, typ int32) Result
+	memImportFabric      func(h *uint64, os *FabricHandle, typ int32) Result
+	memGetHandleForRange func(out *int32, p, size uint64, typ int32, flags uint64) Result
+	launchHostFunc       func(s, fn, arg uintptr) Result
 }
 
 // entry is one entry point: its base name (what cuGetProcAddress takes),
