@@ -495,7 +495,7 @@ func (t *Transport) route(o *op) (*endpoint, error) {
 	d := o.peer.Descriptor()
 	buf, ok := d.Find(s.Remote, s.Length)
 	if !ok || len(buf.RKey) == 0 {
-		return nil, fmt.Errorf("rdma: remote %#x+%d on %q has no rkey: %w", s.Remote, s.Length, o.peer.Name, engine.ErrAddressNotRegistered)
+		return nil, fmt.Errorf("rdma: remote %#x+%d on %q is in no buffer with an rkey: %w", s.Remote, s.Length, o.peer.Name, engine.ErrAddressNotRegistered)
 	}
 	pi := t.peerInfo(d)
 	rr := -1

@@ -1,0 +1,253 @@
+package rdma_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"testing"
+	"time"
+
+	"gotest.tools/v3/assert"
+
+	"github.com/kvferry/kvferry/engine"
+	"github.com/kvferry/kvferry/engine/stack"
+	"github.com/kvferry/kvferry/engine/transport/rdma"
+	"github.com/kvferry/kvferry/engine/transport/tcp"
+)
+
+// TestTwoProcesses moves 64 MiB each way between two processes over 1, 2
+// and 4 NICs of the initiator and checks every byte on both sides; the
+// per-NIC counters (the transport's and the fake device's) show the
+// striping.
+func TestTwoProcesses(t *testing.T) {
+	const size = 64 << 20
+	o := startOwner(t, allDevices, size, 0)
+	for _, k := range []int{1, 2, 4} {
+		t.Run(fmt.Sprintf("%dnic", k), func(t *testing.T) {
+			devs := allDevices[:k]
+			a := newEngine(t, rdmaConfig(devs...), 20*time.Second)
+			src := newBuf(t, a, size)
+			seg, err := a.OpenSegment(context.Background(), o.name)
+			assert.NilError(t, err)
+			assert.Equal(t, a.ChooseTransport(seg), rdma.Name)
+			before := map[string]uint64{}
+			for _, d := range devs {
+				before[d] = fake.Bytes(d)
+			}
+			seed := uint64(10 + k)
+			pattern(src.Bytes(), seed)
+			assert.NilError(t, a.Transfer(context.Background(), []engine.Request{{Op: engine.OpWrite, Source: src.Addr(), Target: seg, TargetOffset: o.addr, Length: size}}))
+			assert.Equal(t, o.do("check %d 0 %d", seed, size), "ok")
+			assert.Equal(t, o.do("fill %d 0 %d", seed+100, size), "ok")
+			assert.NilError(t, a.Transfer(context.Background(), []engine.Request{{Op: engine.OpRead, Source: src.Addr(), Target: seg, TargetOffset: o.addr, Length: size}}))
+			assert.Assert(t, bytes.Equal(src.Bytes(), patternAt(seed+100, size)), "read bytes differ")
+			per := nicBytes(a)
+			var sum uint64
+			for _, d := range devs {
+				moved := fake.Bytes(d) - before[d]
+				t.Logf("%s: transport %d bytes, device %d bytes", d, per[d], moved)
+				assert.Assert(t, per[d] > 0, "%s carried nothing: %v", d, per)
+				assert.Equal(t, per[d], moved)
+				sum += per[d]
+			}
+			assert.Equal(t, sum, uint64(2*size))
+		})
+	}
+	// The owner answered on its side too (passive endpoints, no slices).
+	st := o.stats()
+	assert.Equal(t, len(st), len(allDevices))
+}
+
+// TestNICDownMidBatch takes one of two NICs down while a batch is in
+// flight: its slices fail and finish on the other NIC.
+func TestNICDownMidBatch(t *testing.T) {
+	const size = 32 << 20
+	o := startOwner(t, allDevices[:2], size, 0)
+	a := newEngine(t, rdmaConfig(allDevices[:2]...), 20*time.Second)
+	src := newBuf(t, a, size)
+	seg, err := a.OpenSegment(context.Background(), o.name)
+	assert.NilError(t, err)
+	pattern(src.Bytes(), 3)
+	for _, d := range allDevices[:2] {
+		assert.NilError(t, fake.SetDelay(d, 200))
+	}
+	defer func() {
+		for _, d := range allDevices[:2] {
+			fake.SetDelay(d, 0)
+			fake.SetPort(d, true)
+		}
+	}()
+	id, err := a.AllocateBatch(1)
+	assert.NilError(t, err)
+	assert.NilError(t, a.Submit(id, []engine.Request{{Op: engine.OpWrite, Source: src.Addr(), Target: seg, TargetOffset: o.addr, Length: size}}))
+	time.Sleep(30 * time.Millisecond)
+	assert.NilError(t, fake.SetPort("fake_mlx5_1", false))
+	bs, err := a.Wait(context.Background(), id)
+	assert.NilError(t, err)
+	assert.Equal(t, bs.State, engine.StateCompleted, "%v", bs.Err)
+	assert.NilError(t, a.FreeBatch(id))
+	assert.Equal(t, o.do("check 3 0 %d", size), "ok")
+	var down engine.NICStat
+	for _, s := range a.NICStats() {
+		if s.Device == "fake_mlx5_1" {
+			down = s
+		}
+	}
+	t.Logf("down nic: %+v", down)
+	assert.Assert(t, !down.Active && down.State == "down")
+	assert.Assert(t, down.SlicesRetried > 0, "no slice was retried off the downed NIC")
+}
+
+// TestPeerKilledMidBatch kills the owner while a batch is in flight: the
+// batch ends FAILED within the transfer deadline, nothing hangs.
+func TestPeerKilledMidBatch(t *testing.T) {
+	const size = 32 << 20
+	o := startOwner(t, allDevices[:2], size, 0)
+	const deadline = 4 * time.Second
+	a := newEngine(t, rdmaConfig(allDevices[:2]...), deadline)
+	src := newBuf(t, a, size)
+	seg, err := a.OpenSegment(context.Background(), o.name)
+	assert.NilError(t, err)
+	for _, d := range allDevices[:2] {
+		assert.NilError(t, fake.SetDelay(d, 200))
+	}
+	defer func() {
+		for _, d := range allDevices[:2] {
+			fake.SetDelay(d, 0)
+		}
+	}()
+	id, err := a.AllocateBatch(1)
+	assert.NilError(t, err)
+	start := time.Now()
+	assert.NilError(t, a.Submit(id, []engine.Request{{Op: engine.OpWrite, Source: src.Addr(), Target: seg, TargetOffset: o.addr, Length: size}}))
+	time.Sleep(30 * time.Millisecond)
+	o.kill()
+	bs, err := a.Wait(context.Background(), id)
+	took := time.Since(start)
+	assert.NilError(t, err)
+	assert.Equal(t, bs.State, engine.StateFailed)
+	t.Logf("batch FAILED %s after the start: %v", took, bs.Err)
+	assert.Assert(t, took < deadline+5*time.Second, "took %s", took)
+	assert.NilError(t, a.FreeBatch(id))
+}
+
+// TestPeerRestarted restarts the owner under the same name (same RPC port,
+// same addresses, new QPs and new keys): the next transfer re-establishes
+// the endpoints and uses the new keys.
+func TestPeerRestarted(t *testing.T) {
+	const size = 4 << 20
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	assert.NilError(t, err)
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	o := startOwner(t, allDevices[:2], size, port)
+	a := newEngine(t, rdmaConfig(allDevices[:2]...), 10*time.Second)
+	src := newBuf(t, a, size)
+	seg, err := a.OpenSegment(context.Background(), o.name)
+	assert.NilError(t, err)
+	pattern(src.Bytes(), 5)
+	write := func() error {
+		return a.Transfer(context.Background(), []engine.Request{{Op: engine.OpWrite, Source: src.Addr(), Target: seg, TargetOffset: o.addr, Length: size}})
+	}
+	assert.NilError(t, write())
+	assert.Equal(t, o.do("check 5 0 %d", size), "ok")
+	name := o.name
+	o.kill()
+	o2 := startOwner(t, allDevices[:2], size, port)
+	assert.Equal(t, o2.name, name)
+	pattern(src.Bytes(), 6)
+	assert.NilError(t, write())
+	assert.Equal(t, o2.do("check 6 0 %d", size), "ok")
+	var retried uint64
+	for _, s := range a.NICStats() {
+		retried += s.SlicesRetried
+	}
+	t.Logf("slices retried across the restart: %d", retried)
+	assert.Assert(t, retried > 0)
+}
+
+// TestRefusals: a range outside the peer's buffers is refused at submit;
+// a buffer the peer unregistered (still in the cached descriptor) is
+// refused by the peer's NIC (remote access error), and its memory stays
+// untouched.
+func TestRefusals(t *testing.T) {
+	const size = 1 << 20
+	o := startOwner(t, allDevices[:1], size, 0)
+	a := newEngine(t, rdmaConfig(allDevices[:1]...), 5*time.Second)
+	src := newBuf(t, a, size)
+	pattern(src.Bytes(), 9)
+	seg, err := a.OpenSegment(context.Background(), o.name)
+	assert.NilError(t, err)
+	err = a.Transfer(context.Background(), []engine.Request{{Op: engine.OpWrite, Source: src.Addr(), Target: seg, TargetOffset: o.addr + size - 100, Length: 4096}})
+	assert.ErrorIs(t, err, engine.ErrAddressNotRegistered)
+	assert.Equal(t, o.do("zero"), "ok")
+	assert.Equal(t, o.do("unreg"), "ok")
+	for _, op := range []engine.OpCode{engine.OpWrite, engine.OpRead} {
+		err = a.Transfer(context.Background(), []engine.Request{{Op: op, Source: src.Addr(), Target: seg, TargetOffset: o.addr, Length: 64 << 10}})
+		assert.Assert(t, err != nil, "%s of an unregistered buffer succeeded", op)
+		t.Logf("%s: %v", op, err)
+	}
+	assert.Equal(t, o.do("nonzero"), "0")
+	assert.Assert(t, bytes.Equal(src.Bytes(), patternAt(9, size)), "a refused read wrote local memory")
+}
+
+// TestNoLibibverbs: without libibverbs, or with it and no device, the
+// transport is not installed and requests take TCP.
+func TestNoLibibverbs(t *testing.T) {
+	for _, env := range [][]string{{"KVFERRY_IBVERBS_LIB=/nonexistent/libibverbs.so.1"}, {"FAKEVERBS_DEVICES="}} {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(append(os.Environ(), "RDMA_TEST_CHILD=nolib"), env...)
+		out, err := cmd.CombinedOutput()
+		assert.NilError(t, err, "%s", out)
+		assert.Assert(t, bytes.Contains(out, []byte("nolib ok")), "%s", out)
+	}
+}
+
+func noLibMain() int {
+	fail := func(f string, a ...any) int { fmt.Printf("nolib fail: "+f+"\n", a...); return 1 }
+	cfg := rdma.Config{Library: os.Getenv("KVFERRY_IBVERBS_LIB"), SysFS: emptySys}
+	if _, err := rdma.Available(cfg); !errors.Is(err, engine.ErrNotSupported) {
+		return fail("Available: %v", err)
+	}
+	mk := func() (*engine.Engine, error) {
+		return stack.New(context.Background(), stack.Config{AutoDiscover: true, RDMA: cfg,
+			Engine: engine.Config{LocalServerName: "127.0.0.1", ForceTransport: ""}})
+	}
+	a, err := mk()
+	if err != nil {
+		return fail("engine: %v", err)
+	}
+	defer a.Close()
+	b, err := mk()
+	if err != nil {
+		return fail("engine: %v", err)
+	}
+	defer b.Close()
+	if a.Transport(rdma.Name) != nil {
+		return fail("rdma installed")
+	}
+	if _, err := a.InstallTransport(rdma.Name); !errors.Is(err, engine.ErrNotSupported) {
+		return fail("InstallTransport(rdma): %v", err)
+	}
+	if d := a.LocalDescriptor(); d.Protocol != "tcp" || len(d.Devices) != 0 {
+		return fail("descriptor protocol %q devices %v", d.Protocol, d.Devices)
+	}
+	seg, err := a.OpenSegment(context.Background(), b.SegmentName())
+	if err != nil {
+		return fail("open: %v", err)
+	}
+	// Same host: cma would win; with the same-host paths forced off the
+	// selector falls to TCP, never to RDMA.
+	if got := a.ChooseTransport(seg); got == rdma.Name {
+		return fail("chose %s", got)
+	}
+	if a.Transport(tcp.Name) == nil {
+		return fail("no tcp")
+	}
+	fmt.Println("nolib ok")
+	return 0
+}
