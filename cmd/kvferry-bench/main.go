@@ -38,7 +38,8 @@ var (
 	metadataServer  = flag.String("metadata_server", "P2PHANDSHAKE", "Metadata connection string (P2PHANDSHAKE, http://host:port/metadata, etcd://host:port)")
 	localServerName = flag.String("local_server_name", "127.0.0.1", "Local server name (P2P: the host to advertise)")
 	segmentID       = flag.String("segment_id", "", "Segment name of the target (P2P: <ip>:<port> printed by the target)")
-	protocol        = flag.String("protocol", "tcp", "Transport to use: tcp, local, cma, shm or auto (the selector)")
+	protocol        = flag.String("protocol", "tcp", "Transport to use: tcp, rdma, local, cma, shm or auto (the selector)")
+	deviceName      = flag.String("device_name", "", "RDMA NICs to use, comma-separated (default: all, or MC_TE_FILTERS)")
 	operation       = flag.String("operation", "read", "Operation type: read or write")
 	blockSize       = flag.Uint64("block_size", 65536, "Block size for each transfer request")
 	batchSize       = flag.Int("batch_size", 128, "Batch size")
@@ -100,6 +101,9 @@ func newEngine(ctx context.Context) (*engine.Engine, error) {
 	cfg.Engine.MetadataConn = *metadataServer
 	cfg.Engine.LocalServerName = *localServerName
 	cfg.AutoDiscover = true
+	if *deviceName != "" {
+		cfg.RDMA.Devices = strings.Split(*deviceName, ",")
+	}
 	if p := strings.ToLower(*protocol); p != "auto" && p != "" && cfg.Engine.ForceTransport == "" {
 		cfg.Engine.ForceTransport = p
 	}
