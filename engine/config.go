@@ -67,6 +67,10 @@ type Config struct {
 	// registered memory, as Mooncake's TCP transport allows (default false:
 	// such tasks fail; KVFERRY_ALLOW_UNREGISTERED=1 sets it).
 	AllowUnregisteredSource bool
+	// Memory classifies registered memory (host, pinned, device, managed;
+	// engine/stack sets the CUDA driver's classifier, engine/gpu). Nil:
+	// every region is host memory and "cuda" locations are refused.
+	Memory MemoryClassifier
 	// NotifyQueueLimit caps received, undrained notifications (default
 	// 65536); further ones are refused so the sender sees an error.
 	NotifyQueueLimit int

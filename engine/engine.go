@@ -349,8 +349,10 @@ func (e *Engine) Transports() []string {
 	return names
 }
 
-// choose picks the transport for requests to p.
-func (e *Engine) choose(p *Peer) (Transport, *atomic.Uint64) {
+// choose picks the transport for requests to p between local memory of
+// kind lk and p's memory of kind rk: the best one that reaches p and
+// carries both kinds (see MemoryCarrier).
+func (e *Engine) choose(p *Peer, lk, rk MemoryKind) (Transport, *atomic.Uint64) {
 	e.transports.RLock()
 	defer e.transports.RUnlock()
 	force := e.cfg.ForceTransport
@@ -358,7 +360,7 @@ func (e *Engine) choose(p *Peer) (Transport, *atomic.Uint64) {
 		if force != "" && in.t.Name() != force {
 			continue
 		}
-		if in.t.Reaches(p) {
+		if in.t.Reaches(p) && carries(in.t, p, lk, rk) {
 			return in.t, in.slices
 		}
 	}
@@ -372,7 +374,7 @@ func (e *Engine) ChooseTransport(id SegmentID) string {
 	if p == nil {
 		return ""
 	}
-	if t, _ := e.choose(p); t != nil {
+	if t, _ := e.choose(p, MemoryHost, MemoryHost); t != nil {
 		return t.Name()
 	}
 	return ""
@@ -401,6 +403,9 @@ func (e *Engine) register(rs []*Region) error {
 	}
 	if len(rs) == 0 {
 		return nil
+	}
+	if err := e.classify(rs); err != nil {
+		return err
 	}
 	e.regMu.Lock()
 	defer e.regMu.Unlock()
@@ -494,7 +499,7 @@ func (e *Engine) buildDescriptor() *descriptor.Segment {
 		Features:        []string{descriptor.FeatureNotifyBytes},
 	}
 	for _, r := range e.reg.regions() {
-		seg.Buffers = append(seg.Buffers, descriptor.Buffer{Name: e.name, Addr: uint64(r.Addr), Length: r.Length})
+		seg.Buffers = append(seg.Buffers, e.describeBuffer(r))
 	}
 	e.transports.RLock()
 	for _, in := range e.transports.list {
@@ -997,7 +1002,9 @@ func (e *Engine) submit(id BatchID, reqs []Request, n *Notification) error {
 	}
 	// Validate everything before adding anything.
 	var groups []group
+	var routes []route // transports chosen for (peer, memory kinds)
 	gidx := make([]int, len(reqs))
+	localGPU := e.HasDeviceMemory()
 	for i, r := range reqs {
 		if r.Op != OpRead && r.Op != OpWrite {
 			return fmt.Errorf("submit: request %d: opcode %d: %w", i, r.Op, ErrInvalidArgument)
@@ -1006,24 +1013,44 @@ func (e *Engine) submit(id BatchID, reqs []Request, n *Notification) error {
 		if p == nil {
 			return fmt.Errorf("submit: request %d: segment %d: %w", i, r.Target, ErrInvalidArgument)
 		}
+		lk, rk := MemoryHost, MemoryHost
+		if localGPU {
+			lk = e.localKind(uint64(r.Source), r.Length)
+		}
+		if p.Local() {
+			if localGPU {
+				rk = e.localKind(r.TargetOffset, r.Length)
+			}
+		} else if p.hasGPU() {
+			rk = p.remoteKind(r.TargetOffset, r.Length)
+		}
 		gi := -1
-		for j := range groups {
-			if groups[j].p == p {
-				gi = j
+		for _, rt := range routes {
+			if rt.p == p && rt.lk == lk && rt.rk == rk {
+				gi = rt.g
 				break
 			}
 		}
 		if gi < 0 {
-			t, ctr := e.choose(p)
+			t, ctr := e.choose(p, lk, rk)
 			if t == nil {
-				return fmt.Errorf("submit: request %d: no transport reaches segment %q (it offers %q, forced %q): %w",
-					i, p.Name, p.Descriptor().Protocol, e.cfg.ForceTransport, ErrNotSupportedTransport)
+				return fmt.Errorf("submit: request %d: no transport reaches segment %q for %s to %s memory (it offers %q, forced %q): %w",
+					i, p.Name, lk, rk, p.Descriptor().Protocol, e.cfg.ForceTransport, ErrNotSupportedTransport)
 			}
 			if e.log.Enabled(e.ctx, slog.LevelDebug) {
-				e.log.Debug("transport chosen", "batch", id, "segment", p.Name, "transport", t.Name(), "forced", e.cfg.ForceTransport)
+				e.log.Debug("transport chosen", "batch", id, "segment", p.Name, "transport", t.Name(), "local", lk, "remote", rk, "forced", e.cfg.ForceTransport)
 			}
-			groups = append(groups, group{t: t, p: p, ctr: ctr})
-			gi = len(groups) - 1
+			for j := range groups {
+				if groups[j].p == p && groups[j].t == t {
+					gi = j
+					break
+				}
+			}
+			if gi < 0 {
+				groups = append(groups, group{t: t, p: p, ctr: ctr})
+				gi = len(groups) - 1
+			}
+			routes = append(routes, route{p: p, lk: lk, rk: rk, g: gi})
 		}
 		gidx[i] = gi
 	}
@@ -1082,6 +1109,10 @@ func (e *Engine) submit(id BatchID, reqs []Request, n *Notification) error {
 			}
 			tk.pin = pin
 		}
+		region := tk.pin
+		if region == nil && localGPU {
+			region = e.reg.find(uint64(r.Source), r.Length)
+		}
 		if err := e.checkRemoteOnce(g.p, r.TargetOffset, r.Length, &refreshed); err != nil {
 			tk.setErr(&TransferError{Op: r.Op, Peer: g.p.Name, Transport: g.t.Name(), Addr: r.TargetOffset, Length: r.Length, Err: err})
 			tk.finish()
@@ -1099,7 +1130,7 @@ func (e *Engine) submit(id BatchID, reqs []Request, n *Notification) error {
 			}
 			s := &slices[next]
 			next++
-			*s = Slice{Op: r.Op, Local: r.Source + uintptr(off), Remote: r.TargetOffset + off, Length: l, Posted: now, task: tk}
+			*s = Slice{Op: r.Op, Local: r.Source + uintptr(off), Remote: r.TargetOffset + off, Length: l, Posted: now, task: tk, region: region}
 			g.slices = append(g.slices, s)
 			off += l
 		}

@@ -17,6 +17,10 @@ type Region struct {
 	Location string
 	// RemoteAccessible is the registration flag (informational for TCP).
 	RemoteAccessible bool
+	// MemoryInfo is the region's classification, made once at
+	// registration: Kind (host, pinned, device, managed), Device (the CUDA
+	// ordinal of GPU memory), and how same-host peers may map it.
+	MemoryInfo
 
 	refs    atomic.Int64
 	dead    atomic.Bool
@@ -45,8 +49,9 @@ func (r *Region) Release() {
 // registry holds the local regions sorted by address in a copy-on-write
 // snapshot, so lookups on the data path take no lock.
 type registry struct {
-	mu   sync.Mutex // serializes writers
-	snap atomic.Pointer[[]*Region]
+	mu      sync.Mutex // serializes writers
+	snap    atomic.Pointer[[]*Region]
+	devices atomic.Int32 // registered regions of device memory
 }
 
 func (g *registry) regions() []*Region {
@@ -79,6 +84,11 @@ func (g *registry) add(rs []*Region) error {
 		}
 	}
 	g.snap.Store(&next)
+	for _, r := range rs {
+		if r.Kind == MemoryDevice {
+			g.devices.Add(1)
+		}
+	}
 	return nil
 }
 
@@ -107,6 +117,9 @@ func (g *registry) remove(addrs []uintptr) ([]*Region, error) {
 	}
 	g.snap.Store(&next)
 	for _, r := range gone {
+		if r.Kind == MemoryDevice {
+			g.devices.Add(-1)
+		}
 		r.dead.Store(true)
 		if r.refs.Load() == 0 {
 			r.once.Do(func() { close(r.drained) })

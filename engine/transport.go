@@ -71,6 +71,7 @@ type Peer struct {
 	Endpoint descriptor.RPCMeta
 
 	desc atomic.Pointer[descriptor.Segment]
+	gpu  atomic.Pointer[gpuScan]
 }
 
 // Descriptor returns the current cached descriptor (never nil once opened).
@@ -96,7 +97,22 @@ type Slice struct {
 	// slice after a connection-level failure.
 	Retries uint8
 
-	task *task
+	task   *task
+	region *Region
+}
+
+// LocalRegion returns the registered region holding the slice's local
+// memory (the engine holds it registered until the slice completes), or
+// nil for a source outside registered memory (AllowUnregisteredSource),
+// which is host memory. Transports ask it for the memory kind.
+func (s *Slice) LocalRegion() *Region { return s.region }
+
+// LocalKind returns the memory kind of the slice's local memory.
+func (s *Slice) LocalKind() MemoryKind {
+	if s.region == nil {
+		return MemoryHost
+	}
+	return s.region.Kind
 }
 
 // Canceled reports whether the slice's batch was canceled; a transport that

@@ -45,6 +45,35 @@ type Buffer struct {
 	// RKey and LKey hold one key per device (RDMA only).
 	RKey []uint32 `json:"rkey,omitempty"`
 	LKey []uint32 `json:"lkey,omitempty"`
+	// ShmName is the IPC handle of GPU memory in the form Mooncake's
+	// nvlink and nvlink_intra transports publish it: the 64 bytes of a
+	// CUipcMemHandle (or, for VMM memory, a CUmemFabricHandle) in
+	// upper-case hex. Empty for host memory and unshareable GPU memory.
+	ShmName string `json:"shm_name,omitempty"`
+	// Mem is the memory kind of GPU memory ("device", "managed"; empty
+	// for host memory). kvferry extension; for buffers without it, a name
+	// starting with "cuda:" means device memory (Mooncake's location).
+	Mem string `json:"kvferry_mem,omitempty"`
+	// IPCOffset is where the buffer starts in the allocation ShmName maps
+	// (kvferry extension; Mooncake's peers assume 0).
+	IPCOffset uint64 `json:"kvferry_ipc_offset,omitempty"`
+}
+
+// Memory kinds of Buffer.Mem.
+const (
+	MemDevice  = "device"
+	MemManaged = "managed"
+)
+
+// GPU reports whether the buffer is GPU memory (device or managed).
+func (b Buffer) GPU() bool {
+	switch b.Mem {
+	case MemDevice, MemManaged:
+		return true
+	case "":
+		return strings.HasPrefix(b.Name, "cuda:")
+	}
+	return false
 }
 
 // Contains reports whether [addr, addr+length) lies inside the buffer.

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/kvferry/kvferry/engine"
+	"github.com/kvferry/kvferry/engine/gpu"
 	"github.com/kvferry/kvferry/engine/metadata"
 	"github.com/kvferry/kvferry/engine/metadata/open"
 	"github.com/kvferry/kvferry/engine/rpc"
@@ -48,10 +49,24 @@ type Config struct {
 	// ForceRDMA is MC_FORCE_HCA: auto-discovery installs RDMA even when TCP
 	// is forced.
 	ForceRDMA bool
+	// GPU configures GPU memory support (the CUDA driver, loaded lazily):
+	// New makes the engine classify registrations with it unless
+	// Engine.Memory is set.
+	GPU gpu.Config
 }
 
 // DefaultTransports are installed by AutoDiscover, best first.
 var DefaultTransports = []string{local.Name, samehost.NameCMA, samehost.NameShm, tcp.Name}
+
+// GPURuntime returns the process's GPU runtime for cfg.GPU (its logger
+// defaults to the engine's).
+func GPURuntime(cfg Config) *gpu.Runtime {
+	g := cfg.GPU
+	if g.Logger == nil {
+		g.Logger = cfg.Engine.Logger
+	}
+	return gpu.Shared(g)
+}
 
 // Factory returns the transport factory for cfg.
 func Factory(cfg Config) engine.TransportFactory {
@@ -115,6 +130,9 @@ func New(ctx context.Context, cfg Config) (*engine.Engine, error) {
 	}
 	if ec.NewTransport == nil {
 		ec.NewTransport = Factory(cfg)
+	}
+	if ec.Memory == nil {
+		ec.Memory = GPURuntime(cfg)
 	}
 	lg := ec.Logger
 	if lg == nil {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kvferry/kvferry/engine/gpu"
 	"github.com/kvferry/kvferry/engine/stack"
 )
 
@@ -79,6 +80,11 @@ func Set(name string) bool {
 //	MC_METADATA_CLUSTER_ID            metadata key prefix mooncake/<id>/
 //	KVFERRY_METADATA_REPUBLISH_SEC    how often http/etcd entries are written again
 //	KVFERRY_ETCD_LEASE_TTL_SEC        etcd lease TTL of an engine's entries
+//	KVFERRY_CUDA_LIB                  CUDA driver to load (default libcuda.so.1)
+//	KVFERRY_CUDA                      "0" turns GPU memory support off
+//	KVFERRY_CUDA_STREAMS              streams of each device's copier
+//	KVFERRY_GPU_STAGE_BYTES           pinned bounce buffer size (4 KiB - 64 MiB)
+//	KVFERRY_GPU_STAGE_DEPTH           pinned bounce buffers per stager (1-64)
 func StackConfig() stack.Config {
 	var c stack.Config
 	c.Engine.Logger = Logger()
@@ -149,6 +155,7 @@ func StackConfig() stack.Config {
 	if n, ok := integer("KVFERRY_ETCD_LEASE_TTL_SEC"); ok && n > 0 {
 		c.Metadata.Etcd.LeaseTTL = time.Duration(n) * time.Second
 	}
+	c.GPU = GPUConfig()
 	return c
 }
 
@@ -217,4 +224,25 @@ func MaxProcs() int {
 func MetricsAddr() string {
 	v, _ := str("KVFERRY_METRICS_ADDR")
 	return v
+}
+
+// GPUConfig reads GPU support's settings (see StackConfig).
+func GPUConfig() gpu.Config {
+	var g gpu.Config
+	if v, ok := str("KVFERRY_CUDA_LIB"); ok {
+		g.Library = v
+	}
+	if _, ok := str("KVFERRY_CUDA"); ok && !flag("KVFERRY_CUDA") {
+		g.Disabled = true
+	}
+	if n, ok := integer("KVFERRY_CUDA_STREAMS"); ok && n > 0 && n <= 64 {
+		g.Streams = int(n)
+	}
+	if n, ok := integer("KVFERRY_GPU_STAGE_BYTES"); ok && n >= 4096 && n <= 64<<20 {
+		g.StagePieceBytes = uint64(n)
+	}
+	if n, ok := integer("KVFERRY_GPU_STAGE_DEPTH"); ok && n > 0 && n <= 64 {
+		g.StageDepth = int(n)
+	}
+	return g
 }

@@ -1,0 +1,271 @@
+// Package gpu connects the engine to the CUDA driver binding
+// (internal/cuda): the classifier registration uses (engine.Config.Memory)
+// and the per-process GPU runtime the transports share for device memory
+// (a copier per device, pinned stagers).
+//
+// The driver is loaded lazily: only a registration at a "cuda" location, or
+// one made while the process already has the driver loaded (PyTorch with
+// CUDA, for one), asks it anything. A process that never touches a GPU
+// never loads libcuda, and a host without one runs every host path as
+// before; a "cuda" registration then fails with engine.ErrNotSupported.
+package gpu
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+
+	"github.com/kvferry/kvferry/engine"
+	"github.com/kvferry/kvferry/internal/cuda"
+)
+
+// Config configures GPU support.
+type Config struct {
+	// Library is the CUDA driver to load (KVFERRY_CUDA_LIB; default
+	// libcuda.so.1).
+	Library string
+	// Disabled turns GPU support off: memory is never classified as GPU
+	// memory and "cuda" registrations are refused (KVFERRY_CUDA=0).
+	Disabled bool
+	// Streams is the number of streams of each device's copier (default
+	// cuda.DefaultStreams; KVFERRY_CUDA_STREAMS).
+	Streams int
+	// StagePieceBytes and StageDepth size the pinned bounce buffers that
+	// stage device memory through host memory (defaults
+	// cuda.DefaultPieceBytes and cuda.DefaultDepth;
+	// KVFERRY_GPU_STAGE_BYTES, KVFERRY_GPU_STAGE_DEPTH).
+	StagePieceBytes uint64
+	StageDepth      int
+	// Logger receives logs (nil: discarded).
+	Logger *slog.Logger
+}
+
+// Runtime is the GPU support of a process for one driver file. It is
+// shared by every engine of the process (Shared) and never closed.
+type Runtime struct {
+	cfg Config
+	log *slog.Logger
+
+	mu      sync.Mutex
+	drv     *cuda.Driver
+	copiers map[int]*cuda.Copier
+}
+
+var shared = struct {
+	sync.Mutex
+	m map[string]*Runtime
+}{m: make(map[string]*Runtime)}
+
+// Shared returns the process's runtime for cfg.Library (the first caller's
+// settings win).
+func Shared(cfg Config) *Runtime {
+	key := cfg.Library
+	if key == "" {
+		key = cuda.DefaultLibrary
+	}
+	if cfg.Disabled {
+		key = "\x00disabled"
+	}
+	shared.Lock()
+	defer shared.Unlock()
+	if r := shared.m[key]; r != nil {
+		return r
+	}
+	r := &Runtime{cfg: cfg, log: cfg.Logger, copiers: make(map[int]*cuda.Copier)}
+	if r.log == nil {
+		r.log = slog.New(slog.DiscardHandler)
+	}
+	shared.m[key] = r
+	return r
+}
+
+// Driver returns the loaded driver, loading it on first use. Failures are
+// not cached (the next call tries again) and wrap engine.ErrNotSupported.
+func (r *Runtime) Driver() (*cuda.Driver, error) {
+	if r.cfg.Disabled {
+		return nil, fmt.Errorf("GPU support is off (KVFERRY_CUDA=0): %w", engine.ErrNotSupported)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.drv != nil {
+		return r.drv, nil
+	}
+	d, err := cuda.Load(r.cfg.Library)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", engine.ErrNotSupported, err)
+	}
+	r.drv = d
+	r.log.Info("CUDA driver loaded", "path", d.Path(), "version", d.Version(), "devices", d.DeviceCount())
+	return d, nil
+}
+
+// loadedDriver returns the driver when this process already has it mapped
+// (by us or by the host), without loading it otherwise.
+func (r *Runtime) loadedDriver() *cuda.Driver {
+	if r.cfg.Disabled {
+		return nil
+	}
+	r.mu.Lock()
+	d := r.drv
+	r.mu.Unlock()
+	if d != nil {
+		return d
+	}
+	if !cuda.Loaded(r.cfg.Library) {
+		return nil
+	}
+	d, err := r.Driver()
+	if err != nil {
+		return nil
+	}
+	return d
+}
+
+// Copier returns device dev's copier (made on first use).
+func (r *Runtime) Copier(dev int) (*cuda.Copier, error) {
+	d, err := r.Driver()
+	if err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if c := r.copiers[dev]; c != nil {
+		return c, nil
+	}
+	c, err := d.NewCopier(dev, r.cfg.Streams)
+	if err != nil {
+		return nil, err
+	}
+	r.copiers[dev] = c
+	return c, nil
+}
+
+// NewStager returns a stager of pinned bounce buffers; the caller owns it
+// (one goroutine at a time) and closes it.
+func (r *Runtime) NewStager() (*cuda.Stager, error) {
+	d, err := r.Driver()
+	if err != nil {
+		return nil, err
+	}
+	return d.NewStager(r.cfg.StagePieceBytes, r.cfg.StageDepth)
+}
+
+// maxAllocations bounds the driver allocations one registration may span.
+const maxAllocations = 4096
+
+// Classify implements engine.MemoryClassifier:
+//
+//   - a "cuda" location needs the driver; without one the registration is
+//     refused (engine.ErrNotSupported);
+//   - any other location is asked of the driver only when the process has
+//     it loaded already (no device memory can exist otherwise);
+//   - device memory at a "cpu" location is refused
+//     (engine.ErrInvalidArgument): it is never memcpy'd or handed to the
+//     kernel as host memory;
+//   - device memory must be device memory of one device from end to end
+//     (it may span several allocations: PyTorch's expandable segments);
+//   - a range inside one cuMemAlloc allocation gets its legacy IPC handle,
+//     VMM memory its shareable handle types (and its fabric handle when
+//     the range is one allocation).
+func (r *Runtime) Classify(addr uintptr, length uint64, location string) (engine.MemoryInfo, error) {
+	wantGPU := engine.IsCUDALocation(location)
+	var d *cuda.Driver
+	if wantGPU {
+		var err error
+		if d, err = r.Driver(); err != nil {
+			return engine.MemoryInfo{}, fmt.Errorf("register at %q: %w", location, err)
+		}
+	} else if d = r.loadedDriver(); d == nil {
+		return engine.MemoryInfo{}, nil
+	}
+	pi, err := d.Pointer(uint64(addr))
+	if err != nil {
+		return engine.MemoryInfo{}, fmt.Errorf("classify %#x: %w: %w", addr, engine.ErrInvalidArgument, err)
+	}
+	switch {
+	case pi.Type == 0:
+		if wantGPU {
+			r.log.Debug("host memory registered at a cuda location; treated as host memory", "addr", addr, "location", location)
+		}
+		return engine.MemoryInfo{}, nil
+	case pi.Type == cuda.MemoryTypeHost:
+		return engine.MemoryInfo{Kind: engine.MemoryPinned}, nil
+	case pi.Managed:
+		return engine.MemoryInfo{Kind: engine.MemoryManaged, Device: pi.Device, AllocBase: pi.RangeStart, AllocSize: pi.RangeSize}, nil
+	}
+	if l := strings.ToLower(location); strings.HasPrefix(l, "cpu") {
+		return engine.MemoryInfo{}, fmt.Errorf("%#x+%d is memory of CUDA device %d, registered as %q: %w",
+			addr, length, pi.Device, location, engine.ErrInvalidArgument)
+	}
+	info := engine.MemoryInfo{Kind: engine.MemoryDevice, Device: pi.Device, AllocBase: pi.RangeStart, AllocSize: pi.RangeSize}
+	if pi.MappingBase != 0 {
+		info.AllocBase, info.AllocSize = pi.MappingBase, pi.MappingSize
+	}
+	single, handles, err := walk(d, pi, uint64(addr), length)
+	if err != nil {
+		return engine.MemoryInfo{}, err
+	}
+	switch {
+	case single && pi.LegacyIPC:
+		h, err := d.IPCGetHandle(pi.Device, uint64(addr))
+		if err != nil {
+			r.log.Warn("device memory without a legacy IPC handle; same-host peers stage it", "addr", addr, "err", err)
+			break
+		}
+		info.Share = engine.ShareLegacyIPC
+		info.Handle = append([]byte(nil), h.Reserved[:]...)
+	case handles != 0:
+		if handles&cuda.HandlePosixFD != 0 {
+			info.Share |= engine.SharePosixFD
+		}
+		if handles&cuda.HandleFabric != 0 {
+			info.Share |= engine.ShareFabric
+			if single {
+				if fh, err := d.ExportFabric(uint64(addr)); err == nil {
+					info.Handle = append([]byte(nil), fh.Data[:]...)
+				}
+			}
+		}
+	}
+	return info, nil
+}
+
+// walk checks that [addr, addr+length) is device memory of pi's device from
+// end to end. single reports one allocation; handles are the shareable
+// handle types every allocation of the range allows.
+func walk(d *cuda.Driver, pi cuda.PointerInfo, addr, length uint64) (single bool, handles uint64, err error) {
+	end := addr + length
+	handles = pi.HandleTypes
+	cur := pi
+	for n := 0; ; n++ {
+		base, size := cur.RangeStart, cur.RangeSize
+		if cur.MappingBase != 0 {
+			base, size = cur.MappingBase, cur.MappingSize
+		}
+		if size == 0 || base+size <= addr {
+			return false, 0, fmt.Errorf("classify %#x+%d: the driver reports no extent for device memory at %#x: %w", addr, length, base, engine.ErrInvalidArgument)
+		}
+		next := base + size
+		if next >= end {
+			return n == 0, handles, nil
+		}
+		if n >= maxAllocations {
+			return false, 0, fmt.Errorf("classify %#x+%d: spans more than %d allocations: %w", addr, length, maxAllocations, engine.ErrInvalidArgument)
+		}
+		var err error
+		if cur, err = d.Pointer(next); err != nil {
+			return false, 0, fmt.Errorf("classify %#x: %w: %w", next, engine.ErrInvalidArgument, err)
+		}
+		if cur.Type != cuda.MemoryTypeDevice || cur.Managed || cur.Device != pi.Device {
+			return false, 0, fmt.Errorf("%#x+%d is not device memory of CUDA device %d from end to end (at %#x): %w",
+				addr, length, pi.Device, next, engine.ErrInvalidArgument)
+		}
+		handles &= cur.HandleTypes
+	}
+}
+
+// ErrNoGPU is returned by transports asked to move device memory without
+// a GPU runtime.
+var ErrNoGPU = errors.New("no GPU runtime")

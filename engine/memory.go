@@ -1,0 +1,223 @@
+package engine
+
+import (
+	"encoding/hex"
+	"fmt"
+	"strings"
+
+	"github.com/kvferry/kvferry/engine/descriptor"
+)
+
+// MemoryKind is the kind of a registered region's memory. It is decided
+// once, at registration, by the engine's MemoryClassifier (the CUDA driver
+// through engine/gpu), and travels with the Region: transports ask the
+// region, never the driver (DESIGN.md decision 11).
+type MemoryKind uint8
+
+// Memory kinds.
+const (
+	// MemoryHost is pageable host memory (or memory no driver knows).
+	MemoryHost MemoryKind = iota
+	// MemoryPinned is page-locked host memory the CUDA driver knows
+	// (cuMemHostAlloc, cuMemHostRegister): the CPU touches it, and the GPU
+	// copies to and from it at full speed.
+	MemoryPinned
+	// MemoryDevice is GPU memory: the CPU cannot touch it; only CUDA
+	// copies (or a NIC with GPUDirect) can.
+	MemoryDevice
+	// MemoryManaged is CUDA managed memory: the owning process's CPU and
+	// its GPUs touch it (pages migrate on fault); other processes cannot
+	// reach it through the kernel's cross-memory calls.
+	MemoryManaged
+)
+
+func (k MemoryKind) String() string {
+	switch k {
+	case MemoryHost:
+		return "host"
+	case MemoryPinned:
+		return "pinned"
+	case MemoryDevice:
+		return "device"
+	case MemoryManaged:
+		return "managed"
+	}
+	return fmt.Sprintf("memory(%d)", uint8(k))
+}
+
+// HostAccessible reports whether the owning process's CPU may read and
+// write the memory directly (memcpy, writev, readv).
+func (k MemoryKind) HostAccessible() bool { return k != MemoryDevice }
+
+// GPU reports device or managed memory.
+func (k MemoryKind) GPU() bool { return k == MemoryDevice || k == MemoryManaged }
+
+// ShareKind says how another process of this host may map GPU memory.
+type ShareKind uint8
+
+// Share kinds (a set).
+const (
+	// ShareLegacyIPC: cuIpcGetMemHandle / cuIpcOpenMemHandle (memory from
+	// cuMemAlloc / cudaMalloc); MemoryInfo.Handle holds the handle.
+	ShareLegacyIPC ShareKind = 1 << iota
+	// SharePosixFD: VMM memory (cuMemCreate) exportable as a POSIX file
+	// descriptor, passed over a Unix socket.
+	SharePosixFD
+	// ShareFabric: VMM memory exportable as a fabric handle (MNNVL, IMEX);
+	// MemoryInfo.Handle holds it when the region is one allocation.
+	ShareFabric
+)
+
+// MemoryInfo is what classification found out about a registered range.
+// Region embeds it.
+type MemoryInfo struct {
+	// Kind is the memory kind.
+	Kind MemoryKind
+	// Device is the CUDA device ordinal of device and managed memory (0
+	// for host memory).
+	Device int
+	// Share says how same-host processes may map device memory.
+	Share ShareKind
+	// AllocBase and AllocSize give the driver allocation (for VMM memory:
+	// the mapping) holding the start of the range.
+	AllocBase, AllocSize uint64
+	// Handle is the 64-byte handle a same-host peer opens the allocation
+	// with (legacy IPC, or fabric): what Mooncake publishes as shm_name.
+	Handle []byte
+}
+
+// MemoryClassifier classifies memory at registration. location is the
+// registration's location string ("cpu:0", "cuda:1", "*", ...). An error
+// refuses the registration (wrapping ErrInvalidArgument for memory that does
+// not match its location, ErrNotSupported when no driver can tell).
+type MemoryClassifier interface {
+	Classify(addr uintptr, length uint64, location string) (MemoryInfo, error)
+}
+
+// IsCUDALocation reports whether a location string names GPU memory
+// ("cuda", "cuda:N").
+func IsCUDALocation(location string) bool {
+	l := strings.ToLower(strings.TrimSpace(location))
+	return l == "cuda" || strings.HasPrefix(l, "cuda:")
+}
+
+// classify sets the memory info of every region before registration.
+func (e *Engine) classify(rs []*Region) error {
+	for _, r := range rs {
+		if e.cfg.Memory == nil {
+			if IsCUDALocation(r.Location) {
+				return fmt.Errorf("register %#x+%d at %q: no CUDA driver in this process: %w", r.Addr, r.Length, r.Location, ErrNotSupported)
+			}
+			r.MemoryInfo = MemoryInfo{}
+			continue
+		}
+		info, err := e.cfg.Memory.Classify(r.Addr, r.Length, r.Location)
+		if err != nil {
+			return fmt.Errorf("register %#x+%d at %q: %w", r.Addr, r.Length, r.Location, err)
+		}
+		r.MemoryInfo = info
+	}
+	return nil
+}
+
+// describeBuffer is the descriptor entry of region r: host memory as before
+// (the segment name), GPU memory with its location, kind and IPC handle in
+// Mooncake's shm_name form.
+func (e *Engine) describeBuffer(r *Region) descriptor.Buffer {
+	b := descriptor.Buffer{Name: e.name, Addr: uint64(r.Addr), Length: r.Length}
+	if !r.Kind.GPU() {
+		return b
+	}
+	b.Name = fmt.Sprintf("cuda:%d", r.Device)
+	b.Mem = descriptor.MemDevice
+	if r.Kind == MemoryManaged {
+		b.Mem = descriptor.MemManaged
+	}
+	if len(r.Handle) > 0 {
+		b.ShmName = strings.ToUpper(hex.EncodeToString(r.Handle))
+		b.IPCOffset = uint64(r.Addr) - r.AllocBase
+	}
+	return b
+}
+
+// HasDeviceMemory reports whether any registered region is device memory
+// (the fast check transports make before asking regions).
+func (e *Engine) HasDeviceMemory() bool { return e.reg.devices.Load() > 0 }
+
+// MemoryCarrier is implemented by transports that carry some memory kinds
+// only, or GPU memory: the selector offers a request to such a transport
+// only when Carries(p, local, remote) holds for the kinds of its two ends
+// (local: the source region's; remote: the target buffer's, from the
+// peer's descriptor). A transport that does not implement it carries
+// host-accessible memory only (host, pinned, managed) on both ends.
+type MemoryCarrier interface {
+	Carries(p *Peer, local, remote MemoryKind) bool
+}
+
+func carries(t Transport, p *Peer, lk, rk MemoryKind) bool {
+	if mc, ok := t.(MemoryCarrier); ok {
+		return mc.Carries(p, lk, rk)
+	}
+	return lk.HostAccessible() && rk.HostAccessible()
+}
+
+// route is a transport choice made during one submit.
+type route struct {
+	p      *Peer
+	lk, rk MemoryKind
+	g      int // index of the group
+}
+
+// localKind is the kind of the local registered memory holding
+// [addr, addr+n) (host when none does).
+func (e *Engine) localKind(addr, n uint64) MemoryKind {
+	if r := e.reg.find(addr, n); r != nil {
+		return r.Kind
+	}
+	return MemoryHost
+}
+
+// gpuScan caches whether a descriptor lists GPU buffers.
+type gpuScan struct {
+	d   *descriptor.Segment
+	has bool
+}
+
+// hasGPU reports whether p's current descriptor lists GPU buffers (scanned
+// once per descriptor).
+func (p *Peer) hasGPU() bool {
+	d := p.desc.Load()
+	if d == nil {
+		return false
+	}
+	if g := p.gpu.Load(); g != nil && g.d == d {
+		return g.has
+	}
+	g := &gpuScan{d: d}
+	for _, b := range d.Buffers {
+		if b.GPU() {
+			g.has = true
+			break
+		}
+	}
+	p.gpu.Store(g)
+	return g.has
+}
+
+// remoteKind is the kind of p's buffer holding [addr, addr+n) (host when
+// no buffer does: the request fails its range check later).
+func (p *Peer) remoteKind(addr, n uint64) MemoryKind {
+	b, ok := p.Descriptor().Find(addr, n)
+	if !ok || !b.GPU() {
+		return MemoryHost
+	}
+	if b.Mem == descriptor.MemManaged {
+		return MemoryManaged
+	}
+	return MemoryDevice
+}
+
+// RemoteBuffer returns p's descriptor buffer holding [addr, addr+n).
+func (p *Peer) RemoteBuffer(addr, n uint64) (descriptor.Buffer, bool) {
+	return p.Descriptor().Find(addr, n)
+}
