@@ -75,7 +75,11 @@ func Factory(cfg Config) engine.TransportFactory {
 		case tcp.Name:
 			return tcp.New(e, cfg.TCP)
 		case local.Name:
-			return local.New(e, cfg.Local), nil
+			lc := cfg.Local
+			if lc.GPU == nil {
+				lc.GPU = GPURuntime(cfg)
+			}
+			return local.New(e, lc), nil
 		case samehost.NameCMA:
 			return samehost.NewCMA(e, cfg.SameHost), nil
 		case samehost.NameShm:

@@ -30,6 +30,7 @@ import (
 
 	"github.com/kvferry/kvferry/engine"
 	"github.com/kvferry/kvferry/engine/descriptor"
+	"github.com/kvferry/kvferry/engine/gpu"
 	"github.com/kvferry/kvferry/internal/cmem"
 )
 
@@ -55,6 +56,9 @@ type Config struct {
 	Workers int
 	// SliceSize is the largest single copy (default 4 MiB).
 	SliceSize uint64
+	// GPU copies device memory (on each device's stream pool); nil: only
+	// host-accessible memory is carried.
+	GPU *gpu.Runtime
 }
 
 // extra is what the transport publishes in kvferry_extra["local"].
@@ -244,6 +248,7 @@ func (t *Transport) copyAll(w work, ops []cmem.Op, pins []*engine.Region, done [
 		failAll(w.slices, fmt.Errorf("local: target engine %q closed: %w", tgt.e.SegmentName(), engine.ErrClosed))
 		return
 	}
+	var gb gpuBatches
 	for _, s := range w.slices {
 		if s.Canceled() {
 			s.Complete(engine.ErrCanceled)
@@ -260,10 +265,15 @@ func (t *Transport) copyAll(w work, ops []cmem.Op, pins []*engine.Region, done [
 		if s.Op == engine.OpRead {
 			op.Dst, op.Src = s.Local, uintptr(s.Remote)
 		}
+		if s.LocalKind() == engine.MemoryDevice || pin.Kind == engine.MemoryDevice {
+			gb = gb.add(s, pin, op)
+			continue
+		}
 		ops = append(ops, op)
 		pins = append(pins, pin)
 		done = append(done, s)
 	}
+	t.submitGPU(tgt, gb)
 	cmem.CopyBatch(ops)
 	for _, p := range pins {
 		p.Release()

@@ -1,0 +1,91 @@
+package local_test
+
+import (
+	"bytes"
+	"context"
+	"testing"
+	"time"
+
+	"gotest.tools/v3/assert"
+
+	"github.com/kvferry/kvferry/engine"
+	"github.com/kvferry/kvferry/engine/gpu"
+	"github.com/kvferry/kvferry/engine/stack"
+	"github.com/kvferry/kvferry/internal/cuda"
+	"github.com/kvferry/kvferry/internal/testutil/fakecuda"
+)
+
+func gpuEngine(t *testing.T) (*engine.Engine, *cuda.Driver, *fakecuda.Control) {
+	t.Helper()
+	lib := fakecuda.Path(t)
+	e, err := stack.New(context.Background(), stack.Config{
+		Engine: engine.Config{LocalServerName: "127.0.0.1", Transports: []string{"local", "tcp"}, TransferTimeout: 5 * time.Second},
+		GPU:    gpu.Config{Library: lib},
+	})
+	assert.NilError(t, err)
+	t.Cleanup(func() { e.Close() })
+	d, err := gpu.Shared(gpu.Config{Library: lib}).Driver()
+	assert.NilError(t, err)
+	c := fakecuda.Open(lib)
+	c.Reset()
+	t.Cleanup(c.Reset)
+	return e, d, c
+}
+
+func devBuf(t *testing.T, e *engine.Engine, d *cuda.Driver, dev int, n uint64) uint64 {
+	t.Helper()
+	p, err := d.MemAlloc(dev, n)
+	assert.NilError(t, err)
+	t.Cleanup(func() { d.MemFree(dev, p) })
+	if e != nil {
+		assert.NilError(t, e.RegisterMemory(uintptr(p), n, "cuda:"+string(rune('0'+dev)), true))
+	}
+	return p
+}
+
+// TestGPUCopies moves host<->device and device<->device (across devices)
+// within a process and between two engines of it, byte checked.
+func TestGPUCopies(t *testing.T) {
+	a, d, c := gpuEngine(t)
+	b, _, _ := gpuEngine(t)
+	const n = 5<<20 + 77
+	host := newBuf(t, a, n)
+	back := newBuf(t, a, n)
+	fill(host.Bytes(), 3)
+	d0 := devBuf(t, a, d, 0, n)
+	d1 := devBuf(t, b, d, 1, n)
+	ctx := context.Background()
+	seg, err := a.OpenSegment(ctx, b.SegmentName())
+	assert.NilError(t, err)
+
+	// H2D into our own device memory, D2D into the other engine's device,
+	// D2H back.
+	assert.NilError(t, a.Transfer(ctx, []engine.Request{{Op: engine.OpWrite, Source: host.Addr(), Target: engine.LocalSegment, TargetOffset: d0, Length: n}}))
+	assert.Assert(t, bytes.Equal(c.Bytes(d0, n), host.Bytes()))
+	assert.NilError(t, a.Transfer(ctx, []engine.Request{{Op: engine.OpWrite, Source: uintptr(d0), Target: seg, TargetOffset: d1, Length: n}}))
+	assert.Assert(t, bytes.Equal(c.Bytes(d1, n), host.Bytes()))
+	assert.NilError(t, a.Transfer(ctx, []engine.Request{{Op: engine.OpRead, Source: back.Addr(), Target: seg, TargetOffset: d1, Length: n}}))
+	assert.Assert(t, bytes.Equal(back.Bytes(), host.Bytes()))
+
+	// A batch mixing host and device requests: the host ones by memcpy,
+	// the device ones by the copier, all complete.
+	reqs := []engine.Request{}
+	for i := uint64(0); i < 64; i++ {
+		off := i * 4096
+		reqs = append(reqs, engine.Request{Op: engine.OpWrite, Source: host.Addr() + uintptr(off), Target: engine.LocalSegment, TargetOffset: d0 + off, Length: 4096})
+		reqs = append(reqs, engine.Request{Op: engine.OpWrite, Source: host.Addr() + uintptr(off), Target: engine.LocalSegment, TargetOffset: uint64(back.Addr()) + off, Length: 4096})
+	}
+	assert.NilError(t, a.Transfer(ctx, reqs))
+	assert.Assert(t, c.Calls("cuEventSynchronize") > 0)
+
+	// Outside the target's registered device memory: refused.
+	err = a.Transfer(ctx, []engine.Request{{Op: engine.OpWrite, Source: host.Addr(), Target: seg, TargetOffset: d1 + n - 10, Length: 20}})
+	assert.Assert(t, err != nil)
+
+	// A lost context fails the transfer; nothing hangs.
+	c.LoseContext(0)
+	err = a.Transfer(ctx, []engine.Request{{Op: engine.OpWrite, Source: host.Addr(), Target: engine.LocalSegment, TargetOffset: d0, Length: 4096}})
+	assert.Equal(t, cuda.Code(err), cuda.ErrorIllegalAddress, "%v", err)
+	c.Reset()
+	assert.NilError(t, a.Transfer(ctx, []engine.Request{{Op: engine.OpWrite, Source: host.Addr(), Target: engine.LocalSegment, TargetOffset: d0, Length: 4096}}))
+}
