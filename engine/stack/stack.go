@@ -73,7 +73,11 @@ func Factory(cfg Config) engine.TransportFactory {
 	return func(name string, e *engine.Engine) (engine.Transport, error) {
 		switch strings.ToLower(name) {
 		case tcp.Name:
-			return tcp.New(e, cfg.TCP)
+			tc := cfg.TCP
+			if tc.GPU == nil {
+				tc.GPU = GPURuntime(cfg)
+			}
+			return tcp.New(e, tc)
 		case local.Name:
 			lc := cfg.Local
 			if lc.GPU == nil {

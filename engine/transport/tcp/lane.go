@@ -13,6 +13,7 @@ import (
 
 	"github.com/kvferry/kvferry/engine"
 	"github.com/kvferry/kvferry/internal/cmem"
+	"github.com/kvferry/kvferry/internal/cuda"
 )
 
 // maxWriteBatch caps the slices encoded into one writev (two iovecs each,
@@ -42,6 +43,7 @@ type lane struct {
 		hdrs   [maxWriteBatch][HeaderSize]byte
 		bufs   net.Buffers
 		v1done []*engine.Slice
+		stager *cuda.Stager // stages WRITEs from device memory (gpu.go)
 	}
 
 	mu struct {
@@ -107,6 +109,7 @@ type conn struct {
 	inflight   chan *engine.Slice
 	readerDone chan struct{}
 	dead       atomic.Bool
+	stager     *cuda.Stager // the reader's, for READs into device memory (gpu.go)
 }
 
 func (l *lane) dial() (*conn, error) {
@@ -218,6 +221,7 @@ func (l *lane) shutdown() {
 		l.closeConn(l.w.cs)
 		l.w.cs = nil
 	}
+	l.closeStager()
 	l.w.Unlock()
 	l.stop()
 }
@@ -238,7 +242,16 @@ func (l *lane) retire() bool {
 		l.closeConn(l.w.cs)
 		l.w.cs = nil
 	}
+	l.closeStager()
 	return true
+}
+
+// closeStager frees the writer's bounce buffers; the caller holds l.w.
+func (l *lane) closeStager() {
+	if l.w.stager != nil {
+		l.w.stager.Close()
+		l.w.stager = nil
+	}
 }
 
 // drainLocked writes everything queued; the caller holds l.w.
@@ -274,6 +287,10 @@ func (l *lane) drainLocked() {
 
 // writeChunk encodes and writes up to maxWriteBatch slices with one writev.
 func (l *lane) writeChunk(cs *conn, chunk []*engine.Slice) {
+	if l.stagedWrites(chunk) {
+		l.writeChunkStaged(cs, chunk)
+		return
+	}
 	bufs := l.w.bufs[:0]
 	v1done := l.w.v1done[:0]
 	sent := 0
@@ -319,6 +336,11 @@ func (l *lane) writeChunk(cs *conn, chunk []*engine.Slice) {
 func (l *lane) runReader(cs *conn) {
 	defer l.t.wg.Done()
 	defer close(cs.readerDone)
+	defer func() {
+		if cs.stager != nil {
+			cs.stager.Close()
+		}
+	}()
 	var cause error
 	for s := range cs.inflight {
 		if cs.dead.Load() {
@@ -356,6 +378,9 @@ func (l *lane) readResponse(cs *conn, s *engine.Slice) error {
 		}
 	}
 	if s.Op == engine.OpRead {
+		if s.LocalKind() == engine.MemoryDevice {
+			return l.readStaged(cs, s)
+		}
 		if err := cs.rd.readFull(cmem.Bytes(s.Local, s.Length)); err != nil {
 			return l.classify(err)
 		}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/kvferry/kvferry/engine"
 	"github.com/kvferry/kvferry/internal/cmem"
+	"github.com/kvferry/kvferry/internal/cuda"
 )
 
 // server accepts data connections and serves requests against the engine's
@@ -162,6 +163,12 @@ func (s *server) serveConn(c net.Conn) {
 	timeout := s.t.cfg.StatusTimeout
 	out := &respBatch{iov: make(net.Buffers, 0, 2*respMaxRequests), pins: make([]*engine.Region, 0, respMaxRequests)}
 	defer out.release()
+	var st *cuda.Stager // stages requests on device memory (gpu.go)
+	defer func() {
+		if st != nil {
+			st.Close()
+		}
+	}()
 	deadlineSet := false
 	for {
 		if rd.buffered() < HeaderSize || out.full() {
@@ -196,6 +203,12 @@ func (s *server) serveConn(c net.Conn) {
 				_ = out.flush(c, timeout)
 			}
 			return
+		}
+		if pin.Kind == engine.MemoryDevice {
+			if !s.serveDevice(c, rd, &st, h, pin, out) {
+				return
+			}
+			continue
 		}
 		mem := cmem.Bytes(uintptr(h.Addr), h.Size)
 		if h.Write {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/kvferry/kvferry/engine"
 	"github.com/kvferry/kvferry/engine/descriptor"
+	"github.com/kvferry/kvferry/engine/gpu"
 )
 
 // Name is the transport's name.
@@ -50,6 +51,9 @@ type Config struct {
 	ProtoVersion int
 	// Window caps the slices in flight per lane (default 1024).
 	Window int
+	// GPU stages device memory through pinned bounce buffers, on the
+	// initiator and the server side (nil: host memory only).
+	GPU *gpu.Runtime
 }
 
 func (c Config) withDefaults(e *engine.Engine) Config {
