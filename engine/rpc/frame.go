@@ -10,6 +10,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+
+	"github.com/kvferry/kvferry/internal/netguard"
 )
 
 // Type is the request type byte of a frame.
@@ -113,8 +115,10 @@ func ReadFrame(r io.Reader, maxLen uint64) (Type, []byte, error) {
 	if n == 0 || n > maxLen {
 		return 0, nil, fmt.Errorf("%w: length %d outside 1..%d", ErrFrame, n, maxLen)
 	}
-	payload := make([]byte, n)
-	if _, err := io.ReadFull(r, payload); err != nil {
+	// Allocated as the bytes arrive: a peer that claims a large frame and
+	// sends little costs little.
+	payload, err := netguard.ReadFull(r, nil, int(n))
+	if err != nil {
 		return 0, nil, fmt.Errorf("read frame body (%d bytes): %w", n, err)
 	}
 	t, body := split(payload)

@@ -7,7 +7,11 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/kvferry/kvferry/internal/netguard"
+	"github.com/kvferry/kvferry/internal/ratelog"
 )
 
 // Handler answers one request. It returns the reply body (JSON) or an error;
@@ -15,17 +19,35 @@ import (
 // Handlers may run concurrently.
 type Handler func(ctx context.Context, t Type, body []byte, peer net.Addr) ([]byte, error)
 
+// Server defaults.
+const (
+	// DefaultRecvTimeout bounds reading one request (Mooncake's server
+	// waits 5 s).
+	DefaultRecvTimeout = 5 * time.Second
+	// DefaultMaxConcurrent bounds handlers running at once.
+	DefaultMaxConcurrent = 64
+	// DefaultMaxConnsPerIP bounds the connections one address holds open.
+	// Honest peers hold one per request for a few milliseconds.
+	DefaultMaxConnsPerIP = 32
+)
+
 // ServerConfig configures a Server. The zero value works.
 type ServerConfig struct {
 	// MaxMessage caps a request frame (default DefaultMaxMessage).
 	MaxMessage uint64
 	// RecvTimeout bounds reading a request and waiting for the client to
-	// close after the reply (default 5 s, as Mooncake's server).
+	// close after the reply (default DefaultRecvTimeout).
 	RecvTimeout time.Duration
-	// MaxConcurrent bounds requests served at once (default 64); further
-	// connections wait in the listen backlog.
+	// MaxConcurrent bounds handlers running at once (default
+	// DefaultMaxConcurrent). Connections are read without a slot, so slow
+	// senders never keep fast ones waiting.
 	MaxConcurrent int
-	// Logger receives diagnostics; nil discards them.
+	// MaxConns caps open connections (default netguard.DefaultMaxConns);
+	// MaxConnsPerIP caps those from one IP (default
+	// DefaultMaxConnsPerIP). Connections over a cap are closed at once.
+	MaxConns, MaxConnsPerIP int
+	// Logger receives diagnostics; nil discards them. Refusals are logged
+	// at Warn, at most one line per kind every few seconds.
 	Logger *slog.Logger
 }
 
@@ -34,15 +56,32 @@ func (c ServerConfig) withDefaults() ServerConfig {
 		c.MaxMessage = DefaultMaxMessage
 	}
 	if c.RecvTimeout == 0 {
-		c.RecvTimeout = 5 * time.Second
+		c.RecvTimeout = DefaultRecvTimeout
 	}
 	if c.MaxConcurrent == 0 {
-		c.MaxConcurrent = 64
+		c.MaxConcurrent = DefaultMaxConcurrent
+	}
+	if c.MaxConns == 0 {
+		c.MaxConns = netguard.DefaultMaxConns()
+	}
+	if c.MaxConnsPerIP == 0 {
+		c.MaxConnsPerIP = DefaultMaxConnsPerIP
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	return c
+}
+
+// ServerStats counts what a Server refused.
+type ServerStats struct {
+	// ConnsRefused counts connections closed at accept for a cap.
+	ConnsRefused uint64
+	// BadRequests counts connections closed for a malformed, oversized or
+	// late request.
+	BadRequests uint64
+	// Served counts answered requests.
+	Served uint64
 }
 
 // Server serves socket RPC on a listener. It is owned by the engine that
@@ -54,15 +93,20 @@ type Server struct {
 	ctx     context.Context
 	cancel  context.CancelFunc
 	sem     chan struct{}
+	conns   *netguard.Limiter
 	wg      sync.WaitGroup
 	once    sync.Once
+	logs    ratelog.Every
+
+	bad, served atomic.Uint64
 }
 
 // NewServer starts serving ln with h. The server owns ln.
 func NewServer(ln net.Listener, h Handler, cfg ServerConfig) *Server {
 	cfg = cfg.withDefaults()
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &Server{cfg: cfg, ln: ln, handler: h, ctx: ctx, cancel: cancel, sem: make(chan struct{}, cfg.MaxConcurrent)}
+	s := &Server{cfg: cfg, ln: ln, handler: h, ctx: ctx, cancel: cancel, sem: make(chan struct{}, cfg.MaxConcurrent),
+		conns: netguard.NewLimiter(cfg.MaxConns, cfg.MaxConnsPerIP)}
 	s.wg.Add(1)
 	go s.runAccept()
 	return s
@@ -71,33 +115,51 @@ func NewServer(ln net.Listener, h Handler, cfg ServerConfig) *Server {
 // Addr returns the listening address.
 func (s *Server) Addr() net.Addr { return s.ln.Addr() }
 
+// Stats returns the server's counters.
+func (s *Server) Stats() ServerStats {
+	return ServerStats{ConnsRefused: s.conns.Refused(), BadRequests: s.bad.Load(), Served: s.served.Load()}
+}
+
+// warn logs a refusal at Warn, at most once per kind and interval.
+func (s *Server) warn(kind, msg string, args ...any) {
+	if ok, n := s.logs.Allow(kind); ok {
+		if n > 0 {
+			args = append(args, "suppressed", n)
+		}
+		s.cfg.Logger.Warn(msg, args...)
+	}
+}
+
 // runAccept accepts connections until Close; owned by Server.
 func (s *Server) runAccept() {
 	defer s.wg.Done()
+	var backoff netguard.Backoff
 	for {
 		c, err := s.ln.Accept()
 		if err != nil {
 			if s.ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
 				return
 			}
-			s.cfg.Logger.Warn("rpc accept failed", "err", err)
+			d := backoff.Next()
+			s.warn("accept", "rpc accept failed", "err", err, "retry_in", d)
 			select {
-			case <-time.After(10 * time.Millisecond):
+			case <-time.After(d):
 			case <-s.ctx.Done():
 				return
 			}
 			continue
 		}
-		select {
-		case s.sem <- struct{}{}:
-		case <-s.ctx.Done():
+		backoff.Reset()
+		release, err := s.conns.Acquire(c.RemoteAddr())
+		if err != nil {
+			s.warn("limit", "rpc connection refused", "peer", c.RemoteAddr().String(), "err", err)
 			c.Close()
-			return
+			continue
 		}
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			defer func() { <-s.sem }()
+			defer release()
 			s.serve(c)
 		}()
 	}
@@ -107,19 +169,34 @@ func (s *Server) serve(c net.Conn) {
 	defer c.Close()
 	stop := context.AfterFunc(s.ctx, func() { c.Close() })
 	defer stop()
+	peer := c.RemoteAddr()
 	_ = c.SetDeadline(time.Now().Add(s.cfg.RecvTimeout))
 	t, body, err := ReadFrame(c, s.cfg.MaxMessage)
 	if err != nil {
-		s.cfg.Logger.Debug("rpc read request failed", "peer", c.RemoteAddr().String(), "err", err)
+		if s.ctx.Err() == nil {
+			s.bad.Add(1)
+			if errors.Is(err, ErrFrame) || isTimeout(err) {
+				s.warn("request", "rpc request refused", "peer", peer.String(), "err", err)
+			} else {
+				s.cfg.Logger.Debug("rpc read request failed", "peer", peer.String(), "err", err)
+			}
+		}
 		return
 	}
-	reply, err := s.safeHandle(t, body, c.RemoteAddr())
+	select {
+	case s.sem <- struct{}{}:
+	case <-s.ctx.Done():
+		return
+	}
+	reply, err := s.safeHandle(t, body, peer)
+	<-s.sem
 	if err != nil {
-		s.cfg.Logger.Debug("rpc request refused", "peer", c.RemoteAddr().String(), "op", t.String(), "err", err)
+		s.cfg.Logger.Debug("rpc request refused", "peer", peer.String(), "op", t.String(), "err", err)
 		return
 	}
+	s.served.Add(1)
 	if err := WriteFrame(c, t, reply); err != nil {
-		s.cfg.Logger.Debug("rpc write reply failed", "peer", c.RemoteAddr().String(), "err", err)
+		s.cfg.Logger.Debug("rpc write reply failed", "peer", peer.String(), "err", err)
 		return
 	}
 	if tc, ok := c.(*net.TCPConn); ok {
@@ -128,6 +205,11 @@ func (s *Server) serve(c net.Conn) {
 		var b [1]byte
 		_, _ = c.Read(b[:])
 	}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
 
 func (s *Server) safeHandle(t Type, body []byte, peer net.Addr) (reply []byte, err error) {
