@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"fmt"
 	"sort"
 	"sync"
@@ -26,6 +27,20 @@ type Region struct {
 	dead    atomic.Bool
 	drained chan struct{}
 	once    sync.Once
+	// gone is cancelled when the region is unregistered.
+	gone       context.Context
+	cancelGone context.CancelFunc
+}
+
+// Gone is done once the region is unregistered. A transport that blocks
+// on a peer while it holds a pin (a payload trickling in, a reader that
+// does not read) aborts that I/O when Gone is done (context.AfterFunc), so
+// unregistering returns promptly instead of after the peer's deadline.
+func (r *Region) Gone() context.Context {
+	if r.gone == nil {
+		return context.Background()
+	}
+	return r.gone
 }
 
 func (r *Region) end() uint64 { return uint64(r.Addr) + r.Length }
@@ -69,6 +84,7 @@ func (g *registry) add(rs []*Region) error {
 			return fmt.Errorf("register %#x+%d: %w", r.Addr, r.Length, ErrInvalidArgument)
 		}
 		r.drained = make(chan struct{})
+		r.gone, r.cancelGone = context.WithCancel(context.Background())
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -121,6 +137,7 @@ func (g *registry) remove(addrs []uintptr) ([]*Region, error) {
 			g.devices.Add(-1)
 		}
 		r.dead.Store(true)
+		r.cancelGone()
 		if r.refs.Load() == 0 {
 			r.once.Do(func() { close(r.drained) })
 		}

@@ -1,9 +1,11 @@
 package tcp
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -11,6 +13,7 @@ import (
 	"github.com/kvferry/kvferry/engine"
 	"github.com/kvferry/kvferry/internal/cmem"
 	"github.com/kvferry/kvferry/internal/cuda"
+	"github.com/kvferry/kvferry/internal/netguard"
 )
 
 // server accepts data connections and serves requests against the engine's
@@ -21,6 +24,7 @@ type server struct {
 	wg    sync.WaitGroup
 	mu    sync.Mutex
 	conns map[net.Conn]struct{}
+	limit *netguard.Limiter
 
 	rejected atomic.Uint64
 	served   atomic.Uint64
@@ -43,23 +47,39 @@ func (s *server) track(c net.Conn, add bool) bool {
 // runAccept accepts until the listener closes.
 func (s *server) runAccept() {
 	defer s.wg.Done()
+	var backoff netguard.Backoff
 	for {
 		c, err := s.ln.Accept()
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
 				return
 			}
-			s.t.log.Warn("tcp accept failed", "err", err)
-			time.Sleep(5 * time.Millisecond) // back off from EMFILE-style errors
+			// Out of file descriptors and the like: pause, longer each time.
+			d := backoff.Next()
+			s.t.warn("accept", "tcp accept failed", "err", err, "retry_in", d)
+			select {
+			case <-time.After(d):
+			case <-s.t.ctx.Done():
+				return
+			}
+			continue
+		}
+		backoff.Reset()
+		release, err := s.limit.Acquire(c.RemoteAddr())
+		if err != nil {
+			s.t.warn("limit", "tcp data connection refused", "peer", c.RemoteAddr().String(), "err", err)
+			c.Close()
 			continue
 		}
 		if !s.track(c, true) {
+			release()
 			c.Close()
 			return
 		}
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
+			defer release()
 			defer s.track(c, false)
 			defer c.Close()
 			s.serveConn(c)
@@ -93,6 +113,7 @@ type respBatch struct {
 	iov    net.Buffers
 	pins   []*engine.Region
 	bytes  int
+	stops  []func() bool // AfterFunc stops of the flush in progress
 }
 
 func (b *respBatch) add(code uint32, payload []byte, pin *engine.Region) {
@@ -129,8 +150,22 @@ func (b *respBatch) flush(c net.Conn, timeout time.Duration) error {
 		return nil
 	}
 	_ = c.SetWriteDeadline(time.Now().Add(timeout))
+	// A reader that stops reading must not hold these pins until the
+	// deadline: unregistering a region aborts the write (Region.Gone).
+	var last *engine.Region
+	for _, p := range b.pins {
+		if p != last {
+			b.stops = append(b.stops, context.AfterFunc(p.Gone(), func() { _ = c.SetWriteDeadline(aLongTimeAgo) }))
+			last = p
+		}
+	}
 	iov := b.iov
 	_, err := iov.WriteTo(c)
+	for i, stop := range b.stops {
+		stop()
+		b.stops[i] = nil
+	}
+	b.stops = b.stops[:0]
 	b.release()
 	clear(b.iov)
 	b.iov, b.nst, b.bytes = b.iov[:0], 0, 0
@@ -169,21 +204,30 @@ func (s *server) serveConn(c net.Conn) {
 			st.Close()
 		}
 	}()
-	deadlineSet := false
+	cfg := &s.t.cfg
 	for {
 		if rd.buffered() < HeaderSize || out.full() {
 			if err := out.flush(c, timeout); err != nil {
 				s.t.log.Debug("tcp server: write responses", "peer", c.RemoteAddr().String(), "err", err)
 				return
 			}
-			if deadlineSet && rd.buffered() < HeaderSize {
-				_ = c.SetReadDeadline(time.Time{})
-				deadlineSet = false
+			if n := rd.buffered(); n < HeaderSize {
+				// About to wait for a header: an idle connection is closed
+				// after IdleTimeout, and a header that has begun must be
+				// complete within HeaderTimeout (a trickle cannot extend it).
+				d := cfg.IdleTimeout
+				if n > 0 {
+					d = cfg.HeaderTimeout
+				}
+				_ = c.SetReadDeadline(time.Now().Add(d))
 			}
 		}
 		hb, err := rd.peek(HeaderSize)
 		if err != nil {
-			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+			switch {
+			case errors.Is(err, os.ErrDeadlineExceeded):
+				s.t.log.Debug("tcp server: idle or incomplete header, closing", "peer", c.RemoteAddr().String())
+			case !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed):
 				s.t.log.Debug("tcp server: read header", "peer", c.RemoteAddr().String(), "err", err)
 			}
 			return
@@ -191,7 +235,7 @@ func (s *server) serveConn(c net.Conn) {
 		h, err := DecodeHeader(hb)
 		rd.discard(HeaderSize)
 		if err != nil {
-			s.t.log.Warn("tcp server: bad header, closing", "peer", c.RemoteAddr().String(), "err", err)
+			s.t.warn("header", "tcp server: bad header, closing", "peer", c.RemoteAddr().String(), "err", err)
 			return
 		}
 		pin := s.t.e.Pin(h.Addr, h.Size)
@@ -213,10 +257,22 @@ func (s *server) serveConn(c net.Conn) {
 		mem := cmem.Bytes(uintptr(h.Addr), h.Size)
 		if h.Write {
 			if rd.buffered() < len(mem) {
+				// The payload is still coming: answer what is batched
+				// (its pins go), then wait bounded by the status timeout,
+				// cut at once if the region is unregistered meanwhile (a
+				// trickling peer must not hold the pin).
+				if err := out.flush(c, timeout); err != nil {
+					pin.Release()
+					s.t.log.Debug("tcp server: write responses", "peer", c.RemoteAddr().String(), "err", err)
+					return
+				}
 				_ = c.SetReadDeadline(time.Now().Add(timeout))
-				deadlineSet = true
+				stop := context.AfterFunc(pin.Gone(), func() { _ = c.SetReadDeadline(aLongTimeAgo) })
+				err = rd.readFull(mem)
+				stop()
+			} else {
+				err = rd.readFull(mem)
 			}
-			err = rd.readFull(mem)
 			pin.Release()
 			if err != nil {
 				s.t.log.Debug("tcp server: read payload", "peer", c.RemoteAddr().String(), "err", err)
@@ -233,5 +289,9 @@ func (s *server) serveConn(c net.Conn) {
 		s.served.Add(1)
 	}
 }
+
+// aLongTimeAgo is a deadline in the past: setting it makes blocked I/O on
+// a connection return at once.
+var aLongTimeAgo = time.Unix(1, 0)
 
 var _ engine.Transport = (*Transport)(nil)

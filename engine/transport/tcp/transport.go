@@ -15,6 +15,8 @@ import (
 	"github.com/kvferry/kvferry/engine"
 	"github.com/kvferry/kvferry/engine/descriptor"
 	"github.com/kvferry/kvferry/engine/gpu"
+	"github.com/kvferry/kvferry/internal/netguard"
+	"github.com/kvferry/kvferry/internal/ratelog"
 )
 
 // Name is the transport's name.
@@ -28,6 +30,11 @@ const (
 	DefaultWindow        = 1024
 	// MaxLanes is the most connections per peer.
 	MaxLanes = 16
+	// DefaultMaxConnsPerIP leaves room for many engines of one host, each
+	// with up to 16 lanes.
+	DefaultMaxConnsPerIP = 256
+	DefaultIdleTimeout   = 5 * time.Minute
+	DefaultHeaderTimeout = 10 * time.Second
 	// stripeMinBytes is the least a lane gets from one submission before
 	// the next lane is used.
 	stripeMinBytes = 256 << 10
@@ -54,6 +61,18 @@ type Config struct {
 	// GPU stages device memory through pinned bounce buffers, on the
 	// initiator and the server side (nil: host memory only).
 	GPU *gpu.Runtime
+	// MaxConns caps connections the data port holds open (default
+	// netguard.DefaultMaxConns); MaxConnsPerIP caps those from one IP
+	// (default DefaultMaxConnsPerIP). Connections over a cap are closed at
+	// accept.
+	MaxConns, MaxConnsPerIP int
+	// IdleTimeout closes a server connection that sends no request for
+	// this long (default DefaultIdleTimeout, longer than the client
+	// lanes' own two idle minutes, so kvferry initiators close first).
+	IdleTimeout time.Duration
+	// HeaderTimeout bounds the arrival of the rest of a request header
+	// once its first byte came (default DefaultHeaderTimeout).
+	HeaderTimeout time.Duration
 }
 
 func (c Config) withDefaults(e *engine.Engine) Config {
@@ -78,6 +97,18 @@ func (c Config) withDefaults(e *engine.Engine) Config {
 	if c.Window <= 0 {
 		c.Window = DefaultWindow
 	}
+	if c.MaxConns <= 0 {
+		c.MaxConns = netguard.DefaultMaxConns()
+	}
+	if c.MaxConnsPerIP <= 0 {
+		c.MaxConnsPerIP = DefaultMaxConnsPerIP
+	}
+	if c.IdleTimeout <= 0 {
+		c.IdleTimeout = DefaultIdleTimeout
+	}
+	if c.HeaderTimeout <= 0 {
+		c.HeaderTimeout = DefaultHeaderTimeout
+	}
 	return c
 }
 
@@ -97,10 +128,7 @@ type Transport struct {
 		sync.Mutex
 		m map[string]*peerConns // by "host:port"
 	}
-	rejectLog struct {
-		sync.Mutex
-		last map[string]time.Time
-	}
+	logs         ratelog.Every
 	sent, failed atomic.Uint64
 }
 
@@ -116,8 +144,7 @@ func New(e *engine.Engine, cfg Config) (*Transport, error) {
 	t := &Transport{e: e, cfg: cfg, log: e.Logger().With("transport", Name), port: port}
 	t.ctx, t.cancel = context.WithCancel(e.Context())
 	t.peers.m = make(map[string]*peerConns)
-	t.rejectLog.last = make(map[string]time.Time)
-	t.srv = &server{t: t, ln: ln, conns: make(map[net.Conn]struct{})}
+	t.srv = &server{t: t, ln: ln, conns: make(map[net.Conn]struct{}), limit: netguard.NewLimiter(cfg.MaxConns, cfg.MaxConnsPerIP)}
 	t.srv.wg.Add(1)
 	go t.srv.runAccept()
 	return t, nil
@@ -165,13 +192,18 @@ type Stats struct {
 	SlicesSent, SlicesFailed uint64
 	// Served and Rejected count server-side requests.
 	Served, Rejected uint64
+	// ConnsRefused counts server connections closed at accept for a cap;
+	// ServerConns is the number open now.
+	ConnsRefused uint64
+	ServerConns  int
 	// Conns is the number of open client connections.
 	Conns int
 }
 
 // Stats returns the transport's counters.
 func (t *Transport) Stats() Stats {
-	s := Stats{SlicesSent: t.sent.Load(), SlicesFailed: t.failed.Load(), Served: t.srv.served.Load(), Rejected: t.srv.rejected.Load()}
+	s := Stats{SlicesSent: t.sent.Load(), SlicesFailed: t.failed.Load(), Served: t.srv.served.Load(), Rejected: t.srv.rejected.Load(),
+		ConnsRefused: t.srv.limit.Refused(), ServerConns: t.srv.limit.Open()}
 	t.peers.Lock()
 	for _, pc := range t.peers.m {
 		for _, l := range pc.lanes {
@@ -185,13 +217,18 @@ func (t *Transport) Stats() Stats {
 }
 
 func (t *Transport) logReject(peer string, h Header) {
-	t.rejectLog.Lock()
-	defer t.rejectLog.Unlock()
-	if time.Since(t.rejectLog.last[peer]) < 10*time.Second {
-		return
+	t.warn("reject", "tcp request outside registered memory refused", "peer", peer, "addr", h.Addr, "bytes", h.Size, "op", opName(h.Write))
+}
+
+// warn logs at Warn, at most one line per kind every few seconds (with the
+// count of lines held back), so a hostile peer cannot flood the log.
+func (t *Transport) warn(kind, msg string, args ...any) {
+	if ok, n := t.logs.Allow(kind); ok {
+		if n > 0 {
+			args = append(args, "suppressed", n)
+		}
+		t.log.Warn(msg, args...)
 	}
-	t.rejectLog.last[peer] = time.Now()
-	t.log.Warn("tcp request outside registered memory refused", "peer", peer, "addr", h.Addr, "bytes", h.Size, "op", opName(h.Write))
 }
 
 func opName(w bool) string {
