@@ -74,6 +74,12 @@ type Config struct {
 	// NotifyQueueLimit caps received, undrained notifications (default
 	// 65536); further ones are refused so the sender sees an error.
 	NotifyQueueLimit int
+	// NotifyQueueBytes caps the bytes of received, undrained notifications
+	// (default DefaultNotifyQueueBytes, 64 MiB), and NotifyPeerBytes those
+	// from one peer address (default DefaultNotifyPeerBytes, 16 MiB), so
+	// neither a flood nor an application that never drains can grow
+	// memory without bound.
+	NotifyQueueBytes, NotifyPeerBytes int64
 	// Logger receives logs; nil discards them.
 	Logger *slog.Logger
 }
@@ -105,6 +111,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.NotifyQueueLimit == 0 {
 		c.NotifyQueueLimit = DefaultNotifyQueueLimit
+	}
+	if c.NotifyQueueBytes <= 0 {
+		c.NotifyQueueBytes = DefaultNotifyQueueBytes
+	}
+	if c.NotifyPeerBytes <= 0 {
+		c.NotifyPeerBytes = min(DefaultNotifyPeerBytes, c.NotifyQueueBytes)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

@@ -18,6 +18,7 @@ import (
 	"github.com/kvferry/kvferry/engine/descriptor"
 	"github.com/kvferry/kvferry/engine/metadata"
 	"github.com/kvferry/kvferry/engine/rpc"
+	"github.com/kvferry/kvferry/internal/netguard"
 )
 
 // Notification is an opaque (sender name, message) pair.
@@ -87,8 +88,9 @@ type Engine struct {
 	nextBatch atomic.Uint64
 	inbox     struct {
 		sync.Mutex
-		q    []Notification
-		wake chan struct{} // closed by the next deliver; made by WaitNotifications
+		q      []Notification
+		budget notifyBudget  // bytes of q
+		wake   chan struct{} // closed by the next deliver; made by WaitNotifications
 	}
 	publishMu sync.Mutex // serializes descriptor publication
 	lastErr   atomic.Pointer[string]
@@ -794,7 +796,7 @@ func (e *Engine) handleRPC(ctx context.Context, t rpc.Type, body []byte, peer ne
 		if err != nil {
 			return nil, fmt.Errorf("notify from %s: %w", peer, err)
 		}
-		if !e.deliver(n) {
+		if !e.deliver(n, netguard.IP(peer)) {
 			// An empty notify_msg tells the sender we refused it.
 			return []byte(`{"name":"","notify_msg":""}` + "\n"), nil
 		}
@@ -809,10 +811,20 @@ func (e *Engine) handleRPC(ctx context.Context, t rpc.Type, body []byte, peer ne
 	return nil, fmt.Errorf("rpc from %s: unknown type %s", peer, t)
 }
 
-func (e *Engine) deliver(n Notification) bool {
+// deliver queues n, received from the address peer ("" for this engine),
+// unless that would pass a cap on count or bytes (in total or from peer).
+func (e *Engine) deliver(n Notification, peer string) bool {
 	e.inbox.Lock()
 	defer e.inbox.Unlock()
-	if len(e.inbox.q) >= e.cfg.NotifyQueueLimit {
+	why := "notifications in total"
+	if len(e.inbox.q) < e.cfg.NotifyQueueLimit {
+		why = e.inbox.budget.admit(&e.cfg, peer, len(n.Name)+len(n.Msg))
+	}
+	if why != "" {
+		if ok, held := e.inbox.budget.logs.Allow(why); ok {
+			e.log.Warn("notification refused: the application has not drained the queue", "peer", peer,
+				"cap", why, "suppressed", held)
+		}
 		return false
 	}
 	e.inbox.q = append(e.inbox.q, n)
@@ -830,6 +842,7 @@ func (e *Engine) Notifications() []Notification {
 	defer e.inbox.Unlock()
 	q := e.inbox.q
 	e.inbox.q = nil
+	e.inbox.budget.reset()
 	return q
 }
 
@@ -843,6 +856,7 @@ func (e *Engine) WaitNotifications(ctx context.Context) []Notification {
 		e.inbox.Lock()
 		if q := e.inbox.q; len(q) > 0 {
 			e.inbox.q = nil
+			e.inbox.budget.reset()
 			e.inbox.Unlock()
 			return q
 		}
@@ -882,7 +896,7 @@ func (e *Engine) Notify(ctx context.Context, target SegmentID, n Notification) e
 // local segment.
 func (e *Engine) notifyPeer(ctx context.Context, p *Peer, n Notification) error {
 	if p.Local() {
-		if !e.deliver(n) {
+		if !e.deliver(n, "") {
 			e.metrics.notifiesFailed.Add(1)
 			return fmt.Errorf("notify self: queue full: %w", ErrTooManyRequests)
 		}
