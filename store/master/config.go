@@ -175,6 +175,16 @@ type Config struct {
 	// EnableOplog, with EnableHA, keeps the metadata in etcd, so a new
 	// leader serves every committed object. --enable_oplog.
 	EnableOplog bool
+
+	// Limits on what clients may send (limits.go): key size and batch
+	// size (--max_key_bytes, --max_batch_keys; defaults
+	// wire.DefaultMaxKeyBytes, wire.DefaultMaxBatchKeys), connections in
+	// total and per client IP (defaults netguard.DefaultMaxConns and
+	// DefaultMaxConnsPerIP), and the bytes of large requests in flight
+	// over all connections (default DefaultMaxInflightBytes).
+	MaxKeyBytes, MaxBatchKeys int
+	MaxConns, MaxConnsPerIP   int
+	MaxInflightBytes          int64
 }
 
 func (c Config) withDefaults() Config {
@@ -241,6 +251,7 @@ func (c Config) withDefaults() Config {
 	if c.Clock == nil {
 		c.Clock = realClock{}
 	}
+	c = c.limitDefaults()
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}

@@ -47,6 +47,15 @@ func (s *Server) runAccept() {
 			continue
 		}
 		delay = 0
+		release, err := s.limit.Acquire(conn.RemoteAddr())
+		if err != nil {
+			if ok, n := s.logs.Allow("limit"); ok {
+				s.log.Warn("store master connection refused", "peer", conn.RemoteAddr().String(), "err", err, "suppressed", n)
+			}
+			conn.Close()
+			continue
+		}
+		conn = &limitedConn{Conn: conn, release: release}
 		if !s.track(conn) {
 			conn.Close()
 			return
@@ -78,7 +87,7 @@ func (s *Server) serveConn(conn net.Conn) {
 	}
 	if isMux {
 		s.log.Debug("mux client connected", "peer", conn.RemoteAddr())
-		err := wire.ServeMuxConn(s.ctx, conn, &handlers{s: s})
+		err := wire.ServeMuxConnConfig(s.ctx, conn, &handlers{s: s}, s.muxConfig())
 		s.untrack(conn)
 		conn.Close()
 		if err != nil && s.ctx.Err() == nil && !errors.Is(err, net.ErrClosed) {
@@ -219,4 +228,18 @@ func (c *prefixConn) Read(b []byte) (int, error) {
 		return n, nil
 	}
 	return c.Conn.Read(b)
+}
+
+// limitedConn gives its connection slot back when closed (by mux serving,
+// by gRPC, or by Close).
+type limitedConn struct {
+	net.Conn
+	release func()
+}
+
+// Close closes the connection and releases its slot.
+func (c *limitedConn) Close() error {
+	err := c.Conn.Close()
+	c.release()
+	return err
 }

@@ -16,6 +16,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 
+	"github.com/kvferry/kvferry/internal/netguard"
+	"github.com/kvferry/kvferry/internal/ratelog"
 	"github.com/kvferry/kvferry/store/ha"
 	"github.com/kvferry/kvferry/store/oplog"
 	"github.com/kvferry/kvferry/store/wire"
@@ -70,6 +72,10 @@ type Server struct {
 		n    int       // refusals since
 	}
 
+	limit  *netguard.Limiter // connections of the RPC port
+	budget *netguard.Budget  // bytes of large requests in flight
+	logs   ratelog.Every
+
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -117,8 +123,9 @@ func newServer(cfg Config, fence startFence) (*Server, error) {
 			lis.Close()
 			return nil, fmt.Errorf("store master metrics listen %s: %w", cfg.MetricsAddr, err)
 		}
-		s.httpLis = hl
-		s.httpSrv = &http.Server{Handler: s.adminHandler(), ReadHeaderTimeout: 10 * time.Second}
+		s.httpLis = netguard.Listen(hl, netguard.NewLimiter(256, 32), cfg.Logger, "store master admin")
+		s.httpSrv = &http.Server{Handler: s.adminHandler(), ReadHeaderTimeout: 10 * time.Second,
+			ReadTimeout: 30 * time.Second, WriteTimeout: time.Minute, IdleTimeout: time.Minute, MaxHeaderBytes: 64 << 10}
 	}
 
 	if cfg.EnableHA {
@@ -146,7 +153,9 @@ func newServer(cfg Config, fence startFence) (*Server, error) {
 		go s.runMaintenance(s.ctx, svc) // owned by s; stops on Close
 	}
 
-	s.grpc = grpc.NewServer(grpc.UnaryInterceptor(statusInterceptor))
+	s.limit = netguard.NewLimiter(cfg.MaxConns, cfg.MaxConnsPerIP)
+	s.budget = netguard.NewBudget(cfg.MaxInflightBytes)
+	s.grpc = grpc.NewServer(append(s.grpcLimitOptions(), grpc.ChainUnaryInterceptor(statusInterceptor))...)
 	wire.RegisterMasterServer(s.grpc, &handlers{s: s})
 	s.grpcLis = newConnListener(s.lis.Addr())
 	s.conns.m = make(map[net.Conn]struct{})

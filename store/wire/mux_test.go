@@ -545,13 +545,15 @@ func FuzzServeMuxConn(f *testing.F) {
 
 // memConn reads from r and writes to w.
 type memConn struct {
-	net.Conn // nil: only Read and Write are used
+	net.Conn // nil: only Read, Write and the deadline setters are used
 	r        *bytes.Reader
 	w        bytes.Buffer
 }
 
-func (c *memConn) Read(b []byte) (int, error)  { return c.r.Read(b) }
-func (c *memConn) Write(b []byte) (int, error) { return c.w.Write(b) }
+func (c *memConn) Read(b []byte) (int, error)       { return c.r.Read(b) }
+func (c *memConn) Write(b []byte) (int, error)      { return c.w.Write(b) }
+func (c *memConn) SetReadDeadline(time.Time) error  { return nil }
+func (c *memConn) SetWriteDeadline(time.Time) error { return nil }
 
 // waitPending waits until n calls of c are in flight.
 func waitPending(t *testing.T, c *MuxClient, n int) {

@@ -8,8 +8,11 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"time"
 
 	"google.golang.org/protobuf/proto"
+
+	"github.com/kvferry/kvferry/internal/netguard"
 )
 
 // muxBufBytes is the size of the read and write buffers of a mux connection.
@@ -25,6 +28,59 @@ const muxBufBytes = 64 << 10
 // returns nil when the client closed the connection, the failure otherwise
 // (a malformed frame closes nothing: the caller closes conn).
 func ServeMuxConn(ctx context.Context, conn net.Conn, srv MasterServer) error {
+	return ServeMuxConnConfig(ctx, conn, srv, MuxServerConfig{})
+}
+
+// Mux server defaults.
+const (
+	// DefaultMuxIdleTimeout closes a connection that sends no request for
+	// this long; clients ping every few seconds.
+	DefaultMuxIdleTimeout = 5 * time.Minute
+	// DefaultMuxRequestTimeout bounds the arrival of a request's body
+	// once its header came.
+	DefaultMuxRequestTimeout = 30 * time.Second
+	// muxSmallBody is the largest body read without the shared budget.
+	muxSmallBody = 64 << 10
+	// muxBudgetStep is how much budget a large body takes at a time, as
+	// its bytes arrive.
+	muxBudgetStep = 1 << 20
+)
+
+// MuxServerConfig bounds what one mux connection can make the master hold.
+// The zero value means the defaults and no shared budget.
+type MuxServerConfig struct {
+	// Limits are checked on every request: its shape before decoding
+	// (CheckShape), its keys and lists after (RequestLimits.Check).
+	Limits RequestLimits
+	// MaxRequestBytes caps a request body (DefaultMaxMuxRequest).
+	MaxRequestBytes int
+	// IdleTimeout and RequestTimeout bound the wait for the next header
+	// and for a body once its header came (DefaultMuxIdleTimeout,
+	// DefaultMuxRequestTimeout).
+	IdleTimeout, RequestTimeout time.Duration
+	// Budget, when set, is shared by every connection: a body larger than
+	// 64 KiB takes its bytes from it as they arrive and gives them back
+	// once answered, so large requests in flight stay bounded in total.
+	Budget *netguard.Budget
+}
+
+func (c MuxServerConfig) withDefaults() MuxServerConfig {
+	c.Limits = c.Limits.withDefaults()
+	if c.MaxRequestBytes <= 0 || c.MaxRequestBytes > MaxMuxBody {
+		c.MaxRequestBytes = DefaultMaxMuxRequest
+	}
+	if c.IdleTimeout <= 0 {
+		c.IdleTimeout = DefaultMuxIdleTimeout
+	}
+	if c.RequestTimeout <= 0 {
+		c.RequestTimeout = DefaultMuxRequestTimeout
+	}
+	return c
+}
+
+// ServeMuxConnConfig is ServeMuxConn with limits.
+func ServeMuxConnConfig(ctx context.Context, conn net.Conn, srv MasterServer, cfg MuxServerConfig) error {
+	cfg = cfg.withDefaults()
 	if _, err := conn.Write(MuxHello[:]); err != nil {
 		return fmt.Errorf("mux hello: %w", err)
 	}
@@ -34,7 +90,12 @@ func ServeMuxConn(ctx context.Context, conn net.Conn, srv MasterServer) error {
 	var body []byte
 	out := make([]byte, MuxHeaderBytes, 4<<10)
 	mo := proto.MarshalOptions{}
+	var held int64 // budget bytes the current request holds
+	defer func() { cfg.Budget.Release(held) }()
 	for {
+		if r.Buffered() < MuxHeaderBytes {
+			_ = conn.SetReadDeadline(time.Now().Add(cfg.IdleTimeout))
+		}
 		if _, err := io.ReadFull(r, hdr[:]); err != nil {
 			if errors.Is(err, io.EOF) {
 				return nil
@@ -48,21 +109,30 @@ func ServeMuxConn(ctx context.Context, conn net.Conn, srv MasterServer) error {
 		if h.Status != 0 {
 			return fmt.Errorf("%w: request with status %d", ErrMuxFrame, h.Status)
 		}
-		if cap(body) < int(h.BodyBytes) {
-			body = make([]byte, h.BodyBytes)
+		if int(h.BodyBytes) > cfg.MaxRequestBytes {
+			return fmt.Errorf("%w: request body of %d bytes (at most %d)", ErrMuxFrame, h.BodyBytes, cfg.MaxRequestBytes)
 		}
-		body = body[:h.BodyBytes]
-		if _, err := io.ReadFull(r, body); err != nil {
+		if r.Buffered() < int(h.BodyBytes) {
+			_ = conn.SetReadDeadline(time.Now().Add(cfg.RequestTimeout))
+		}
+		body, held, err = readMuxBody(ctx, r, body, int(h.BodyBytes), cfg)
+		if err != nil {
 			return fmt.Errorf("mux read body: %w", err)
 		}
 		call := &muxCalls[h.Method]
 		req := call.newReq()
 		var resp proto.Message
-		if err = proto.Unmarshal(body, req); err != nil {
+		if err = CheckShape(req.ProtoReflect().Descriptor(), body, cfg.Limits.MaxElements); err != nil {
+			err = fmt.Errorf("%s request: %w", h.Method.Name(), err)
+		} else if err = proto.Unmarshal(body, req); err != nil {
 			err = fmt.Errorf("decode %s request: %v: %w", h.Method.Name(), err, ErrInvalidParams)
+		} else if err = cfg.Limits.Check(req); err != nil {
+			err = fmt.Errorf("%s request: %w", h.Method.Name(), err)
 		} else {
 			resp, err = call.serve(ctx, srv, req)
 		}
+		cfg.Budget.Release(held)
+		held = 0
 		out = out[:MuxHeaderBytes]
 		status := uint16(0)
 		if err != nil {
@@ -87,11 +157,47 @@ func ServeMuxConn(ctx context.Context, conn net.Conn, srv MasterServer) error {
 		// Flush once no further whole request is already buffered: answers
 		// to requests that arrived together leave in one write.
 		if !wholeFrameBuffered(r) {
+			// A client that stops reading its answers is cut, not waited on.
+			_ = conn.SetWriteDeadline(time.Now().Add(cfg.RequestTimeout))
 			if err := w.Flush(); err != nil {
 				return fmt.Errorf("mux write: %w", err)
 			}
 		}
 	}
+}
+
+// readMuxBody reads an n-byte body into body (reused when it is large
+// enough). A body over muxSmallBody grows as its bytes arrive and takes
+// cfg.Budget in steps first; it returns how much budget it holds.
+func readMuxBody(ctx context.Context, r *bufio.Reader, body []byte, n int, cfg MuxServerConfig) ([]byte, int64, error) {
+	if n <= muxSmallBody || cfg.Budget == nil {
+		b, err := netguard.ReadFull(r, body, n)
+		return b, 0, err
+	}
+	var held int64
+	buf := body[:0]
+	for len(buf) < n {
+		step := min(muxBudgetStep, n-len(buf))
+		actx, cancel := context.WithTimeout(ctx, cfg.RequestTimeout)
+		err := cfg.Budget.Acquire(actx, int64(step))
+		cancel()
+		if err != nil {
+			cfg.Budget.Release(held)
+			return nil, 0, err
+		}
+		held += int64(step)
+		if cap(buf)-len(buf) < step {
+			nb := make([]byte, len(buf), len(buf)+max(step, min(len(buf), n-len(buf))))
+			copy(nb, buf)
+			buf = nb
+		}
+		if _, err := io.ReadFull(r, buf[len(buf):len(buf)+step]); err != nil {
+			cfg.Budget.Release(held)
+			return nil, 0, err
+		}
+		buf = buf[:len(buf)+step]
+	}
+	return buf, held, nil
 }
 
 // wholeFrameBuffered reports whether r holds a whole frame already.

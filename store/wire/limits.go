@@ -1,0 +1,230 @@
+package wire
+
+import (
+	"fmt"
+
+	"google.golang.org/grpc/encoding"
+	grpcproto "google.golang.org/grpc/encoding/proto"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+)
+
+// Request limits of the store master (MasterConfig and kvferry-master
+// flags set them): what one request may name, so that a hostile client
+// cannot make the master allocate or work far beyond what it sent.
+const (
+	// DefaultMaxKeyBytes caps an object key.
+	DefaultMaxKeyBytes = 4096
+	// DefaultMaxBatchKeys caps the keys of one batch call.
+	DefaultMaxBatchKeys = 65536
+	// DefaultMaxElements caps the fields and repeated elements a request
+	// decodes to, counted before it is decoded (CheckShape).
+	DefaultMaxElements = 4 * DefaultMaxBatchKeys
+	// DefaultMaxMuxRequest caps a mux request body (answers may be up to
+	// MaxMuxBody).
+	DefaultMaxMuxRequest = 16 << 20
+	// maxListItems caps the smaller lists of a request: segments of a
+	// re-mount, preferred or excluded segments, replicas of a commit,
+	// grant ids.
+	maxListItems = 4096
+)
+
+// ErrRequestLimit is returned (wrapped, with INVALID_PARAMS) for a request
+// over a limit.
+var ErrRequestLimit = fmt.Errorf("request over a store master limit: %w", ErrInvalidParams)
+
+// RequestLimits bounds one master request. The zero value means the
+// defaults.
+type RequestLimits struct {
+	MaxKeyBytes  int
+	MaxBatchKeys int
+	MaxElements  int
+}
+
+func (l RequestLimits) withDefaults() RequestLimits {
+	if l.MaxKeyBytes <= 0 {
+		l.MaxKeyBytes = DefaultMaxKeyBytes
+	}
+	if l.MaxBatchKeys <= 0 {
+		l.MaxBatchKeys = DefaultMaxBatchKeys
+	}
+	if l.MaxElements <= 0 {
+		l.MaxElements = max(DefaultMaxElements, 4*l.MaxBatchKeys)
+	}
+	return l
+}
+
+// CheckShape counts the fields a protobuf message of type md would decode
+// to, nested messages and packed elements included, without decoding it,
+// and fails once the count passes maxElements. It bounds what decoding
+// may allocate: an empty string costs two bytes on the wire and a few
+// dozen once decoded.
+func CheckShape(md protoreflect.MessageDescriptor, b []byte, maxElements int) error {
+	n := 0
+	if err := checkShape(md, b, &n, maxElements, 0); err != nil {
+		return fmt.Errorf("%s: %w", md.Name(), err)
+	}
+	return nil
+}
+
+func checkShape(md protoreflect.MessageDescriptor, b []byte, n *int, limit, depth int) error {
+	if depth > 32 {
+		return fmt.Errorf("nested too deep: %w", ErrRequestLimit)
+	}
+	for len(b) > 0 {
+		num, typ, k := protowire.ConsumeTag(b)
+		if k < 0 {
+			return fmt.Errorf("malformed tag: %w", ErrInvalidParams)
+		}
+		b = b[k:]
+		k = protowire.ConsumeFieldValue(num, typ, b)
+		if k < 0 {
+			return fmt.Errorf("malformed field %d: %w", num, ErrInvalidParams)
+		}
+		val := b[:k]
+		b = b[k:]
+		if *n++; *n > limit {
+			return fmt.Errorf("more than %d elements: %w", limit, ErrRequestLimit)
+		}
+		if typ != protowire.BytesType {
+			continue
+		}
+		fd := md.Fields().ByNumber(num)
+		if fd == nil {
+			continue // unknown fields are kept as bytes
+		}
+		v, _ := protowire.ConsumeBytes(val)
+		switch {
+		case fd.Kind() == protoreflect.MessageKind:
+			if err := checkShape(fd.Message(), v, n, limit, depth+1); err != nil {
+				return err
+			}
+		case fd.IsList() && fd.Kind() != protoreflect.StringKind && fd.Kind() != protoreflect.BytesKind:
+			// Packed scalars: every varint ends in a byte below 0x80;
+			// fixed-width ones are at least 4 bytes each.
+			c := 0
+			for _, x := range v {
+				if x < 0x80 {
+					c++
+				}
+			}
+			if *n += c; *n > limit {
+				return fmt.Errorf("more than %d elements: %w", limit, ErrRequestLimit)
+			}
+		}
+	}
+	return nil
+}
+
+// Check applies the key and list limits to a decoded request.
+func (l RequestLimits) Check(req proto.Message) error {
+	l = l.withDefaults()
+	key := func(k string) error {
+		if len(k) > l.MaxKeyBytes {
+			return fmt.Errorf("key of %d bytes (at most %d): %w", len(k), l.MaxKeyBytes, ErrRequestLimit)
+		}
+		return nil
+	}
+	keys := func(ks []string) error {
+		if len(ks) > l.MaxBatchKeys {
+			return fmt.Errorf("batch of %d keys (at most %d): %w", len(ks), l.MaxBatchKeys, ErrRequestLimit)
+		}
+		for _, k := range ks {
+			if err := key(k); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	list := func(what string, n int) error {
+		if n > maxListItems {
+			return fmt.Errorf("%d %s (at most %d): %w", n, what, maxListItems, ErrRequestLimit)
+		}
+		return nil
+	}
+	config := func(c *ReplicateConfig) error { return list("preferred segments", len(c.GetPreferredSegments())) }
+	switch r := req.(type) {
+	case *KeyRequest:
+		return key(r.GetKey())
+	case *RemoveRequest:
+		return key(r.GetKey())
+	case *PutEndRequest:
+		return key(r.GetKey())
+	case *PutStartRequest:
+		if err := key(r.GetKey()); err != nil {
+			return err
+		}
+		return config(r.GetConfig())
+	case *PutCommitRequest:
+		if err := key(r.GetKey()); err != nil {
+			return err
+		}
+		if err := list("replicas", len(r.GetReplicas())); err != nil {
+			return err
+		}
+		return config(r.GetConfig())
+	case *BatchKeyRequest:
+		return keys(r.GetKeys())
+	case *BatchRemoveRequest:
+		return keys(r.GetKeys())
+	case *BatchPutEndRequest:
+		return keys(r.GetKeys())
+	case *BatchPutStartRequest:
+		if err := keys(r.GetKeys()); err != nil {
+			return err
+		}
+		if len(r.GetSizes()) > l.MaxBatchKeys {
+			return fmt.Errorf("batch of %d sizes (at most %d): %w", len(r.GetSizes()), l.MaxBatchKeys, ErrRequestLimit)
+		}
+		return config(r.GetConfig())
+	case *RemoveByRegexRequest:
+		return key(r.GetPattern())
+	case *ReMountSegmentsRequest:
+		return list("segments", len(r.GetSegments()))
+	case *AcquireGrantsRequest:
+		if err := list("excluded segments", len(r.GetExcludeSegments())); err != nil {
+			return err
+		}
+		return list("returned grants", len(r.GetReturnGrantIds()))
+	case *ReturnGrantsRequest:
+		return list("grants", len(r.GetGrantIds()))
+	}
+	return nil
+}
+
+// ShapeCodec is the gRPC server codec of the master: protobuf, with every
+// request's shape checked (CheckShape) before it is decoded. Install it
+// with grpc.ForceServerCodecV2.
+type ShapeCodec struct {
+	// MaxElements is CheckShape's limit (DefaultMaxElements when 0).
+	MaxElements int
+}
+
+var protoCodec = encoding.GetCodecV2(grpcproto.Name)
+
+// Marshal encodes v as protobuf.
+func (c ShapeCodec) Marshal(v any) (mem.BufferSlice, error) { return protoCodec.Marshal(v) }
+
+// Unmarshal checks data's shape, then decodes it into v.
+func (c ShapeCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	m, ok := v.(proto.Message)
+	if !ok {
+		return protoCodec.Unmarshal(data, v)
+	}
+	limit := c.MaxElements
+	if limit <= 0 {
+		limit = DefaultMaxElements
+	}
+	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
+	defer buf.Free()
+	b := buf.ReadOnlyData()
+	if err := CheckShape(m.ProtoReflect().Descriptor(), b, limit); err != nil {
+		return err
+	}
+	return proto.Unmarshal(b, m)
+}
+
+// Name is "proto": clients see the ordinary protobuf codec.
+func (c ShapeCodec) Name() string { return grpcproto.Name }

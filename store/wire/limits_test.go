@@ -1,0 +1,59 @@
+package wire
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+	"gotest.tools/v3/assert"
+)
+
+func TestCheckShape(t *testing.T) {
+	md := (&BatchPutStartRequest{}).ProtoReflect().Descriptor()
+	ok, _ := proto.Marshal(&BatchPutStartRequest{ClientId: "c", Keys: []string{"a", "b"}, Sizes: []uint64{1, 2},
+		Config: &ReplicateConfig{ReplicaNum: 1, PreferredSegments: []string{"s"}}})
+	assert.NilError(t, CheckShape(md, ok, 10))
+	// 1 client id + 2 keys + 1 packed field with 2 sizes + config(1) with
+	// replica_num and one preferred segment = 9 elements.
+	assert.Assert(t, errors.Is(CheckShape(md, ok, 8), ErrRequestLimit))
+	// Elements nested in a message and packed scalars count.
+	nested, _ := proto.Marshal(&PutStartRequest{Config: &ReplicateConfig{PreferredSegments: make([]string, 100)}})
+	assert.Assert(t, errors.Is(CheckShape((&PutStartRequest{}).ProtoReflect().Descriptor(), nested, 50), ErrRequestLimit))
+	packed, _ := proto.Marshal(&BatchPutStartRequest{Sizes: make([]uint64, 100)})
+	assert.Assert(t, errors.Is(CheckShape(md, packed, 50), ErrRequestLimit))
+	assert.Assert(t, errors.Is(CheckShape(md, []byte{0xff}, 50), ErrInvalidParams))
+}
+
+func TestRequestLimitsCheck(t *testing.T) {
+	l := RequestLimits{MaxKeyBytes: 8, MaxBatchKeys: 2}
+	assert.NilError(t, l.Check(&KeyRequest{Key: "12345678"}))
+	assert.Assert(t, errors.Is(l.Check(&KeyRequest{Key: "123456789"}), ErrRequestLimit))
+	assert.Assert(t, errors.Is(l.Check(&BatchKeyRequest{Keys: []string{"a", "b", "c"}}), ErrRequestLimit))
+	assert.Assert(t, errors.Is(l.Check(&BatchRemoveRequest{Keys: []string{strings.Repeat("k", 9)}}), ErrRequestLimit))
+	assert.Assert(t, errors.Is(l.Check(&PutCommitRequest{Key: "k", Replicas: make([]*GrantedReplica, maxListItems+1)}), ErrRequestLimit))
+	assert.NilError(t, l.Check(&PingRequest{ClientId: strings.Repeat("x", 100)}))
+}
+
+// FuzzCheckShape: any bytes give an answer without a panic, and a message
+// that passes with limit n decodes to no more than n elements' worth.
+func FuzzCheckShape(f *testing.F) {
+	b, _ := proto.Marshal(&BatchPutStartRequest{ClientId: "c", Keys: []string{"a"}, Sizes: []uint64{1},
+		Config: &ReplicateConfig{PreferredSegments: []string{"s"}}})
+	f.Add(b)
+	f.Add([]byte{0x12, 0x00, 0x12, 0x00})
+	f.Add([]byte{0x1a, 0x03, 0x01, 0x02, 0x03})
+	md := (&BatchPutStartRequest{}).ProtoReflect().Descriptor()
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if err := CheckShape(md, data, 64); err != nil {
+			return
+		}
+		var m BatchPutStartRequest
+		if proto.Unmarshal(data, &m) != nil {
+			return
+		}
+		if n := len(m.GetKeys()) + len(m.GetSizes()) + len(m.GetConfig().GetPreferredSegments()); n > 64 {
+			t.Fatalf("passed with %d elements", n)
+		}
+	})
+}
