@@ -29,6 +29,7 @@ import (
 	"time"
 
 	mdhttp "github.com/kvferry/kvferry/engine/metadata/http"
+	"github.com/kvferry/kvferry/internal/ratelog"
 )
 
 func main() {
@@ -58,7 +59,7 @@ func run(args []string) error {
 	if err := lvl.UnmarshalText([]byte(*level)); err != nil {
 		return fmt.Errorf("-log-level %q: %w", *level, err)
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+	log := slog.New(ratelog.NewHandler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}), 0))
 
 	listen, err := listenAddr(*addr, *port)
 	if err != nil {
@@ -79,14 +80,8 @@ func run(args []string) error {
 		_ = srv.Close()
 		return fmt.Errorf("listen on %s: %w", listen, err)
 	}
-	hs := &nethttp.Server{
-		Handler:           srv,
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       30 * time.Second,
-		WriteTimeout:      30 * time.Second,
-		IdleTimeout:       *idle,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
-	}
+	hs := mdhttp.HTTPServer(srv, *idle, log)
+	ln = mdhttp.GuardListener(ln, "metadata", log)
 	log.Info("metadata server started", "addr", ln.Addr().String(), "path", *path,
 		"snapshot", *snapshot, "ttl", *ttl, "entries", srv.Len())
 	fmt.Printf("listening on %s\n", ln.Addr())

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
 	nethttp "net/http"
 	"os"
@@ -14,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/kvferry/kvferry/internal/ratelog"
 )
 
 // Replies of the REST protocol (specs/mooncake.md §3.4).
@@ -32,8 +33,16 @@ const (
 // DefaultPath is where the REST protocol is served.
 const DefaultPath = "/metadata"
 
-// DefaultServerMaxValueBytes caps a PUT body on the server.
-const DefaultServerMaxValueBytes = 16 << 20
+// Server caps (ServerConfig): a PUT body, a key, the number of entries and
+// the bytes of keys and values together.
+const (
+	DefaultServerMaxValueBytes = 16 << 20
+	DefaultServerMaxKeyBytes   = 4096
+	DefaultServerMaxEntries    = 1 << 17
+	DefaultServerMaxTotalBytes = 256 << 20
+	// entryOverheadBytes is charged per entry on top of key and value.
+	entryOverheadBytes = 64
+)
 
 // snapshotFormat names the snapshot file format.
 const snapshotFormat = "kvferry-metadata-snapshot/1"
@@ -44,8 +53,11 @@ type ServerConfig struct {
 	// Path is the URL path of the REST protocol; empty means DefaultPath.
 	Path string
 	// SnapshotPath, when set, is a file that holds every entry: it is read
-	// by NewServer and rewritten atomically (temporary file, fsync,
-	// rename) before a change is acknowledged. Empty means memory only.
+	// by NewServer, with the change log beside it (SnapshotPath + ".log")
+	// replayed over it. Each change is appended to the log and synced
+	// before it is acknowledged; when the log outgrows the snapshot, the
+	// snapshot is rewritten atomically (temporary file, fsync, rename) and
+	// the log emptied. Empty means memory only.
 	SnapshotPath string
 	// TTL, when positive, drops an entry that was not written (PUT, even
 	// with an unchanged body) for that long. Engines re-publish
@@ -54,6 +66,13 @@ type ServerConfig struct {
 	TTL time.Duration
 	// MaxValueBytes caps a PUT body; zero means DefaultServerMaxValueBytes.
 	MaxValueBytes int64
+	// MaxKeyBytes caps a key (DefaultServerMaxKeyBytes), MaxEntries the
+	// entries (DefaultServerMaxEntries) and MaxTotalBytes their keys and
+	// values together (DefaultServerMaxTotalBytes). A PUT past a cap is
+	// answered 413 (key) or 507 (store full) and changes nothing.
+	MaxKeyBytes   int
+	MaxEntries    int
+	MaxTotalBytes int64
 	// Logger receives changes (Debug) and failures; nil discards them.
 	Logger *slog.Logger
 }
@@ -64,6 +83,15 @@ func (c ServerConfig) withDefaults() ServerConfig {
 	}
 	if c.MaxValueBytes == 0 {
 		c.MaxValueBytes = DefaultServerMaxValueBytes
+	}
+	if c.MaxKeyBytes <= 0 {
+		c.MaxKeyBytes = DefaultServerMaxKeyBytes
+	}
+	if c.MaxEntries <= 0 {
+		c.MaxEntries = DefaultServerMaxEntries
+	}
+	if c.MaxTotalBytes <= 0 {
+		c.MaxTotalBytes = DefaultServerMaxTotalBytes
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -94,6 +122,7 @@ func (c ServerConfig) Validate() error {
 type Server struct {
 	cfg  ServerConfig
 	log  *slog.Logger
+	logs ratelog.Every
 	stop chan struct{}
 	wg   sync.WaitGroup
 	once sync.Once
@@ -102,13 +131,20 @@ type Server struct {
 		sync.Mutex
 		// entries maps key to value and last write time.
 		entries map[string]serverEntry
-		// version counts changes; snapshots record the version they hold.
-		version uint64
+		// bytes is the charge of every entry (entrySize).
+		bytes int64
 	}
-	// snapMu serializes snapshot writers; written is the newest version
-	// on disk. Held across one file write, never together with mu.
-	snapMu  sync.Mutex
-	written uint64
+	// jmu orders changes: a writer holds it from applying a change in
+	// memory until its log record is synced, so the log's order is the
+	// store's. Taken before mu, never inside it; j is nil without a
+	// snapshot path.
+	jmu sync.Mutex
+	j   *journal
+}
+
+// entrySize is what an entry counts against MaxTotalBytes.
+func entrySize(key string, value []byte) int64 {
+	return int64(len(key)+len(value)) + entryOverheadBytes
 }
 
 type serverEntry struct {
@@ -133,12 +169,18 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	s := &Server{cfg: cfg, log: cfg.Logger, stop: make(chan struct{})}
 	s.mu.entries = make(map[string]serverEntry)
 	if cfg.SnapshotPath != "" {
-		n, err := s.load()
+		s.j = newJournal(cfg.SnapshotPath)
+		entries, err := s.j.load()
 		if err != nil {
 			return nil, err
 		}
-		if n > 0 {
-			s.log.Info("metadata snapshot loaded", "path", cfg.SnapshotPath, "entries", n)
+		now := time.Now() // a loaded entry gets a full TTL to be re-published
+		for k, v := range entries {
+			s.mu.entries[k] = serverEntry{value: v, written: now}
+			s.mu.bytes += entrySize(k, v)
+		}
+		if len(entries) > 0 {
+			s.log.Info("metadata snapshot loaded", "path", cfg.SnapshotPath, "entries", len(entries))
 		}
 	}
 	if cfg.TTL > 0 {
@@ -162,7 +204,17 @@ func (s *Server) Close() error {
 	s.once.Do(func() {
 		close(s.stop)
 		s.wg.Wait()
-		err = s.persist()
+		if s.j == nil {
+			return
+		}
+		s.jmu.Lock()
+		defer s.jmu.Unlock()
+		if s.j.logBytes > 0 {
+			err = s.j.compact(s.snapshotEntries())
+		}
+		if cerr := s.j.close(); err == nil {
+			err = cerr
+		}
 	})
 	return err
 }
@@ -195,6 +247,10 @@ func (s *Server) ServeHTTP(w nethttp.ResponseWriter, r *nethttp.Request) {
 		reply(w, nethttp.StatusBadRequest, msgKeyRequired)
 		return
 	}
+	if len(key) > s.cfg.MaxKeyBytes {
+		reply(w, nethttp.StatusRequestEntityTooLarge, fmt.Sprintf("key exceeds %d bytes", s.cfg.MaxKeyBytes))
+		return
+	}
 	switch r.Method {
 	case nethttp.MethodGet:
 		s.mu.Lock()
@@ -210,11 +266,13 @@ func (s *Server) ServeHTTP(w nethttp.ResponseWriter, r *nethttp.Request) {
 	case nethttp.MethodPut:
 		s.put(w, r, key)
 	case nethttp.MethodDelete:
+		s.lockJournal()
+		defer s.unlockJournal()
 		s.mu.Lock()
-		_, ok := s.mu.entries[key]
+		e, ok := s.mu.entries[key]
 		if ok {
 			delete(s.mu.entries, key)
-			s.mu.version++
+			s.mu.bytes -= entrySize(key, e.value)
 		}
 		s.mu.Unlock()
 		if !ok {
@@ -222,7 +280,7 @@ func (s *Server) ServeHTTP(w nethttp.ResponseWriter, r *nethttp.Request) {
 			return
 		}
 		s.log.Debug("metadata deleted", "key", key)
-		if !s.persistOrFail(w) {
+		if !s.logOrFail(w, journalDelete, key, nil) {
 			return
 		}
 		reply(w, nethttp.StatusOK, msgDeleted)
@@ -241,6 +299,8 @@ func (s *Server) put(w nethttp.ResponseWriter, r *nethttp.Request, key string) {
 		return
 	}
 	now := time.Now()
+	s.lockJournal()
+	defer s.unlockJournal()
 	s.mu.Lock()
 	old, exists := s.mu.entries[key]
 	if exists && bytes.Equal(old.value, body) {
@@ -260,11 +320,24 @@ func (s *Server) put(w nethttp.ResponseWriter, r *nethttp.Request, key string) {
 		reply(w, nethttp.StatusBadRequest, msgDuplicateRPC)
 		return
 	}
+	total := s.mu.bytes + entrySize(key, body)
+	if exists {
+		total -= entrySize(key, old.value)
+	}
+	if (!exists && len(s.mu.entries) >= s.cfg.MaxEntries) || total > s.cfg.MaxTotalBytes {
+		n, b := len(s.mu.entries), s.mu.bytes
+		s.mu.Unlock()
+		if ok, held := s.logs.Allow("full"); ok {
+			s.log.Warn("metadata store full, put refused", "key", key, "entries", n, "bytes", b, "suppressed", held)
+		}
+		reply(w, nethttp.StatusInsufficientStorage, fmt.Sprintf("metadata store full (%d entries, %d bytes)", n, b))
+		return
+	}
 	s.mu.entries[key] = serverEntry{value: body, written: now}
-	s.mu.version++
+	s.mu.bytes = total
 	s.mu.Unlock()
 	s.log.Debug("metadata updated", "key", key, "bytes", len(body))
-	if !s.persistOrFail(w) {
+	if !s.logOrFail(w, journalPut, key, body) {
 		return
 	}
 	reply(w, nethttp.StatusOK, msgUpdated)
@@ -276,65 +349,56 @@ func reply(w nethttp.ResponseWriter, code int, msg string) {
 	_, _ = io.WriteString(w, msg)
 }
 
-// persistOrFail writes the snapshot; on failure it answers 500 and
-// reports false, so a change is acknowledged only once durable.
-func (s *Server) persistOrFail(w nethttp.ResponseWriter) bool {
-	if err := s.persist(); err != nil {
+// lockJournal and unlockJournal bracket a change when the server keeps a
+// journal (see Server.jmu).
+func (s *Server) lockJournal() {
+	if s.j != nil {
+		s.jmu.Lock()
+	}
+}
+
+func (s *Server) unlockJournal() {
+	if s.j != nil {
+		s.jmu.Unlock()
+	}
+}
+
+// logOrFail makes a change durable (the caller holds jmu): it appends it
+// to the journal, compacting when the log has grown; on failure it answers
+// 500 and reports false, so a change is acknowledged only once durable.
+func (s *Server) logOrFail(w nethttp.ResponseWriter, op byte, key string, value []byte) bool {
+	if s.j == nil {
+		return true
+	}
+	if err := s.j.append(op, key, value); err != nil {
 		s.log.Error("metadata snapshot write failed", "path", s.cfg.SnapshotPath, "err", err)
 		reply(w, nethttp.StatusInternalServerError, "snapshot write failed")
 		return false
 	}
+	s.maybeCompact()
 	return true
 }
 
-// persist writes the current entries to the snapshot file, unless a
-// newer or equal version is already there.
-func (s *Server) persist() error {
-	if s.cfg.SnapshotPath == "" {
-		return nil
+// maybeCompact rewrites the snapshot once the log outgrew it (the caller
+// holds jmu). A failure is logged: the change itself is already durable.
+func (s *Server) maybeCompact() {
+	if !s.j.wantsCompaction() {
+		return
 	}
-	s.snapMu.Lock()
-	defer s.snapMu.Unlock()
-	s.mu.Lock()
-	version := s.mu.version
-	if version == s.written {
-		s.mu.Unlock()
-		return nil
+	if err := s.j.compact(s.snapshotEntries()); err != nil {
+		s.log.Error("metadata snapshot compaction failed", "path", s.cfg.SnapshotPath, "err", err)
 	}
-	snap := snapshotFile{Format: snapshotFormat, Entries: make(map[string][]byte, len(s.mu.entries))}
-	for k, e := range s.mu.entries {
-		snap.Entries[k] = e.value
-	}
-	s.mu.Unlock()
-	data, err := json.Marshal(&snap)
-	if err != nil {
-		return fmt.Errorf("encode metadata snapshot: %w", err)
-	}
-	if err := writeFileAtomic(s.cfg.SnapshotPath, data); err != nil {
-		return err
-	}
-	s.written = version
-	return nil
 }
 
-// load reads the snapshot file; a missing file is an empty store.
-func (s *Server) load() (int, error) {
-	data, err := os.ReadFile(s.cfg.SnapshotPath)
-	if errors.Is(err, fs.ErrNotExist) {
-		return 0, nil
+// snapshotEntries copies the entries for a snapshot.
+func (s *Server) snapshotEntries() map[string][]byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := make(map[string][]byte, len(s.mu.entries))
+	for k, e := range s.mu.entries {
+		m[k] = e.value
 	}
-	if err != nil {
-		return 0, fmt.Errorf("load metadata snapshot %q: %w", s.cfg.SnapshotPath, err)
-	}
-	entries, err := decodeSnapshot(data)
-	if err != nil {
-		return 0, fmt.Errorf("load metadata snapshot %q: %w", s.cfg.SnapshotPath, err)
-	}
-	now := time.Now() // a loaded entry gets a full TTL to be re-published
-	for k, v := range entries {
-		s.mu.entries[k] = serverEntry{value: v, written: now}
-	}
-	return len(entries), nil
+	return m
 }
 
 func decodeSnapshot(data []byte) (map[string][]byte, error) {
@@ -403,24 +467,28 @@ func (s *Server) runExpire() {
 
 func (s *Server) expire(now time.Time) {
 	var gone []string
+	s.lockJournal()
+	defer s.unlockJournal()
 	s.mu.Lock()
 	for k, e := range s.mu.entries {
 		if now.Sub(e.written) > s.cfg.TTL {
 			delete(s.mu.entries, k)
+			s.mu.bytes -= entrySize(k, e.value)
 			gone = append(gone, k)
 		}
 	}
-	if len(gone) > 0 {
-		s.mu.version++
-	}
 	s.mu.Unlock()
-	if len(gone) == 0 {
-		return
-	}
 	for _, k := range gone {
 		s.log.Info("metadata entry expired", "key", k, "ttl", s.cfg.TTL)
+		if s.j == nil {
+			continue
+		}
+		if err := s.j.append(journalDelete, k, nil); err != nil {
+			s.log.Error("metadata snapshot write failed", "path", s.cfg.SnapshotPath, "err", err)
+			return
+		}
 	}
-	if err := s.persist(); err != nil {
-		s.log.Error("metadata snapshot write failed", "path", s.cfg.SnapshotPath, "err", err)
+	if s.j != nil && len(gone) > 0 {
+		s.maybeCompact()
 	}
 }
