@@ -45,6 +45,7 @@ import (
 
 	mdhttp "github.com/kvferry/kvferry/engine/metadata/http"
 	"github.com/kvferry/kvferry/internal/hostenv"
+	"github.com/kvferry/kvferry/internal/ratelog"
 	"github.com/kvferry/kvferry/store/ha"
 	"github.com/kvferry/kvferry/store/master"
 )
@@ -165,6 +166,8 @@ func parse(args []string) (*options, error) {
 	fs.Var(secDuration{&cfg.RestoreWindow}, "restore_window", "seconds a restored master waits for logged segments to be remounted (default 2 x --client_ttl)")
 	fs.IntVar(&cfg.SnapshotRecords, "snapshot_records", master.DefaultSnapshotRecords, "write a metadata snapshot after this many oplog records")
 	fs.Var(secDuration{&cfg.SnapshotInterval}, "snapshot_interval_sec", "write a metadata snapshot at least this often while the oplog grows (default 300)")
+	fs.IntVar(&cfg.MaxKeyBytes, "max_key_bytes", 0, "largest object key in bytes (kvferry; default 4096)")
+	fs.IntVar(&cfg.MaxBatchKeys, "max_batch_keys", 0, "most keys in one batch call (kvferry; default 65536)")
 	level := fs.String("log_level", "info", "log level: debug, info, warn or error")
 	ignored := map[string]*string{}
 	for _, name := range ignoredFlags {
@@ -180,7 +183,7 @@ func parse(args []string) (*options, error) {
 	if err := lvl.UnmarshalText([]byte(*level)); err != nil {
 		return nil, fmt.Errorf("--log_level %q: %w", *level, err)
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+	log := slog.New(ratelog.NewHandler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}), 0))
 	cfg.Logger = log
 	cfg.KeepSoftPinned = !*allowEvictSoft
 	cfg.GrantBytes, cfg.DisableGrants = *grantBytes, *grantBytes == 0
@@ -251,8 +254,8 @@ func run(args []string) error {
 			_ = metaSrv.Close()
 			return fmt.Errorf("http metadata server listen: %w", err)
 		}
-		metaHTTP = &nethttp.Server{Handler: metaSrv, ReadHeaderTimeout: 10 * time.Second}
-		go func() { _ = metaHTTP.Serve(ln) }() // stopped by Shutdown below
+		metaHTTP = mdhttp.HTTPServer(metaSrv, 0, log)
+		go func() { _ = metaHTTP.Serve(mdhttp.GuardListener(ln, "metadata", log)) }() // stopped by Shutdown below
 		fmt.Printf("metadata on %s\n", ln.Addr())
 	}
 

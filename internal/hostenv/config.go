@@ -10,6 +10,7 @@ import (
 
 	"github.com/kvferry/kvferry/engine/gpu"
 	"github.com/kvferry/kvferry/engine/stack"
+	"github.com/kvferry/kvferry/internal/ratelog"
 )
 
 // Lookup reads an environment variable; tests replace it.
@@ -160,12 +161,18 @@ func StackConfig() stack.Config {
 }
 
 // Logger returns the library's logger: text to stderr (or KVFERRY_LOG_FILE)
-// at the level of KVFERRY_LOG_LEVEL (debug, info, warn, error) or
-// MC_LOG_LEVEL (TRACE, INFO, WARNING, ERROR); a discarding logger when
-// neither is set, so the library prints nothing unless asked.
+// at the level of KVFERRY_LOG_LEVEL (debug, info, warn, error, off) or
+// MC_LOG_LEVEL (TRACE, INFO, WARNING, ERROR). Unset means warn: refusals
+// of hostile or broken peers and other warnings reach the log, and nothing
+// else is printed. Warnings and errors are limited to one line per message
+// every few seconds (ratelog), with the count of lines held back.
 func Logger() *slog.Logger {
 	v, ok := str("KVFERRY_LOG_LEVEL", "MC_LOG_LEVEL")
 	if !ok {
+		return textLogger(slog.LevelWarn)
+	}
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "off", "none", "silent":
 		return slog.New(slog.DiscardHandler)
 	}
 	return textLogger(parseLevel(v))
@@ -209,7 +216,8 @@ func textLogger(lvl slog.Level) *slog.Logger {
 			w = f
 		}
 	}
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: lvl})).With("lib", "kvferry")
+	h := slog.NewTextHandler(w, &slog.HandlerOptions{Level: lvl})
+	return slog.New(ratelog.NewHandler(h, 0)).With("lib", "kvferry")
 }
 
 // MaxProcs returns the GOMAXPROCS cap (KVFERRY_MAX_PROCS, default 4).

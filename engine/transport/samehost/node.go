@@ -17,6 +17,8 @@ import (
 	"github.com/kvferry/kvferry/engine"
 	"github.com/kvferry/kvferry/engine/descriptor"
 	"github.com/kvferry/kvferry/internal/cmem"
+	"github.com/kvferry/kvferry/internal/netguard"
+	"github.com/kvferry/kvferry/internal/ratelog"
 )
 
 // node is the owner side of one engine: the Unix socket that initiators of
@@ -43,10 +45,7 @@ type node struct {
 		sessions map[*ownerSession]struct{}
 	}
 	served, rejected atomic.Uint64
-	rejectLog        struct {
-		sync.Mutex
-		last time.Time
-	}
+	logs             ratelog.Every
 }
 
 // ownerSession is one initiator connection as the owner sees it.
@@ -216,19 +215,32 @@ func (n *node) drainLocked(ep uint64, deadline time.Time) bool {
 // runAccept accepts sessions; owned by the node, stopped by close.
 func (n *node) runAccept() {
 	defer n.wg.Done()
+	var backoff netguard.Backoff
+	// Connections still in their handshake count too, so a flood of
+	// silent ones cannot pile up goroutines beside the sessions.
+	limit := netguard.NewLimiter(n.cfg.MaxSessions+64, 0)
 	for {
 		c, err := n.ln.AcceptUnix()
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) || n.closed.Load() {
 				return
 			}
-			n.log.Warn("same-host accept failed", "err", err)
-			time.Sleep(5 * time.Millisecond) // back off from EMFILE-style errors
+			d := backoff.Next() // EMFILE and the like
+			n.warn("accept", "same-host accept failed", "err", err, "retry_in", d)
+			time.Sleep(d)
+			continue
+		}
+		backoff.Reset()
+		release, err := limit.Acquire(nil)
+		if err != nil {
+			n.warn("limit", "same-host connection refused", "err", err)
+			c.Close()
 			continue
 		}
 		n.wg.Add(1)
 		go func() {
 			defer n.wg.Done()
+			defer release()
 			n.serve(c)
 		}()
 	}
@@ -267,7 +279,7 @@ func (n *node) serve(c *net.UnixConn) {
 	}
 	h, err := decodeHello(buf[:k])
 	if err != nil {
-		n.log.Warn("same-host session refused", "err", err)
+		n.warn("hello", "same-host session refused", "err", err)
 		return
 	}
 	s := &ownerSession{c: c, kind: h.kind}
@@ -355,7 +367,7 @@ func (n *node) serveShm(s *ownerSession, buf []byte, chunks uint32, chunkBytes u
 			err = fmt.Errorf("chunk %d of %d: %w", chunk, chunks, errProtocol)
 		}
 		if err != nil {
-			n.log.Warn("same-host session: bad request, closing", "peer_pid", s.pid, "err", err)
+			n.warn("request", "same-host session: bad request, closing", "peer_pid", s.pid, "err", err)
 			return
 		}
 		base := s.staging.addr() + uintptr(uint64(chunk)*chunkBytes)
@@ -397,13 +409,17 @@ func (n *node) serveShm(s *ownerSession, buf []byte, chunks uint32, chunkBytes u
 }
 
 func (n *node) logReject(pid int, e reqEntry) {
-	n.rejectLog.Lock()
-	defer n.rejectLog.Unlock()
-	if time.Since(n.rejectLog.last) < 10*time.Second {
-		return
+	n.warn("reject", "shm request outside registered memory refused", "peer_pid", pid, "addr", e.addr, "bytes", e.length, "op", engine.OpCode(e.op))
+}
+
+// warn logs at Warn, at most one line per kind every few seconds.
+func (n *node) warn(kind, msg string, args ...any) {
+	if ok, held := n.logs.Allow(kind); ok {
+		if held > 0 {
+			args = append(args, "suppressed", held)
+		}
+		n.log.Warn(msg, args...)
 	}
-	n.rejectLog.last = time.Now()
-	n.log.Warn("shm request outside registered memory refused", "peer_pid", pid, "addr", e.addr, "bytes", e.length, "op", engine.OpCode(e.op))
 }
 
 // close marks the epoch closed, waits (bounded) until no cma initiator
