@@ -22,8 +22,12 @@ func TestNIXLLoggerLevel(t *testing.T) {
 	}
 	d, i, w := enabled(NIXLLogger())
 	assert.Assert(t, !d && !i && w, "default: NIXL's WARN")
+	d, i, w = enabled(Logger())
+	assert.Assert(t, !d && !i && w, "the library's own logger warns by default (refusals reach the log)")
+	t.Setenv("KVFERRY_LOG_LEVEL", "off")
 	_, _, w = enabled(Logger())
-	assert.Assert(t, !w, "the library's own logger stays silent by default")
+	assert.Assert(t, !w, "KVFERRY_LOG_LEVEL=off silences it")
+	os.Unsetenv("KVFERRY_LOG_LEVEL")
 
 	t.Setenv("NIXL_LOG_LEVEL", "DEBUG")
 	d, _, _ = enabled(NIXLLogger())
