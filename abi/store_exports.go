@@ -21,8 +21,6 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/kvferry/kvferry/internal/cmem"
 	"github.com/kvferry/kvferry/internal/hostenv"
 	"github.com/kvferry/kvferry/store/asyncq"
@@ -63,8 +61,6 @@ type storeHandle struct {
 
 // stores is the table of live store handles.
 var stores handles[*storeHandle]
-
-var storeCollectorOnce sync.Once
 
 func lookupStore(h C.uintptr_t) (*storeHandle, bool) {
 	return stores.get(uintptr(h))
@@ -154,7 +150,6 @@ func kvf_store_create() (h C.uintptr_t) {
 	if err := setup(); err != nil {
 		return 0
 	}
-	storeCollectorOnce.Do(func() { Registry().MustRegister(storeCollector{}) })
 	return C.uintptr_t(stores.add(&storeHandle{}))
 }
 
@@ -670,67 +665,4 @@ func kvf_store_last_error(h C.uintptr_t, buf *C.char, n C.size_t) (rc C.int) {
 		msg = *p
 	}
 	return C.int(putString(buf, n, msg))
-}
-
-// storeCollector sums the Metrics snapshots of every live store client.
-type storeCollector struct{}
-
-var storeDescs = struct {
-	clients, puts, putBytes, putErrors, gets, getBytes, getErrors, local, remounts, switches, pingFailures *prometheus.Desc
-}{
-	clients:      prometheus.NewDesc("kvferry_store_clients", "Live, set-up store clients in this process.", nil, nil),
-	puts:         prometheus.NewDesc("kvferry_store_client_puts_total", "Objects put.", nil, nil),
-	putBytes:     prometheus.NewDesc("kvferry_store_client_put_bytes_total", "Bytes of successful puts.", nil, nil),
-	putErrors:    prometheus.NewDesc("kvferry_store_client_put_errors_total", "Failed puts.", nil, nil),
-	gets:         prometheus.NewDesc("kvferry_store_client_gets_total", "Objects read.", nil, nil),
-	getBytes:     prometheus.NewDesc("kvferry_store_client_get_bytes_total", "Bytes of successful reads.", nil, nil),
-	getErrors:    prometheus.NewDesc("kvferry_store_client_get_errors_total", "Failed reads.", nil, nil),
-	local:        prometheus.NewDesc("kvferry_store_client_local_copies_total", "Replica reads and writes served by memcpy from the client's own segment.", nil, nil),
-	remounts:     prometheus.NewDesc("kvferry_store_client_remounts_total", "Segment re-mounts after the master asked for them.", nil, nil),
-	switches:     prometheus.NewDesc("kvferry_store_client_master_switches_total", "Moves to a new HA master leader.", nil, nil),
-	pingFailures: prometheus.NewDesc("kvferry_store_client_ping_failures_total", "Failed master heartbeats.", nil, nil),
-}
-
-func (storeCollector) Describe(ch chan<- *prometheus.Desc) {
-	d := storeDescs
-	for _, x := range []*prometheus.Desc{d.clients, d.puts, d.putBytes, d.putErrors, d.gets, d.getBytes, d.getErrors,
-		d.local, d.remounts, d.switches, d.pingFailures} {
-		ch <- x
-	}
-}
-
-func (storeCollector) Collect(ch chan<- prometheus.Metric) {
-	var sum client.Metrics
-	n := 0
-	for _, s := range stores.all() {
-		c := s.c.Load()
-		if c == nil {
-			continue
-		}
-		n++
-		m := c.Metrics()
-		sum.Puts += m.Puts
-		sum.PutBytes += m.PutBytes
-		sum.PutErrors += m.PutErrors
-		sum.Gets += m.Gets
-		sum.GetBytes += m.GetBytes
-		sum.GetErrors += m.GetErrors
-		sum.LocalCopies += m.LocalCopies
-		sum.Remounts += m.Remounts
-		sum.MasterSwitches += m.MasterSwitches
-		sum.PingFailures += m.PingFailures
-	}
-	d := storeDescs
-	ch <- prometheus.MustNewConstMetric(d.clients, prometheus.GaugeValue, float64(n))
-	for _, x := range []struct {
-		d *prometheus.Desc
-		v uint64
-	}{
-		{d.puts, sum.Puts}, {d.putBytes, sum.PutBytes}, {d.putErrors, sum.PutErrors},
-		{d.gets, sum.Gets}, {d.getBytes, sum.GetBytes}, {d.getErrors, sum.GetErrors},
-		{d.local, sum.LocalCopies}, {d.remounts, sum.Remounts}, {d.switches, sum.MasterSwitches},
-		{d.pingFailures, sum.PingFailures},
-	} {
-		ch <- prometheus.MustNewConstMetric(x.d, prometheus.CounterValue, float64(x.v))
-	}
 }

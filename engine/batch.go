@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/kvferry/kvferry/metrics"
 )
 
 // SegmentID identifies an opened segment within one engine.
@@ -90,6 +92,8 @@ type task struct {
 	err         atomic.Pointer[error]
 	pin         *Region
 	start       time.Time
+	op          OpCode
+	link        *metrics.Link // nil: request metrics off
 }
 
 func (t *task) setErr(err error) {
@@ -121,7 +125,7 @@ func (t *task) finish() {
 		t.pin.Release()
 		t.pin = nil
 	}
-	t.batch.e.metrics.taskDone(st, t.length, time.Since(t.start))
+	t.record(st)
 	t.batch.taskTerminal(t, st)
 }
 

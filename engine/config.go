@@ -80,6 +80,10 @@ type Config struct {
 	// neither a flood nor an application that never drains can grow
 	// memory without bound.
 	NotifyQueueBytes, NotifyPeerBytes int64
+	// NoRequestMetrics turns off the per-request metrics (counters and
+	// latency histograms per transport and peer; KVFERRY_METRICS=off), for
+	// measuring what they cost.
+	NoRequestMetrics bool
 	// Logger receives logs; nil discards them.
 	Logger *slog.Logger
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/kvferry/kvferry/engine/metadata"
 	"github.com/kvferry/kvferry/engine/rpc"
 	"github.com/kvferry/kvferry/internal/netguard"
+	"github.com/kvferry/kvferry/metrics"
 )
 
 // Notification is an opaque (sender name, message) pair.
@@ -64,7 +65,7 @@ type Engine struct {
 	rpcPort  int
 	hostID   *descriptor.Host
 	reg      registry
-	metrics  metrics
+	metrics  engineMetrics
 	ctx      context.Context
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
@@ -115,6 +116,7 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 	e.ctx, e.cancel = context.WithCancel(context.Background())
 	e.segments.byName = make(map[string]*Peer)
 	e.batches.m = make(map[BatchID]*batch)
+	e.metrics.init(e)
 
 	host := cfg.LocalServerName
 	if e.meta.P2P() {
@@ -1000,6 +1002,8 @@ type group struct {
 	t      Transport
 	p      *Peer
 	ctr    *atomic.Uint64
+	link   *metrics.Link
+	tasks  int
 	slices []*Slice
 }
 
@@ -1061,12 +1065,13 @@ func (e *Engine) submit(id BatchID, reqs []Request, n *Notification) error {
 				}
 			}
 			if gi < 0 {
-				groups = append(groups, group{t: t, p: p, ctr: ctr})
+				groups = append(groups, group{t: t, p: p, ctr: ctr, link: e.metrics.link(t, p)})
 				gi = len(groups) - 1
 			}
 			routes = append(routes, route{p: p, lk: lk, rk: rk, g: gi})
 		}
 		gidx[i] = gi
+		groups[gi].tasks++
 	}
 	tasks := make([]task, len(reqs))
 	b.mu.Lock()
@@ -1083,7 +1088,14 @@ func (e *Engine) submit(id BatchID, reqs []Request, n *Notification) error {
 		tasks[i].batch = b
 		tasks[i].length = reqs[i].Length
 		tasks[i].start = now
+		tasks[i].op = reqs[i].Op
+		tasks[i].link = groups[gidx[i]].link
 		b.mu.tasks = append(b.mu.tasks, &tasks[i])
+	}
+	for i := range groups {
+		if l := groups[i].link; l != nil {
+			l.Submitted(groups[i].tasks)
+		}
 	}
 	b.remaining.Add(int64(len(reqs)))
 	if n != nil {
@@ -1155,6 +1167,9 @@ func (e *Engine) submit(id BatchID, reqs []Request, n *Notification) error {
 			continue
 		}
 		g.ctr.Add(uint64(len(g.slices)))
+		if g.link != nil {
+			g.link.Sliced(len(g.slices))
+		}
 		g.t.Submit(g.p, g.slices)
 	}
 	return firstErr
@@ -1301,40 +1316,6 @@ func (e *Engine) Transfer(ctx context.Context, reqs []Request) error {
 	return nil
 }
 
-// Metrics returns a snapshot of the engine's counters.
-func (e *Engine) Metrics() Metrics {
-	m := Metrics{
-		TasksCompleted:    e.metrics.tasksCompleted.Load(),
-		TasksFailed:       e.metrics.tasksFailed.Load(),
-		TasksCanceled:     e.metrics.tasksCanceled.Load(),
-		BytesCompleted:    e.metrics.bytesCompleted.Load(),
-		TaskNanos:         e.metrics.taskNanos.Load(),
-		NotifiesSent:      e.metrics.notifiesSent.Load(),
-		NotifiesReceived:  e.metrics.notifiesReceived.Load(),
-		NotifiesFailed:    e.metrics.notifiesFailed.Load(),
-		SlicesByTransport: map[string]uint64{},
-	}
-	e.transports.RLock()
-	for _, in := range e.transports.list {
-		m.SlicesByTransport[in.t.Name()] = in.slices.Load()
-	}
-	e.transports.RUnlock()
-	e.batches.RLock()
-	m.BatchesLive = len(e.batches.m)
-	e.batches.RUnlock()
-	for _, r := range e.reg.regions() {
-		m.RegisteredBytes += r.Length
-	}
-	e.segments.RLock()
-	for _, p := range e.segments.byID[1:] {
-		if p != nil {
-			m.Segments++
-		}
-	}
-	e.segments.RUnlock()
-	return m
-}
-
 // Closed reports whether Close was called.
 func (e *Engine) Closed() bool { return e.closed.Load() }
 
@@ -1367,6 +1348,7 @@ func (e *Engine) Close() error {
 	if err := e.meta.Close(); err != nil {
 		errs = append(errs, err)
 	}
+	e.metrics.set.Close()
 	e.log.Info("engine closed", "segment", e.name)
 	return errors.Join(errs...)
 }

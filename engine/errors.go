@@ -35,6 +35,10 @@ var (
 	ErrClosed = errors.New("engine closed")
 	// ErrNotSupported: hardware or a system library is absent.
 	ErrNotSupported = errors.New("not supported")
+	// ErrPeerGone: the connection to a peer was lost or could not be made.
+	ErrPeerGone = errors.New("connection lost")
+	// ErrUnauthenticated: a peer failed (or refused) authentication.
+	ErrUnauthenticated = errors.New("peer not authenticated")
 )
 
 // TransferError describes why one slice of a transfer failed.

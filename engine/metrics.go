@@ -1,8 +1,14 @@
 package engine
 
 import (
+	"context"
+	"errors"
+	"net"
 	"sync/atomic"
+	"syscall"
 	"time"
+
+	"github.com/kvferry/kvferry/metrics"
 )
 
 // Metrics is a snapshot of an engine's counters.
@@ -25,22 +31,131 @@ type Metrics struct {
 	Segments int
 }
 
-type metrics struct {
-	tasksCompleted, tasksFailed, tasksCanceled atomic.Uint64
-	bytesCompleted, taskNanos                  atomic.Uint64
-	notifiesSent, notifiesReceived             atomic.Uint64
-	notifiesFailed                             atomic.Uint64
+// engineMetrics connects an engine to its metrics.Engine: the per-request
+// counters of each (transport, peer) link, the notification counters,
+// and the gauges read at scrape time.
+type engineMetrics struct {
+	set *metrics.Engine
+	// off: Config.NoRequestMetrics; requests are not counted.
+	off bool
+	// The notification counters, shared with set.
+	notifiesSent, notifiesReceived, notifiesFailed *atomic.Uint64
 }
 
-func (m *metrics) taskDone(st TaskState, n uint64, d time.Duration) {
-	switch st {
-	case StateCompleted:
-		m.tasksCompleted.Add(1)
-		m.bytesCompleted.Add(n)
-	case StateCanceled:
-		m.tasksCanceled.Add(1)
-	default:
-		m.tasksFailed.Add(1)
+func (m *engineMetrics) init(e *Engine) {
+	m.set = metrics.NewEngine(e.gauges)
+	m.off = e.cfg.NoRequestMetrics
+	m.notifiesSent, m.notifiesReceived, m.notifiesFailed = &m.set.NotifiesSent, &m.set.NotifiesReceived, &m.set.NotifiesFailed
+}
+
+// link returns the counters of requests over transport t to p, nil when
+// request metrics are off.
+func (m *engineMetrics) link(t Transport, p *Peer) *metrics.Link {
+	if m.off {
+		return nil
 	}
-	m.taskNanos.Add(uint64(d))
+	return m.set.Link(t.Name(), p.Name)
+}
+
+// MetricSet returns the engine's metrics; transports take their
+// connection and serving-side counters from it (Conn, Server).
+func (e *Engine) MetricSet() *metrics.Engine { return e.metrics.set }
+
+// gauges fills the engine's scrape-time values.
+func (e *Engine) gauges(g *metrics.Gauges) {
+	g.RegisteredBytes = map[string]uint64{}
+	g.RegisteredRegions = map[string]uint64{}
+	for _, r := range e.reg.regions() {
+		k := r.Kind.String()
+		g.RegisteredBytes[k] += r.Length
+		g.RegisteredRegions[k]++
+	}
+	e.batches.RLock()
+	g.Batches = len(e.batches.m)
+	e.batches.RUnlock()
+	e.segments.RLock()
+	for _, p := range e.segments.byID[1:] {
+		if p != nil {
+			g.Segments++
+		}
+	}
+	e.segments.RUnlock()
+}
+
+// record counts the terminal task t (state st) on its link.
+func (t *task) record(st TaskState) {
+	l := t.link
+	if l == nil {
+		return
+	}
+	d := time.Since(t.start)
+	if st == StateCompleted {
+		l.Completed(uint8(t.op), t.length, d)
+		return
+	}
+	var err error
+	if p := t.err.Load(); p != nil {
+		err = *p
+	}
+	c := CauseOf(err)
+	if st == StateCanceled {
+		c = metrics.CauseCanceled
+	}
+	l.Failed(uint8(t.op), c, t.length, d)
+}
+
+// CauseOf classifies why a request failed (the cause label of
+// kvferry_engine_errors_total).
+func CauseOf(err error) metrics.Cause {
+	var op *net.OpError
+	switch {
+	case err == nil:
+		return metrics.CauseOther
+	case errors.Is(err, ErrCanceled), errors.Is(err, context.Canceled):
+		return metrics.CauseCanceled
+	case errors.Is(err, ErrUnauthenticated):
+		return metrics.CauseAuth
+	case errors.Is(err, ErrTimeout), errors.Is(err, context.DeadlineExceeded):
+		return metrics.CauseTimeout
+	case errors.Is(err, ErrRejected), errors.Is(err, ErrAddressNotRegistered):
+		return metrics.CauseRefusedRange
+	case errors.Is(err, ErrPeerGone), errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET),
+		errors.Is(err, syscall.EPIPE), errors.Is(err, syscall.EHOSTUNREACH), errors.As(err, &op):
+		return metrics.CausePeerGone
+	case errors.Is(err, ErrClosed):
+		return metrics.CauseClosed
+	case errors.Is(err, ErrInvalidArgument), errors.Is(err, ErrNotSupportedTransport):
+		return metrics.CauseInvalid
+	}
+	return metrics.CauseOther
+}
+
+// Metrics returns a snapshot of the engine's counters (request counters
+// stay zero with Config.NoRequestMetrics).
+func (e *Engine) Metrics() Metrics {
+	tot := e.metrics.set.Totals()
+	m := Metrics{
+		TasksCompleted:    tot.Completed,
+		TasksFailed:       tot.Failed,
+		TasksCanceled:     tot.Canceled,
+		BytesCompleted:    tot.Bytes,
+		TaskNanos:         tot.TaskNanos,
+		NotifiesSent:      e.metrics.notifiesSent.Load(),
+		NotifiesReceived:  e.metrics.notifiesReceived.Load(),
+		NotifiesFailed:    e.metrics.notifiesFailed.Load(),
+		SlicesByTransport: map[string]uint64{},
+	}
+	e.transports.RLock()
+	for _, in := range e.transports.list {
+		m.SlicesByTransport[in.t.Name()] = in.slices.Load()
+	}
+	e.transports.RUnlock()
+	var g metrics.Gauges
+	e.gauges(&g)
+	m.BatchesLive = g.Batches
+	m.Segments = g.Segments
+	for _, v := range g.RegisteredBytes {
+		m.RegisteredBytes += v
+	}
+	return m
 }

@@ -80,7 +80,7 @@ func run(args []string) error {
 		_ = srv.Close()
 		return fmt.Errorf("listen on %s: %w", listen, err)
 	}
-	hs := mdhttp.HTTPServer(srv, *idle, log)
+	hs := mdhttp.HTTPServer(mdhttp.Instrument(srv, srv.Len), *idle, log)
 	ln = mdhttp.GuardListener(ln, "metadata", log)
 	log.Info("metadata server started", "addr", ln.Addr().String(), "path", *path,
 		"snapshot", *snapshot, "ttl", *ttl, "entries", srv.Len())

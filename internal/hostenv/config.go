@@ -86,6 +86,7 @@ func Set(name string) bool {
 //	KVFERRY_CUDA_STREAMS              streams of each device's copier
 //	KVFERRY_GPU_STAGE_BYTES           pinned bounce buffer size (4 KiB - 64 MiB)
 //	KVFERRY_GPU_STAGE_DEPTH           pinned bounce buffers per stager (1-64)
+//	KVFERRY_METRICS=off               no per-request metrics (counters, latency histograms)
 func StackConfig() stack.Config {
 	var c stack.Config
 	c.Engine.Logger = Logger()
@@ -128,6 +129,7 @@ func StackConfig() stack.Config {
 		c.TCP.ProtoVersion = 1
 	}
 	c.Engine.AllowUnregisteredSource = flag("KVFERRY_ALLOW_UNREGISTERED")
+	c.Engine.NoRequestMetrics = !RequestMetrics()
 	if n, ok := integer("KVFERRY_LOCAL_WORKERS"); ok && n > 0 && n <= 64 {
 		c.Local.Workers = int(n)
 	}
@@ -228,7 +230,8 @@ func MaxProcs() int {
 	return 4
 }
 
-// MetricsAddr returns KVFERRY_METRICS_ADDR ("" = no HTTP listener).
+// MetricsAddr returns KVFERRY_METRICS_ADDR ("" = no HTTP listener; a
+// bare port or ":port" binds loopback).
 func MetricsAddr() string {
 	v, _ := str("KVFERRY_METRICS_ADDR")
 	return v
@@ -253,4 +256,31 @@ func GPUConfig() gpu.Config {
 		g.StageDepth = int(n)
 	}
 	return g
+}
+
+// MetricsPprof reports KVFERRY_METRICS_PPROF: serve /debug/pprof/ beside
+// /metrics on the metrics listener.
+func MetricsPprof() bool { return flag("KVFERRY_METRICS_PPROF") }
+
+// RequestMetrics reports whether per-request metrics are on (default;
+// KVFERRY_METRICS=off, 0 or false turns them off).
+func RequestMetrics() bool {
+	v, ok := str("KVFERRY_METRICS")
+	if !ok {
+		return true
+	}
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "0", "off", "false", "no":
+		return false
+	}
+	return true
+}
+
+// MetricsMaxPeers returns KVFERRY_METRICS_MAX_PEERS (distinct peer labels
+// before "other"; 0 = the default).
+func MetricsMaxPeers() int {
+	if n, ok := integer("KVFERRY_METRICS_MAX_PEERS"); ok && n > 0 && n <= 100000 {
+		return int(n)
+	}
+	return 0
 }

@@ -71,6 +71,7 @@ func (c *Client) batchPut(ctx context.Context, keys []string, addrs []uintptr, s
 		return errs
 	}
 	c.metrics.puts.Add(uint64(len(keys)))
+	defer c.observeBatch(&c.obs.PutDuration, sizes, time.Now())
 	mc, err := c.master()
 	if err != nil {
 		for i := range errs {
@@ -240,10 +241,11 @@ func (c *Client) BatchGetInto(ctx context.Context, keys []string, addrs []uintpt
 		return n, errs
 	}
 	c.metrics.gets.Add(uint64(len(keys)))
+	defer c.observeBatch(&c.obs.GetDuration, n, time.Now())
 	defer func() {
 		for i, e := range errs {
 			if e != nil {
-				c.metrics.getErrors.Add(1)
+				c.countGetErr(e)
 			} else {
 				c.metrics.getBytes.Add(n[i])
 			}

@@ -21,6 +21,7 @@ import (
 	"github.com/kvferry/kvferry/engine"
 	"github.com/kvferry/kvferry/engine/stack"
 	"github.com/kvferry/kvferry/internal/cmem"
+	kvmetrics "github.com/kvferry/kvferry/metrics"
 	"github.com/kvferry/kvferry/store/ha"
 	"github.com/kvferry/kvferry/store/wire"
 )
@@ -56,6 +57,7 @@ type Client struct {
 	wg      sync.WaitGroup
 	closed  atomic.Bool
 	metrics metrics
+	obs     *kvmetrics.StoreClient
 	grants  grantPool
 }
 
@@ -89,6 +91,7 @@ func New(ctx context.Context, cfg Config) (_ *Client, err error) {
 	}
 	cfg = cfg.withDefaults()
 	c := &Client{cfg: cfg, log: cfg.Logger, kick: make(chan struct{}, 1), clientID: newUUID(), tenant: cfg.TenantID}
+	c.obs = kvmetrics.NewStoreClient(c.counters)
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	defer func() {
 		if err != nil {
@@ -284,6 +287,7 @@ func (c *Client) Close() error {
 
 // teardown releases everything New may have acquired.
 func (c *Client) teardown() {
+	defer c.obs.Close()
 	c.cancel()
 	c.wg.Wait()
 	if mc := c.conn.Swap(nil); mc != nil && mc.closer != nil {

@@ -1,10 +1,18 @@
 package client
 
-import "sync/atomic"
+import (
+	"errors"
+	"sync/atomic"
+	"time"
+
+	kvmetrics "github.com/kvferry/kvferry/metrics"
+	"github.com/kvferry/kvferry/store/wire"
+)
 
 type metrics struct {
 	puts, putBytes, putErrors atomic.Uint64
 	gets, getBytes, getErrors atomic.Uint64
+	getMisses                 atomic.Uint64
 	localCopies               atomic.Uint64
 	remounts, masterSwitches  atomic.Uint64
 	pingFailures              atomic.Uint64
@@ -29,6 +37,9 @@ type Metrics struct {
 	GetBytes uint64
 	// GetErrors counts failed reads.
 	GetErrors uint64
+	// GetMisses counts reads of keys the store does not hold (also
+	// counted in GetErrors).
+	GetMisses uint64
 	// LocalCopies counts replica reads and writes served by memcpy from
 	// this client's own segment.
 	LocalCopies uint64
@@ -59,11 +70,39 @@ func (c *Client) Metrics() Metrics {
 	m := &c.metrics
 	return Metrics{
 		Puts: m.puts.Load(), PutBytes: m.putBytes.Load(), PutErrors: m.putErrors.Load(),
-		Gets: m.gets.Load(), GetBytes: m.getBytes.Load(), GetErrors: m.getErrors.Load(),
+		Gets: m.gets.Load(), GetBytes: m.getBytes.Load(), GetErrors: m.getErrors.Load(), GetMisses: m.getMisses.Load(),
 		LocalCopies: m.localCopies.Load(), Remounts: m.remounts.Load(),
 		MasterSwitches: m.masterSwitches.Load(), PingFailures: m.pingFailures.Load(),
 		GrantPuts: m.grantPuts.Load(), GrantFallbacks: m.grantFallbacks.Load(),
 		GrantAcquires: m.grantAcquires.Load(), GrantReturns: m.grantReturns.Load(),
 		GrantLapses: m.grantLapses.Load(),
+	}
+}
+
+// countGetErr counts a failed read (and a miss when the key is absent).
+func (c *Client) countGetErr(err error) {
+	c.metrics.getErrors.Add(1)
+	if errors.Is(err, wire.ErrObjectNotFound) {
+		c.metrics.getMisses.Add(1)
+	}
+}
+
+// observeBatch records, for each object of a batch call that began at
+// start, the batch's time as its latency.
+func (c *Client) observeBatch(h *kvmetrics.SizedHistograms, sizes []uint64, start time.Time) {
+	d := time.Since(start)
+	for _, n := range sizes {
+		h.Observe(n, d)
+	}
+}
+
+// counters reads the counters for the process's metrics collector.
+func (c *Client) counters() kvmetrics.StoreCounters {
+	m := c.Metrics()
+	return kvmetrics.StoreCounters{
+		Puts: m.Puts, PutBytes: m.PutBytes, PutErrors: m.PutErrors,
+		Gets: m.Gets, GetBytes: m.GetBytes, GetErrors: m.GetErrors, GetMisses: m.GetMisses,
+		LocalCopies: m.LocalCopies, Remounts: m.Remounts, MasterSwitches: m.MasterSwitches, PingFailures: m.PingFailures,
+		GrantPuts: m.GrantPuts, GrantFallbacks: m.GrantFallbacks, GrantAcquires: m.GrantAcquires, GrantReturns: m.GrantReturns,
 	}
 }

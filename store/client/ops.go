@@ -109,7 +109,9 @@ func (c *Client) UpsertFrom(ctx context.Context, key string, addr uintptr, size 
 
 func (c *Client) put(ctx context.Context, key string, data span, cfg ReplicateConfig, upsert bool) (err error) {
 	c.metrics.puts.Add(1)
+	start := time.Now()
 	defer func() {
+		c.obs.PutDuration.Observe(data.size, time.Since(start))
 		if err != nil {
 			c.metrics.putErrors.Add(1)
 		} else {
@@ -386,9 +388,11 @@ func (c *Client) GetInto(ctx context.Context, key string, addr uintptr, size uin
 
 func (c *Client) get(ctx context.Context, key string, dest func(size uint64) (span, error)) (n uint64, err error) {
 	c.metrics.gets.Add(1)
+	began := time.Now()
 	defer func() {
+		c.obs.GetDuration.Observe(n, time.Since(began))
 		if err != nil {
-			c.metrics.getErrors.Add(1)
+			c.countGetErr(err)
 		} else {
 			c.metrics.getBytes.Add(n)
 		}

@@ -23,6 +23,12 @@ type handlers struct {
 
 var _ wire.MasterServer = (*handlers)(nil)
 
+// ObserveMuxCall times a call served over the mux protocol
+// (wire.MuxObserver).
+func (g *handlers) ObserveMuxCall(method string, d time.Duration, err error) {
+	g.s.rpc.observe(method, d, err)
+}
+
 func (g *handlers) svc() (*Service, error) {
 	if svc := g.s.active.Load(); svc != nil {
 		return svc, nil
@@ -31,9 +37,11 @@ func (g *handlers) svc() (*Service, error) {
 }
 
 // statusInterceptor turns the handlers' store errors into gRPC status
-// errors that carry the Code (wire.ToStatus).
-func statusInterceptor(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+// errors that carry the Code (wire.ToStatus), and times the call.
+func (s *Server) statusInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	t0 := time.Now()
 	resp, err := h(ctx, req)
+	s.rpc.observe(info.FullMethod, time.Since(t0), err)
 	if err != nil {
 		return nil, wire.ToStatus(err)
 	}

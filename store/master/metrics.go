@@ -1,7 +1,15 @@
 package master
 
 import (
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvferry/kvferry/metrics"
 )
 
 // counters are the monotonic counts kept under Service.mu.
@@ -49,6 +57,11 @@ type Metrics struct {
 	// FencedBytes is the part of UsedBytes kept out of use after grants
 	// were taken back, until their clients can no longer write into them.
 	FencedBytes uint64
+	// LeasedObjects counts objects under a read lease; HardPinned and
+	// SoftPinned those kept from eviction by a pin.
+	LeasedObjects, HardPinned, SoftPinned int
+	// SegmentUsage lists the mounted segments by name, in mount order.
+	SegmentUsage []SegmentUsage
 
 	// Counters since the Service was created.
 	MountsTotal         uint64
@@ -124,6 +137,23 @@ func (s *Service) Metrics() Metrics {
 		PutCommitsTotal:      c.commits,
 		PutCommitFailsTotal:  c.commitFails,
 	}
+	now := s.clock.Now()
+	for _, o := range s.mu.objects {
+		if o.leaseExpiry.After(now) {
+			m.LeasedObjects++
+		}
+		if o.hardPin {
+			m.HardPinned++
+		} else if o.softPinTTL > 0 && (o.softPinExpiry.IsZero() || o.softPinExpiry.After(now)) {
+			m.SoftPinned++
+		}
+	}
+	for _, seg := range s.mu.order {
+		if !seg.unmounted {
+			m.SegmentUsage = append(m.SegmentUsage, SegmentUsage{Name: seg.info.Name, ID: seg.info.ID,
+				CapacityBytes: seg.info.Size, UsedBytes: seg.alloc.used})
+		}
+	}
 	for _, f := range s.mu.fences {
 		if f.seg != nil && !f.seg.unmounted {
 			m.FencedBytes += f.n
@@ -139,77 +169,171 @@ func (s *Service) Metrics() Metrics {
 	return m
 }
 
+// SegmentUsage is one mounted segment's size and allocated bytes.
+type SegmentUsage struct {
+	Name, ID                 string
+	CapacityBytes, UsedBytes uint64
+}
+
 // metricDesc is one exported metric read from a Metrics snapshot.
 type metricDesc struct {
-	desc  *prometheus.Desc
-	kind  prometheus.ValueType
+	spec  *metrics.Spec
 	value func(*Metrics) float64
 }
 
-// collector exposes a Metrics source on a Prometheus registry; each scrape
-// takes one snapshot.
+// collector exposes a master on a Prometheus registry; each scrape takes
+// one snapshot of the active Service.
 type collector struct {
-	source func() (Metrics, bool)
-	descs  []metricDesc
+	s     *Server
+	descs []metricDesc
+	segs  *metrics.Folder
 }
 
-func newCollector(source func() (Metrics, bool)) *collector {
-	g := func(name, help string, f func(*Metrics) float64) metricDesc {
-		return metricDesc{prometheus.NewDesc("kvferry_store_master_"+name, help, nil, nil), prometheus.GaugeValue, f}
+// SegmentLabelCap is how many segments get their own segment label in
+// kvferry_store_master_segment_*; the rest share "other".
+const SegmentLabelCap = 256
+
+func newCollector(s *Server) *collector {
+	f := func(spec *metrics.Spec, v func(*Metrics) float64) metricDesc { return metricDesc{spec, v} }
+	u := func(p func(*Metrics) uint64) func(*Metrics) float64 {
+		return func(m *Metrics) float64 { return float64(p(m)) }
 	}
-	c := func(name, help string, f func(*Metrics) float64) metricDesc {
-		return metricDesc{prometheus.NewDesc("kvferry_store_master_"+name, help, nil, nil), prometheus.CounterValue, f}
+	i := func(p func(*Metrics) int) func(*Metrics) float64 {
+		return func(m *Metrics) float64 { return float64(p(m)) }
 	}
-	return &collector{source: source, descs: []metricDesc{
-		g("clients", "Live store clients.", func(m *Metrics) float64 { return float64(m.Clients) }),
-		g("segments", "Mounted segments.", func(m *Metrics) float64 { return float64(m.Segments) }),
-		g("objects", "Objects, complete or being written.", func(m *Metrics) float64 { return float64(m.Objects) }),
-		g("processing_objects", "Puts between PutStart and PutEnd.", func(m *Metrics) float64 { return float64(m.ProcessingObjects) }),
-		g("capacity_bytes", "Total size of the mounted segments.", func(m *Metrics) float64 { return float64(m.CapacityBytes) }),
-		g("used_bytes", "Allocated bytes in the mounted segments.", func(m *Metrics) float64 { return float64(m.UsedBytes) }),
-		g("discarded_bytes", "Bytes held for preempted or removed objects until no writer or lease can touch them.", func(m *Metrics) float64 { return float64(m.DiscardedBytes) }),
-		c("mounts_total", "Segment mounts.", func(m *Metrics) float64 { return float64(m.MountsTotal) }),
-		c("unmounts_total", "Segment unmounts, explicit or by client expiry.", func(m *Metrics) float64 { return float64(m.UnmountsTotal) }),
-		c("put_starts_total", "PutStart requests.", func(m *Metrics) float64 { return float64(m.PutStartsTotal) }),
-		c("put_start_failures_total", "PutStart requests that failed.", func(m *Metrics) float64 { return float64(m.PutStartFailsTotal) }),
-		c("put_ends_total", "Completed puts.", func(m *Metrics) float64 { return float64(m.PutEndsTotal) }),
-		c("put_revokes_total", "Revoked puts.", func(m *Metrics) float64 { return float64(m.PutRevokesTotal) }),
-		c("gets_total", "GetReplicaList requests.", func(m *Metrics) float64 { return float64(m.GetsTotal) }),
-		c("get_hits_total", "GetReplicaList requests that returned replicas.", func(m *Metrics) float64 { return float64(m.GetHitsTotal) }),
-		c("exists_total", "ExistKey requests (per key).", func(m *Metrics) float64 { return float64(m.ExistsTotal) }),
-		c("removes_total", "Objects removed by Remove, RemoveByRegex and RemoveAll.", func(m *Metrics) float64 { return float64(m.RemovesTotal) }),
-		c("eviction_rounds_total", "Eviction rounds.", func(m *Metrics) float64 { return float64(m.EvictionRoundsTotal) }),
-		c("evicted_objects_total", "Objects evicted.", func(m *Metrics) float64 { return float64(m.EvictedObjectsTotal) }),
-		c("evicted_bytes_total", "Bytes freed by eviction.", func(m *Metrics) float64 { return float64(m.EvictedBytesTotal) }),
-		c("expired_clients_total", "Clients expired for missing heartbeats.", func(m *Metrics) float64 { return float64(m.ExpiredClientsTotal) }),
-		c("zombie_puts_total", "Unfinished puts preempted or reclaimed.", func(m *Metrics) float64 { return float64(m.ZombiePutsTotal) }),
-		c("no_space_total", "Puts and grant requests that failed for lack of space.", func(m *Metrics) float64 { return float64(m.NoSpaceTotal) }),
-		g("grants", "Put grants held by clients.", func(m *Metrics) float64 { return float64(m.Grants) }),
-		g("granted_bytes", "Bytes reserved in put grants and not yet committed.", func(m *Metrics) float64 { return float64(m.GrantedBytes) }),
-		g("fenced_bytes", "Bytes of taken-back grants kept out of use until their clients stop writing.", func(m *Metrics) float64 { return float64(m.FencedBytes) }),
-		c("grant_requests_total", "AcquireGrants requests.", func(m *Metrics) float64 { return float64(m.GrantRequestsTotal) }),
-		c("grants_total", "Put grants handed out.", func(m *Metrics) float64 { return float64(m.GrantsTotal) }),
-		c("grant_returns_total", "Put grants returned by their clients.", func(m *Metrics) float64 { return float64(m.GrantReturnsTotal) }),
-		c("grants_taken_back_total", "Put grants taken back by the master (segment unmounted, client expired).", func(m *Metrics) float64 { return float64(m.GrantsTakenBackTotal) }),
-		c("put_commits_total", "PutCommit requests (one-round-trip puts).", func(m *Metrics) float64 { return float64(m.PutCommitsTotal) }),
-		c("put_commit_failures_total", "PutCommit requests that failed.", func(m *Metrics) float64 { return float64(m.PutCommitFailsTotal) }),
+	return &collector{s: s, segs: metrics.NewFolder(SegmentLabelCap), descs: []metricDesc{
+		f(metrics.MasterClients, i(func(m *Metrics) int { return m.Clients })),
+		f(metrics.MasterSegments, i(func(m *Metrics) int { return m.Segments })),
+		f(metrics.MasterObjects, i(func(m *Metrics) int { return m.Objects })),
+		f(metrics.MasterProcessing, i(func(m *Metrics) int { return m.ProcessingObjects })),
+		f(metrics.MasterLeased, i(func(m *Metrics) int { return m.LeasedObjects })),
+		f(metrics.MasterCapacity, u(func(m *Metrics) uint64 { return m.CapacityBytes })),
+		f(metrics.MasterUsed, u(func(m *Metrics) uint64 { return m.UsedBytes })),
+		f(metrics.MasterDiscarded, u(func(m *Metrics) uint64 { return m.DiscardedBytes })),
+		f(metrics.MasterMounts, u(func(m *Metrics) uint64 { return m.MountsTotal })),
+		f(metrics.MasterUnmounts, u(func(m *Metrics) uint64 { return m.UnmountsTotal })),
+		f(metrics.MasterPutStarts, u(func(m *Metrics) uint64 { return m.PutStartsTotal })),
+		f(metrics.MasterPutStartFails, u(func(m *Metrics) uint64 { return m.PutStartFailsTotal })),
+		f(metrics.MasterPutEnds, u(func(m *Metrics) uint64 { return m.PutEndsTotal })),
+		f(metrics.MasterPutRevokes, u(func(m *Metrics) uint64 { return m.PutRevokesTotal })),
+		f(metrics.MasterGets, u(func(m *Metrics) uint64 { return m.GetsTotal })),
+		f(metrics.MasterGetHits, u(func(m *Metrics) uint64 { return m.GetHitsTotal })),
+		f(metrics.MasterExists, u(func(m *Metrics) uint64 { return m.ExistsTotal })),
+		f(metrics.MasterRemoves, u(func(m *Metrics) uint64 { return m.RemovesTotal })),
+		f(metrics.MasterEvictionRounds, u(func(m *Metrics) uint64 { return m.EvictionRoundsTotal })),
+		f(metrics.MasterEvictedObjects, u(func(m *Metrics) uint64 { return m.EvictedObjectsTotal })),
+		f(metrics.MasterEvictedBytes, u(func(m *Metrics) uint64 { return m.EvictedBytesTotal })),
+		f(metrics.MasterExpiredClients, u(func(m *Metrics) uint64 { return m.ExpiredClientsTotal })),
+		f(metrics.MasterZombiePuts, u(func(m *Metrics) uint64 { return m.ZombiePutsTotal })),
+		f(metrics.MasterNoSpace, u(func(m *Metrics) uint64 { return m.NoSpaceTotal })),
+		f(metrics.MasterGrants, i(func(m *Metrics) int { return m.Grants })),
+		f(metrics.MasterGrantedBytes, u(func(m *Metrics) uint64 { return m.GrantedBytes })),
+		f(metrics.MasterFencedBytes, u(func(m *Metrics) uint64 { return m.FencedBytes })),
+		f(metrics.MasterGrantRequests, u(func(m *Metrics) uint64 { return m.GrantRequestsTotal })),
+		f(metrics.MasterGrantsHanded, u(func(m *Metrics) uint64 { return m.GrantsTotal })),
+		f(metrics.MasterGrantReturns, u(func(m *Metrics) uint64 { return m.GrantReturnsTotal })),
+		f(metrics.MasterGrantsTakenBack, u(func(m *Metrics) uint64 { return m.GrantsTakenBackTotal })),
+		f(metrics.MasterPutCommits, u(func(m *Metrics) uint64 { return m.PutCommitsTotal })),
+		f(metrics.MasterPutCommitFails, u(func(m *Metrics) uint64 { return m.PutCommitFailsTotal })),
 	}}
 }
 
 // Describe implements prometheus.Collector.
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range c.descs {
-		ch <- d.desc
+	for _, spec := range metrics.Catalogue() {
+		if spec.Component == metrics.CompMaster {
+			ch <- spec.Desc()
+		}
 	}
 }
 
-// Collect implements prometheus.Collector.
+// Collect implements prometheus.Collector. A master that follows (HA
+// standby) exports its leader gauge and RPC figures only.
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
-	m, ok := c.source()
-	if !ok {
+	leader := 0.0
+	if c.s.Role() == RoleLeader {
+		leader = 1
+	}
+	ch <- metrics.MasterLeader.Value(leader)
+	c.s.rpc.collect(ch)
+	svc := c.s.active.Load()
+	if svc == nil {
 		return
 	}
+	m := svc.Metrics()
 	for _, d := range c.descs {
-		ch <- prometheus.MustNewConstMetric(d.desc, d.kind, d.value(&m))
+		ch <- d.spec.Value(d.value(&m))
+	}
+	ch <- metrics.MasterPinned.Value(float64(m.HardPinned), "hard")
+	ch <- metrics.MasterPinned.Value(float64(m.SoftPinned), "soft")
+	type use struct{ capacity, used uint64 }
+	segs := map[string]*use{}
+	var order []string
+	for _, su := range m.SegmentUsage {
+		l := c.segs.Label(su.Name)
+		x := segs[l]
+		if x == nil {
+			x = new(use)
+			segs[l] = x
+			order = append(order, l)
+		}
+		x.capacity += su.CapacityBytes
+		x.used += su.UsedBytes
+	}
+	for _, l := range order {
+		ch <- metrics.MasterSegmentCapacity.Value(float64(segs[l].capacity), l)
+		ch <- metrics.MasterSegmentUsed.Value(float64(segs[l].used), l)
+	}
+}
+
+// rpcStats are the master's RPC latencies and errors by method.
+type rpcStats struct {
+	mu sync.RWMutex
+	m  map[string]*rpcMethod
+}
+
+type rpcMethod struct {
+	h      metrics.Histogram
+	errors atomic.Uint64
+}
+
+// observe records one call of method that took d and failed with err.
+func (r *rpcStats) observe(method string, d time.Duration, err error) {
+	if i := strings.LastIndexByte(method, '/'); i >= 0 {
+		method = method[i+1:]
+	}
+	r.mu.RLock()
+	m := r.m[method]
+	r.mu.RUnlock()
+	if m == nil {
+		r.mu.Lock()
+		if r.m == nil {
+			r.m = map[string]*rpcMethod{}
+		}
+		if m = r.m[method]; m == nil {
+			m = new(rpcMethod)
+			r.m[method] = m
+		}
+		r.mu.Unlock()
+	}
+	m.h.Observe(d)
+	if err != nil {
+		m.errors.Add(1)
+	}
+}
+
+func (r *rpcStats) collect(ch chan<- prometheus.Metric) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	names := make([]string, 0, len(r.m))
+	for n := range r.m {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		m := r.m[n]
+		h := m.h.Snapshot()
+		ch <- metrics.MasterRPCDuration.Hist(&h, n)
+		ch <- metrics.MasterRPCErrors.Value(float64(m.errors.Load()), n)
 	}
 }

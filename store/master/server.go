@@ -50,6 +50,7 @@ type Server struct {
 	httpSrv  *http.Server
 	httpLis  net.Listener
 	registry *prometheus.Registry
+	rpc      rpcStats
 	advert   string
 	// oplog is the local operation log (OplogDir), closed by Close.
 	oplog oplog.Backend
@@ -110,12 +111,7 @@ func newServer(cfg Config, fence startFence) (*Server, error) {
 		s.advert = advertiseAddr(lis.Addr().(*net.TCPAddr))
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	s.registry.MustRegister(newCollector(func() (Metrics, bool) {
-		if svc := s.active.Load(); svc != nil {
-			return svc.Metrics(), true
-		}
-		return Metrics{}, false
-	}))
+	s.registry.MustRegister(newCollector(s))
 
 	if cfg.MetricsAddr != "" {
 		hl, err := net.Listen("tcp", cfg.MetricsAddr)
@@ -155,7 +151,7 @@ func newServer(cfg Config, fence startFence) (*Server, error) {
 
 	s.limit = netguard.NewLimiter(cfg.MaxConns, cfg.MaxConnsPerIP)
 	s.budget = netguard.NewBudget(cfg.MaxInflightBytes)
-	s.grpc = grpc.NewServer(append(s.grpcLimitOptions(), grpc.ChainUnaryInterceptor(statusInterceptor))...)
+	s.grpc = grpc.NewServer(append(s.grpcLimitOptions(), grpc.ChainUnaryInterceptor(s.statusInterceptor))...)
 	wire.RegisterMasterServer(s.grpc, &handlers{s: s})
 	s.grpcLis = newConnListener(s.lis.Addr())
 	s.conns.m = make(map[net.Conn]struct{})

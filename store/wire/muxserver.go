@@ -18,6 +18,13 @@ import (
 // muxBufBytes is the size of the read and write buffers of a mux connection.
 const muxBufBytes = 64 << 10
 
+// MuxObserver is implemented by servers that time their mux calls.
+type MuxObserver interface {
+	// ObserveMuxCall reports one call of method that took d and failed
+	// with err (nil on success).
+	ObserveMuxCall(method string, d time.Duration, err error)
+}
+
 // ServeMuxConn answers mux requests on conn with srv until conn fails, the
 // client closes it, or the caller closes it (its way to stop this call).
 // The client's MuxHello must already have been read from conn; ServeMuxConn
@@ -122,6 +129,7 @@ func ServeMuxConnConfig(ctx context.Context, conn net.Conn, srv MasterServer, cf
 		call := &muxCalls[h.Method]
 		req := call.newReq()
 		var resp proto.Message
+		t0 := time.Now()
 		if err = CheckShape(req.ProtoReflect().Descriptor(), body, cfg.Limits.MaxElements); err != nil {
 			err = fmt.Errorf("%s request: %w", h.Method.Name(), err)
 		} else if err = proto.Unmarshal(body, req); err != nil {
@@ -130,6 +138,9 @@ func ServeMuxConnConfig(ctx context.Context, conn net.Conn, srv MasterServer, cf
 			err = fmt.Errorf("%s request: %w", h.Method.Name(), err)
 		} else {
 			resp, err = call.serve(ctx, srv, req)
+		}
+		if obs, ok := srv.(MuxObserver); ok {
+			obs.ObserveMuxCall(h.Method.Name(), time.Since(t0), err)
 		}
 		cfg.Budget.Release(held)
 		held = 0

@@ -10,6 +10,7 @@ import (
 	"github.com/kvferry/kvferry/engine"
 	"github.com/kvferry/kvferry/engine/rpc"
 	"github.com/kvferry/kvferry/engine/transport/rdma/ibv"
+	"github.com/kvferry/kvferry/metrics"
 )
 
 type epState int
@@ -74,6 +75,16 @@ type endpoint struct {
 	wrs      []ibv.SendWR
 	outs     int // work requests outstanding over all QPs
 	retired  atomic.Bool
+	obs      *metrics.Conn // kvferry_transport_* of (rdma, peer segment)
+}
+
+// markConnected moves ep to connected (ep.mu held) and counts the
+// connection once.
+func (ep *endpoint) markConnected() {
+	if ep.state != epConnected {
+		ep.obs.Open.Add(1)
+	}
+	ep.state = epConnected
 }
 
 // endpoint returns the usable endpoint of n toward peerPath, creating it
@@ -96,11 +107,12 @@ func (n *nic) endpoint(peerPath, rpcAddr string) (*endpoint, error) {
 	if len(n.eps) >= n.t.cfg.MaxEndpoints {
 		return nil, fmt.Errorf("rdma %s: %d endpoints: limit reached", n.name, len(n.eps))
 	}
-	_, peerNIC, ok := splitNICPath(peerPath)
+	peerSeg, peerNIC, ok := splitNICPath(peerPath)
 	if !ok {
 		return nil, fmt.Errorf("rdma: bad peer nic path %q", peerPath)
 	}
 	ep := &endpoint{n: n, peerPath: peerPath, peerNIC: peerNIC, rpcAddr: rpcAddr, since: time.Now(),
+		obs: n.t.e.MetricSet().Conn(Name, peerSeg),
 		wrs: make([]ibv.SendWR, min(n.t.cfg.MaxWR, ibv.MaxChain))}
 	cfg := n.t.cfg
 	for range cfg.QPsPerEP {
@@ -120,6 +132,7 @@ func (n *nic) endpoint(peerPath, rpcAddr string) (*endpoint, error) {
 	if old := n.eps[peerPath]; old != nil {
 		// The retired one drains on its own, listed apart.
 		n.draining = append(n.draining, old)
+		ep.obs.Redials.Add(1)
 	}
 	n.eps[peerPath] = ep
 	return ep, nil
@@ -367,6 +380,9 @@ func (ep *endpoint) retire(reason string) {
 
 func (ep *endpoint) retireLocked(reason string) []*op {
 	prev := ep.state
+	if prev == epConnected {
+		ep.obs.Open.Add(-1)
+	}
 	ep.state = epRetired
 	ep.retired.Store(true)
 	ep.since = time.Now()
@@ -516,6 +532,10 @@ func (ep *endpoint) connect() {
 	t := ep.n.t
 	defer t.wg.Done()
 	err := ep.doConnect()
+	ep.obs.Dials.Add(1)
+	if err != nil {
+		ep.obs.DialErrors.Add(1)
+	}
 	ep.mu.Lock()
 	var failed []*op
 	if err != nil {
@@ -572,7 +592,7 @@ func (ep *endpoint) doConnect() error {
 		// Simultaneous open: the peer connected to us meanwhile, with the
 		// same QPs as its reply names.
 		if equalQPs(ep.peerQPNs, peer.QPNum) {
-			ep.state = epConnected
+			ep.markConnected()
 			ep.mu.Unlock()
 			if peer.readyAckSupported() {
 				return ep.sendReadyAck(ctx, addr, local, cc)
@@ -606,7 +626,7 @@ func (ep *endpoint) doConnect() error {
 	}
 	ackNeeded := peer.readyAckSupported()
 	if !ackNeeded {
-		ep.state = epConnected
+		ep.markConnected()
 	}
 	ep.mu.Unlock()
 	if ackNeeded {
@@ -615,7 +635,7 @@ func (ep *endpoint) doConnect() error {
 		}
 		ep.mu.Lock()
 		if ep.state == epConnecting {
-			ep.state = epConnected
+			ep.markConnected()
 		}
 		ep.mu.Unlock()
 	}
@@ -655,14 +675,14 @@ func (ep *endpoint) passive(peer *handshake) (*handshake, *endpoint, error) {
 		if !equalQPs(ep.peerQPNs, peer.QPNum) {
 			return nil, nil, fmt.Errorf("Received stale RDMA ready ACK with mismatched peer QP numbers")
 		}
-		ep.state = epConnected
+		ep.markConnected()
 		ep.since = time.Now()
 		return ep.localDesc(), ep, nil
 	}
 	if ep.state == epConnected || ep.state == epWaitAck {
 		if equalQPs(ep.peerQPNs, peer.QPNum) {
 			if !peer.readyAckSupported() {
-				ep.state = epConnected
+				ep.markConnected()
 			}
 			return ep.localDesc(), ep, nil
 		}
@@ -682,7 +702,7 @@ func (ep *endpoint) passive(peer *handshake) (*handshake, *endpoint, error) {
 	if peer.readyAckSupported() {
 		ep.state = epWaitAck
 	} else {
-		ep.state = epConnected
+		ep.markConnected()
 	}
 	return ep.localDesc(), ep, nil
 }

@@ -543,6 +543,7 @@ func (t *Transport) fail(o *op, err error, retryable bool) {
 		if o.nic != nil {
 			o.nic.slicesRetried.Add(1)
 		}
+		t.e.MetricSet().Conn(Name, o.peer.Name).Retries.Add(1)
 		t.dispatch([]*op{o})
 		return
 	}

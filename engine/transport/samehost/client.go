@@ -17,6 +17,7 @@ import (
 
 	"github.com/kvferry/kvferry/engine"
 	"github.com/kvferry/kvferry/engine/descriptor"
+	"github.com/kvferry/kvferry/metrics"
 )
 
 // Errors.
@@ -79,6 +80,7 @@ type peerEntry struct {
 		sync.Mutex // serializes dialing
 		retryAt    time.Time
 		lastErr    string
+		dialed     bool // a session was opened before
 	}
 }
 
@@ -156,8 +158,11 @@ func (b *base) sessionFor(p *engine.Peer, dial bool) *session {
 	if time.Now().Before(pe.mu.retryAt) || pe.refused.Load() {
 		return nil
 	}
+	obs := b.e.MetricSet().Conn(b.name, p.Name)
+	obs.Dials.Add(1)
 	s, err := b.dial(p, sock)
 	if err != nil {
+		obs.DialErrors.Add(1)
 		pe.mu.retryAt = time.Now().Add(redialDelay)
 		if errors.Is(err, ErrRefused) {
 			pe.refused.Store(true)
@@ -173,6 +178,10 @@ func (b *base) sessionFor(p *engine.Peer, dial bool) *session {
 		return nil
 	}
 	pe.mu.lastErr = ""
+	if pe.mu.dialed {
+		obs.Redials.Add(1)
+	}
+	pe.mu.dialed = true
 	if old := pe.sess.Swap(s); old != nil {
 		old.release()
 	}
@@ -199,7 +208,7 @@ func (b *base) dial(p *engine.Peer, sock string) (*session, error) {
 		return nil, fmt.Errorf("connect to %s: %w", sock, err)
 	}
 	c := nc.(*net.UnixConn)
-	s := &session{kind: b.kind, peer: p.Name, conn: c, pidfd: -1, dead: make(chan struct{})}
+	s := &session{kind: b.kind, peer: p.Name, conn: c, pidfd: -1, dead: make(chan struct{}), obs: b.e.MetricSet().Conn(b.name, p.Name)}
 	s.refs.Store(1)
 	ok := false
 	defer func() {
@@ -282,6 +291,8 @@ func (b *base) dial(p *engine.Peer, sock string) (*session, error) {
 	ok = true
 	s.refs.Add(1) // the reader's
 	b.reads.Add(1)
+	s.opened.Store(true)
+	s.obs.Open.Add(1)
 	go s.runReader(&b.reads)
 	return s, nil
 }
@@ -338,6 +349,10 @@ type session struct {
 	dead  chan struct{}
 	once  sync.Once
 	err   error // why it died; set before dead is closed
+	obs   *metrics.Conn
+	// opened: counted in obs.Open (from just before runReader starts
+	// until kill).
+	opened atomic.Bool
 
 	// cma
 	ctl    ctlView
@@ -376,6 +391,9 @@ func (s *session) isDead() bool {
 func (s *session) kill(err error) {
 	s.once.Do(func() {
 		s.err = err
+		if s.opened.Load() {
+			s.obs.Open.Add(-1)
+		}
 		close(s.dead)
 		s.conn.Close()
 	})

@@ -14,6 +14,7 @@ import (
 	"github.com/kvferry/kvferry/engine"
 	"github.com/kvferry/kvferry/internal/cmem"
 	"github.com/kvferry/kvferry/internal/cuda"
+	"github.com/kvferry/kvferry/metrics"
 )
 
 // maxWriteBatch caps the slices encoded into one writev (two iovecs each,
@@ -34,6 +35,8 @@ type lane struct {
 	kick      chan struct{}
 	stopCh    chan struct{}
 	connected atomic.Bool
+	obs       *metrics.Conn
+	dialed    bool // a connection was made before (guarded by w)
 
 	// w is held by whoever writes to the connection: the writer goroutine
 	// or a submitter on the inline path. It guards cs and the scratch.
@@ -60,7 +63,7 @@ func newLane(t *Transport, addr, peerName string, v2 bool) *lane {
 		w = 2 * maxWriteBatch
 	}
 	return &lane{t: t, addr: addr, peerName: peerName, v2: v2, window: w,
-		kick: make(chan struct{}, 1), stopCh: make(chan struct{})}
+		kick: make(chan struct{}, 1), stopCh: make(chan struct{}), obs: t.e.MetricSet().Conn(Name, peerName)}
 }
 
 func (l *lane) enqueue(ss []*engine.Slice) {
@@ -115,9 +118,15 @@ type conn struct {
 func (l *lane) dial() (*conn, error) {
 	d := net.Dialer{Timeout: l.t.cfg.ConnectTimeout}
 	c, err := d.DialContext(l.t.ctx, "tcp", l.addr)
+	l.obs.Dials.Add(1)
 	if err != nil {
+		l.obs.DialErrors.Add(1)
 		return nil, fmt.Errorf("dial %s: %w", l.addr, err)
 	}
+	if l.dialed {
+		l.obs.Redials.Add(1)
+	}
+	l.dialed = true
 	if tc, ok := c.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 	}
@@ -128,6 +137,7 @@ func (l *lane) dial() (*conn, error) {
 	}
 	cs := &conn{c: c, rd: rd, inflight: make(chan *engine.Slice, l.window), readerDone: make(chan struct{})}
 	l.connected.Store(true)
+	l.obs.Open.Add(1)
 	l.t.wg.Add(1)
 	go l.runReader(cs)
 	return cs, nil
@@ -142,6 +152,7 @@ func (l *lane) closeConn(cs *conn) {
 	<-cs.readerDone
 	cs.rd.close()
 	l.connected.Store(false)
+	l.obs.Open.Add(-1)
 }
 
 // inlineMaxBytes bounds a submission that the submitting goroutine writes
@@ -406,6 +417,7 @@ func (l *lane) classify(err error) error {
 func (l *lane) retryOrFail(s *engine.Slice, err error) {
 	if errors.Is(err, errConn) && s.Retries == 0 && !s.Canceled() && !l.t.closed.Load() {
 		s.Retries++
+		l.obs.Retries.Add(1)
 		l.enqueue([]*engine.Slice{s})
 		l.wake()
 		return

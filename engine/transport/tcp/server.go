@@ -14,6 +14,7 @@ import (
 	"github.com/kvferry/kvferry/internal/cmem"
 	"github.com/kvferry/kvferry/internal/cuda"
 	"github.com/kvferry/kvferry/internal/netguard"
+	"github.com/kvferry/kvferry/metrics"
 )
 
 // server accepts data connections and serves requests against the engine's
@@ -236,11 +237,13 @@ func (s *server) serveConn(c net.Conn) {
 		rd.discard(HeaderSize)
 		if err != nil {
 			s.t.warn("header", "tcp server: bad header, closing", "peer", c.RemoteAddr().String(), "err", err)
+			s.t.obs.Refused(metrics.RefusedMalformed)
 			return
 		}
 		pin := s.t.e.Pin(h.Addr, h.Size)
 		if pin == nil {
 			s.rejected.Add(1)
+			s.t.obs.Refused(metrics.RefusedRange)
 			s.t.logReject(c.RemoteAddr().String(), h)
 			if h.V2 {
 				out.add(StatusRejected, nil, nil)
@@ -287,6 +290,11 @@ func (s *server) serveConn(c net.Conn) {
 			out.addPayload(mem, pin)
 		}
 		s.served.Add(1)
+		if h.Write {
+			s.t.obs.Served(1, h.Size)
+		} else {
+			s.t.obs.Served(0, h.Size)
+		}
 	}
 }
 

@@ -2,7 +2,6 @@ package tcp
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -17,6 +16,7 @@ import (
 	"github.com/kvferry/kvferry/engine/gpu"
 	"github.com/kvferry/kvferry/internal/netguard"
 	"github.com/kvferry/kvferry/internal/ratelog"
+	"github.com/kvferry/kvferry/metrics"
 )
 
 // Name is the transport's name.
@@ -130,6 +130,7 @@ type Transport struct {
 	}
 	logs         ratelog.Every
 	sent, failed atomic.Uint64
+	obs          *metrics.Server
 }
 
 // New starts the TCP transport for e: it listens on a random port of the
@@ -141,7 +142,7 @@ func New(e *engine.Engine, cfg Config) (*Transport, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tcp transport: %w", err)
 	}
-	t := &Transport{e: e, cfg: cfg, log: e.Logger().With("transport", Name), port: port}
+	t := &Transport{e: e, cfg: cfg, log: e.Logger().With("transport", Name), port: port, obs: e.MetricSet().Server(Name)}
 	t.ctx, t.cancel = context.WithCancel(e.Context())
 	t.peers.m = make(map[string]*peerConns)
 	t.srv = &server{t: t, ln: ln, conns: make(map[net.Conn]struct{}), limit: netguard.NewLimiter(cfg.MaxConns, cfg.MaxConnsPerIP)}
@@ -342,4 +343,4 @@ func (t *Transport) Close() error {
 
 // errConn marks connection-level failures, which are retried once on a
 // fresh connection (an idle pooled connection the peer closed, say).
-var errConn = errors.New("connection lost")
+var errConn = engine.ErrPeerGone

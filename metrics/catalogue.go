@@ -1,0 +1,233 @@
+package metrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Kind is a metric's Prometheus type.
+type Kind int
+
+// Metric kinds.
+const (
+	Counter Kind = iota
+	Gauge
+	HistogramKind
+)
+
+func (k Kind) String() string {
+	switch k {
+	case Counter:
+		return "counter"
+	case Gauge:
+		return "gauge"
+	}
+	return "histogram"
+}
+
+// Spec is one metric of the catalogue: its name, type, help text and
+// labels. Every metric kvferry exports is declared here, once.
+type Spec struct {
+	// Component is who exports it: engine, transport, store client,
+	// store master or metadata server.
+	Component string
+	Name      string
+	Kind      Kind
+	Help      string
+	Labels    []string
+	desc      *prometheus.Desc
+}
+
+// Desc returns the metric's Prometheus descriptor.
+func (s *Spec) Desc() *prometheus.Desc { return s.desc }
+
+// Value builds a counter or gauge sample with the label values lvs (in the
+// order of Labels).
+func (s *Spec) Value(v float64, lvs ...string) prometheus.Metric {
+	t := prometheus.GaugeValue
+	if s.Kind == Counter {
+		t = prometheus.CounterValue
+	}
+	return prometheus.MustNewConstMetric(s.desc, t, v, lvs...)
+}
+
+// Hist builds a histogram sample from h.
+func (s *Spec) Hist(h *HistogramSnapshot, lvs ...string) prometheus.Metric {
+	return prometheus.MustNewConstHistogram(s.desc, h.Count(), float64(h.SumNanos)/1e9, h.cumulative(), lvs...)
+}
+
+var catalogue []*Spec
+
+func def(component, name string, kind Kind, help string, labels ...string) *Spec {
+	s := &Spec{Component: component, Name: name, Kind: kind, Help: help, Labels: labels,
+		desc: prometheus.NewDesc(name, help, labels, nil)}
+	catalogue = append(catalogue, s)
+	return s
+}
+
+// Catalogue returns every metric, in declaration order.
+func Catalogue() []*Spec { return append([]*Spec(nil), catalogue...) }
+
+// Lookup returns the metric called name, or nil.
+func Lookup(name string) *Spec {
+	for _, s := range catalogue {
+		if s.Name == name {
+			return s
+		}
+	}
+	return nil
+}
+
+// Components, in the order docs/METRICS.md lists them.
+const (
+	CompEngine    = "engine"
+	CompTransport = "transport"
+	CompStore     = "store client"
+	CompMaster    = "store master"
+	CompMetadata  = "metadata server"
+)
+
+// Transfer engine (every process that loads the library or embeds the
+// engine). peer is the remote segment name, folded into "other" beyond
+// KVFERRY_METRICS_MAX_PEERS distinct peers.
+var (
+	EngineTasks = def(CompEngine, "kvferry_engine_tasks_total", Counter,
+		"Transfer requests (tasks) that reached a terminal state.", "transport", "peer", "op", "state")
+	EngineBytes = def(CompEngine, "kvferry_engine_transferred_bytes_total", Counter,
+		"Bytes of completed transfer requests.", "transport", "peer", "op")
+	EngineSlices = def(CompEngine, "kvferry_engine_slices_total", Counter,
+		"Slices (stripes) handed to a transport; shows which transport the selector picked.", "transport", "peer")
+	EngineErrors = def(CompEngine, "kvferry_engine_errors_total", Counter,
+		"Transfer requests that did not complete, by cause: timeout, refused_range (outside registered memory), "+
+			"peer_gone (connection lost or refused), canceled, auth, invalid, closed, other.", "transport", "peer", "cause")
+	EngineInFlight = def(CompEngine, "kvferry_engine_tasks_in_flight", Gauge,
+		"Transfer requests submitted and not yet terminal.", "transport", "peer")
+	EngineTaskDuration = def(CompEngine, "kvferry_engine_task_duration_seconds", HistogramKind,
+		"Submit-to-terminal time of transfer requests, by request size class.", "transport", "size_class")
+	EngineRegisteredBytes = def(CompEngine, "kvferry_engine_registered_bytes", Gauge,
+		"Bytes of registered local memory, by memory kind (host, device, ...).", "kind")
+	EngineRegisteredRegions = def(CompEngine, "kvferry_engine_registered_regions", Gauge,
+		"Registered local memory regions, by memory kind.", "kind")
+	EngineSegments = def(CompEngine, "kvferry_engine_open_segments", Gauge,
+		"Opened remote segments.")
+	EngineBatches = def(CompEngine, "kvferry_engine_batches", Gauge,
+		"Allocated, not yet freed batches.")
+	Engines = def(CompEngine, "kvferry_engines", Gauge,
+		"Live transfer engines in this process.")
+	EngineNotifications = def(CompEngine, "kvferry_engine_notifications_total", Counter,
+		"Notifications by direction: sent, received, failed (not accepted by the peer).", "direction")
+)
+
+// Transports: connections and the serving side.
+var (
+	TransportConnections = def(CompTransport, "kvferry_transport_connections", Gauge,
+		"Open data connections (TCP lanes, RDMA queue pairs, ...) to a peer.", "transport", "peer")
+	TransportDials = def(CompTransport, "kvferry_transport_dials_total", Counter,
+		"Connection attempts to a peer, by result (ok, error).", "transport", "peer", "result")
+	TransportRedials = def(CompTransport, "kvferry_transport_redials_total", Counter,
+		"Connections re-established after one to the same peer was lost or retired.", "transport", "peer")
+	TransportRetries = def(CompTransport, "kvferry_transport_slice_retries_total", Counter,
+		"Slices resubmitted after a connection-level failure.", "transport", "peer")
+	TransportServedRequests = def(CompTransport, "kvferry_transport_served_requests_total", Counter,
+		"Requests served to peers (this process as the target), by op.", "transport", "op")
+	TransportServedBytes = def(CompTransport, "kvferry_transport_served_bytes_total", Counter,
+		"Bytes served to peers (this process as the target), by op.", "transport", "op")
+	TransportRefused = def(CompTransport, "kvferry_transport_refused_total", Counter,
+		"Requests or connections from peers refused, by cause: range (outside registered memory), auth, malformed.",
+		"transport", "cause")
+)
+
+// Store client (processes that use the store).
+var (
+	StoreClients = def(CompStore, "kvferry_store_clients", Gauge,
+		"Live, set-up store clients in this process.")
+	StorePuts     = def(CompStore, "kvferry_store_client_puts_total", Counter, "Objects put.")
+	StorePutBytes = def(CompStore, "kvferry_store_client_put_bytes_total", Counter,
+		"Bytes of successful puts (once per object, not per replica).")
+	StorePutErrors = def(CompStore, "kvferry_store_client_put_errors_total", Counter, "Failed puts.")
+	StoreGets      = def(CompStore, "kvferry_store_client_gets_total", Counter, "Objects read (hits, misses and errors).")
+	StoreGetBytes  = def(CompStore, "kvferry_store_client_get_bytes_total", Counter, "Bytes of successful reads.")
+	StoreGetErrors = def(CompStore, "kvferry_store_client_get_errors_total", Counter,
+		"Failed reads, misses included.")
+	StoreGetMisses = def(CompStore, "kvferry_store_client_get_misses_total", Counter,
+		"Reads of keys the store does not hold (also counted in get_errors_total).")
+	StoreLocalCopies = def(CompStore, "kvferry_store_client_local_copies_total", Counter,
+		"Replica reads and writes served by memcpy from the client's own segment.")
+	StoreRemounts = def(CompStore, "kvferry_store_client_remounts_total", Counter,
+		"Segment re-mounts after the master asked for them.")
+	StoreMasterSwitches = def(CompStore, "kvferry_store_client_master_switches_total", Counter,
+		"Moves to a new HA master leader.")
+	StorePingFailures = def(CompStore, "kvferry_store_client_ping_failures_total", Counter, "Failed master heartbeats.")
+	StoreGrantPuts    = def(CompStore, "kvferry_store_client_grant_puts_total", Counter,
+		"Puts placed in put grants and published with one master round trip.")
+	StoreGrantFallbacks = def(CompStore, "kvferry_store_client_grant_fallbacks_total", Counter,
+		"Puts that tried their grants but went the PutStart/PutEnd way.")
+	StoreGrantAcquires = def(CompStore, "kvferry_store_client_grant_acquires_total", Counter, "AcquireGrants calls.")
+	StoreGrantReturns  = def(CompStore, "kvferry_store_client_grant_returns_total", Counter,
+		"Put grants given back to the master.")
+	StorePutDuration = def(CompStore, "kvferry_store_client_put_duration_seconds", HistogramKind,
+		"Put latency (one object, call to return), by object size class.", "size_class")
+	StoreGetDuration = def(CompStore, "kvferry_store_client_get_duration_seconds", HistogramKind,
+		"Get latency (one object, call to return), by object size class.", "size_class")
+)
+
+// Store master.
+var (
+	MasterLeader = def(CompMaster, "kvferry_store_master_leader", Gauge,
+		"1 while this master serves (the HA leader, or a master without HA), 0 while it follows.")
+	MasterClients    = def(CompMaster, "kvferry_store_master_clients", Gauge, "Live store clients.")
+	MasterSegments   = def(CompMaster, "kvferry_store_master_segments", Gauge, "Mounted segments.")
+	MasterObjects    = def(CompMaster, "kvferry_store_master_objects", Gauge, "Objects, complete or being written.")
+	MasterProcessing = def(CompMaster, "kvferry_store_master_processing_objects", Gauge,
+		"Puts between PutStart and PutEnd.")
+	MasterLeased = def(CompMaster, "kvferry_store_master_leased_objects", Gauge,
+		"Objects under a read lease.")
+	MasterPinned = def(CompMaster, "kvferry_store_master_pinned_objects", Gauge,
+		"Objects kept from eviction, by pin (hard, soft).", "pin")
+	MasterCapacity = def(CompMaster, "kvferry_store_master_capacity_bytes", Gauge, "Total size of the mounted segments.")
+	MasterUsed     = def(CompMaster, "kvferry_store_master_used_bytes", Gauge,
+		"Allocated bytes in the mounted segments (objects, grants, fences).")
+	MasterSegmentCapacity = def(CompMaster, "kvferry_store_master_segment_capacity_bytes", Gauge,
+		"Size of each mounted segment (transfer-engine segment name; folded into \"other\" beyond a cap).", "segment")
+	MasterSegmentUsed = def(CompMaster, "kvferry_store_master_segment_used_bytes", Gauge,
+		"Allocated bytes of each mounted segment.", "segment")
+	MasterDiscarded = def(CompMaster, "kvferry_store_master_discarded_bytes", Gauge,
+		"Bytes held for preempted or removed objects until no writer or lease can touch them.")
+	MasterMounts          = def(CompMaster, "kvferry_store_master_mounts_total", Counter, "Segment mounts.")
+	MasterUnmounts        = def(CompMaster, "kvferry_store_master_unmounts_total", Counter, "Segment unmounts, explicit or by client expiry.")
+	MasterPutStarts       = def(CompMaster, "kvferry_store_master_put_starts_total", Counter, "PutStart requests.")
+	MasterPutStartFails   = def(CompMaster, "kvferry_store_master_put_start_failures_total", Counter, "PutStart requests that failed.")
+	MasterPutEnds         = def(CompMaster, "kvferry_store_master_put_ends_total", Counter, "Completed puts.")
+	MasterPutRevokes      = def(CompMaster, "kvferry_store_master_put_revokes_total", Counter, "Revoked puts.")
+	MasterGets            = def(CompMaster, "kvferry_store_master_gets_total", Counter, "GetReplicaList requests.")
+	MasterGetHits         = def(CompMaster, "kvferry_store_master_get_hits_total", Counter, "GetReplicaList requests that returned replicas.")
+	MasterExists          = def(CompMaster, "kvferry_store_master_exists_total", Counter, "ExistKey requests (per key).")
+	MasterRemoves         = def(CompMaster, "kvferry_store_master_removes_total", Counter, "Objects removed by Remove, RemoveByRegex and RemoveAll.")
+	MasterEvictionRounds  = def(CompMaster, "kvferry_store_master_eviction_rounds_total", Counter, "Eviction rounds.")
+	MasterEvictedObjects  = def(CompMaster, "kvferry_store_master_evicted_objects_total", Counter, "Objects evicted.")
+	MasterEvictedBytes    = def(CompMaster, "kvferry_store_master_evicted_bytes_total", Counter, "Bytes freed by eviction.")
+	MasterExpiredClients  = def(CompMaster, "kvferry_store_master_expired_clients_total", Counter, "Clients expired for missing heartbeats.")
+	MasterZombiePuts      = def(CompMaster, "kvferry_store_master_zombie_puts_total", Counter, "Unfinished puts preempted or reclaimed.")
+	MasterNoSpace         = def(CompMaster, "kvferry_store_master_no_space_total", Counter, "Puts and grant requests that failed for lack of space.")
+	MasterGrants          = def(CompMaster, "kvferry_store_master_grants", Gauge, "Put grants held by clients.")
+	MasterGrantedBytes    = def(CompMaster, "kvferry_store_master_granted_bytes", Gauge, "Bytes reserved in put grants and not yet committed.")
+	MasterFencedBytes     = def(CompMaster, "kvferry_store_master_fenced_bytes", Gauge, "Bytes of taken-back grants kept out of use until their clients stop writing.")
+	MasterGrantRequests   = def(CompMaster, "kvferry_store_master_grant_requests_total", Counter, "AcquireGrants requests.")
+	MasterGrantsHanded    = def(CompMaster, "kvferry_store_master_grants_total", Counter, "Put grants handed out.")
+	MasterGrantReturns    = def(CompMaster, "kvferry_store_master_grant_returns_total", Counter, "Put grants returned by their clients.")
+	MasterGrantsTakenBack = def(CompMaster, "kvferry_store_master_grants_taken_back_total", Counter, "Put grants taken back by the master (segment unmounted, client expired).")
+	MasterPutCommits      = def(CompMaster, "kvferry_store_master_put_commits_total", Counter, "PutCommit requests (one-round-trip puts).")
+	MasterPutCommitFails  = def(CompMaster, "kvferry_store_master_put_commit_failures_total", Counter, "PutCommit requests that failed.")
+	MasterRPCDuration     = def(CompMaster, "kvferry_store_master_rpc_duration_seconds", HistogramKind,
+		"Time to serve a master RPC (gRPC or mux), by method.", "method")
+	MasterRPCErrors = def(CompMaster, "kvferry_store_master_rpc_errors_total", Counter,
+		"Master RPCs answered with an error code, by method.", "method")
+)
+
+// Metadata server (kvferry-metadata, Mooncake's HTTP metadata protocol).
+var (
+	MetadataRequests = def(CompMetadata, "kvferry_metadata_requests_total", Counter,
+		"HTTP metadata requests, by method and status code.", "method", "code")
+	MetadataRequestDuration = def(CompMetadata, "kvferry_metadata_request_duration_seconds", HistogramKind,
+		"Time to serve an HTTP metadata request, by method.", "method")
+	MetadataKeys = def(CompMetadata, "kvferry_metadata_keys", Gauge, "Keys held by the metadata server.")
+)

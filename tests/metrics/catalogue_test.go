@@ -1,0 +1,338 @@
+// Package metrics_test checks the metrics catalogue against a running
+// deployment in one process: two transfer engines over TCP with the HTTP
+// metadata server, a store master and two store clients. Every metric of
+// the catalogue must be exported, and every one not listed in stillZero
+// must move.
+package metrics_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	nethttp "net/http"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"gotest.tools/v3/assert"
+
+	"github.com/kvferry/kvferry/engine"
+	"github.com/kvferry/kvferry/engine/descriptor"
+	mdhttp "github.com/kvferry/kvferry/engine/metadata/http"
+	"github.com/kvferry/kvferry/engine/metadata/open"
+	"github.com/kvferry/kvferry/engine/stack"
+	"github.com/kvferry/kvferry/engine/transport/tcp"
+	"github.com/kvferry/kvferry/internal/cmem"
+	"github.com/kvferry/kvferry/internal/testutil"
+	"github.com/kvferry/kvferry/metrics"
+	"github.com/kvferry/kvferry/store/client"
+	"github.com/kvferry/kvferry/store/master"
+)
+
+func TestMain(m *testing.M) { os.Exit(testutil.VerifyNoLeaks(m)) }
+
+// stillZero are the metrics this scenario cannot move, with the reason;
+// they must still be exported.
+var stillZero = map[string]string{
+	"kvferry_store_client_remounts_total":            "needs a master restart",
+	"kvferry_store_client_master_switches_total":     "needs an HA leader change",
+	"kvferry_store_client_ping_failures_total":       "needs an unreachable master",
+	"kvferry_store_client_grant_fallbacks_total":     "needs a refused PutCommit",
+	"kvferry_store_master_expired_clients_total":     "needs a client that stops pinging",
+	"kvferry_store_master_zombie_puts_total":         "needs an abandoned put",
+	"kvferry_store_master_put_revokes_total":         "needs a put whose transfer fails",
+	"kvferry_store_master_put_commit_failures_total": "needs a refused PutCommit",
+	"kvferry_store_master_grants_taken_back_total":   "needs grants outstanding when their segment goes (eviction pressure has them returned first)",
+	"kvferry_store_master_fenced_bytes":              "needs taken-back grants still fenced",
+	"kvferry_store_master_discarded_bytes":           "needs a removed object still leased",
+	"kvferry_store_master_processing_objects":        "a gauge: zero between puts",
+	"kvferry_store_master_pinned_objects":            "needs a pinned put",
+	"kvferry_engine_tasks_in_flight":                 "a gauge: zero once transfers end",
+	"kvferry_engine_batches":                         "a gauge: zero once batches are freed",
+	"kvferry_transport_connections":                  "read at the end, after the engines closed",
+	"kvferry_store_clients":                          "read at the end, after the clients closed",
+	"kvferry_engines":                                "read at the end, after the engines closed",
+	"kvferry_engine_open_segments":                   "read at the end, after the engines closed",
+	"kvferry_engine_registered_regions":              "read at the end, after the engines closed",
+	"kvferry_engine_registered_bytes":                "read at the end, after the engines closed",
+}
+
+func TestCatalogueExportedAndMoving(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	// Metadata server (kvferry-metadata's handler) on loopback.
+	md, err := mdhttp.NewServer(mdhttp.ServerConfig{})
+	assert.NilError(t, err)
+	defer md.Close()
+	mdObs := mdhttp.Instrument(md, md.Len)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	assert.NilError(t, err)
+	hs := &nethttp.Server{Handler: mdObs, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = hs.Serve(ln) }()
+	defer hs.Close()
+	mdConn := "http://" + ln.Addr().String() + "/metadata"
+
+	newEngine := func(name string) *engine.Engine {
+		var cfg stack.Config
+		cfg.Engine.MetadataConn = mdConn
+		cfg.Engine.LocalServerName = name
+		cfg.Engine.BindAddress = "127.0.0.1"
+		cfg.Engine.Transports = []string{"tcp"}
+		cfg.Engine.ForceTransport = "tcp"
+		cfg.Engine.TransferTimeout = 10 * time.Second
+		e, err := stack.New(ctx, cfg)
+		assert.NilError(t, err)
+		return e
+	}
+	a, b, c := newEngine("node-a"), newEngine("node-b"), newEngine("node-c")
+	bufA := mapped(t, 4<<20)
+	assert.NilError(t, a.RegisterMemory(bufA.Addr(), bufA.Len(), "cpu:0", true))
+	bufC := mapped(t, 64<<10)
+	assert.NilError(t, c.RegisterMemory(bufC.Addr(), bufC.Len(), "cpu:0", true))
+	r1, r2 := mapped(t, 1<<20), mapped(t, 1<<20)
+	assert.NilError(t, b.RegisterMemory(r1.Addr(), r1.Len(), "cpu:0", true))
+	assert.NilError(t, b.RegisterMemory(r2.Addr(), r2.Len(), "cpu:0", true))
+	segB, err := a.OpenSegment(ctx, "node-b")
+	assert.NilError(t, err)
+	segC, err := a.OpenSegment(ctx, "node-c")
+	assert.NilError(t, err)
+
+	// Completed writes and reads of two size classes.
+	assert.NilError(t, a.Transfer(ctx, []engine.Request{
+		{Op: engine.OpWrite, Source: bufA.Addr(), Target: segB, TargetOffset: uint64(r1.Addr()), Length: 64 << 10},
+		{Op: engine.OpRead, Source: bufA.Addr() + 1<<20, Target: segB, TargetOffset: uint64(r2.Addr()), Length: 4 << 10},
+	}))
+	// A notification.
+	assert.NilError(t, a.Notify(ctx, segB, engine.Notification{Name: "node-a", Msg: "hello"}))
+	// A range outside every buffer of b: refused before it leaves.
+	err = a.Transfer(ctx, []engine.Request{{Op: engine.OpWrite, Source: bufA.Addr(), Target: segB, TargetOffset: 16, Length: 8}})
+	assert.ErrorContains(t, err, "not registered")
+	// b unregisters r1 while a still has it cached: b's server refuses
+	// the request (and drops the connection).
+	assert.NilError(t, b.UnregisterMemory(r1.Addr()))
+	err = a.Transfer(ctx, []engine.Request{{Op: engine.OpWrite, Source: bufA.Addr(), Target: segB, TargetOffset: uint64(r1.Addr()), Length: 4096}})
+	assert.ErrorContains(t, err, "rejected")
+	// "node-f" is b behind a proxy that drops its first connection after
+	// the first request arrived: the requests in flight are retried on a
+	// new connection.
+	segF := proxied(t, ctx, a, b, mdConn, "node-f")
+	var reqs []engine.Request
+	for i := range 8 {
+		off := uint64(i) * 4096
+		reqs = append(reqs, engine.Request{Op: engine.OpWrite, Source: bufA.Addr() + uintptr(off), Target: segF, TargetOffset: uint64(r2.Addr()) + off, Length: 4096})
+	}
+	assert.NilError(t, a.Transfer(ctx, reqs))
+	// A peer that went away.
+	assert.NilError(t, c.Close())
+	err = a.Transfer(ctx, []engine.Request{{Op: engine.OpWrite, Source: bufA.Addr(), Target: segC, TargetOffset: uint64(bufC.Addr()), Length: 8}})
+	assert.ErrorContains(t, err, "refused")
+
+	// Store: a master, a holder lending 4 MiB and a pure client.
+	srv, err := master.NewServer(master.Config{RPCAddr: "127.0.0.1:0", MetricsAddr: "127.0.0.1:0"})
+	assert.NilError(t, err)
+	defer srv.Close()
+	holder := newStoreClient(t, ctx, srv.Addr(), 4<<20)
+	user := newStoreClient(t, ctx, srv.Addr(), 0)
+	val := make([]byte, 256<<10)
+	proc := metrics.NewRegistry()
+	var early []samples
+	for i := range 24 { // 6 MiB into 4 MiB: eviction
+		assert.NilError(t, user.Put(ctx, fmt.Sprintf("k%d", i), val, client.ReplicateConfig{}))
+		if i < 4 { // grants held, before eviction pressure has them returned
+			early = append(early, gatherAll(t, proc, srv.Registry(), mdObs.Registry()))
+		}
+	}
+	assert.NilError(t, holder.Put(ctx, "own", val[:4096], client.ReplicateConfig{}))
+	_, err = holder.Get(ctx, "own")
+	assert.NilError(t, err)
+	_, err = user.Get(ctx, "k23")
+	assert.NilError(t, err)
+	_, err = user.Get(ctx, "absent")
+	assert.Assert(t, err != nil)
+	ok, err := user.IsExist(ctx, "k23")
+	assert.NilError(t, err)
+	assert.Assert(t, ok)
+	assert.NilError(t, user.Remove(ctx, "k23", true))
+	assert.Assert(t, user.Put(ctx, "huge", make([]byte, 8<<20), client.ReplicateConfig{}) != nil)
+	// A client without put grants: PutStart and PutEnd.
+	plain := newStoreClient(t, ctx, srv.Addr(), 0, func(c *client.Config) { c.NoPutGrants = true })
+	assert.NilError(t, plain.Put(ctx, "plain", val[:8192], client.ReplicateConfig{}))
+	assert.NilError(t, plain.Close())
+
+	mid := gatherAll(t, proc, srv.Registry(), mdObs.Registry())
+
+	// The holder leaves first: the master takes back the user's grants in
+	// its segment.
+	assert.NilError(t, holder.Close())
+	assert.NilError(t, user.Close())
+	assert.NilError(t, a.Close())
+	assert.NilError(t, b.Close())
+	end := gatherAll(t, proc, srv.Registry(), mdObs.Registry())
+
+	var missing, still []string
+	for _, s := range metrics.Catalogue() {
+		movedEarly := false
+		for _, e := range early {
+			m, _ := e.moved(s.Name)
+			movedEarly = movedEarly || m
+		}
+		movedMid, okMid := mid.moved(s.Name)
+		movedEnd, okEnd := end.moved(s.Name)
+		if !okMid && !okEnd {
+			missing = append(missing, s.Name)
+			continue
+		}
+		moved := movedEarly || movedMid || movedEnd
+		if _, zero := stillZero[s.Name]; !zero && !moved {
+			still = append(still, s.Name)
+		}
+	}
+	sort.Strings(missing)
+	sort.Strings(still)
+	assert.Assert(t, len(missing) == 0, "not exported: %s", strings.Join(missing, ", "))
+	assert.Assert(t, len(still) == 0, "did not move: %s", strings.Join(still, ", "))
+
+	// Per-label checks of what the scenario caused.
+	assert.Assert(t, end.value("kvferry_engine_errors_total", "cause", "refused_range") >= 2)
+	assert.Assert(t, end.value("kvferry_engine_errors_total", "cause", "peer_gone") >= 1)
+	assert.Assert(t, end.value("kvferry_transport_refused_total", "cause", "range") >= 1)
+	assert.Assert(t, end.value("kvferry_transport_redials_total", "peer", "node-f") >= 1)
+	assert.Assert(t, end.value("kvferry_transport_slice_retries_total", "peer", "node-f") >= 1)
+	assert.Assert(t, end.value("kvferry_engine_transferred_bytes_total", "peer", "node-b") >= 64<<10+4<<10)
+	assert.Assert(t, mid.value("kvferry_store_master_segment_capacity_bytes", "", "") == 4<<20)
+	assert.Assert(t, mid.value("kvferry_store_master_leader", "", "") == 1)
+}
+
+// proxied publishes segment name: b's descriptor with its data port
+// behind a proxy whose first connection closes once the first request
+// header arrived; later connections are forwarded to b.
+func proxied(t *testing.T, ctx context.Context, a, b *engine.Engine, mdConn, name string) engine.SegmentID {
+	t.Helper()
+	bd := b.LocalDescriptor()
+	target := net.JoinHostPort("127.0.0.1", strconv.Itoa(bd.TCPDataPort))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	assert.NilError(t, err)
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		first := true
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			if first {
+				first = false
+				var hdr [tcp.HeaderSize]byte
+				_, _ = io.ReadFull(c, hdr[:])
+				c.Close()
+				continue
+			}
+			up, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			go func() { _, _ = io.Copy(up, c); up.Close() }()
+			go func() { _, _ = io.Copy(c, up); c.Close() }()
+		}
+	}()
+	desc := *bd
+	desc.Name = name
+	desc.TCPDataPort = ln.Addr().(*net.TCPAddr).Port
+	mb, err := stack.OpenMetadata(ctx, mdConn, engine.Config{}, open.Options{})
+	assert.NilError(t, err)
+	defer mb.Close()
+	assert.NilError(t, mb.Publish(ctx, &desc, descriptor.RPCMeta{IPOrHostName: "127.0.0.1", RPCPort: b.RPCPort()}))
+	id, err := a.OpenSegment(ctx, name)
+	assert.NilError(t, err)
+	return id
+}
+
+func newStoreClient(t *testing.T, ctx context.Context, masterAddr string, segment uint64, opts ...func(*client.Config)) *client.Client {
+	t.Helper()
+	cfg := client.Config{LocalHostname: "127.0.0.1", MasterServerAddr: masterAddr,
+		GlobalSegmentSize: segment, LocalBufferSize: 16 << 20, PingInterval: 100 * time.Millisecond}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	c, err := client.New(ctx, cfg)
+	assert.NilError(t, err)
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func mapped(t *testing.T, n uint64) *cmem.Map {
+	t.Helper()
+	m, err := cmem.MapAnon(n)
+	assert.NilError(t, err)
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
+// samples are gathered metric families by name.
+type samples map[string]*dto.MetricFamily
+
+// moved reports whether name was exported and whether any of its samples
+// is non-zero (a histogram: has an observation).
+func (s samples) moved(name string) (moved, ok bool) {
+	mf := s[name]
+	if mf == nil {
+		return false, false
+	}
+	for _, m := range mf.GetMetric() {
+		switch {
+		case m.GetCounter() != nil:
+			moved = moved || m.GetCounter().GetValue() > 0
+		case m.GetGauge() != nil:
+			moved = moved || m.GetGauge().GetValue() > 0
+		case m.GetHistogram() != nil:
+			moved = moved || m.GetHistogram().GetSampleCount() > 0
+		}
+	}
+	return moved, true
+}
+
+func gatherAll(t *testing.T, regs ...*prometheus.Registry) samples {
+	t.Helper()
+	out := samples{}
+	for _, r := range regs {
+		mfs, err := r.Gather()
+		assert.NilError(t, err)
+		for _, mf := range mfs {
+			out[mf.GetName()] = mf
+		}
+	}
+	return out
+}
+
+// value sums the samples of name whose label key equals val (all samples
+// when key is empty).
+func (s samples) value(name, key, val string) float64 {
+	mf := s[name]
+	if mf == nil {
+		return -1
+	}
+	sum := 0.0
+	for _, m := range mf.GetMetric() {
+		if key != "" {
+			match := false
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == key && lp.GetValue() == val {
+					match = true
+				}
+			}
+			if !match {
+				continue
+			}
+		}
+		sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+	}
+	return sum
+}
