@@ -217,6 +217,14 @@ var (
 	MasterGrantsTakenBack = def(CompMaster, "kvferry_store_master_grants_taken_back_total", Counter, "Put grants taken back by the master (segment unmounted, client expired).")
 	MasterPutCommits      = def(CompMaster, "kvferry_store_master_put_commits_total", Counter, "PutCommit requests (one-round-trip puts).")
 	MasterPutCommitFails  = def(CompMaster, "kvferry_store_master_put_commit_failures_total", Counter, "PutCommit requests that failed.")
+	MasterDiskCapacity    = def(CompMaster, "kvferry_store_master_disk_capacity_bytes", Gauge, "Total size of the mounted disk tiers.")
+	MasterDiskUsed        = def(CompMaster, "kvferry_store_master_disk_used_bytes", Gauge, "Bytes of the disk tiers taken by files and offloads in flight.")
+	MasterDiskObjects     = def(CompMaster, "kvferry_store_master_disk_objects", Gauge, "Disk replicas (LOCAL_DISK).")
+	MasterTasks           = def(CompMaster, "kvferry_store_master_tasks_total", Counter, "Tasks handed to clients (offload, load, delete, copy).")
+	MasterTaskFailures    = def(CompMaster, "kvferry_store_master_task_failures_total", Counter, "Tasks that failed or timed out.")
+	MasterOffloads        = def(CompMaster, "kvferry_store_master_offloads_total", Counter, "Objects written to disk tiers.")
+	MasterOffloadedBytes  = def(CompMaster, "kvferry_store_master_offloaded_bytes_total", Counter, "Bytes written to disk tiers.")
+	MasterPromotions      = def(CompMaster, "kvferry_store_master_promotions_total", Counter, "Objects loaded back into memory from disk tiers.")
 	MasterRPCDuration     = def(CompMaster, "kvferry_store_master_rpc_duration_seconds", HistogramKind,
 		"Time to serve a master RPC (gRPC or mux), by method.", "method")
 	MasterRPCErrors = def(CompMaster, "kvferry_store_master_rpc_errors_total", Counter,

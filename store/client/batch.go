@@ -286,8 +286,17 @@ func (c *Client) BatchGetInto(ctx context.Context, keys []string, addrs []uintpt
 			continue
 		}
 		n[i] = size
-		reps := c.readOrder(res.GetReplicas())
+		keyStart := start
+		reps, err := c.memoryReplicas(ctx, k, res.GetReplicas(), &keyStart)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
 		d := cSpan(addrs[i], size)
+		if keyStart != start { // promoted: read it now, under its new lease
+			errs[i] = c.readAny(ctx, k, reps, d, size, keyStart, lease)
+			continue
+		}
 		if len(reps) == 0 {
 			errs[i] = fmt.Errorf("get %q: %w", k, wire.ErrReplicaIsNotReady)
 			continue

@@ -23,6 +23,7 @@ import (
 	"github.com/kvferry/kvferry/internal/cmem"
 	kvmetrics "github.com/kvferry/kvferry/metrics"
 	"github.com/kvferry/kvferry/store/ha"
+	"github.com/kvferry/kvferry/store/ssd"
 	"github.com/kvferry/kvferry/store/wire"
 )
 
@@ -59,6 +60,8 @@ type Client struct {
 	metrics metrics
 	obs     *kvmetrics.StoreClient
 	grants  grantPool
+	disk    *ssd.Store // the disk tier (tier.go); nil without one
+	tasks   *tasks     // the task loop's workers; nil without a segment or tier
 }
 
 // masterConn is one connection to a master: mux, gRPC, or (closer nil) an
@@ -187,6 +190,13 @@ func New(ctx context.Context, cfg Config) (_ *Client, err error) {
 	if !cfg.NoPutGrants {
 		c.grants.offer(mc, mresp)
 	}
+	if err := c.openDisk(); err != nil {
+		return nil, err
+	}
+	if err := c.mountDisk(ctx, mc); err != nil {
+		return nil, fmt.Errorf("store client: %w", err)
+	}
+	c.startTasks()
 
 	c.wg.Add(1)
 	go c.runHeartbeat() // owned by c; stops on Close
@@ -272,8 +282,14 @@ func (c *Client) Close() error {
 		c.returnGrants(ctx, mc, time.Now())
 		cancel()
 		for _, seg := range c.segments {
-			ctx, cancel := context.WithTimeout(context.Background(), min(c.cfg.RPCTimeout, 2*time.Second))
-			_, err := mc.mc.UnmountSegment(ctx, &wire.UnmountSegmentRequest{ClientId: c.clientID, SegmentId: seg.GetId()})
+			timeout, req := min(c.cfg.RPCTimeout, 2*time.Second), &wire.UnmountSegmentRequest{ClientId: c.clientID, SegmentId: seg.GetId()}
+			if c.cfg.DrainOnClose > 0 {
+				// Graceful: the master moves this segment's objects
+				// elsewhere first (the task loop still runs).
+				timeout, req.Graceful, req.GraceMs = c.cfg.DrainOnClose+timeout, true, uint64(c.cfg.DrainOnClose/time.Millisecond)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
+			_, err := mc.mc.UnmountSegment(ctx, req)
 			cancel()
 			if err != nil {
 				c.log.Warn("unmount at close failed", "segment", c.segName, "err", wire.FromStatus(err))
@@ -290,6 +306,9 @@ func (c *Client) teardown() {
 	defer c.obs.Close()
 	c.cancel()
 	c.wg.Wait()
+	if c.tasks != nil {
+		c.tasks.wg.Wait()
+	}
 	if mc := c.conn.Swap(nil); mc != nil && mc.closer != nil {
 		mc.closer.Close()
 	}
@@ -458,6 +477,9 @@ func (c *Client) remount(mc *masterConn) {
 	}
 	if !c.cfg.NoPutGrants {
 		c.grants.offer(mc, resp)
+	}
+	if err := c.mountDisk(ctx, mc); err != nil {
+		c.log.Warn("disk tier remount failed", "master", mc.addr, "err", err)
 	}
 	c.metrics.remounts.Add(1)
 	c.log.Info("segments remounted", "master", mc.addr, "segments", len(c.segments))

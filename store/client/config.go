@@ -130,6 +130,21 @@ type Config struct {
 	// PingFailures is the number of consecutive failed heartbeats after
 	// which the client re-resolves the master (default 3).
 	PingFailures int
+	// SSDOffloadPath turns the disk tier on (Mooncake's
+	// enable_ssd_offload with ssd_offload_path): objects in this client's
+	// segment are written to checksummed files in this directory before
+	// the master evicts them from memory, and read back on get (store/ssd,
+	// tier.go). Files that survive a restart of the client intact are
+	// announced again. Empty: no disk tier.
+	SSDOffloadPath string
+	// SSDCapacity bounds the bytes the disk tier takes (0: 90% of the
+	// directory's free space).
+	SSDCapacity uint64
+	// DrainOnClose, when positive, makes Close unmount gracefully: the
+	// master moves the objects of this client's segment to other segments
+	// first, waiting up to this long (rolling restarts keep their KV
+	// cache). KVFERRY_STORE_DRAIN_ON_CLOSE_MS.
+	DrainOnClose time.Duration
 	// TenantID is the namespace of every key this client puts, reads and
 	// removes (Mooncake's tenant_id; "" is "default"): clients of different
 	// tenants on one master never see each other's objects (wire.TenantID

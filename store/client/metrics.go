@@ -20,6 +20,8 @@ type metrics struct {
 	grantAcquires             atomic.Uint64
 	grantReturns              atomic.Uint64
 	grantLapses               atomic.Uint64
+	offloads, diskLoads       atomic.Uint64
+	promotions                atomic.Uint64
 }
 
 // Metrics is a snapshot of a client's counters since New.
@@ -63,6 +65,12 @@ type Metrics struct {
 	// before a transfer because the grants' lease or connection lapsed
 	// (they went the PutStart way; also counted in GrantFallbacks).
 	GrantLapses uint64
+	// Offloads counts objects this client wrote to its disk tier;
+	// DiskLoads those it read back into its memory; Promotions the reads
+	// that asked the master to bring an object back from disk first.
+	Offloads   uint64
+	DiskLoads  uint64
+	Promotions uint64
 }
 
 // Metrics returns a snapshot.
@@ -76,6 +84,7 @@ func (c *Client) Metrics() Metrics {
 		GrantPuts: m.grantPuts.Load(), GrantFallbacks: m.grantFallbacks.Load(),
 		GrantAcquires: m.grantAcquires.Load(), GrantReturns: m.grantReturns.Load(),
 		GrantLapses: m.grantLapses.Load(),
+		Offloads:    m.offloads.Load(), DiskLoads: m.diskLoads.Load(), Promotions: m.promotions.Load(),
 	}
 }
 

@@ -418,7 +418,11 @@ func (c *Client) get(ctx context.Context, key string, dest func(size uint64) (sp
 		return 0, err
 	}
 	lease := time.Duration(resp.GetLeaseTtlMs()) * time.Millisecond
-	if err := c.readAny(ctx, key, resp.GetReplicas(), d, size, start, lease); err != nil {
+	reps, err := c.memoryReplicas(ctx, key, resp.GetReplicas(), &start)
+	if err != nil {
+		return 0, err
+	}
+	if err := c.readAny(ctx, key, reps, d, size, start, lease); err != nil {
 		return 0, err
 	}
 	return size, nil
@@ -449,16 +453,17 @@ func (c *Client) readAny(ctx context.Context, key string, reps []*wire.Replica, 
 	return nil
 }
 
-// readOrder puts replicas in this client's segment first.
+// readOrder returns the memory replicas of reps (disk replicas are read
+// through a promotion, tier.go), those in this client's segment first.
 func (c *Client) readOrder(reps []*wire.Replica) []*wire.Replica {
 	out := make([]*wire.Replica, 0, len(reps))
 	for _, r := range reps {
-		if r.GetSegmentName() == c.segName {
+		if r.GetSegmentName() == c.segName && r.GetKind() == wire.ReplicaKind_REPLICA_KIND_MEMORY {
 			out = append(out, r)
 		}
 	}
 	for _, r := range reps {
-		if r.GetSegmentName() != c.segName {
+		if r.GetSegmentName() != c.segName && r.GetKind() == wire.ReplicaKind_REPLICA_KIND_MEMORY {
 			out = append(out, r)
 		}
 	}
@@ -673,6 +678,10 @@ type ReplicaDesc struct {
 	Status string
 	// Protocol is the transport the holder offers.
 	Protocol string
+	// Disk is true for a LOCAL_DISK replica: a file on the disk tier of
+	// client SegmentName, under directory FilePath (Address is 0).
+	Disk     bool
+	FilePath string
 }
 
 // KeyReplicas is the master's answer for one key of ReplicaDescs.
@@ -710,6 +719,7 @@ func (c *Client) ReplicaDescs(ctx context.Context, keys []string) ([]KeyReplicas
 			out[i].Replicas = append(out[i].Replicas, ReplicaDesc{
 				SegmentName: rep.GetSegmentName(), Address: rep.GetAddress(), Size: rep.GetSize(),
 				Status: strings.TrimPrefix(rep.GetStatus().String(), "REPLICA_STATUS_"), Protocol: rep.GetProtocol(),
+				Disk: rep.GetKind() == wire.ReplicaKind_REPLICA_KIND_LOCAL_DISK, FilePath: rep.GetFilePath(),
 			})
 		}
 	}

@@ -131,6 +131,13 @@ type Config struct {
 	SnapshotInterval time.Duration
 	// PersistTimeout bounds one write of the operation log (default 10 s).
 	PersistTimeout time.Duration
+	// OffloadWatermark is the usage of a memory segment above which its
+	// objects are written to its client's disk tier, least recently used
+	// first (default 0.7; tier.go). --ssd_offload_watermark.
+	OffloadWatermark float64
+	// TaskTimeout is how long a client has to finish a task (offload,
+	// load, copy; default 30 s).
+	TaskTimeout time.Duration
 	// Clock is the time source; nil means the real clock.
 	Clock Clock
 	// Logger receives state changes (mounts, expiries, evictions); nil
@@ -248,6 +255,12 @@ func (c Config) withDefaults() Config {
 	if c.PersistTimeout == 0 {
 		c.PersistTimeout = 10 * time.Second
 	}
+	if c.OffloadWatermark == 0 {
+		c.OffloadWatermark = DefaultOffloadWatermark
+	}
+	if c.TaskTimeout == 0 {
+		c.TaskTimeout = DefaultTaskTimeout
+	}
 	if c.Clock == nil {
 		c.Clock = realClock{}
 	}
@@ -288,6 +301,9 @@ func (c Config) Validate() error {
 	}
 	if c.EnableHA && c.OplogDir != "" {
 		return errors.New("config: OplogDir is for a single master; with EnableHA use EnableOplog (the log lives in etcd)")
+	}
+	if !(c.OffloadWatermark > 0 && c.OffloadWatermark <= 1) || c.TaskTimeout < 0 {
+		return fmt.Errorf("config: OffloadWatermark %v must be in (0, 1], TaskTimeout positive", c.OffloadWatermark)
 	}
 	if c.RestoreWindow < 0 || c.SnapshotRecords < 0 || c.SnapshotInterval < 0 || c.PersistTimeout < 0 {
 		return errors.New("config: RestoreWindow, SnapshotRecords, SnapshotInterval and PersistTimeout must be positive")

@@ -515,6 +515,10 @@ func (s *Service) completeLocked(o *object, now time.Time) {
 	if o.softPinTTL > 0 {
 		o.softPinExpiry = now.Add(o.softPinTTL)
 	}
+	if o.uid == 0 {
+		s.mu.lastUID++
+		o.uid = s.mu.lastUID
+	}
 	s.mu.lru.touch(o)
 	s.logObjectLocked(o)
 }

@@ -2,6 +2,7 @@ package master
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"google.golang.org/grpc"
@@ -67,7 +68,7 @@ func replicasToWire(rs []Replica) []*wire.Replica {
 	out := make([]*wire.Replica, len(rs))
 	for i, r := range rs {
 		out[i] = &wire.Replica{SegmentName: r.SegmentName, Address: r.Addr, Size: r.Size,
-			Status: r.Status, SegmentId: r.SegmentID, Protocol: r.Protocol}
+			Status: r.Status, SegmentId: r.SegmentID, Protocol: r.Protocol, Kind: r.Kind, FilePath: r.FilePath}
 	}
 	return out
 }
@@ -124,15 +125,107 @@ func (g *handlers) ReMountSegments(_ context.Context, req *wire.ReMountSegmentsR
 	return svc.grantOffer(), nil
 }
 
-func (g *handlers) UnmountSegment(_ context.Context, req *wire.UnmountSegmentRequest) (*wire.UnmountSegmentResponse, error) {
+func (g *handlers) UnmountSegment(ctx context.Context, req *wire.UnmountSegmentRequest) (*wire.UnmountSegmentResponse, error) {
 	svc, err := g.svc()
 	if err != nil {
 		return nil, err
 	}
-	if err := svc.UnmountSegment(req.GetClientId(), req.GetSegmentId()); err != nil {
+	if req.GetGraceful() {
+		grace := time.Duration(req.GetGraceMs()) * time.Millisecond
+		if grace <= 0 || grace > maxDrainWait {
+			grace = maxDrainWait
+		}
+		err = svc.DrainSegment(ctx, req.GetClientId(), req.GetSegmentId(), grace)
+	} else {
+		err = svc.UnmountSegment(req.GetClientId(), req.GetSegmentId())
+	}
+	if err != nil {
 		return nil, err
 	}
 	return &wire.UnmountSegmentResponse{}, nil
+}
+
+// maxDrainWait bounds how long a graceful unmount waits for its moves.
+const maxDrainWait = 5 * time.Minute
+
+func (g *handlers) MountDiskSegment(_ context.Context, req *wire.MountDiskSegmentRequest) (*wire.MountDiskSegmentResponse, error) {
+	svc, err := g.svc()
+	if err != nil {
+		return nil, err
+	}
+	p := req.GetSegment()
+	info := DiskSegmentInfo{ID: p.GetId(), Name: p.GetName(), Path: p.GetPath(), Capacity: p.GetCapacity()}
+	entries := make([]DiskEntry, len(req.GetEntries()))
+	for i, e := range req.GetEntries() {
+		entries[i] = DiskEntry{Tenant: e.GetTenantId(), Key: e.GetKey(), UID: e.GetUid(), Size: e.GetSize(), FileBytes: e.GetFileBytes()}
+	}
+	drop, err := svc.MountDiskSegment(req.GetClientId(), info, entries)
+	if err != nil {
+		return nil, err
+	}
+	out := &wire.MountDiskSegmentResponse{Drop: make([]uint32, len(drop))}
+	for i, d := range drop {
+		out.Drop[i] = uint32(d)
+	}
+	return out, nil
+}
+
+func (g *handlers) FetchTasks(ctx context.Context, req *wire.FetchTasksRequest) (*wire.FetchTasksResponse, error) {
+	svc, err := g.svc()
+	if err != nil {
+		return nil, err
+	}
+	done := make([]TaskResult, len(req.GetDone()))
+	for i, r := range req.GetDone() {
+		var rerr error
+		if r.GetCode() != 0 {
+			rerr = fmt.Errorf("%s: %w", r.GetMessage(), wire.ErrorOf(r.GetCode()))
+		}
+		done[i] = TaskResult{ID: r.GetId(), Err: rerr, FileBytes: r.GetFileBytes()}
+	}
+	tasks, err := svc.FetchTasks(ctx, req.GetClientId(), done, time.Duration(req.GetWaitMs())*time.Millisecond, int(req.GetMax()))
+	if err != nil {
+		return nil, err
+	}
+	return &wire.FetchTasksResponse{Tasks: tasks}, nil
+}
+
+func (g *handlers) PromoteObject(ctx context.Context, req *wire.KeyRequest) (*wire.GetReplicaListResponse, error) {
+	svc, err := g.svc()
+	if err != nil {
+		return nil, err
+	}
+	l, err := svc.PromoteObject(ctx, req.GetTenantId(), req.GetKey())
+	if err != nil {
+		return nil, err
+	}
+	return &wire.GetReplicaListResponse{Replicas: replicasToWire(l.Replicas), Size: l.Size,
+		LeaseTtlMs: uint64(l.LeaseTTL / time.Millisecond)}, nil
+}
+
+func (g *handlers) CreateTask(_ context.Context, req *wire.CreateTaskRequest) (*wire.CreateTaskResponse, error) {
+	svc, err := g.svc()
+	if err != nil {
+		return nil, err
+	}
+	id, err := svc.CreateTask(req.GetTenantId(), req.GetKey(), req.GetKind(), req.GetSource(), req.GetTargets())
+	if err != nil {
+		return nil, err
+	}
+	return &wire.CreateTaskResponse{TaskId: id}, nil
+}
+
+func (g *handlers) QueryTask(_ context.Context, req *wire.QueryTaskRequest) (*wire.QueryTaskResponse, error) {
+	svc, err := g.svc()
+	if err != nil {
+		return nil, err
+	}
+	t, err := svc.QueryTask(req.GetTaskId())
+	if err != nil {
+		return nil, err
+	}
+	return &wire.QueryTaskResponse{Id: t.ID, Type: t.Kind, Status: t.Status, CreatedAtMsEpoch: t.Created.UnixMilli(),
+		LastUpdatedAtMsEpoch: t.Updated.UnixMilli(), AssignedClient: t.AssignedClient, Message: t.Message}, nil
 }
 
 func (g *handlers) ExistKey(_ context.Context, req *wire.KeyRequest) (*wire.ExistKeyResponse, error) {

@@ -137,3 +137,28 @@ func (c inProcess) PutCommit(ctx context.Context, in *wire.PutCommitRequest, _ .
 func (c inProcess) ReturnGrants(ctx context.Context, in *wire.ReturnGrantsRequest, _ ...grpc.CallOption) (*wire.ReturnGrantsResponse, error) {
 	return answer(c.g.ReturnGrants(ctx, in))
 }
+
+// MountDiskSegment calls the handler directly.
+func (c inProcess) MountDiskSegment(ctx context.Context, in *wire.MountDiskSegmentRequest, _ ...grpc.CallOption) (*wire.MountDiskSegmentResponse, error) {
+	return answer(c.g.MountDiskSegment(ctx, in))
+}
+
+// FetchTasks calls the handler directly.
+func (c inProcess) FetchTasks(ctx context.Context, in *wire.FetchTasksRequest, _ ...grpc.CallOption) (*wire.FetchTasksResponse, error) {
+	return answer(c.g.FetchTasks(ctx, in))
+}
+
+// PromoteObject calls the handler directly.
+func (c inProcess) PromoteObject(ctx context.Context, in *wire.KeyRequest, _ ...grpc.CallOption) (*wire.GetReplicaListResponse, error) {
+	return answer(c.g.PromoteObject(ctx, in))
+}
+
+// CreateTask calls the handler directly.
+func (c inProcess) CreateTask(ctx context.Context, in *wire.CreateTaskRequest, _ ...grpc.CallOption) (*wire.CreateTaskResponse, error) {
+	return answer(c.g.CreateTask(ctx, in))
+}
+
+// QueryTask calls the handler directly.
+func (c inProcess) QueryTask(ctx context.Context, in *wire.QueryTaskRequest, _ ...grpc.CallOption) (*wire.QueryTaskResponse, error) {
+	return answer(c.g.QueryTask(ctx, in))
+}

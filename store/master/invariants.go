@@ -113,8 +113,13 @@ func (s *Service) verifyLocked() error {
 		if o.id != k {
 			return fmt.Errorf("object %v indexed as %v", o.id, k)
 		}
-		if len(o.replicas) == 0 && len(o.pending) == 0 {
+		if len(o.replicas) == 0 && len(o.pending) == 0 && len(o.disk) == 0 {
 			return fmt.Errorf("object %v has no replica", k)
+		}
+		for _, d := range o.disk {
+			if d.seg.unmounted || d.seg.reps[o] != d {
+				return fmt.Errorf("object %v: disk replica not indexed in a mounted disk segment", k)
+			}
 		}
 		for _, p := range o.pending {
 			a, ok := s.mu.awaiting[p.segID]

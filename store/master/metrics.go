@@ -29,6 +29,9 @@ type counters struct {
 	grantReturns             uint64
 	grantsTakenBack          uint64
 	commits, commitFails     uint64
+	tasks, taskFailures      uint64
+	offloads, offloadedBytes uint64
+	promotions               uint64
 }
 
 // Metrics is a point-in-time snapshot of the master.
@@ -98,6 +101,20 @@ type Metrics struct {
 	// that failed (the key existed, an address outside a grant, ...).
 	PutCommitsTotal     uint64
 	PutCommitFailsTotal uint64
+
+	// Disk tier (tier.go) and tasks (tasks.go).
+	DiskCapacityBytes uint64
+	DiskUsedBytes     uint64
+	DiskObjects       int
+	// TasksTotal counts tasks handed to clients, TaskFailuresTotal those
+	// that failed or timed out.
+	TasksTotal        uint64
+	TaskFailuresTotal uint64
+	// OffloadsTotal and OffloadedBytesTotal count objects written to disk
+	// tiers; PromotionsTotal objects loaded back into memory.
+	OffloadsTotal       uint64
+	OffloadedBytesTotal uint64
+	PromotionsTotal     uint64
 }
 
 // Metrics returns a snapshot.
@@ -136,6 +153,18 @@ func (s *Service) Metrics() Metrics {
 		GrantsTakenBackTotal: c.grantsTakenBack,
 		PutCommitsTotal:      c.commits,
 		PutCommitFailsTotal:  c.commitFails,
+		TasksTotal:           c.tasks,
+		TaskFailuresTotal:    c.taskFailures,
+		OffloadsTotal:        c.offloads,
+		OffloadedBytesTotal:  c.offloadedBytes,
+		PromotionsTotal:      c.promotions,
+	}
+	for _, cl := range s.mu.clients {
+		if d := cl.disk; d != nil {
+			m.DiskCapacityBytes += d.info.Capacity
+			m.DiskUsedBytes += d.used
+			m.DiskObjects += len(d.reps)
+		}
 	}
 	now := s.clock.Now()
 	for _, o := range s.mu.objects {
@@ -235,6 +264,14 @@ func newCollector(s *Server) *collector {
 		f(metrics.MasterGrantsTakenBack, u(func(m *Metrics) uint64 { return m.GrantsTakenBackTotal })),
 		f(metrics.MasterPutCommits, u(func(m *Metrics) uint64 { return m.PutCommitsTotal })),
 		f(metrics.MasterPutCommitFails, u(func(m *Metrics) uint64 { return m.PutCommitFailsTotal })),
+		f(metrics.MasterDiskCapacity, u(func(m *Metrics) uint64 { return m.DiskCapacityBytes })),
+		f(metrics.MasterDiskUsed, u(func(m *Metrics) uint64 { return m.DiskUsedBytes })),
+		f(metrics.MasterDiskObjects, i(func(m *Metrics) int { return m.DiskObjects })),
+		f(metrics.MasterTasks, u(func(m *Metrics) uint64 { return m.TasksTotal })),
+		f(metrics.MasterTaskFailures, u(func(m *Metrics) uint64 { return m.TaskFailuresTotal })),
+		f(metrics.MasterOffloads, u(func(m *Metrics) uint64 { return m.OffloadsTotal })),
+		f(metrics.MasterOffloadedBytes, u(func(m *Metrics) uint64 { return m.OffloadedBytesTotal })),
+		f(metrics.MasterPromotions, u(func(m *Metrics) uint64 { return m.PromotionsTotal })),
 	}}
 }
 

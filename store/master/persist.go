@@ -140,6 +140,7 @@ type objRec struct {
 	softPinTTL    time.Duration
 	softPinExpiry time.Time
 	version       uint64
+	uid           uint64
 	reps          []pendingReplica
 }
 
@@ -162,6 +163,7 @@ func encodeObject(e *encoder, r objRec) {
 	}
 	e.uint(exp)
 	e.uint(r.version)
+	e.uint(r.uid)
 	e.uint(uint64(len(r.reps)))
 	for _, p := range r.reps {
 		e.string(p.segID)
@@ -181,7 +183,7 @@ func encodeRemove(id objectKey) []byte {
 // objRecOf describes o's logged form: its live and pending replicas.
 func objRecOf(o *object) objRec {
 	r := objRec{id: o.id, size: o.size, hardPin: o.hardPin, softPinTTL: o.softPinTTL,
-		softPinExpiry: o.softPinExpiry, version: o.version}
+		softPinExpiry: o.softPinExpiry, version: o.version, uid: o.uid}
 	for _, rep := range o.replicas {
 		r.reps = append(r.reps, pendingReplica{segID: rep.seg.info.ID, off: rep.off, size: rep.size})
 	}
@@ -273,6 +275,7 @@ func (r *replayed) apply(data []byte) error {
 			o.softPinExpiry = time.UnixMilli(int64(exp))
 		}
 		o.version = d.uint()
+		o.uid = d.uint()
 		n := d.uint()
 		if n > uint64(len(d.b)) {
 			d.err = errBadRecord
@@ -333,7 +336,7 @@ func (s *Service) restore(st oplog.State, be oplog.Backend) error {
 	objects := 0
 	for id, rec := range r.objs {
 		o := &object{id: id, size: rec.size, complete: true, putStart: now, hardPin: rec.hardPin,
-			softPinTTL: rec.softPinTTL, softPinExpiry: rec.softPinExpiry, version: rec.version}
+			softPinTTL: rec.softPinTTL, softPinExpiry: rec.softPinExpiry, version: rec.version, uid: rec.uid}
 		for _, p := range rec.reps {
 			if a, ok := s.mu.awaiting[p.segID]; ok && p.size == rec.size {
 				o.pending = append(o.pending, p)
@@ -402,7 +405,7 @@ func (s *Service) settleRestoredLocked(o *object) {
 		if !o.inLRU && s.mu.objects[o.id] == o {
 			s.mu.lru.touch(o)
 		}
-	case len(o.pending) == 0:
+	case len(o.pending) == 0 && len(o.disk) == 0:
 		s.forgetObjectLocked(o)
 	}
 }

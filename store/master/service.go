@@ -42,6 +42,10 @@ type Replica struct {
 	Size        uint64
 	Status      wire.ReplicaStatus
 	Protocol    string
+	// Kind is MEMORY (read at Addr) or LOCAL_DISK (a file on the disk tier
+	// of segment SegmentName's client, under directory FilePath).
+	Kind     wire.ReplicaKind
+	FilePath string
 }
 
 // ReplicaList is the answer to GetReplicaList.
@@ -124,6 +128,13 @@ type Service struct {
 		// restoreUntil: when those still awaited are dropped (persist.go).
 		awaiting     map[string]*awaited
 		restoreUntil time.Time
+
+		// Tasks (tasks.go): those handed out and not done, by id; the copy
+		// and move tasks of users, by UUID; the last object uid.
+		tasks     map[uint64]*task
+		lastTask  uint64
+		userTasks map[string]*userTask
+		lastUID   uint64
 	}
 }
 
@@ -135,6 +146,11 @@ type clientState struct {
 	// grantGen is the Service's grantGen when the master last took back one
 	// of this client's grants (or when the client registered).
 	grantGen uint64
+	// disk is its disk tier, tasks the tasks handed to it and not done,
+	// taskWake wakes its FetchTasks (tasks.go).
+	disk     *diskSeg
+	tasks    []*task
+	taskWake chan struct{}
 	// previous: the client was answered NEED_REMOUNT before it registered,
 	// so it was a client of a previous master instance; its segments are
 	// fenced while the remount fence lasts.
@@ -150,6 +166,9 @@ type segment struct {
 	// fenced: mounted by a client of a previous master instance while the
 	// remount fence lasts; nothing is allocated in it until then.
 	fenced bool
+	// draining: a graceful unmount moves its objects out; nothing new is
+	// placed in it.
+	draining bool
 }
 
 type replica struct {
@@ -180,6 +199,20 @@ type object struct {
 	pending []pendingReplica
 	// version is the object's version (0 unless versioned publish).
 	version uint64
+	// uid names this incarnation of the key (set when it completes): a
+	// disk file or a task of an older one does not apply to it.
+	uid uint64
+	// disk are its files on disk tiers (tier.go); offloading: an OFFLOAD
+	// task is out; noOffloadUntil: the last one failed; loading: the LOAD
+	// task bringing it back into memory.
+	disk           []*diskReplica
+	offloading     bool
+	noOffloadUntil time.Time
+	loading        *task
+	// busyUntil: a task reads its memory until then (tasks.go): eviction
+	// skips it and its memory is freed no earlier.
+	busyUntil time.Time
+	busyTasks int
 
 	prev, next *object // lru links
 	inLRU      bool
@@ -237,6 +270,9 @@ func newService(cfg Config, viewVersion uint64, fence startFence) (*Service, err
 	s.mu.objects = make(map[objectKey]*object)
 	s.mu.processing = make(map[objectKey]*object)
 	s.mu.grants = make(map[uint64]*grant)
+	s.mu.tasks = make(map[uint64]*task)
+	s.mu.userTasks = make(map[string]*userTask)
+	s.mu.lastUID = rand.Uint64() >> 1
 	// Grant ids start at a random point (of the runtime-seeded source, not
 	// cfg.Seed, which may be the same in every instance), so that ids of
 	// different master instances (restarts, HA terms) do not collide: a
@@ -349,7 +385,7 @@ func (s *Service) touchClientLocked(id string, now time.Time) *clientState {
 	c, ok := s.mu.clients[id]
 	if !ok {
 		_, previous := s.mu.remounting[id]
-		c = &clientState{id: id, segments: make(map[string]*segment), grants: make(map[uint64]*grant),
+		c = &clientState{id: id, segments: make(map[string]*segment), grants: make(map[uint64]*grant), taskWake: make(chan struct{}, 1),
 			grantGen: s.mu.grantGen, previous: previous}
 		s.mu.clients[id] = c
 		s.log.Info("client registered", "client", id)
@@ -445,7 +481,7 @@ func (s *Service) unmountLocked(seg *segment, now time.Time) {
 		o.replicas = slices.DeleteFunc(o.replicas, func(x *replica) bool { return x == r })
 		dropped++
 		switch {
-		case len(o.replicas) == 0 && len(o.pending) == 0:
+		case len(o.replicas) == 0 && len(o.pending) == 0 && len(o.disk) == 0:
 			s.forgetObjectLocked(o)
 		case len(o.replicas) == 0:
 			s.mu.lru.remove(o) // restored replicas elsewhere may still come back
@@ -531,7 +567,7 @@ func (s *Service) BatchExistKey(tenant string, keys []string) []int32 {
 func (s *Service) existLocked(id objectKey, now time.Time) bool {
 	s.mu.counters.exists++
 	o, ok := s.mu.objects[id]
-	if !ok || !o.complete || len(o.replicas) == 0 {
+	if !ok || !o.complete || len(o.replicas) == 0 && len(o.disk) == 0 {
 		return false
 	}
 	s.leaseLocked(o, now)
@@ -578,7 +614,7 @@ func (s *Service) getLocked(id objectKey, now time.Time) (ReplicaList, error) {
 	if !ok {
 		return ReplicaList{}, fmt.Errorf("get replica list %v: %w", id, wire.ErrObjectNotFound)
 	}
-	if !o.complete || len(o.replicas) == 0 {
+	if !o.complete || len(o.replicas) == 0 && len(o.disk) == 0 {
 		return ReplicaList{}, fmt.Errorf("get replica list %v: %w", id, wire.ErrReplicaIsNotReady)
 	}
 	s.mu.counters.getHits++
@@ -590,7 +626,9 @@ func (s *Service) leaseLocked(o *object, now time.Time) {
 	if exp := now.Add(s.cfg.DefaultKVLeaseTTL); exp.After(o.leaseExpiry) {
 		o.leaseExpiry = exp
 	}
-	s.mu.lru.touch(o)
+	if len(o.replicas) > 0 {
+		s.mu.lru.touch(o)
+	}
 }
 
 func (o *object) descriptors() []Replica {
@@ -598,7 +636,7 @@ func (o *object) descriptors() []Replica {
 	if o.complete {
 		st = wire.ReplicaStatus_REPLICA_STATUS_COMPLETE
 	}
-	out := make([]Replica, len(o.replicas))
+	out := make([]Replica, len(o.replicas), len(o.replicas)+len(o.disk))
 	for i, r := range o.replicas {
 		out[i] = Replica{
 			SegmentID:   r.seg.info.ID,
@@ -608,6 +646,10 @@ func (o *object) descriptors() []Replica {
 			Status:      st,
 			Protocol:    r.seg.info.Protocol,
 		}
+	}
+	for _, d := range o.disk {
+		out = append(out, Replica{SegmentID: d.seg.info.ID, SegmentName: d.seg.info.Name, Size: o.size, Status: st,
+			Kind: wire.ReplicaKind_REPLICA_KIND_LOCAL_DISK, FilePath: d.seg.info.Path})
 	}
 	return out
 }
@@ -804,7 +846,7 @@ func (s *Service) pickSegmentsLocked(n int, preferred, exclude []string, take fu
 	}
 	got := 0
 	try := func(seg *segment) bool {
-		if usedNames[seg.info.Name] || seg.fenced || !take(seg) {
+		if usedNames[seg.info.Name] || seg.fenced || seg.draining || !take(seg) {
 			return false
 		}
 		usedNames[seg.info.Name] = true
@@ -1050,6 +1092,8 @@ func (s *Service) dropObjectLocked(o *object, release, now time.Time) {
 	if o.complete && s.mu.objects[o.id] == o {
 		s.logLocked(encodeRemove(o.id))
 	}
+	release = later(release, o.busyUntil)
+	s.dropDiskReplicasLocked(o, now)
 	s.forgetPendingLocked(o)
 	s.forgetObjectLocked(o)
 	for _, r := range o.replicas {
@@ -1125,11 +1169,17 @@ func (s *Service) Tick() {
 		for _, seg := range segs {
 			s.unmountLocked(seg, now)
 		}
+		s.failClientTasksLocked(c, now)
+		if c.disk != nil {
+			s.unmountDiskLocked(c.disk)
+		}
 		delete(s.mu.clients, c.id)
 		s.mu.counters.expiredClients++
 	}
 	s.releaseFencesLocked(now)
 	s.expireRestoredLocked(now)
+	s.expireTasksLocked(now)
+	s.scheduleOffloadsLocked(now)
 
 	// Release discarded replicas whose time has come.
 	kept := s.mu.discarded[:0]
@@ -1178,20 +1228,27 @@ func (s *Service) evictLocked(target uint64, now time.Time) uint64 {
 	s.mu.counters.evictionRounds++
 	var freed uint64
 	n := 0
-	for pass := range 2 {
-		if pass == 1 && s.cfg.KeepSoftPinned {
+	// Pass 0: objects with a disk replica lose only their memory (they
+	// stay readable from disk; tier.go); passes 1 and 2: the others, the
+	// soft-pinned ones last.
+	for pass := range 3 {
+		if pass == 2 && s.cfg.KeepSoftPinned {
 			break
 		}
 		for o := s.mu.lru.head; o != nil && freed < target; {
 			next := o.next
 			softPinned := o.softPinExpiry.After(now)
-			if o.hardPin || o.leaseExpiry.After(now) || softPinned != (pass == 1) {
+			if o.hardPin || o.leaseExpiry.After(now) || o.busyUntil.After(now) ||
+				(pass == 0) != (len(o.disk) > 0) || pass > 0 && softPinned != (pass == 2) {
 				o = next
 				continue
 			}
-			bytes := alignedLen(o.size) * uint64(len(o.replicas))
-			s.dropObjectLocked(o, now, now)
-			freed += bytes
+			if pass == 0 {
+				freed += s.dropMemoryLocked(o, now)
+			} else {
+				freed += alignedLen(o.size) * uint64(len(o.replicas))
+				s.dropObjectLocked(o, now, now)
+			}
 			n++
 			o = next
 		}

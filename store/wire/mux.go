@@ -80,7 +80,12 @@ const (
 	MuxAcquireGrants       MuxMethod = 19
 	MuxPutCommit           MuxMethod = 20
 	MuxReturnGrants        MuxMethod = 21
-	muxMethodEnd           MuxMethod = 22
+	MuxMountDiskSegment    MuxMethod = 22
+	MuxFetchTasks          MuxMethod = 23
+	MuxPromoteObject       MuxMethod = 24
+	MuxCreateTask          MuxMethod = 25
+	MuxQueryTask           MuxMethod = 26
+	muxMethodEnd           MuxMethod = 27
 )
 
 // MuxHeader is a decoded frame header.
@@ -188,6 +193,10 @@ type muxCall struct {
 	name   string
 	newReq func() proto.Message
 	serve  func(ctx context.Context, s MasterServer, req proto.Message) (proto.Message, error)
+	// slow calls may wait (for a task, a load from disk, a drain): the
+	// server answers them from a goroutine of their own, so the calls
+	// behind them on the connection do not wait too.
+	slow bool
 }
 
 // Name returns the method's gRPC full name ("/kvferry.store.v1.Master/Ping"),
@@ -212,45 +221,55 @@ func serveFn[Req, Resp proto.Message](f func(MasterServer, context.Context, Req)
 
 var muxCalls = [muxMethodEnd]muxCall{
 	MuxPing: {Master_Ping_FullMethodName, func() proto.Message { return new(PingRequest) },
-		serveFn(MasterServer.Ping)},
+		serveFn(MasterServer.Ping), false},
 	MuxMountSegment: {Master_MountSegment_FullMethodName, func() proto.Message { return new(MountSegmentRequest) },
-		serveFn(MasterServer.MountSegment)},
+		serveFn(MasterServer.MountSegment), false},
 	MuxReMountSegments: {Master_ReMountSegments_FullMethodName, func() proto.Message { return new(ReMountSegmentsRequest) },
-		serveFn(MasterServer.ReMountSegments)},
+		serveFn(MasterServer.ReMountSegments), false},
 	MuxUnmountSegment: {Master_UnmountSegment_FullMethodName, func() proto.Message { return new(UnmountSegmentRequest) },
-		serveFn(MasterServer.UnmountSegment)},
+		serveFn(MasterServer.UnmountSegment), true}, // a graceful unmount waits for its moves
 	MuxExistKey: {Master_ExistKey_FullMethodName, func() proto.Message { return new(KeyRequest) },
-		serveFn(MasterServer.ExistKey)},
+		serveFn(MasterServer.ExistKey), false},
 	MuxBatchExistKey: {Master_BatchExistKey_FullMethodName, func() proto.Message { return new(BatchKeyRequest) },
-		serveFn(MasterServer.BatchExistKey)},
+		serveFn(MasterServer.BatchExistKey), false},
 	MuxGetReplicaList: {Master_GetReplicaList_FullMethodName, func() proto.Message { return new(KeyRequest) },
-		serveFn(MasterServer.GetReplicaList)},
+		serveFn(MasterServer.GetReplicaList), false},
 	MuxBatchGetReplicaList: {Master_BatchGetReplicaList_FullMethodName, func() proto.Message { return new(BatchKeyRequest) },
-		serveFn(MasterServer.BatchGetReplicaList)},
+		serveFn(MasterServer.BatchGetReplicaList), false},
 	MuxPutStart: {Master_PutStart_FullMethodName, func() proto.Message { return new(PutStartRequest) },
-		serveFn(MasterServer.PutStart)},
+		serveFn(MasterServer.PutStart), false},
 	MuxBatchPutStart: {Master_BatchPutStart_FullMethodName, func() proto.Message { return new(BatchPutStartRequest) },
-		serveFn(MasterServer.BatchPutStart)},
+		serveFn(MasterServer.BatchPutStart), false},
 	MuxPutEnd: {Master_PutEnd_FullMethodName, func() proto.Message { return new(PutEndRequest) },
-		serveFn(MasterServer.PutEnd)},
+		serveFn(MasterServer.PutEnd), false},
 	MuxBatchPutEnd: {Master_BatchPutEnd_FullMethodName, func() proto.Message { return new(BatchPutEndRequest) },
-		serveFn(MasterServer.BatchPutEnd)},
+		serveFn(MasterServer.BatchPutEnd), false},
 	MuxRemove: {Master_Remove_FullMethodName, func() proto.Message { return new(RemoveRequest) },
-		serveFn(MasterServer.Remove)},
+		serveFn(MasterServer.Remove), false},
 	MuxBatchRemove: {Master_BatchRemove_FullMethodName, func() proto.Message { return new(BatchRemoveRequest) },
-		serveFn(MasterServer.BatchRemove)},
+		serveFn(MasterServer.BatchRemove), false},
 	MuxRemoveByRegex: {Master_RemoveByRegex_FullMethodName, func() proto.Message { return new(RemoveByRegexRequest) },
-		serveFn(MasterServer.RemoveByRegex)},
+		serveFn(MasterServer.RemoveByRegex), false},
 	MuxRemoveAll: {Master_RemoveAll_FullMethodName, func() proto.Message { return new(RemoveAllRequest) },
-		serveFn(MasterServer.RemoveAll)},
+		serveFn(MasterServer.RemoveAll), false},
 	MuxListSegments: {Master_ListSegments_FullMethodName, func() proto.Message { return new(ListSegmentsRequest) },
-		serveFn(MasterServer.ListSegments)},
+		serveFn(MasterServer.ListSegments), false},
 	MuxListKeys: {Master_ListKeys_FullMethodName, func() proto.Message { return new(ListKeysRequest) },
-		serveFn(MasterServer.ListKeys)},
+		serveFn(MasterServer.ListKeys), false},
 	MuxAcquireGrants: {Master_AcquireGrants_FullMethodName, func() proto.Message { return new(AcquireGrantsRequest) },
-		serveFn(MasterServer.AcquireGrants)},
+		serveFn(MasterServer.AcquireGrants), false},
 	MuxPutCommit: {Master_PutCommit_FullMethodName, func() proto.Message { return new(PutCommitRequest) },
-		serveFn(MasterServer.PutCommit)},
+		serveFn(MasterServer.PutCommit), false},
 	MuxReturnGrants: {Master_ReturnGrants_FullMethodName, func() proto.Message { return new(ReturnGrantsRequest) },
-		serveFn(MasterServer.ReturnGrants)},
+		serveFn(MasterServer.ReturnGrants), false},
+	MuxMountDiskSegment: {Master_MountDiskSegment_FullMethodName, func() proto.Message { return new(MountDiskSegmentRequest) },
+		serveFn(MasterServer.MountDiskSegment), false},
+	MuxFetchTasks: {Master_FetchTasks_FullMethodName, func() proto.Message { return new(FetchTasksRequest) },
+		serveFn(MasterServer.FetchTasks), true},
+	MuxPromoteObject: {Master_PromoteObject_FullMethodName, func() proto.Message { return new(KeyRequest) },
+		serveFn(MasterServer.PromoteObject), true},
+	MuxCreateTask: {Master_CreateTask_FullMethodName, func() proto.Message { return new(CreateTaskRequest) },
+		serveFn(MasterServer.CreateTask), false},
+	MuxQueryTask: {Master_QueryTask_FullMethodName, func() proto.Message { return new(QueryTaskRequest) },
+		serveFn(MasterServer.QueryTask), false},
 }

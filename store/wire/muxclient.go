@@ -549,9 +549,10 @@ func (c *MuxClient) invoke(ctx context.Context, m MuxMethod, in, out proto.Messa
 	putBuf(buf)
 
 	deadline, _ := ctx.Deadline()
-	if _, ok := ctx.Deadline(); !ok && ctx.Done() != nil {
-		// A read blocks in the kernel; a cancellation without deadline
-		// stops it through an expired read deadline.
+	if ctx.Done() != nil {
+		// A read blocks in the kernel; a cancellation (before the
+		// deadline, or without one: a long poll ended by Close) stops it
+		// through an expired read deadline.
 		stop := context.AfterFunc(ctx, func() { _ = mc.c.SetReadDeadline(time.Unix(1, 0)) })
 		defer stop()
 	}
@@ -805,6 +806,51 @@ func (c *MuxClient) PutCommit(ctx context.Context, in *PutCommitRequest, _ ...gr
 func (c *MuxClient) ReturnGrants(ctx context.Context, in *ReturnGrantsRequest, _ ...grpc.CallOption) (*ReturnGrantsResponse, error) {
 	out := new(ReturnGrantsResponse)
 	if err := c.invoke(ctx, MuxReturnGrants, in, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// MountDiskSegment calls the master over the connection.
+func (c *MuxClient) MountDiskSegment(ctx context.Context, in *MountDiskSegmentRequest, _ ...grpc.CallOption) (*MountDiskSegmentResponse, error) {
+	out := new(MountDiskSegmentResponse)
+	if err := c.invoke(ctx, MuxMountDiskSegment, in, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// FetchTasks calls the master over the connection.
+func (c *MuxClient) FetchTasks(ctx context.Context, in *FetchTasksRequest, _ ...grpc.CallOption) (*FetchTasksResponse, error) {
+	out := new(FetchTasksResponse)
+	if err := c.invoke(ctx, MuxFetchTasks, in, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// PromoteObject calls the master over the connection.
+func (c *MuxClient) PromoteObject(ctx context.Context, in *KeyRequest, _ ...grpc.CallOption) (*GetReplicaListResponse, error) {
+	out := new(GetReplicaListResponse)
+	if err := c.invoke(ctx, MuxPromoteObject, in, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// CreateTask calls the master over the connection.
+func (c *MuxClient) CreateTask(ctx context.Context, in *CreateTaskRequest, _ ...grpc.CallOption) (*CreateTaskResponse, error) {
+	out := new(CreateTaskResponse)
+	if err := c.invoke(ctx, MuxCreateTask, in, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// QueryTask calls the master over the connection.
+func (c *MuxClient) QueryTask(ctx context.Context, in *QueryTaskRequest, _ ...grpc.CallOption) (*QueryTaskResponse, error) {
+	out := new(QueryTaskResponse)
+	if err := c.invoke(ctx, MuxQueryTask, in, out); err != nil {
 		return nil, err
 	}
 	return out, nil

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"sync"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -30,7 +31,9 @@ type MuxObserver interface {
 // The client's MuxHello must already have been read from conn; ServeMuxConn
 // answers it first. Requests are served one after another in the calling
 // goroutine, and answers to requests that arrived together go out in one
-// write. srv's errors may be plain store errors or gRPC status errors;
+// write; slow calls (FetchTasks, PromoteObject, a graceful UnmountSegment:
+// calls that wait) are answered from goroutines of their own, out of
+// order, so that they hold up no other call. srv's errors may be plain store errors or gRPC status errors;
 // either way the client sees what a gRPC call would have returned. It
 // returns nil when the client closed the connection, the failure otherwise
 // (a malformed frame closes nothing: the caller closes conn).
@@ -92,11 +95,19 @@ func ServeMuxConnConfig(ctx context.Context, conn net.Conn, srv MasterServer, cf
 		return fmt.Errorf("mux hello: %w", err)
 	}
 	r := bufio.NewReaderSize(conn, muxBufBytes)
-	w := bufio.NewWriterSize(conn, muxBufBytes)
+	w := &lockedWriter{w: bufio.NewWriterSize(conn, muxBufBytes), conn: conn, timeout: cfg.RequestTimeout}
+	// Slow calls run in goroutines of their own, under a context that ends
+	// with this call; it waits for them before it returns.
+	slowCtx, stopSlow := context.WithCancel(ctx)
+	var slowWG sync.WaitGroup
+	slowSem := make(chan struct{}, maxSlowCalls)
+	defer func() {
+		stopSlow()
+		slowWG.Wait()
+	}()
 	var hdr [MuxHeaderBytes]byte
 	var body []byte
 	out := make([]byte, MuxHeaderBytes, 4<<10)
-	mo := proto.MarshalOptions{}
 	var held int64 // budget bytes the current request holds
 	defer func() { cfg.Budget.Release(held) }()
 	for {
@@ -136,6 +147,22 @@ func ServeMuxConnConfig(ctx context.Context, conn net.Conn, srv MasterServer, cf
 			err = fmt.Errorf("decode %s request: %v: %w", h.Method.Name(), err, ErrInvalidParams)
 		} else if err = cfg.Limits.Check(req); err != nil {
 			err = fmt.Errorf("%s request: %w", h.Method.Name(), err)
+		} else if call.slow {
+			select {
+			case slowSem <- struct{}{}:
+				cfg.Budget.Release(held) // the request is decoded: its body is not needed
+				held = 0
+				slowWG.Add(1)
+				go func(h MuxHeader) { // owned by this call; ends with slowCtx at the latest
+					defer slowWG.Done()
+					defer func() { <-slowSem }()
+					resp, err := call.serve(slowCtx, srv, req)
+					_ = w.answer(encodeAnswer(nil, h, resp, err), true)
+				}(h)
+				continue
+			default: // too many waiting: this one is answered in line
+				resp, err = call.serve(ctx, srv, req)
+			}
 		} else {
 			resp, err = call.serve(ctx, srv, req)
 		}
@@ -144,20 +171,11 @@ func ServeMuxConnConfig(ctx context.Context, conn net.Conn, srv MasterServer, cf
 		}
 		cfg.Budget.Release(held)
 		held = 0
-		out = out[:MuxHeaderBytes]
-		status := uint16(0)
-		if err != nil {
-			out, status = AppendMuxError(out, err)
-		} else if out, err = mo.MarshalAppend(out, resp); err != nil {
-			out, status = AppendMuxError(out[:MuxHeaderBytes], fmt.Errorf("encode %s answer: %v: %w", h.Method.Name(), err, ErrInternal))
-		}
-		if len(out)-MuxHeaderBytes > MaxMuxBody {
-			out, status = AppendMuxError(out[:MuxHeaderBytes], fmt.Errorf("%s answer of %d bytes (at most %d): %w",
-				h.Method.Name(), len(out)-MuxHeaderBytes, MaxMuxBody, ErrBufferOverflow))
-		}
-		PutMuxHeader(out, MuxHeader{BodyBytes: uint32(len(out) - MuxHeaderBytes), ID: h.ID, Method: h.Method, Status: status})
-		if _, err := w.Write(out); err != nil {
-			return fmt.Errorf("mux write: %w", err)
+		out = encodeAnswer(out, h, resp, err)
+		// Flush once no further whole request is already buffered: answers
+		// to requests that arrived together leave in one write.
+		if err := w.answer(out, !wholeFrameBuffered(r)); err != nil {
+			return err
 		}
 		if cap(out) > 4*muxBufBytes {
 			out = make([]byte, MuxHeaderBytes, 4<<10) // do not keep a huge answer's buffer
@@ -165,16 +183,58 @@ func ServeMuxConnConfig(ctx context.Context, conn net.Conn, srv MasterServer, cf
 		if cap(body) > 4*muxBufBytes {
 			body = nil // nor a huge request's
 		}
-		// Flush once no further whole request is already buffered: answers
-		// to requests that arrived together leave in one write.
-		if !wholeFrameBuffered(r) {
-			// A client that stops reading its answers is cut, not waited on.
-			_ = conn.SetWriteDeadline(time.Now().Add(cfg.RequestTimeout))
-			if err := w.Flush(); err != nil {
-				return fmt.Errorf("mux write: %w", err)
-			}
+	}
+}
+
+// maxSlowCalls bounds the slow calls one connection has waiting at once;
+// beyond it they are served in line.
+const maxSlowCalls = 64
+
+// lockedWriter serializes the answers of the serving loop and of slow
+// calls.
+type lockedWriter struct {
+	mu      sync.Mutex
+	w       *bufio.Writer
+	conn    net.Conn
+	timeout time.Duration
+}
+
+// answer writes one answer frame, and flushes when asked.
+func (l *lockedWriter) answer(frame []byte, flush bool) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, err := l.w.Write(frame); err != nil {
+		return fmt.Errorf("mux write: %w", err)
+	}
+	if flush {
+		// A client that stops reading its answers is cut, not waited on.
+		_ = l.conn.SetWriteDeadline(time.Now().Add(l.timeout))
+		if err := l.w.Flush(); err != nil {
+			return fmt.Errorf("mux write: %w", err)
 		}
 	}
+	return nil
+}
+
+// encodeAnswer appends to out[:0] (or a new buffer) the answer frame to
+// the request of header h: resp, or err.
+func encodeAnswer(out []byte, h MuxHeader, resp proto.Message, err error) []byte {
+	if cap(out) < MuxHeaderBytes {
+		out = make([]byte, MuxHeaderBytes, 4<<10)
+	}
+	out = out[:MuxHeaderBytes]
+	status := uint16(0)
+	if err != nil {
+		out, status = AppendMuxError(out, err)
+	} else if out, err = (proto.MarshalOptions{}).MarshalAppend(out, resp); err != nil {
+		out, status = AppendMuxError(out[:MuxHeaderBytes], fmt.Errorf("encode %s answer: %v: %w", h.Method.Name(), err, ErrInternal))
+	}
+	if len(out)-MuxHeaderBytes > MaxMuxBody {
+		out, status = AppendMuxError(out[:MuxHeaderBytes], fmt.Errorf("%s answer of %d bytes (at most %d): %w",
+			h.Method.Name(), len(out)-MuxHeaderBytes, MaxMuxBody, ErrBufferOverflow))
+	}
+	PutMuxHeader(out, MuxHeader{BodyBytes: uint32(len(out) - MuxHeaderBytes), ID: h.ID, Method: h.Method, Status: status})
+	return out
 }
 
 // readMuxBody reads an n-byte body into body (reused when it is large

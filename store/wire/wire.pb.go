@@ -183,6 +183,171 @@ func (SoftPinAction) EnumDescriptor() ([]byte, []int) {
 	return file_wire_proto_rawDescGZIP(), []int{2}
 }
 
+type ReplicaKind int32
+
+const (
+	ReplicaKind_REPLICA_KIND_MEMORY     ReplicaKind = 0
+	ReplicaKind_REPLICA_KIND_LOCAL_DISK ReplicaKind = 1
+)
+
+// Enum value maps for ReplicaKind.
+var (
+	ReplicaKind_name = map[int32]string{
+		0: "REPLICA_KIND_MEMORY",
+		1: "REPLICA_KIND_LOCAL_DISK",
+	}
+	ReplicaKind_value = map[string]int32{
+		"REPLICA_KIND_MEMORY":     0,
+		"REPLICA_KIND_LOCAL_DISK": 1,
+	}
+)
+
+func (x ReplicaKind) Enum() *ReplicaKind {
+	p := new(ReplicaKind)
+	*p = x
+	return p
+}
+
+func (x ReplicaKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ReplicaKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_wire_proto_enumTypes[3].Descriptor()
+}
+
+func (ReplicaKind) Type() protoreflect.EnumType {
+	return &file_wire_proto_enumTypes[3]
+}
+
+func (x ReplicaKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ReplicaKind.Descriptor instead.
+func (ReplicaKind) EnumDescriptor() ([]byte, []int) {
+	return file_wire_proto_rawDescGZIP(), []int{3}
+}
+
+type TaskKind int32
+
+const (
+	TaskKind_TASK_KIND_UNDEFINED TaskKind = 0
+	// OFFLOAD: write the memory replica at src_address (in this client's
+	// segment) to this client's disk tier.
+	TaskKind_TASK_KIND_OFFLOAD TaskKind = 1
+	// LOAD: read this client's file of the object into dst_address (in this
+	// client's segment).
+	TaskKind_TASK_KIND_LOAD TaskKind = 2
+	// DELETE: remove this client's file of the object.
+	TaskKind_TASK_KIND_DELETE TaskKind = 3
+	// COPY: write the replica at src_address (in this client's segment) to
+	// dst_address of segment dst_segment_name.
+	TaskKind_TASK_KIND_COPY TaskKind = 4
+	// MOVE: a copy after which the source replica is dropped (CreateTask and
+	// QueryTask only; the holder gets a COPY).
+	TaskKind_TASK_KIND_MOVE TaskKind = 5
+)
+
+// Enum value maps for TaskKind.
+var (
+	TaskKind_name = map[int32]string{
+		0: "TASK_KIND_UNDEFINED",
+		1: "TASK_KIND_OFFLOAD",
+		2: "TASK_KIND_LOAD",
+		3: "TASK_KIND_DELETE",
+		4: "TASK_KIND_COPY",
+		5: "TASK_KIND_MOVE",
+	}
+	TaskKind_value = map[string]int32{
+		"TASK_KIND_UNDEFINED": 0,
+		"TASK_KIND_OFFLOAD":   1,
+		"TASK_KIND_LOAD":      2,
+		"TASK_KIND_DELETE":    3,
+		"TASK_KIND_COPY":      4,
+		"TASK_KIND_MOVE":      5,
+	}
+)
+
+func (x TaskKind) Enum() *TaskKind {
+	p := new(TaskKind)
+	*p = x
+	return p
+}
+
+func (x TaskKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (TaskKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_wire_proto_enumTypes[4].Descriptor()
+}
+
+func (TaskKind) Type() protoreflect.EnumType {
+	return &file_wire_proto_enumTypes[4]
+}
+
+func (x TaskKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use TaskKind.Descriptor instead.
+func (TaskKind) EnumDescriptor() ([]byte, []int) {
+	return file_wire_proto_rawDescGZIP(), []int{4}
+}
+
+type TaskStatus int32
+
+const (
+	TaskStatus_TASK_STATUS_PENDING    TaskStatus = 0
+	TaskStatus_TASK_STATUS_PROCESSING TaskStatus = 1
+	TaskStatus_TASK_STATUS_SUCCESS    TaskStatus = 2
+	TaskStatus_TASK_STATUS_FAILED     TaskStatus = 3
+)
+
+// Enum value maps for TaskStatus.
+var (
+	TaskStatus_name = map[int32]string{
+		0: "TASK_STATUS_PENDING",
+		1: "TASK_STATUS_PROCESSING",
+		2: "TASK_STATUS_SUCCESS",
+		3: "TASK_STATUS_FAILED",
+	}
+	TaskStatus_value = map[string]int32{
+		"TASK_STATUS_PENDING":    0,
+		"TASK_STATUS_PROCESSING": 1,
+		"TASK_STATUS_SUCCESS":    2,
+		"TASK_STATUS_FAILED":     3,
+	}
+)
+
+func (x TaskStatus) Enum() *TaskStatus {
+	p := new(TaskStatus)
+	*p = x
+	return p
+}
+
+func (x TaskStatus) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (TaskStatus) Descriptor() protoreflect.EnumDescriptor {
+	return file_wire_proto_enumTypes[5].Descriptor()
+}
+
+func (TaskStatus) Type() protoreflect.EnumType {
+	return &file_wire_proto_enumTypes[5]
+}
+
+func (x TaskStatus) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use TaskStatus.Descriptor instead.
+func (TaskStatus) EnumDescriptor() ([]byte, []int) {
+	return file_wire_proto_rawDescGZIP(), []int{5}
+}
+
 // ErrorDetail rides in the gRPC status of a failed call.
 type ErrorDetail struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -644,9 +809,13 @@ func (x *ReMountSegmentsResponse) GetGrantLeaseMs() uint64 {
 }
 
 type UnmountSegmentRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ClientId      string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
-	SegmentId     string                 `protobuf:"bytes,2,opt,name=segment_id,json=segmentId,proto3" json:"segment_id,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	ClientId  string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	SegmentId string                 `protobuf:"bytes,2,opt,name=segment_id,json=segmentId,proto3" json:"segment_id,omitempty"`
+	// graceful moves the segment's objects to other segments first (those
+	// that find no room elsewhere are dropped), waiting up to grace_ms.
+	Graceful      bool   `protobuf:"varint,3,opt,name=graceful,proto3" json:"graceful,omitempty"`
+	GraceMs       uint64 `protobuf:"varint,4,opt,name=grace_ms,json=graceMs,proto3" json:"grace_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -695,6 +864,20 @@ func (x *UnmountSegmentRequest) GetSegmentId() string {
 	return ""
 }
 
+func (x *UnmountSegmentRequest) GetGraceful() bool {
+	if x != nil {
+		return x.Graceful
+	}
+	return false
+}
+
+func (x *UnmountSegmentRequest) GetGraceMs() uint64 {
+	if x != nil {
+		return x.GraceMs
+	}
+	return 0
+}
+
 type UnmountSegmentResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -734,8 +917,7 @@ func (*UnmountSegmentResponse) Descriptor() ([]byte, []int) {
 type KeyRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Key   string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
-	// tenant_id names the key's namespace (Mooncake's tenant); "" is
-	// "default". See TenantID in store/wire.
+	// tenant_id is the namespace of the keys ("" is "default"; tenant.go).
 	TenantId      string `protobuf:"bytes,2,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -788,8 +970,7 @@ func (x *KeyRequest) GetTenantId() string {
 type BatchKeyRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Keys  []string               `protobuf:"bytes,1,rep,name=keys,proto3" json:"keys,omitempty"`
-	// tenant_id names the key's namespace (Mooncake's tenant); "" is
-	// "default". See TenantID in store/wire.
+	// tenant_id is the namespace of the keys ("" is "default"; tenant.go).
 	TenantId      string `protobuf:"bytes,2,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -938,7 +1119,12 @@ type Replica struct {
 	Status      ReplicaStatus          `protobuf:"varint,4,opt,name=status,proto3,enum=kvferry.store.v1.ReplicaStatus" json:"status,omitempty"`
 	SegmentId   string                 `protobuf:"bytes,5,opt,name=segment_id,json=segmentId,proto3" json:"segment_id,omitempty"`
 	// protocol is the transport the holder offers ("tcp", "rdma", …).
-	Protocol      string `protobuf:"bytes,6,opt,name=protocol,proto3" json:"protocol,omitempty"`
+	Protocol string `protobuf:"bytes,6,opt,name=protocol,proto3" json:"protocol,omitempty"`
+	// kind is MEMORY (read it at address) or LOCAL_DISK (a file on the
+	// holder's disk tier: PromoteObject brings it into memory).
+	Kind ReplicaKind `protobuf:"varint,7,opt,name=kind,proto3,enum=kvferry.store.v1.ReplicaKind" json:"kind,omitempty"`
+	// file_path is the LOCAL_DISK replica's file on the holder.
+	FilePath      string `protobuf:"bytes,8,opt,name=file_path,json=filePath,proto3" json:"file_path,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1011,6 +1197,20 @@ func (x *Replica) GetSegmentId() string {
 func (x *Replica) GetProtocol() string {
 	if x != nil {
 		return x.Protocol
+	}
+	return ""
+}
+
+func (x *Replica) GetKind() ReplicaKind {
+	if x != nil {
+		return x.Kind
+	}
+	return ReplicaKind_REPLICA_KIND_MEMORY
+}
+
+func (x *Replica) GetFilePath() string {
+	if x != nil {
+		return x.FilePath
 	}
 	return ""
 }
@@ -1278,8 +1478,7 @@ type PutStartRequest struct {
 	// upsert overwrites an existing object instead of failing with
 	// OBJECT_ALREADY_EXISTS.
 	Upsert bool `protobuf:"varint,5,opt,name=upsert,proto3" json:"upsert,omitempty"`
-	// tenant_id names the key's namespace (Mooncake's tenant); "" is
-	// "default". See TenantID in store/wire.
+	// tenant_id is the namespace of the keys ("" is "default"; tenant.go).
 	TenantId      string `protobuf:"bytes,6,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1408,8 +1607,7 @@ type BatchPutStartRequest struct {
 	Sizes    []uint64               `protobuf:"varint,3,rep,packed,name=sizes,proto3" json:"sizes,omitempty"`
 	Config   *ReplicateConfig       `protobuf:"bytes,4,opt,name=config,proto3" json:"config,omitempty"`
 	Upsert   bool                   `protobuf:"varint,5,opt,name=upsert,proto3" json:"upsert,omitempty"`
-	// tenant_id names the key's namespace (Mooncake's tenant); "" is
-	// "default". See TenantID in store/wire.
+	// tenant_id is the namespace of the keys ("" is "default"; tenant.go).
 	TenantId      string `protobuf:"bytes,6,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1589,8 +1787,7 @@ type PutEndRequest struct {
 	Key      string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
 	// revoke abandons the put (the write failed) instead of completing it.
 	Revoke bool `protobuf:"varint,3,opt,name=revoke,proto3" json:"revoke,omitempty"`
-	// tenant_id names the key's namespace (Mooncake's tenant); "" is
-	// "default". See TenantID in store/wire.
+	// tenant_id is the namespace of the keys ("" is "default"; tenant.go).
 	TenantId      string `protobuf:"bytes,4,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1695,8 +1892,7 @@ type BatchPutEndRequest struct {
 	ClientId string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
 	Keys     []string               `protobuf:"bytes,2,rep,name=keys,proto3" json:"keys,omitempty"`
 	Revoke   bool                   `protobuf:"varint,3,opt,name=revoke,proto3" json:"revoke,omitempty"`
-	// tenant_id names the key's namespace (Mooncake's tenant); "" is
-	// "default". See TenantID in store/wire.
+	// tenant_id is the namespace of the keys ("" is "default"; tenant.go).
 	TenantId      string `protobuf:"bytes,4,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1808,8 +2004,7 @@ type RemoveRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Key   string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
 	Force bool                   `protobuf:"varint,2,opt,name=force,proto3" json:"force,omitempty"`
-	// tenant_id names the key's namespace (Mooncake's tenant); "" is
-	// "default". See TenantID in store/wire.
+	// tenant_id is the namespace of the keys ("" is "default"; tenant.go).
 	TenantId      string `protobuf:"bytes,3,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1906,8 +2101,7 @@ type BatchRemoveRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Keys  []string               `protobuf:"bytes,1,rep,name=keys,proto3" json:"keys,omitempty"`
 	Force bool                   `protobuf:"varint,2,opt,name=force,proto3" json:"force,omitempty"`
-	// tenant_id names the key's namespace (Mooncake's tenant); "" is
-	// "default". See TenantID in store/wire.
+	// tenant_id is the namespace of the keys ("" is "default"; tenant.go).
 	TenantId      string `protobuf:"bytes,3,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1968,8 +2162,7 @@ type RemoveByRegexRequest struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Pattern string                 `protobuf:"bytes,1,opt,name=pattern,proto3" json:"pattern,omitempty"`
 	Force   bool                   `protobuf:"varint,2,opt,name=force,proto3" json:"force,omitempty"`
-	// tenant_id names the key's namespace (Mooncake's tenant); "" is
-	// "default". See TenantID in store/wire.
+	// tenant_id is the namespace of the keys ("" is "default"; tenant.go).
 	TenantId      string `protobuf:"bytes,3,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2029,8 +2222,7 @@ func (x *RemoveByRegexRequest) GetTenantId() string {
 type RemoveAllRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Force bool                   `protobuf:"varint,1,opt,name=force,proto3" json:"force,omitempty"`
-	// tenant_id names the key's namespace (Mooncake's tenant); "" is
-	// "default". See TenantID in store/wire.
+	// tenant_id is the namespace of the keys ("" is "default"; tenant.go).
 	TenantId      string `protobuf:"bytes,2,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2206,8 +2398,7 @@ func (x *ListSegmentsResponse) GetSegments() []*Segment {
 
 type ListKeysRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// tenant_id names the key's namespace (Mooncake's tenant); "" is
-	// "default". See TenantID in store/wire.
+	// tenant_id is the namespace of the keys ("" is "default"; tenant.go).
 	TenantId      string `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2581,8 +2772,7 @@ type PutCommitRequest struct {
 	Upsert   bool                   `protobuf:"varint,5,opt,name=upsert,proto3" json:"upsert,omitempty"`
 	// replicas are on distinct segment names, one per grant.
 	Replicas []*GrantedReplica `protobuf:"bytes,6,rep,name=replicas,proto3" json:"replicas,omitempty"`
-	// tenant_id names the key's namespace (Mooncake's tenant); "" is
-	// "default". See TenantID in store/wire.
+	// tenant_id is the namespace of the keys ("" is "default"; tenant.go).
 	TenantId      string `protobuf:"bytes,7,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2800,6 +2990,834 @@ func (*ReturnGrantsResponse) Descriptor() ([]byte, []int) {
 	return file_wire_proto_rawDescGZIP(), []int{45}
 }
 
+// DiskSegment is a client's local disk tier.
+type DiskSegment struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id is chosen by the client and kept in its directory (it survives
+	// restarts of the client).
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// name is the client's transfer-engine segment name.
+	Name     string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Capacity uint64 `protobuf:"varint,3,opt,name=capacity,proto3" json:"capacity,omitempty"`
+	// path is the directory on the client's host.
+	Path string `protobuf:"bytes,4,opt,name=path,proto3" json:"path,omitempty"`
+	// used_bytes and client_id are filled in by the master in views.
+	UsedBytes     uint64 `protobuf:"varint,5,opt,name=used_bytes,json=usedBytes,proto3" json:"used_bytes,omitempty"`
+	ClientId      string `protobuf:"bytes,6,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DiskSegment) Reset() {
+	*x = DiskSegment{}
+	mi := &file_wire_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DiskSegment) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DiskSegment) ProtoMessage() {}
+
+func (x *DiskSegment) ProtoReflect() protoreflect.Message {
+	mi := &file_wire_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DiskSegment.ProtoReflect.Descriptor instead.
+func (*DiskSegment) Descriptor() ([]byte, []int) {
+	return file_wire_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *DiskSegment) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *DiskSegment) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *DiskSegment) GetCapacity() uint64 {
+	if x != nil {
+		return x.Capacity
+	}
+	return 0
+}
+
+func (x *DiskSegment) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *DiskSegment) GetUsedBytes() uint64 {
+	if x != nil {
+		return x.UsedBytes
+	}
+	return 0
+}
+
+func (x *DiskSegment) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+// DiskEntry is an object whose file a disk tier holds.
+type DiskEntry struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	TenantId string                 `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	Key      string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	// uid identifies the object's version (the master's, from the task that
+	// wrote the file).
+	Uid  uint64 `protobuf:"varint,3,opt,name=uid,proto3" json:"uid,omitempty"`
+	Size uint64 `protobuf:"varint,4,opt,name=size,proto3" json:"size,omitempty"`
+	// file_bytes is the file's length on disk.
+	FileBytes     uint64 `protobuf:"varint,5,opt,name=file_bytes,json=fileBytes,proto3" json:"file_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DiskEntry) Reset() {
+	*x = DiskEntry{}
+	mi := &file_wire_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DiskEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DiskEntry) ProtoMessage() {}
+
+func (x *DiskEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_wire_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DiskEntry.ProtoReflect.Descriptor instead.
+func (*DiskEntry) Descriptor() ([]byte, []int) {
+	return file_wire_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *DiskEntry) GetTenantId() string {
+	if x != nil {
+		return x.TenantId
+	}
+	return ""
+}
+
+func (x *DiskEntry) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *DiskEntry) GetUid() uint64 {
+	if x != nil {
+		return x.Uid
+	}
+	return 0
+}
+
+func (x *DiskEntry) GetSize() uint64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *DiskEntry) GetFileBytes() uint64 {
+	if x != nil {
+		return x.FileBytes
+	}
+	return 0
+}
+
+type MountDiskSegmentRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ClientId      string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	Segment       *DiskSegment           `protobuf:"bytes,2,opt,name=segment,proto3" json:"segment,omitempty"`
+	Entries       []*DiskEntry           `protobuf:"bytes,3,rep,name=entries,proto3" json:"entries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MountDiskSegmentRequest) Reset() {
+	*x = MountDiskSegmentRequest{}
+	mi := &file_wire_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MountDiskSegmentRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MountDiskSegmentRequest) ProtoMessage() {}
+
+func (x *MountDiskSegmentRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_wire_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MountDiskSegmentRequest.ProtoReflect.Descriptor instead.
+func (*MountDiskSegmentRequest) Descriptor() ([]byte, []int) {
+	return file_wire_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *MountDiskSegmentRequest) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *MountDiskSegmentRequest) GetSegment() *DiskSegment {
+	if x != nil {
+		return x.Segment
+	}
+	return nil
+}
+
+func (x *MountDiskSegmentRequest) GetEntries() []*DiskEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+type MountDiskSegmentResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// drop lists the indexes of entries whose files are stale (the object
+	// was replaced or removed meanwhile): the client deletes them.
+	Drop          []uint32 `protobuf:"varint,1,rep,packed,name=drop,proto3" json:"drop,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MountDiskSegmentResponse) Reset() {
+	*x = MountDiskSegmentResponse{}
+	mi := &file_wire_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MountDiskSegmentResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MountDiskSegmentResponse) ProtoMessage() {}
+
+func (x *MountDiskSegmentResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_wire_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MountDiskSegmentResponse.ProtoReflect.Descriptor instead.
+func (*MountDiskSegmentResponse) Descriptor() ([]byte, []int) {
+	return file_wire_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *MountDiskSegmentResponse) GetDrop() []uint32 {
+	if x != nil {
+		return x.Drop
+	}
+	return nil
+}
+
+// Task is work the master gives a client.
+type Task struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Id             uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Kind           TaskKind               `protobuf:"varint,2,opt,name=kind,proto3,enum=kvferry.store.v1.TaskKind" json:"kind,omitempty"`
+	TenantId       string                 `protobuf:"bytes,3,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	Key            string                 `protobuf:"bytes,4,opt,name=key,proto3" json:"key,omitempty"`
+	Uid            uint64                 `protobuf:"varint,5,opt,name=uid,proto3" json:"uid,omitempty"`
+	Size           uint64                 `protobuf:"varint,6,opt,name=size,proto3" json:"size,omitempty"`
+	SrcAddress     uint64                 `protobuf:"varint,7,opt,name=src_address,json=srcAddress,proto3" json:"src_address,omitempty"`
+	DstSegmentName string                 `protobuf:"bytes,8,opt,name=dst_segment_name,json=dstSegmentName,proto3" json:"dst_segment_name,omitempty"`
+	DstAddress     uint64                 `protobuf:"varint,9,opt,name=dst_address,json=dstAddress,proto3" json:"dst_address,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *Task) Reset() {
+	*x = Task{}
+	mi := &file_wire_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Task) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Task) ProtoMessage() {}
+
+func (x *Task) ProtoReflect() protoreflect.Message {
+	mi := &file_wire_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Task.ProtoReflect.Descriptor instead.
+func (*Task) Descriptor() ([]byte, []int) {
+	return file_wire_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *Task) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *Task) GetKind() TaskKind {
+	if x != nil {
+		return x.Kind
+	}
+	return TaskKind_TASK_KIND_UNDEFINED
+}
+
+func (x *Task) GetTenantId() string {
+	if x != nil {
+		return x.TenantId
+	}
+	return ""
+}
+
+func (x *Task) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *Task) GetUid() uint64 {
+	if x != nil {
+		return x.Uid
+	}
+	return 0
+}
+
+func (x *Task) GetSize() uint64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *Task) GetSrcAddress() uint64 {
+	if x != nil {
+		return x.SrcAddress
+	}
+	return 0
+}
+
+func (x *Task) GetDstSegmentName() string {
+	if x != nil {
+		return x.DstSegmentName
+	}
+	return ""
+}
+
+func (x *Task) GetDstAddress() uint64 {
+	if x != nil {
+		return x.DstAddress
+	}
+	return 0
+}
+
+type TaskResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// code is 0 or the failure's ErrorCode.
+	Code    int32  `protobuf:"varint,2,opt,name=code,proto3" json:"code,omitempty"`
+	Message string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	// file_bytes is the file's length (OFFLOAD).
+	FileBytes     uint64 `protobuf:"varint,4,opt,name=file_bytes,json=fileBytes,proto3" json:"file_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TaskResult) Reset() {
+	*x = TaskResult{}
+	mi := &file_wire_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TaskResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TaskResult) ProtoMessage() {}
+
+func (x *TaskResult) ProtoReflect() protoreflect.Message {
+	mi := &file_wire_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TaskResult.ProtoReflect.Descriptor instead.
+func (*TaskResult) Descriptor() ([]byte, []int) {
+	return file_wire_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *TaskResult) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *TaskResult) GetCode() int32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *TaskResult) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *TaskResult) GetFileBytes() uint64 {
+	if x != nil {
+		return x.FileBytes
+	}
+	return 0
+}
+
+type FetchTasksRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	ClientId string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	Done     []*TaskResult          `protobuf:"bytes,2,rep,name=done,proto3" json:"done,omitempty"`
+	// wait_ms bounds how long the master waits for a task (at most 30 s).
+	WaitMs uint32 `protobuf:"varint,3,opt,name=wait_ms,json=waitMs,proto3" json:"wait_ms,omitempty"`
+	// max is the most tasks wanted (0: 16).
+	Max           uint32 `protobuf:"varint,4,opt,name=max,proto3" json:"max,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FetchTasksRequest) Reset() {
+	*x = FetchTasksRequest{}
+	mi := &file_wire_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FetchTasksRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FetchTasksRequest) ProtoMessage() {}
+
+func (x *FetchTasksRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_wire_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FetchTasksRequest.ProtoReflect.Descriptor instead.
+func (*FetchTasksRequest) Descriptor() ([]byte, []int) {
+	return file_wire_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *FetchTasksRequest) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *FetchTasksRequest) GetDone() []*TaskResult {
+	if x != nil {
+		return x.Done
+	}
+	return nil
+}
+
+func (x *FetchTasksRequest) GetWaitMs() uint32 {
+	if x != nil {
+		return x.WaitMs
+	}
+	return 0
+}
+
+func (x *FetchTasksRequest) GetMax() uint32 {
+	if x != nil {
+		return x.Max
+	}
+	return 0
+}
+
+type FetchTasksResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tasks         []*Task                `protobuf:"bytes,1,rep,name=tasks,proto3" json:"tasks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FetchTasksResponse) Reset() {
+	*x = FetchTasksResponse{}
+	mi := &file_wire_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FetchTasksResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FetchTasksResponse) ProtoMessage() {}
+
+func (x *FetchTasksResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_wire_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FetchTasksResponse.ProtoReflect.Descriptor instead.
+func (*FetchTasksResponse) Descriptor() ([]byte, []int) {
+	return file_wire_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *FetchTasksResponse) GetTasks() []*Task {
+	if x != nil {
+		return x.Tasks
+	}
+	return nil
+}
+
+type CreateTaskRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	TenantId string                 `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	Key      string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	// kind is TASK_KIND_COPY (to every target) or TASK_KIND_MOVE (source to
+	// targets[0]).
+	Kind          TaskKind `protobuf:"varint,3,opt,name=kind,proto3,enum=kvferry.store.v1.TaskKind" json:"kind,omitempty"`
+	Source        string   `protobuf:"bytes,4,opt,name=source,proto3" json:"source,omitempty"`
+	Targets       []string `protobuf:"bytes,5,rep,name=targets,proto3" json:"targets,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateTaskRequest) Reset() {
+	*x = CreateTaskRequest{}
+	mi := &file_wire_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateTaskRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateTaskRequest) ProtoMessage() {}
+
+func (x *CreateTaskRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_wire_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateTaskRequest.ProtoReflect.Descriptor instead.
+func (*CreateTaskRequest) Descriptor() ([]byte, []int) {
+	return file_wire_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *CreateTaskRequest) GetTenantId() string {
+	if x != nil {
+		return x.TenantId
+	}
+	return ""
+}
+
+func (x *CreateTaskRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *CreateTaskRequest) GetKind() TaskKind {
+	if x != nil {
+		return x.Kind
+	}
+	return TaskKind_TASK_KIND_UNDEFINED
+}
+
+func (x *CreateTaskRequest) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+func (x *CreateTaskRequest) GetTargets() []string {
+	if x != nil {
+		return x.Targets
+	}
+	return nil
+}
+
+type CreateTaskResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TaskId        string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateTaskResponse) Reset() {
+	*x = CreateTaskResponse{}
+	mi := &file_wire_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateTaskResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateTaskResponse) ProtoMessage() {}
+
+func (x *CreateTaskResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_wire_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateTaskResponse.ProtoReflect.Descriptor instead.
+func (*CreateTaskResponse) Descriptor() ([]byte, []int) {
+	return file_wire_proto_rawDescGZIP(), []int{55}
+}
+
+func (x *CreateTaskResponse) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+type QueryTaskRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TaskId        string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueryTaskRequest) Reset() {
+	*x = QueryTaskRequest{}
+	mi := &file_wire_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueryTaskRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueryTaskRequest) ProtoMessage() {}
+
+func (x *QueryTaskRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_wire_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueryTaskRequest.ProtoReflect.Descriptor instead.
+func (*QueryTaskRequest) Descriptor() ([]byte, []int) {
+	return file_wire_proto_rawDescGZIP(), []int{56}
+}
+
+func (x *QueryTaskRequest) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+// QueryTaskResponse follows Mooncake's QueryTaskResponse.
+type QueryTaskResponse struct {
+	state                protoimpl.MessageState `protogen:"open.v1"`
+	Id                   string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Type                 TaskKind               `protobuf:"varint,2,opt,name=type,proto3,enum=kvferry.store.v1.TaskKind" json:"type,omitempty"`
+	Status               TaskStatus             `protobuf:"varint,3,opt,name=status,proto3,enum=kvferry.store.v1.TaskStatus" json:"status,omitempty"`
+	CreatedAtMsEpoch     int64                  `protobuf:"varint,4,opt,name=created_at_ms_epoch,json=createdAtMsEpoch,proto3" json:"created_at_ms_epoch,omitempty"`
+	LastUpdatedAtMsEpoch int64                  `protobuf:"varint,5,opt,name=last_updated_at_ms_epoch,json=lastUpdatedAtMsEpoch,proto3" json:"last_updated_at_ms_epoch,omitempty"`
+	AssignedClient       string                 `protobuf:"bytes,6,opt,name=assigned_client,json=assignedClient,proto3" json:"assigned_client,omitempty"`
+	Message              string                 `protobuf:"bytes,7,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
+}
+
+func (x *QueryTaskResponse) Reset() {
+	*x = QueryTaskResponse{}
+	mi := &file_wire_proto_msgTypes[57]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueryTaskResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueryTaskResponse) ProtoMessage() {}
+
+func (x *QueryTaskResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_wire_proto_msgTypes[57]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueryTaskResponse.ProtoReflect.Descriptor instead.
+func (*QueryTaskResponse) Descriptor() ([]byte, []int) {
+	return file_wire_proto_rawDescGZIP(), []int{57}
+}
+
+func (x *QueryTaskResponse) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *QueryTaskResponse) GetType() TaskKind {
+	if x != nil {
+		return x.Type
+	}
+	return TaskKind_TASK_KIND_UNDEFINED
+}
+
+func (x *QueryTaskResponse) GetStatus() TaskStatus {
+	if x != nil {
+		return x.Status
+	}
+	return TaskStatus_TASK_STATUS_PENDING
+}
+
+func (x *QueryTaskResponse) GetCreatedAtMsEpoch() int64 {
+	if x != nil {
+		return x.CreatedAtMsEpoch
+	}
+	return 0
+}
+
+func (x *QueryTaskResponse) GetLastUpdatedAtMsEpoch() int64 {
+	if x != nil {
+		return x.LastUpdatedAtMsEpoch
+	}
+	return 0
+}
+
+func (x *QueryTaskResponse) GetAssignedClient() string {
+	if x != nil {
+		return x.AssignedClient
+	}
+	return ""
+}
+
+func (x *QueryTaskResponse) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 var File_wire_proto protoreflect.FileDescriptor
 
 const file_wire_proto_rawDesc = "" +
@@ -2834,11 +3852,13 @@ const file_wire_proto_rawDesc = "" +
 	"\x17ReMountSegmentsResponse\x12\x1f\n" +
 	"\vgrant_bytes\x18\x01 \x01(\x04R\n" +
 	"grantBytes\x12$\n" +
-	"\x0egrant_lease_ms\x18\x02 \x01(\x04R\fgrantLeaseMs\"S\n" +
+	"\x0egrant_lease_ms\x18\x02 \x01(\x04R\fgrantLeaseMs\"\x8a\x01\n" +
 	"\x15UnmountSegmentRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x1d\n" +
 	"\n" +
-	"segment_id\x18\x02 \x01(\tR\tsegmentId\"\x18\n" +
+	"segment_id\x18\x02 \x01(\tR\tsegmentId\x12\x1a\n" +
+	"\bgraceful\x18\x03 \x01(\bR\bgraceful\x12\x19\n" +
+	"\bgrace_ms\x18\x04 \x01(\x04R\agraceMs\"\x18\n" +
 	"\x16UnmountSegmentResponse\";\n" +
 	"\n" +
 	"KeyRequest\x12\x10\n" +
@@ -2850,7 +3870,7 @@ const file_wire_proto_rawDesc = "" +
 	"\x10ExistKeyResponse\x12\x16\n" +
 	"\x06exists\x18\x01 \x01(\bR\x06exists\"1\n" +
 	"\x15BatchExistKeyResponse\x12\x18\n" +
-	"\aresults\x18\x01 \x03(\x05R\aresults\"\xce\x01\n" +
+	"\aresults\x18\x01 \x03(\x05R\aresults\"\x9e\x02\n" +
 	"\aReplica\x12!\n" +
 	"\fsegment_name\x18\x01 \x01(\tR\vsegmentName\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\x04R\aaddress\x12\x12\n" +
@@ -2858,7 +3878,9 @@ const file_wire_proto_rawDesc = "" +
 	"\x06status\x18\x04 \x01(\x0e2\x1f.kvferry.store.v1.ReplicaStatusR\x06status\x12\x1d\n" +
 	"\n" +
 	"segment_id\x18\x05 \x01(\tR\tsegmentId\x12\x1a\n" +
-	"\bprotocol\x18\x06 \x01(\tR\bprotocol\"\x85\x01\n" +
+	"\bprotocol\x18\x06 \x01(\tR\bprotocol\x121\n" +
+	"\x04kind\x18\a \x01(\x0e2\x1d.kvferry.store.v1.ReplicaKindR\x04kind\x12\x1b\n" +
+	"\tfile_path\x18\b \x01(\tR\bfilePath\"\x85\x01\n" +
 	"\x16GetReplicaListResponse\x125\n" +
 	"\breplicas\x18\x01 \x03(\v2\x19.kvferry.store.v1.ReplicaR\breplicas\x12 \n" +
 	"\flease_ttl_ms\x18\x02 \x01(\x04R\n" +
@@ -2971,7 +3993,72 @@ const file_wire_proto_rawDesc = "" +
 	"\x13ReturnGrantsRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x1b\n" +
 	"\tgrant_ids\x18\x02 \x03(\x04R\bgrantIds\"\x16\n" +
-	"\x14ReturnGrantsResponse*a\n" +
+	"\x14ReturnGrantsResponse\"\x9d\x01\n" +
+	"\vDiskSegment\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1a\n" +
+	"\bcapacity\x18\x03 \x01(\x04R\bcapacity\x12\x12\n" +
+	"\x04path\x18\x04 \x01(\tR\x04path\x12\x1d\n" +
+	"\n" +
+	"used_bytes\x18\x05 \x01(\x04R\tusedBytes\x12\x1b\n" +
+	"\tclient_id\x18\x06 \x01(\tR\bclientId\"\x7f\n" +
+	"\tDiskEntry\x12\x1b\n" +
+	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12\x10\n" +
+	"\x03uid\x18\x03 \x01(\x04R\x03uid\x12\x12\n" +
+	"\x04size\x18\x04 \x01(\x04R\x04size\x12\x1d\n" +
+	"\n" +
+	"file_bytes\x18\x05 \x01(\x04R\tfileBytes\"\xa6\x01\n" +
+	"\x17MountDiskSegmentRequest\x12\x1b\n" +
+	"\tclient_id\x18\x01 \x01(\tR\bclientId\x127\n" +
+	"\asegment\x18\x02 \x01(\v2\x1d.kvferry.store.v1.DiskSegmentR\asegment\x125\n" +
+	"\aentries\x18\x03 \x03(\v2\x1b.kvferry.store.v1.DiskEntryR\aentries\".\n" +
+	"\x18MountDiskSegmentResponse\x12\x12\n" +
+	"\x04drop\x18\x01 \x03(\rR\x04drop\"\x87\x02\n" +
+	"\x04Task\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12.\n" +
+	"\x04kind\x18\x02 \x01(\x0e2\x1a.kvferry.store.v1.TaskKindR\x04kind\x12\x1b\n" +
+	"\ttenant_id\x18\x03 \x01(\tR\btenantId\x12\x10\n" +
+	"\x03key\x18\x04 \x01(\tR\x03key\x12\x10\n" +
+	"\x03uid\x18\x05 \x01(\x04R\x03uid\x12\x12\n" +
+	"\x04size\x18\x06 \x01(\x04R\x04size\x12\x1f\n" +
+	"\vsrc_address\x18\a \x01(\x04R\n" +
+	"srcAddress\x12(\n" +
+	"\x10dst_segment_name\x18\b \x01(\tR\x0edstSegmentName\x12\x1f\n" +
+	"\vdst_address\x18\t \x01(\x04R\n" +
+	"dstAddress\"i\n" +
+	"\n" +
+	"TaskResult\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
+	"\x04code\x18\x02 \x01(\x05R\x04code\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\x12\x1d\n" +
+	"\n" +
+	"file_bytes\x18\x04 \x01(\x04R\tfileBytes\"\x8d\x01\n" +
+	"\x11FetchTasksRequest\x12\x1b\n" +
+	"\tclient_id\x18\x01 \x01(\tR\bclientId\x120\n" +
+	"\x04done\x18\x02 \x03(\v2\x1c.kvferry.store.v1.TaskResultR\x04done\x12\x17\n" +
+	"\await_ms\x18\x03 \x01(\rR\x06waitMs\x12\x10\n" +
+	"\x03max\x18\x04 \x01(\rR\x03max\"B\n" +
+	"\x12FetchTasksResponse\x12,\n" +
+	"\x05tasks\x18\x01 \x03(\v2\x16.kvferry.store.v1.TaskR\x05tasks\"\xa4\x01\n" +
+	"\x11CreateTaskRequest\x12\x1b\n" +
+	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12.\n" +
+	"\x04kind\x18\x03 \x01(\x0e2\x1a.kvferry.store.v1.TaskKindR\x04kind\x12\x16\n" +
+	"\x06source\x18\x04 \x01(\tR\x06source\x12\x18\n" +
+	"\atargets\x18\x05 \x03(\tR\atargets\"-\n" +
+	"\x12CreateTaskResponse\x12\x17\n" +
+	"\atask_id\x18\x01 \x01(\tR\x06taskId\"+\n" +
+	"\x10QueryTaskRequest\x12\x17\n" +
+	"\atask_id\x18\x01 \x01(\tR\x06taskId\"\xb3\x02\n" +
+	"\x11QueryTaskResponse\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12.\n" +
+	"\x04type\x18\x02 \x01(\x0e2\x1a.kvferry.store.v1.TaskKindR\x04type\x124\n" +
+	"\x06status\x18\x03 \x01(\x0e2\x1c.kvferry.store.v1.TaskStatusR\x06status\x12-\n" +
+	"\x13created_at_ms_epoch\x18\x04 \x01(\x03R\x10createdAtMsEpoch\x126\n" +
+	"\x18last_updated_at_ms_epoch\x18\x05 \x01(\x03R\x14lastUpdatedAtMsEpoch\x12'\n" +
+	"\x0fassigned_client\x18\x06 \x01(\tR\x0eassignedClient\x12\x18\n" +
+	"\amessage\x18\a \x01(\tR\amessage*a\n" +
 	"\fClientStatus\x12\x1b\n" +
 	"\x17CLIENT_STATUS_UNDEFINED\x10\x00\x12\x14\n" +
 	"\x10CLIENT_STATUS_OK\x10\x01\x12\x1e\n" +
@@ -2986,7 +4073,23 @@ const file_wire_proto_rawDesc = "" +
 	"\rSoftPinAction\x12\x15\n" +
 	"\x11SOFT_PIN_PRESERVE\x10\x00\x12\x13\n" +
 	"\x0fSOFT_PIN_ENABLE\x10\x01\x12\x14\n" +
-	"\x10SOFT_PIN_DISABLE\x10\x022\xe3\x0e\n" +
+	"\x10SOFT_PIN_DISABLE\x10\x02*C\n" +
+	"\vReplicaKind\x12\x17\n" +
+	"\x13REPLICA_KIND_MEMORY\x10\x00\x12\x1b\n" +
+	"\x17REPLICA_KIND_LOCAL_DISK\x10\x01*\x8c\x01\n" +
+	"\bTaskKind\x12\x17\n" +
+	"\x13TASK_KIND_UNDEFINED\x10\x00\x12\x15\n" +
+	"\x11TASK_KIND_OFFLOAD\x10\x01\x12\x12\n" +
+	"\x0eTASK_KIND_LOAD\x10\x02\x12\x14\n" +
+	"\x10TASK_KIND_DELETE\x10\x03\x12\x12\n" +
+	"\x0eTASK_KIND_COPY\x10\x04\x12\x12\n" +
+	"\x0eTASK_KIND_MOVE\x10\x05*r\n" +
+	"\n" +
+	"TaskStatus\x12\x17\n" +
+	"\x13TASK_STATUS_PENDING\x10\x00\x12\x1a\n" +
+	"\x16TASK_STATUS_PROCESSING\x10\x01\x12\x17\n" +
+	"\x13TASK_STATUS_SUCCESS\x10\x02\x12\x16\n" +
+	"\x12TASK_STATUS_FAILED\x10\x032\xaf\x12\n" +
 	"\x06Master\x12E\n" +
 	"\x04Ping\x12\x1d.kvferry.store.v1.PingRequest\x1a\x1e.kvferry.store.v1.PingResponse\x12]\n" +
 	"\fMountSegment\x12%.kvferry.store.v1.MountSegmentRequest\x1a&.kvferry.store.v1.MountSegmentResponse\x12f\n" +
@@ -3008,7 +4111,14 @@ const file_wire_proto_rawDesc = "" +
 	"\bListKeys\x12!.kvferry.store.v1.ListKeysRequest\x1a\".kvferry.store.v1.ListKeysResponse\x12`\n" +
 	"\rAcquireGrants\x12&.kvferry.store.v1.AcquireGrantsRequest\x1a'.kvferry.store.v1.AcquireGrantsResponse\x12T\n" +
 	"\tPutCommit\x12\".kvferry.store.v1.PutCommitRequest\x1a#.kvferry.store.v1.PutCommitResponse\x12]\n" +
-	"\fReturnGrants\x12%.kvferry.store.v1.ReturnGrantsRequest\x1a&.kvferry.store.v1.ReturnGrantsResponseB'Z%github.com/kvferry/kvferry/store/wireb\x06proto3"
+	"\fReturnGrants\x12%.kvferry.store.v1.ReturnGrantsRequest\x1a&.kvferry.store.v1.ReturnGrantsResponse\x12i\n" +
+	"\x10MountDiskSegment\x12).kvferry.store.v1.MountDiskSegmentRequest\x1a*.kvferry.store.v1.MountDiskSegmentResponse\x12W\n" +
+	"\n" +
+	"FetchTasks\x12#.kvferry.store.v1.FetchTasksRequest\x1a$.kvferry.store.v1.FetchTasksResponse\x12W\n" +
+	"\rPromoteObject\x12\x1c.kvferry.store.v1.KeyRequest\x1a(.kvferry.store.v1.GetReplicaListResponse\x12W\n" +
+	"\n" +
+	"CreateTask\x12#.kvferry.store.v1.CreateTaskRequest\x1a$.kvferry.store.v1.CreateTaskResponse\x12T\n" +
+	"\tQueryTask\x12\".kvferry.store.v1.QueryTaskRequest\x1a#.kvferry.store.v1.QueryTaskResponseB'Z%github.com/kvferry/kvferry/store/wireb\x06proto3"
 
 var (
 	file_wire_proto_rawDescOnce sync.Once
@@ -3022,124 +4132,158 @@ func file_wire_proto_rawDescGZIP() []byte {
 	return file_wire_proto_rawDescData
 }
 
-var file_wire_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_wire_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
+var file_wire_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
+var file_wire_proto_msgTypes = make([]protoimpl.MessageInfo, 58)
 var file_wire_proto_goTypes = []any{
 	(ClientStatus)(0),                   // 0: kvferry.store.v1.ClientStatus
 	(ReplicaStatus)(0),                  // 1: kvferry.store.v1.ReplicaStatus
 	(SoftPinAction)(0),                  // 2: kvferry.store.v1.SoftPinAction
-	(*ErrorDetail)(nil),                 // 3: kvferry.store.v1.ErrorDetail
-	(*PingRequest)(nil),                 // 4: kvferry.store.v1.PingRequest
-	(*PingResponse)(nil),                // 5: kvferry.store.v1.PingResponse
-	(*Segment)(nil),                     // 6: kvferry.store.v1.Segment
-	(*MountSegmentRequest)(nil),         // 7: kvferry.store.v1.MountSegmentRequest
-	(*MountSegmentResponse)(nil),        // 8: kvferry.store.v1.MountSegmentResponse
-	(*ReMountSegmentsRequest)(nil),      // 9: kvferry.store.v1.ReMountSegmentsRequest
-	(*ReMountSegmentsResponse)(nil),     // 10: kvferry.store.v1.ReMountSegmentsResponse
-	(*UnmountSegmentRequest)(nil),       // 11: kvferry.store.v1.UnmountSegmentRequest
-	(*UnmountSegmentResponse)(nil),      // 12: kvferry.store.v1.UnmountSegmentResponse
-	(*KeyRequest)(nil),                  // 13: kvferry.store.v1.KeyRequest
-	(*BatchKeyRequest)(nil),             // 14: kvferry.store.v1.BatchKeyRequest
-	(*ExistKeyResponse)(nil),            // 15: kvferry.store.v1.ExistKeyResponse
-	(*BatchExistKeyResponse)(nil),       // 16: kvferry.store.v1.BatchExistKeyResponse
-	(*Replica)(nil),                     // 17: kvferry.store.v1.Replica
-	(*GetReplicaListResponse)(nil),      // 18: kvferry.store.v1.GetReplicaListResponse
-	(*ReplicaListResult)(nil),           // 19: kvferry.store.v1.ReplicaListResult
-	(*BatchGetReplicaListResponse)(nil), // 20: kvferry.store.v1.BatchGetReplicaListResponse
-	(*ReplicateConfig)(nil),             // 21: kvferry.store.v1.ReplicateConfig
-	(*PutStartRequest)(nil),             // 22: kvferry.store.v1.PutStartRequest
-	(*PutStartResponse)(nil),            // 23: kvferry.store.v1.PutStartResponse
-	(*BatchPutStartRequest)(nil),        // 24: kvferry.store.v1.BatchPutStartRequest
-	(*PutStartResult)(nil),              // 25: kvferry.store.v1.PutStartResult
-	(*BatchPutStartResponse)(nil),       // 26: kvferry.store.v1.BatchPutStartResponse
-	(*PutEndRequest)(nil),               // 27: kvferry.store.v1.PutEndRequest
-	(*PutEndResponse)(nil),              // 28: kvferry.store.v1.PutEndResponse
-	(*BatchPutEndRequest)(nil),          // 29: kvferry.store.v1.BatchPutEndRequest
-	(*BatchCodesResponse)(nil),          // 30: kvferry.store.v1.BatchCodesResponse
-	(*RemoveRequest)(nil),               // 31: kvferry.store.v1.RemoveRequest
-	(*RemoveResponse)(nil),              // 32: kvferry.store.v1.RemoveResponse
-	(*BatchRemoveRequest)(nil),          // 33: kvferry.store.v1.BatchRemoveRequest
-	(*RemoveByRegexRequest)(nil),        // 34: kvferry.store.v1.RemoveByRegexRequest
-	(*RemoveAllRequest)(nil),            // 35: kvferry.store.v1.RemoveAllRequest
-	(*CountResponse)(nil),               // 36: kvferry.store.v1.CountResponse
-	(*ListSegmentsRequest)(nil),         // 37: kvferry.store.v1.ListSegmentsRequest
-	(*ListSegmentsResponse)(nil),        // 38: kvferry.store.v1.ListSegmentsResponse
-	(*ListKeysRequest)(nil),             // 39: kvferry.store.v1.ListKeysRequest
-	(*ListKeysResponse)(nil),            // 40: kvferry.store.v1.ListKeysResponse
-	(*AcquireGrantsRequest)(nil),        // 41: kvferry.store.v1.AcquireGrantsRequest
-	(*Grant)(nil),                       // 42: kvferry.store.v1.Grant
-	(*AcquireGrantsResponse)(nil),       // 43: kvferry.store.v1.AcquireGrantsResponse
-	(*GrantedReplica)(nil),              // 44: kvferry.store.v1.GrantedReplica
-	(*PutCommitRequest)(nil),            // 45: kvferry.store.v1.PutCommitRequest
-	(*PutCommitResponse)(nil),           // 46: kvferry.store.v1.PutCommitResponse
-	(*ReturnGrantsRequest)(nil),         // 47: kvferry.store.v1.ReturnGrantsRequest
-	(*ReturnGrantsResponse)(nil),        // 48: kvferry.store.v1.ReturnGrantsResponse
+	(ReplicaKind)(0),                    // 3: kvferry.store.v1.ReplicaKind
+	(TaskKind)(0),                       // 4: kvferry.store.v1.TaskKind
+	(TaskStatus)(0),                     // 5: kvferry.store.v1.TaskStatus
+	(*ErrorDetail)(nil),                 // 6: kvferry.store.v1.ErrorDetail
+	(*PingRequest)(nil),                 // 7: kvferry.store.v1.PingRequest
+	(*PingResponse)(nil),                // 8: kvferry.store.v1.PingResponse
+	(*Segment)(nil),                     // 9: kvferry.store.v1.Segment
+	(*MountSegmentRequest)(nil),         // 10: kvferry.store.v1.MountSegmentRequest
+	(*MountSegmentResponse)(nil),        // 11: kvferry.store.v1.MountSegmentResponse
+	(*ReMountSegmentsRequest)(nil),      // 12: kvferry.store.v1.ReMountSegmentsRequest
+	(*ReMountSegmentsResponse)(nil),     // 13: kvferry.store.v1.ReMountSegmentsResponse
+	(*UnmountSegmentRequest)(nil),       // 14: kvferry.store.v1.UnmountSegmentRequest
+	(*UnmountSegmentResponse)(nil),      // 15: kvferry.store.v1.UnmountSegmentResponse
+	(*KeyRequest)(nil),                  // 16: kvferry.store.v1.KeyRequest
+	(*BatchKeyRequest)(nil),             // 17: kvferry.store.v1.BatchKeyRequest
+	(*ExistKeyResponse)(nil),            // 18: kvferry.store.v1.ExistKeyResponse
+	(*BatchExistKeyResponse)(nil),       // 19: kvferry.store.v1.BatchExistKeyResponse
+	(*Replica)(nil),                     // 20: kvferry.store.v1.Replica
+	(*GetReplicaListResponse)(nil),      // 21: kvferry.store.v1.GetReplicaListResponse
+	(*ReplicaListResult)(nil),           // 22: kvferry.store.v1.ReplicaListResult
+	(*BatchGetReplicaListResponse)(nil), // 23: kvferry.store.v1.BatchGetReplicaListResponse
+	(*ReplicateConfig)(nil),             // 24: kvferry.store.v1.ReplicateConfig
+	(*PutStartRequest)(nil),             // 25: kvferry.store.v1.PutStartRequest
+	(*PutStartResponse)(nil),            // 26: kvferry.store.v1.PutStartResponse
+	(*BatchPutStartRequest)(nil),        // 27: kvferry.store.v1.BatchPutStartRequest
+	(*PutStartResult)(nil),              // 28: kvferry.store.v1.PutStartResult
+	(*BatchPutStartResponse)(nil),       // 29: kvferry.store.v1.BatchPutStartResponse
+	(*PutEndRequest)(nil),               // 30: kvferry.store.v1.PutEndRequest
+	(*PutEndResponse)(nil),              // 31: kvferry.store.v1.PutEndResponse
+	(*BatchPutEndRequest)(nil),          // 32: kvferry.store.v1.BatchPutEndRequest
+	(*BatchCodesResponse)(nil),          // 33: kvferry.store.v1.BatchCodesResponse
+	(*RemoveRequest)(nil),               // 34: kvferry.store.v1.RemoveRequest
+	(*RemoveResponse)(nil),              // 35: kvferry.store.v1.RemoveResponse
+	(*BatchRemoveRequest)(nil),          // 36: kvferry.store.v1.BatchRemoveRequest
+	(*RemoveByRegexRequest)(nil),        // 37: kvferry.store.v1.RemoveByRegexRequest
+	(*RemoveAllRequest)(nil),            // 38: kvferry.store.v1.RemoveAllRequest
+	(*CountResponse)(nil),               // 39: kvferry.store.v1.CountResponse
+	(*ListSegmentsRequest)(nil),         // 40: kvferry.store.v1.ListSegmentsRequest
+	(*ListSegmentsResponse)(nil),        // 41: kvferry.store.v1.ListSegmentsResponse
+	(*ListKeysRequest)(nil),             // 42: kvferry.store.v1.ListKeysRequest
+	(*ListKeysResponse)(nil),            // 43: kvferry.store.v1.ListKeysResponse
+	(*AcquireGrantsRequest)(nil),        // 44: kvferry.store.v1.AcquireGrantsRequest
+	(*Grant)(nil),                       // 45: kvferry.store.v1.Grant
+	(*AcquireGrantsResponse)(nil),       // 46: kvferry.store.v1.AcquireGrantsResponse
+	(*GrantedReplica)(nil),              // 47: kvferry.store.v1.GrantedReplica
+	(*PutCommitRequest)(nil),            // 48: kvferry.store.v1.PutCommitRequest
+	(*PutCommitResponse)(nil),           // 49: kvferry.store.v1.PutCommitResponse
+	(*ReturnGrantsRequest)(nil),         // 50: kvferry.store.v1.ReturnGrantsRequest
+	(*ReturnGrantsResponse)(nil),        // 51: kvferry.store.v1.ReturnGrantsResponse
+	(*DiskSegment)(nil),                 // 52: kvferry.store.v1.DiskSegment
+	(*DiskEntry)(nil),                   // 53: kvferry.store.v1.DiskEntry
+	(*MountDiskSegmentRequest)(nil),     // 54: kvferry.store.v1.MountDiskSegmentRequest
+	(*MountDiskSegmentResponse)(nil),    // 55: kvferry.store.v1.MountDiskSegmentResponse
+	(*Task)(nil),                        // 56: kvferry.store.v1.Task
+	(*TaskResult)(nil),                  // 57: kvferry.store.v1.TaskResult
+	(*FetchTasksRequest)(nil),           // 58: kvferry.store.v1.FetchTasksRequest
+	(*FetchTasksResponse)(nil),          // 59: kvferry.store.v1.FetchTasksResponse
+	(*CreateTaskRequest)(nil),           // 60: kvferry.store.v1.CreateTaskRequest
+	(*CreateTaskResponse)(nil),          // 61: kvferry.store.v1.CreateTaskResponse
+	(*QueryTaskRequest)(nil),            // 62: kvferry.store.v1.QueryTaskRequest
+	(*QueryTaskResponse)(nil),           // 63: kvferry.store.v1.QueryTaskResponse
 }
 var file_wire_proto_depIdxs = []int32{
 	0,  // 0: kvferry.store.v1.PingResponse.status:type_name -> kvferry.store.v1.ClientStatus
-	6,  // 1: kvferry.store.v1.MountSegmentRequest.segment:type_name -> kvferry.store.v1.Segment
-	6,  // 2: kvferry.store.v1.ReMountSegmentsRequest.segments:type_name -> kvferry.store.v1.Segment
+	9,  // 1: kvferry.store.v1.MountSegmentRequest.segment:type_name -> kvferry.store.v1.Segment
+	9,  // 2: kvferry.store.v1.ReMountSegmentsRequest.segments:type_name -> kvferry.store.v1.Segment
 	1,  // 3: kvferry.store.v1.Replica.status:type_name -> kvferry.store.v1.ReplicaStatus
-	17, // 4: kvferry.store.v1.GetReplicaListResponse.replicas:type_name -> kvferry.store.v1.Replica
-	17, // 5: kvferry.store.v1.ReplicaListResult.replicas:type_name -> kvferry.store.v1.Replica
-	19, // 6: kvferry.store.v1.BatchGetReplicaListResponse.results:type_name -> kvferry.store.v1.ReplicaListResult
-	2,  // 7: kvferry.store.v1.ReplicateConfig.soft_pin:type_name -> kvferry.store.v1.SoftPinAction
-	21, // 8: kvferry.store.v1.PutStartRequest.config:type_name -> kvferry.store.v1.ReplicateConfig
-	17, // 9: kvferry.store.v1.PutStartResponse.replicas:type_name -> kvferry.store.v1.Replica
-	21, // 10: kvferry.store.v1.BatchPutStartRequest.config:type_name -> kvferry.store.v1.ReplicateConfig
-	17, // 11: kvferry.store.v1.PutStartResult.replicas:type_name -> kvferry.store.v1.Replica
-	25, // 12: kvferry.store.v1.BatchPutStartResponse.results:type_name -> kvferry.store.v1.PutStartResult
-	6,  // 13: kvferry.store.v1.ListSegmentsResponse.segments:type_name -> kvferry.store.v1.Segment
-	42, // 14: kvferry.store.v1.AcquireGrantsResponse.grants:type_name -> kvferry.store.v1.Grant
-	21, // 15: kvferry.store.v1.PutCommitRequest.config:type_name -> kvferry.store.v1.ReplicateConfig
-	44, // 16: kvferry.store.v1.PutCommitRequest.replicas:type_name -> kvferry.store.v1.GrantedReplica
-	4,  // 17: kvferry.store.v1.Master.Ping:input_type -> kvferry.store.v1.PingRequest
-	7,  // 18: kvferry.store.v1.Master.MountSegment:input_type -> kvferry.store.v1.MountSegmentRequest
-	9,  // 19: kvferry.store.v1.Master.ReMountSegments:input_type -> kvferry.store.v1.ReMountSegmentsRequest
-	11, // 20: kvferry.store.v1.Master.UnmountSegment:input_type -> kvferry.store.v1.UnmountSegmentRequest
-	13, // 21: kvferry.store.v1.Master.ExistKey:input_type -> kvferry.store.v1.KeyRequest
-	14, // 22: kvferry.store.v1.Master.BatchExistKey:input_type -> kvferry.store.v1.BatchKeyRequest
-	13, // 23: kvferry.store.v1.Master.GetReplicaList:input_type -> kvferry.store.v1.KeyRequest
-	14, // 24: kvferry.store.v1.Master.BatchGetReplicaList:input_type -> kvferry.store.v1.BatchKeyRequest
-	22, // 25: kvferry.store.v1.Master.PutStart:input_type -> kvferry.store.v1.PutStartRequest
-	24, // 26: kvferry.store.v1.Master.BatchPutStart:input_type -> kvferry.store.v1.BatchPutStartRequest
-	27, // 27: kvferry.store.v1.Master.PutEnd:input_type -> kvferry.store.v1.PutEndRequest
-	29, // 28: kvferry.store.v1.Master.BatchPutEnd:input_type -> kvferry.store.v1.BatchPutEndRequest
-	31, // 29: kvferry.store.v1.Master.Remove:input_type -> kvferry.store.v1.RemoveRequest
-	33, // 30: kvferry.store.v1.Master.BatchRemove:input_type -> kvferry.store.v1.BatchRemoveRequest
-	34, // 31: kvferry.store.v1.Master.RemoveByRegex:input_type -> kvferry.store.v1.RemoveByRegexRequest
-	35, // 32: kvferry.store.v1.Master.RemoveAll:input_type -> kvferry.store.v1.RemoveAllRequest
-	37, // 33: kvferry.store.v1.Master.ListSegments:input_type -> kvferry.store.v1.ListSegmentsRequest
-	39, // 34: kvferry.store.v1.Master.ListKeys:input_type -> kvferry.store.v1.ListKeysRequest
-	41, // 35: kvferry.store.v1.Master.AcquireGrants:input_type -> kvferry.store.v1.AcquireGrantsRequest
-	45, // 36: kvferry.store.v1.Master.PutCommit:input_type -> kvferry.store.v1.PutCommitRequest
-	47, // 37: kvferry.store.v1.Master.ReturnGrants:input_type -> kvferry.store.v1.ReturnGrantsRequest
-	5,  // 38: kvferry.store.v1.Master.Ping:output_type -> kvferry.store.v1.PingResponse
-	8,  // 39: kvferry.store.v1.Master.MountSegment:output_type -> kvferry.store.v1.MountSegmentResponse
-	10, // 40: kvferry.store.v1.Master.ReMountSegments:output_type -> kvferry.store.v1.ReMountSegmentsResponse
-	12, // 41: kvferry.store.v1.Master.UnmountSegment:output_type -> kvferry.store.v1.UnmountSegmentResponse
-	15, // 42: kvferry.store.v1.Master.ExistKey:output_type -> kvferry.store.v1.ExistKeyResponse
-	16, // 43: kvferry.store.v1.Master.BatchExistKey:output_type -> kvferry.store.v1.BatchExistKeyResponse
-	18, // 44: kvferry.store.v1.Master.GetReplicaList:output_type -> kvferry.store.v1.GetReplicaListResponse
-	20, // 45: kvferry.store.v1.Master.BatchGetReplicaList:output_type -> kvferry.store.v1.BatchGetReplicaListResponse
-	23, // 46: kvferry.store.v1.Master.PutStart:output_type -> kvferry.store.v1.PutStartResponse
-	26, // 47: kvferry.store.v1.Master.BatchPutStart:output_type -> kvferry.store.v1.BatchPutStartResponse
-	28, // 48: kvferry.store.v1.Master.PutEnd:output_type -> kvferry.store.v1.PutEndResponse
-	30, // 49: kvferry.store.v1.Master.BatchPutEnd:output_type -> kvferry.store.v1.BatchCodesResponse
-	32, // 50: kvferry.store.v1.Master.Remove:output_type -> kvferry.store.v1.RemoveResponse
-	30, // 51: kvferry.store.v1.Master.BatchRemove:output_type -> kvferry.store.v1.BatchCodesResponse
-	36, // 52: kvferry.store.v1.Master.RemoveByRegex:output_type -> kvferry.store.v1.CountResponse
-	36, // 53: kvferry.store.v1.Master.RemoveAll:output_type -> kvferry.store.v1.CountResponse
-	38, // 54: kvferry.store.v1.Master.ListSegments:output_type -> kvferry.store.v1.ListSegmentsResponse
-	40, // 55: kvferry.store.v1.Master.ListKeys:output_type -> kvferry.store.v1.ListKeysResponse
-	43, // 56: kvferry.store.v1.Master.AcquireGrants:output_type -> kvferry.store.v1.AcquireGrantsResponse
-	46, // 57: kvferry.store.v1.Master.PutCommit:output_type -> kvferry.store.v1.PutCommitResponse
-	48, // 58: kvferry.store.v1.Master.ReturnGrants:output_type -> kvferry.store.v1.ReturnGrantsResponse
-	38, // [38:59] is the sub-list for method output_type
-	17, // [17:38] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	3,  // 4: kvferry.store.v1.Replica.kind:type_name -> kvferry.store.v1.ReplicaKind
+	20, // 5: kvferry.store.v1.GetReplicaListResponse.replicas:type_name -> kvferry.store.v1.Replica
+	20, // 6: kvferry.store.v1.ReplicaListResult.replicas:type_name -> kvferry.store.v1.Replica
+	22, // 7: kvferry.store.v1.BatchGetReplicaListResponse.results:type_name -> kvferry.store.v1.ReplicaListResult
+	2,  // 8: kvferry.store.v1.ReplicateConfig.soft_pin:type_name -> kvferry.store.v1.SoftPinAction
+	24, // 9: kvferry.store.v1.PutStartRequest.config:type_name -> kvferry.store.v1.ReplicateConfig
+	20, // 10: kvferry.store.v1.PutStartResponse.replicas:type_name -> kvferry.store.v1.Replica
+	24, // 11: kvferry.store.v1.BatchPutStartRequest.config:type_name -> kvferry.store.v1.ReplicateConfig
+	20, // 12: kvferry.store.v1.PutStartResult.replicas:type_name -> kvferry.store.v1.Replica
+	28, // 13: kvferry.store.v1.BatchPutStartResponse.results:type_name -> kvferry.store.v1.PutStartResult
+	9,  // 14: kvferry.store.v1.ListSegmentsResponse.segments:type_name -> kvferry.store.v1.Segment
+	45, // 15: kvferry.store.v1.AcquireGrantsResponse.grants:type_name -> kvferry.store.v1.Grant
+	24, // 16: kvferry.store.v1.PutCommitRequest.config:type_name -> kvferry.store.v1.ReplicateConfig
+	47, // 17: kvferry.store.v1.PutCommitRequest.replicas:type_name -> kvferry.store.v1.GrantedReplica
+	52, // 18: kvferry.store.v1.MountDiskSegmentRequest.segment:type_name -> kvferry.store.v1.DiskSegment
+	53, // 19: kvferry.store.v1.MountDiskSegmentRequest.entries:type_name -> kvferry.store.v1.DiskEntry
+	4,  // 20: kvferry.store.v1.Task.kind:type_name -> kvferry.store.v1.TaskKind
+	57, // 21: kvferry.store.v1.FetchTasksRequest.done:type_name -> kvferry.store.v1.TaskResult
+	56, // 22: kvferry.store.v1.FetchTasksResponse.tasks:type_name -> kvferry.store.v1.Task
+	4,  // 23: kvferry.store.v1.CreateTaskRequest.kind:type_name -> kvferry.store.v1.TaskKind
+	4,  // 24: kvferry.store.v1.QueryTaskResponse.type:type_name -> kvferry.store.v1.TaskKind
+	5,  // 25: kvferry.store.v1.QueryTaskResponse.status:type_name -> kvferry.store.v1.TaskStatus
+	7,  // 26: kvferry.store.v1.Master.Ping:input_type -> kvferry.store.v1.PingRequest
+	10, // 27: kvferry.store.v1.Master.MountSegment:input_type -> kvferry.store.v1.MountSegmentRequest
+	12, // 28: kvferry.store.v1.Master.ReMountSegments:input_type -> kvferry.store.v1.ReMountSegmentsRequest
+	14, // 29: kvferry.store.v1.Master.UnmountSegment:input_type -> kvferry.store.v1.UnmountSegmentRequest
+	16, // 30: kvferry.store.v1.Master.ExistKey:input_type -> kvferry.store.v1.KeyRequest
+	17, // 31: kvferry.store.v1.Master.BatchExistKey:input_type -> kvferry.store.v1.BatchKeyRequest
+	16, // 32: kvferry.store.v1.Master.GetReplicaList:input_type -> kvferry.store.v1.KeyRequest
+	17, // 33: kvferry.store.v1.Master.BatchGetReplicaList:input_type -> kvferry.store.v1.BatchKeyRequest
+	25, // 34: kvferry.store.v1.Master.PutStart:input_type -> kvferry.store.v1.PutStartRequest
+	27, // 35: kvferry.store.v1.Master.BatchPutStart:input_type -> kvferry.store.v1.BatchPutStartRequest
+	30, // 36: kvferry.store.v1.Master.PutEnd:input_type -> kvferry.store.v1.PutEndRequest
+	32, // 37: kvferry.store.v1.Master.BatchPutEnd:input_type -> kvferry.store.v1.BatchPutEndRequest
+	34, // 38: kvferry.store.v1.Master.Remove:input_type -> kvferry.store.v1.RemoveRequest
+	36, // 39: kvferry.store.v1.Master.BatchRemove:input_type -> kvferry.store.v1.BatchRemoveRequest
+	37, // 40: kvferry.store.v1.Master.RemoveByRegex:input_type -> kvferry.store.v1.RemoveByRegexRequest
+	38, // 41: kvferry.store.v1.Master.RemoveAll:input_type -> kvferry.store.v1.RemoveAllRequest
+	40, // 42: kvferry.store.v1.Master.ListSegments:input_type -> kvferry.store.v1.ListSegmentsRequest
+	42, // 43: kvferry.store.v1.Master.ListKeys:input_type -> kvferry.store.v1.ListKeysRequest
+	44, // 44: kvferry.store.v1.Master.AcquireGrants:input_type -> kvferry.store.v1.AcquireGrantsRequest
+	48, // 45: kvferry.store.v1.Master.PutCommit:input_type -> kvferry.store.v1.PutCommitRequest
+	50, // 46: kvferry.store.v1.Master.ReturnGrants:input_type -> kvferry.store.v1.ReturnGrantsRequest
+	54, // 47: kvferry.store.v1.Master.MountDiskSegment:input_type -> kvferry.store.v1.MountDiskSegmentRequest
+	58, // 48: kvferry.store.v1.Master.FetchTasks:input_type -> kvferry.store.v1.FetchTasksRequest
+	16, // 49: kvferry.store.v1.Master.PromoteObject:input_type -> kvferry.store.v1.KeyRequest
+	60, // 50: kvferry.store.v1.Master.CreateTask:input_type -> kvferry.store.v1.CreateTaskRequest
+	62, // 51: kvferry.store.v1.Master.QueryTask:input_type -> kvferry.store.v1.QueryTaskRequest
+	8,  // 52: kvferry.store.v1.Master.Ping:output_type -> kvferry.store.v1.PingResponse
+	11, // 53: kvferry.store.v1.Master.MountSegment:output_type -> kvferry.store.v1.MountSegmentResponse
+	13, // 54: kvferry.store.v1.Master.ReMountSegments:output_type -> kvferry.store.v1.ReMountSegmentsResponse
+	15, // 55: kvferry.store.v1.Master.UnmountSegment:output_type -> kvferry.store.v1.UnmountSegmentResponse
+	18, // 56: kvferry.store.v1.Master.ExistKey:output_type -> kvferry.store.v1.ExistKeyResponse
+	19, // 57: kvferry.store.v1.Master.BatchExistKey:output_type -> kvferry.store.v1.BatchExistKeyResponse
+	21, // 58: kvferry.store.v1.Master.GetReplicaList:output_type -> kvferry.store.v1.GetReplicaListResponse
+	23, // 59: kvferry.store.v1.Master.BatchGetReplicaList:output_type -> kvferry.store.v1.BatchGetReplicaListResponse
+	26, // 60: kvferry.store.v1.Master.PutStart:output_type -> kvferry.store.v1.PutStartResponse
+	29, // 61: kvferry.store.v1.Master.BatchPutStart:output_type -> kvferry.store.v1.BatchPutStartResponse
+	31, // 62: kvferry.store.v1.Master.PutEnd:output_type -> kvferry.store.v1.PutEndResponse
+	33, // 63: kvferry.store.v1.Master.BatchPutEnd:output_type -> kvferry.store.v1.BatchCodesResponse
+	35, // 64: kvferry.store.v1.Master.Remove:output_type -> kvferry.store.v1.RemoveResponse
+	33, // 65: kvferry.store.v1.Master.BatchRemove:output_type -> kvferry.store.v1.BatchCodesResponse
+	39, // 66: kvferry.store.v1.Master.RemoveByRegex:output_type -> kvferry.store.v1.CountResponse
+	39, // 67: kvferry.store.v1.Master.RemoveAll:output_type -> kvferry.store.v1.CountResponse
+	41, // 68: kvferry.store.v1.Master.ListSegments:output_type -> kvferry.store.v1.ListSegmentsResponse
+	43, // 69: kvferry.store.v1.Master.ListKeys:output_type -> kvferry.store.v1.ListKeysResponse
+	46, // 70: kvferry.store.v1.Master.AcquireGrants:output_type -> kvferry.store.v1.AcquireGrantsResponse
+	49, // 71: kvferry.store.v1.Master.PutCommit:output_type -> kvferry.store.v1.PutCommitResponse
+	51, // 72: kvferry.store.v1.Master.ReturnGrants:output_type -> kvferry.store.v1.ReturnGrantsResponse
+	55, // 73: kvferry.store.v1.Master.MountDiskSegment:output_type -> kvferry.store.v1.MountDiskSegmentResponse
+	59, // 74: kvferry.store.v1.Master.FetchTasks:output_type -> kvferry.store.v1.FetchTasksResponse
+	21, // 75: kvferry.store.v1.Master.PromoteObject:output_type -> kvferry.store.v1.GetReplicaListResponse
+	61, // 76: kvferry.store.v1.Master.CreateTask:output_type -> kvferry.store.v1.CreateTaskResponse
+	63, // 77: kvferry.store.v1.Master.QueryTask:output_type -> kvferry.store.v1.QueryTaskResponse
+	52, // [52:78] is the sub-list for method output_type
+	26, // [26:52] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_wire_proto_init() }
@@ -3152,8 +4296,8 @@ func file_wire_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_wire_proto_rawDesc), len(file_wire_proto_rawDesc)),
-			NumEnums:      3,
-			NumMessages:   46,
+			NumEnums:      6,
+			NumMessages:   58,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

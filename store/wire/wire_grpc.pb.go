@@ -46,6 +46,11 @@ const (
 	Master_AcquireGrants_FullMethodName       = "/kvferry.store.v1.Master/AcquireGrants"
 	Master_PutCommit_FullMethodName           = "/kvferry.store.v1.Master/PutCommit"
 	Master_ReturnGrants_FullMethodName        = "/kvferry.store.v1.Master/ReturnGrants"
+	Master_MountDiskSegment_FullMethodName    = "/kvferry.store.v1.Master/MountDiskSegment"
+	Master_FetchTasks_FullMethodName          = "/kvferry.store.v1.Master/FetchTasks"
+	Master_PromoteObject_FullMethodName       = "/kvferry.store.v1.Master/PromoteObject"
+	Master_CreateTask_FullMethodName          = "/kvferry.store.v1.Master/CreateTask"
+	Master_QueryTask_FullMethodName           = "/kvferry.store.v1.Master/QueryTask"
 )
 
 // MasterClient is the client API for Master service.
@@ -103,6 +108,23 @@ type MasterClient interface {
 	AcquireGrants(ctx context.Context, in *AcquireGrantsRequest, opts ...grpc.CallOption) (*AcquireGrantsResponse, error)
 	PutCommit(ctx context.Context, in *PutCommitRequest, opts ...grpc.CallOption) (*PutCommitResponse, error)
 	ReturnGrants(ctx context.Context, in *ReturnGrantsRequest, opts ...grpc.CallOption) (*ReturnGrantsResponse, error)
+	// Tiers and tasks (Mooncake's LOCAL_DISK replicas, copy and move tasks,
+	// graceful unmount; master tasks.go, tier.go). MountDiskSegment lends
+	// the calling client's local disk tier (an SSD directory) to the store
+	// and announces the objects whose intact files it holds (a client that
+	// restarted announces the files that survived; called again with more
+	// entries). FetchTasks reports the calling client's finished tasks and
+	// waits up to wait_ms for new ones (Mooncake's FetchTasks and
+	// MarkTaskToComplete in one call). PromoteObject brings an object whose
+	// readable replicas are all on disk back into memory and answers its
+	// replica list (waiting for the load).
+	MountDiskSegment(ctx context.Context, in *MountDiskSegmentRequest, opts ...grpc.CallOption) (*MountDiskSegmentResponse, error)
+	FetchTasks(ctx context.Context, in *FetchTasksRequest, opts ...grpc.CallOption) (*FetchTasksResponse, error)
+	PromoteObject(ctx context.Context, in *KeyRequest, opts ...grpc.CallOption) (*GetReplicaListResponse, error)
+	// CreateTask starts a copy (a new replica on each target segment) or a
+	// move (source to target) of an object; QueryTask reports on it.
+	CreateTask(ctx context.Context, in *CreateTaskRequest, opts ...grpc.CallOption) (*CreateTaskResponse, error)
+	QueryTask(ctx context.Context, in *QueryTaskRequest, opts ...grpc.CallOption) (*QueryTaskResponse, error)
 }
 
 type masterClient struct {
@@ -323,6 +345,56 @@ func (c *masterClient) ReturnGrants(ctx context.Context, in *ReturnGrantsRequest
 	return out, nil
 }
 
+func (c *masterClient) MountDiskSegment(ctx context.Context, in *MountDiskSegmentRequest, opts ...grpc.CallOption) (*MountDiskSegmentResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(MountDiskSegmentResponse)
+	err := c.cc.Invoke(ctx, Master_MountDiskSegment_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *masterClient) FetchTasks(ctx context.Context, in *FetchTasksRequest, opts ...grpc.CallOption) (*FetchTasksResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(FetchTasksResponse)
+	err := c.cc.Invoke(ctx, Master_FetchTasks_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *masterClient) PromoteObject(ctx context.Context, in *KeyRequest, opts ...grpc.CallOption) (*GetReplicaListResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetReplicaListResponse)
+	err := c.cc.Invoke(ctx, Master_PromoteObject_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *masterClient) CreateTask(ctx context.Context, in *CreateTaskRequest, opts ...grpc.CallOption) (*CreateTaskResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CreateTaskResponse)
+	err := c.cc.Invoke(ctx, Master_CreateTask_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *masterClient) QueryTask(ctx context.Context, in *QueryTaskRequest, opts ...grpc.CallOption) (*QueryTaskResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(QueryTaskResponse)
+	err := c.cc.Invoke(ctx, Master_QueryTask_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MasterServer is the server API for Master service.
 // All implementations must embed UnimplementedMasterServer
 // for forward compatibility.
@@ -378,6 +450,23 @@ type MasterServer interface {
 	AcquireGrants(context.Context, *AcquireGrantsRequest) (*AcquireGrantsResponse, error)
 	PutCommit(context.Context, *PutCommitRequest) (*PutCommitResponse, error)
 	ReturnGrants(context.Context, *ReturnGrantsRequest) (*ReturnGrantsResponse, error)
+	// Tiers and tasks (Mooncake's LOCAL_DISK replicas, copy and move tasks,
+	// graceful unmount; master tasks.go, tier.go). MountDiskSegment lends
+	// the calling client's local disk tier (an SSD directory) to the store
+	// and announces the objects whose intact files it holds (a client that
+	// restarted announces the files that survived; called again with more
+	// entries). FetchTasks reports the calling client's finished tasks and
+	// waits up to wait_ms for new ones (Mooncake's FetchTasks and
+	// MarkTaskToComplete in one call). PromoteObject brings an object whose
+	// readable replicas are all on disk back into memory and answers its
+	// replica list (waiting for the load).
+	MountDiskSegment(context.Context, *MountDiskSegmentRequest) (*MountDiskSegmentResponse, error)
+	FetchTasks(context.Context, *FetchTasksRequest) (*FetchTasksResponse, error)
+	PromoteObject(context.Context, *KeyRequest) (*GetReplicaListResponse, error)
+	// CreateTask starts a copy (a new replica on each target segment) or a
+	// move (source to target) of an object; QueryTask reports on it.
+	CreateTask(context.Context, *CreateTaskRequest) (*CreateTaskResponse, error)
+	QueryTask(context.Context, *QueryTaskRequest) (*QueryTaskResponse, error)
 	mustEmbedUnimplementedMasterServer()
 }
 
@@ -450,6 +539,21 @@ func (UnimplementedMasterServer) PutCommit(context.Context, *PutCommitRequest) (
 }
 func (UnimplementedMasterServer) ReturnGrants(context.Context, *ReturnGrantsRequest) (*ReturnGrantsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReturnGrants not implemented")
+}
+func (UnimplementedMasterServer) MountDiskSegment(context.Context, *MountDiskSegmentRequest) (*MountDiskSegmentResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method MountDiskSegment not implemented")
+}
+func (UnimplementedMasterServer) FetchTasks(context.Context, *FetchTasksRequest) (*FetchTasksResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method FetchTasks not implemented")
+}
+func (UnimplementedMasterServer) PromoteObject(context.Context, *KeyRequest) (*GetReplicaListResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PromoteObject not implemented")
+}
+func (UnimplementedMasterServer) CreateTask(context.Context, *CreateTaskRequest) (*CreateTaskResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CreateTask not implemented")
+}
+func (UnimplementedMasterServer) QueryTask(context.Context, *QueryTaskRequest) (*QueryTaskResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method QueryTask not implemented")
 }
 func (UnimplementedMasterServer) mustEmbedUnimplementedMasterServer() {}
 func (UnimplementedMasterServer) testEmbeddedByValue()                {}
@@ -850,6 +954,96 @@ func _Master_ReturnGrants_Handler(srv interface{}, ctx context.Context, dec func
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Master_MountDiskSegment_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(MountDiskSegmentRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).MountDiskSegment(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_MountDiskSegment_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).MountDiskSegment(ctx, req.(*MountDiskSegmentRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Master_FetchTasks_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(FetchTasksRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).FetchTasks(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_FetchTasks_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).FetchTasks(ctx, req.(*FetchTasksRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Master_PromoteObject_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(KeyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).PromoteObject(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_PromoteObject_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).PromoteObject(ctx, req.(*KeyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Master_CreateTask_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreateTaskRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).CreateTask(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_CreateTask_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).CreateTask(ctx, req.(*CreateTaskRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Master_QueryTask_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(QueryTaskRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).QueryTask(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_QueryTask_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).QueryTask(ctx, req.(*QueryTaskRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Master_ServiceDesc is the grpc.ServiceDesc for Master service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -940,6 +1134,26 @@ var Master_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReturnGrants",
 			Handler:    _Master_ReturnGrants_Handler,
+		},
+		{
+			MethodName: "MountDiskSegment",
+			Handler:    _Master_MountDiskSegment_Handler,
+		},
+		{
+			MethodName: "FetchTasks",
+			Handler:    _Master_FetchTasks_Handler,
+		},
+		{
+			MethodName: "PromoteObject",
+			Handler:    _Master_PromoteObject_Handler,
+		},
+		{
+			MethodName: "CreateTask",
+			Handler:    _Master_CreateTask_Handler,
+		},
+		{
+			MethodName: "QueryTask",
+			Handler:    _Master_QueryTask_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

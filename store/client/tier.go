@@ -1,0 +1,349 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/kvferry/kvferry/engine"
+	"github.com/kvferry/kvferry/internal/cmem"
+	"github.com/kvferry/kvferry/store/ssd"
+	"github.com/kvferry/kvferry/store/wire"
+)
+
+// Tasks and the disk tier (store/master tasks.go, tier.go).
+//
+// A client that lends memory (or a disk tier) runs a task loop: it
+// long-polls FetchTasks and runs what the master hands it, each kind on a
+// bounded pool of workers: OFFLOAD (write a replica in its own segment to
+// its disk tier), LOAD (read a file back into space of its own segment),
+// DELETE (a file), COPY (a replica in its own segment into another
+// segment, with the transfer engine: copy and move tasks, and the drain of
+// a graceful unmount). Results go back at once on a short FetchTasks. The
+// master names addresses; every one is checked to lie inside this
+// client's mounted segment before a byte is touched.
+
+// Task loop tunables.
+const (
+	taskPoll        = 10 * time.Second // one long poll
+	taskRetry       = 200 * time.Millisecond
+	diskMountBatch  = 4096 // entries per MountDiskSegment
+	offloadWorkers  = 2    // the bounded writer pool of the disk tier
+	loadWorkers     = 4
+	copyWorkers     = 4
+	deleteWorkers   = 1
+	taskResultBatch = 256
+)
+
+// tasks runs the task loop's workers.
+type tasks struct {
+	offload, load, copy, del chan struct{} // worker slots
+	results                  chan *wire.TaskResult
+	wg                       sync.WaitGroup
+}
+
+func newTasks() *tasks {
+	return &tasks{
+		offload: make(chan struct{}, offloadWorkers), load: make(chan struct{}, loadWorkers),
+		copy: make(chan struct{}, copyWorkers), del: make(chan struct{}, deleteWorkers),
+		results: make(chan *wire.TaskResult, taskResultBatch),
+	}
+}
+
+// openDisk opens the disk tier of cfg (New).
+func (c *Client) openDisk() error {
+	if c.cfg.SSDOffloadPath == "" {
+		return nil
+	}
+	s, err := ssd.Open(ssd.Config{Dir: c.cfg.SSDOffloadPath, Capacity: c.cfg.SSDCapacity, Logger: c.log})
+	if err != nil {
+		return fmt.Errorf("store client: disk tier: %w", err)
+	}
+	c.disk = s
+	return nil
+}
+
+// mountDisk mounts the disk tier at the master with the files it holds,
+// and deletes those the master says are stale.
+func (c *Client) mountDisk(ctx context.Context, mc *masterConn) error {
+	if c.disk == nil {
+		return nil
+	}
+	seg := &wire.DiskSegment{Id: c.disk.ID(), Name: c.segName, Capacity: c.disk.Capacity(), Path: c.disk.Dir()}
+	entries := c.disk.Entries()
+	for first := true; first || len(entries) > 0; first = false {
+		n := min(len(entries), diskMountBatch)
+		batch := entries[:n]
+		entries = entries[n:]
+		req := &wire.MountDiskSegmentRequest{ClientId: c.clientID, Segment: seg}
+		for _, e := range batch {
+			req.Entries = append(req.Entries, &wire.DiskEntry{TenantId: e.Tenant, Key: e.Key, Uid: e.UID, Size: e.Size,
+				FileBytes: e.FileBytes})
+		}
+		rctx, cancel := c.rpcCtx(ctx)
+		resp, err := mc.mc.MountDiskSegment(rctx, req)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("mount disk tier at master %s: %w", mc.addr, c.rpcErr(err))
+		}
+		for _, i := range resp.GetDrop() {
+			if int(i) < len(batch) {
+				e := batch[i]
+				c.disk.Delete(e.Tenant, e.Key, e.UID)
+			}
+		}
+	}
+	return nil
+}
+
+// startTasks starts the task loop (New), when the client lends memory or
+// disk.
+func (c *Client) startTasks() {
+	if c.global == nil && c.disk == nil {
+		return
+	}
+	c.tasks = newTasks()
+	c.wg.Add(2)
+	go c.pollTasks()   // owned by c; stops on Close
+	go c.reportTasks() // owned by c; stops on Close
+}
+
+// pollTasks long-polls FetchTasks and runs what comes.
+func (c *Client) pollTasks() {
+	defer c.wg.Done()
+	for c.ctx.Err() == nil {
+		mc := c.conn.Load()
+		if mc == nil {
+			return
+		}
+		ctx, cancel := context.WithTimeout(c.ctx, taskPoll+c.cfg.RPCTimeout)
+		resp, err := mc.mc.FetchTasks(ctx, &wire.FetchTasksRequest{ClientId: c.clientID, WaitMs: uint32(taskPoll / time.Millisecond)})
+		cancel()
+		if err != nil {
+			select {
+			case <-c.ctx.Done():
+			case <-time.After(taskRetry):
+			}
+			continue
+		}
+		c.runTasks(resp.GetTasks())
+	}
+}
+
+// reportTasks sends results back as they come, several at a time.
+func (c *Client) reportTasks() {
+	defer c.wg.Done()
+	for {
+		var done []*wire.TaskResult
+		select {
+		case <-c.ctx.Done():
+			return
+		case r := <-c.tasks.results:
+			done = append(done, r)
+		}
+	more:
+		for len(done) < taskResultBatch {
+			select {
+			case r := <-c.tasks.results:
+				done = append(done, r)
+			default:
+				break more
+			}
+		}
+		mc := c.conn.Load()
+		if mc == nil {
+			return
+		}
+		ctx, cancel := c.rpcCtx(c.ctx)
+		resp, err := mc.mc.FetchTasks(ctx, &wire.FetchTasksRequest{ClientId: c.clientID, Done: done})
+		cancel()
+		if err != nil {
+			// The master went away: it failed these tasks already, or
+			// will when their deadline passes.
+			c.log.Debug("task results not delivered", "results", len(done), "err", wire.FromStatus(err))
+			continue
+		}
+		c.runTasks(resp.GetTasks())
+	}
+}
+
+// runTasks hands each task to a worker of its kind; it blocks while all
+// of them are busy (the master hands out no more than it bounds).
+func (c *Client) runTasks(ts []*wire.Task) {
+	for _, t := range ts {
+		var slots chan struct{}
+		switch t.GetKind() {
+		case wire.TaskKind_TASK_KIND_OFFLOAD:
+			slots = c.tasks.offload
+		case wire.TaskKind_TASK_KIND_LOAD:
+			slots = c.tasks.load
+		case wire.TaskKind_TASK_KIND_COPY:
+			slots = c.tasks.copy
+		default:
+			slots = c.tasks.del
+		}
+		select {
+		case slots <- struct{}{}:
+		case <-c.ctx.Done():
+			return
+		}
+		c.tasks.wg.Add(1)
+		go func() { // owned by c (tasks.wg, waited for in teardown)
+			defer c.tasks.wg.Done()
+			defer func() { <-slots }()
+			res := c.runTask(t)
+			select {
+			case c.tasks.results <- res:
+			case <-c.ctx.Done():
+			}
+		}()
+	}
+}
+
+// ownRange returns the bytes [addr, addr+n) of this client's segment, or
+// an error when they are not all inside it.
+func (c *Client) ownRange(addr, n uint64) ([]byte, error) {
+	if c.global == nil {
+		return nil, fmt.Errorf("no segment: %w", wire.ErrInvalidParams)
+	}
+	base, size := uint64(c.global.Addr()), c.global.Len()
+	if addr < base || n > size || addr-base > size-n {
+		return nil, fmt.Errorf("range [%#x, +%d) outside the segment [%#x, +%d): %w", addr, n, base, size, wire.ErrInvalidParams)
+	}
+	return cmem.Bytes(uintptr(addr), n), nil
+}
+
+// runTask does one task and returns its result.
+func (c *Client) runTask(t *wire.Task) *wire.TaskResult {
+	res := &wire.TaskResult{Id: t.GetId()}
+	err := func() error {
+		switch t.GetKind() {
+		case wire.TaskKind_TASK_KIND_OFFLOAD:
+			if c.disk == nil {
+				return fmt.Errorf("no disk tier: %w", wire.ErrNotSupported)
+			}
+			src, err := c.ownRange(t.GetSrcAddress(), t.GetSize())
+			if err != nil {
+				return err
+			}
+			fb, err := c.disk.Write(t.GetTenantId(), t.GetKey(), t.GetUid(), src)
+			res.FileBytes = fb
+			if err == nil {
+				c.metrics.offloads.Add(1)
+			}
+			return err
+		case wire.TaskKind_TASK_KIND_LOAD:
+			if c.disk == nil {
+				return fmt.Errorf("no disk tier: %w", wire.ErrNotSupported)
+			}
+			dst, err := c.ownRange(t.GetDstAddress(), t.GetSize())
+			if err != nil {
+				return err
+			}
+			if err := c.disk.Read(t.GetTenantId(), t.GetKey(), t.GetUid(), dst); err != nil {
+				return err
+			}
+			c.metrics.diskLoads.Add(1)
+			return nil
+		case wire.TaskKind_TASK_KIND_DELETE:
+			if c.disk != nil {
+				c.disk.Delete(t.GetTenantId(), t.GetKey(), t.GetUid())
+			}
+			return nil
+		case wire.TaskKind_TASK_KIND_COPY:
+			return c.copyReplica(t)
+		}
+		return fmt.Errorf("task kind %v: %w", t.GetKind(), wire.ErrNotSupported)
+	}()
+	if err != nil {
+		res.Code, res.Message = int32(wire.CodeOf(err)), err.Error()
+		if res.Code == 0 {
+			res.Code = int32(wire.ErrInternal)
+		}
+	}
+	return res
+}
+
+// copyReplica writes a replica in this client's segment into the target
+// the master allocated (a copy, a move or a drain).
+func (c *Client) copyReplica(t *wire.Task) error {
+	if _, err := c.ownRange(t.GetSrcAddress(), t.GetSize()); err != nil {
+		return err
+	}
+	if t.GetDstSegmentName() == c.segName {
+		if _, err := c.ownRange(t.GetDstAddress(), t.GetSize()); err != nil {
+			return err
+		}
+		cmem.Copy(uintptr(t.GetDstAddress()), uintptr(t.GetSrcAddress()), t.GetSize())
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(c.ctx, c.cfg.RPCTimeout)
+	defer cancel()
+	rep := &wire.Replica{SegmentName: t.GetDstSegmentName(), Address: t.GetDstAddress(), Size: t.GetSize()}
+	ids, err := c.open(ctx, []*wire.Replica{rep})
+	if err != nil {
+		return err
+	}
+	return c.transfer(ctx, []engine.Request{{Op: engine.OpWrite, Source: uintptr(t.GetSrcAddress()), Target: ids[0],
+		TargetOffset: t.GetDstAddress(), Length: t.GetSize()}}, []*wire.Replica{rep})
+}
+
+// promote asks the master to bring key back into memory from a disk
+// replica and returns its memory replicas.
+func (c *Client) promote(ctx context.Context, key string) ([]*wire.Replica, error) {
+	var resp *wire.GetReplicaListResponse
+	err := c.readCall(func(mc *masterConn) error {
+		rctx, cancel := context.WithTimeout(ctx, c.cfg.RPCTimeout+promoteWait)
+		defer cancel()
+		var err error
+		resp, err = mc.mc.PromoteObject(rctx, &wire.KeyRequest{TenantId: c.tenant, Key: key})
+		return c.rpcErr(err)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("get %q: promote from disk: %w", key, err)
+	}
+	c.metrics.promotions.Add(1)
+	return c.readOrder(resp.GetReplicas()), nil
+}
+
+// promoteWait is the extra time a promotion may take (a file read).
+const promoteWait = 30 * time.Second
+
+// onDisk reports whether reps has a LOCAL_DISK replica.
+func onDisk(reps []*wire.Replica) bool {
+	for _, r := range reps {
+		if r.GetKind() == wire.ReplicaKind_REPLICA_KIND_LOCAL_DISK {
+			return true
+		}
+	}
+	return false
+}
+
+// memoryReplicas returns the MEMORY replicas of reps, or those of a
+// promotion when reps has none but a disk replica; then *start becomes the
+// time the promotion was asked for (its answer granted a new lease).
+func (c *Client) memoryReplicas(ctx context.Context, key string, reps []*wire.Replica, start *time.Time) ([]*wire.Replica, error) {
+	mem := c.readOrder(reps)
+	if len(mem) > 0 || !onDisk(reps) {
+		return mem, nil
+	}
+	asked := time.Now()
+	mem, err := c.promote(ctx, key)
+	if err == nil {
+		*start = asked
+	}
+	return mem, err
+}
+
+// ErrNoDiskTier is returned by DiskTier on a client without one.
+var ErrNoDiskTier = errors.New("store client: no disk tier")
+
+// DiskTier returns the client's disk tier (ErrNoDiskTier without one).
+func (c *Client) DiskTier() (*ssd.Store, error) {
+	if c.disk == nil {
+		return nil, ErrNoDiskTier
+	}
+	return c.disk, nil
+}
