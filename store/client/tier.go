@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -346,4 +347,68 @@ func (c *Client) DiskTier() (*ssd.Store, error) {
 		return nil, ErrNoDiskTier
 	}
 	return c.disk, nil
+}
+
+// ---------------------------------------------------------------------------
+// Copy and move tasks (Mooncake's CreateCopyTask, CreateMoveTask, QueryTask)
+
+// CreateCopyTask starts copying the object of key to every segment in
+// targets (transfer-engine segment names) and returns the task's id. The
+// holder of a replica does the copy; QueryTask follows it.
+func (c *Client) CreateCopyTask(ctx context.Context, key string, targets []string) (string, error) {
+	return c.createTask(ctx, key, wire.TaskKind_TASK_KIND_COPY, "", targets)
+}
+
+// CreateMoveTask starts moving the object's replica on segment source to
+// segment target and returns the task's id.
+func (c *Client) CreateMoveTask(ctx context.Context, key, source, target string) (string, error) {
+	return c.createTask(ctx, key, wire.TaskKind_TASK_KIND_MOVE, source, []string{target})
+}
+
+func (c *Client) createTask(ctx context.Context, key string, kind wire.TaskKind, source string, targets []string) (string, error) {
+	mc, err := c.master()
+	if err != nil {
+		return "", err
+	}
+	rctx, cancel := c.rpcCtx(ctx)
+	defer cancel()
+	resp, err := mc.mc.CreateTask(rctx, &wire.CreateTaskRequest{TenantId: c.tenant, Key: key, Kind: kind, Source: source,
+		Targets: targets})
+	if err != nil {
+		return "", fmt.Errorf("create %v task for %q: %w", kind, key, c.rpcErr(err))
+	}
+	return resp.GetTaskId(), nil
+}
+
+// TaskInfo is the state of a copy or move task (Mooncake's
+// QueryTaskResponse).
+type TaskInfo struct {
+	ID string
+	// Move is false for a copy.
+	Move bool
+	// Status is PENDING, PROCESSING, SUCCESS or FAILED.
+	Status         string
+	Created        time.Time
+	Updated        time.Time
+	AssignedClient string
+	Message        string
+}
+
+// QueryTask returns the state of a copy or move task.
+func (c *Client) QueryTask(ctx context.Context, id string) (TaskInfo, error) {
+	var resp *wire.QueryTaskResponse
+	err := c.readCall(func(mc *masterConn) error {
+		rctx, cancel := c.rpcCtx(ctx)
+		defer cancel()
+		var err error
+		resp, err = mc.mc.QueryTask(rctx, &wire.QueryTaskRequest{TaskId: id})
+		return c.rpcErr(err)
+	})
+	if err != nil {
+		return TaskInfo{}, fmt.Errorf("query task %q: %w", id, err)
+	}
+	return TaskInfo{ID: resp.GetId(), Move: resp.GetType() == wire.TaskKind_TASK_KIND_MOVE,
+		Status:  strings.TrimPrefix(resp.GetStatus().String(), "TASK_STATUS_"),
+		Created: time.UnixMilli(resp.GetCreatedAtMsEpoch()), Updated: time.UnixMilli(resp.GetLastUpdatedAtMsEpoch()),
+		AssignedClient: resp.GetAssignedClient(), Message: resp.GetMessage()}, nil
 }

@@ -153,3 +153,83 @@ func getRetry(ctx context.Context, c *client.Client, key string) ([]byte, error)
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+func segmentsOf(t *testing.T, c *client.Client, key string) map[string]bool {
+	t.Helper()
+	d, err := c.ReplicaDescs(context.Background(), []string{key})
+	assert.NilError(t, err)
+	assert.NilError(t, d[0].Err)
+	out := map[string]bool{}
+	for _, r := range d[0].Replicas {
+		out[r.SegmentName] = true
+	}
+	return out
+}
+
+func waitTask(t *testing.T, c *client.Client, id string) client.TaskInfo {
+	t.Helper()
+	var info client.TaskInfo
+	waitUntil(t, "task "+id, func() bool {
+		var err error
+		info, err = c.QueryTask(context.Background(), id)
+		assert.NilError(t, err)
+		return info.Status == "SUCCESS" || info.Status == "FAILED"
+	})
+	return info
+}
+
+// TestCopyMoveDrain: copy and move tasks run by the holders, and a holder
+// that leaves gracefully takes none of the objects only it held along.
+func TestCopyMoveDrain(t *testing.T) {
+	ctx := ctxT(t, 60*time.Second)
+	srv := startMaster(t, master.Config{})
+	a := newClient(t, client.Config{MasterServerAddr: srv.Addr(), GlobalSegmentSize: 4 << 20})
+	b := newClient(t, client.Config{MasterServerAddr: srv.Addr(), GlobalSegmentSize: 4 << 20, DrainOnClose: 10 * time.Second})
+	cc := newClient(t, client.Config{MasterServerAddr: srv.Addr(), GlobalSegmentSize: 4 << 20})
+	user := newClient(t, client.Config{MasterServerAddr: srv.Addr()})
+	v := pattern(300<<10, 7)
+	assert.NilError(t, user.Put(ctx, "k", v, client.ReplicateConfig{PreferredSegments: []string{a.Hostname()}}))
+	assert.DeepEqual(t, segmentsOf(t, user, "k"), map[string]bool{a.Hostname(): true})
+
+	id, err := user.CreateCopyTask(ctx, "k", []string{b.Hostname()})
+	assert.NilError(t, err)
+	info := waitTask(t, user, id)
+	assert.Equal(t, info.Status, "SUCCESS", info.Message)
+	assert.Assert(t, !info.Move)
+	assert.DeepEqual(t, segmentsOf(t, user, "k"), map[string]bool{a.Hostname(): true, b.Hostname(): true})
+
+	id, err = user.CreateMoveTask(ctx, "k", a.Hostname(), cc.Hostname())
+	assert.NilError(t, err)
+	info = waitTask(t, user, id)
+	assert.Equal(t, info.Status, "SUCCESS", info.Message)
+	assert.DeepEqual(t, segmentsOf(t, user, "k"), map[string]bool{b.Hostname(): true, cc.Hostname(): true})
+	// The copies hold the bytes: read from each holder alone.
+	got, err := b.Get(ctx, "k") // its own replica, by memcpy
+	assert.NilError(t, err)
+	assert.Assert(t, bytes.Equal(got, v))
+	got, err = cc.Get(ctx, "k")
+	assert.NilError(t, err)
+	assert.Assert(t, bytes.Equal(got, v))
+
+	_, err = user.CreateMoveTask(ctx, "k", a.Hostname(), cc.Hostname())
+	assert.Equal(t, code(err), wire.ErrReplicaNotFound)
+	_, err = user.QueryTask(ctx, "no-such-task")
+	assert.Equal(t, code(err), wire.ErrObjectNoReplicationTask)
+
+	// Drain: objects only b holds move out before it leaves.
+	for i := range 4 {
+		assert.NilError(t, user.Put(ctx, fmt.Sprintf("d%d", i), pattern(200<<10, byte(i)),
+			client.ReplicateConfig{PreferredSegments: []string{b.Hostname()}}))
+	}
+	assert.NilError(t, b.Close())
+	for i := range 4 {
+		key := fmt.Sprintf("d%d", i)
+		got, err := user.Get(ctx, key)
+		assert.NilError(t, err, key)
+		assert.Assert(t, bytes.Equal(got, pattern(200<<10, byte(i))))
+		assert.Assert(t, !segmentsOf(t, user, key)[b.Hostname()])
+	}
+	got, err = user.Get(ctx, "k")
+	assert.NilError(t, err)
+	assert.Assert(t, bytes.Equal(got, v))
+}
