@@ -56,7 +56,8 @@ type storeHandle struct {
 	mu      sync.Mutex // guards c during setup and destroy, and tenant
 	c       atomic.Pointer[client.Client]
 	lastErr atomic.Pointer[string]
-	tenant  string // kvferry_store_set_tenant, for the setup to come
+	tenant  string        // kvferry_store_set_tenant, for the setup to come
+	tier    storeTierOpts // kvferry_store_set_ssd_offload and _set_drain, for the setup to come
 }
 
 // stores is the table of live store handles.
@@ -269,6 +270,7 @@ func kvf_store_setup(h C.uintptr_t, localHostname, metadataServer *C.char, globa
 		return C.int(s.fail(fmt.Errorf("store setup: already set up: %w", wire.ErrInvalidParams)))
 	}
 	cfg.TenantID = s.tenant
+	s.tier.apply(&cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.RPCTimeout+time.Minute)
 	defer cancel()
 	c, err := client.New(ctx, cfg)

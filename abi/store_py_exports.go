@@ -123,6 +123,7 @@ func kvf_py_setup_with_engine(h, eh C.uintptr_t, globalSegmentSize, localBufferS
 		return C.int(s.fail(fmt.Errorf("store setup: already set up: %w", wire.ErrInvalidParams)))
 	}
 	cfg.TenantID = s.tenant
+	s.tier.apply(&cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.RPCTimeout+time.Minute)
 	defer cancel()
 	c, err := client.New(ctx, cfg)
@@ -154,6 +155,10 @@ type replicaJSON struct {
 	Size        uint64 `json:"size"`
 	Status      string `json:"status"`
 	Protocol    string `json:"protocol"`
+	// Disk marks a LOCAL_DISK replica: a file under FilePath on the
+	// holder named SegmentName.
+	Disk     bool   `json:"disk,omitempty"`
+	FilePath string `json:"file_path,omitempty"`
 }
 
 // keyReplicasJSON is one key in kvferry_store_replica_desc's answer.
@@ -209,7 +214,7 @@ func replicaLists(c *client.Client, keys []string) ([]keyReplicasJSON, error) {
 		for _, rep := range r.Replicas {
 			out[i].Replicas = append(out[i].Replicas, replicaJSON{
 				SegmentName: rep.SegmentName, Address: rep.Address, Size: rep.Size,
-				Status: rep.Status, Protocol: rep.Protocol,
+				Status: rep.Status, Protocol: rep.Protocol, Disk: rep.Disk, FilePath: rep.FilePath,
 			})
 		}
 	}

@@ -27,7 +27,7 @@
 extern "C" {
 #endif
 
-#define KVFERRY_API_VERSION 4
+#define KVFERRY_API_VERSION 5
 
 /* Error codes (negative). The first group has Mooncake's values. */
 #define KVFERRY_OK 0
@@ -602,6 +602,53 @@ void kvferry_trtllm_free_notifs(kvferry_trtllm_notif_t *notifs);
 /* Copies the text of the calling thread's last kvferry_trtllm_* error,
  * NUL-ended and truncated, into buf; returns its full length (0: none). */
 int kvferry_trtllm_last_error(char *buf, size_t len);
+
+/* ---- Store tiers and tasks (API version 5). Same return conventions as
+ * the store section: 0 or a negative ErrorCode, -1 for a NULL handle or
+ * pointer. ---- */
+
+/* Turns the disk tier on (Mooncake's enable_ssd_offload with
+ * ssd_offload_path): objects in this store's segment are written to
+ * checksummed files under path before the master evicts them from memory
+ * and are read back on get; intact files survive a restart of the client.
+ * capacity_bytes bounds the files (0: 90% of the free space). NULL or ""
+ * turns it off. Call it before mooncake_store_setup (-600 after). */
+int kvferry_store_set_ssd_offload(mooncake_store_t store, const char *path,
+                                  uint64_t capacity_bytes);
+
+/* Makes mooncake_store_destroy unmount gracefully: the master moves the
+ * objects only this store's segment holds to other segments first,
+ * waiting up to grace_ms (0: off, the default). Before setup. */
+int kvferry_store_set_drain(mooncake_store_t store, uint64_t grace_ms);
+
+/* Mooncake's CreateCopyTask: copies key's object to each of the count
+ * segments in targets (segment names, as get_hostname returns them).
+ * CreateMoveTask: moves its replica on segment source to target. Each
+ * writes the task's id (a UUID, NUL-ended) into task_id; -10
+ * (BUFFER_OVERFLOW) when task_id_len is too small. */
+int kvferry_store_create_copy_task(mooncake_store_t store, const char *key,
+                                   const char **targets, size_t count, char *task_id,
+                                   size_t task_id_len);
+int kvferry_store_create_move_task(mooncake_store_t store, const char *key,
+                                   const char *source, const char *target, char *task_id,
+                                   size_t task_id_len);
+
+/* Task types and states reported by kvferry_store_query_task. */
+#define KVFERRY_TASK_REPLICA_COPY 0
+#define KVFERRY_TASK_REPLICA_MOVE 1
+#define KVFERRY_TASK_PENDING 0
+#define KVFERRY_TASK_PROCESSING 1
+#define KVFERRY_TASK_SUCCESS 2
+#define KVFERRY_TASK_FAILED 3
+
+/* Mooncake's QueryTask: the task's type, status, creation and last update
+ * times (ms since the epoch), the client it was assigned to and its
+ * message (both NUL-ended, truncated to their buffers). Any output pointer
+ * may be NULL. -709 (OBJECT_NO_REPLICATION_TASK) for an unknown id. */
+int kvferry_store_query_task(mooncake_store_t store, const char *task_id, int *type,
+                             int *status, int64_t *created_ms, int64_t *updated_ms,
+                             char *assigned_client, size_t assigned_len, char *message,
+                             size_t message_len);
 
 #ifdef __cplusplus
 }

@@ -205,6 +205,14 @@ _PROTOTYPES = {
     "kvferry_store_free": (None, [_V]),
     "kvferry_store_last_error": (c_int, [_V, c_char_p, c_size_t]),
     "kvferry_store_set_tenant": (c_int, [_V, _S]),
+    # kvferry.h, store tiers and tasks (API version 5)
+    "kvferry_store_set_ssd_offload": (c_int, [_V, _S, c_uint64]),
+    "kvferry_store_set_drain": (c_int, [_V, c_uint64]),
+    "kvferry_store_create_copy_task": (c_int, [_V, _S, POINTER(c_char_p), c_size_t, c_char_p, c_size_t]),
+    "kvferry_store_create_move_task": (c_int, [_V, _S, _S, _S, c_char_p, c_size_t]),
+    "kvferry_store_query_task": (
+        c_int, [_V, _S, POINTER(c_int), POINTER(c_int), POINTER(c_int64), POINTER(c_int64),
+                c_char_p, c_size_t, c_char_p, c_size_t]),
     # kvferry.h, Python support (API version 2)
     "kvferry_engine_probe": (c_int, [_V, _S]),
     "kvferry_segment_buffers": (c_int, [_V, c_int32, POINTER(BufferEntry), c_size_t]),

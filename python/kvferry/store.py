@@ -41,6 +41,10 @@ __all__ = [
     "ReplicaStatus",
     "ReplicaDescriptor",
     "MemoryDescriptor",
+    "DiskDescriptor",
+    "TaskType",
+    "TaskStatus",
+    "QueryTaskResponse",
     "Descriptor",
     "BufferHandle",
     "ErrorCode",
@@ -245,33 +249,89 @@ class MemoryDescriptor:
         self.buffer_descriptor = buffer_descriptor
 
 
-class ReplicaDescriptor:
-    """One replica of an object (Mooncake ``ReplicaDescriptor``)."""
+class DiskDescriptor:
+    """Where a LOCAL_DISK replica lives: the holder's disk-tier directory
+    (``file_path``), the holder (``transport_endpoint``) and the object's
+    size."""
 
-    def __init__(self, status, memory, protocol=""):
+    def __init__(self, file_path, object_size, transport_endpoint=""):
+        self.file_path = file_path
+        self.object_size = object_size
+        self.transport_endpoint = transport_endpoint
+
+
+class ReplicaDescriptor:
+    """One replica of an object (Mooncake ``ReplicaDescriptor``): in
+    memory (``get_memory_descriptor``) or on a client's disk tier
+    (``get_disk_descriptor``)."""
+
+    def __init__(self, status, memory, protocol="", disk=None):
         self.status = status
         self._memory = memory
+        self._disk = disk
         self.protocol = protocol
 
     def is_memory_replica(self):
-        return True
+        return self._disk is None
 
     def is_disk_replica(self):
-        return False
+        return self._disk is not None
 
     def is_local_disk_replica(self):
-        return False
+        return self._disk is not None
 
     def get_memory_descriptor(self):
+        if self._disk is not None:
+            raise RuntimeError("not a memory replica")
         return self._memory
 
     def get_disk_descriptor(self):
-        raise RuntimeError("not a disk replica")
+        if self._disk is None:
+            raise RuntimeError("not a disk replica")
+        return self._disk
 
     def __repr__(self):
+        if self._disk is not None:
+            return "<ReplicaDescriptor %s LOCAL_DISK %s %s +%d>" % (
+                self.status.name, self._disk.transport_endpoint, self._disk.file_path,
+                self._disk.object_size)
         d = self._memory.buffer_descriptor
         return "<ReplicaDescriptor %s %s @%#x +%d>" % (self.status.name, d.transport_endpoint,
                                                       d.buffer_address, d.size)
+
+
+class TaskType(enum.IntEnum):
+    """The kind of a copy or move task (Mooncake ``TaskType``)."""
+
+    REPLICA_COPY = 0
+    REPLICA_MOVE = 1
+
+
+class TaskStatus(enum.IntEnum):
+    """The state of a copy or move task (Mooncake ``TaskStatus``)."""
+
+    PENDING = 0
+    PROCESSING = 1
+    SUCCESS = 2
+    FAILED = 3
+
+
+class QueryTaskResponse:
+    """What ``query_task`` reports (Mooncake ``QueryTaskResponse``)."""
+
+    def __init__(self, id, type, status, created_at_ms_epoch, last_updated_at_ms_epoch,
+                 assigned_client, message):
+        self.id = id
+        self.type = type
+        self.status = status
+        self.created_at_ms_epoch = created_at_ms_epoch
+        self.last_updated_at_ms_epoch = last_updated_at_ms_epoch
+        self.assigned_client = assigned_client
+        self.message = message
+
+    def __repr__(self):
+        return "<QueryTaskResponse %s %s %s %r>" % (self.id, self.type.name, self.status.name,
+                                                     self.message)
 
 
 class BufferHandle:
@@ -388,8 +448,10 @@ class MooncakeDistributedStore:
         tenant_id = _key(tenant_id if tenant_id is not None else "", "tenant_id")
         if gss < 0 or lbs < 0:
             return _INVALID
-        if enable_ssd_offload:
-            log.warning("setup: SSD offload is not supported by kvferry; ignored")
+        ssd_offload_path = _key(ssd_offload_path or "", "ssd_offload_path")
+        if enable_ssd_offload and not ssd_offload_path:
+            log.error("setup: enable_ssd_offload needs ssd_offload_path")
+            return _INVALID
         if enable_client_http_server:
             log.warning("setup: the client HTTP server is not supported by kvferry; ignored")
         with self._mu:
@@ -404,6 +466,12 @@ class MooncakeDistributedStore:
                 log.error("setup: tenant_id %r: %s", tenant_id, _last_error(h))
                 lib.mooncake_store_destroy(h)
                 return rc
+            if enable_ssd_offload:
+                rc = lib.kvferry_store_set_ssd_offload(h, ssd_offload_path.encode(), 0)
+                if rc != 0:
+                    log.error("setup: ssd_offload_path %r: %s", ssd_offload_path, _last_error(h))
+                    lib.mooncake_store_destroy(h)
+                    return rc
             if engine is not None:
                 from .engine import InnerTransferEngine, TransferEngine
 
@@ -851,10 +919,63 @@ class MooncakeDistributedStore:
                     st = ReplicaStatus[r.get("status", "UNDEFINED")]
                 except KeyError:
                     st = ReplicaStatus.UNDEFINED
+                if r.get("disk"):
+                    disk = DiskDescriptor(r.get("file_path", ""), r["size"], r["segment_name"])
+                    reps.append(ReplicaDescriptor(st, None, r.get("protocol", ""), disk))
+                    continue
                 d = Descriptor(r["size"], r["address"], r["segment_name"])
                 reps.append(ReplicaDescriptor(st, MemoryDescriptor(d), r.get("protocol", "")))
             out.append((ent.get("code", 0), ent.get("size", 0), reps))
         return out
+
+    # ---- copy and move tasks ----
+
+    def create_copy_task(self, key, targets):
+        """Copy key's object to each segment in targets (segment names, as
+        get_hostname returns them). Returns (task_id, 0) or ("", code)."""
+        key = _key(key)
+        targets = _keys(targets)
+        if not self._h:
+            return "", _INVALID
+        buf = ctypes.create_string_buffer(64)
+        rc = lib.kvferry_store_create_copy_task(self._h, key.encode(), _lib.c_strings(targets),
+                                                len(targets), buf, len(buf))
+        if rc != 0:
+            log.error("create_copy_task %r failed (%s): %s", key, _name(rc), self.last_error())
+            return "", rc
+        return buf.value.decode(), 0
+
+    def create_move_task(self, key, source, target):
+        """Move key's replica on segment source to segment target. Returns
+        (task_id, 0) or ("", code)."""
+        key = _key(key)
+        if not self._h:
+            return "", _INVALID
+        buf = ctypes.create_string_buffer(64)
+        rc = lib.kvferry_store_create_move_task(self._h, key.encode(), _key(source, "source").encode(),
+                                                _key(target, "target").encode(), buf, len(buf))
+        if rc != 0:
+            log.error("create_move_task %r failed (%s): %s", key, _name(rc), self.last_error())
+            return "", rc
+        return buf.value.decode(), 0
+
+    def query_task(self, task_id):
+        """Return (QueryTaskResponse, 0), or (None, code) for an unknown
+        task."""
+        if not self._h:
+            return None, _INVALID
+        typ, st = c_int(), c_int()
+        created, updated = c_int64(), c_int64()
+        assigned = ctypes.create_string_buffer(128)
+        msg = ctypes.create_string_buffer(1024)
+        rc = lib.kvferry_store_query_task(self._h, _key(task_id, "task_id").encode(), byref(typ),
+                                          byref(st), byref(created), byref(updated), assigned,
+                                          len(assigned), msg, len(msg))
+        if rc != 0:
+            return None, rc
+        return QueryTaskResponse(task_id, TaskType(typ.value), TaskStatus(st.value), created.value,
+                                 updated.value, assigned.value.decode(errors="replace"),
+                                 msg.value.decode(errors="replace")), 0
 
     def get_replica_desc(self, key):
         """Return the object's replicas (list[ReplicaDescriptor]); [] on a miss."""
