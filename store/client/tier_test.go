@@ -129,6 +129,7 @@ func ssdTier(t *testing.T, dir string) {
 		}
 		got, err := getRetry(ctx, user, fmt.Sprintf("k%d", i))
 		if err != nil {
+			t.Logf("k%d after the restart: %v", i, err)
 			bad++
 			continue
 		}
@@ -147,7 +148,7 @@ func ssdTier(t *testing.T, dir string) {
 func getRetry(ctx context.Context, c *client.Client, key string) ([]byte, error) {
 	for i := 0; ; i++ {
 		got, err := c.Get(ctx, key)
-		if code(err) != wire.ErrNoAvailableHandle || i == 100 {
+		if code(err) != wire.ErrNoAvailableHandle || i == 400 {
 			return got, err
 		}
 		time.Sleep(50 * time.Millisecond)
