@@ -33,6 +33,7 @@ import (
 
 	"github.com/kvferry/kvferry/engine/metadata/etcd/etcdtest"
 	"github.com/kvferry/kvferry/store/client"
+	"github.com/kvferry/kvferry/store/ha"
 	"github.com/kvferry/kvferry/store/master"
 	"github.com/kvferry/kvferry/store/wire"
 )
@@ -333,6 +334,21 @@ func TestKillHALeaderInPutStorm(t *testing.T) {
 	m2 := startChild(t, cfg)
 	logs := func() string { return "m1:\n" + m1.stderr.String() + "\nm2:\n" + m2.stderr.String() }
 	addr := "etcd://" + etcd.Endpoint()
+	// A master prints its address before it has won the election.
+	cli, err := ha.Dial([]string{etcd.Endpoint()}, 5*time.Second)
+	assert.NilError(t, err)
+	defer cli.Close()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_, err := ha.Leader(ctx, cli, "crash")
+		cancel()
+		if err == nil {
+			break
+		}
+		assert.Assert(t, time.Now().Before(deadline), "no leader: %v; %s", err, logs())
+		time.Sleep(20 * time.Millisecond)
+	}
 	clients := []*client.Client{newClient(t, addr, "crash"), newClient(t, addr, "crash")}
 	leader := m1
 	if clients[0].MasterAddr() == m2.addr {

@@ -190,6 +190,22 @@ func (l RequestLimits) Check(req proto.Message) error {
 		return list("returned grants", len(r.GetReturnGrantIds()))
 	case *ReturnGrantsRequest:
 		return list("grants", len(r.GetGrantIds()))
+	case *MountDiskSegmentRequest:
+		if len(r.GetEntries()) > l.MaxBatchKeys {
+			return fmt.Errorf("%d disk entries (at most %d): %w", len(r.GetEntries()), l.MaxBatchKeys, ErrRequestLimit)
+		}
+		for _, e := range r.GetEntries() {
+			if err := key(e.GetKey()); err != nil {
+				return err
+			}
+		}
+	case *FetchTasksRequest:
+		return list("task results", len(r.GetDone()))
+	case *CreateTaskRequest:
+		if err := key(r.GetKey()); err != nil {
+			return err
+		}
+		return list("targets", len(r.GetTargets()))
 	}
 	return nil
 }
