@@ -247,10 +247,11 @@ func (e *Engine) RecordError(err error) {
 }
 
 // transportPriority orders transports, best first (DESIGN.md decision 3):
-// same process, then same host (cma, with shm where the kernel refuses
-// cross-memory access), then the network.
+// same process, then same host (cma for host memory, nvlink for device
+// memory other processes may map, shm staging for the rest and where the
+// kernel refuses cross-memory access), then the network.
 var transportPriority = map[string]int{
-	"local": 100, "cma": 85, "shm": 80, "nvlink": 70, "rdma": 60, "tcp": 10,
+	"local": 100, "cma": 85, "nvlink": 82, "shm": 80, "rdma": 60, "tcp": 10,
 }
 
 // TransportNames lists the names of the transports the engine knows how to
@@ -353,10 +354,10 @@ func (e *Engine) Transports() []string {
 	return names
 }
 
-// choose picks the transport for requests to p between local memory of
-// kind lk and p's memory of kind rk: the best one that reaches p and
-// carries both kinds (see MemoryCarrier).
-func (e *Engine) choose(p *Peer, lk, rk MemoryKind) (Transport, *atomic.Uint64) {
+// choose picks the transport for requests to p between the memory ends
+// describes: the best one that reaches p and carries them (see
+// MemoryCarrier).
+func (e *Engine) choose(p *Peer, ends Ends) (Transport, *atomic.Uint64) {
 	e.transports.RLock()
 	defer e.transports.RUnlock()
 	force := e.cfg.ForceTransport
@@ -364,7 +365,7 @@ func (e *Engine) choose(p *Peer, lk, rk MemoryKind) (Transport, *atomic.Uint64) 
 		if force != "" && in.t.Name() != force {
 			continue
 		}
-		if in.t.Reaches(p) && carries(in.t, p, lk, rk) {
+		if carries(in.t, p, ends) && in.t.Reaches(p) {
 			return in.t, in.slices
 		}
 	}
@@ -378,7 +379,7 @@ func (e *Engine) ChooseTransport(id SegmentID) string {
 	if p == nil {
 		return ""
 	}
-	if t, _ := e.choose(p, MemoryHost, MemoryHost); t != nil {
+	if t, _ := e.choose(p, Ends{}); t != nil {
 		return t.Name()
 	}
 	return ""
@@ -1031,32 +1032,32 @@ func (e *Engine) submit(id BatchID, reqs []Request, n *Notification) error {
 		if p == nil {
 			return fmt.Errorf("submit: request %d: segment %d: %w", i, r.Target, ErrInvalidArgument)
 		}
-		lk, rk := MemoryHost, MemoryHost
+		var ends Ends
 		if localGPU {
-			lk = e.localKind(uint64(r.Source), r.Length)
+			ends.Local = e.localKind(uint64(r.Source), r.Length)
 		}
 		if p.Local() {
 			if localGPU {
-				rk = e.localKind(r.TargetOffset, r.Length)
+				ends.Remote = e.localKind(r.TargetOffset, r.Length)
 			}
 		} else if p.hasGPU() {
-			rk = p.remoteKind(r.TargetOffset, r.Length)
+			ends.Remote, ends.RemoteShare = p.remoteKind(r.TargetOffset, r.Length)
 		}
 		gi := -1
 		for _, rt := range routes {
-			if rt.p == p && rt.lk == lk && rt.rk == rk {
+			if rt.p == p && rt.ends == ends {
 				gi = rt.g
 				break
 			}
 		}
 		if gi < 0 {
-			t, ctr := e.choose(p, lk, rk)
+			t, ctr := e.choose(p, ends)
 			if t == nil {
 				return fmt.Errorf("submit: request %d: no transport reaches segment %q for %s to %s memory (it offers %q, forced %q): %w",
-					i, p.Name, lk, rk, p.Descriptor().Protocol, e.cfg.ForceTransport, ErrNotSupportedTransport)
+					i, p.Name, ends.Local, ends.Remote, p.Descriptor().Protocol, e.cfg.ForceTransport, ErrNotSupportedTransport)
 			}
 			if e.log.Enabled(e.ctx, slog.LevelDebug) {
-				e.log.Debug("transport chosen", "batch", id, "segment", p.Name, "transport", t.Name(), "local", lk, "remote", rk, "forced", e.cfg.ForceTransport)
+				e.log.Debug("transport chosen", "batch", id, "segment", p.Name, "transport", t.Name(), "local", ends.Local, "remote", ends.Remote, "forced", e.cfg.ForceTransport)
 			}
 			for j := range groups {
 				if groups[j].p == p && groups[j].t == t {
@@ -1068,7 +1069,7 @@ func (e *Engine) submit(id BatchID, reqs []Request, n *Notification) error {
 				groups = append(groups, group{t: t, p: p, ctr: ctr, link: e.metrics.link(t, p)})
 				gi = len(groups) - 1
 			}
-			routes = append(routes, route{p: p, lk: lk, rk: rk, g: gi})
+			routes = append(routes, route{p: p, ends: ends, g: gi})
 		}
 		gidx[i] = gi
 		groups[gi].tasks++

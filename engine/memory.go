@@ -137,7 +137,47 @@ func (e *Engine) describeBuffer(r *Region) descriptor.Buffer {
 		b.ShmName = strings.ToUpper(hex.EncodeToString(r.Handle))
 		b.IPCOffset = uint64(r.Addr) - r.AllocBase
 	}
+	b.Share = r.Share.String()
 	return b
+}
+
+// String lists the share kinds as a descriptor's kvferry_share does
+// ("ipc,fd,fabric"; "" for none).
+func (s ShareKind) String() string {
+	var out []string
+	for _, x := range []struct {
+		k ShareKind
+		n string
+	}{{ShareLegacyIPC, "ipc"}, {SharePosixFD, "fd"}, {ShareFabric, "fabric"}} {
+		if s&x.k != 0 {
+			out = append(out, x.n)
+		}
+	}
+	return strings.Join(out, ",")
+}
+
+// ParseShare reads a buffer's share kinds: its kvferry_share list, or for
+// a buffer without one (a Mooncake peer's), a legacy IPC handle when it
+// has a shm_name.
+func ParseShare(b descriptor.Buffer) ShareKind {
+	if b.Share == "" {
+		if b.ShmName != "" {
+			return ShareLegacyIPC
+		}
+		return 0
+	}
+	var s ShareKind
+	for _, t := range strings.Split(b.Share, ",") {
+		switch strings.TrimSpace(t) {
+		case "ipc":
+			s |= ShareLegacyIPC
+		case "fd":
+			s |= SharePosixFD
+		case "fabric":
+			s |= ShareFabric
+		}
+	}
+	return s
 }
 
 // HasDeviceMemory reports whether any registered region is device memory
@@ -151,21 +191,33 @@ func (e *Engine) HasDeviceMemory() bool { return e.reg.devices.Load() > 0 }
 // peer's descriptor). A transport that does not implement it carries
 // host-accessible memory only (host, pinned, managed) on both ends.
 type MemoryCarrier interface {
-	Carries(p *Peer, local, remote MemoryKind) bool
+	Carries(p *Peer, e Ends) bool
 }
 
-func carries(t Transport, p *Peer, lk, rk MemoryKind) bool {
+// Ends describes the memory at the two ends of a request.
+type Ends struct {
+	// Local is the kind of the local (source or destination) memory.
+	Local MemoryKind
+	// Remote is the kind of the target memory (from the peer's
+	// descriptor; from the registry for the own segment).
+	Remote MemoryKind
+	// RemoteShare says how the target's owner lets same-host processes
+	// map it (device memory only).
+	RemoteShare ShareKind
+}
+
+func carries(t Transport, p *Peer, e Ends) bool {
 	if mc, ok := t.(MemoryCarrier); ok {
-		return mc.Carries(p, lk, rk)
+		return mc.Carries(p, e)
 	}
-	return lk.HostAccessible() && rk.HostAccessible()
+	return e.Local.HostAccessible() && e.Remote.HostAccessible()
 }
 
 // route is a transport choice made during one submit.
 type route struct {
-	p      *Peer
-	lk, rk MemoryKind
-	g      int // index of the group
+	p    *Peer
+	ends Ends
+	g    int // index of the group
 }
 
 // localKind is the kind of the local registered memory holding
@@ -206,15 +258,15 @@ func (p *Peer) hasGPU() bool {
 
 // remoteKind is the kind of p's buffer holding [addr, addr+n) (host when
 // no buffer does: the request fails its range check later).
-func (p *Peer) remoteKind(addr, n uint64) MemoryKind {
+func (p *Peer) remoteKind(addr, n uint64) (MemoryKind, ShareKind) {
 	b, ok := p.Descriptor().Find(addr, n)
 	if !ok || !b.GPU() {
-		return MemoryHost
+		return MemoryHost, 0
 	}
 	if b.Mem == descriptor.MemManaged {
-		return MemoryManaged
+		return MemoryManaged, 0
 	}
-	return MemoryDevice
+	return MemoryDevice, ParseShare(b)
 }
 
 // RemoteBuffer returns p's descriptor buffer holding [addr, addr+n).

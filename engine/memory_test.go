@@ -63,7 +63,7 @@ func (c *carrier) Submit(p *engine.Peer, ss []*engine.Slice) {
 
 type gpuCarrier struct{ *carrier }
 
-func (g gpuCarrier) Carries(_ *engine.Peer, l, r engine.MemoryKind) bool { return g.ok(l, r) }
+func (g gpuCarrier) Carries(_ *engine.Peer, e engine.Ends) bool { return g.ok(e.Local, e.Remote) }
 
 func TestMemoryClassification(t *testing.T) {
 	const dev, pinned, managed = 0x7d0000000000, 0x10000, 0x20000
@@ -109,12 +109,12 @@ func TestMemoryClassification(t *testing.T) {
 	for _, b := range d.Buffers {
 		byAddr[b.Addr] = b
 	}
-	assert.DeepEqual(t, byAddr[dev], descriptor.Buffer{Name: "cuda:1", Addr: dev, Length: 1 << 16, ShmName: "AB01", Mem: "device", IPCOffset: 4096})
+	assert.DeepEqual(t, byAddr[dev], descriptor.Buffer{Name: "cuda:1", Addr: dev, Length: 1 << 16, ShmName: "AB01", Mem: "device", IPCOffset: 4096, Share: "ipc"})
 	assert.DeepEqual(t, byAddr[managed], descriptor.Buffer{Name: "cuda:0", Addr: managed, Length: 4096, Mem: "managed"})
 	assert.DeepEqual(t, byAddr[pinned], descriptor.Buffer{Name: e.SegmentName(), Addr: pinned, Length: 4096})
 	raw, err := descriptor.Marshal(d)
 	assert.NilError(t, err)
-	assert.Assert(t, strings.Contains(string(raw), `"name":"cuda:1","addr":`+fmt.Sprint(uint64(dev))+`,"length":65536,"shm_name":"AB01","kvferry_mem":"device","kvferry_ipc_offset":4096`), "%s", raw)
+	assert.Assert(t, strings.Contains(string(raw), `"name":"cuda:1","addr":`+fmt.Sprint(uint64(dev))+`,"length":65536,"shm_name":"AB01","kvferry_mem":"device","kvferry_ipc_offset":4096,"kvferry_share":"ipc"`), "%s", raw)
 	assert.Assert(t, strings.Contains(string(raw), `{"name":"`+e.SegmentName()+`","addr":`+fmt.Sprint(pinned)+`,"length":4096}`), "%s", raw)
 	back, err := descriptor.Unmarshal(raw)
 	assert.NilError(t, err)

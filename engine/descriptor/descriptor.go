@@ -57,6 +57,12 @@ type Buffer struct {
 	// IPCOffset is where the buffer starts in the allocation ShmName maps
 	// (kvferry extension; Mooncake's peers assume 0).
 	IPCOffset uint64 `json:"kvferry_ipc_offset,omitempty"`
+	// Share lists how same-host processes may map GPU memory, comma
+	// separated: "ipc" (ShmName is a legacy IPC handle), "fd" (VMM memory
+	// the owner exports as POSIX fds over its same-host socket), "fabric"
+	// (ShmName is a fabric handle). kvferry extension; a buffer with
+	// ShmName and no Share is a Mooncake buffer with a legacy IPC handle.
+	Share string `json:"kvferry_share,omitempty"`
 }
 
 // Memory kinds of Buffer.Mem.

@@ -269,3 +269,64 @@ func walk(d *cuda.Driver, pi cuda.PointerInfo, addr, length uint64) (single bool
 // ErrNoGPU is returned by transports asked to move device memory without
 // a GPU runtime.
 var ErrNoGPU = errors.New("no GPU runtime")
+
+// ipcKey identifies a legacy IPC mapping of the process: the handle and
+// the device whose context opened it.
+type ipcKey struct {
+	dev int
+	h   cuda.IPCHandle
+}
+
+type ipcEntry struct {
+	base uint64
+	refs int
+}
+
+var ipcMaps = struct {
+	sync.Mutex
+	m map[ipcKey]*ipcEntry
+}{m: make(map[ipcKey]*ipcEntry)}
+
+// OpenIPC maps the allocation a legacy IPC handle names (another
+// process's) for device dev and returns its base address here. Mappings
+// are shared by the whole process and counted: every OpenIPC needs one
+// CloseIPC.
+func (r *Runtime) OpenIPC(dev int, h cuda.IPCHandle) (uint64, error) {
+	d, err := r.Driver()
+	if err != nil {
+		return 0, err
+	}
+	k := ipcKey{dev: dev, h: h}
+	ipcMaps.Lock()
+	defer ipcMaps.Unlock()
+	if e := ipcMaps.m[k]; e != nil {
+		e.refs++
+		return e.base, nil
+	}
+	base, err := d.IPCOpen(dev, h)
+	if err != nil {
+		return 0, err
+	}
+	ipcMaps.m[k] = &ipcEntry{base: base, refs: 1}
+	return base, nil
+}
+
+// CloseIPC drops a reference taken by OpenIPC; the last one unmaps.
+func (r *Runtime) CloseIPC(dev int, h cuda.IPCHandle) {
+	k := ipcKey{dev: dev, h: h}
+	ipcMaps.Lock()
+	defer ipcMaps.Unlock()
+	e := ipcMaps.m[k]
+	if e == nil {
+		return
+	}
+	if e.refs--; e.refs > 0 {
+		return
+	}
+	delete(ipcMaps.m, k)
+	if d, err := r.Driver(); err == nil {
+		if err := d.IPCClose(dev, e.base); err != nil {
+			r.log.Warn("closing a CUDA IPC mapping failed", "device", dev, "err", err)
+		}
+	}
+}

@@ -56,7 +56,7 @@ type Config struct {
 }
 
 // DefaultTransports are installed by AutoDiscover, best first.
-var DefaultTransports = []string{local.Name, samehost.NameCMA, samehost.NameShm, tcp.Name}
+var DefaultTransports = []string{local.Name, samehost.NameCMA, samehost.NameNVLink, samehost.NameShm, tcp.Name}
 
 // GPURuntime returns the process's GPU runtime for cfg.GPU (its logger
 // defaults to the engine's).
@@ -66,6 +66,14 @@ func GPURuntime(cfg Config) *gpu.Runtime {
 		g.Logger = cfg.Engine.Logger
 	}
 	return gpu.Shared(g)
+}
+
+func sameHostConfig(cfg Config) samehost.Config {
+	sc := cfg.SameHost
+	if sc.GPU == nil {
+		sc.GPU = GPURuntime(cfg)
+	}
+	return sc
 }
 
 // Factory returns the transport factory for cfg.
@@ -85,9 +93,11 @@ func Factory(cfg Config) engine.TransportFactory {
 			}
 			return local.New(e, lc), nil
 		case samehost.NameCMA:
-			return samehost.NewCMA(e, cfg.SameHost), nil
+			return samehost.NewCMA(e, sameHostConfig(cfg)), nil
 		case samehost.NameShm:
-			return samehost.NewShm(e, cfg.SameHost), nil
+			return samehost.NewShm(e, sameHostConfig(cfg)), nil
+		case samehost.NameNVLink:
+			return samehost.NewNVLink(e, sameHostConfig(cfg)), nil
 		case rdma.Name:
 			rc := cfg.RDMA
 			if args := e.TransportArgs(rdma.Name); len(args) > 0 && args[0] != "" {

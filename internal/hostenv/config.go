@@ -60,7 +60,7 @@ func Set(name string) bool {
 //
 //	MC_FORCE_TCP (any value)          use only the TCP transport
 //	MC_FORCE_HCA (any value)          auto-discovery installs RDMA even with MC_FORCE_TCP
-//	KVFERRY_TRANSPORT                 force one transport by name (local, cma, shm, rdma, tcp; "auto" = selector)
+//	KVFERRY_TRANSPORT                 force one transport by name (local, cma, nvlink, shm, rdma, tcp; "auto" = selector)
 //	(RDMA: see RDMAConfig)
 //	MC_TCP_BIND_ADDRESS               address to bind and advertise
 //	MC_MIN_RPC_PORT, MC_MAX_RPC_PORT  port range (aliases MC_MIN_PRC_PORT, MC_MAX_PRC_PORT)

@@ -12,8 +12,8 @@ import (
 // Carries reports what the transport moves: host-accessible memory always
 // (C memcpy), device memory too when it has a GPU runtime (cuMemcpyAsync
 // on the device's stream pool, completion by events).
-func (t *Transport) Carries(_ *engine.Peer, l, r engine.MemoryKind) bool {
-	return (l.HostAccessible() && r.HostAccessible()) || t.cfg.GPU != nil
+func (t *Transport) Carries(_ *engine.Peer, e engine.Ends) bool {
+	return (e.Local.HostAccessible() && e.Remote.HostAccessible()) || t.cfg.GPU != nil
 }
 
 // gpuBatch is the part of a work item that involves device memory of one

@@ -227,9 +227,12 @@ func (b *base) dial(p *engine.Peer, sock string) (*session, error) {
 	s.pid = pid
 	_ = c.SetDeadline(time.Now().Add(timeout))
 	h := hello{kind: b.kind}
-	if b.kind == kindCMA {
+	switch b.kind {
+	case kindCMA:
 		h.slots = uint32(b.cfg.cmaSlots())
-	} else {
+	case kindIPC:
+		h.slots = uint32(b.cfg.Workers)
+	default:
 		h.chunks, h.chunkBytes = uint32(b.cfg.ShmChunks), b.cfg.ShmChunkBytes
 	}
 	var hb [helloSize]byte
@@ -251,7 +254,7 @@ func (b *base) dial(p *engine.Peer, sock string) (*session, error) {
 		return nil, fmt.Errorf("owner refused the session (status %d): %w", r.status, ErrPeerGone)
 	}
 	switch b.kind {
-	case kindCMA:
+	case kindCMA, kindIPC:
 		if len(fds) != 2 || r.slots != h.slots {
 			return nil, fmt.Errorf("cma reply with %d fds and %d slots: %w", len(fds), r.slots, errProtocol)
 		}
@@ -268,6 +271,10 @@ func (b *base) dial(p *engine.Peer, sock string) (*session, error) {
 			return nil, fmt.Errorf("control page does not match the reply: %w", errProtocol)
 		}
 		s.pidfd = openPidfd(pid)
+		if b.kind == kindIPC {
+			s.ipc = newIPCMaps(b.cfg.GPU)
+			break
+		}
 		if err := probe(pid, r.probeAddr, r.nonce); err != nil {
 			return nil, err
 		}
@@ -368,6 +375,10 @@ type session struct {
 	status     [][maxEntries]byte // per chunk: the entries' status from the last response
 	replies    []chan chunkReply  // the transport's per-worker reply queues
 	seq        atomic.Uint64
+	pinned     stagingPin // staging memory registered with the CUDA driver
+
+	// nvlink
+	ipc *ipcMaps // mappings of the owner's device memory
 }
 
 // chunkReply tells a worker that the response for a chunk arrived.
@@ -396,6 +407,7 @@ func (s *session) kill(err error) {
 		}
 		close(s.dead)
 		s.conn.Close()
+		s.ipc.retireAll()
 	})
 }
 
@@ -425,6 +437,7 @@ func (s *session) release() {
 	}
 	s.ctl.m.Close()
 	s.slots.Close()
+	s.unpinStaging()
 	s.staging.Close()
 	s.pidfd.close()
 }
@@ -435,6 +448,10 @@ func (s *session) release() {
 func (s *session) runReader(wg *sync.WaitGroup) {
 	defer wg.Done()
 	defer s.release()
+	if s.kind == kindIPC {
+		s.runExportReader()
+		return
+	}
 	buf := make([]byte, respHeaderSize+maxEntries+1)
 	for {
 		k, err := s.conn.Read(buf)

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/kvferry/kvferry/engine"
+	"github.com/kvferry/kvferry/engine/gpu"
 )
 
 // Names of the transports.
@@ -84,6 +85,10 @@ type Config struct {
 	// under yama ptrace_scope=1. It lets any process of the same user
 	// ptrace this one; off by default (KVFERRY_CMA_ALLOW_PTRACER=1).
 	AllowAnyPtracer bool
+	// GPU moves device memory: shm stages it through the session's
+	// shared memory on either side, nvlink maps the owner's device memory
+	// (CUDA IPC). Nil: host memory only.
+	GPU *gpu.Runtime
 }
 
 func (c Config) withDefaults(e *engine.Engine) Config {

@@ -74,6 +74,9 @@ func pattern(b []byte, seed uint64) {
 // ---- child side ----
 
 func childMain(role string) int {
+	if strings.HasPrefix(role, "gpu-") {
+		return gpuChildMain(role)
+	}
 	if os.Getenv(denyEnv) != "" {
 		if err := denyCrossMemory(); err != nil {
 			fmt.Fprintln(os.Stderr, "seccomp:", err)

@@ -58,6 +58,7 @@ type ownerSession struct {
 	nslots  int
 	staging *shmap // shm
 	gone    atomic.Bool
+	pinned  stagingPin // shm: the staging memory registered with the CUDA driver
 }
 
 // nodes holds the node of every engine of this process that installed a
@@ -192,7 +193,7 @@ func (n *node) mirror() {
 // (sessions are not unmapped while we read their slots).
 func (n *node) drainLocked(ep uint64, deadline time.Time) bool {
 	for s := range n.mu.sessions {
-		if s.kind != kindCMA {
+		if s.kind != kindCMA && s.kind != kindIPC {
 			continue
 		}
 		for i := range s.nslots {
@@ -264,6 +265,7 @@ func (n *node) remove(s *ownerSession) {
 	delete(n.mu.sessions, s)
 	n.mu.Unlock()
 	s.slots.Close()
+	s.unpinStaging()
 	s.staging.Close()
 }
 
@@ -288,7 +290,7 @@ func (n *node) serve(c *net.UnixConn) {
 	r.nonce = n.nonce
 	var fds []int
 	switch h.kind {
-	case kindCMA:
+	case kindCMA, kindIPC:
 		if h.slots == 0 || h.slots > maxSlots {
 			n.refuse(c, statusUnsupported)
 			return
@@ -334,9 +336,12 @@ func (n *node) serve(c *net.UnixConn) {
 	}
 	_ = c.SetDeadline(time.Time{})
 	n.log.Debug("same-host session opened", "transport", kindName(h.kind), "peer_pid", s.pid, "peer_uid", s.uid)
-	if h.kind == kindShm {
+	switch h.kind {
+	case kindShm:
 		n.serveShm(s, buf, r.chunks, r.chunkBytes)
-	} else {
+	case kindIPC:
+		n.serveExports(s, buf)
+	default:
 		// A cma initiator sends nothing more; a read ends when it goes away.
 		_, _ = c.Read(buf)
 	}
@@ -357,6 +362,8 @@ func (n *node) serveShm(s *ownerSession, buf []byte, chunks uint32, chunkBytes u
 	ops := make([]cmem.Op, 0, maxEntries)
 	pins := make([]*engine.Region, 0, maxEntries)
 	resp := make([]byte, respHeaderSize+maxEntries)
+	var dev devOps // pieces of device memory
+	var devIdx []int
 	for {
 		k, err := s.c.Read(buf)
 		if err != nil {
@@ -391,10 +398,25 @@ func (n *node) serveShm(s *ownerSession, buf []byte, chunks uint32, chunkBytes u
 			if e.op == uint8(engine.OpRead) {
 				op.Dst, op.Src = op.Src, op.Dst
 			}
-			ops = append(ops, op)
+			if pin.Kind == engine.MemoryDevice {
+				dev.add(pin.Device, op)
+				devIdx = append(devIdx, i)
+			} else {
+				ops = append(ops, op)
+			}
 			pins = append(pins, pin)
 		}
 		cmem.CopyBatch(ops)
+		if len(devIdx) > 0 {
+			if err := dev.copy(n.cfg.GPU, func() { s.pinStaging(n.cfg.GPU) }); err != nil {
+				n.log.Warn("shm: owner's device copy failed", "peer_pid", s.pid, "err", err)
+				for _, i := range devIdx {
+					st[i] = entryDevice
+				}
+			}
+			dev.reset()
+			devIdx = devIdx[:0]
+		}
 		for _, p := range pins {
 			p.Release()
 		}
@@ -463,6 +485,8 @@ func kindName(k uint8) string {
 		return NameCMA
 	case kindShm:
 		return NameShm
+	case kindIPC:
+		return NameNVLink
 	}
 	return "unknown"
 }

@@ -71,6 +71,7 @@ func (t *Shm) Close() error {
 type piece struct {
 	slice  int32
 	op     engine.OpCode
+	dev    int32 // device of local device memory, -1 for host memory
 	local  uintptr
 	offset uint64 // in the chunk
 	addr   uint64
@@ -90,6 +91,7 @@ type shmWorker struct {
 	inflight int
 	msg      []byte
 	ops      []cmem.Op
+	gpu      devOps // copies to and from local device memory
 }
 
 // runWorker copies queued jobs; owned by the transport, stopped by Close.
@@ -164,7 +166,11 @@ func (w *shmWorker) send(s *session, slices []*engine.Slice) error {
 				cur, used = int(c), 0
 			}
 			n := min(sl.Length-off, s.chunkBytes-used)
-			w.pieces[cur] = append(w.pieces[cur], piece{slice: int32(i), op: sl.Op, local: sl.Local + uintptr(off), offset: used,
+			dev := int32(-1)
+			if sl.LocalKind() == engine.MemoryDevice {
+				dev = int32(sl.LocalRegion().Device)
+			}
+			w.pieces[cur] = append(w.pieces[cur], piece{slice: int32(i), op: sl.Op, dev: dev, local: sl.Local + uintptr(off), offset: used,
 				addr: sl.Remote + off, length: n})
 			used += n
 			off += n
@@ -229,13 +235,22 @@ func (w *shmWorker) flush(s *session, c int) error {
 	ps := w.pieces[c]
 	base := s.staging.addr() + uintptr(uint64(c)*s.chunkBytes)
 	w.ops = w.ops[:0]
+	w.gpu.reset()
 	for k, p := range ps {
 		if p.op == engine.OpWrite {
-			w.ops = append(w.ops, cmem.Op{Dst: base + uintptr(p.offset), Src: p.local, N: p.length})
+			op := cmem.Op{Dst: base + uintptr(p.offset), Src: p.local, N: p.length}
+			if p.dev >= 0 {
+				w.gpu.add(int(p.dev), op)
+			} else {
+				w.ops = append(w.ops, op)
+			}
 		}
 		putReqEntry(w.msg[reqHeaderSize+k*reqEntrySize:], reqEntry{op: uint8(p.op), offset: p.offset, addr: p.addr, length: p.length})
 	}
 	cmem.CopyBatch(w.ops)
+	if err := w.gpu.copy(w.t.cfg.GPU, s.pinStaging(w.t.cfg.GPU)); err != nil {
+		return fmt.Errorf("shm: stage device memory: %w", err)
+	}
 	seq := s.seq.Add(1)
 	w.seqs[c] = seq
 	putReqHeader(w.msg, uint32(c), uint32(len(ps)), seq)
@@ -261,16 +276,30 @@ func (w *shmWorker) handle(s *session, slices []*engine.Slice, r chunkReply) err
 	st := &s.status[c]
 	base := s.staging.addr() + uintptr(uint64(c)*s.chunkBytes)
 	w.ops = w.ops[:0]
+	w.gpu.reset()
 	for k, p := range ps {
 		if p.op == engine.OpRead && st[k] == entryOK {
-			w.ops = append(w.ops, cmem.Op{Dst: p.local, Src: base + uintptr(p.offset), N: p.length})
+			op := cmem.Op{Dst: p.local, Src: base + uintptr(p.offset), N: p.length}
+			if p.dev >= 0 {
+				w.gpu.add(int(p.dev), op)
+			} else {
+				w.ops = append(w.ops, op)
+			}
 		}
 	}
 	cmem.CopyBatch(w.ops)
+	devErr := w.gpu.copy(w.t.cfg.GPU, s.pinStaging(w.t.cfg.GPU))
 	for k, p := range ps {
 		var err error
 		switch st[k] {
 		case entryOK:
+			if p.op == engine.OpRead && p.dev >= 0 && devErr != nil {
+				err = fmt.Errorf("shm: copy into device memory: %w", devErr)
+			}
+		case entryDevice:
+			sl := slices[p.slice]
+			err = &engine.TransferError{Op: sl.Op, Peer: s.peer, Transport: NameShm, Addr: p.addr, Length: p.length,
+				Err: fmt.Errorf("the owner's device copy failed: %w", engine.ErrRejected)}
 		case entryRejected:
 			sl := slices[p.slice]
 			err = &engine.TransferError{Op: sl.Op, Peer: s.peer, Transport: NameShm, Addr: p.addr, Length: p.length,

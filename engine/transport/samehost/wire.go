@@ -37,6 +37,7 @@ const (
 
 	kindCMA = 1
 	kindShm = 2
+	kindIPC = 3 // nvlink: the cma pages (no probe), then export requests
 
 	helloSize      = 24
 	replySize      = 40
@@ -56,6 +57,7 @@ const (
 	entryOK       = 0
 	entryRejected = 1
 	entryBad      = 2
+	entryDevice   = 3 // the owner's copy to or from its device memory failed
 )
 
 // errProtocol marks a malformed or unexpected message; the session ends.
@@ -176,4 +178,63 @@ func decodeResp(b []byte) (chunk, count uint32, seq uint64, err error) {
 		return 0, 0, 0, fmt.Errorf("response with %d entries in %d bytes: %w", count, len(b), errProtocol)
 	}
 	return chunk, count, seq, nil
+}
+
+// nvlink export request (initiator -> owner), exportReqSize bytes: the
+// POSIX fd of the VMM allocation mapped at addr in the owner.
+//
+//	0 magic u32 ("kvfx")  4 reserved u32  8 seq u64  16 addr u64
+//
+// export reply (owner -> initiator), exportRespSize bytes, with the fd as
+// SCM_RIGHTS when status is statusOK:
+//
+//	0 magic u32  4 status u32  8 seq u64  16 base u64  24 size u64
+//	32 device u32  36 reserved u32
+const (
+	exportMagic    = 0x6b766678 // "kvfx"
+	exportReqSize  = 24
+	exportRespSize = 40
+)
+
+type exportReq struct {
+	seq, addr uint64
+}
+
+func (r exportReq) encode(b []byte) {
+	binary.LittleEndian.PutUint32(b[0:], exportMagic)
+	binary.LittleEndian.PutUint32(b[4:], 0)
+	binary.LittleEndian.PutUint64(b[8:], r.seq)
+	binary.LittleEndian.PutUint64(b[16:], r.addr)
+}
+
+func decodeExportReq(b []byte) (exportReq, error) {
+	if len(b) != exportReqSize || binary.LittleEndian.Uint32(b) != exportMagic {
+		return exportReq{}, fmt.Errorf("export request of %d bytes: %w", len(b), errProtocol)
+	}
+	return exportReq{seq: binary.LittleEndian.Uint64(b[8:]), addr: binary.LittleEndian.Uint64(b[16:])}, nil
+}
+
+type exportResp struct {
+	status     uint32
+	seq        uint64
+	base, size uint64
+	device     uint32
+}
+
+func (r exportResp) encode(b []byte) {
+	binary.LittleEndian.PutUint32(b[0:], exportMagic)
+	binary.LittleEndian.PutUint32(b[4:], r.status)
+	binary.LittleEndian.PutUint64(b[8:], r.seq)
+	binary.LittleEndian.PutUint64(b[16:], r.base)
+	binary.LittleEndian.PutUint64(b[24:], r.size)
+	binary.LittleEndian.PutUint32(b[32:], r.device)
+	binary.LittleEndian.PutUint32(b[36:], 0)
+}
+
+func decodeExportResp(b []byte) (exportResp, error) {
+	if len(b) != exportRespSize || binary.LittleEndian.Uint32(b) != exportMagic {
+		return exportResp{}, fmt.Errorf("export reply of %d bytes: %w", len(b), errProtocol)
+	}
+	return exportResp{status: binary.LittleEndian.Uint32(b[4:]), seq: binary.LittleEndian.Uint64(b[8:]),
+		base: binary.LittleEndian.Uint64(b[16:]), size: binary.LittleEndian.Uint64(b[24:]), device: binary.LittleEndian.Uint32(b[32:])}, nil
 }

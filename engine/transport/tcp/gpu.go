@@ -30,8 +30,8 @@ import (
 
 // Carries reports that TCP moves every memory kind: host memory directly,
 // device memory staged, when the transport has a GPU runtime.
-func (t *Transport) Carries(_ *engine.Peer, l, r engine.MemoryKind) bool {
-	return l.HostAccessible() || t.cfg.GPU != nil
+func (t *Transport) Carries(_ *engine.Peer, e engine.Ends) bool {
+	return (e.Local.HostAccessible() && e.Remote.HostAccessible()) || t.cfg.GPU != nil
 }
 
 // errDevice marks a failed device copy: the connection's stream position is

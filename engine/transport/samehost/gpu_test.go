@@ -1,0 +1,307 @@
+package samehost_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"gotest.tools/v3/assert"
+
+	"github.com/kvferry/kvferry/engine"
+	"github.com/kvferry/kvferry/engine/gpu"
+	"github.com/kvferry/kvferry/engine/stack"
+	"github.com/kvferry/kvferry/internal/cmem"
+	"github.com/kvferry/kvferry/internal/cuda"
+	"github.com/kvferry/kvferry/internal/hostenv"
+	"github.com/kvferry/kvferry/internal/testutil/fakecuda"
+)
+
+// gpuBufs are the buffers of a GPU test process: pageable host memory,
+// cudaMalloc memory (legacy IPC) on device 0 and VMM memory (POSIX-fd
+// export) on device 1, each gpuBufBytes.
+type gpuBufs struct {
+	host     *cmem.Map
+	dev, vmm uint64
+}
+
+const gpuBufBytes = 8 << 20
+
+func gpuStack(lib string) stack.Config {
+	cfg := hostenv.StackConfig() // KVFERRY_TRANSPORT, KVFERRY_CUDA_LIB in children
+	cfg.Engine.LocalServerName = "127.0.0.1"
+	cfg.Engine.TransferTimeout = 5 * time.Second
+	cfg.AutoDiscover = true
+	cfg.GPU.Library = lib
+	return cfg
+}
+
+func allocGPU(e *engine.Engine, d *cuda.Driver) (gpuBufs, error) {
+	var b gpuBufs
+	var err error
+	if b.host, err = cmem.MapAnon(gpuBufBytes); err != nil {
+		return b, err
+	}
+	if b.dev, err = d.MemAlloc(0, gpuBufBytes); err != nil {
+		return b, err
+	}
+	if b.vmm, _, err = d.VMMAlloc(1, gpuBufBytes); err != nil {
+		return b, err
+	}
+	if err := e.RegisterMemory(b.host.Addr(), gpuBufBytes, "cpu:0", true); err != nil {
+		return b, err
+	}
+	if err := e.RegisterMemory(uintptr(b.dev), gpuBufBytes, "cuda:0", true); err != nil {
+		return b, err
+	}
+	return b, e.RegisterMemory(uintptr(b.vmm), gpuBufBytes, "cuda:1", true)
+}
+
+func (b gpuBufs) addr(kind string) uint64 {
+	switch kind {
+	case "dev":
+		return b.dev
+	case "vmm":
+		return b.vmm
+	}
+	return uint64(b.host.Addr())
+}
+
+// fill and check put the pattern into a buffer of any kind (through the
+// driver for device memory) and compare against it.
+func (b gpuBufs) fill(d *cuda.Driver, kind string, n, seed uint64) error {
+	copy(b.host.Bytes()[:n], patternAt(seed, n))
+	if kind == "host" {
+		return nil
+	}
+	return d.MemcpySync(0, b.addr(kind), uint64(b.host.Addr()), n)
+}
+
+func (b gpuBufs) check(d *cuda.Driver, kind string, n, seed uint64) (bool, error) {
+	if kind != "host" {
+		clear(b.host.Bytes()[:n])
+		if err := d.MemcpySync(0, uint64(b.host.Addr()), b.addr(kind), n); err != nil {
+			return false, err
+		}
+	}
+	return bytes.Equal(b.host.Bytes()[:n], patternAt(seed, n)), nil
+}
+
+// gpuChildMain is a GPU test peer:
+//
+//	gpu-initiator: "xfer w|r local-kind remote-addr len seed", "ipc", "quit"
+//	gpu-owner:     prints its segment and buffers, then "quit"
+func gpuChildMain(role string) int {
+	lib := os.Getenv("KVFERRY_CUDA_LIB")
+	e, err := stack.New(context.Background(), gpuStack(lib))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "engine:", err)
+		return 1
+	}
+	defer e.Close()
+	d, err := gpu.Shared(gpu.Config{Library: lib}).Driver()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	bufs, err := allocGPU(e, d)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	ctl := fakecuda.Open(lib)
+	out := bufio.NewWriter(os.Stdout)
+	reply := func(format string, args ...any) {
+		fmt.Fprintf(out, format+"\n", args...)
+		out.Flush()
+	}
+	if role == "gpu-owner" {
+		reply("ready %s %d %d %d", e.SegmentName(), bufs.host.Addr(), bufs.dev, bufs.vmm)
+		_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
+		return 0
+	}
+	seg, err := e.OpenSegment(context.Background(), os.Getenv(ownerEnv))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "open:", err)
+		return 1
+	}
+	reply("ready")
+	sc := bufio.NewScanner(os.Stdin)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		switch {
+		case len(f) == 6 && f[0] == "xfer":
+			kind, addr, n, seed := f[2], atou(f[3]), atou(f[4]), atou(f[5])
+			op := engine.OpWrite
+			if f[1] == "r" {
+				op = engine.OpRead
+			}
+			if op == engine.OpWrite {
+				if err := bufs.fill(d, kind, n, seed); err != nil {
+					reply("err other %s", oneLine(err))
+					continue
+				}
+			}
+			before := e.Metrics().SlicesByTransport
+			err := e.Transfer(context.Background(), []engine.Request{{Op: op, Source: uintptr(bufs.addr(kind)), Target: seg, TargetOffset: addr, Length: n}})
+			if err != nil {
+				reply("err %s %s", errClass(err), oneLine(err))
+				continue
+			}
+			used := "?"
+			for tr, k := range e.Metrics().SlicesByTransport {
+				if k > before[tr] {
+					used = tr
+				}
+			}
+			if op == engine.OpRead {
+				if ok, err := bufs.check(d, kind, n, seed); err != nil || !ok {
+					reply("bad %v", err)
+					continue
+				}
+			}
+			reply("ok %s", used)
+		case len(f) == 1 && f[0] == "ipc":
+			reply("ipc %d %d", ctl.Count(fakecuda.KindIPCOpen), ctl.Count(fakecuda.KindVMMMapping))
+		case len(f) == 1 && f[0] == "quit":
+			return 0
+		}
+	}
+	return 0
+}
+
+// TestGPUTwoProcesses: this process owns host, cudaMalloc and VMM memory;
+// a child moves bytes between its own host and device memory and ours,
+// with the selector (nvlink for our device memory, shm where its device
+// memory meets our host memory, cma host to host) and with each transport
+// forced. Every byte is checked, on our side through the fake's own view
+// of device memory.
+func TestGPUTwoProcesses(t *testing.T) {
+	lib := fakecuda.Path(t)
+	fc := fakecuda.Open(lib)
+	fc.Reset()
+	e, err := stack.New(context.Background(), gpuStack(lib))
+	assert.NilError(t, err)
+	defer e.Close()
+	d, err := gpu.Shared(gpu.Config{Library: lib}).Driver()
+	assert.NilError(t, err)
+	own, err := allocGPU(e, d)
+	assert.NilError(t, err)
+	defer own.host.Close()
+	ours := func(kind string, n uint64) []byte {
+		if kind == "host" {
+			return own.host.Bytes()[:n]
+		}
+		return fc.Bytes(own.addr(kind), int(n))
+	}
+	for _, tc := range []struct {
+		name, env string
+		want      map[string]string // "local-kind>remote-kind" -> transport
+	}{
+		{"auto", "", map[string]string{"host>dev": "nvlink", "dev>vmm": "nvlink", "vmm>host": "shm", "host>host": "cma"}},
+		{"shm", "KVFERRY_TRANSPORT=shm", map[string]string{"host>dev": "shm", "dev>vmm": "shm", "vmm>host": "shm", "dev>dev": "shm"}},
+		{"tcp", "KVFERRY_TRANSPORT=tcp", map[string]string{"host>vmm": "tcp", "dev>dev": "tcp"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := []string{ownerEnv + "=" + e.SegmentName(), "KVFERRY_CUDA_LIB=" + lib}
+			if tc.env != "" {
+				env = append(env, tc.env)
+			}
+			c := startChild(t, childOpts{role: "gpu-initiator", env: env})
+			seed := uint64(1)
+			for pair, want := range tc.want {
+				lk, rk, _ := strings.Cut(pair, ">")
+				for _, n := range []uint64{4096, 1<<20 + 3, 5 << 20} {
+					seed++
+					off := uint64(17 * seed % 4096)
+					// WRITE into our memory.
+					clear(ours(rk, n+off))
+					assert.Equal(t, c.do("xfer w %s %d %d %d", lk, own.addr(rk)+off, n, seed), "ok "+want, "%s write %d", pair, n)
+					assert.Assert(t, bytes.Equal(ours(rk, n+off)[off:], patternAt(seed, n)), "%s write %d: bytes differ", pair, n)
+					// READ from it.
+					seed++
+					copy(ours(rk, n+off)[off:], patternAt(seed, n))
+					assert.Equal(t, c.do("xfer r %s %d %d %d", lk, own.addr(rk)+off, n, seed), "ok "+want, "%s read %d", pair, n)
+				}
+			}
+			// Outside our registered device memory: refused.
+			r := c.do("xfer w dev %d %d 1", own.dev+gpuBufBytes-4096, 8192)
+			assert.Assert(t, strings.HasPrefix(r, "err"), "%s", r)
+			if tc.name != "auto" {
+				return
+			}
+			// The child mapped our cudaMalloc allocation and VMM memory;
+			// once we unregister them, its mappings close and requests to
+			// them are refused.
+			assert.Equal(t, c.do("ipc"), "ipc 1 2") // its own VMM buffer and ours
+			assert.NilError(t, e.UnregisterMemory(uintptr(own.dev)))
+			assert.NilError(t, e.UnregisterMemory(uintptr(own.vmm)))
+			r = c.do("xfer w dev %d %d 1", own.dev, 4096)
+			assert.Assert(t, strings.HasPrefix(r, "err"), "%s", r)
+			r = c.do("xfer w host %d %d 1", own.vmm, 4096)
+			assert.Assert(t, strings.HasPrefix(r, "err"), "%s", r)
+			assert.Equal(t, c.do("ipc"), "ipc 0 1")
+			assert.NilError(t, e.RegisterMemory(uintptr(own.dev), gpuBufBytes, "cuda:0", true))
+			assert.NilError(t, e.RegisterMemory(uintptr(own.vmm), gpuBufBytes, "cuda:1", true))
+		})
+	}
+}
+
+// TestGPUOwnerKilled: the owner of device memory dies while we copy into
+// it through CUDA IPC: the batch fails within the deadlines, and our
+// mappings of its memory close.
+func TestGPUOwnerKilled(t *testing.T) {
+	lib := fakecuda.Path(t)
+	fc := fakecuda.Open(lib)
+	fc.Reset()
+	defer fc.Reset()
+	c := startChild(t, childOpts{role: "gpu-owner", env: []string{"KVFERRY_CUDA_LIB=" + lib}})
+	segName, dev, vmm := c.ready[0], atou(c.ready[2]), atou(c.ready[3])
+	e, err := stack.New(context.Background(), gpuStack(lib))
+	assert.NilError(t, err)
+	defer e.Close()
+	d, err := gpu.Shared(gpu.Config{Library: lib}).Driver()
+	assert.NilError(t, err)
+	own, err := allocGPU(e, d)
+	assert.NilError(t, err)
+	defer own.host.Close()
+	vmmMaps := fc.Count(fakecuda.KindVMMMapping) // ours, before any import
+	ctx := context.Background()
+	seg, err := e.OpenSegment(ctx, segName)
+	assert.NilError(t, err)
+	reqs := []engine.Request{
+		{Op: engine.OpWrite, Source: uintptr(own.dev), Target: seg, TargetOffset: dev, Length: gpuBufBytes},
+		{Op: engine.OpWrite, Source: uintptr(own.vmm), Target: seg, TargetOffset: vmm, Length: gpuBufBytes},
+	}
+	assert.NilError(t, e.Transfer(ctx, reqs))
+	assert.Equal(t, fc.Count(fakecuda.KindIPCOpen), 1)
+	assert.Equal(t, fc.Count(fakecuda.KindVMMMapping), vmmMaps+1)
+	fc.SetCopyDelay(200000) // 200 ms per device copy
+	id, err := e.AllocateBatch(len(reqs))
+	assert.NilError(t, err)
+	assert.NilError(t, e.Submit(id, reqs))
+	time.Sleep(50 * time.Millisecond)
+	c.kill()
+	fc.SetCopyDelay(0)
+	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	bs, err := e.Wait(wctx, id)
+	assert.NilError(t, err, "batch not terminal after the owner was killed")
+	assert.Equal(t, bs.State, engine.StateFailed, "a batch in flight when the owner died must fail")
+	assert.NilError(t, e.FreeBatch(id))
+	start := time.Now()
+	err = e.Transfer(ctx, reqs[:1])
+	assert.Assert(t, err != nil)
+	assert.Assert(t, time.Since(start) < 10*time.Second)
+	// The session's death closed our mappings of the dead owner's memory.
+	deadline := time.Now().Add(10 * time.Second)
+	for (fc.Count(fakecuda.KindIPCOpen) != 0 || fc.Count(fakecuda.KindVMMMapping) != vmmMaps) && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	assert.Equal(t, fc.Count(fakecuda.KindIPCOpen), 0)
+	assert.Equal(t, fc.Count(fakecuda.KindVMMMapping), vmmMaps)
+}

@@ -1,0 +1,653 @@
+package samehost
+
+import (
+	"encoding/hex"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/kvferry/kvferry/engine"
+	"github.com/kvferry/kvferry/engine/descriptor"
+	"github.com/kvferry/kvferry/engine/gpu"
+	"github.com/kvferry/kvferry/internal/cuda"
+)
+
+// NVLink is the same-host CUDA IPC transport ("nvlink", as Mooncake calls
+// its intra-node GPU transports): the initiator maps the owner's device
+// memory into its own address space and copies with cuMemcpyAsync on its
+// device's stream pool (over NVLink or PCIe peer-to-peer on real GPUs).
+//
+// How a buffer is mapped depends on how the owner may share it (its
+// descriptor's kvferry_share):
+//
+//   - legacy IPC (cuMemAlloc / cudaMalloc memory): the handle in the
+//     buffer's shm_name, exactly as Mooncake publishes it, opened with
+//     cuIpcOpenMemHandle (one mapping per allocation and device for the
+//     whole process);
+//   - VMM memory (cuMemCreate: PyTorch's expandable segments, kvferry's
+//     allocator): the owner exports each allocation as a POSIX fd on
+//     request, over the session socket with SCM_RIGHTS; the initiator
+//     imports and maps it (cuMemImportFromShareableHandle, cuMemMap);
+//   - fabric handles (MNNVL/IMEX): the 64-byte handle in shm_name,
+//     imported the same way, when the owner offers no fd.
+//
+// Mappings are opened lazily, cached per session (per owner), and closed
+// when the owner unregisters the memory (seen as an epoch change of its
+// registration mirror) or goes away. Every range is first checked against
+// the owner's registration mirror under the epoch protocol of cma: a
+// request outside registered memory is refused before any byte moves, and
+// an owner's UnregisterMemory waits until no initiator copies from an
+// older registration (the worker's slot stays set until its device copies
+// completed).
+type NVLink struct {
+	base
+	q chan ipcJob
+}
+
+var _ engine.Transport = (*NVLink)(nil)
+
+// NameNVLink is the CUDA IPC transport.
+const NameNVLink = "nvlink"
+
+// ipcJob is a group of slices to one owner.
+type ipcJob struct {
+	s      *session
+	p      *engine.Peer
+	slices []*engine.Slice
+}
+
+// NewNVLink starts the nvlink transport of e.
+func NewNVLink(e *engine.Engine, cfg Config) *NVLink {
+	t := &NVLink{}
+	t.init(e, NameNVLink, kindIPC, cfg)
+	t.q = make(chan ipcJob, 1024)
+	for i := range t.cfg.Workers {
+		t.work.Add(1)
+		go t.runWorker(i)
+	}
+	return t
+}
+
+// Reaches reports whether p is another process of this host that offers
+// nvlink and accepted a session.
+func (t *NVLink) Reaches(p *engine.Peer) bool {
+	if t.cfg.GPU == nil {
+		return false
+	}
+	s := t.sessionFor(p, true)
+	return s != nil && s.ctl.word(ctlOffOverflow).Load() == 0
+}
+
+// Carries reports requests whose target is device memory the owner shares.
+func (t *NVLink) Carries(_ *engine.Peer, e engine.Ends) bool {
+	return t.cfg.GPU != nil && e.Remote == engine.MemoryDevice && e.RemoteShare != 0 && e.Local != engine.MemoryManaged
+}
+
+// SliceSize: requests are not sliced (a device copy of any size is one
+// call).
+func (t *NVLink) SliceSize() uint64 { return 0 }
+
+// Submit queues the slices for the workers.
+func (t *NVLink) Submit(p *engine.Peer, slices []*engine.Slice) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	if t.stopped {
+		failAll(slices, engine.ErrClosed)
+		return
+	}
+	s := t.sessionFor(p, false)
+	if s == nil {
+		failAll(slices, fmt.Errorf("%s: no session to segment %q: %w", t.name, p.Name, ErrPeerGone))
+		return
+	}
+	per := max(1, (len(slices)+t.cfg.Workers-1)/t.cfg.Workers)
+	for lo := 0; lo < len(slices); lo += per {
+		part := slices[lo:min(lo+per, len(slices))]
+		if !s.acquire() {
+			failAll(part, fmt.Errorf("%s: session to segment %q closed: %w", t.name, s.peer, ErrPeerGone))
+			continue
+		}
+		t.q <- ipcJob{s: s, p: p, slices: part}
+	}
+}
+
+// Close stops the workers (queued slices fail), ends the sessions (their
+// mappings close) and releases the engine's node.
+func (t *NVLink) Close() error {
+	if t.closed.Swap(true) {
+		return nil
+	}
+	t.mu.Lock()
+	t.stopped = true
+	t.mu.Unlock()
+	t.cancel()
+	t.work.Wait()
+	for {
+		select {
+		case j := <-t.q:
+			failAll(j.slices, engine.ErrClosed)
+			j.s.release()
+			continue
+		default:
+		}
+		break
+	}
+	t.closeBase()
+	return nil
+}
+
+func (t *NVLink) runWorker(id int) {
+	defer t.work.Done()
+	w := &ipcWorker{t: t, id: id}
+	for {
+		select {
+		case <-t.ctx.Done():
+			return
+		case j := <-t.q:
+			w.run(j)
+			j.s.release()
+		}
+	}
+}
+
+// ipcWorker is one copy goroutine's scratch.
+type ipcWorker struct {
+	t    *NVLink
+	id   int
+	rs   []rng
+	res  []lookupResult
+	errs []error
+	ops  devOps
+	held []*ipcMapping
+}
+
+func (w *ipcWorker) run(j ipcJob) {
+	s, slices := j.s, j.slices
+	if s.isDead() {
+		failAll(slices, s.deathErr())
+		return
+	}
+	slot := slotWord(s.slots, w.id)
+	for {
+		ep := s.ctl.epoch()
+		if ep == epochClosed {
+			slot.Store(0)
+			failAll(slices, fmt.Errorf("segment %q: owner closed: %w", s.peer, ErrPeerGone))
+			return
+		}
+		slot.Store(ep)
+		if s.ctl.epoch() == ep {
+			s.ipc.sweep(s.ctl, ep)
+			break
+		}
+	}
+	w.rs, w.res, w.errs = w.rs[:0], w.res[:0], w.errs[:0]
+	for _, sl := range slices {
+		w.rs = append(w.rs, rng{addr: sl.Remote, length: sl.Length})
+		w.res = append(w.res, lookupOK)
+		w.errs = append(w.errs, nil)
+	}
+	s.ctl.validate(w.rs, w.res)
+	w.ops.reset()
+	w.held = w.held[:0]
+	for i, sl := range slices {
+		switch {
+		case sl.Canceled():
+			w.errs[i] = engine.ErrCanceled
+		case w.res[i] == lookupMissing:
+			w.errs[i] = w.fail(s, sl, fmt.Errorf("outside the owner's registered memory: %w", engine.ErrRejected))
+		case w.res[i] != lookupOK:
+			w.errs[i] = fmt.Errorf("segment %q: registration mirror unusable: %w", s.peer, ErrPeerGone)
+		default:
+			if err := w.plan(s, j.p, sl); err != nil {
+				w.errs[i] = w.fail(s, sl, err)
+			}
+		}
+	}
+	err := w.ops.copy(w.t.cfg.GPU, nil)
+	if err == nil && (s.pidfd.exited() || s.isDead()) {
+		// The bytes went to (or came from) the memory of a process that
+		// died meanwhile: they are lost.
+		s.kill(fmt.Errorf("owner pid %d exited: %w", s.pid, ErrPeerGone))
+		err = s.deathErr()
+	}
+	for _, m := range w.held {
+		s.ipc.put(m)
+	}
+	slot.Store(0)
+	for i, sl := range slices {
+		if w.errs[i] == nil && err != nil {
+			w.errs[i] = w.fail(s, sl, err)
+		}
+		sl.Complete(w.errs[i])
+	}
+}
+
+func (w *ipcWorker) fail(s *session, sl *engine.Slice, err error) error {
+	return &engine.TransferError{Op: sl.Op, Peer: s.peer, Transport: NameNVLink, Addr: sl.Remote, Length: sl.Length, Err: err}
+}
+
+// plan maps the slice's remote range and files its copies (one per
+// mapping it crosses) under the device that runs them.
+func (w *ipcWorker) plan(s *session, p *engine.Peer, sl *engine.Slice) error {
+	b, ok := p.RemoteBuffer(sl.Remote, sl.Length)
+	if !ok {
+		return fmt.Errorf("no buffer of the descriptor holds %#x+%d: %w", sl.Remote, sl.Length, engine.ErrRejected)
+	}
+	dev := 0
+	if sl.LocalKind() == engine.MemoryDevice {
+		dev = sl.LocalRegion().Device
+	}
+	share := engine.ParseShare(b)
+	for off := uint64(0); off < sl.Length; {
+		remote := sl.Remote + off
+		m, err := s.ipc.get(s, dev, b, share, remote)
+		if err != nil {
+			return err
+		}
+		w.held = append(w.held, m)
+		n := min(sl.Length-off, m.remoteBase+m.size-remote)
+		local := m.localBase + (remote - m.remoteBase)
+		op := cuda.Copy{Dst: local, Src: uint64(sl.Local) + off, N: n}
+		if sl.Op == engine.OpRead {
+			op.Dst, op.Src = op.Src, op.Dst
+		}
+		w.ops.addCopy(dev, op)
+		off += n
+	}
+	return nil
+}
+
+// ---- the session's mappings ----
+
+// ipcMapping is one mapped allocation of the owner.
+type ipcMapping struct {
+	kind       engine.ShareKind
+	dev        int    // the device whose context maps it
+	remoteBase uint64 // the allocation's start in the owner
+	size       uint64 // bytes mapped
+	localBase  uint64
+	handle     cuda.IPCHandle // legacy
+	refs       int            // workers using it (guarded by ipcMaps.mu)
+	stale      bool           // unmap once unused
+}
+
+// ipcMaps holds a session's mappings, sorted by remote start.
+type ipcMaps struct {
+	rt *gpu.Runtime
+	mu sync.Mutex
+	ms []*ipcMapping
+	ep uint64 // registration epoch of the last sweep
+	// export requests: one at a time
+	req     sync.Mutex
+	seq     uint64
+	replies chan exportReply
+	dead    bool
+}
+
+type exportReply struct {
+	r  exportResp
+	fd int
+}
+
+func newIPCMaps(rt *gpu.Runtime) *ipcMaps {
+	return &ipcMaps{rt: rt, replies: make(chan exportReply, 1)}
+}
+
+// get returns (with a reference) the mapping holding remote address a of
+// buffer b, mapping it for dev first when needed.
+func (im *ipcMaps) get(s *session, dev int, b descriptor.Buffer, share engine.ShareKind, a uint64) (*ipcMapping, error) {
+	im.mu.Lock()
+	if im.dead {
+		im.mu.Unlock()
+		return nil, fmt.Errorf("segment %q: %w", s.peer, ErrPeerGone)
+	}
+	for _, m := range im.ms {
+		if m.dev == dev && !m.stale && a >= m.remoteBase && a-m.remoteBase < m.size {
+			m.refs++
+			im.mu.Unlock()
+			return m, nil
+		}
+	}
+	im.mu.Unlock()
+	m, err := im.open(s, dev, b, share, a)
+	if err != nil {
+		return nil, err
+	}
+	im.mu.Lock()
+	defer im.mu.Unlock()
+	if im.dead {
+		im.unmap(m)
+		return nil, fmt.Errorf("segment %q: %w", s.peer, ErrPeerGone)
+	}
+	m.refs = 1
+	im.ms = append(im.ms, m)
+	sort.Slice(im.ms, func(i, j int) bool { return im.ms[i].remoteBase < im.ms[j].remoteBase })
+	return m, nil
+}
+
+// open maps the allocation of b holding a: by its legacy IPC handle, by a
+// POSIX fd the owner exports, or by its fabric handle.
+func (im *ipcMaps) open(s *session, dev int, b descriptor.Buffer, share engine.ShareKind, a uint64) (*ipcMapping, error) {
+	if im.rt == nil {
+		return nil, gpu.ErrNoGPU
+	}
+	d, err := im.rt.Driver()
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case share&engine.ShareLegacyIPC != 0:
+		h, err := parseHandle(b.ShmName)
+		if err != nil {
+			return nil, err
+		}
+		base, err := im.rt.OpenIPC(dev, cuda.IPCHandle{Reserved: h})
+		if err != nil {
+			return nil, fmt.Errorf("open the owner's IPC handle: %w", err)
+		}
+		// The buffer lies in one allocation that starts IPCOffset before it.
+		return &ipcMapping{kind: engine.ShareLegacyIPC, dev: dev, remoteBase: b.Addr - b.IPCOffset,
+			size: b.IPCOffset + b.Length, localBase: base, handle: cuda.IPCHandle{Reserved: h}}, nil
+	case share&engine.SharePosixFD != 0:
+		r, fd, err := s.requestExport(a)
+		if err != nil {
+			return nil, err
+		}
+		defer unix.Close(fd)
+		if a < r.base || a-r.base >= r.size {
+			return nil, fmt.Errorf("owner exported %#x+%d for address %#x: %w", r.base, r.size, a, errProtocol)
+		}
+		local, err := d.ImportFD(dev, fd, r.size)
+		if err != nil {
+			return nil, fmt.Errorf("map the owner's exported memory: %w", err)
+		}
+		return &ipcMapping{kind: engine.SharePosixFD, dev: dev, remoteBase: r.base, size: r.size, localBase: local}, nil
+	case share&engine.ShareFabric != 0:
+		h, err := parseHandle(b.ShmName)
+		if err != nil {
+			return nil, err
+		}
+		g, err := d.Granularity(dev, cuda.HandleFabric)
+		if err != nil {
+			return nil, err
+		}
+		size := (b.IPCOffset + b.Length + g - 1) / g * g
+		local, err := d.ImportFabric(dev, cuda.FabricHandle{Data: h}, size)
+		if err != nil {
+			return nil, fmt.Errorf("map the owner's fabric handle: %w", err)
+		}
+		return &ipcMapping{kind: engine.ShareFabric, dev: dev, remoteBase: b.Addr - b.IPCOffset, size: size, localBase: local}, nil
+	}
+	return nil, fmt.Errorf("buffer %#x+%d cannot be mapped: %w", b.Addr, b.Length, engine.ErrNotSupported)
+}
+
+func parseHandle(shm string) ([64]byte, error) {
+	var h [64]byte
+	raw, err := hex.DecodeString(shm)
+	if err != nil || len(raw) != len(h) {
+		return h, fmt.Errorf("shm_name %q is not a 64-byte handle: %w", shm, engine.ErrInvalidArgument)
+	}
+	copy(h[:], raw)
+	return h, nil
+}
+
+// put drops a worker's reference; a stale mapping closes with its last.
+func (im *ipcMaps) put(m *ipcMapping) {
+	im.mu.Lock()
+	defer im.mu.Unlock()
+	m.refs--
+	if m.refs == 0 && m.stale {
+		im.drop(m)
+	}
+}
+
+// drop removes and unmaps m; im.mu is held and m is unused.
+func (im *ipcMaps) drop(m *ipcMapping) {
+	for i, x := range im.ms {
+		if x == m {
+			im.ms = append(im.ms[:i], im.ms[i+1:]...)
+			break
+		}
+	}
+	im.unmap(m)
+}
+
+func (im *ipcMaps) unmap(m *ipcMapping) {
+	switch m.kind {
+	case engine.ShareLegacyIPC:
+		im.rt.CloseIPC(m.dev, m.handle)
+	default:
+		if d, err := im.rt.Driver(); err == nil {
+			_ = d.UnmapImported(m.dev, m.localBase, m.size)
+		}
+	}
+}
+
+// sweep closes the mappings of memory the owner no longer registers, once
+// per registration epoch.
+func (im *ipcMaps) sweep(ctl ctlView, ep uint64) {
+	im.mu.Lock()
+	defer im.mu.Unlock()
+	if im.ep == ep {
+		return
+	}
+	im.ep = ep
+	for _, m := range append([]*ipcMapping(nil), im.ms...) {
+		if ctl.overlaps(m.remoteBase, m.size) {
+			continue
+		}
+		m.stale = true
+		if m.refs == 0 {
+			im.drop(m)
+		}
+	}
+}
+
+// retireAll closes every mapping (the session died); mappings in use close
+// when their workers are done with them.
+func (im *ipcMaps) retireAll() {
+	if im == nil {
+		return
+	}
+	im.mu.Lock()
+	defer im.mu.Unlock()
+	im.dead = true
+	for _, m := range append([]*ipcMapping(nil), im.ms...) {
+		m.stale = true
+		if m.refs == 0 {
+			im.drop(m)
+		}
+	}
+}
+
+// Mappings returns how many of the owner's allocations are mapped now.
+func (im *ipcMaps) count() int {
+	if im == nil {
+		return 0
+	}
+	im.mu.Lock()
+	defer im.mu.Unlock()
+	return len(im.ms)
+}
+
+// ---- export requests (initiator) ----
+
+// requestExport asks the owner for the POSIX fd of the VMM allocation
+// holding its address a.
+func (s *session) requestExport(a uint64) (exportResp, int, error) {
+	im := s.ipc
+	im.req.Lock()
+	defer im.req.Unlock()
+	im.seq++
+	var b [exportReqSize]byte
+	exportReq{seq: im.seq, addr: a}.encode(b[:])
+	if _, err := s.conn.Write(b[:]); err != nil {
+		s.kill(fmt.Errorf("%w: export request: %w", ErrPeerGone, err))
+		return exportResp{}, -1, s.deathErr()
+	}
+	t := time.NewTimer(exportTimeout)
+	defer t.Stop()
+	select {
+	case r := <-im.replies:
+		if r.r.seq != im.seq {
+			if r.fd >= 0 {
+				unix.Close(r.fd)
+			}
+			err := fmt.Errorf("export reply %d for request %d: %w", r.r.seq, im.seq, errProtocol)
+			s.kill(err)
+			return exportResp{}, -1, err
+		}
+		if r.r.status != statusOK {
+			return exportResp{}, -1, fmt.Errorf("owner refused to export %#x (status %d): %w", a, r.r.status, engine.ErrRejected)
+		}
+		return r.r, r.fd, nil
+	case <-s.dead:
+		return exportResp{}, -1, s.deathErr()
+	case <-t.C:
+		err := fmt.Errorf("segment %q: no export reply within %s: %w", s.peer, exportTimeout, ErrPeerGone)
+		s.kill(err)
+		return exportResp{}, -1, err
+	}
+}
+
+// exportTimeout bounds the wait for an owner's export reply.
+const exportTimeout = 10 * time.Second
+
+// runExportReader routes the owner's export replies (with their fds) to
+// requestExport; any other message or a read error ends the session.
+func (s *session) runExportReader() {
+	buf := make([]byte, exportRespSize+1)
+	for {
+		n, fds, err := recvFds(s.conn, buf, 1)
+		if err != nil {
+			s.kill(fmt.Errorf("%w: connection to the owner: %w", ErrPeerGone, err))
+			return
+		}
+		r, err := decodeExportResp(buf[:n])
+		if err != nil || (r.status == statusOK) != (len(fds) == 1) {
+			closeFds(fds)
+			s.kill(fmt.Errorf("bad export reply: %w", errProtocol))
+			return
+		}
+		fd := -1
+		if len(fds) == 1 {
+			fd = fds[0]
+		}
+		select {
+		case s.ipc.replies <- exportReply{r: r, fd: fd}:
+		default:
+			if fd >= 0 {
+				unix.Close(fd)
+			}
+			s.kill(fmt.Errorf("unexpected export reply: %w", errProtocol))
+			return
+		}
+	}
+}
+
+// ---- export requests (owner) ----
+
+// serveExports answers an nvlink initiator's export requests until it goes
+// away: the address must lie in a registered region of device memory that
+// may be shared as a POSIX fd.
+func (n *node) serveExports(s *ownerSession, buf []byte) {
+	var out [exportRespSize]byte
+	for {
+		k, err := s.c.Read(buf)
+		if err != nil {
+			return
+		}
+		req, err := decodeExportReq(buf[:k])
+		if err != nil {
+			n.log.Warn("nvlink session: bad request, closing", "peer_pid", s.pid, "err", err)
+			return
+		}
+		resp := exportResp{seq: req.seq, status: statusUnsupported}
+		fd := -1
+		if r, f, err := n.export(req.addr); err == nil {
+			resp, fd = r, f
+			resp.seq = req.seq
+		} else {
+			n.log.Info("nvlink export refused", "peer_pid", s.pid, "addr", req.addr, "err", err)
+		}
+		resp.encode(out[:])
+		var oob []byte
+		if fd >= 0 {
+			oob = unix.UnixRights(fd)
+		}
+		_, _, err = s.c.WriteMsgUnix(out[:], oob, nil)
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (n *node) export(a uint64) (exportResp, int, error) {
+	pin := n.e.Pin(a, 1)
+	if pin == nil {
+		return exportResp{}, -1, fmt.Errorf("%#x is not registered: %w", a, engine.ErrRejected)
+	}
+	defer pin.Release()
+	if pin.Kind != engine.MemoryDevice || pin.Share&engine.SharePosixFD == 0 {
+		return exportResp{}, -1, fmt.Errorf("%#x is %s memory that is not shareable as a file descriptor: %w", a, pin.Kind, engine.ErrNotSupported)
+	}
+	if n.cfg.GPU == nil {
+		return exportResp{}, -1, gpu.ErrNoGPU
+	}
+	d, err := n.cfg.GPU.Driver()
+	if err != nil {
+		return exportResp{}, -1, err
+	}
+	fd, base, size, err := d.ExportFD(a)
+	if err != nil {
+		return exportResp{}, -1, err
+	}
+	return exportResp{status: statusOK, base: base, size: size, device: uint32(pin.Device)}, fd, nil
+}
+
+// ---- helpers ----
+
+// overlaps reports whether any registered range of the mirror overlaps
+// [addr, addr+length).
+func (c ctlView) overlaps(addr, length uint64) bool {
+	end := addr + length
+	seq := c.word(ctlOffSeq)
+	for spins := 0; spins < 1<<16; spins++ {
+		s1 := seq.Load()
+		if s1&1 != 0 {
+			continue
+		}
+		n := min(c.word(ctlOffCount).Load(), ctlEntries)
+		found := false
+		for i := uint64(0); i < n; i++ {
+			a, l := c.entryAddr(i).Load(), c.entryLen(i).Load()
+			if a < end && addr < a+l {
+				found = true
+				break
+			}
+		}
+		if seq.Load() == s1 {
+			return found
+		}
+	}
+	return true // a table that stays locked: keep the mapping
+}
+
+// addCopy files a device copy under dev.
+func (d *devOps) addCopy(dev int, c cuda.Copy) {
+	for i, x := range d.devs {
+		if x == dev {
+			d.ops[i] = append(d.ops[i], c)
+			return
+		}
+	}
+	d.devs = append(d.devs, dev)
+	d.ops = append(d.ops, []cuda.Copy{c})
+}
