@@ -84,6 +84,11 @@ type Config struct {
 	// latency histograms per transport and peer; KVFERRY_METRICS=off), for
 	// measuring what they cost.
 	NoRequestMetrics bool
+	// PublishDelay bounds how long a registration waits before the
+	// descriptor is published to the metadata backend (default 2 ms;
+	// longer while publications themselves take long, see publish.go).
+	// Peers fetching the descriptor from this engine see changes at once.
+	PublishDelay time.Duration
 	// Logger receives logs; nil discards them.
 	Logger *slog.Logger
 }
@@ -121,6 +126,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.NotifyPeerBytes <= 0 {
 		c.NotifyPeerBytes = min(DefaultNotifyPeerBytes, c.NotifyQueueBytes)
+	}
+	if c.PublishDelay <= 0 {
+		c.PublishDelay = DefaultPublishDelay
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

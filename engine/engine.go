@@ -55,23 +55,23 @@ type installed struct {
 
 // Engine is a transfer engine. See the package comment.
 type Engine struct {
-	cfg      Config
-	log      *slog.Logger
-	meta     metadata.Backend
-	name     string // segment name
-	host     string // advertised host/IP
-	bindIP   string
-	rpcSrv   *rpc.Server
-	rpcPort  int
-	hostID   *descriptor.Host
-	reg      registry
-	metrics  engineMetrics
-	ctx      context.Context
-	cancel   context.CancelFunc
-	wg       sync.WaitGroup
-	closed   atomic.Bool
-	out      outboxes // notifications on their way out (outbox.go)
-	localSeg atomic.Pointer[descriptor.Segment]
+	cfg     Config
+	log     *slog.Logger
+	meta    metadata.Backend
+	name    string // segment name
+	host    string // advertised host/IP
+	bindIP  string
+	rpcSrv  *rpc.Server
+	rpcPort int
+	hostID  *descriptor.Host
+	reg     registry
+	metrics engineMetrics
+	ctx     context.Context
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	closed  atomic.Bool
+	out     outboxes   // notifications on their way out (outbox.go)
+	pub     publishing // descriptor building and publication (publish.go)
 
 	transports struct {
 		sync.RWMutex
@@ -93,9 +93,8 @@ type Engine struct {
 		budget notifyBudget  // bytes of q
 		wake   chan struct{} // closed by the next deliver; made by WaitNotifications
 	}
-	publishMu sync.Mutex // serializes descriptor publication
-	lastErr   atomic.Pointer[string]
-	hooks     rpcHooks // transports' RPC handlers (hooks.go)
+	lastErr atomic.Pointer[string]
+	hooks   rpcHooks // transports' RPC handlers (hooks.go)
 	// regMu serializes registrations with the installation of transports
 	// that register memory themselves (MemoryRegistrar).
 	regMu       sync.Mutex
@@ -117,6 +116,9 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 	e.segments.byName = make(map[string]*Peer)
 	e.batches.m = make(map[BatchID]*batch)
 	e.metrics.init(e)
+	e.pub.kick = make(chan struct{}, 1)
+	e.pub.stop = make(chan struct{})
+	e.pub.done = make(chan struct{})
 
 	host := cfg.LocalServerName
 	if e.meta.P2P() {
@@ -158,6 +160,7 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 			return nil, fmt.Errorf("start engine: %w", err)
 		}
 	}
+	go e.runPublisher()
 	if err := e.publish(ctx); err != nil {
 		e.Close()
 		return nil, fmt.Errorf("start engine: %w", err)
@@ -387,7 +390,8 @@ func (e *Engine) ChooseTransport(id SegmentID) string {
 
 // ---- memory registration ----
 
-// RegisterMemory registers [addr, addr+length) and publishes the descriptor.
+// RegisterMemory registers [addr, addr+length); the descriptor that peers
+// fetch shows it at once, the metadata backend within the publish delay.
 func (e *Engine) RegisterMemory(addr uintptr, length uint64, location string, remoteAccessible bool) error {
 	return e.register([]*Region{{Addr: addr, Length: length, Location: location, RemoteAccessible: remoteAccessible}})
 }
@@ -425,13 +429,9 @@ func (e *Engine) register(rs []*Region) error {
 		_, _ = e.reg.remove(addrs)
 		return fmt.Errorf("register %#x+%d: %w", rs[0].Addr, rs[0].Length, err)
 	}
-	if err := e.publish(e.ctx); err != nil {
-		_, _ = e.reg.remove(addrs)
-		for _, r := range e.registrars() {
-			r.UnregisterRegions(rs)
-		}
-		return err
-	}
+	// Published in the background, within PublishDelay (publish.go); a
+	// peer's Metadata request gets the current descriptor at once.
+	e.changed()
 	return nil
 }
 
@@ -451,11 +451,7 @@ func (e *Engine) UnregisterMemoryBatch(addrs []uintptr) error {
 	if err != nil {
 		return err
 	}
-	if !e.closed.Load() {
-		if err := e.publish(e.ctx); err != nil {
-			e.log.Warn("publish after unregister failed", "segment", e.name, "err", err)
-		}
-	}
+	e.changed()
 	drained := waitDrained(gone, e.cfg.TransferTimeout+5*time.Second)
 	for _, r := range e.registrars() {
 		r.UnregisterRegions(gone)
@@ -482,18 +478,24 @@ func (e *Engine) Registered(addr, length uint64) bool {
 	return length != 0 && e.reg.find(addr, length) != nil
 }
 
+// RegionOf returns the registered region containing [addr, addr+length),
+// or nil.
+func (e *Engine) RegionOf(addr, length uint64) *Region {
+	if length == 0 {
+		return nil
+	}
+	return e.reg.find(addr, length)
+}
+
 // Regions returns the registered regions, sorted by address.
 func (e *Engine) Regions() []*Region { return e.reg.regions() }
 
 // ---- descriptor ----
 
-// LocalDescriptor returns the descriptor as last published.
-func (e *Engine) LocalDescriptor() *descriptor.Segment {
-	if d := e.localSeg.Load(); d != nil {
-		return d
-	}
-	return e.buildDescriptor()
-}
+// LocalDescriptor returns the current descriptor (rebuilt after a change;
+// the metadata backend may still hold the previous one for up to the
+// publish delay).
+func (e *Engine) LocalDescriptor() *descriptor.Segment { return e.current().seg }
 
 func (e *Engine) buildDescriptor() *descriptor.Segment {
 	seg := &descriptor.Segment{
@@ -501,10 +503,12 @@ func (e *Engine) buildDescriptor() *descriptor.Segment {
 		TCPProtoVersion: descriptor.TCPProtoV2,
 		Timestamp:       descriptor.TimestampNow(time.Now()),
 		Host:            e.hostID,
-		Features:        []string{descriptor.FeatureNotifyBytes},
+		Features:        []string{descriptor.FeatureNotifyBytes, descriptor.FeatureMetadataRPC},
 	}
-	for _, r := range e.reg.regions() {
-		seg.Buffers = append(seg.Buffers, e.describeBuffer(r))
+	regions := e.reg.regions()
+	seg.Buffers = make([]descriptor.Buffer, len(regions))
+	for i, r := range regions {
+		seg.Buffers[i] = e.describeBuffer(r)
 	}
 	e.transports.RLock()
 	for _, in := range e.transports.list {
@@ -521,22 +525,6 @@ func (e *Engine) buildDescriptor() *descriptor.Segment {
 // Publish rebuilds the local descriptor and publishes it (transports call it
 // when what they describe changes).
 func (e *Engine) Publish(ctx context.Context) error { return e.publish(ctx) }
-
-func (e *Engine) publish(ctx context.Context) error {
-	e.publishMu.Lock()
-	defer e.publishMu.Unlock()
-	seg := e.buildDescriptor()
-	e.localSeg.Store(seg)
-	e.segments.RLock()
-	e.segments.byID[0].desc.Store(seg)
-	e.segments.RUnlock()
-	ctx, cancel := context.WithTimeout(ctx, e.cfg.MetadataTimeout)
-	defer cancel()
-	if err := e.meta.Publish(ctx, seg, descriptor.RPCMeta{IPOrHostName: e.host, RPCPort: e.rpcPort}); err != nil {
-		return fmt.Errorf("publish segment %q: %w: %w", e.name, ErrMetadata, err)
-	}
-	return nil
-}
 
 // ---- segments ----
 
@@ -570,7 +558,7 @@ func (e *Engine) OpenSegment(ctx context.Context, name string) (SegmentID, error
 		return -1, fmt.Errorf("open segment %q: too many segments: %w", name, ErrInvalidArgument)
 	}
 	p = &Peer{ID: SegmentID(len(e.segments.byID)), Name: name, Endpoint: ep}
-	p.desc.Store(desc)
+	p.setDescriptor(desc)
 	e.segments.byID = append(e.segments.byID, p)
 	e.segments.byName[name] = p
 	e.log.Debug("segment opened", "segment", name, "id", p.ID, "buffers", len(desc.Buffers))
@@ -617,12 +605,12 @@ func (e *Engine) refresh(ctx context.Context, p *Peer) error {
 	if err != nil {
 		return err
 	}
-	p.desc.Store(desc)
+	p.setDescriptor(desc)
 	if ep == p.Endpoint {
 		return nil
 	}
 	np := &Peer{ID: p.ID, Name: p.Name, Endpoint: ep}
-	np.desc.Store(desc)
+	np.setDescriptor(desc)
 	e.segments.Lock()
 	if int(p.ID) < len(e.segments.byID) && e.segments.byID[p.ID] == p {
 		e.segments.byID[p.ID] = np
@@ -741,17 +729,49 @@ func (e *Engine) checkRemote(ctx context.Context, p *Peer, addr, length uint64) 
 		}
 		return fmt.Errorf("local range %#x+%d: %w", addr, length, ErrAddressNotRegistered)
 	}
-	if _, ok := p.Descriptor().Find(addr, length); ok {
+	if p.Contains(addr, length) {
 		return nil
 	}
 	// The peer may have registered it since we cached its descriptor.
-	if err := e.refresh(ctx, p); err != nil {
-		return err
-	}
-	if _, ok := p.Descriptor().Find(addr, length); ok {
+	err := e.refresh(ctx, p)
+	if err == nil && p.Contains(addr, length) {
 		return nil
 	}
+	// A metadata service lags the owner by up to its publish delay (and
+	// may be down): ask the owner itself when it answers Metadata requests.
+	if !e.meta.P2P() && p.Descriptor().Has(descriptor.FeatureMetadataRPC) {
+		if lerr := e.refreshLive(ctx, p); lerr == nil && p.Contains(addr, length) {
+			return nil
+		} else if err == nil {
+			err = lerr
+		}
+	}
+	if err != nil {
+		return err
+	}
 	return fmt.Errorf("range %#x+%d on segment %q: %w", addr, length, p.Name, ErrAddressNotRegistered)
+}
+
+// refreshLive fetches p's current descriptor from p's RPC port.
+func (e *Engine) refreshLive(ctx context.Context, p *Peer) error {
+	if q := e.peer(p.ID); q != nil && q.Name == p.Name {
+		p = q // refresh may have replaced it (new endpoint)
+	}
+	ctx, cancel := context.WithTimeout(ctx, e.cfg.MetadataTimeout)
+	defer cancel()
+	reply, err := rpc.Call(ctx, p.Endpoint.Addr(), rpc.TypeMetadata, []byte("{}"), rpc.ClientConfig{ConnectTimeout: e.cfg.ConnectTimeout, MaxMessage: e.cfg.HandshakeMaxLength})
+	if err != nil {
+		return fmt.Errorf("fetch descriptor of segment %q from its owner: %w: %w", p.Name, ErrMetadata, err)
+	}
+	seg, err := descriptor.Unmarshal(reply)
+	if err != nil {
+		return fmt.Errorf("fetch descriptor of segment %q from its owner: %w: %w", p.Name, ErrMetadata, err)
+	}
+	if seg.Name != p.Name {
+		return fmt.Errorf("fetch descriptor of segment %q from its owner: it answers as %q: %w", p.Name, seg.Name, ErrMetadata)
+	}
+	p.setDescriptor(seg)
+	return nil
 }
 
 // checkRemoteOnce is checkRemote with at most one descriptor refresh per
@@ -761,7 +781,7 @@ func (e *Engine) checkRemoteOnce(p *Peer, addr, length uint64, refreshed *[]*Pee
 	if p.Local() {
 		return e.checkRemote(e.ctx, p, addr, length)
 	}
-	if _, ok := p.Descriptor().Find(addr, length); ok {
+	if p.Contains(addr, length) {
 		return nil
 	}
 	for _, r := range *refreshed {
@@ -793,7 +813,7 @@ func (e *Engine) handleRPC(ctx context.Context, t rpc.Type, body []byte, peer ne
 	}
 	switch t {
 	case rpc.TypeMetadata:
-		return descriptor.Marshal(e.LocalDescriptor())
+		return e.current().marshaled()
 	case rpc.TypeNotify:
 		n, err := decodeNotify(body)
 		if err != nil {
@@ -1328,6 +1348,7 @@ func (e *Engine) Close() error {
 		return nil
 	}
 	e.closeOutboxes()
+	e.stopPublisher()
 	e.rpcSrv.Close()
 	e.transports.Lock()
 	list := e.transports.list

@@ -238,7 +238,7 @@ type gpuScan struct {
 // hasGPU reports whether p's current descriptor lists GPU buffers (scanned
 // once per descriptor).
 func (p *Peer) hasGPU() bool {
-	d := p.desc.Load()
+	d := p.Descriptor()
 	if d == nil {
 		return false
 	}
@@ -259,7 +259,7 @@ func (p *Peer) hasGPU() bool {
 // remoteKind is the kind of p's buffer holding [addr, addr+n) (host when
 // no buffer does: the request fails its range check later).
 func (p *Peer) remoteKind(addr, n uint64) (MemoryKind, ShareKind) {
-	b, ok := p.Descriptor().Find(addr, n)
+	b, ok := p.buffer(addr, n)
 	if !ok || !b.GPU() {
 		return MemoryHost, 0
 	}
@@ -271,5 +271,5 @@ func (p *Peer) remoteKind(addr, n uint64) (MemoryKind, ShareKind) {
 
 // RemoteBuffer returns p's descriptor buffer holding [addr, addr+n).
 func (p *Peer) RemoteBuffer(addr, n uint64) (descriptor.Buffer, bool) {
-	return p.Descriptor().Find(addr, n)
+	return p.buffer(addr, n)
 }

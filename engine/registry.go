@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"fmt"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -61,20 +60,24 @@ func (r *Region) Release() {
 	}
 }
 
-// registry holds the local regions sorted by address in a copy-on-write
-// snapshot, so lookups on the data path take no lock.
+// registry holds the local regions in an immutable, chunked index
+// (regindex.go) behind an atomic pointer, so lookups on the data path take
+// no lock and a single registration or removal costs O(chunk), not O(n).
 type registry struct {
 	mu      sync.Mutex // serializes writers
-	snap    atomic.Pointer[[]*Region]
+	snap    atomic.Pointer[regIndex]
 	devices atomic.Int32 // registered regions of device memory
 }
 
-func (g *registry) regions() []*Region {
-	if p := g.snap.Load(); p != nil {
-		return *p
+func (g *registry) index() *regIndex {
+	if x := g.snap.Load(); x != nil {
+		return x
 	}
-	return nil
+	return emptyIndex
 }
+
+// regions returns the regions sorted by address (shared; do not modify).
+func (g *registry) regions() []*Region { return g.index().regions() }
 
 // add registers rs (which must not overlap each other or existing regions).
 // It is all or nothing.
@@ -83,23 +86,21 @@ func (g *registry) add(rs []*Region) error {
 		if r.Addr == 0 || r.Length == 0 || uint64(r.Addr)+r.Length < uint64(r.Addr) {
 			return fmt.Errorf("register %#x+%d: %w", r.Addr, r.Length, ErrInvalidArgument)
 		}
-		r.drained = make(chan struct{})
-		r.gone, r.cancelGone = context.WithCancel(context.Background())
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	old := g.regions()
-	next := make([]*Region, 0, len(old)+len(rs))
-	next = append(next, old...)
-	next = append(next, rs...)
-	sort.Slice(next, func(i, j int) bool { return next[i].Addr < next[j].Addr })
-	for i := 1; i < len(next); i++ {
-		if uint64(next[i].Addr) < next[i-1].end() {
-			return fmt.Errorf("register %#x+%d: overlaps %#x+%d: %w",
-				next[i].Addr, next[i].Length, next[i-1].Addr, next[i-1].Length, ErrAddressOverlapped)
+	x := g.index()
+	for _, r := range rs {
+		if o := x.overlaps(r); o != nil {
+			return fmt.Errorf("register %#x+%d: overlaps %#x+%d: %w", r.Addr, r.Length, o.Addr, o.Length, ErrAddressOverlapped)
 		}
+		x = x.with(r)
 	}
-	g.snap.Store(&next)
+	for _, r := range rs {
+		r.drained = make(chan struct{})
+		r.gone, r.cancelGone = context.WithCancel(context.Background())
+	}
+	g.snap.Store(x)
 	for _, r := range rs {
 		if r.Kind == MemoryDevice {
 			g.devices.Add(1)
@@ -113,25 +114,17 @@ func (g *registry) add(rs []*Region) error {
 func (g *registry) remove(addrs []uintptr) ([]*Region, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	old := g.regions()
-	drop := make(map[uintptr]bool, len(addrs))
+	x := g.index()
+	gone := make([]*Region, 0, len(addrs))
 	for _, a := range addrs {
-		i := sort.Search(len(old), func(i int) bool { return old[i].Addr >= a })
-		if i == len(old) || old[i].Addr != a {
+		r := x.at(a)
+		if r == nil {
 			return nil, fmt.Errorf("unregister %#x: %w", a, ErrAddressNotRegistered)
 		}
-		drop[a] = true
+		x = x.without(r)
+		gone = append(gone, r)
 	}
-	next := make([]*Region, 0, len(old))
-	var gone []*Region
-	for _, r := range old {
-		if drop[r.Addr] {
-			gone = append(gone, r)
-			continue
-		}
-		next = append(next, r)
-	}
-	g.snap.Store(&next)
+	g.snap.Store(x)
 	for _, r := range gone {
 		if r.Kind == MemoryDevice {
 			g.devices.Add(-1)
@@ -146,14 +139,7 @@ func (g *registry) remove(addrs []uintptr) ([]*Region, error) {
 }
 
 // find returns the region containing [addr, addr+n), or nil.
-func (g *registry) find(addr, n uint64) *Region {
-	rs := g.regions()
-	i := sort.Search(len(rs), func(i int) bool { return uint64(rs[i].Addr) > addr }) - 1
-	if i < 0 || !rs[i].contains(addr, n) {
-		return nil
-	}
-	return rs[i]
-}
+func (g *registry) find(addr, n uint64) *Region { return g.index().find(addr, n) }
 
 // pin finds and pins the region containing [addr, addr+n). The caller must
 // Release it. A region being unregistered cannot be pinned.

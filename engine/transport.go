@@ -1,6 +1,9 @@
 package engine
 
 import (
+	"cmp"
+	"slices"
+	"sort"
 	"sync/atomic"
 	"time"
 
@@ -70,12 +73,70 @@ type Peer struct {
 	// Endpoint is the peer's RPC endpoint; its host is also the data host.
 	Endpoint descriptor.RPCMeta
 
-	desc atomic.Pointer[descriptor.Segment]
+	desc atomic.Pointer[peerDesc]
 	gpu  atomic.Pointer[gpuScan]
 }
 
+// peerDesc is a peer's descriptor with its buffers indexed by address.
+type peerDesc struct {
+	seg *descriptor.Segment
+	// byAddr holds the buffers sorted by address, or is nil when they
+	// overlap (then Contains searches them all).
+	byAddr []descriptor.Buffer
+}
+
 // Descriptor returns the current cached descriptor (never nil once opened).
-func (p *Peer) Descriptor() *descriptor.Segment { return p.desc.Load() }
+func (p *Peer) Descriptor() *descriptor.Segment {
+	if d := p.desc.Load(); d != nil {
+		return d.seg
+	}
+	return nil
+}
+
+// setDescriptor caches seg as p's descriptor, indexing its buffers (our own
+// descriptors list them sorted already; others are sorted once here).
+func (p *Peer) setDescriptor(seg *descriptor.Segment) {
+	d := &peerDesc{seg: seg}
+	bufs := seg.Buffers
+	if !slices.IsSortedFunc(bufs, cmpBufferAddr) {
+		bufs = slices.SortedFunc(slices.Values(bufs), cmpBufferAddr)
+	}
+	d.byAddr = bufs
+	for i := 1; i < len(bufs); i++ {
+		if bufs[i].Addr < bufs[i-1].Addr+bufs[i-1].Length {
+			d.byAddr = nil
+			break
+		}
+	}
+	p.desc.Store(d)
+}
+
+func cmpBufferAddr(a, b descriptor.Buffer) int { return cmp.Compare(a.Addr, b.Addr) }
+
+// Contains reports whether [addr, addr+length) lies inside one buffer of
+// p's cached descriptor, in O(log n) for non-overlapping buffers.
+func (p *Peer) Contains(addr, length uint64) bool {
+	_, ok := p.buffer(addr, length)
+	return ok
+}
+
+// buffer returns the buffer of p's cached descriptor holding
+// [addr, addr+length).
+func (p *Peer) buffer(addr, length uint64) (descriptor.Buffer, bool) {
+	d := p.desc.Load()
+	if d == nil {
+		return descriptor.Buffer{}, false
+	}
+	if d.byAddr == nil {
+		return d.seg.Find(addr, length)
+	}
+	b := d.byAddr
+	i := sort.Search(len(b), func(i int) bool { return b[i].Addr > addr }) - 1
+	if i < 0 || !b[i].Contains(addr, length) {
+		return descriptor.Buffer{}, false
+	}
+	return b[i], true
+}
 
 // Local reports whether p is this engine's own segment.
 func (p *Peer) Local() bool { return p.ID == LocalSegment }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -50,7 +49,7 @@ type Agent struct {
 	mu struct {
 		sync.Mutex
 		peers map[string]*peer // by agent name, self included
-		regs  []*reg           // engine registrations
+		regs  map[uint64]*reg  // engine registrations by start address
 	}
 }
 
@@ -113,6 +112,7 @@ func New(cfg Config) (*Agent, error) {
 	a.ctx, a.cancel = context.WithCancel(context.Background())
 	a.self = &peer{agent: cfg.Name, info: e.SegmentName(), seg: engine.LocalSegment}
 	a.mu.peers = map[string]*peer{cfg.Name: a.self}
+	a.mu.regs = map[uint64]*reg{}
 	log.Info("nixl engine created", "agent", cfg.Name, "segment", e.SegmentName(), "progress_thread", a.progress)
 	return a, nil
 }
@@ -247,24 +247,23 @@ func (a *Agent) Register(mem MemType, addr, n, dev uint64) (MD, error) {
 	if addr == 0 || n == 0 || addr+n < addr {
 		return 0, fmt.Errorf("register %#x+%d: %w", addr, n, engine.ErrInvalidArgument)
 	}
+	// A range inside an engine registration of this agent shares it (the
+	// engine's index finds it in O(log n)).
 	a.mu.Lock()
 	var r *reg
-	for _, g := range a.mu.regs {
-		if addr >= g.addr && addr-g.addr <= g.len && n <= g.len-(addr-g.addr) {
-			r = g
+	if er := a.e.RegionOf(addr, n); er != nil {
+		if r = a.mu.regs[uint64(er.Addr)]; r != nil {
 			r.refs++
-			break
 		}
 	}
 	a.mu.Unlock()
 	if r == nil {
-		// Registration publishes the descriptor: no lock held across it.
 		if err := a.e.RegisterMemory(uintptr(addr), n, "*", true); err != nil {
 			return 0, fmt.Errorf("register %#x+%d: %w", addr, n, err)
 		}
 		r = &reg{addr: addr, len: n, refs: 1}
 		a.mu.Lock()
-		a.mu.regs = append(a.mu.regs, r)
+		a.mu.regs[addr] = r
 		a.mu.Unlock()
 	}
 	return MD(a.mds.Add(&md{local: true, reg: r, addr: addr, len: n, dev: dev})), nil
@@ -286,7 +285,7 @@ func (a *Agent) Deregister(h MD) error {
 	r.refs--
 	last := r.refs == 0
 	if last {
-		a.mu.regs = slices.DeleteFunc(a.mu.regs, func(g *reg) bool { return g == r })
+		delete(a.mu.regs, r.addr)
 	}
 	a.mu.Unlock()
 	if last {
@@ -330,16 +329,14 @@ func (a *Agent) LoadRemoteMD(agent string, mem MemType, addr, n, dev uint64, blo
 	if n == 0 || !m.covers(addr, n) {
 		return 0, fmt.Errorf("load remote md of %q: %#x+%d outside its public data %#x+%d: %w", agent, addr, n, baddr, blen, ErrMismatch)
 	}
-	if d, err := a.e.SegmentDescriptor(p.seg); err == nil {
-		if _, ok := d.Find(baddr, blen); !ok {
-			// Registered after we opened the segment: refresh once now
-			// rather than inside the first post.
-			ctx, cancel := a.metaCtx()
-			if _, err := a.e.OpenSegmentNoCache(ctx, p.info); err != nil {
-				a.log.Debug("nixl refresh of peer descriptor failed", "peer", p.info, "err", err)
-			}
-			cancel()
+	if ep := a.e.Peer(p.seg); ep != nil && !ep.Contains(baddr, blen) {
+		// Registered after we opened the segment: refresh once now
+		// rather than inside the first post.
+		ctx, cancel := a.metaCtx()
+		if err := a.e.CheckRange(ctx, p.seg, baddr, blen); err != nil {
+			a.log.Debug("nixl refresh of peer descriptor", "peer", p.info, "err", err)
 		}
+		cancel()
 	}
 	return MD(a.mds.Add(m)), nil
 }

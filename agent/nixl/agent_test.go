@@ -22,7 +22,7 @@ import (
 // newTestAgent creates agent name as kvferry_nixl_create does: options
 // parsed by ParseOptions, the engine configured from the environment and
 // the options these tests use.
-func newTestAgent(t *testing.T, name string, opts map[string]string, progress bool) *Agent {
+func newTestAgent(t testing.TB, name string, opts map[string]string, progress bool) *Agent {
 	t.Helper()
 	p, err := ParseOptions(name, opts)
 	assert.NilError(t, err)

@@ -168,6 +168,11 @@ type Segment struct {
 // are base64 ("kvferry_encoding":"base64"), so any bytes arrive exactly.
 const FeatureNotifyBytes = "notify_bytes"
 
+// FeatureMetadataRPC: the owner answers Metadata requests on its RPC port
+// with its current descriptor in every metadata mode, not only P2P (peers
+// use it when the metadata service does not list a buffer yet).
+const FeatureMetadataRPC = "metadata_rpc"
+
 // Has reports whether the owner announced feature f.
 func (s *Segment) Has(f string) bool {
 	for _, g := range s.Features {

@@ -14,7 +14,7 @@ import (
 // to that port (specs/mooncake.md §2.1, §3.6).
 type P2P struct {
 	cfg    rpc.ClientConfig
-	local  atomic.Pointer[descriptor.Segment]
+	hello  atomic.Pointer[[]byte] // the Metadata request body
 	closed atomic.Bool
 }
 
@@ -28,12 +28,22 @@ func NewP2P(cfg rpc.ClientConfig) *P2P {
 // P2P reports true.
 func (p *P2P) P2P() bool { return true }
 
-// Publish keeps seg as the descriptor sent along with Metadata requests.
+// Publish keeps seg, without its buffers, as the body of Metadata
+// requests: Mooncake sends the caller's descriptor there and ignores it on
+// receipt (specs/mooncake.md §3.6), so the buffer list, which can be
+// megabytes and over a peer's frame limit, is left out. The cost does not
+// grow with the number of registered buffers.
 func (p *P2P) Publish(_ context.Context, seg *descriptor.Segment, _ descriptor.RPCMeta) error {
 	if p.closed.Load() {
 		return ErrClosed
 	}
-	p.local.Store(seg.Clone())
+	hello := *seg
+	hello.Buffers = nil
+	b, err := descriptor.Marshal(&hello)
+	if err != nil {
+		return err
+	}
+	p.hello.Store(&b)
 	return nil
 }
 
@@ -58,10 +68,8 @@ func (p *P2P) Fetch(ctx context.Context, name string) (*descriptor.Segment, erro
 		return nil, err
 	}
 	body := []byte("{}")
-	if l := p.local.Load(); l != nil {
-		if b, err := descriptor.Marshal(l); err == nil {
-			body = b
-		}
+	if b := p.hello.Load(); b != nil {
+		body = *b
 	}
 	reply, err := rpc.Call(ctx, ep.Addr(), rpc.TypeMetadata, body, p.cfg)
 	if err != nil {

@@ -90,6 +90,17 @@ func (b *base) Name() string { return b.name }
 // Describe publishes the owner socket (when this engine can serve).
 func (b *base) Describe(seg *descriptor.Segment) { b.node.describe(seg, b.name) }
 
+// RegisterRegions mirrors new regions for cma initiators
+// (engine.MemoryRegistrar).
+func (b *base) RegisterRegions(rs []*engine.Region) error {
+	b.node.regionsAdded(rs)
+	return nil
+}
+
+// UnregisterRegions takes removed regions out of the mirror and waits for
+// cma initiators of older epochs (engine.MemoryRegistrar).
+func (b *base) UnregisterRegions(rs []*engine.Region) { b.node.regionsRemoved(rs) }
+
 // ownerSock returns the socket of p's owner when p runs on this host (same
 // boot id and pid and user namespaces) and offers this transport.
 func (b *base) ownerSock(p *engine.Peer) string {

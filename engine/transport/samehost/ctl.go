@@ -71,6 +71,15 @@ func (c ctlView) probeAddr() uint64 { return uint64(c.m.addr()) + ctlOffNonce }
 // entry is one table row.
 type entry struct{ addr, length uint64 }
 
+// update runs f, which changes the table, inside the seqlock (the owner is
+// the only writer).
+func (c ctlView) update(f func()) {
+	seq := c.word(ctlOffSeq)
+	seq.Add(1) // odd: readers retry
+	f()
+	seq.Add(1)
+}
+
 // writeTable replaces the table with rows (sorted), rewriting only from the
 // first row that differs from old. The owner is the only writer.
 func (c ctlView) writeTable(old, rows []entry) {

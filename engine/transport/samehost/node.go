@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -146,28 +147,28 @@ func (n *node) describe(seg *descriptor.Segment, name string) {
 	seg.Extra[name] = n.extra
 }
 
-// mirror copies the engine's registered regions into the control page. When
-// a region went away, it bumps the epoch and waits until no cma initiator
-// works in an older epoch, so that once UnregisterMemory (which publishes,
-// and so calls Describe) returns, no initiator that validated against the
-// old table is still copying.
-func (n *node) mirror() {
-	if n.ctl.m == nil {
-		return
-	}
+// mirror copies the engine's registered regions into the control page, all
+// of them; it runs when the descriptor is rebuilt (Describe), so its cost
+// is amortized over the registrations since the last rebuild. Single
+// registrations and removals in between go through regionsAdded and
+// regionsRemoved. When a region went away that no removal reported, it
+// bumps the epoch and waits until no cma initiator works in an older epoch.
+func (n *node) mirror() { n.withTable(n.mirrorLocked) }
+
+func (n *node) mirrorLocked() {
+	// The snapshot is taken under n.mu, so that a removal reported after it
+	// (regionsRemoved, which also takes n.mu) is never undone by it.
 	regs := n.e.Regions()
 	rows := make([]entry, len(regs))
 	for i, r := range regs {
 		rows[i] = entry{addr: uint64(r.Addr), length: r.Length}
 	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.closed.Load() {
-		return
-	}
 	removed := false
 	j := 0
 	for _, o := range n.mu.table { // both sorted by address
+		if o.length == 0 {
+			continue // a removal already reported and drained
+		}
 		for j < len(rows) && rows[j].addr < o.addr {
 			j++
 		}
@@ -178,9 +179,82 @@ func (n *node) mirror() {
 	}
 	n.ctl.writeTable(n.mu.table, rows)
 	n.mu.table = rows
-	if !removed {
+	if removed {
+		n.bumpEpochLocked()
+	}
+}
+
+// regionsAdded mirrors new regions at once where that is cheap: appended
+// after the last row, or in the row a removed region of the same start
+// left behind. Others wait for the next mirror (the engine rebuilds its
+// descriptor, and so mirrors, within its publish delay, and before any
+// peer fetches a descriptor that lists them).
+func (n *node) regionsAdded(rs []*engine.Region) { n.withTable(func() { n.addLocked(rs) }) }
+
+func (n *node) addLocked(rs []*engine.Region) {
+	for _, r := range rs {
+		e := entry{addr: uint64(r.Addr), length: r.Length}
+		t := n.mu.table
+		i := sort.Search(len(t), func(i int) bool { return t[i].addr >= e.addr })
+		fits := i+1 >= len(t) || t[i+1].addr >= e.addr+e.length
+		switch {
+		case i == len(t) && len(t) < ctlEntries:
+			n.ctl.update(func() {
+				n.ctl.entryAddr(uint64(i)).Store(e.addr)
+				n.ctl.entryLen(uint64(i)).Store(e.length)
+				n.ctl.word(ctlOffCount).Store(uint64(i + 1))
+			})
+			n.mu.table = append(t, e)
+		case i < len(t) && i < ctlEntries && t[i].addr == e.addr && t[i].length == 0 && fits:
+			n.ctl.update(func() { n.ctl.entryLen(uint64(i)).Store(e.length) })
+			t[i] = e
+		}
+	}
+}
+
+// regionsRemoved takes removed regions out of the mirror at once (their
+// rows stay as empty tombstones until the next mirror compacts the table),
+// bumps the epoch and waits until no cma initiator still works in an older
+// one, so that no initiator copies into them once UnregisterMemory
+// returns.
+func (n *node) regionsRemoved(rs []*engine.Region) { n.withTable(func() { n.removeLocked(rs) }) }
+
+func (n *node) removeLocked(rs []*engine.Region) {
+	hit := false
+	for _, r := range rs {
+		t := n.mu.table
+		i := sort.Search(len(t), func(i int) bool { return t[i].addr >= uint64(r.Addr) })
+		if i < len(t) && t[i].addr == uint64(r.Addr) && t[i].length != 0 {
+			if i < ctlEntries { // rows past the table's capacity are not shared
+				n.ctl.update(func() { n.ctl.entryLen(uint64(i)).Store(0) })
+				hit = true
+			}
+			t[i].length = 0
+		}
+	}
+	if hit {
+		n.bumpEpochLocked()
+	}
+}
+
+// withTable runs f with n.mu held, unless the node serves no control page
+// or is closed.
+func (n *node) withTable(f func()) {
+	if n.ctl.m == nil {
 		return
 	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed.Load() {
+		return
+	}
+	f()
+}
+
+// bumpEpochLocked starts a new registration epoch and waits until no cma
+// initiator works in an older one (bounded by the transfer timeout); n.mu
+// held.
+func (n *node) bumpEpochLocked() {
 	ep := n.ctl.word(ctlOffEpoch).Add(1)
 	if !n.drainLocked(ep, time.Now().Add(n.cfg.Timeout)) {
 		n.log.Error("a cma initiator still works in an old registration epoch; unregistered memory may still be written",

@@ -628,7 +628,7 @@ func (c ctlView) overlaps(addr, length uint64) bool {
 		found := false
 		for i := uint64(0); i < n; i++ {
 			a, l := c.entryAddr(i).Load(), c.entryLen(i).Load()
-			if a < end && addr < a+l {
+			if l != 0 && a < end && addr < a+l { // l == 0: a removed region's tombstone
 				found = true
 				break
 			}
