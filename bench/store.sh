@@ -11,7 +11,7 @@
 #             (the issue's yardstick). redis-server runs without
 #             persistence. At 1 MiB redis-benchmark's own client is slow on
 #             GET (p50 latency ~0.17 ms, yet ~0.7 ms per request), so the
-#             same workload also runs through storebench's RESP client
+#             same workload also runs through kvferry-bench store's RESP client
 #             (-mode=redis: the kvferry harness, one connection and one key
 #             per client, writev, reads into a preallocated buffer): the
 #             "redis (same client)" column, about 1.3x redis-benchmark. The
@@ -44,7 +44,7 @@
 #
 # Environment: OPS (operations per phase at 1 MiB, a quarter at 4 MiB: OPS
 # MiB per phase; default 1000), TRIALS (default 3), BASELINE_BIN (a
-# directory holding kvferry-master and storebench built from another
+# directory holding kvferry-master and kvferry-bench (or storebench) built from another
 # commit: its remote numbers are measured in the same trials and shown
 # beside ours). Memory: each holder lends 4 GiB, the embedded run 2 GiB.
 set -euo pipefail
@@ -62,7 +62,15 @@ command -v redis-server >/dev/null && command -v redis-benchmark >/dev/null ||
 # Always this tree's code (a build/bin left by an older make would be stale).
 mkdir -p "$T/bin"
 go build -o "$T/bin/kvferry-master" ./cmd/kvferry-master
-go build -o "$T/bin/storebench" ./bench/storebench
+go build -o "$T/bin/kvferry-bench" ./cmd/kvferry-bench
+
+# bench_store DIR ARGS: the store benchmark of the build in DIR (a baseline
+# from before kvferry-bench store holds storebench).
+bench_store() {
+  local bin=$1
+  shift
+  if [ -x "$bin/storebench" ]; then "$bin/storebench" "$@"; else "$bin/kvferry-bench" store "$@"; fi
+}
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 load() { cut -d' ' -f1-3 /proc/loadavg; }
@@ -83,7 +91,7 @@ start_remote() {
   addr=$(awk '/^listening on/ {print $3}' "$d/master.out")
   [ -n "$addr" ] || { echo "$name master did not start" >&2; cat "$d/master.err" >&2; exit 1; }
   mkfifo "$d/holder.in"
-  "$bin/storebench" -mode=holder -master="$addr" -segment=$((4 << 30)) < "$d/holder.in" > "$d/holder.out" 2> "$d/holder.err" &
+  bench_store "$bin" -mode=holder -master="$addr" -segment=$((4 << 30)) < "$d/holder.in" > "$d/holder.out" 2> "$d/holder.err" &
   pids+=($!)
   # Keep the holder's stdin open (it serves until stdin closes).
   sleep 1000000 > "$d/holder.in" &
@@ -110,25 +118,25 @@ for size in 1048576 4194304; do
     for trial in $(seq 1 "$TRIALS"); do
       cell="$R/${size}_${th}_${trial}"
       redis-benchmark -p "$RPORT" -t set,get -d "$size" -n "$ops" -c "$th" --csv > "$cell.redis.csv" 2>/dev/null
-      "$T/bin/storebench" -mode=redis -redis=127.0.0.1:"$RPORT" -size=$size -threads=$th -ops=$ops > "$cell.redisgo.json"
-      "$T/bin/storebench" -mode=run -master="$MASTER_new" -op=both -size=$size -threads=$th -ops=$ops > "$cell.remote.json"
+      "$T/bin/kvferry-bench" store -mode=redis -redis=127.0.0.1:"$RPORT" -size=$size -threads=$th -ops=$ops > "$cell.redisgo.json"
+      "$T/bin/kvferry-bench" store -mode=run -master="$MASTER_new" -op=both -size=$size -threads=$th -ops=$ops > "$cell.remote.json"
       if [ -n "$BASELINE_BIN" ]; then
-        "$BASELINE_BIN/storebench" -mode=run -master="$MASTER_base" -op=both -size=$size -threads=$th -ops=$ops \
+        bench_store "$BASELINE_BIN" -mode=run -master="$MASTER_base" -op=both -size=$size -threads=$th -ops=$ops \
           > "$cell.base.json"
       fi
-      "$T/bin/storebench" -mode=run -master=embedded -local_segment=$((2 << 30)) -op=both -size=$size -threads=$th \
+      "$T/bin/kvferry-bench" store -mode=run -master=embedded -local_segment=$((2 << 30)) -op=both -size=$size -threads=$th \
         -ops=$ops > "$cell.embedded.json"
     done
   done
 done
 
 for trial in $(seq 1 "$TRIALS"); do
-  "$T/bin/storebench" -mode=latency -master="$MASTER_new" -size=4096 -ops=2000 > "$R/lat_mux_$trial.json"
-  "$T/bin/storebench" -mode=latency -master="$MASTER_new" -master_rpc=grpc -size=4096 -ops=2000 > "$R/lat_grpc_$trial.json"
+  "$T/bin/kvferry-bench" store -mode=latency -master="$MASTER_new" -size=4096 -ops=2000 > "$R/lat_mux_$trial.json"
+  "$T/bin/kvferry-bench" store -mode=latency -master="$MASTER_new" -master_rpc=grpc -size=4096 -ops=2000 > "$R/lat_grpc_$trial.json"
   if [ -n "$BASELINE_BIN" ]; then
-    "$BASELINE_BIN/storebench" -mode=latency -master="$MASTER_base" -size=4096 -ops=2000 > "$R/lat_base_$trial.json"
+    bench_store "$BASELINE_BIN" -mode=latency -master="$MASTER_base" -size=4096 -ops=2000 > "$R/lat_base_$trial.json"
   fi
-  "$T/bin/storebench" -mode=latency -master=embedded -local_segment=$((256 << 20)) -size=4096 -ops=2000 \
+  "$T/bin/kvferry-bench" store -mode=latency -master=embedded -local_segment=$((256 << 20)) -size=4096 -ops=2000 \
     > "$R/lat_embedded_$trial.json"
 done
 

@@ -2,18 +2,61 @@
 # Loopback TCP benchmark: iperf3 (one stream) as the baseline, then
 # kvferry-bench over the TCP transport at 4 KiB, 64 KiB, 1 MiB and 4 MiB,
 # batch 1 and 128, read and write, between two processes. Prints a markdown
-# table with each figure's ratio to iperf3, measured in the same run.
+# table with each figure's ratio to iperf3, measured in the same run, then
+# what the per-request metrics cost: 4 KiB batch 128 write and read with
+# metrics on and off (KVFERRY_METRICS=off on both sides), PAIRS alternating
+# pairs, medians compared.
 #   DURATION=3 THREADS=12 bench/tcp.sh
+#   ONLY=overhead PAIRS=5 bench/tcp.sh     # just the metrics cost
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DURATION="${DURATION:-3}"
+ONLY="${ONLY:-}"
+PAIRS="${PAIRS:-3}"
 THREADS="${THREADS:-12}"
 BUF=$((1 << 30))
 BIN=build/bin/kvferry-bench
-[ -x "$BIN" ] || go build -o "$BIN" ./cmd/kvferry-bench
+mkdir -p build/bin
+go build -o "$BIN" ./cmd/kvferry-bench  # always this tree's code
 command -v iperf3 >/dev/null || { echo "iperf3 missing (apt-get install iperf3)"; exit 1; }
 T="$(mktemp -d)"
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$T"' EXIT
+
+wait_ready() { for _ in $(seq 1 100); do [ -s "$1" ] && break; sleep 0.1; done; cat "$1"; }
+
+# overhead: 4 KiB batch 128 with metrics on and off (both sides), alternating.
+overhead() {
+  local small=$((64 << 20)) on off op i
+  MC_FORCE_TCP=1 "$BIN" --mode=target --protocol=tcp --buffer_size=$small --ready_file="$T/ready_on" >/dev/null &
+  KVFERRY_METRICS=off MC_FORCE_TCP=1 "$BIN" --mode=target --protocol=tcp --buffer_size=$small --ready_file="$T/ready_off" >/dev/null &
+  on=$(wait_ready "$T/ready_on")
+  off=$(wait_ready "$T/ready_off")
+  echo
+  echo "Metrics cost at 4 KiB, batch 128, $THREADS threads ($PAIRS alternating pairs of ${DURATION} s each; medians):"
+  echo
+  printf "| op | metrics on (ops/s) | metrics off (ops/s) | on / off |\n|---|---|---|---|\n"
+  for op in write read; do
+    : > "$T/on.$op"
+    : > "$T/off.$op"
+    for i in $(seq 1 "$PAIRS"); do
+      MC_FORCE_TCP=1 "$BIN" --mode=initiator --protocol=tcp --segment_id="$on" --operation=$op --block_size=4096 \
+        --batch_size=128 --threads="$THREADS" --duration="$DURATION" --buffer_size=$small --json --quiet >> "$T/on.$op"
+      KVFERRY_METRICS=off MC_FORCE_TCP=1 "$BIN" --mode=initiator --protocol=tcp --segment_id="$off" --operation=$op \
+        --block_size=4096 --batch_size=128 --threads="$THREADS" --duration="$DURATION" --buffer_size=$small --json --quiet >> "$T/off.$op"
+    done
+    python3 -c '
+import json, statistics, sys
+med = lambda p: statistics.median(json.loads(l)["ops_per_s"] for l in open(p) if l.strip())
+a, b = med(sys.argv[2]), med(sys.argv[3])
+print(f"| {sys.argv[1]} | {a:.0f} | {b:.0f} | {a / b:.3f} |")' "$op" "$T/on.$op" "$T/off.$op"
+  done
+}
+if [ "$ONLY" = overhead ]; then
+  overhead
+  echo
+  echo "machine: $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg), $(date -u +%Y-%m-%dT%H:%MZ)"
+  exit 0
+fi
 
 iperf3 -s -B 127.0.0.1 -p 5299 -1 >/dev/null 2>&1 &
 sleep 0.5
@@ -44,5 +87,6 @@ PY
     done
   done
 done
+overhead
 echo
 echo "machine: $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg), $(date -u +%Y-%m-%dT%H:%MZ)"

@@ -82,8 +82,9 @@ func (s *HistogramSnapshot) Count() uint64 {
 	return n
 }
 
-// Quantile estimates the q-quantile (0..1) in seconds from the buckets
-// (the upper bound of the bucket holding it), 0 when empty.
+// Quantile estimates the q-quantile (0..1) in seconds from the buckets,
+// interpolating linearly inside the bucket that holds it (as Prometheus'
+// histogram_quantile does); 0 when empty.
 func (s *HistogramSnapshot) Quantile(q float64) float64 {
 	n := s.Count()
 	if n == 0 {
@@ -95,15 +96,19 @@ func (s *HistogramSnapshot) Quantile(q float64) float64 {
 	}
 	var c uint64
 	for i, b := range s.Buckets {
-		c += b
-		if c > rank {
+		if c+b > rank {
 			if i >= NumBuckets {
-				return bucketBounds[NumBuckets-1] * 2
+				return bucketBounds[NumBuckets-1]
 			}
-			return bucketBounds[i]
+			lo := 0.0
+			if i > 0 {
+				lo = bucketBounds[i-1]
+			}
+			return lo + (bucketBounds[i]-lo)*float64(rank-c+1)/float64(b)
 		}
+		c += b
 	}
-	return bucketBounds[NumBuckets-1] * 2
+	return bucketBounds[NumBuckets-1]
 }
 
 // cumulative returns Prometheus' cumulative bucket map.

@@ -1,5 +1,11 @@
-// Command kvferry-bench measures the transfer engine with the flags and the
-// summary line of Mooncake's transfer_engine_bench:
+// Command kvferry-bench is kvferry's benchmark front end.
+//
+//	kvferry-bench [transfer] FLAGS   the transfer engine (the default: Mooncake's
+//	                                 transfer_engine_bench command lines work as they are)
+//	kvferry-bench store FLAGS        the store between processes (bench/store.sh)
+//
+// transfer takes the flags and prints the summary line of Mooncake's
+// transfer_engine_bench:
 //
 //	kvferry-bench --mode=target --local_server_name=127.0.0.1
 //	kvferry-bench --mode=initiator --segment_id=127.0.0.1:15321 \
@@ -7,9 +13,15 @@
 //
 // The target prints its segment name; the initiator opens it, and each of
 // --threads workers loops: allocate a batch, submit --batch_size requests of
-// --block_size bytes, wait for completion, free the batch. It prints a
-// progress line every second and a summary (or one JSON object with --json).
-// MC_* and KVFERRY_* environment variables apply as in the library.
+// --block_size bytes, wait for completion, free the batch. --block_size,
+// --batch_size and --threads take comma-separated lists (4096,65536,1048576):
+// the initiator then runs every combination for --duration seconds each.
+// Progress goes to stderr: a live bar on a terminal, a plain line per second
+// otherwise (--quiet: none). It prints a summary line per run, or one JSON
+// object per run with --json, and with --plot out.png draws throughput and
+// batch latency against block size. MC_* and KVFERRY_* environment variables
+// apply as in the library; KVFERRY_METRICS_ADDR serves the process's
+// /metrics while it runs.
 package main
 
 import (
@@ -19,6 +31,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -31,6 +44,7 @@ import (
 	"github.com/kvferry/kvferry/engine/stack"
 	"github.com/kvferry/kvferry/internal/cmem"
 	"github.com/kvferry/kvferry/internal/hostenv"
+	"github.com/kvferry/kvferry/metrics"
 )
 
 var (
@@ -41,12 +55,14 @@ var (
 	protocol        = flag.String("protocol", "tcp", "Transport to use: tcp, rdma, local, cma, shm or auto (the selector)")
 	deviceName      = flag.String("device_name", "", "RDMA NICs to use, comma-separated (default: all, or MC_TE_FILTERS)")
 	operation       = flag.String("operation", "read", "Operation type: read or write")
-	blockSize       = flag.Uint64("block_size", 65536, "Block size for each transfer request")
-	batchSize       = flag.Int("batch_size", 128, "Batch size")
-	threads         = flag.Int("threads", 12, "Task submission threads")
-	duration        = flag.Int("duration", 10, "Test duration in seconds")
+	blockSizes      = flag.String("block_size", "65536", "Block size for each transfer request (a comma-separated list sweeps)")
+	batchSizes      = flag.String("batch_size", "128", "Batch size (a comma-separated list sweeps)")
+	threadCounts    = flag.String("threads", "12", "Task submission threads (a comma-separated list sweeps)")
+	duration        = flag.Int("duration", 10, "Test duration in seconds (of each run of a sweep)")
 	bufferSize      = flag.Uint64("buffer_size", 1<<30, "Total size of the data buffer")
-	jsonOut         = flag.Bool("json", false, "Print one JSON object with the results")
+	jsonOut         = flag.Bool("json", false, "Print one JSON object per run with the results")
+	plotOut         = flag.String("plot", "", "Draw throughput and batch latency against block size into this PNG file")
+	quiet           = flag.Bool("quiet", false, "No progress on stderr")
 	readyFile       = flag.String("ready_file", "", "Target: write the segment name to this file once ready")
 	reportUnit      = flag.String("report_unit", "GB", "Report unit: GB|GiB|Gb|MB|MiB|Mb")
 	hugePages       = flag.Bool("hugepages", false, "Ask for transparent huge pages on the buffers (madvise MADV_HUGEPAGE)")
@@ -72,7 +88,7 @@ func mapBuffer(n uint64) (*cmem.Map, error) {
 	return m, nil
 }
 
-// Result is the initiator's summary.
+// Result is one initiator run.
 type Result struct {
 	Operation  string  `json:"operation"`
 	BlockSize  uint64  `json:"block_size"`
@@ -84,16 +100,52 @@ type Result struct {
 	GBps       float64 `json:"gb_per_s"`
 	OpsPerSec  float64 `json:"ops_per_s"`
 	AvgBatchUs float64 `json:"avg_batch_latency_us"`
+	P50BatchUs float64 `json:"p50_batch_latency_us"`
+	P99BatchUs float64 `json:"p99_batch_latency_us"`
 	Transport  string  `json:"transport"`
 	Failed     uint64  `json:"failed_batches"`
 }
 
 func main() {
-	flag.Parse()
-	if err := run(); err != nil {
+	args := os.Args[1:]
+	sub := "transfer"
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		sub, args = args[0], args[1:]
+	}
+	var err error
+	switch sub {
+	case "transfer":
+		_ = flag.CommandLine.Parse(args)
+		err = run()
+	case "store":
+		err = storeMain(args)
+	case "help":
+		fmt.Fprintln(os.Stderr, "usage: kvferry-bench [transfer] FLAGS | kvferry-bench store FLAGS\ntransfer flags:")
+		flag.PrintDefaults()
+		fmt.Fprintln(os.Stderr, "store flags:")
+		storeFlags.PrintDefaults()
+	default:
+		err = fmt.Errorf("unknown subcommand %q (transfer, store or help)", sub)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "kvferry-bench:", err)
 		os.Exit(1)
 	}
+}
+
+// serveMetrics serves the process's metrics on KVFERRY_METRICS_ADDR, as
+// the library does.
+func serveMetrics() {
+	addr := hostenv.MetricsAddr()
+	if addr == "" {
+		return
+	}
+	ln, err := metrics.Serve(addr, metrics.NewRegistry(), hostenv.MetricsPprof())
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "kvferry-bench:", err)
+		return
+	}
+	fmt.Fprintf(os.Stderr, "metrics on %s\n", ln.Addr())
 }
 
 func newEngine(ctx context.Context) (*engine.Engine, error) {
@@ -116,6 +168,7 @@ func run() error {
 	if *mode == "memcpy" {
 		return memcpyBench(ctx)
 	}
+	serveMetrics()
 	e, err := newEngine(ctx)
 	if err != nil {
 		return err
@@ -149,7 +202,7 @@ func target(ctx context.Context, e *engine.Engine) error {
 			return err
 		}
 	}
-	if *duration > 0 && *mode == "target" && flag.Lookup("duration") != nil && isFlagSet("duration") {
+	if isFlagSet("duration") {
 		select {
 		case <-ctx.Done():
 		case <-time.After(time.Duration(*duration) * time.Second):
@@ -170,6 +223,61 @@ func isFlagSet(name string) bool {
 	return set
 }
 
+// point is one run of a sweep.
+type point struct {
+	block          uint64
+	batch, threads int
+}
+
+// parseList parses a comma-separated list of positive integers (sizes may
+// end in K, M or G: binary units).
+func parseList(name, s string) ([]uint64, error) {
+	var out []uint64
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		mul := uint64(1)
+		switch {
+		case strings.HasSuffix(f, "K"), strings.HasSuffix(f, "k"):
+			mul, f = 1<<10, f[:len(f)-1]
+		case strings.HasSuffix(f, "M"), strings.HasSuffix(f, "m"):
+			mul, f = 1<<20, f[:len(f)-1]
+		case strings.HasSuffix(f, "G"), strings.HasSuffix(f, "g"):
+			mul, f = 1<<30, f[:len(f)-1]
+		}
+		n, err := strconv.ParseUint(f, 10, 64)
+		if err != nil || n == 0 {
+			return nil, fmt.Errorf("--%s: %q is not a positive integer", name, f)
+		}
+		out = append(out, n*mul)
+	}
+	return out, nil
+}
+
+// sweep returns every (block, batch, threads) combination of the flags.
+func sweep() ([]point, error) {
+	blocks, err := parseList("block_size", *blockSizes)
+	if err != nil {
+		return nil, err
+	}
+	batches, err := parseList("batch_size", *batchSizes)
+	if err != nil {
+		return nil, err
+	}
+	threads, err := parseList("threads", *threadCounts)
+	if err != nil {
+		return nil, err
+	}
+	var ps []point
+	for _, th := range threads {
+		for _, bt := range batches {
+			for _, bl := range blocks {
+				ps = append(ps, point{block: bl, batch: int(bt), threads: int(th)})
+			}
+		}
+	}
+	return ps, nil
+}
+
 func initiator(ctx context.Context, e *engine.Engine, buf *cmem.Map) error {
 	if *segmentID == "" {
 		return fmt.Errorf("--segment_id is required in initiator mode")
@@ -183,6 +291,10 @@ func initiator(ctx context.Context, e *engine.Engine, buf *cmem.Map) error {
 	default:
 		return fmt.Errorf("unsupported operation %q: must be read or write", *operation)
 	}
+	points, err := sweep()
+	if err != nil {
+		return err
+	}
 	seg, err := e.OpenSegment(ctx, *segmentID)
 	if err != nil {
 		return err
@@ -192,23 +304,73 @@ func initiator(ctx context.Context, e *engine.Engine, buf *cmem.Map) error {
 		return fmt.Errorf("target segment %q has no registered buffer", *segmentID)
 	}
 	remote := desc.Buffers[0]
-	span := *blockSize * uint64(*batchSize) * uint64(*threads)
-	if span > buf.Len() || span > remote.Length {
-		return fmt.Errorf("block_size*batch_size*threads = %d exceeds the buffer (local %d, remote %d)", span, buf.Len(), remote.Length)
+	var results []Result
+	failed := false
+	for i, pt := range points {
+		if ctx.Err() != nil {
+			break
+		}
+		span := pt.block * uint64(pt.batch) * uint64(pt.threads)
+		if span > buf.Len() || span > remote.Length {
+			err := fmt.Errorf("block_size*batch_size*threads = %d*%d*%d exceeds the buffer (local %d, remote %d)",
+				pt.block, pt.batch, pt.threads, buf.Len(), remote.Length)
+			if len(points) == 1 {
+				return err
+			}
+			fmt.Fprintln(os.Stderr, "kvferry-bench: skipped:", err)
+			continue
+		}
+		label := fmt.Sprintf("%s %s x %d x %d", *operation, sizeName(pt.block), pt.batch, pt.threads)
+		if len(points) > 1 {
+			label = fmt.Sprintf("[%d/%d] %s", i+1, len(points), label)
+		}
+		r := runPoint(ctx, e, buf, seg, remote.Addr, op, pt, label)
+		results = append(results, r)
+		if *jsonOut {
+			if err := json.NewEncoder(os.Stdout).Encode(r); err != nil {
+				return err
+			}
+		} else {
+			fmt.Printf("Test completed: duration %.2f, batch count %d, throughput %s, %.0f ops/s, avg batch latency %.1f us (p50 %.0f, p99 %.0f), transport %s%s\n",
+				r.Duration, r.Batches, formatRate(r.GBps*1e9), r.OpsPerSec, r.AvgBatchUs, r.P50BatchUs, r.P99BatchUs, r.Transport, sweepTag(len(points), r))
+		}
+		failed = failed || r.Failed > 0
 	}
+	if *plotOut != "" && len(results) > 0 {
+		if err := plotResults(*plotOut, results); err != nil {
+			return err
+		}
+		fmt.Fprintf(os.Stderr, "plot written to %s\n", *plotOut)
+	}
+	if failed {
+		return fmt.Errorf("some batches failed")
+	}
+	return nil
+}
+
+func sweepTag(n int, r Result) string {
+	if n == 1 {
+		return ""
+	}
+	return fmt.Sprintf(" [block %d, batch %d, threads %d]", r.BlockSize, r.BatchSize, r.Threads)
+}
+
+// runPoint runs one point of the sweep for --duration seconds.
+func runPoint(ctx context.Context, e *engine.Engine, buf *cmem.Map, seg engine.SegmentID, remoteAddr uint64, op engine.OpCode, pt point, label string) Result {
 	var running atomic.Bool
 	running.Store(true)
 	var batches, failed, latNanos atomic.Uint64
+	var lat metrics.Histogram
 	var wg sync.WaitGroup
 	start := time.Now()
-	for t := 0; t < *threads; t++ {
+	for t := 0; t < pt.threads; t++ {
 		wg.Add(1)
 		go func(t int) {
 			defer wg.Done()
-			reqs := make([]engine.Request, *batchSize)
+			reqs := make([]engine.Request, pt.batch)
 			for i := range reqs {
-				off := *blockSize * uint64(i**threads+t)
-				reqs[i] = engine.Request{Op: op, Source: buf.Addr() + uintptr(off), Target: seg, TargetOffset: remote.Addr + off, Length: *blockSize}
+				off := pt.block * uint64(i*pt.threads+t)
+				reqs[i] = engine.Request{Op: op, Source: buf.Addr() + uintptr(off), Target: seg, TargetOffset: remoteAddr + off, Length: pt.block}
 			}
 			for running.Load() {
 				t0 := time.Now()
@@ -228,56 +390,52 @@ func initiator(ctx context.Context, e *engine.Engine, buf *cmem.Map) error {
 					}
 				}
 				_ = e.FreeBatch(id)
-				latNanos.Add(uint64(time.Since(t0)))
+				d := time.Since(t0)
+				lat.Observe(d)
+				latNanos.Add(uint64(d))
 				batches.Add(1)
 			}
 		}(t)
 	}
-	end := time.After(time.Duration(*duration) * time.Second)
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
-	var last uint64
-	lastT := start
-loop:
-	for {
-		select {
-		case <-end:
-			break loop
-		case <-ctx.Done():
-			break loop
-		case now := <-tick.C:
-			if *jsonOut {
-				continue
-			}
-			n := batches.Load()
-			rate := float64(n-last) * float64(*batchSize) * float64(*blockSize) / now.Sub(lastT).Seconds()
-			fmt.Fprintf(os.Stderr, "\r[%5.1fs] %s %d batches, %s   ", now.Sub(start).Seconds(), *operation, n, formatRate(rate))
-			last, lastT = n, now
-		}
+	total := time.Duration(*duration) * time.Second
+	perBatch := uint64(pt.batch) * pt.block
+	var prog *progress
+	if !*quiet {
+		prog = startProgress(label, func(el time.Duration) float64 { return el.Seconds() / total.Seconds() },
+			func() uint64 { return batches.Load() * perBatch })
+	}
+	select {
+	case <-time.After(total):
+	case <-ctx.Done():
 	}
 	running.Store(false)
 	wg.Wait()
+	prog.stop()
 	elapsed := time.Since(start).Seconds()
-	if !*jsonOut {
-		fmt.Fprintln(os.Stderr)
-	}
 	n := batches.Load()
-	bytes := n * uint64(*batchSize) * *blockSize
-	r := Result{Operation: *operation, BlockSize: *blockSize, BatchSize: *batchSize, Threads: *threads, Duration: elapsed,
-		Batches: n, Bytes: bytes, GBps: float64(bytes) / elapsed / 1e9, OpsPerSec: float64(n) * float64(*batchSize) / elapsed,
+	bytes := n * perBatch
+	r := Result{Operation: *operation, BlockSize: pt.block, BatchSize: pt.batch, Threads: pt.threads, Duration: elapsed,
+		Batches: n, Bytes: bytes, GBps: float64(bytes) / elapsed / 1e9, OpsPerSec: float64(n) * float64(pt.batch) / elapsed,
 		Transport: e.ChooseTransport(seg), Failed: failed.Load()}
 	if n > 0 {
 		r.AvgBatchUs = float64(latNanos.Load()) / float64(n) / 1e3
+		s := lat.Snapshot()
+		r.P50BatchUs = s.Quantile(0.5) * 1e6
+		r.P99BatchUs = s.Quantile(0.99) * 1e6
 	}
-	if *jsonOut {
-		return json.NewEncoder(os.Stdout).Encode(r)
+	return r
+}
+
+func sizeName(n uint64) string {
+	switch {
+	case n >= 1<<30 && n%(1<<30) == 0:
+		return fmt.Sprintf("%d GiB", n>>30)
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return fmt.Sprintf("%d MiB", n>>20)
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return fmt.Sprintf("%d KiB", n>>10)
 	}
-	fmt.Printf("Test completed: duration %.2f, batch count %d, throughput %s, %.0f ops/s, avg batch latency %.1f us, transport %s\n",
-		r.Duration, r.Batches, formatRate(float64(bytes)/elapsed), r.OpsPerSec, r.AvgBatchUs, r.Transport)
-	if r.Failed > 0 {
-		return fmt.Errorf("%d batches failed", r.Failed)
-	}
-	return nil
+	return fmt.Sprintf("%d B", n)
 }
 
 func formatRate(bytesPerSec float64) string {
@@ -293,6 +451,10 @@ func formatRate(bytesPerSec float64) string {
 // buffer of buffer_size to another, sweeping through both, for duration
 // seconds.
 func memcpyBench(ctx context.Context) error {
+	blocks, err := parseList("block_size", *blockSizes)
+	if err != nil {
+		return err
+	}
 	src, err := mapBuffer(*bufferSize)
 	if err != nil {
 		return err
@@ -303,27 +465,31 @@ func memcpyBench(ctx context.Context) error {
 		return err
 	}
 	defer dst.Close()
-	bs := *blockSize
-	if bs == 0 || bs > *bufferSize {
-		return fmt.Errorf("block_size must be in 1..buffer_size")
-	}
-	blocks := *bufferSize / bs
-	start := time.Now()
-	end := start.Add(time.Duration(*duration) * time.Second)
-	var n uint64
-	for time.Now().Before(end) && ctx.Err() == nil {
-		for i := uint64(0); i < blocks; i++ {
-			cmem.Copy(dst.Addr()+uintptr(i*bs), src.Addr()+uintptr(i*bs), bs)
+	for _, bs := range blocks {
+		if bs > *bufferSize {
+			return fmt.Errorf("block_size must be in 1..buffer_size")
 		}
-		n += blocks
+		n := *bufferSize / bs
+		start := time.Now()
+		end := start.Add(time.Duration(*duration) * time.Second)
+		var count uint64
+		for time.Now().Before(end) && ctx.Err() == nil {
+			for i := uint64(0); i < n; i++ {
+				cmem.Copy(dst.Addr()+uintptr(i*bs), src.Addr()+uintptr(i*bs), bs)
+			}
+			count += n
+		}
+		elapsed := time.Since(start).Seconds()
+		bytes := count * bs
+		r := Result{Operation: "memcpy", BlockSize: bs, BatchSize: 1, Threads: 1, Duration: elapsed, Batches: count, Bytes: bytes,
+			GBps: float64(bytes) / elapsed / 1e9, OpsPerSec: float64(count) / elapsed, Transport: "memcpy"}
+		if *jsonOut {
+			if err := json.NewEncoder(os.Stdout).Encode(r); err != nil {
+				return err
+			}
+			continue
+		}
+		fmt.Printf("memcpy: block %d, %s\n", bs, formatRate(float64(bytes)/elapsed))
 	}
-	elapsed := time.Since(start).Seconds()
-	bytes := n * bs
-	r := Result{Operation: "memcpy", BlockSize: bs, BatchSize: 1, Threads: 1, Duration: elapsed, Batches: n, Bytes: bytes,
-		GBps: float64(bytes) / elapsed / 1e9, OpsPerSec: float64(n) / elapsed, Transport: "memcpy"}
-	if *jsonOut {
-		return json.NewEncoder(os.Stdout).Encode(r)
-	}
-	fmt.Printf("memcpy: block %d, %s\n", bs, formatRate(float64(bytes)/elapsed))
 	return nil
 }

@@ -1,11 +1,69 @@
-// Command storebench measures the kvferry store between processes, for
-// bench/store.sh:
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"runtime/pprof"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/kvferry/kvferry/internal/cmem"
+	"github.com/kvferry/kvferry/store/client"
+	"github.com/kvferry/kvferry/store/embedded"
+)
+
+var (
+	storeFlags = flag.NewFlagSet("kvferry-bench store", flag.ExitOnError)
+	sMode      = storeFlags.String("mode", "run", "holder, run or latency")
+	sMaster    = storeFlags.String("master", "127.0.0.1:50051", "master address (host:port or etcd://...)")
+	sSegment   = storeFlags.Uint64("segment", 4<<30, "holder: bytes lent to the store")
+	sOp        = storeFlags.String("op", "both", "run: put, get or both")
+	sSize      = storeFlags.Uint64("size", 1<<20, "value size in bytes")
+	sThreads   = storeFlags.Int("threads", 1, "client goroutines")
+	sOps       = storeFlags.Int("ops", 400, "operations in total (split over the threads)")
+	sPrefix    = storeFlags.String("prefix", "b", "key prefix")
+	sLocalSeg  = storeFlags.Uint64("local_segment", 0, "run, latency: bytes the runner itself lends (with -master=embedded: single-process mode)")
+	sSegHuge   = storeFlags.Bool("segment_hugepages", true, "advise the lent memory for transparent huge pages (the store's default)")
+	sRPC       = storeFlags.String("master_rpc", "auto", "how to call a remote master: auto (mux, else gRPC), mux or grpc")
+	sRedisAt   = storeFlags.String("redis", "127.0.0.1:6379", "redis: the redis-server address")
+	sCPUProf   = storeFlags.String("cpuprofile", "", "write a Go CPU profile of the whole run to this file")
+	sQuiet     = storeFlags.Bool("quiet", false, "no progress on stderr")
+)
+
+// StoreResult is one measured phase.
+type StoreResult struct {
+	Op      string  `json:"op"`
+	Size    uint64  `json:"size"`
+	Threads int     `json:"threads"`
+	Ops     int     `json:"ops"`
+	Seconds float64 `json:"seconds"`
+	OpsPerS float64 `json:"ops_per_s"`
+	GBps    float64 `json:"gb_per_s"`
+	Errors  int     `json:"errors"`
+	// Transports counts the engine slices of the phase by transport (cma
+	// between processes of this host; none when every replica is local).
+	Transports map[string]uint64 `json:"transports"`
+}
+
+// storeMain runs `kvferry-bench store ARGS`, which measures the kvferry store between processes (what
+// bench/store.sh runs; it was bench/storebench):
 //
-//	storebench -mode=holder -master=127.0.0.1:50051 -segment=4294967296
-//	storebench -mode=run -master=127.0.0.1:50051 -op=put -size=1048576 -threads=4 -ops=400
-//	storebench -mode=latency -master=127.0.0.1:50051 -size=4096 -ops=2000
-//	storebench -mode=run -master=embedded -local_segment=4294967296 ...
-//	storebench -mode=redis -redis=127.0.0.1:6379 -size=1048576 -threads=4 -ops=400
+//	kvferry-bench store -mode=holder -master=127.0.0.1:50051 -segment=4294967296
+//	kvferry-bench store -mode=run -master=127.0.0.1:50051 -op=put -size=1048576 -threads=4 -ops=400
+//	kvferry-bench store -mode=latency -master=127.0.0.1:50051 -size=4096 -ops=2000
+//	kvferry-bench store -mode=run -master=embedded -local_segment=4294967296 ...
+//	kvferry-bench store -mode=redis -redis=127.0.0.1:6379 -size=1048576 -threads=4 -ops=400
 //
 // The holder lends memory to the store and serves it until stdin closes
 // (like redis-server holding the data). The runner is a pure client (it
@@ -25,108 +83,49 @@
 // one connection each, one request in flight, RESP written with writev and
 // read into a preallocated buffer): a second yardstick beside
 // redis-benchmark, whose client costs more per large GET than the server.
-package main
-
-import (
-	"bufio"
-	"context"
-	"encoding/json"
-	"errors"
-	"flag"
-	"fmt"
-	"io"
-	"net"
-	"os"
-	"runtime/pprof"
-	"slices"
-	"strconv"
-	"strings"
-	"sync"
-	"time"
-
-	"github.com/kvferry/kvferry/internal/cmem"
-	"github.com/kvferry/kvferry/store/client"
-	"github.com/kvferry/kvferry/store/embedded"
-)
-
-var (
-	mode     = flag.String("mode", "run", "holder, run or latency")
-	master   = flag.String("master", "127.0.0.1:50051", "master address (host:port or etcd://...)")
-	segment  = flag.Uint64("segment", 4<<30, "holder: bytes lent to the store")
-	op       = flag.String("op", "both", "run: put, get or both")
-	size     = flag.Uint64("size", 1<<20, "value size in bytes")
-	threads  = flag.Int("threads", 1, "client goroutines")
-	ops      = flag.Int("ops", 400, "operations in total (split over the threads)")
-	prefix   = flag.String("prefix", "b", "key prefix")
-	localSeg = flag.Uint64("local_segment", 0, "run, latency: bytes the runner itself lends (with -master=embedded: single-process mode)")
-	segHuge  = flag.Bool("segment_hugepages", true, "advise the lent memory for transparent huge pages (the store's default)")
-	rpc      = flag.String("master_rpc", "auto", "how to call a remote master: auto (mux, else gRPC), mux or grpc")
-	redisAt  = flag.String("redis", "127.0.0.1:6379", "redis: the redis-server address")
-	cpuProf  = flag.String("cpuprofile", "", "write a Go CPU profile of the whole run to this file")
-)
-
-// Result is one measured phase.
-type Result struct {
-	Op      string  `json:"op"`
-	Size    uint64  `json:"size"`
-	Threads int     `json:"threads"`
-	Ops     int     `json:"ops"`
-	Seconds float64 `json:"seconds"`
-	OpsPerS float64 `json:"ops_per_s"`
-	GBps    float64 `json:"gb_per_s"`
-	Errors  int     `json:"errors"`
-	// Transports counts the engine slices of the phase by transport (cma
-	// between processes of this host; none when every replica is local).
-	Transports map[string]uint64 `json:"transports"`
-}
-
-func main() {
-	flag.Parse()
-	if *cpuProf != "" {
-		f, err := os.Create(*cpuProf)
+func storeMain(args []string) error {
+	_ = storeFlags.Parse(args)
+	serveMetrics()
+	if *sCPUProf != "" {
+		f, err := os.Create(*sCPUProf)
 		if err == nil {
 			err = pprof.StartCPUProfile(f)
 		}
 		if err != nil {
-			fmt.Fprintln(os.Stderr, "storebench: cpu profile:", err)
-			os.Exit(1)
+			return fmt.Errorf("cpu profile: %w", err)
 		}
 		defer pprof.StopCPUProfile()
 	}
 	var err error
-	switch *mode {
+	switch *sMode {
 	case "holder":
 		err = holder()
 	case "run":
-		err = run()
+		err = storeRun()
 	case "latency":
 		err = latency()
 	case "redis":
 		err = redisRun()
 	default:
-		err = fmt.Errorf("unknown -mode %q", *mode)
+		err = fmt.Errorf("unknown -mode %q", *sMode)
 	}
-	if err != nil {
-		pprof.StopCPUProfile()
-		fmt.Fprintln(os.Stderr, "storebench:", err)
-		os.Exit(1)
-	}
+	return err
 }
 
-func newClient(segmentBytes uint64) (*client.Client, error) {
+func newStoreClient(segmentBytes uint64) (*client.Client, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	return embedded.NewClient(ctx, client.Config{
 		LocalHostname:     "127.0.0.1",
-		MasterServerAddr:  *master,
+		MasterServerAddr:  *sMaster,
 		GlobalSegmentSize: segmentBytes,
-		NoHugePages:       !*segHuge,
-		MasterRPC:         *rpc,
+		NoHugePages:       !*sSegHuge,
+		MasterRPC:         *sRPC,
 	})
 }
 
 func holder() error {
-	c, err := newClient(*segment)
+	c, err := newStoreClient(*sSegment)
 	if err != nil {
 		return err
 	}
@@ -141,16 +140,16 @@ type worker struct {
 	keys []string
 }
 
-func run() error {
-	c, err := newClient(*localSeg)
+func storeRun() error {
+	c, err := newStoreClient(*sLocalSeg)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	ws := make([]*worker, *threads)
-	per := max(*ops / *threads, 1)
+	ws := make([]*worker, *sThreads)
+	per := max(*sOps / *sThreads, 1)
 	for t := range ws {
-		m, err := cmem.MapAnon(*size)
+		m, err := cmem.MapAnon(*sSize)
 		if err != nil {
 			return err
 		}
@@ -164,17 +163,25 @@ func run() error {
 		}
 		w := &worker{buf: m}
 		for i := range per {
-			w.keys = append(w.keys, fmt.Sprintf("%s_%d_%d_%d", *prefix, *size, t, i))
+			w.keys = append(w.keys, fmt.Sprintf("%s_%d_%d_%d", *sPrefix, *sSize, t, i))
 		}
 		ws[t] = w
 	}
 	ctx := context.Background()
-	phase := func(name string, f func(w *worker, key string) error) Result {
+	phase := func(name string, f func(w *worker, key string) error) StoreResult {
 		var wg sync.WaitGroup
 		var mu sync.Mutex
 		errs := 0
 		before := c.Engine().Metrics().SlicesByTransport
+		var done atomic.Uint64
 		start := time.Now()
+		total := per * len(ws)
+		var prog *progress
+		if !*sQuiet {
+			prog = startProgress(fmt.Sprintf("store %s %s x %d", name, sizeName(*sSize), len(ws)),
+				func(time.Duration) float64 { return float64(done.Load()) / float64(total) },
+				func() uint64 { return done.Load() * *sSize })
+		}
 		for _, w := range ws {
 			wg.Add(1)
 			go func() {
@@ -184,6 +191,7 @@ func run() error {
 					if f(w, k) != nil {
 						n++
 					}
+					done.Add(1)
 				}
 				mu.Lock()
 				errs += n
@@ -191,30 +199,30 @@ func run() error {
 			}()
 		}
 		wg.Wait()
+		prog.stop()
 		secs := time.Since(start).Seconds()
-		total := per * len(ws)
 		tr := map[string]uint64{}
 		for k, v := range c.Engine().Metrics().SlicesByTransport {
 			if d := v - before[k]; d > 0 {
 				tr[k] = d
 			}
 		}
-		return Result{Op: name, Size: *size, Threads: len(ws), Ops: total, Seconds: secs,
-			OpsPerS: float64(total) / secs, GBps: float64(total) * float64(*size) / secs / 1e9, Errors: errs,
+		return StoreResult{Op: name, Size: *sSize, Threads: len(ws), Ops: total, Seconds: secs,
+			OpsPerS: float64(total) / secs, GBps: float64(total) * float64(*sSize) / secs / 1e9, Errors: errs,
 			Transports: tr}
 	}
 	put := func(w *worker, k string) error {
-		return c.PutFrom(ctx, k, w.buf.Addr(), *size, client.ReplicateConfig{})
+		return c.PutFrom(ctx, k, w.buf.Addr(), *sSize, client.ReplicateConfig{})
 	}
 	get := func(w *worker, k string) error {
-		n, err := c.GetInto(ctx, k, w.buf.Addr(), *size)
-		if err == nil && n != *size {
+		n, err := c.GetInto(ctx, k, w.buf.Addr(), *sSize)
+		if err == nil && n != *sSize {
 			return fmt.Errorf("short read")
 		}
 		return err
 	}
 	enc := json.NewEncoder(os.Stdout)
-	if *op == "put" || *op == "both" {
+	if *sOp == "put" || *sOp == "both" {
 		// One untimed pass warms the holder's pages and the connections;
 		// then the keys are removed and put again, timed.
 		phase("warm", put)
@@ -225,7 +233,7 @@ func run() error {
 			return err
 		}
 	}
-	if *op == "get" || *op == "both" {
+	if *sOp == "get" || *sOp == "both" {
 		if err := enc.Encode(phase("get", get)); err != nil {
 			return err
 		}
@@ -250,12 +258,12 @@ type Latency struct {
 }
 
 func latency() error {
-	c, err := newClient(*localSeg)
+	c, err := newStoreClient(*sLocalSeg)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	m, err := cmem.MapAnon(*size)
+	m, err := cmem.MapAnon(*sSize)
 	if err != nil {
 		return err
 	}
@@ -284,25 +292,25 @@ func latency() error {
 		}
 		return float64(d[min(int(float64(len(d))*p), len(d)-1)]) / float64(time.Microsecond)
 	}
-	key := func(i int) string { return fmt.Sprintf("%s_lat_%d", *prefix, i) }
+	key := func(i int) string { return fmt.Sprintf("%s_lat_%d", *sPrefix, i) }
 	// Warm-up.
 	for i := range 100 {
-		_ = c.PutFrom(ctx, key(-i-1), m.Addr(), *size, client.ReplicateConfig{})
+		_ = c.PutFrom(ctx, key(-i-1), m.Addr(), *sSize, client.ReplicateConfig{})
 	}
-	puts, perr := measure(*ops, func(i int) error {
-		return c.PutFrom(ctx, key(i), m.Addr(), *size, client.ReplicateConfig{})
+	puts, perr := measure(*sOps, func(i int) error {
+		return c.PutFrom(ctx, key(i), m.Addr(), *sSize, client.ReplicateConfig{})
 	})
-	rpcs, rerr := measure(*ops, func(i int) error {
+	rpcs, rerr := measure(*sOps, func(i int) error {
 		_, err := c.IsExist(ctx, key(i))
 		return err
 	})
-	gets, gerr := measure(*ops, func(i int) error {
-		_, err := c.GetInto(ctx, key(i), m.Addr(), *size)
+	gets, gerr := measure(*sOps, func(i int) error {
+		_, err := c.GetInto(ctx, key(i), m.Addr(), *sSize)
 		return err
 	})
 	_, _ = c.RemoveAll(ctx, true)
 	return json.NewEncoder(os.Stdout).Encode(Latency{
-		Size: *size, Ops: *ops,
+		Size: *sSize, Ops: *sOps,
 		PutP50us: pct(puts, 0.5), PutP99us: pct(puts, 0.99),
 		RPCp50us: pct(rpcs, 0.5), RPCp99us: pct(rpcs, 0.99),
 		GetP50us: pct(gets, 0.5), GetP99us: pct(gets, 0.99),
@@ -313,21 +321,21 @@ func latency() error {
 // redisRun measures SET then GET of -size bytes with -threads clients, one
 // connection and one key each, against redis-server at -redis.
 func redisRun() error {
-	per := max(*ops / *threads, 1)
-	conns := make([]net.Conn, *threads)
+	per := max(*sOps / *sThreads, 1)
+	conns := make([]net.Conn, *sThreads)
 	for t := range conns {
-		c, err := net.DialTimeout("tcp", *redisAt, 10*time.Second)
+		c, err := net.DialTimeout("tcp", *sRedisAt, 10*time.Second)
 		if err != nil {
 			return fmt.Errorf("redis: %w", err)
 		}
 		defer c.Close()
 		conns[t] = c
 	}
-	val := make([]byte, *size)
+	val := make([]byte, *sSize)
 	for i := range val {
 		val[i] = byte(i * 7)
 	}
-	phase := func(name string, f func(c net.Conn, r *bufio.Reader, key string, buf []byte) error) (Result, error) {
+	phase := func(name string, f func(c net.Conn, r *bufio.Reader, key string, buf []byte) error) (StoreResult, error) {
 		var wg sync.WaitGroup
 		errs := make([]error, len(conns))
 		start := time.Now()
@@ -336,8 +344,8 @@ func redisRun() error {
 			go func() {
 				defer wg.Done()
 				r := bufio.NewReaderSize(c, 64<<10)
-				buf := make([]byte, *size+2)
-				key := fmt.Sprintf("%s_redis_%d_%d", *prefix, *size, t)
+				buf := make([]byte, *sSize+2)
+				key := fmt.Sprintf("%s_redis_%d_%d", *sPrefix, *sSize, t)
 				for range per {
 					if err := f(c, r, key, buf); err != nil {
 						errs[t] = err
@@ -349,11 +357,11 @@ func redisRun() error {
 		wg.Wait()
 		secs := time.Since(start).Seconds()
 		if err := errors.Join(errs...); err != nil {
-			return Result{}, fmt.Errorf("redis %s: %w", name, err)
+			return StoreResult{}, fmt.Errorf("redis %s: %w", name, err)
 		}
 		total := per * len(conns)
-		return Result{Op: name, Size: *size, Threads: len(conns), Ops: total, Seconds: secs,
-			OpsPerS: float64(total) / secs, GBps: float64(total) * float64(*size) / secs / 1e9}, nil
+		return StoreResult{Op: name, Size: *sSize, Threads: len(conns), Ops: total, Seconds: secs,
+			OpsPerS: float64(total) / secs, GBps: float64(total) * float64(*sSize) / secs / 1e9}, nil
 	}
 	set := func(c net.Conn, r *bufio.Reader, key string, _ []byte) error {
 		hdr := fmt.Appendf(nil, "*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n", len(key), key, len(val))
