@@ -29,7 +29,7 @@ HEADERS := $(wildcard include/*.h)
 NETNS   := scripts/in-netns.sh
 BINS    := $(patsubst cmd/%,%,$(wildcard cmd/*))
 
-.PHONY: all lib bins headers test test-go test-suites lint demo demo-c bench clean FORCE
+.PHONY: all lib bins headers test test-go test-suites lint demo demo-c bench bench-ssd clean FORCE
 
 all: lib bins headers
 
@@ -85,6 +85,10 @@ demo-c: all
 
 bench: all
 	@bench/tcp.sh
+
+# The store's disk tier against a sequential baseline of the same directory.
+bench-ssd:
+	@bench/ssd.sh
 
 clean:
 	rm -rf $(BUILD)

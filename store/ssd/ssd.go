@@ -42,8 +42,10 @@ const (
 	fileSuffix = ".kvd"
 	tmpSuffix  = ".tmp"
 	idFile     = "DISK_ID"
-	// chunk is the size of one write or read, and of each pooled buffer.
-	chunk = 4 << 20
+	// chunk is the size of one write or read, and of each pooled buffer:
+	// large aligned I/O, small enough that a copy is still in the cache
+	// when its checksum is taken.
+	chunk = 1 << 20
 	// maxName bounds tenant plus key in a header.
 	maxName = headerLen - 64
 )
@@ -374,21 +376,27 @@ func (s *Store) writeFile(tenant, key string, uid uint64, data []byte) error {
 	}
 	defer s.bufs.Put(m)
 	b := m.Bytes()
-	h := header{uid: uid, size: uint64(len(data)), dataCRC: crc32.Checksum(data, castagnoli), tenant: tenant, key: key}
-	h.encode(b)
-	// The first chunk holds the header and the start of the data; each
-	// write is a whole number of 4 KiB blocks from an aligned buffer.
-	fill, off := headerLen, 0
-	for off < len(data) || fill > 0 {
-		n := copy(b[fill:], data[off:])
+	// The data goes first, after the header's block, in whole 4 KiB blocks
+	// from the aligned buffer; the checksum is taken from each copy while
+	// it is still in the cache (one pass over the source); the header,
+	// which holds the checksum, is written last.
+	crc := uint32(0)
+	pos := int64(headerLen)
+	for off := 0; off < len(data); {
+		n := copy(b, data[off:])
+		crc = crc32.Update(crc, castagnoli, b[:n])
 		off += n
-		end := fill + n
-		w := int(alignUp(uint64(end)))
-		clear(b[end:w])
-		if _, err := f.Write(b[:w]); err != nil {
+		w := int(alignUp(uint64(n)))
+		clear(b[n:w])
+		if _, err := f.WriteAt(b[:w], pos); err != nil {
 			return fmt.Errorf("ssd: write %s: %w: %w", tmp, err, wire.ErrWriteFail)
 		}
-		fill = 0
+		pos += int64(w)
+	}
+	h := header{uid: uid, size: uint64(len(data)), dataCRC: crc, tenant: tenant, key: key}
+	h.encode(b)
+	if _, err := f.WriteAt(b[:headerLen], 0); err != nil {
+		return fmt.Errorf("ssd: write %s: %w: %w", tmp, err, wire.ErrWriteFail)
 	}
 	if err := f.Close(); err != nil {
 		return fmt.Errorf("ssd: close %s: %w: %w", tmp, err, wire.ErrWriteFail)
