@@ -184,6 +184,21 @@ func storeEnv(cfg *client.Config) {
 	if v, ok := hostenv.Getenv("KVFERRY_STORE_HUGEPAGES"); ok && strings.TrimSpace(v) == "0" {
 		cfg.NoHugePages = true
 	}
+	if v, ok := hostenv.Getenv("MC_STORE_LOCAL_HOT_CACHE_SIZE"); ok {
+		if n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64); err == nil {
+			cfg.HotCacheBytes = n
+		}
+	}
+	if v, ok := hostenv.Getenv("MC_STORE_LOCAL_HOT_ADMISSION_THRESHOLD"); ok {
+		if n, err := strconv.Atoi(strings.TrimSpace(v)); err == nil && n > 0 {
+			cfg.HotCacheAdmission = n
+		}
+	}
+	if v, ok := hostenv.Getenv("KVFERRY_STORE_DRAIN_ON_CLOSE_MS"); ok {
+		if n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64); err == nil {
+			cfg.DrainOnClose = time.Duration(min(n, maxDrainMs)) * time.Millisecond
+		}
+	}
 	if v, ok := hostenv.Getenv("MC_RPC_TIMEOUT_MS"); ok {
 		if n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64); err == nil && n > 0 {
 			cfg.RPCTimeout = time.Duration(n) * time.Millisecond

@@ -63,6 +63,9 @@ func (c *Client) BatchUpsertFrom(ctx context.Context, keys []string, addrs []uin
 }
 
 func (c *Client) batchPut(ctx context.Context, keys []string, addrs []uintptr, sizes []uint64, cfg ReplicateConfig, upsert bool) []error {
+	for _, k := range keys {
+		c.hot.invalidate(k)
+	}
 	errs := make([]error, len(keys))
 	if len(addrs) != len(keys) || len(sizes) != len(keys) {
 		for i := range errs {
@@ -286,6 +289,9 @@ func (c *Client) BatchGetInto(ctx context.Context, keys []string, addrs []uintpt
 			continue
 		}
 		n[i] = size
+		if c.hot.read(k, res.GetUid(), size, cSpan(addrs[i], size)) {
+			continue
+		}
 		keyStart := start
 		reps, err := c.memoryReplicas(ctx, k, res.GetReplicas(), &keyStart)
 		if err != nil {
@@ -319,6 +325,8 @@ func (c *Client) BatchGetInto(ctx context.Context, keys []string, addrs []uintpt
 		if err == nil && !failed[j] {
 			if lease > 0 && time.Since(start) > lease {
 				errs[i] = fmt.Errorf("get %q: %w", keys[i], wire.ErrLeaseExpired)
+			} else {
+				c.hot.offer(keys[i], results[i].GetUid(), n[i], cSpan(addrs[i], n[i]))
 			}
 			continue
 		}

@@ -61,6 +61,7 @@ type Client struct {
 	obs     *kvmetrics.StoreClient
 	grants  grantPool
 	disk    *ssd.Store // the disk tier (tier.go); nil without one
+	hot     *hotCache  // the local hot cache (hotcache.go); nil when off
 	tasks   *tasks     // the task loop's workers; nil without a segment or tier
 }
 
@@ -96,6 +97,7 @@ func New(ctx context.Context, cfg Config) (_ *Client, err error) {
 	c := &Client{cfg: cfg, log: cfg.Logger, kick: make(chan struct{}, 1), clientID: newUUID(), tenant: cfg.TenantID}
 	c.obs = kvmetrics.NewStoreClient(c.counters)
 	c.ctx, c.cancel = context.WithCancel(context.Background())
+	c.hot = newHotCache(cfg.HotCacheBytes, cfg.HotCacheAdmission)
 	defer func() {
 		if err != nil {
 			c.teardown()
@@ -309,6 +311,7 @@ func (c *Client) teardown() {
 	if c.tasks != nil {
 		c.tasks.wg.Wait()
 	}
+	c.hot.clear()
 	if mc := c.conn.Swap(nil); mc != nil && mc.closer != nil {
 		mc.closer.Close()
 	}

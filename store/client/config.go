@@ -130,6 +130,15 @@ type Config struct {
 	// PingFailures is the number of consecutive failed heartbeats after
 	// which the client re-resolves the master (default 3).
 	PingFailures int
+	// HotCacheBytes turns the local hot cache on (Mooncake's
+	// MC_STORE_LOCAL_HOT_CACHE_SIZE; hotcache.go): up to this many bytes
+	// of objects read from other clients' segments are kept in this
+	// client's memory and served from there while the master names the
+	// same incarnation of the key. 0 (the default): off.
+	HotCacheBytes uint64
+	// HotCacheAdmission is the number of remote reads of a key that
+	// admits it (MC_STORE_LOCAL_HOT_ADMISSION_THRESHOLD, default 2).
+	HotCacheAdmission int
 	// SSDOffloadPath turns the disk tier on (Mooncake's
 	// enable_ssd_offload with ssd_offload_path): objects in this client's
 	// segment are written to checksummed files in this directory before

@@ -109,6 +109,7 @@ func (c *Client) UpsertFrom(ctx context.Context, key string, addr uintptr, size 
 
 func (c *Client) put(ctx context.Context, key string, data span, cfg ReplicateConfig, upsert bool) (err error) {
 	c.metrics.puts.Add(1)
+	c.hot.invalidate(key)
 	start := time.Now()
 	defer func() {
 		c.obs.PutDuration.Observe(data.size, time.Since(start))
@@ -417,6 +418,9 @@ func (c *Client) get(ctx context.Context, key string, dest func(size uint64) (sp
 	if err != nil {
 		return 0, err
 	}
+	if c.hot.read(key, resp.GetUid(), size, d) {
+		return size, nil
+	}
 	lease := time.Duration(resp.GetLeaseTtlMs()) * time.Millisecond
 	reps, err := c.memoryReplicas(ctx, key, resp.GetReplicas(), &start)
 	if err != nil {
@@ -424,6 +428,9 @@ func (c *Client) get(ctx context.Context, key string, dest func(size uint64) (sp
 	}
 	if err := c.readAny(ctx, key, reps, d, size, start, lease); err != nil {
 		return 0, err
+	}
+	if len(reps) > 0 && reps[0].GetSegmentName() != c.segName {
+		c.hot.offer(key, resp.GetUid(), size, d)
 	}
 	return size, nil
 }
@@ -568,6 +575,7 @@ func (c *Client) GetSize(ctx context.Context, key string) (uint64, error) {
 // Remove deletes key. A leased object (read in the last lease period) is
 // OBJECT_HAS_LEASE unless force.
 func (c *Client) Remove(ctx context.Context, key string, force bool) error {
+	c.hot.invalidate(key)
 	mc, err := c.master()
 	if err != nil {
 		return err
@@ -583,6 +591,9 @@ func (c *Client) Remove(ctx context.Context, key string, force bool) error {
 // BatchRemove is Remove for many keys in one master call; errs[i] is the
 // result of keys[i].
 func (c *Client) BatchRemove(ctx context.Context, keys []string, force bool) ([]error, error) {
+	for _, k := range keys {
+		c.hot.invalidate(k)
+	}
 	mc, err := c.master()
 	if err != nil {
 		return nil, err
@@ -611,6 +622,7 @@ func errorsOf(codes []int32, n int) []error {
 // RemoveByRegex deletes every object whose key matches pattern (RE2
 // syntax, unanchored) and returns how many it removed.
 func (c *Client) RemoveByRegex(ctx context.Context, pattern string, force bool) (int64, error) {
+	c.hot.clear()
 	mc, err := c.master()
 	if err != nil {
 		return 0, err
@@ -627,6 +639,7 @@ func (c *Client) RemoveByRegex(ctx context.Context, pattern string, force bool) 
 // RemoveAll deletes every object (leased ones only with force) and returns
 // how many it removed.
 func (c *Client) RemoveAll(ctx context.Context, force bool) (int64, error) {
+	c.hot.clear()
 	mc, err := c.master()
 	if err != nil {
 		return 0, err

@@ -200,7 +200,7 @@ func (g *handlers) PromoteObject(ctx context.Context, req *wire.KeyRequest) (*wi
 		return nil, err
 	}
 	return &wire.GetReplicaListResponse{Replicas: replicasToWire(l.Replicas), Size: l.Size,
-		LeaseTtlMs: uint64(l.LeaseTTL / time.Millisecond)}, nil
+		LeaseTtlMs: uint64(l.LeaseTTL / time.Millisecond), Uid: l.UID}, nil
 }
 
 func (g *handlers) CreateTask(_ context.Context, req *wire.CreateTaskRequest) (*wire.CreateTaskResponse, error) {
@@ -258,7 +258,7 @@ func (g *handlers) GetReplicaList(_ context.Context, req *wire.KeyRequest) (*wir
 		return nil, err
 	}
 	return &wire.GetReplicaListResponse{Replicas: replicasToWire(l.Replicas), Size: l.Size,
-		LeaseTtlMs: uint64(l.LeaseTTL / time.Millisecond)}, nil
+		LeaseTtlMs: uint64(l.LeaseTTL / time.Millisecond), Uid: l.UID}, nil
 }
 
 func (g *handlers) BatchGetReplicaList(_ context.Context, req *wire.BatchKeyRequest) (*wire.BatchGetReplicaListResponse, error) {
@@ -270,7 +270,7 @@ func (g *handlers) BatchGetReplicaList(_ context.Context, req *wire.BatchKeyRequ
 	resp := &wire.BatchGetReplicaListResponse{Results: make([]*wire.ReplicaListResult, len(lists)),
 		LeaseTtlMs: uint64(svc.Config().DefaultKVLeaseTTL / time.Millisecond)}
 	for i := range lists {
-		resp.Results[i] = &wire.ReplicaListResult{Code: codeOf(errs[i]), Replicas: replicasToWire(lists[i].Replicas),
+		resp.Results[i] = &wire.ReplicaListResult{Code: codeOf(errs[i]), Replicas: replicasToWire(lists[i].Replicas), Uid: lists[i].UID,
 			Size: lists[i].Size}
 	}
 	return resp, nil

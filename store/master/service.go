@@ -56,6 +56,9 @@ type ReplicaList struct {
 	Replicas []Replica
 	// LeaseTTL is the lease granted with the answer.
 	LeaseTTL time.Duration
+	// UID names this incarnation of the object (another put of the key,
+	// or an upsert, has another).
+	UID uint64
 }
 
 // ReplicateConfig is the per-put replication request (specs/mooncake.md §6.5).
@@ -619,7 +622,7 @@ func (s *Service) getLocked(id objectKey, now time.Time) (ReplicaList, error) {
 	}
 	s.mu.counters.getHits++
 	s.leaseLocked(o, now)
-	return ReplicaList{Size: o.size, Replicas: o.descriptors(), LeaseTTL: s.cfg.DefaultKVLeaseTTL}, nil
+	return ReplicaList{Size: o.size, Replicas: o.descriptors(), LeaseTTL: s.cfg.DefaultKVLeaseTTL, UID: o.uid}, nil
 }
 
 func (s *Service) leaseLocked(o *object, now time.Time) {

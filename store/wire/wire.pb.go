@@ -1220,8 +1220,11 @@ type GetReplicaListResponse struct {
 	Replicas []*Replica             `protobuf:"bytes,1,rep,name=replicas,proto3" json:"replicas,omitempty"`
 	// lease_ttl_ms is the lease granted with this answer; a read that ends
 	// after it has expired must be discarded (LEASE_EXPIRED).
-	LeaseTtlMs    uint64 `protobuf:"varint,2,opt,name=lease_ttl_ms,json=leaseTtlMs,proto3" json:"lease_ttl_ms,omitempty"`
-	Size          uint64 `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
+	LeaseTtlMs uint64 `protobuf:"varint,2,opt,name=lease_ttl_ms,json=leaseTtlMs,proto3" json:"lease_ttl_ms,omitempty"`
+	Size       uint64 `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
+	// uid names this incarnation of the object: a remove and a new put (or
+	// an upsert) give the key another one (a client's hot cache keys on it).
+	Uid           uint64 `protobuf:"varint,4,opt,name=uid,proto3" json:"uid,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1277,11 +1280,20 @@ func (x *GetReplicaListResponse) GetSize() uint64 {
 	return 0
 }
 
+func (x *GetReplicaListResponse) GetUid() uint64 {
+	if x != nil {
+		return x.Uid
+	}
+	return 0
+}
+
 type ReplicaListResult struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Code          int32                  `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"`
-	Replicas      []*Replica             `protobuf:"bytes,2,rep,name=replicas,proto3" json:"replicas,omitempty"`
-	Size          uint64                 `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Code     int32                  `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"`
+	Replicas []*Replica             `protobuf:"bytes,2,rep,name=replicas,proto3" json:"replicas,omitempty"`
+	Size     uint64                 `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
+	// uid is as in GetReplicaListResponse.
+	Uid           uint64 `protobuf:"varint,4,opt,name=uid,proto3" json:"uid,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1333,6 +1345,13 @@ func (x *ReplicaListResult) GetReplicas() []*Replica {
 func (x *ReplicaListResult) GetSize() uint64 {
 	if x != nil {
 		return x.Size
+	}
+	return 0
+}
+
+func (x *ReplicaListResult) GetUid() uint64 {
+	if x != nil {
+		return x.Uid
 	}
 	return 0
 }
@@ -3880,16 +3899,18 @@ const file_wire_proto_rawDesc = "" +
 	"segment_id\x18\x05 \x01(\tR\tsegmentId\x12\x1a\n" +
 	"\bprotocol\x18\x06 \x01(\tR\bprotocol\x121\n" +
 	"\x04kind\x18\a \x01(\x0e2\x1d.kvferry.store.v1.ReplicaKindR\x04kind\x12\x1b\n" +
-	"\tfile_path\x18\b \x01(\tR\bfilePath\"\x85\x01\n" +
+	"\tfile_path\x18\b \x01(\tR\bfilePath\"\x97\x01\n" +
 	"\x16GetReplicaListResponse\x125\n" +
 	"\breplicas\x18\x01 \x03(\v2\x19.kvferry.store.v1.ReplicaR\breplicas\x12 \n" +
 	"\flease_ttl_ms\x18\x02 \x01(\x04R\n" +
 	"leaseTtlMs\x12\x12\n" +
-	"\x04size\x18\x03 \x01(\x04R\x04size\"r\n" +
+	"\x04size\x18\x03 \x01(\x04R\x04size\x12\x10\n" +
+	"\x03uid\x18\x04 \x01(\x04R\x03uid\"\x84\x01\n" +
 	"\x11ReplicaListResult\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\x05R\x04code\x125\n" +
 	"\breplicas\x18\x02 \x03(\v2\x19.kvferry.store.v1.ReplicaR\breplicas\x12\x12\n" +
-	"\x04size\x18\x03 \x01(\x04R\x04size\"~\n" +
+	"\x04size\x18\x03 \x01(\x04R\x04size\x12\x10\n" +
+	"\x03uid\x18\x04 \x01(\x04R\x03uid\"~\n" +
 	"\x1bBatchGetReplicaListResponse\x12=\n" +
 	"\aresults\x18\x01 \x03(\v2#.kvferry.store.v1.ReplicaListResultR\aresults\x12 \n" +
 	"\flease_ttl_ms\x18\x02 \x01(\x04R\n" +
