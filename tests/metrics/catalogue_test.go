@@ -111,6 +111,11 @@ func TestCatalogueExportedAndMoving(t *testing.T) {
 	assert.NilError(t, err)
 	segC, err := a.OpenSegment(ctx, "node-c")
 	assert.NilError(t, err)
+	// a knows c's buffer before c goes away (c publishes in the background).
+	for a.CheckRange(ctx, segC, uint64(bufC.Addr()), 8) != nil {
+		assert.NilError(t, ctx.Err(), "node-c's buffer never showed")
+		time.Sleep(10 * time.Millisecond)
+	}
 
 	// Completed writes and reads of two size classes.
 	assert.NilError(t, a.Transfer(ctx, []engine.Request{
