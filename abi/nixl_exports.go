@@ -15,6 +15,7 @@ import (
 
 	"github.com/kvferry/kvferry/agent/nixl"
 	"github.com/kvferry/kvferry/engine"
+	"github.com/kvferry/kvferry/engine/gpu"
 	"github.com/kvferry/kvferry/internal/hostenv"
 )
 
@@ -139,7 +140,10 @@ func kvf_nixl_option(i C.size_t, key *C.char, klen C.size_t, val *C.char, vlen C
 //export kvf_nixl_supported_mems
 func kvf_nixl_supported_mems(mems *C.int, capacity C.size_t) (rc C.int) {
 	defer recoverNixl(&rc)
-	supported := []C.int{C.int(nixl.DRAM)} // VRAM once a GPU transport exists
+	supported := []C.int{C.int(nixl.DRAM)}
+	if gpuAvailable() {
+		supported = append(supported, C.int(nixl.VRAM))
+	}
 	if mems != nil && capacity > 0 {
 		copy(unsafe.Slice(mems, int(min(capacity, 16))), supported)
 	}
@@ -474,4 +478,11 @@ func kvf_nixl_last_error(h C.kvferry_nixl_t, buf *C.char, n C.size_t) (rc C.int)
 		return nixlErrInvalidParam
 	}
 	return C.int(putString(buf, n, a.Engine().LastError()))
+}
+
+// gpuAvailable reports whether the CUDA driver loads here (then VRAM is
+// among the supported memory types).
+func gpuAvailable() bool {
+	_, err := gpu.Shared(hostenv.GPUConfig()).Driver()
+	return err == nil
 }

@@ -241,11 +241,22 @@ func (a *Agent) Disconnect(agent string) error {
 // Register registers n bytes of memory type mem at addr (device dev). A
 // range inside one registered before shares its engine registration.
 func (a *Agent) Register(mem MemType, addr, n, dev uint64) (MD, error) {
-	if mem != DRAM {
+	loc := "*"
+	switch mem {
+	case DRAM:
+	case VRAM:
+		if dev > 1<<16 {
+			return 0, fmt.Errorf("register VRAM of device %d: %w", dev, engine.ErrInvalidArgument)
+		}
+		loc = fmt.Sprintf("cuda:%d", dev)
+	default:
 		return 0, fmt.Errorf("register memory type %d: %w", mem, ErrNotSupported)
 	}
 	if addr == 0 || n == 0 || addr+n < addr {
 		return 0, fmt.Errorf("register %#x+%d: %w", addr, n, engine.ErrInvalidArgument)
+	}
+	if mem == VRAM && !a.isGPU(addr, n) && a.e.Registered(addr, n) {
+		return 0, fmt.Errorf("register VRAM %#x+%d: registered before as host memory: %w", addr, n, engine.ErrInvalidArgument)
 	}
 	// A range inside an engine registration of this agent shares it (the
 	// engine's index finds it in O(log n)).
@@ -258,8 +269,13 @@ func (a *Agent) Register(mem MemType, addr, n, dev uint64) (MD, error) {
 	}
 	a.mu.Unlock()
 	if r == nil {
-		if err := a.e.RegisterMemory(uintptr(addr), n, "*", true); err != nil {
+		if err := a.e.RegisterMemory(uintptr(addr), n, loc, true); err != nil {
 			return 0, fmt.Errorf("register %#x+%d: %w", addr, n, err)
+		}
+		if mem == VRAM && !a.isGPU(addr, n) {
+			// The driver knows it as host memory: not what NIXL was told.
+			_ = a.e.UnregisterMemory(uintptr(addr))
+			return 0, fmt.Errorf("register VRAM %#x+%d: the CUDA driver does not know it as GPU memory: %w", addr, n, engine.ErrInvalidArgument)
 		}
 		r = &reg{addr: addr, len: n, refs: 1}
 		a.mu.Lock()
@@ -267,6 +283,16 @@ func (a *Agent) Register(mem MemType, addr, n, dev uint64) (MD, error) {
 		a.mu.Unlock()
 	}
 	return MD(a.mds.Add(&md{local: true, reg: r, addr: addr, len: n, dev: dev})), nil
+}
+
+// isGPU reports whether [addr, addr+n) is registered GPU memory.
+func (a *Agent) isGPU(addr, n uint64) bool {
+	r := a.e.Pin(addr, n)
+	if r == nil {
+		return false
+	}
+	defer r.Release()
+	return r.Kind.GPU()
 }
 
 // Deregister drops local registration h; the engine registration goes with
@@ -311,7 +337,7 @@ func (a *Agent) PublicData(h MD) (string, error) {
 // inside it. No network unless the cached segment descriptor predates the
 // buffer.
 func (a *Agent) LoadRemoteMD(agent string, mem MemType, addr, n, dev uint64, blob string) (MD, error) {
-	if mem != DRAM {
+	if mem != DRAM && mem != VRAM {
 		return 0, fmt.Errorf("load remote md of type %d: %w", mem, ErrNotSupported)
 	}
 	p, err := a.peer(agent)

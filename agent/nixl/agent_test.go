@@ -330,8 +330,8 @@ func TestTransfers(t *testing.T) {
 		assert.Assert(t, errors.Is(err, engine.ErrInvalidArgument), "%v", err)
 		assert.Assert(t, errors.Is(p.a.LoadConnInfo("bob", "127.0.0.1:1"), ErrNotAllowed))
 		assert.NilError(t, p.a.LoadConnInfo("bob", p.b.ConnInfo()))
-		_, err = p.a.Register(VRAM, uint64(p.abuf.Addr()), 1, 0)
-		assert.Assert(t, errors.Is(err, ErrNotSupported), "%v", err)
+		_, err = p.a.Register(VRAM, uint64(p.abuf.Addr()), 1, 0) // host memory: no driver, or not GPU memory
+		assert.Assert(t, errors.Is(err, engine.ErrNotSupported) || errors.Is(err, engine.ErrInvalidArgument), "%v", err)
 		blob, _ := p.a.PublicData(p.amd[0])
 		_, err = p.a.LoadRemoteMD("bob", DRAM, uint64(p.abuf.Addr()), testBlock, 0, blob)
 		assert.Assert(t, errors.Is(err, ErrMismatch), "%v", err)

@@ -15,10 +15,11 @@ type MemType int
 
 // Memory types; the values are NIXL's.
 const (
-	// DRAM is host memory, the only type this build registers.
+	// DRAM is host memory.
 	DRAM MemType = 0
-	// VRAM is GPU memory (refused with ErrNotSupported until a GPU
-	// transport exists).
+	// VRAM is GPU memory: registered at location "cuda:<devId>" (the
+	// engine classifies it with the CUDA driver; without one it is refused
+	// with engine.ErrNotSupported).
 	VRAM MemType = 1
 )
 

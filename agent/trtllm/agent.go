@@ -130,11 +130,12 @@ func (a *Agent) metaCtx() (context.Context, context.CancelFunc) {
 
 // Register registers every range, or takes a reference on a range already
 // registered at the same start (with no greater length; a longer one is
-// engine.ErrAddressOverlapped). All or nothing. Only host memory: the
-// engine has no GPU path yet, and a GPU address handed to a host copy would
-// fault inside a transfer, so other memory is refused with ErrMemoryType.
+// engine.ErrAddressOverlapped). All or nothing. kDRAM ranges are host
+// memory; kVRAM ranges GPU memory of their DeviceID, which the CUDA driver
+// must know as such (the engine then moves it with CUDA copies, IPC or
+// staging); other types are refused with ErrMemoryType.
 func (a *Agent) Register(mem MemType, descs []Desc) error {
-	if mem != DRAM {
+	if mem != DRAM && mem != VRAM {
 		return fmt.Errorf("register memory: memory type %d (%s): %w", mem, mem, ErrMemoryType)
 	}
 	a.regMu.Lock()
@@ -166,14 +167,33 @@ func (a *Agent) Register(mem MemType, descs []Desc) error {
 			added = append(added, d.Addr)
 			continue
 		}
-		if err := a.e.RegisterMemory(uintptr(d.Addr), d.Len, "*", true); err != nil {
+		loc := "*"
+		if mem == VRAM {
+			loc = fmt.Sprintf("cuda:%d", d.DeviceID)
+		}
+		if err := a.e.RegisterMemory(uintptr(d.Addr), d.Len, loc, true); err != nil {
 			undo()
 			return fmt.Errorf("register memory: desc %d: %w", i, err)
 		}
 		a.regs[d.Addr] = &reg{len: d.Len, refs: 1}
 		added = append(added, d.Addr)
+		if mem == VRAM && !a.isGPU(d.Addr, d.Len) {
+			undo()
+			return fmt.Errorf("register memory: desc %d (%#x+%d) is kVRAM but the CUDA driver does not know it as GPU memory: %w",
+				i, d.Addr, d.Len, engine.ErrInvalidArgument)
+		}
 	}
 	return nil
+}
+
+// isGPU reports whether [addr, addr+n) is registered GPU memory.
+func (a *Agent) isGPU(addr, n uint64) bool {
+	r := a.e.Pin(addr, n)
+	if r == nil {
+		return false
+	}
+	defer r.Release()
+	return r.Kind.GPU()
 }
 
 // Deregister drops one reference per range (matched by start); the last

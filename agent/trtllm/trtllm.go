@@ -28,9 +28,12 @@ type MemType int
 
 // Memory types.
 const (
-	// DRAM is host memory, the only type this build registers.
+	// DRAM is host memory.
 	DRAM MemType = 0
-	// VRAM is GPU memory (refused with ErrMemoryType: no GPU path yet).
+	// VRAM is GPU memory, registered at location "cuda:<DeviceID>": the
+	// engine classifies it with the CUDA driver (without one it is refused
+	// with engine.ErrNotSupported; memory the driver knows as host memory
+	// with engine.ErrInvalidArgument).
 	VRAM MemType = 1
 )
 
@@ -87,7 +90,7 @@ var (
 	// ErrQueueFull: MaxQueued messages already wait for agents not loaded.
 	// A member of engine.ErrTooManyRequests.
 	ErrQueueFull = fmt.Errorf("message queue full: %w", engine.ErrTooManyRequests)
-	// ErrMemoryType: memory other than host memory. A member of
-	// engine.ErrNotSupported.
-	ErrMemoryType = fmt.Errorf("only host memory (kDRAM) is supported by this build: %w", engine.ErrNotSupported)
+	// ErrMemoryType: memory other than host (kDRAM) and GPU (kVRAM)
+	// memory. A member of engine.ErrNotSupported.
+	ErrMemoryType = fmt.Errorf("only host (kDRAM) and GPU (kVRAM) memory are supported: %w", engine.ErrNotSupported)
 )
