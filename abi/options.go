@@ -25,6 +25,10 @@ func applyOption(c *stack.Config, k, v string) error {
 		} else {
 			c.Engine.ForceTransport = v
 		}
+	case "protocol":
+		// Mooncake's initialize(protocol): installed when it can run here,
+		// else the engine goes on with what it has and logs why, once.
+		c.Protocol = strings.TrimSpace(v)
 	case "tcp_lanes":
 		n, err := num()
 		if err != nil || n < 1 || n > tcp.MaxLanes {

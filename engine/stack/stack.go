@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 
 	"github.com/kvferry/kvferry/engine"
 	"github.com/kvferry/kvferry/engine/gpu"
@@ -53,6 +54,12 @@ type Config struct {
 	// New makes the engine classify registrations with it unless
 	// Engine.Memory is set.
 	GPU gpu.Config
+	// Protocol is the transport the caller asked for (the protocol
+	// argument of Mooncake's initialize and setup: "rdma", "tcp", ...).
+	// New installs it when it can run here; when it cannot, the engine
+	// works with the transports it has, as Mooncake users rely on, and New
+	// logs once, at warning level, which transport is used and why.
+	Protocol string
 }
 
 // DefaultTransports are installed by AutoDiscover, best first.
@@ -185,5 +192,50 @@ func New(ctx context.Context, cfg Config) (*engine.Engine, error) {
 		return nil, err
 	}
 	open.LogStart(e.Logger(), ec.MetadataConn, open.Advertised{Segment: e.SegmentName(), Host: e.Host(), RPCPort: e.RPCPort()})
+	installProtocol(e, lg, cfg.Protocol)
 	return e, nil
+}
+
+// protocolLogged holds the requested protocols whose outcome was logged, so
+// that each is logged once per process.
+var protocolLogged sync.Map
+
+// installProtocol installs the requested transport p (when it is one and
+// not installed yet) and logs once which transport requests to remote
+// peers use, and why when it is not p.
+func installProtocol(e *engine.Engine, lg *slog.Logger, p string) {
+	p = strings.ToLower(strings.TrimSpace(p))
+	if p == "" {
+		return
+	}
+	var why error
+	if p != tcp.Name {
+		_, why = e.InstallTransport(p)
+	}
+	network := networkTransport(e)
+	if _, seen := protocolLogged.LoadOrStore(p+"\x00"+network, true); seen {
+		return
+	}
+	if why != nil || network != p {
+		if why == nil {
+			why = fmt.Errorf("installed, but %q ranks first for remote peers", network)
+		}
+		lg.Warn(fmt.Sprintf("protocol %q requested; transfers to other hosts use %s", p, network),
+			"requested", p, "using", network, "why", why.Error(), "transports", e.Transports())
+		return
+	}
+	lg.Info(fmt.Sprintf("protocol %q requested and used", p), "transports", e.Transports())
+}
+
+// networkTransport names the best installed transport that reaches other
+// hosts ("none" when there is none).
+func networkTransport(e *engine.Engine) string {
+	for _, t := range e.Transports() {
+		switch t {
+		case local.Name, samehost.NameCMA, samehost.NameNVLink, samehost.NameShm:
+			continue
+		}
+		return t
+	}
+	return "none"
 }

@@ -232,6 +232,11 @@ class TransferEngine:
             # Mooncake's NIC whitelist for RDMA auto-discovery.
             keys.append("rdma_devices")
             vals.append(device_name)
+        if protocol:
+            # Installed when it can run here; otherwise the library logs
+            # once which transport it uses instead, and why.
+            keys.append("protocol")
+            vals.append(protocol)
         h = lib.kvferry_engine_create(_lib.c_strings(keys), _lib.c_strings(vals), len(keys))
         if not h:
             log.error("initialize failed: metadata=%s local_hostname=%s", conn, local_hostname)

@@ -149,10 +149,11 @@ func New(ctx context.Context, cfg Config) (_ *Client, err error) {
 		}
 		if len(sc.Engine.Transports) == 0 {
 			sc.AutoDiscover = true
-			if p := strings.ToLower(cfg.Protocol); p != "tcp" {
-				sc.Engine.Transports = append(append([]string(nil), stack.DefaultTransports...), p)
-			}
 		}
+		// Installed when it can run here; otherwise the engine logs once
+		// which transport it uses instead, and why (Mooncake's setup
+		// falls back the same way).
+		sc.Protocol = cfg.Protocol
 		e, err := stack.New(ctx, sc)
 		if err != nil {
 			return nil, fmt.Errorf("store client: start transfer engine: %w", err)

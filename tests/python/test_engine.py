@@ -269,6 +269,35 @@ class Lifecycle(unittest.TestCase):
             f.initialize(None, "P2PHANDSHAKE", "tcp", "")
 
 
+class ProtocolFallback(unittest.TestCase):
+    """initialize(protocol="rdma") on a host without RDMA works over TCP and
+    says so once per process, at the default log level."""
+
+    def test_rdma_falls_back_once(self):
+        import os
+        import subprocess
+        import sys
+
+        from _util import REPO
+
+        code = ("from kvferry.engine import TransferEngine\n"
+                "for _ in range(2):\n"
+                "    e = TransferEngine()\n"
+                "    assert e.initialize('127.0.0.1', 'P2PHANDSHAKE', 'rdma', '') == 0\n"
+                "    e.close()\n")
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("KVFERRY_LOG_LEVEL", "MC_LOG_LEVEL", "KVFERRY_LOG_FILE")}
+        env["KVFERRY_IBVERBS_LIB"] = "/nonexistent/libibverbs.so.1"
+        env["PYTHONPATH"] = os.path.join(REPO, "python") + os.pathsep + env.get("PYTHONPATH", "")
+        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                           timeout=TIMEOUT)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        lines = [l for l in r.stderr.splitlines() if "requested" in l]
+        self.assertEqual(len(lines), 1, r.stderr)
+        self.assertIn('protocol \\"rdma\\" requested; transfers to other hosts use tcp', lines[0])
+        self.assertIn("why=", lines[0])
+
+
 class CrossProcess(unittest.TestCase):
     """Transfers, notifications and probes against an engine in another process."""
 
