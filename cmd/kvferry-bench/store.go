@@ -39,6 +39,7 @@ var (
 	sRedisAt   = storeFlags.String("redis", "127.0.0.1:6379", "redis: the redis-server address")
 	sCPUProf   = storeFlags.String("cpuprofile", "", "write a Go CPU profile of the whole run to this file")
 	sQuiet     = storeFlags.Bool("quiet", false, "no progress on stderr")
+	sKeep      = storeFlags.Bool("keep", false, "run: keep the objects at the end (default: remove them)")
 )
 
 // StoreResult is one measured phase.
@@ -237,6 +238,9 @@ func storeRun() error {
 		if err := enc.Encode(phase("get", get)); err != nil {
 			return err
 		}
+	}
+	if *sKeep {
+		return nil
 	}
 	_, err = c.RemoveAll(ctx, true)
 	return err

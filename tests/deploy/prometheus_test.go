@@ -1,12 +1,13 @@
 //go:build deployproc
 
-// Package deploy_test checks deploy/ against a real Prometheus (Debian's
-// prometheus package): promtool validates the scrape configuration and the
-// alert rules, then Prometheus scrapes a running setup on loopback (the
-// metadata server, a store master, two kvferry-bench transfer nodes and a
-// store holder, all from build/bin) and every dashboard and alert expression
-// is evaluated through its HTTP API; an expression that returns no series
-// fails the test. Run by tests/deploy/run.sh.
+// Package deploy_test runs a kvferry setup on loopback (the metadata server,
+// a store master, two kvferry-bench transfer nodes and a store holder, all
+// from build/bin) and checks what operators use against it: deploy/ with a
+// real Prometheus (Debian's prometheus package: promtool validates the
+// scrape configuration and the alert rules, Prometheus scrapes the setup and
+// every dashboard and alert expression is evaluated through its HTTP API;
+// an expression that returns no series fails), and kvferry-ctl (ctl_test.go).
+// Run by tests/deploy/run.sh.
 package deploy_test
 
 import (
@@ -112,16 +113,15 @@ func promtool(t *testing.T, args ...string) {
 	assert.NilError(t, err, "promtool %s:\n%s", strings.Join(args, " "), out)
 }
 
-func TestDeployAgainstPrometheus(t *testing.T) {
-	for _, tool := range []string{"prometheus", "promtool"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Fatalf("%s missing (Debian package prometheus; .ci/run installs it)", tool)
-		}
-	}
-	deploy := filepath.Join(root, "deploy")
-	promtool(t, "check", "config", filepath.Join(deploy, "prometheus", "prometheus.yml"))
-	promtool(t, "check", "rules", filepath.Join(deploy, "prometheus", "alerts.yml"))
+// cluster is the running setup.
+type cluster struct {
+	mdAddr, mdConn                        string
+	masterAddr, masterMetrics             string
+	tgtMetrics, iniMetrics, holderMetrics string
+}
 
+func startCluster(t *testing.T) *cluster {
+	t.Helper()
 	bin := binDir()
 	loop := []string{"MC_TCP_BIND_ADDRESS=127.0.0.1", "KVFERRY_LOG_LEVEL=off"}
 	md := start(t, nil, filepath.Join(bin, "kvferry-metadata"), "--addr=127.0.0.1", "--port=0")
@@ -146,10 +146,29 @@ func TestDeployAgainstPrometheus(t *testing.T) {
 	holderMetrics := holder.want(t, `^metrics on (\S+)`)
 	holder.want(t, `^ready`)
 	// A store run that overfills the holder: puts, gets, evictions.
-	run := exec.Command(bench, "store", "-mode=run", "-master="+masterAddr, "-size=1048576", "-ops=64", "-threads=2", "-quiet")
+	run := exec.Command(bench, "store", "-mode=run", "-master="+masterAddr, "-size=1048576", "-ops=64", "-threads=2", "-quiet", "-keep")
 	run.Env = append(os.Environ(), loop...)
 	out, err := run.CombinedOutput()
 	assert.NilError(t, err, "store run:\n%s", out)
+	return &cluster{mdAddr: mdAddr, mdConn: mdConn, masterAddr: masterAddr, masterMetrics: masterMetrics,
+		tgtMetrics: tgtMetrics, iniMetrics: iniMetrics, holderMetrics: holderMetrics}
+}
+
+func TestCluster(t *testing.T) {
+	c := startCluster(t)
+	t.Run("prometheus", func(t *testing.T) { checkPrometheus(t, c) })
+	t.Run("kvferry-ctl", func(t *testing.T) { checkCtl(t, c) })
+}
+
+func checkPrometheus(t *testing.T, c *cluster) {
+	for _, tool := range []string{"prometheus", "promtool"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("%s missing (Debian package prometheus; .ci/run installs it)", tool)
+		}
+	}
+	deploy := filepath.Join(root, "deploy")
+	promtool(t, "check", "config", filepath.Join(deploy, "prometheus", "prometheus.yml"))
+	promtool(t, "check", "rules", filepath.Join(deploy, "prometheus", "alerts.yml"))
 
 	// Prometheus with the deploy rules, scraping every second.
 	dir := t.TempDir()
@@ -168,7 +187,7 @@ scrape_configs:
   - job_name: kvferry-metadata
     static_configs:
       - targets: [%q]
-`, filepath.Join(deploy, "prometheus", "alerts.yml"), tgtMetrics, iniMetrics, holderMetrics, masterMetrics, mdAddr)
+`, filepath.Join(deploy, "prometheus", "alerts.yml"), c.tgtMetrics, c.iniMetrics, c.holderMetrics, c.masterMetrics, c.mdAddr)
 	cfgPath := filepath.Join(dir, "prometheus.yml")
 	assert.NilError(t, os.WriteFile(cfgPath, []byte(cfg), 0o644))
 	promtool(t, "check", "config", cfgPath)
