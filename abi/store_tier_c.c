@@ -49,3 +49,21 @@ KVF_API int kvferry_store_query_task(mooncake_store_t store, const char *task_id
     return kvf_store_query_task(U(store), (char *)task_id, type, status, created_ms, updated_ms,
                                 assigned_client, assigned_len, message, message_len);
 }
+
+KVF_API int kvferry_store_publish(mooncake_store_t store, const char *key, const void *value,
+                                  size_t size, uint64_t expected_version,
+                                  const mooncake_replicate_config_t *config,
+                                  uint64_t *version_out) {
+    if (kvf_forked() || !store || !key || !value || size == 0) return -1;
+    return kvf_store_publish(U(store), (char *)key, (void *)value, size, expected_version,
+                             (mooncake_replicate_config_t *)config, version_out);
+}
+
+KVF_API int64_t kvferry_store_get_versioned(mooncake_store_t store, const char *key,
+                                            uint64_t min_version, uint64_t wait_ms,
+                                            void **data_out, uint64_t *version_out) {
+    if (data_out) *data_out = NULL;
+    if (kvf_forked() || !store || !key || !data_out) return -1;
+    return kvf_store_get_versioned(U(store), (char *)key, min_version, wait_ms, data_out,
+                                   version_out);
+}

@@ -3,6 +3,7 @@ package abi
 /*
 #include <stdint.h>
 #include <stddef.h>
+#include "store_c.h"
 */
 import "C"
 
@@ -12,6 +13,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/kvferry/kvferry/internal/cmem"
 	"github.com/kvferry/kvferry/store/client"
 	"github.com/kvferry/kvferry/store/wire"
 )
@@ -164,4 +166,59 @@ func putTrunc(buf *C.char, n C.size_t, s string) {
 	dst := unsafe.Slice((*byte)(unsafe.Pointer(buf)), int(n))
 	k := copy(dst[:len(dst)-1], s)
 	dst[k] = 0
+}
+
+//export kvf_store_publish
+func kvf_store_publish(h C.uintptr_t, key *C.char, value unsafe.Pointer, size C.size_t, expected C.uint64_t,
+	cfg *C.mooncake_replicate_config_t, versionOut *C.uint64_t) (rc C.int) {
+	defer recoverStoreInt(&rc)
+	s, ok := lookupStore(h)
+	if !ok {
+		return storeErr
+	}
+	c, err := s.ready()
+	if err != nil {
+		return C.int(s.fail(err))
+	}
+	rcfg, err := replicateConfig(cfg)
+	if err != nil {
+		return C.int(s.fail(err))
+	}
+	v, err := c.PublishFrom(context.Background(), C.GoString(key), uintptr(value), uint64(size), uint64(expected), rcfg)
+	if err != nil {
+		return C.int(s.fail(err))
+	}
+	if versionOut != nil {
+		*versionOut = C.uint64_t(v)
+	}
+	return 0
+}
+
+//export kvf_store_get_versioned
+func kvf_store_get_versioned(h C.uintptr_t, key *C.char, minVersion, waitMs C.uint64_t, out *unsafe.Pointer,
+	versionOut *C.uint64_t) (rc C.int64_t) {
+	defer recoverStoreInt64(&rc)
+	s, ok := lookupStore(h)
+	if !ok {
+		return storeErr
+	}
+	c, err := s.ready()
+	if err != nil {
+		return C.int64_t(s.fail(err))
+	}
+	wait := time.Duration(min(uint64(waitMs), uint64(time.Hour/time.Millisecond))) * time.Millisecond
+	b, v, err := c.GetVersioned(context.Background(), C.GoString(key), uint64(minVersion), wait)
+	if err != nil {
+		return C.int64_t(s.fail(err))
+	}
+	p, err := cmem.Malloc(uint64(max(len(b), 1)))
+	if err != nil {
+		return C.int64_t(s.fail(fmt.Errorf("get versioned: %w: %w", err, wire.ErrBufferOverflow)))
+	}
+	copy(cmem.Bytes(p, uint64(len(b))), b)
+	*out = cmem.Pointer(p)
+	if versionOut != nil {
+		*versionOut = C.uint64_t(v)
+	}
+	return C.int64_t(len(b))
 }

@@ -633,6 +633,25 @@ int kvferry_store_create_move_task(mooncake_store_t store, const char *key,
                                    const char *source, const char *target, char *task_id,
                                    size_t task_id_len);
 
+/* Versioned publish (beyond Mooncake; Mooncake's put and pub calls are
+ * unchanged). kvferry_store_publish stores value under key when the key's
+ * current version is expected_version (0: the key must not exist yet;
+ * KVFERRY_VERSION_ANY: whatever it is), replacing it, and writes the
+ * version published (monotonic per key) into *version_out. Another
+ * publisher's version in between, or one being written, is -300
+ * (INVALID_VERSION): read the key and retry over its version.
+ * kvferry_store_get_versioned reads the object once its version is at
+ * least min_version, waiting up to wait_ms for a publish: the bytes in
+ * memory the library allocated (free with kvferry_store_free) and the
+ * version; returns the size, or -300 when only an older version is there
+ * after the wait, -704 when the key is absent. */
+#define KVFERRY_VERSION_ANY UINT64_MAX
+int kvferry_store_publish(mooncake_store_t store, const char *key, const void *value, size_t size,
+                          uint64_t expected_version, const mooncake_replicate_config_t *config,
+                          uint64_t *version_out);
+int64_t kvferry_store_get_versioned(mooncake_store_t store, const char *key, uint64_t min_version,
+                                    uint64_t wait_ms, void **data_out, uint64_t *version_out);
+
 /* Task types and states reported by kvferry_store_query_task. */
 #define KVFERRY_TASK_REPLICA_COPY 0
 #define KVFERRY_TASK_REPLICA_MOVE 1

@@ -208,6 +208,10 @@ _PROTOTYPES = {
     # kvferry.h, store tiers and tasks (API version 5)
     "kvferry_store_set_ssd_offload": (c_int, [_V, _S, c_uint64]),
     "kvferry_store_set_drain": (c_int, [_V, c_uint64]),
+    "kvferry_store_publish": (
+        c_int, [_V, _S, _V, c_size_t, c_uint64, POINTER(ReplicateConfigC), POINTER(c_uint64)]),
+    "kvferry_store_get_versioned": (
+        c_int64, [_V, _S, c_uint64, c_uint64, POINTER(c_void_p), POINTER(c_uint64)]),
     "kvferry_store_create_copy_task": (c_int, [_V, _S, POINTER(c_char_p), c_size_t, c_char_p, c_size_t]),
     "kvferry_store_create_move_task": (c_int, [_V, _S, _S, _S, c_char_p, c_size_t]),
     "kvferry_store_query_task": (

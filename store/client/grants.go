@@ -630,14 +630,19 @@ func (c *Client) putGranted(ctx context.Context, mc *masterConn, key string, dat
 	// Over the grants' session only (a new one may reach another master).
 	rctx, cancel := c.rpcCtx(wire.WithMuxSession(ctx, slots[0].g.session))
 	resp, err := mc.mc.PutCommit(rctx, &wire.PutCommitRequest{TenantId: c.tenant, ClientId: c.clientID, Key: key, Size: data.size,
-		Config: cfg.toWire(), Upsert: upsert, Replicas: placed})
+		Config: cfg.toWire(), Upsert: upsert, Replicas: placed, Versioned: cfg.ver != nil, ExpectedVersion: cfg.ver.expected()})
 	cancel()
 	if err == nil {
 		c.grants.committed(mc, slots, sent, resp.GetGrantGeneration())
 		c.metrics.grantPuts.Add(1)
+		cfg.ver.set(resp.GetVersion())
 		return true, nil
 	}
 	err = c.rpcErr(err)
+	if wire.CodeOf(err) == wire.ErrInvalidVersion {
+		c.grants.done(slots, slotGiveBack) // the master took nothing
+		return true, fmt.Errorf("put %q: %w", key, err)
+	}
 	if wire.CodeOf(err) == wire.ErrObjectAlreadyExists {
 		c.grants.done(slots, slotGiveBack) // the master took nothing
 		if !upsert {

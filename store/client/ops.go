@@ -27,6 +27,10 @@ type ReplicateConfig struct {
 	// PreferredSegments are segment names (transfer-engine segment names of
 	// clients) tried first, in order.
 	PreferredSegments []string
+
+	// ver makes the put a versioned publish (version.go); nil: a plain
+	// Mooncake put.
+	ver *versionedPut
 }
 
 func (r ReplicateConfig) toWire() *wire.ReplicateConfig {
@@ -137,7 +141,7 @@ func (c *Client) put(ctx context.Context, key string, data span, cfg ReplicateCo
 		defer cancel()
 		var err error
 		resp, err = mc.mc.PutStart(rctx, &wire.PutStartRequest{TenantId: c.tenant, ClientId: c.clientID, Key: key, Size: data.size,
-			Config: cfg.toWire(), Upsert: upsert})
+			Config: cfg.toWire(), Upsert: upsert, Versioned: cfg.ver != nil, ExpectedVersion: cfg.ver.expected()})
 		return c.rpcErr(err)
 	})
 	if err != nil {
@@ -156,11 +160,12 @@ func (c *Client) put(ctx context.Context, key string, data span, cfg ReplicateCo
 		return transferFail("put", key, werr)
 	}
 	rctx, cancel := c.rpcCtx(ctx)
-	_, err = mc.mc.PutEnd(rctx, &wire.PutEndRequest{TenantId: c.tenant, ClientId: c.clientID, Key: key})
+	endResp, err := mc.mc.PutEnd(rctx, &wire.PutEndRequest{TenantId: c.tenant, ClientId: c.clientID, Key: key})
 	cancel()
 	if err != nil {
 		return fmt.Errorf("put %q: end: %w", key, c.rpcErr(err))
 	}
+	cfg.ver.set(endResp.GetVersion())
 	return nil
 }
 

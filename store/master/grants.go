@@ -285,6 +285,12 @@ func (s *Service) putCommitLocked(clientID string, id objectKey, size uint64, cf
 		}
 		grants[i] = g
 	}
+	if cfg.Versioned {
+		if err := s.checkVersionLocked(id, cfg.ExpectedVersion); err != nil {
+			return c.grantGen, err
+		}
+		upsert = true
+	}
 	if err := s.claimKeyLocked(id, upsert, now); err != nil {
 		return c.grantGen, fmt.Errorf("put commit %v: %w", id, err)
 	}
@@ -519,8 +525,10 @@ func (s *Service) completeLocked(o *object, now time.Time) {
 		s.mu.lastUID++
 		o.uid = s.mu.lastUID
 	}
+	o.version = s.nextVersionLocked(now)
 	s.mu.lru.touch(o)
 	s.logObjectLocked(o)
+	s.publishedLocked(o.id)
 }
 
 func sortedGrants(m map[*grant]struct{}) []*grant {

@@ -200,7 +200,7 @@ func (g *handlers) PromoteObject(ctx context.Context, req *wire.KeyRequest) (*wi
 		return nil, err
 	}
 	return &wire.GetReplicaListResponse{Replicas: replicasToWire(l.Replicas), Size: l.Size,
-		LeaseTtlMs: uint64(l.LeaseTTL / time.Millisecond), Uid: l.UID}, nil
+		LeaseTtlMs: uint64(l.LeaseTTL / time.Millisecond), Uid: l.UID, Version: l.Version}, nil
 }
 
 func (g *handlers) CreateTask(_ context.Context, req *wire.CreateTaskRequest) (*wire.CreateTaskResponse, error) {
@@ -258,7 +258,7 @@ func (g *handlers) GetReplicaList(_ context.Context, req *wire.KeyRequest) (*wir
 		return nil, err
 	}
 	return &wire.GetReplicaListResponse{Replicas: replicasToWire(l.Replicas), Size: l.Size,
-		LeaseTtlMs: uint64(l.LeaseTTL / time.Millisecond), Uid: l.UID}, nil
+		LeaseTtlMs: uint64(l.LeaseTTL / time.Millisecond), Uid: l.UID, Version: l.Version}, nil
 }
 
 func (g *handlers) BatchGetReplicaList(_ context.Context, req *wire.BatchKeyRequest) (*wire.BatchGetReplicaListResponse, error) {
@@ -281,7 +281,9 @@ func (g *handlers) PutStart(_ context.Context, req *wire.PutStartRequest) (*wire
 	if err != nil {
 		return nil, err
 	}
-	reps, err := svc.PutStart(req.GetClientId(), req.GetTenantId(), req.GetKey(), req.GetSize(), configFromWire(req.GetConfig()), req.GetUpsert())
+	cfg := configFromWire(req.GetConfig())
+	cfg.Versioned, cfg.ExpectedVersion = req.GetVersioned(), req.GetExpectedVersion()
+	reps, err := svc.PutStart(req.GetClientId(), req.GetTenantId(), req.GetKey(), req.GetSize(), cfg, req.GetUpsert())
 	if err != nil {
 		return nil, err
 	}
@@ -306,15 +308,16 @@ func (g *handlers) PutEnd(_ context.Context, req *wire.PutEndRequest) (*wire.Put
 	if err != nil {
 		return nil, err
 	}
+	var version uint64
 	if req.GetRevoke() {
 		err = svc.PutRevoke(req.GetClientId(), req.GetTenantId(), req.GetKey())
 	} else {
-		err = svc.PutEnd(req.GetClientId(), req.GetTenantId(), req.GetKey())
+		version, err = svc.PutEndVersion(req.GetClientId(), req.GetTenantId(), req.GetKey())
 	}
 	if err != nil {
 		return nil, err
 	}
-	return &wire.PutEndResponse{}, nil
+	return &wire.PutEndResponse{Version: version}, nil
 }
 
 func (g *handlers) BatchPutEnd(_ context.Context, req *wire.BatchPutEndRequest) (*wire.BatchCodesResponse, error) {
@@ -438,12 +441,27 @@ func (g *handlers) PutCommit(_ context.Context, req *wire.PutCommitRequest) (*wi
 	for i, r := range req.GetReplicas() {
 		reps[i] = GrantedReplica{GrantID: r.GetGrantId(), Addr: r.GetAddress()}
 	}
-	gen, err := svc.PutCommit(req.GetClientId(), req.GetTenantId(), req.GetKey(), req.GetSize(), configFromWire(req.GetConfig()),
+	cfg := configFromWire(req.GetConfig())
+	cfg.Versioned, cfg.ExpectedVersion = req.GetVersioned(), req.GetExpectedVersion()
+	gen, version, err := svc.PutCommitVersion(req.GetClientId(), req.GetTenantId(), req.GetKey(), req.GetSize(), cfg,
 		req.GetUpsert(), reps)
 	if err != nil {
 		return nil, err
 	}
-	return &wire.PutCommitResponse{GrantGeneration: gen}, nil
+	return &wire.PutCommitResponse{GrantGeneration: gen, Version: version}, nil
+}
+
+func (g *handlers) WaitObject(ctx context.Context, req *wire.WaitObjectRequest) (*wire.GetReplicaListResponse, error) {
+	svc, err := g.svc()
+	if err != nil {
+		return nil, err
+	}
+	l, err := svc.WaitObject(ctx, req.GetTenantId(), req.GetKey(), req.GetMinVersion(), time.Duration(req.GetWaitMs())*time.Millisecond)
+	if err != nil {
+		return nil, err
+	}
+	return &wire.GetReplicaListResponse{Replicas: replicasToWire(l.Replicas), Size: l.Size,
+		LeaseTtlMs: uint64(l.LeaseTTL / time.Millisecond), Uid: l.UID, Version: l.Version}, nil
 }
 
 func (g *handlers) ReturnGrants(_ context.Context, req *wire.ReturnGrantsRequest) (*wire.ReturnGrantsResponse, error) {

@@ -162,3 +162,8 @@ func (c inProcess) CreateTask(ctx context.Context, in *wire.CreateTaskRequest, _
 func (c inProcess) QueryTask(ctx context.Context, in *wire.QueryTaskRequest, _ ...grpc.CallOption) (*wire.QueryTaskResponse, error) {
 	return answer(c.g.QueryTask(ctx, in))
 }
+
+// WaitObject calls the handler directly.
+func (c inProcess) WaitObject(ctx context.Context, in *wire.WaitObjectRequest, _ ...grpc.CallOption) (*wire.GetReplicaListResponse, error) {
+	return answer(c.g.WaitObject(ctx, in))
+}

@@ -59,6 +59,8 @@ type ReplicaList struct {
 	// UID names this incarnation of the object (another put of the key,
 	// or an upsert, has another).
 	UID uint64
+	// Version is the object's version (version.go).
+	Version uint64
 }
 
 // ReplicateConfig is the per-put replication request (specs/mooncake.md §6.5).
@@ -75,6 +77,10 @@ type ReplicateConfig struct {
 	HardPin bool
 	// PreferredSegments are segment names tried first, in order.
 	PreferredSegments []string
+	// Versioned makes the put conditional on the key's current version
+	// being ExpectedVersion (version.go).
+	Versioned       bool
+	ExpectedVersion uint64
 }
 
 // Service is the master state machine: segments, objects, replicas, leases,
@@ -138,6 +144,11 @@ type Service struct {
 		lastTask  uint64
 		userTasks map[string]*userTask
 		lastUID   uint64
+
+		// Versions (version.go): the last one handed out, and the
+		// WaitObject calls waiting for a key.
+		lastVersion    uint64
+		versionWaiters map[objectKey][]chan struct{}
 	}
 }
 
@@ -275,6 +286,7 @@ func newService(cfg Config, viewVersion uint64, fence startFence) (*Service, err
 	s.mu.grants = make(map[uint64]*grant)
 	s.mu.tasks = make(map[uint64]*task)
 	s.mu.userTasks = make(map[string]*userTask)
+	s.mu.versionWaiters = make(map[objectKey][]chan struct{})
 	s.mu.lastUID = rand.Uint64() >> 1
 	// Grant ids start at a random point (of the runtime-seeded source, not
 	// cfg.Seed, which may be the same in every instance), so that ids of
@@ -622,7 +634,8 @@ func (s *Service) getLocked(id objectKey, now time.Time) (ReplicaList, error) {
 	}
 	s.mu.counters.getHits++
 	s.leaseLocked(o, now)
-	return ReplicaList{Size: o.size, Replicas: o.descriptors(), LeaseTTL: s.cfg.DefaultKVLeaseTTL, UID: o.uid}, nil
+	return ReplicaList{Size: o.size, Replicas: o.descriptors(), LeaseTTL: s.cfg.DefaultKVLeaseTTL, UID: o.uid,
+		Version: o.version}, nil
 }
 
 func (s *Service) leaseLocked(o *object, now time.Time) {
@@ -719,6 +732,13 @@ func (s *Service) putStartLocked(clientID string, id objectKey, size uint64, cfg
 		return nil, fmt.Errorf("put start %v: %w", id, err)
 	}
 	s.unfenceLocked(now)
+	if cfg.Versioned {
+		if err := s.checkVersionLocked(id, cfg.ExpectedVersion); err != nil {
+			s.mu.counters.putStartFails++
+			return nil, err
+		}
+		upsert = true
+	}
 	if err := s.claimKeyLocked(id, upsert, now); err != nil {
 		s.mu.counters.putStartFails++
 		return nil, fmt.Errorf("put start %v: %w", id, err)

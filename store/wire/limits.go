@@ -199,6 +199,8 @@ func (l RequestLimits) Check(req proto.Message) error {
 				return err
 			}
 		}
+	case *WaitObjectRequest:
+		return key(r.GetKey())
 	case *FetchTasksRequest:
 		return list("task results", len(r.GetDone()))
 	case *CreateTaskRequest:

@@ -85,7 +85,8 @@ const (
 	MuxPromoteObject       MuxMethod = 24
 	MuxCreateTask          MuxMethod = 25
 	MuxQueryTask           MuxMethod = 26
-	muxMethodEnd           MuxMethod = 27
+	MuxWaitObject          MuxMethod = 27
+	muxMethodEnd           MuxMethod = 28
 )
 
 // MuxHeader is a decoded frame header.
@@ -272,4 +273,6 @@ var muxCalls = [muxMethodEnd]muxCall{
 		serveFn(MasterServer.CreateTask), false},
 	MuxQueryTask: {Master_QueryTask_FullMethodName, func() proto.Message { return new(QueryTaskRequest) },
 		serveFn(MasterServer.QueryTask), false},
+	MuxWaitObject: {Master_WaitObject_FullMethodName, func() proto.Message { return new(WaitObjectRequest) },
+		serveFn(MasterServer.WaitObject), true},
 }

@@ -855,3 +855,12 @@ func (c *MuxClient) QueryTask(ctx context.Context, in *QueryTaskRequest, _ ...gr
 	}
 	return out, nil
 }
+
+// WaitObject calls the master over the connection.
+func (c *MuxClient) WaitObject(ctx context.Context, in *WaitObjectRequest, _ ...grpc.CallOption) (*GetReplicaListResponse, error) {
+	out := new(GetReplicaListResponse)
+	if err := c.invoke(ctx, MuxWaitObject, in, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}

@@ -1224,7 +1224,9 @@ type GetReplicaListResponse struct {
 	Size       uint64 `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
 	// uid names this incarnation of the object: a remove and a new put (or
 	// an upsert) give the key another one (a client's hot cache keys on it).
-	Uid           uint64 `protobuf:"varint,4,opt,name=uid,proto3" json:"uid,omitempty"`
+	Uid uint64 `protobuf:"varint,4,opt,name=uid,proto3" json:"uid,omitempty"`
+	// version is the object's version (monotonic per key; version.go).
+	Version       uint64 `protobuf:"varint,5,opt,name=version,proto3" json:"version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1287,6 +1289,83 @@ func (x *GetReplicaListResponse) GetUid() uint64 {
 	return 0
 }
 
+func (x *GetReplicaListResponse) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+// WaitObjectRequest asks for an object at version min_version or later,
+// waiting up to wait_ms for it to be published.
+type WaitObjectRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TenantId      string                 `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	Key           string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	MinVersion    uint64                 `protobuf:"varint,3,opt,name=min_version,json=minVersion,proto3" json:"min_version,omitempty"`
+	WaitMs        uint32                 `protobuf:"varint,4,opt,name=wait_ms,json=waitMs,proto3" json:"wait_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WaitObjectRequest) Reset() {
+	*x = WaitObjectRequest{}
+	mi := &file_wire_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WaitObjectRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WaitObjectRequest) ProtoMessage() {}
+
+func (x *WaitObjectRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_wire_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WaitObjectRequest.ProtoReflect.Descriptor instead.
+func (*WaitObjectRequest) Descriptor() ([]byte, []int) {
+	return file_wire_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *WaitObjectRequest) GetTenantId() string {
+	if x != nil {
+		return x.TenantId
+	}
+	return ""
+}
+
+func (x *WaitObjectRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *WaitObjectRequest) GetMinVersion() uint64 {
+	if x != nil {
+		return x.MinVersion
+	}
+	return 0
+}
+
+func (x *WaitObjectRequest) GetWaitMs() uint32 {
+	if x != nil {
+		return x.WaitMs
+	}
+	return 0
+}
+
 type ReplicaListResult struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Code     int32                  `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"`
@@ -1300,7 +1379,7 @@ type ReplicaListResult struct {
 
 func (x *ReplicaListResult) Reset() {
 	*x = ReplicaListResult{}
-	mi := &file_wire_proto_msgTypes[16]
+	mi := &file_wire_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1312,7 +1391,7 @@ func (x *ReplicaListResult) String() string {
 func (*ReplicaListResult) ProtoMessage() {}
 
 func (x *ReplicaListResult) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[16]
+	mi := &file_wire_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1325,7 +1404,7 @@ func (x *ReplicaListResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaListResult.ProtoReflect.Descriptor instead.
 func (*ReplicaListResult) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{16}
+	return file_wire_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ReplicaListResult) GetCode() int32 {
@@ -1366,7 +1445,7 @@ type BatchGetReplicaListResponse struct {
 
 func (x *BatchGetReplicaListResponse) Reset() {
 	*x = BatchGetReplicaListResponse{}
-	mi := &file_wire_proto_msgTypes[17]
+	mi := &file_wire_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1378,7 +1457,7 @@ func (x *BatchGetReplicaListResponse) String() string {
 func (*BatchGetReplicaListResponse) ProtoMessage() {}
 
 func (x *BatchGetReplicaListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[17]
+	mi := &file_wire_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1391,7 +1470,7 @@ func (x *BatchGetReplicaListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchGetReplicaListResponse.ProtoReflect.Descriptor instead.
 func (*BatchGetReplicaListResponse) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{17}
+	return file_wire_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *BatchGetReplicaListResponse) GetResults() []*ReplicaListResult {
@@ -1425,7 +1504,7 @@ type ReplicateConfig struct {
 
 func (x *ReplicateConfig) Reset() {
 	*x = ReplicateConfig{}
-	mi := &file_wire_proto_msgTypes[18]
+	mi := &file_wire_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1437,7 +1516,7 @@ func (x *ReplicateConfig) String() string {
 func (*ReplicateConfig) ProtoMessage() {}
 
 func (x *ReplicateConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[18]
+	mi := &file_wire_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1450,7 +1529,7 @@ func (x *ReplicateConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicateConfig.ProtoReflect.Descriptor instead.
 func (*ReplicateConfig) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{18}
+	return file_wire_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ReplicateConfig) GetReplicaNum() uint32 {
@@ -1498,14 +1577,19 @@ type PutStartRequest struct {
 	// OBJECT_ALREADY_EXISTS.
 	Upsert bool `protobuf:"varint,5,opt,name=upsert,proto3" json:"upsert,omitempty"`
 	// tenant_id is the namespace of the keys ("" is "default"; tenant.go).
-	TenantId      string `protobuf:"bytes,6,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	TenantId string `protobuf:"bytes,6,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	// versioned publish (a kvferry extension, master version.go): the put
+	// replaces the key only when its current version is expected_version
+	// (0: the key must not exist; ^0: any), else INVALID_VERSION.
+	Versioned       bool   `protobuf:"varint,7,opt,name=versioned,proto3" json:"versioned,omitempty"`
+	ExpectedVersion uint64 `protobuf:"varint,8,opt,name=expected_version,json=expectedVersion,proto3" json:"expected_version,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *PutStartRequest) Reset() {
 	*x = PutStartRequest{}
-	mi := &file_wire_proto_msgTypes[19]
+	mi := &file_wire_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1517,7 +1601,7 @@ func (x *PutStartRequest) String() string {
 func (*PutStartRequest) ProtoMessage() {}
 
 func (x *PutStartRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[19]
+	mi := &file_wire_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1530,7 +1614,7 @@ func (x *PutStartRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutStartRequest.ProtoReflect.Descriptor instead.
 func (*PutStartRequest) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{19}
+	return file_wire_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *PutStartRequest) GetClientId() string {
@@ -1575,6 +1659,20 @@ func (x *PutStartRequest) GetTenantId() string {
 	return ""
 }
 
+func (x *PutStartRequest) GetVersioned() bool {
+	if x != nil {
+		return x.Versioned
+	}
+	return false
+}
+
+func (x *PutStartRequest) GetExpectedVersion() uint64 {
+	if x != nil {
+		return x.ExpectedVersion
+	}
+	return 0
+}
+
 type PutStartResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Replicas      []*Replica             `protobuf:"bytes,1,rep,name=replicas,proto3" json:"replicas,omitempty"`
@@ -1584,7 +1682,7 @@ type PutStartResponse struct {
 
 func (x *PutStartResponse) Reset() {
 	*x = PutStartResponse{}
-	mi := &file_wire_proto_msgTypes[20]
+	mi := &file_wire_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1596,7 +1694,7 @@ func (x *PutStartResponse) String() string {
 func (*PutStartResponse) ProtoMessage() {}
 
 func (x *PutStartResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[20]
+	mi := &file_wire_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1609,7 +1707,7 @@ func (x *PutStartResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutStartResponse.ProtoReflect.Descriptor instead.
 func (*PutStartResponse) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{20}
+	return file_wire_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *PutStartResponse) GetReplicas() []*Replica {
@@ -1634,7 +1732,7 @@ type BatchPutStartRequest struct {
 
 func (x *BatchPutStartRequest) Reset() {
 	*x = BatchPutStartRequest{}
-	mi := &file_wire_proto_msgTypes[21]
+	mi := &file_wire_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1646,7 +1744,7 @@ func (x *BatchPutStartRequest) String() string {
 func (*BatchPutStartRequest) ProtoMessage() {}
 
 func (x *BatchPutStartRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[21]
+	mi := &file_wire_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1659,7 +1757,7 @@ func (x *BatchPutStartRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchPutStartRequest.ProtoReflect.Descriptor instead.
 func (*BatchPutStartRequest) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{21}
+	return file_wire_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *BatchPutStartRequest) GetClientId() string {
@@ -1714,7 +1812,7 @@ type PutStartResult struct {
 
 func (x *PutStartResult) Reset() {
 	*x = PutStartResult{}
-	mi := &file_wire_proto_msgTypes[22]
+	mi := &file_wire_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1726,7 +1824,7 @@ func (x *PutStartResult) String() string {
 func (*PutStartResult) ProtoMessage() {}
 
 func (x *PutStartResult) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[22]
+	mi := &file_wire_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1739,7 +1837,7 @@ func (x *PutStartResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutStartResult.ProtoReflect.Descriptor instead.
 func (*PutStartResult) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{22}
+	return file_wire_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *PutStartResult) GetCode() int32 {
@@ -1765,7 +1863,7 @@ type BatchPutStartResponse struct {
 
 func (x *BatchPutStartResponse) Reset() {
 	*x = BatchPutStartResponse{}
-	mi := &file_wire_proto_msgTypes[23]
+	mi := &file_wire_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1777,7 +1875,7 @@ func (x *BatchPutStartResponse) String() string {
 func (*BatchPutStartResponse) ProtoMessage() {}
 
 func (x *BatchPutStartResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[23]
+	mi := &file_wire_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1790,7 +1888,7 @@ func (x *BatchPutStartResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchPutStartResponse.ProtoReflect.Descriptor instead.
 func (*BatchPutStartResponse) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{23}
+	return file_wire_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *BatchPutStartResponse) GetResults() []*PutStartResult {
@@ -1814,7 +1912,7 @@ type PutEndRequest struct {
 
 func (x *PutEndRequest) Reset() {
 	*x = PutEndRequest{}
-	mi := &file_wire_proto_msgTypes[24]
+	mi := &file_wire_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1826,7 +1924,7 @@ func (x *PutEndRequest) String() string {
 func (*PutEndRequest) ProtoMessage() {}
 
 func (x *PutEndRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[24]
+	mi := &file_wire_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1839,7 +1937,7 @@ func (x *PutEndRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutEndRequest.ProtoReflect.Descriptor instead.
 func (*PutEndRequest) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{24}
+	return file_wire_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *PutEndRequest) GetClientId() string {
@@ -1871,14 +1969,16 @@ func (x *PutEndRequest) GetTenantId() string {
 }
 
 type PutEndResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// version is the version the object was published at.
+	Version       uint64 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PutEndResponse) Reset() {
 	*x = PutEndResponse{}
-	mi := &file_wire_proto_msgTypes[25]
+	mi := &file_wire_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1890,7 +1990,7 @@ func (x *PutEndResponse) String() string {
 func (*PutEndResponse) ProtoMessage() {}
 
 func (x *PutEndResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[25]
+	mi := &file_wire_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1903,7 +2003,14 @@ func (x *PutEndResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutEndResponse.ProtoReflect.Descriptor instead.
 func (*PutEndResponse) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{25}
+	return file_wire_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *PutEndResponse) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
 }
 
 type BatchPutEndRequest struct {
@@ -1919,7 +2026,7 @@ type BatchPutEndRequest struct {
 
 func (x *BatchPutEndRequest) Reset() {
 	*x = BatchPutEndRequest{}
-	mi := &file_wire_proto_msgTypes[26]
+	mi := &file_wire_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1931,7 +2038,7 @@ func (x *BatchPutEndRequest) String() string {
 func (*BatchPutEndRequest) ProtoMessage() {}
 
 func (x *BatchPutEndRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[26]
+	mi := &file_wire_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1944,7 +2051,7 @@ func (x *BatchPutEndRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchPutEndRequest.ProtoReflect.Descriptor instead.
 func (*BatchPutEndRequest) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{26}
+	return file_wire_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *BatchPutEndRequest) GetClientId() string {
@@ -1984,7 +2091,7 @@ type BatchCodesResponse struct {
 
 func (x *BatchCodesResponse) Reset() {
 	*x = BatchCodesResponse{}
-	mi := &file_wire_proto_msgTypes[27]
+	mi := &file_wire_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1996,7 +2103,7 @@ func (x *BatchCodesResponse) String() string {
 func (*BatchCodesResponse) ProtoMessage() {}
 
 func (x *BatchCodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[27]
+	mi := &file_wire_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2009,7 +2116,7 @@ func (x *BatchCodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchCodesResponse.ProtoReflect.Descriptor instead.
 func (*BatchCodesResponse) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{27}
+	return file_wire_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *BatchCodesResponse) GetCodes() []int32 {
@@ -2031,7 +2138,7 @@ type RemoveRequest struct {
 
 func (x *RemoveRequest) Reset() {
 	*x = RemoveRequest{}
-	mi := &file_wire_proto_msgTypes[28]
+	mi := &file_wire_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2043,7 +2150,7 @@ func (x *RemoveRequest) String() string {
 func (*RemoveRequest) ProtoMessage() {}
 
 func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[28]
+	mi := &file_wire_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2056,7 +2163,7 @@ func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveRequest.ProtoReflect.Descriptor instead.
 func (*RemoveRequest) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{28}
+	return file_wire_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RemoveRequest) GetKey() string {
@@ -2088,7 +2195,7 @@ type RemoveResponse struct {
 
 func (x *RemoveResponse) Reset() {
 	*x = RemoveResponse{}
-	mi := &file_wire_proto_msgTypes[29]
+	mi := &file_wire_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2100,7 +2207,7 @@ func (x *RemoveResponse) String() string {
 func (*RemoveResponse) ProtoMessage() {}
 
 func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[29]
+	mi := &file_wire_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2113,7 +2220,7 @@ func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveResponse.ProtoReflect.Descriptor instead.
 func (*RemoveResponse) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{29}
+	return file_wire_proto_rawDescGZIP(), []int{30}
 }
 
 type BatchRemoveRequest struct {
@@ -2128,7 +2235,7 @@ type BatchRemoveRequest struct {
 
 func (x *BatchRemoveRequest) Reset() {
 	*x = BatchRemoveRequest{}
-	mi := &file_wire_proto_msgTypes[30]
+	mi := &file_wire_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2140,7 +2247,7 @@ func (x *BatchRemoveRequest) String() string {
 func (*BatchRemoveRequest) ProtoMessage() {}
 
 func (x *BatchRemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[30]
+	mi := &file_wire_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2153,7 +2260,7 @@ func (x *BatchRemoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchRemoveRequest.ProtoReflect.Descriptor instead.
 func (*BatchRemoveRequest) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{30}
+	return file_wire_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *BatchRemoveRequest) GetKeys() []string {
@@ -2189,7 +2296,7 @@ type RemoveByRegexRequest struct {
 
 func (x *RemoveByRegexRequest) Reset() {
 	*x = RemoveByRegexRequest{}
-	mi := &file_wire_proto_msgTypes[31]
+	mi := &file_wire_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2201,7 +2308,7 @@ func (x *RemoveByRegexRequest) String() string {
 func (*RemoveByRegexRequest) ProtoMessage() {}
 
 func (x *RemoveByRegexRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[31]
+	mi := &file_wire_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2214,7 +2321,7 @@ func (x *RemoveByRegexRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveByRegexRequest.ProtoReflect.Descriptor instead.
 func (*RemoveByRegexRequest) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{31}
+	return file_wire_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RemoveByRegexRequest) GetPattern() string {
@@ -2249,7 +2356,7 @@ type RemoveAllRequest struct {
 
 func (x *RemoveAllRequest) Reset() {
 	*x = RemoveAllRequest{}
-	mi := &file_wire_proto_msgTypes[32]
+	mi := &file_wire_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2261,7 +2368,7 @@ func (x *RemoveAllRequest) String() string {
 func (*RemoveAllRequest) ProtoMessage() {}
 
 func (x *RemoveAllRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[32]
+	mi := &file_wire_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2274,7 +2381,7 @@ func (x *RemoveAllRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveAllRequest.ProtoReflect.Descriptor instead.
 func (*RemoveAllRequest) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{32}
+	return file_wire_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *RemoveAllRequest) GetForce() bool {
@@ -2300,7 +2407,7 @@ type CountResponse struct {
 
 func (x *CountResponse) Reset() {
 	*x = CountResponse{}
-	mi := &file_wire_proto_msgTypes[33]
+	mi := &file_wire_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2312,7 +2419,7 @@ func (x *CountResponse) String() string {
 func (*CountResponse) ProtoMessage() {}
 
 func (x *CountResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[33]
+	mi := &file_wire_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2325,7 +2432,7 @@ func (x *CountResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CountResponse.ProtoReflect.Descriptor instead.
 func (*CountResponse) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{33}
+	return file_wire_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *CountResponse) GetCount() int64 {
@@ -2343,7 +2450,7 @@ type ListSegmentsRequest struct {
 
 func (x *ListSegmentsRequest) Reset() {
 	*x = ListSegmentsRequest{}
-	mi := &file_wire_proto_msgTypes[34]
+	mi := &file_wire_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2355,7 +2462,7 @@ func (x *ListSegmentsRequest) String() string {
 func (*ListSegmentsRequest) ProtoMessage() {}
 
 func (x *ListSegmentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[34]
+	mi := &file_wire_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2368,7 +2475,7 @@ func (x *ListSegmentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSegmentsRequest.ProtoReflect.Descriptor instead.
 func (*ListSegmentsRequest) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{34}
+	return file_wire_proto_rawDescGZIP(), []int{35}
 }
 
 type ListSegmentsResponse struct {
@@ -2380,7 +2487,7 @@ type ListSegmentsResponse struct {
 
 func (x *ListSegmentsResponse) Reset() {
 	*x = ListSegmentsResponse{}
-	mi := &file_wire_proto_msgTypes[35]
+	mi := &file_wire_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2392,7 +2499,7 @@ func (x *ListSegmentsResponse) String() string {
 func (*ListSegmentsResponse) ProtoMessage() {}
 
 func (x *ListSegmentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[35]
+	mi := &file_wire_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2405,7 +2512,7 @@ func (x *ListSegmentsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSegmentsResponse.ProtoReflect.Descriptor instead.
 func (*ListSegmentsResponse) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{35}
+	return file_wire_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ListSegmentsResponse) GetSegments() []*Segment {
@@ -2425,7 +2532,7 @@ type ListKeysRequest struct {
 
 func (x *ListKeysRequest) Reset() {
 	*x = ListKeysRequest{}
-	mi := &file_wire_proto_msgTypes[36]
+	mi := &file_wire_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2437,7 +2544,7 @@ func (x *ListKeysRequest) String() string {
 func (*ListKeysRequest) ProtoMessage() {}
 
 func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[36]
+	mi := &file_wire_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2450,7 +2557,7 @@ func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysRequest.ProtoReflect.Descriptor instead.
 func (*ListKeysRequest) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{36}
+	return file_wire_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ListKeysRequest) GetTenantId() string {
@@ -2469,7 +2576,7 @@ type ListKeysResponse struct {
 
 func (x *ListKeysResponse) Reset() {
 	*x = ListKeysResponse{}
-	mi := &file_wire_proto_msgTypes[37]
+	mi := &file_wire_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2481,7 +2588,7 @@ func (x *ListKeysResponse) String() string {
 func (*ListKeysResponse) ProtoMessage() {}
 
 func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[37]
+	mi := &file_wire_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2494,7 +2601,7 @@ func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysResponse.ProtoReflect.Descriptor instead.
 func (*ListKeysResponse) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{37}
+	return file_wire_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ListKeysResponse) GetKeys() []string {
@@ -2524,7 +2631,7 @@ type AcquireGrantsRequest struct {
 
 func (x *AcquireGrantsRequest) Reset() {
 	*x = AcquireGrantsRequest{}
-	mi := &file_wire_proto_msgTypes[38]
+	mi := &file_wire_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2536,7 +2643,7 @@ func (x *AcquireGrantsRequest) String() string {
 func (*AcquireGrantsRequest) ProtoMessage() {}
 
 func (x *AcquireGrantsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[38]
+	mi := &file_wire_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2549,7 +2656,7 @@ func (x *AcquireGrantsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireGrantsRequest.ProtoReflect.Descriptor instead.
 func (*AcquireGrantsRequest) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{38}
+	return file_wire_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *AcquireGrantsRequest) GetClientId() string {
@@ -2604,7 +2711,7 @@ type Grant struct {
 
 func (x *Grant) Reset() {
 	*x = Grant{}
-	mi := &file_wire_proto_msgTypes[39]
+	mi := &file_wire_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2616,7 +2723,7 @@ func (x *Grant) String() string {
 func (*Grant) ProtoMessage() {}
 
 func (x *Grant) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[39]
+	mi := &file_wire_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2629,7 +2736,7 @@ func (x *Grant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Grant.ProtoReflect.Descriptor instead.
 func (*Grant) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{39}
+	return file_wire_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *Grant) GetId() uint64 {
@@ -2686,7 +2793,7 @@ type AcquireGrantsResponse struct {
 
 func (x *AcquireGrantsResponse) Reset() {
 	*x = AcquireGrantsResponse{}
-	mi := &file_wire_proto_msgTypes[40]
+	mi := &file_wire_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2698,7 +2805,7 @@ func (x *AcquireGrantsResponse) String() string {
 func (*AcquireGrantsResponse) ProtoMessage() {}
 
 func (x *AcquireGrantsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[40]
+	mi := &file_wire_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2711,7 +2818,7 @@ func (x *AcquireGrantsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireGrantsResponse.ProtoReflect.Descriptor instead.
 func (*AcquireGrantsResponse) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{40}
+	return file_wire_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *AcquireGrantsResponse) GetGrants() []*Grant {
@@ -2740,7 +2847,7 @@ type GrantedReplica struct {
 
 func (x *GrantedReplica) Reset() {
 	*x = GrantedReplica{}
-	mi := &file_wire_proto_msgTypes[41]
+	mi := &file_wire_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2752,7 +2859,7 @@ func (x *GrantedReplica) String() string {
 func (*GrantedReplica) ProtoMessage() {}
 
 func (x *GrantedReplica) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[41]
+	mi := &file_wire_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2765,7 +2872,7 @@ func (x *GrantedReplica) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantedReplica.ProtoReflect.Descriptor instead.
 func (*GrantedReplica) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{41}
+	return file_wire_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *GrantedReplica) GetGrantId() uint64 {
@@ -2792,14 +2899,17 @@ type PutCommitRequest struct {
 	// replicas are on distinct segment names, one per grant.
 	Replicas []*GrantedReplica `protobuf:"bytes,6,rep,name=replicas,proto3" json:"replicas,omitempty"`
 	// tenant_id is the namespace of the keys ("" is "default"; tenant.go).
-	TenantId      string `protobuf:"bytes,7,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	TenantId string `protobuf:"bytes,7,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	// versioned and expected_version as in PutStartRequest.
+	Versioned       bool   `protobuf:"varint,8,opt,name=versioned,proto3" json:"versioned,omitempty"`
+	ExpectedVersion uint64 `protobuf:"varint,9,opt,name=expected_version,json=expectedVersion,proto3" json:"expected_version,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *PutCommitRequest) Reset() {
 	*x = PutCommitRequest{}
-	mi := &file_wire_proto_msgTypes[42]
+	mi := &file_wire_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2811,7 +2921,7 @@ func (x *PutCommitRequest) String() string {
 func (*PutCommitRequest) ProtoMessage() {}
 
 func (x *PutCommitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[42]
+	mi := &file_wire_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2824,7 +2934,7 @@ func (x *PutCommitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutCommitRequest.ProtoReflect.Descriptor instead.
 func (*PutCommitRequest) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{42}
+	return file_wire_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *PutCommitRequest) GetClientId() string {
@@ -2876,16 +2986,32 @@ func (x *PutCommitRequest) GetTenantId() string {
 	return ""
 }
 
+func (x *PutCommitRequest) GetVersioned() bool {
+	if x != nil {
+		return x.Versioned
+	}
+	return false
+}
+
+func (x *PutCommitRequest) GetExpectedVersion() uint64 {
+	if x != nil {
+		return x.ExpectedVersion
+	}
+	return 0
+}
+
 type PutCommitResponse struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	GrantGeneration uint64                 `protobuf:"varint,1,opt,name=grant_generation,json=grantGeneration,proto3" json:"grant_generation,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// version is the version the object was published at.
+	Version       uint64 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PutCommitResponse) Reset() {
 	*x = PutCommitResponse{}
-	mi := &file_wire_proto_msgTypes[43]
+	mi := &file_wire_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2897,7 +3023,7 @@ func (x *PutCommitResponse) String() string {
 func (*PutCommitResponse) ProtoMessage() {}
 
 func (x *PutCommitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[43]
+	mi := &file_wire_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2910,12 +3036,19 @@ func (x *PutCommitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutCommitResponse.ProtoReflect.Descriptor instead.
 func (*PutCommitResponse) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{43}
+	return file_wire_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *PutCommitResponse) GetGrantGeneration() uint64 {
 	if x != nil {
 		return x.GrantGeneration
+	}
+	return 0
+}
+
+func (x *PutCommitResponse) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
 	}
 	return 0
 }
@@ -2931,7 +3064,7 @@ type ReturnGrantsRequest struct {
 
 func (x *ReturnGrantsRequest) Reset() {
 	*x = ReturnGrantsRequest{}
-	mi := &file_wire_proto_msgTypes[44]
+	mi := &file_wire_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2943,7 +3076,7 @@ func (x *ReturnGrantsRequest) String() string {
 func (*ReturnGrantsRequest) ProtoMessage() {}
 
 func (x *ReturnGrantsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[44]
+	mi := &file_wire_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2956,7 +3089,7 @@ func (x *ReturnGrantsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReturnGrantsRequest.ProtoReflect.Descriptor instead.
 func (*ReturnGrantsRequest) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{44}
+	return file_wire_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ReturnGrantsRequest) GetClientId() string {
@@ -2981,7 +3114,7 @@ type ReturnGrantsResponse struct {
 
 func (x *ReturnGrantsResponse) Reset() {
 	*x = ReturnGrantsResponse{}
-	mi := &file_wire_proto_msgTypes[45]
+	mi := &file_wire_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2993,7 +3126,7 @@ func (x *ReturnGrantsResponse) String() string {
 func (*ReturnGrantsResponse) ProtoMessage() {}
 
 func (x *ReturnGrantsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[45]
+	mi := &file_wire_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3006,7 +3139,7 @@ func (x *ReturnGrantsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReturnGrantsResponse.ProtoReflect.Descriptor instead.
 func (*ReturnGrantsResponse) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{45}
+	return file_wire_proto_rawDescGZIP(), []int{46}
 }
 
 // DiskSegment is a client's local disk tier.
@@ -3029,7 +3162,7 @@ type DiskSegment struct {
 
 func (x *DiskSegment) Reset() {
 	*x = DiskSegment{}
-	mi := &file_wire_proto_msgTypes[46]
+	mi := &file_wire_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3041,7 +3174,7 @@ func (x *DiskSegment) String() string {
 func (*DiskSegment) ProtoMessage() {}
 
 func (x *DiskSegment) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[46]
+	mi := &file_wire_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3054,7 +3187,7 @@ func (x *DiskSegment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiskSegment.ProtoReflect.Descriptor instead.
 func (*DiskSegment) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{46}
+	return file_wire_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *DiskSegment) GetId() string {
@@ -3116,7 +3249,7 @@ type DiskEntry struct {
 
 func (x *DiskEntry) Reset() {
 	*x = DiskEntry{}
-	mi := &file_wire_proto_msgTypes[47]
+	mi := &file_wire_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3128,7 +3261,7 @@ func (x *DiskEntry) String() string {
 func (*DiskEntry) ProtoMessage() {}
 
 func (x *DiskEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[47]
+	mi := &file_wire_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3141,7 +3274,7 @@ func (x *DiskEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiskEntry.ProtoReflect.Descriptor instead.
 func (*DiskEntry) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{47}
+	return file_wire_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *DiskEntry) GetTenantId() string {
@@ -3190,7 +3323,7 @@ type MountDiskSegmentRequest struct {
 
 func (x *MountDiskSegmentRequest) Reset() {
 	*x = MountDiskSegmentRequest{}
-	mi := &file_wire_proto_msgTypes[48]
+	mi := &file_wire_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3202,7 +3335,7 @@ func (x *MountDiskSegmentRequest) String() string {
 func (*MountDiskSegmentRequest) ProtoMessage() {}
 
 func (x *MountDiskSegmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[48]
+	mi := &file_wire_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3215,7 +3348,7 @@ func (x *MountDiskSegmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MountDiskSegmentRequest.ProtoReflect.Descriptor instead.
 func (*MountDiskSegmentRequest) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{48}
+	return file_wire_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *MountDiskSegmentRequest) GetClientId() string {
@@ -3250,7 +3383,7 @@ type MountDiskSegmentResponse struct {
 
 func (x *MountDiskSegmentResponse) Reset() {
 	*x = MountDiskSegmentResponse{}
-	mi := &file_wire_proto_msgTypes[49]
+	mi := &file_wire_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3262,7 +3395,7 @@ func (x *MountDiskSegmentResponse) String() string {
 func (*MountDiskSegmentResponse) ProtoMessage() {}
 
 func (x *MountDiskSegmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[49]
+	mi := &file_wire_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3275,7 +3408,7 @@ func (x *MountDiskSegmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MountDiskSegmentResponse.ProtoReflect.Descriptor instead.
 func (*MountDiskSegmentResponse) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{49}
+	return file_wire_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *MountDiskSegmentResponse) GetDrop() []uint32 {
@@ -3303,7 +3436,7 @@ type Task struct {
 
 func (x *Task) Reset() {
 	*x = Task{}
-	mi := &file_wire_proto_msgTypes[50]
+	mi := &file_wire_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3315,7 +3448,7 @@ func (x *Task) String() string {
 func (*Task) ProtoMessage() {}
 
 func (x *Task) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[50]
+	mi := &file_wire_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3328,7 +3461,7 @@ func (x *Task) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Task.ProtoReflect.Descriptor instead.
 func (*Task) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{50}
+	return file_wire_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *Task) GetId() uint64 {
@@ -3408,7 +3541,7 @@ type TaskResult struct {
 
 func (x *TaskResult) Reset() {
 	*x = TaskResult{}
-	mi := &file_wire_proto_msgTypes[51]
+	mi := &file_wire_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3420,7 +3553,7 @@ func (x *TaskResult) String() string {
 func (*TaskResult) ProtoMessage() {}
 
 func (x *TaskResult) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[51]
+	mi := &file_wire_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3433,7 +3566,7 @@ func (x *TaskResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskResult.ProtoReflect.Descriptor instead.
 func (*TaskResult) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{51}
+	return file_wire_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *TaskResult) GetId() uint64 {
@@ -3478,7 +3611,7 @@ type FetchTasksRequest struct {
 
 func (x *FetchTasksRequest) Reset() {
 	*x = FetchTasksRequest{}
-	mi := &file_wire_proto_msgTypes[52]
+	mi := &file_wire_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3490,7 +3623,7 @@ func (x *FetchTasksRequest) String() string {
 func (*FetchTasksRequest) ProtoMessage() {}
 
 func (x *FetchTasksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[52]
+	mi := &file_wire_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3503,7 +3636,7 @@ func (x *FetchTasksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchTasksRequest.ProtoReflect.Descriptor instead.
 func (*FetchTasksRequest) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{52}
+	return file_wire_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *FetchTasksRequest) GetClientId() string {
@@ -3543,7 +3676,7 @@ type FetchTasksResponse struct {
 
 func (x *FetchTasksResponse) Reset() {
 	*x = FetchTasksResponse{}
-	mi := &file_wire_proto_msgTypes[53]
+	mi := &file_wire_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3555,7 +3688,7 @@ func (x *FetchTasksResponse) String() string {
 func (*FetchTasksResponse) ProtoMessage() {}
 
 func (x *FetchTasksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[53]
+	mi := &file_wire_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3568,7 +3701,7 @@ func (x *FetchTasksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchTasksResponse.ProtoReflect.Descriptor instead.
 func (*FetchTasksResponse) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{53}
+	return file_wire_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *FetchTasksResponse) GetTasks() []*Task {
@@ -3593,7 +3726,7 @@ type CreateTaskRequest struct {
 
 func (x *CreateTaskRequest) Reset() {
 	*x = CreateTaskRequest{}
-	mi := &file_wire_proto_msgTypes[54]
+	mi := &file_wire_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3605,7 +3738,7 @@ func (x *CreateTaskRequest) String() string {
 func (*CreateTaskRequest) ProtoMessage() {}
 
 func (x *CreateTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[54]
+	mi := &file_wire_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3618,7 +3751,7 @@ func (x *CreateTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTaskRequest.ProtoReflect.Descriptor instead.
 func (*CreateTaskRequest) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{54}
+	return file_wire_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *CreateTaskRequest) GetTenantId() string {
@@ -3665,7 +3798,7 @@ type CreateTaskResponse struct {
 
 func (x *CreateTaskResponse) Reset() {
 	*x = CreateTaskResponse{}
-	mi := &file_wire_proto_msgTypes[55]
+	mi := &file_wire_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3677,7 +3810,7 @@ func (x *CreateTaskResponse) String() string {
 func (*CreateTaskResponse) ProtoMessage() {}
 
 func (x *CreateTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[55]
+	mi := &file_wire_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3690,7 +3823,7 @@ func (x *CreateTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTaskResponse.ProtoReflect.Descriptor instead.
 func (*CreateTaskResponse) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{55}
+	return file_wire_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *CreateTaskResponse) GetTaskId() string {
@@ -3709,7 +3842,7 @@ type QueryTaskRequest struct {
 
 func (x *QueryTaskRequest) Reset() {
 	*x = QueryTaskRequest{}
-	mi := &file_wire_proto_msgTypes[56]
+	mi := &file_wire_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3721,7 +3854,7 @@ func (x *QueryTaskRequest) String() string {
 func (*QueryTaskRequest) ProtoMessage() {}
 
 func (x *QueryTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[56]
+	mi := &file_wire_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3734,7 +3867,7 @@ func (x *QueryTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryTaskRequest.ProtoReflect.Descriptor instead.
 func (*QueryTaskRequest) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{56}
+	return file_wire_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *QueryTaskRequest) GetTaskId() string {
@@ -3760,7 +3893,7 @@ type QueryTaskResponse struct {
 
 func (x *QueryTaskResponse) Reset() {
 	*x = QueryTaskResponse{}
-	mi := &file_wire_proto_msgTypes[57]
+	mi := &file_wire_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3772,7 +3905,7 @@ func (x *QueryTaskResponse) String() string {
 func (*QueryTaskResponse) ProtoMessage() {}
 
 func (x *QueryTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[57]
+	mi := &file_wire_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3785,7 +3918,7 @@ func (x *QueryTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryTaskResponse.ProtoReflect.Descriptor instead.
 func (*QueryTaskResponse) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{57}
+	return file_wire_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *QueryTaskResponse) GetId() string {
@@ -3899,13 +4032,20 @@ const file_wire_proto_rawDesc = "" +
 	"segment_id\x18\x05 \x01(\tR\tsegmentId\x12\x1a\n" +
 	"\bprotocol\x18\x06 \x01(\tR\bprotocol\x121\n" +
 	"\x04kind\x18\a \x01(\x0e2\x1d.kvferry.store.v1.ReplicaKindR\x04kind\x12\x1b\n" +
-	"\tfile_path\x18\b \x01(\tR\bfilePath\"\x97\x01\n" +
+	"\tfile_path\x18\b \x01(\tR\bfilePath\"\xb1\x01\n" +
 	"\x16GetReplicaListResponse\x125\n" +
 	"\breplicas\x18\x01 \x03(\v2\x19.kvferry.store.v1.ReplicaR\breplicas\x12 \n" +
 	"\flease_ttl_ms\x18\x02 \x01(\x04R\n" +
 	"leaseTtlMs\x12\x12\n" +
 	"\x04size\x18\x03 \x01(\x04R\x04size\x12\x10\n" +
-	"\x03uid\x18\x04 \x01(\x04R\x03uid\"\x84\x01\n" +
+	"\x03uid\x18\x04 \x01(\x04R\x03uid\x12\x18\n" +
+	"\aversion\x18\x05 \x01(\x04R\aversion\"|\n" +
+	"\x11WaitObjectRequest\x12\x1b\n" +
+	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12\x1f\n" +
+	"\vmin_version\x18\x03 \x01(\x04R\n" +
+	"minVersion\x12\x17\n" +
+	"\await_ms\x18\x04 \x01(\rR\x06waitMs\"\x84\x01\n" +
 	"\x11ReplicaListResult\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\x05R\x04code\x125\n" +
 	"\breplicas\x18\x02 \x03(\v2\x19.kvferry.store.v1.ReplicaR\breplicas\x12\x12\n" +
@@ -3921,14 +4061,16 @@ const file_wire_proto_rawDesc = "" +
 	"\bsoft_pin\x18\x02 \x01(\x0e2\x1f.kvferry.store.v1.SoftPinActionR\asoftPin\x12%\n" +
 	"\x0fsoft_pin_ttl_ms\x18\x03 \x01(\x04R\fsoftPinTtlMs\x12\x19\n" +
 	"\bhard_pin\x18\x04 \x01(\bR\ahardPin\x12-\n" +
-	"\x12preferred_segments\x18\x05 \x03(\tR\x11preferredSegments\"\xc4\x01\n" +
+	"\x12preferred_segments\x18\x05 \x03(\tR\x11preferredSegments\"\x8d\x02\n" +
 	"\x0fPutStartRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x12\n" +
 	"\x04size\x18\x03 \x01(\x04R\x04size\x129\n" +
 	"\x06config\x18\x04 \x01(\v2!.kvferry.store.v1.ReplicateConfigR\x06config\x12\x16\n" +
 	"\x06upsert\x18\x05 \x01(\bR\x06upsert\x12\x1b\n" +
-	"\ttenant_id\x18\x06 \x01(\tR\btenantId\"I\n" +
+	"\ttenant_id\x18\x06 \x01(\tR\btenantId\x12\x1c\n" +
+	"\tversioned\x18\a \x01(\bR\tversioned\x12)\n" +
+	"\x10expected_version\x18\b \x01(\x04R\x0fexpectedVersion\"I\n" +
 	"\x10PutStartResponse\x125\n" +
 	"\breplicas\x18\x01 \x03(\v2\x19.kvferry.store.v1.ReplicaR\breplicas\"\xcd\x01\n" +
 	"\x14BatchPutStartRequest\x12\x1b\n" +
@@ -3947,8 +4089,9 @@ const file_wire_proto_rawDesc = "" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x16\n" +
 	"\x06revoke\x18\x03 \x01(\bR\x06revoke\x12\x1b\n" +
-	"\ttenant_id\x18\x04 \x01(\tR\btenantId\"\x10\n" +
-	"\x0ePutEndResponse\"z\n" +
+	"\ttenant_id\x18\x04 \x01(\tR\btenantId\"*\n" +
+	"\x0ePutEndResponse\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\x04R\aversion\"z\n" +
 	"\x12BatchPutEndRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x12\n" +
 	"\x04keys\x18\x02 \x03(\tR\x04keys\x12\x16\n" +
@@ -4000,7 +4143,7 @@ const file_wire_proto_rawDesc = "" +
 	"\x10grant_generation\x18\x02 \x01(\x04R\x0fgrantGeneration\"E\n" +
 	"\x0eGrantedReplica\x12\x19\n" +
 	"\bgrant_id\x18\x01 \x01(\x04R\agrantId\x12\x18\n" +
-	"\aaddress\x18\x02 \x01(\x04R\aaddress\"\x83\x02\n" +
+	"\aaddress\x18\x02 \x01(\x04R\aaddress\"\xcc\x02\n" +
 	"\x10PutCommitRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x12\n" +
@@ -4008,9 +4151,12 @@ const file_wire_proto_rawDesc = "" +
 	"\x06config\x18\x04 \x01(\v2!.kvferry.store.v1.ReplicateConfigR\x06config\x12\x16\n" +
 	"\x06upsert\x18\x05 \x01(\bR\x06upsert\x12<\n" +
 	"\breplicas\x18\x06 \x03(\v2 .kvferry.store.v1.GrantedReplicaR\breplicas\x12\x1b\n" +
-	"\ttenant_id\x18\a \x01(\tR\btenantId\">\n" +
+	"\ttenant_id\x18\a \x01(\tR\btenantId\x12\x1c\n" +
+	"\tversioned\x18\b \x01(\bR\tversioned\x12)\n" +
+	"\x10expected_version\x18\t \x01(\x04R\x0fexpectedVersion\"X\n" +
 	"\x11PutCommitResponse\x12)\n" +
-	"\x10grant_generation\x18\x01 \x01(\x04R\x0fgrantGeneration\"O\n" +
+	"\x10grant_generation\x18\x01 \x01(\x04R\x0fgrantGeneration\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion\"O\n" +
 	"\x13ReturnGrantsRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x1b\n" +
 	"\tgrant_ids\x18\x02 \x03(\x04R\bgrantIds\"\x16\n" +
@@ -4110,7 +4256,7 @@ const file_wire_proto_rawDesc = "" +
 	"\x13TASK_STATUS_PENDING\x10\x00\x12\x1a\n" +
 	"\x16TASK_STATUS_PROCESSING\x10\x01\x12\x17\n" +
 	"\x13TASK_STATUS_SUCCESS\x10\x02\x12\x16\n" +
-	"\x12TASK_STATUS_FAILED\x10\x032\xaf\x12\n" +
+	"\x12TASK_STATUS_FAILED\x10\x032\x8c\x13\n" +
 	"\x06Master\x12E\n" +
 	"\x04Ping\x12\x1d.kvferry.store.v1.PingRequest\x1a\x1e.kvferry.store.v1.PingResponse\x12]\n" +
 	"\fMountSegment\x12%.kvferry.store.v1.MountSegmentRequest\x1a&.kvferry.store.v1.MountSegmentResponse\x12f\n" +
@@ -4139,7 +4285,9 @@ const file_wire_proto_rawDesc = "" +
 	"\rPromoteObject\x12\x1c.kvferry.store.v1.KeyRequest\x1a(.kvferry.store.v1.GetReplicaListResponse\x12W\n" +
 	"\n" +
 	"CreateTask\x12#.kvferry.store.v1.CreateTaskRequest\x1a$.kvferry.store.v1.CreateTaskResponse\x12T\n" +
-	"\tQueryTask\x12\".kvferry.store.v1.QueryTaskRequest\x1a#.kvferry.store.v1.QueryTaskResponseB'Z%github.com/kvferry/kvferry/store/wireb\x06proto3"
+	"\tQueryTask\x12\".kvferry.store.v1.QueryTaskRequest\x1a#.kvferry.store.v1.QueryTaskResponse\x12[\n" +
+	"\n" +
+	"WaitObject\x12#.kvferry.store.v1.WaitObjectRequest\x1a(.kvferry.store.v1.GetReplicaListResponseB'Z%github.com/kvferry/kvferry/store/wireb\x06proto3"
 
 var (
 	file_wire_proto_rawDescOnce sync.Once
@@ -4154,7 +4302,7 @@ func file_wire_proto_rawDescGZIP() []byte {
 }
 
 var file_wire_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_wire_proto_msgTypes = make([]protoimpl.MessageInfo, 58)
+var file_wire_proto_msgTypes = make([]protoimpl.MessageInfo, 59)
 var file_wire_proto_goTypes = []any{
 	(ClientStatus)(0),                   // 0: kvferry.store.v1.ClientStatus
 	(ReplicaStatus)(0),                  // 1: kvferry.store.v1.ReplicaStatus
@@ -4178,48 +4326,49 @@ var file_wire_proto_goTypes = []any{
 	(*BatchExistKeyResponse)(nil),       // 19: kvferry.store.v1.BatchExistKeyResponse
 	(*Replica)(nil),                     // 20: kvferry.store.v1.Replica
 	(*GetReplicaListResponse)(nil),      // 21: kvferry.store.v1.GetReplicaListResponse
-	(*ReplicaListResult)(nil),           // 22: kvferry.store.v1.ReplicaListResult
-	(*BatchGetReplicaListResponse)(nil), // 23: kvferry.store.v1.BatchGetReplicaListResponse
-	(*ReplicateConfig)(nil),             // 24: kvferry.store.v1.ReplicateConfig
-	(*PutStartRequest)(nil),             // 25: kvferry.store.v1.PutStartRequest
-	(*PutStartResponse)(nil),            // 26: kvferry.store.v1.PutStartResponse
-	(*BatchPutStartRequest)(nil),        // 27: kvferry.store.v1.BatchPutStartRequest
-	(*PutStartResult)(nil),              // 28: kvferry.store.v1.PutStartResult
-	(*BatchPutStartResponse)(nil),       // 29: kvferry.store.v1.BatchPutStartResponse
-	(*PutEndRequest)(nil),               // 30: kvferry.store.v1.PutEndRequest
-	(*PutEndResponse)(nil),              // 31: kvferry.store.v1.PutEndResponse
-	(*BatchPutEndRequest)(nil),          // 32: kvferry.store.v1.BatchPutEndRequest
-	(*BatchCodesResponse)(nil),          // 33: kvferry.store.v1.BatchCodesResponse
-	(*RemoveRequest)(nil),               // 34: kvferry.store.v1.RemoveRequest
-	(*RemoveResponse)(nil),              // 35: kvferry.store.v1.RemoveResponse
-	(*BatchRemoveRequest)(nil),          // 36: kvferry.store.v1.BatchRemoveRequest
-	(*RemoveByRegexRequest)(nil),        // 37: kvferry.store.v1.RemoveByRegexRequest
-	(*RemoveAllRequest)(nil),            // 38: kvferry.store.v1.RemoveAllRequest
-	(*CountResponse)(nil),               // 39: kvferry.store.v1.CountResponse
-	(*ListSegmentsRequest)(nil),         // 40: kvferry.store.v1.ListSegmentsRequest
-	(*ListSegmentsResponse)(nil),        // 41: kvferry.store.v1.ListSegmentsResponse
-	(*ListKeysRequest)(nil),             // 42: kvferry.store.v1.ListKeysRequest
-	(*ListKeysResponse)(nil),            // 43: kvferry.store.v1.ListKeysResponse
-	(*AcquireGrantsRequest)(nil),        // 44: kvferry.store.v1.AcquireGrantsRequest
-	(*Grant)(nil),                       // 45: kvferry.store.v1.Grant
-	(*AcquireGrantsResponse)(nil),       // 46: kvferry.store.v1.AcquireGrantsResponse
-	(*GrantedReplica)(nil),              // 47: kvferry.store.v1.GrantedReplica
-	(*PutCommitRequest)(nil),            // 48: kvferry.store.v1.PutCommitRequest
-	(*PutCommitResponse)(nil),           // 49: kvferry.store.v1.PutCommitResponse
-	(*ReturnGrantsRequest)(nil),         // 50: kvferry.store.v1.ReturnGrantsRequest
-	(*ReturnGrantsResponse)(nil),        // 51: kvferry.store.v1.ReturnGrantsResponse
-	(*DiskSegment)(nil),                 // 52: kvferry.store.v1.DiskSegment
-	(*DiskEntry)(nil),                   // 53: kvferry.store.v1.DiskEntry
-	(*MountDiskSegmentRequest)(nil),     // 54: kvferry.store.v1.MountDiskSegmentRequest
-	(*MountDiskSegmentResponse)(nil),    // 55: kvferry.store.v1.MountDiskSegmentResponse
-	(*Task)(nil),                        // 56: kvferry.store.v1.Task
-	(*TaskResult)(nil),                  // 57: kvferry.store.v1.TaskResult
-	(*FetchTasksRequest)(nil),           // 58: kvferry.store.v1.FetchTasksRequest
-	(*FetchTasksResponse)(nil),          // 59: kvferry.store.v1.FetchTasksResponse
-	(*CreateTaskRequest)(nil),           // 60: kvferry.store.v1.CreateTaskRequest
-	(*CreateTaskResponse)(nil),          // 61: kvferry.store.v1.CreateTaskResponse
-	(*QueryTaskRequest)(nil),            // 62: kvferry.store.v1.QueryTaskRequest
-	(*QueryTaskResponse)(nil),           // 63: kvferry.store.v1.QueryTaskResponse
+	(*WaitObjectRequest)(nil),           // 22: kvferry.store.v1.WaitObjectRequest
+	(*ReplicaListResult)(nil),           // 23: kvferry.store.v1.ReplicaListResult
+	(*BatchGetReplicaListResponse)(nil), // 24: kvferry.store.v1.BatchGetReplicaListResponse
+	(*ReplicateConfig)(nil),             // 25: kvferry.store.v1.ReplicateConfig
+	(*PutStartRequest)(nil),             // 26: kvferry.store.v1.PutStartRequest
+	(*PutStartResponse)(nil),            // 27: kvferry.store.v1.PutStartResponse
+	(*BatchPutStartRequest)(nil),        // 28: kvferry.store.v1.BatchPutStartRequest
+	(*PutStartResult)(nil),              // 29: kvferry.store.v1.PutStartResult
+	(*BatchPutStartResponse)(nil),       // 30: kvferry.store.v1.BatchPutStartResponse
+	(*PutEndRequest)(nil),               // 31: kvferry.store.v1.PutEndRequest
+	(*PutEndResponse)(nil),              // 32: kvferry.store.v1.PutEndResponse
+	(*BatchPutEndRequest)(nil),          // 33: kvferry.store.v1.BatchPutEndRequest
+	(*BatchCodesResponse)(nil),          // 34: kvferry.store.v1.BatchCodesResponse
+	(*RemoveRequest)(nil),               // 35: kvferry.store.v1.RemoveRequest
+	(*RemoveResponse)(nil),              // 36: kvferry.store.v1.RemoveResponse
+	(*BatchRemoveRequest)(nil),          // 37: kvferry.store.v1.BatchRemoveRequest
+	(*RemoveByRegexRequest)(nil),        // 38: kvferry.store.v1.RemoveByRegexRequest
+	(*RemoveAllRequest)(nil),            // 39: kvferry.store.v1.RemoveAllRequest
+	(*CountResponse)(nil),               // 40: kvferry.store.v1.CountResponse
+	(*ListSegmentsRequest)(nil),         // 41: kvferry.store.v1.ListSegmentsRequest
+	(*ListSegmentsResponse)(nil),        // 42: kvferry.store.v1.ListSegmentsResponse
+	(*ListKeysRequest)(nil),             // 43: kvferry.store.v1.ListKeysRequest
+	(*ListKeysResponse)(nil),            // 44: kvferry.store.v1.ListKeysResponse
+	(*AcquireGrantsRequest)(nil),        // 45: kvferry.store.v1.AcquireGrantsRequest
+	(*Grant)(nil),                       // 46: kvferry.store.v1.Grant
+	(*AcquireGrantsResponse)(nil),       // 47: kvferry.store.v1.AcquireGrantsResponse
+	(*GrantedReplica)(nil),              // 48: kvferry.store.v1.GrantedReplica
+	(*PutCommitRequest)(nil),            // 49: kvferry.store.v1.PutCommitRequest
+	(*PutCommitResponse)(nil),           // 50: kvferry.store.v1.PutCommitResponse
+	(*ReturnGrantsRequest)(nil),         // 51: kvferry.store.v1.ReturnGrantsRequest
+	(*ReturnGrantsResponse)(nil),        // 52: kvferry.store.v1.ReturnGrantsResponse
+	(*DiskSegment)(nil),                 // 53: kvferry.store.v1.DiskSegment
+	(*DiskEntry)(nil),                   // 54: kvferry.store.v1.DiskEntry
+	(*MountDiskSegmentRequest)(nil),     // 55: kvferry.store.v1.MountDiskSegmentRequest
+	(*MountDiskSegmentResponse)(nil),    // 56: kvferry.store.v1.MountDiskSegmentResponse
+	(*Task)(nil),                        // 57: kvferry.store.v1.Task
+	(*TaskResult)(nil),                  // 58: kvferry.store.v1.TaskResult
+	(*FetchTasksRequest)(nil),           // 59: kvferry.store.v1.FetchTasksRequest
+	(*FetchTasksResponse)(nil),          // 60: kvferry.store.v1.FetchTasksResponse
+	(*CreateTaskRequest)(nil),           // 61: kvferry.store.v1.CreateTaskRequest
+	(*CreateTaskResponse)(nil),          // 62: kvferry.store.v1.CreateTaskResponse
+	(*QueryTaskRequest)(nil),            // 63: kvferry.store.v1.QueryTaskRequest
+	(*QueryTaskResponse)(nil),           // 64: kvferry.store.v1.QueryTaskResponse
 }
 var file_wire_proto_depIdxs = []int32{
 	0,  // 0: kvferry.store.v1.PingResponse.status:type_name -> kvferry.store.v1.ClientStatus
@@ -4229,22 +4378,22 @@ var file_wire_proto_depIdxs = []int32{
 	3,  // 4: kvferry.store.v1.Replica.kind:type_name -> kvferry.store.v1.ReplicaKind
 	20, // 5: kvferry.store.v1.GetReplicaListResponse.replicas:type_name -> kvferry.store.v1.Replica
 	20, // 6: kvferry.store.v1.ReplicaListResult.replicas:type_name -> kvferry.store.v1.Replica
-	22, // 7: kvferry.store.v1.BatchGetReplicaListResponse.results:type_name -> kvferry.store.v1.ReplicaListResult
+	23, // 7: kvferry.store.v1.BatchGetReplicaListResponse.results:type_name -> kvferry.store.v1.ReplicaListResult
 	2,  // 8: kvferry.store.v1.ReplicateConfig.soft_pin:type_name -> kvferry.store.v1.SoftPinAction
-	24, // 9: kvferry.store.v1.PutStartRequest.config:type_name -> kvferry.store.v1.ReplicateConfig
+	25, // 9: kvferry.store.v1.PutStartRequest.config:type_name -> kvferry.store.v1.ReplicateConfig
 	20, // 10: kvferry.store.v1.PutStartResponse.replicas:type_name -> kvferry.store.v1.Replica
-	24, // 11: kvferry.store.v1.BatchPutStartRequest.config:type_name -> kvferry.store.v1.ReplicateConfig
+	25, // 11: kvferry.store.v1.BatchPutStartRequest.config:type_name -> kvferry.store.v1.ReplicateConfig
 	20, // 12: kvferry.store.v1.PutStartResult.replicas:type_name -> kvferry.store.v1.Replica
-	28, // 13: kvferry.store.v1.BatchPutStartResponse.results:type_name -> kvferry.store.v1.PutStartResult
+	29, // 13: kvferry.store.v1.BatchPutStartResponse.results:type_name -> kvferry.store.v1.PutStartResult
 	9,  // 14: kvferry.store.v1.ListSegmentsResponse.segments:type_name -> kvferry.store.v1.Segment
-	45, // 15: kvferry.store.v1.AcquireGrantsResponse.grants:type_name -> kvferry.store.v1.Grant
-	24, // 16: kvferry.store.v1.PutCommitRequest.config:type_name -> kvferry.store.v1.ReplicateConfig
-	47, // 17: kvferry.store.v1.PutCommitRequest.replicas:type_name -> kvferry.store.v1.GrantedReplica
-	52, // 18: kvferry.store.v1.MountDiskSegmentRequest.segment:type_name -> kvferry.store.v1.DiskSegment
-	53, // 19: kvferry.store.v1.MountDiskSegmentRequest.entries:type_name -> kvferry.store.v1.DiskEntry
+	46, // 15: kvferry.store.v1.AcquireGrantsResponse.grants:type_name -> kvferry.store.v1.Grant
+	25, // 16: kvferry.store.v1.PutCommitRequest.config:type_name -> kvferry.store.v1.ReplicateConfig
+	48, // 17: kvferry.store.v1.PutCommitRequest.replicas:type_name -> kvferry.store.v1.GrantedReplica
+	53, // 18: kvferry.store.v1.MountDiskSegmentRequest.segment:type_name -> kvferry.store.v1.DiskSegment
+	54, // 19: kvferry.store.v1.MountDiskSegmentRequest.entries:type_name -> kvferry.store.v1.DiskEntry
 	4,  // 20: kvferry.store.v1.Task.kind:type_name -> kvferry.store.v1.TaskKind
-	57, // 21: kvferry.store.v1.FetchTasksRequest.done:type_name -> kvferry.store.v1.TaskResult
-	56, // 22: kvferry.store.v1.FetchTasksResponse.tasks:type_name -> kvferry.store.v1.Task
+	58, // 21: kvferry.store.v1.FetchTasksRequest.done:type_name -> kvferry.store.v1.TaskResult
+	57, // 22: kvferry.store.v1.FetchTasksResponse.tasks:type_name -> kvferry.store.v1.Task
 	4,  // 23: kvferry.store.v1.CreateTaskRequest.kind:type_name -> kvferry.store.v1.TaskKind
 	4,  // 24: kvferry.store.v1.QueryTaskResponse.type:type_name -> kvferry.store.v1.TaskKind
 	5,  // 25: kvferry.store.v1.QueryTaskResponse.status:type_name -> kvferry.store.v1.TaskStatus
@@ -4256,52 +4405,54 @@ var file_wire_proto_depIdxs = []int32{
 	17, // 31: kvferry.store.v1.Master.BatchExistKey:input_type -> kvferry.store.v1.BatchKeyRequest
 	16, // 32: kvferry.store.v1.Master.GetReplicaList:input_type -> kvferry.store.v1.KeyRequest
 	17, // 33: kvferry.store.v1.Master.BatchGetReplicaList:input_type -> kvferry.store.v1.BatchKeyRequest
-	25, // 34: kvferry.store.v1.Master.PutStart:input_type -> kvferry.store.v1.PutStartRequest
-	27, // 35: kvferry.store.v1.Master.BatchPutStart:input_type -> kvferry.store.v1.BatchPutStartRequest
-	30, // 36: kvferry.store.v1.Master.PutEnd:input_type -> kvferry.store.v1.PutEndRequest
-	32, // 37: kvferry.store.v1.Master.BatchPutEnd:input_type -> kvferry.store.v1.BatchPutEndRequest
-	34, // 38: kvferry.store.v1.Master.Remove:input_type -> kvferry.store.v1.RemoveRequest
-	36, // 39: kvferry.store.v1.Master.BatchRemove:input_type -> kvferry.store.v1.BatchRemoveRequest
-	37, // 40: kvferry.store.v1.Master.RemoveByRegex:input_type -> kvferry.store.v1.RemoveByRegexRequest
-	38, // 41: kvferry.store.v1.Master.RemoveAll:input_type -> kvferry.store.v1.RemoveAllRequest
-	40, // 42: kvferry.store.v1.Master.ListSegments:input_type -> kvferry.store.v1.ListSegmentsRequest
-	42, // 43: kvferry.store.v1.Master.ListKeys:input_type -> kvferry.store.v1.ListKeysRequest
-	44, // 44: kvferry.store.v1.Master.AcquireGrants:input_type -> kvferry.store.v1.AcquireGrantsRequest
-	48, // 45: kvferry.store.v1.Master.PutCommit:input_type -> kvferry.store.v1.PutCommitRequest
-	50, // 46: kvferry.store.v1.Master.ReturnGrants:input_type -> kvferry.store.v1.ReturnGrantsRequest
-	54, // 47: kvferry.store.v1.Master.MountDiskSegment:input_type -> kvferry.store.v1.MountDiskSegmentRequest
-	58, // 48: kvferry.store.v1.Master.FetchTasks:input_type -> kvferry.store.v1.FetchTasksRequest
+	26, // 34: kvferry.store.v1.Master.PutStart:input_type -> kvferry.store.v1.PutStartRequest
+	28, // 35: kvferry.store.v1.Master.BatchPutStart:input_type -> kvferry.store.v1.BatchPutStartRequest
+	31, // 36: kvferry.store.v1.Master.PutEnd:input_type -> kvferry.store.v1.PutEndRequest
+	33, // 37: kvferry.store.v1.Master.BatchPutEnd:input_type -> kvferry.store.v1.BatchPutEndRequest
+	35, // 38: kvferry.store.v1.Master.Remove:input_type -> kvferry.store.v1.RemoveRequest
+	37, // 39: kvferry.store.v1.Master.BatchRemove:input_type -> kvferry.store.v1.BatchRemoveRequest
+	38, // 40: kvferry.store.v1.Master.RemoveByRegex:input_type -> kvferry.store.v1.RemoveByRegexRequest
+	39, // 41: kvferry.store.v1.Master.RemoveAll:input_type -> kvferry.store.v1.RemoveAllRequest
+	41, // 42: kvferry.store.v1.Master.ListSegments:input_type -> kvferry.store.v1.ListSegmentsRequest
+	43, // 43: kvferry.store.v1.Master.ListKeys:input_type -> kvferry.store.v1.ListKeysRequest
+	45, // 44: kvferry.store.v1.Master.AcquireGrants:input_type -> kvferry.store.v1.AcquireGrantsRequest
+	49, // 45: kvferry.store.v1.Master.PutCommit:input_type -> kvferry.store.v1.PutCommitRequest
+	51, // 46: kvferry.store.v1.Master.ReturnGrants:input_type -> kvferry.store.v1.ReturnGrantsRequest
+	55, // 47: kvferry.store.v1.Master.MountDiskSegment:input_type -> kvferry.store.v1.MountDiskSegmentRequest
+	59, // 48: kvferry.store.v1.Master.FetchTasks:input_type -> kvferry.store.v1.FetchTasksRequest
 	16, // 49: kvferry.store.v1.Master.PromoteObject:input_type -> kvferry.store.v1.KeyRequest
-	60, // 50: kvferry.store.v1.Master.CreateTask:input_type -> kvferry.store.v1.CreateTaskRequest
-	62, // 51: kvferry.store.v1.Master.QueryTask:input_type -> kvferry.store.v1.QueryTaskRequest
-	8,  // 52: kvferry.store.v1.Master.Ping:output_type -> kvferry.store.v1.PingResponse
-	11, // 53: kvferry.store.v1.Master.MountSegment:output_type -> kvferry.store.v1.MountSegmentResponse
-	13, // 54: kvferry.store.v1.Master.ReMountSegments:output_type -> kvferry.store.v1.ReMountSegmentsResponse
-	15, // 55: kvferry.store.v1.Master.UnmountSegment:output_type -> kvferry.store.v1.UnmountSegmentResponse
-	18, // 56: kvferry.store.v1.Master.ExistKey:output_type -> kvferry.store.v1.ExistKeyResponse
-	19, // 57: kvferry.store.v1.Master.BatchExistKey:output_type -> kvferry.store.v1.BatchExistKeyResponse
-	21, // 58: kvferry.store.v1.Master.GetReplicaList:output_type -> kvferry.store.v1.GetReplicaListResponse
-	23, // 59: kvferry.store.v1.Master.BatchGetReplicaList:output_type -> kvferry.store.v1.BatchGetReplicaListResponse
-	26, // 60: kvferry.store.v1.Master.PutStart:output_type -> kvferry.store.v1.PutStartResponse
-	29, // 61: kvferry.store.v1.Master.BatchPutStart:output_type -> kvferry.store.v1.BatchPutStartResponse
-	31, // 62: kvferry.store.v1.Master.PutEnd:output_type -> kvferry.store.v1.PutEndResponse
-	33, // 63: kvferry.store.v1.Master.BatchPutEnd:output_type -> kvferry.store.v1.BatchCodesResponse
-	35, // 64: kvferry.store.v1.Master.Remove:output_type -> kvferry.store.v1.RemoveResponse
-	33, // 65: kvferry.store.v1.Master.BatchRemove:output_type -> kvferry.store.v1.BatchCodesResponse
-	39, // 66: kvferry.store.v1.Master.RemoveByRegex:output_type -> kvferry.store.v1.CountResponse
-	39, // 67: kvferry.store.v1.Master.RemoveAll:output_type -> kvferry.store.v1.CountResponse
-	41, // 68: kvferry.store.v1.Master.ListSegments:output_type -> kvferry.store.v1.ListSegmentsResponse
-	43, // 69: kvferry.store.v1.Master.ListKeys:output_type -> kvferry.store.v1.ListKeysResponse
-	46, // 70: kvferry.store.v1.Master.AcquireGrants:output_type -> kvferry.store.v1.AcquireGrantsResponse
-	49, // 71: kvferry.store.v1.Master.PutCommit:output_type -> kvferry.store.v1.PutCommitResponse
-	51, // 72: kvferry.store.v1.Master.ReturnGrants:output_type -> kvferry.store.v1.ReturnGrantsResponse
-	55, // 73: kvferry.store.v1.Master.MountDiskSegment:output_type -> kvferry.store.v1.MountDiskSegmentResponse
-	59, // 74: kvferry.store.v1.Master.FetchTasks:output_type -> kvferry.store.v1.FetchTasksResponse
-	21, // 75: kvferry.store.v1.Master.PromoteObject:output_type -> kvferry.store.v1.GetReplicaListResponse
-	61, // 76: kvferry.store.v1.Master.CreateTask:output_type -> kvferry.store.v1.CreateTaskResponse
-	63, // 77: kvferry.store.v1.Master.QueryTask:output_type -> kvferry.store.v1.QueryTaskResponse
-	52, // [52:78] is the sub-list for method output_type
-	26, // [26:52] is the sub-list for method input_type
+	61, // 50: kvferry.store.v1.Master.CreateTask:input_type -> kvferry.store.v1.CreateTaskRequest
+	63, // 51: kvferry.store.v1.Master.QueryTask:input_type -> kvferry.store.v1.QueryTaskRequest
+	22, // 52: kvferry.store.v1.Master.WaitObject:input_type -> kvferry.store.v1.WaitObjectRequest
+	8,  // 53: kvferry.store.v1.Master.Ping:output_type -> kvferry.store.v1.PingResponse
+	11, // 54: kvferry.store.v1.Master.MountSegment:output_type -> kvferry.store.v1.MountSegmentResponse
+	13, // 55: kvferry.store.v1.Master.ReMountSegments:output_type -> kvferry.store.v1.ReMountSegmentsResponse
+	15, // 56: kvferry.store.v1.Master.UnmountSegment:output_type -> kvferry.store.v1.UnmountSegmentResponse
+	18, // 57: kvferry.store.v1.Master.ExistKey:output_type -> kvferry.store.v1.ExistKeyResponse
+	19, // 58: kvferry.store.v1.Master.BatchExistKey:output_type -> kvferry.store.v1.BatchExistKeyResponse
+	21, // 59: kvferry.store.v1.Master.GetReplicaList:output_type -> kvferry.store.v1.GetReplicaListResponse
+	24, // 60: kvferry.store.v1.Master.BatchGetReplicaList:output_type -> kvferry.store.v1.BatchGetReplicaListResponse
+	27, // 61: kvferry.store.v1.Master.PutStart:output_type -> kvferry.store.v1.PutStartResponse
+	30, // 62: kvferry.store.v1.Master.BatchPutStart:output_type -> kvferry.store.v1.BatchPutStartResponse
+	32, // 63: kvferry.store.v1.Master.PutEnd:output_type -> kvferry.store.v1.PutEndResponse
+	34, // 64: kvferry.store.v1.Master.BatchPutEnd:output_type -> kvferry.store.v1.BatchCodesResponse
+	36, // 65: kvferry.store.v1.Master.Remove:output_type -> kvferry.store.v1.RemoveResponse
+	34, // 66: kvferry.store.v1.Master.BatchRemove:output_type -> kvferry.store.v1.BatchCodesResponse
+	40, // 67: kvferry.store.v1.Master.RemoveByRegex:output_type -> kvferry.store.v1.CountResponse
+	40, // 68: kvferry.store.v1.Master.RemoveAll:output_type -> kvferry.store.v1.CountResponse
+	42, // 69: kvferry.store.v1.Master.ListSegments:output_type -> kvferry.store.v1.ListSegmentsResponse
+	44, // 70: kvferry.store.v1.Master.ListKeys:output_type -> kvferry.store.v1.ListKeysResponse
+	47, // 71: kvferry.store.v1.Master.AcquireGrants:output_type -> kvferry.store.v1.AcquireGrantsResponse
+	50, // 72: kvferry.store.v1.Master.PutCommit:output_type -> kvferry.store.v1.PutCommitResponse
+	52, // 73: kvferry.store.v1.Master.ReturnGrants:output_type -> kvferry.store.v1.ReturnGrantsResponse
+	56, // 74: kvferry.store.v1.Master.MountDiskSegment:output_type -> kvferry.store.v1.MountDiskSegmentResponse
+	60, // 75: kvferry.store.v1.Master.FetchTasks:output_type -> kvferry.store.v1.FetchTasksResponse
+	21, // 76: kvferry.store.v1.Master.PromoteObject:output_type -> kvferry.store.v1.GetReplicaListResponse
+	62, // 77: kvferry.store.v1.Master.CreateTask:output_type -> kvferry.store.v1.CreateTaskResponse
+	64, // 78: kvferry.store.v1.Master.QueryTask:output_type -> kvferry.store.v1.QueryTaskResponse
+	21, // 79: kvferry.store.v1.Master.WaitObject:output_type -> kvferry.store.v1.GetReplicaListResponse
+	53, // [53:80] is the sub-list for method output_type
+	26, // [26:53] is the sub-list for method input_type
 	26, // [26:26] is the sub-list for extension type_name
 	26, // [26:26] is the sub-list for extension extendee
 	0,  // [0:26] is the sub-list for field type_name
@@ -4318,7 +4469,7 @@ func file_wire_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_wire_proto_rawDesc), len(file_wire_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   58,
+			NumMessages:   59,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

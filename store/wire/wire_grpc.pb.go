@@ -51,6 +51,7 @@ const (
 	Master_PromoteObject_FullMethodName       = "/kvferry.store.v1.Master/PromoteObject"
 	Master_CreateTask_FullMethodName          = "/kvferry.store.v1.Master/CreateTask"
 	Master_QueryTask_FullMethodName           = "/kvferry.store.v1.Master/QueryTask"
+	Master_WaitObject_FullMethodName          = "/kvferry.store.v1.Master/WaitObject"
 )
 
 // MasterClient is the client API for Master service.
@@ -125,6 +126,9 @@ type MasterClient interface {
 	// move (source to target) of an object; QueryTask reports on it.
 	CreateTask(ctx context.Context, in *CreateTaskRequest, opts ...grpc.CallOption) (*CreateTaskResponse, error)
 	QueryTask(ctx context.Context, in *QueryTaskRequest, opts ...grpc.CallOption) (*QueryTaskResponse, error)
+	// WaitObject answers an object's replica list once its version is at
+	// least min_version (versioned publish, a kvferry extension).
+	WaitObject(ctx context.Context, in *WaitObjectRequest, opts ...grpc.CallOption) (*GetReplicaListResponse, error)
 }
 
 type masterClient struct {
@@ -395,6 +399,16 @@ func (c *masterClient) QueryTask(ctx context.Context, in *QueryTaskRequest, opts
 	return out, nil
 }
 
+func (c *masterClient) WaitObject(ctx context.Context, in *WaitObjectRequest, opts ...grpc.CallOption) (*GetReplicaListResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetReplicaListResponse)
+	err := c.cc.Invoke(ctx, Master_WaitObject_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MasterServer is the server API for Master service.
 // All implementations must embed UnimplementedMasterServer
 // for forward compatibility.
@@ -467,6 +481,9 @@ type MasterServer interface {
 	// move (source to target) of an object; QueryTask reports on it.
 	CreateTask(context.Context, *CreateTaskRequest) (*CreateTaskResponse, error)
 	QueryTask(context.Context, *QueryTaskRequest) (*QueryTaskResponse, error)
+	// WaitObject answers an object's replica list once its version is at
+	// least min_version (versioned publish, a kvferry extension).
+	WaitObject(context.Context, *WaitObjectRequest) (*GetReplicaListResponse, error)
 	mustEmbedUnimplementedMasterServer()
 }
 
@@ -554,6 +571,9 @@ func (UnimplementedMasterServer) CreateTask(context.Context, *CreateTaskRequest)
 }
 func (UnimplementedMasterServer) QueryTask(context.Context, *QueryTaskRequest) (*QueryTaskResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method QueryTask not implemented")
+}
+func (UnimplementedMasterServer) WaitObject(context.Context, *WaitObjectRequest) (*GetReplicaListResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method WaitObject not implemented")
 }
 func (UnimplementedMasterServer) mustEmbedUnimplementedMasterServer() {}
 func (UnimplementedMasterServer) testEmbeddedByValue()                {}
@@ -1044,6 +1064,24 @@ func _Master_QueryTask_Handler(srv interface{}, ctx context.Context, dec func(in
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Master_WaitObject_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(WaitObjectRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).WaitObject(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_WaitObject_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).WaitObject(ctx, req.(*WaitObjectRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Master_ServiceDesc is the grpc.ServiceDesc for Master service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1154,6 +1192,10 @@ var Master_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "QueryTask",
 			Handler:    _Master_QueryTask_Handler,
+		},
+		{
+			MethodName: "WaitObject",
+			Handler:    _Master_WaitObject_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

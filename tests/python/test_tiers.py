@@ -118,3 +118,53 @@ class Tiers(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class Versioned(unittest.TestCase):
+    """Versioned publish (beyond Mooncake): put_versioned, get_versioned,
+    pub_tensor_versioned, get_tensor_versioned."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.s = MooncakeDistributedStore()
+        assert cls.s.setup("127.0.0.1", "P2PHANDSHAKE", 16 * MiB, 4 * MiB, "tcp", "", "embedded") == 0
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.s.close()
+
+    def test_versions_and_conflicts(self):
+        s = self.s
+        v1, rc = s.put_versioned("v", b"one")
+        self.assertEqual(rc, 0)
+        self.assertGreater(v1, 0)
+        self.assertEqual(s.put_versioned("v", b"two"), (0, ErrorCode.INVALID_VERSION))
+        v2, rc = s.put_versioned("v", b"two", v1)
+        self.assertEqual(rc, 0)
+        self.assertGreater(v2, v1)
+        self.assertEqual(s.get_versioned("v"), (b"two", v2))
+        self.assertEqual(s.put_versioned("v", b"x", v1), (0, ErrorCode.INVALID_VERSION))
+        v3, rc = s.put_versioned("v", b"three", s.VERSION_ANY)
+        self.assertEqual(rc, 0)
+        # A reader waits for a version a publisher brings.
+        import threading
+        got = []
+        t = threading.Thread(target=lambda: got.append(s.get_versioned("v", v3 + 1, 10000)))
+        t.start()
+        time.sleep(0.05)
+        v4, rc = s.put_versioned("v", b"four", v3)
+        t.join(TIMEOUT)
+        self.assertEqual(got, [(b"four", v4)])
+        self.assertEqual(s.get_versioned("v", v4 + 1, 50), (b"", 0))
+        # Mooncake's own calls are unchanged.
+        self.assertEqual(s.put("v", b"plain"), 0)
+        self.assertEqual(s.get("v"), b"four")
+
+    def test_tensors(self):
+        import numpy as np
+        a = np.arange(12, dtype=np.float32).reshape(3, 4)
+        v, rc = self.s.pub_tensor_versioned("tv", a)
+        self.assertEqual(rc, 0)
+        t, got_v = self.s.get_tensor_versioned("tv", v)
+        self.assertEqual(got_v, v)
+        self.assertTrue((np.asarray(t) == a).all())
