@@ -24,6 +24,10 @@
 //     it (so it can cross a Unix socket with SCM_RIGHTS), fabric export
 //     writes a 64-byte handle like a legacy one (FAKECUDA_FABRIC=1 to offer
 //     it); address reservations, mappings and access rights are tracked.
+//   - cuMemGetHandleForAddressRange hands out a dma-buf: a small memfd
+//     naming the exporter's pid, the backing memfd's number, the offset and
+//     the size, which the fake verbs provider (tests/rdma/fakeverbs) maps in
+//     ibv_reg_dmabuf_mr.
 //   - Streams run their copies, event markers and host functions in order
 //     on a worker thread each; events complete when the worker reaches them.
 //   - The current context is per thread (a stack): calls that need one fail
@@ -124,7 +128,7 @@ struct range {
 	int dev;
 	char *backing;    // host-accessible view of the bytes
 	uint64_t id;      // allocation id (R_DEVICE), phys id (R_VMM)
-	uint64_t arena_off;
+	uint64_t arena_off; // offset in the backing memfd (R_DEVICE: the arena; R_VMM: the allocation)
 	int accessible;   // R_VMM: cuMemSetAccess done
 	int refs;         // R_IPC: opens
 	uint64_t ipc_pid, ipc_id; // R_IPC: what was opened
@@ -1550,6 +1554,7 @@ EXPORT CUresult cuMemMap(CUdeviceptr p, size_t size, size_t offset, CUmemGeneric
 	r->backing = b;
 	r->map_len = size;
 	r->id = ph->id;
+	r->arena_off = offset; // where the mapping starts in the allocation's memfd
 	pthread_mutex_unlock(&g_mu);
 	return CUDA_SUCCESS;
 }
@@ -1685,30 +1690,49 @@ EXPORT CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *h, 
 	return CUDA_SUCCESS;
 }
 
-// cuMemGetHandleForAddressRange exports a dma-buf for RDMA; the fake hands
-// out a dup of the memory's memfd.
+// cuMemGetHandleForAddressRange exports a dma-buf for RDMA. The fake's
+// dma-buf is a small memfd ("fakecuda-dmabuf") holding struct
+// fake_dmabuf: the exporting process, the number of the memfd that backs the
+// range there, where the range starts in it and its size. An importer (the
+// fake verbs provider's ibv_reg_dmabuf_mr) opens /proc/<pid>/fd/<fd> and maps
+// [offset, offset+size) itself, so closing the dma-buf after registration
+// leaves the registration intact, as with a real one. The range must lie in
+// one allocation.
+#define DMABUF_MAGIC 0x46424d44u /* "DMBF" */
+struct fake_dmabuf {
+	uint32_t magic, pid;
+	int32_t fd;
+	uint32_t pad;
+	uint64_t offset, size;
+};
+
 EXPORT CUresult cuMemGetHandleForAddressRange(void *out, CUdeviceptr p, size_t size, int type, unsigned long long flags) {
 	(void)flags;
 	FAULT("cuMemGetHandleForAddressRange");
 	NEED_INIT();
-	if (!out || type != 1) return CUDA_ERROR_INVALID_VALUE;
+	if (!out || type != 1 || size == 0) return CUDA_ERROR_INVALID_VALUE;
 	pthread_mutex_lock(&g_mu);
 	struct range *r = range_find(p);
-	int rc = CUDA_ERROR_INVALID_VALUE;
-	if (r && is_device_kind(r->kind) && size <= r->size - (p - r->start)) {
-		int src = r->kind == R_DEVICE ? g_dev[r->dev].memfd : -1;
-		if (r->kind == R_VMM) {
+	struct fake_dmabuf h = {.magic = DMABUF_MAGIC, .pid = (uint32_t)getpid(), .fd = -1, .size = size};
+	if (r && (r->kind == R_DEVICE || r->kind == R_VMM) && size <= r->size - (p - r->start)) {
+		h.offset = r->arena_off + (p - r->start);
+		if (r->kind == R_DEVICE) {
+			h.fd = g_dev[r->dev].memfd;
+		} else {
 			struct phys *ph = phys_get(r->id);
-			src = ph ? ph->fd : -1;
-		}
-		int fd = src >= 0 ? fcntl(src, F_DUPFD_CLOEXEC, 0) : -1;
-		if (fd >= 0) {
-			*(int *)out = fd;
-			rc = 0;
+			h.fd = ph ? ph->fd : -1;
 		}
 	}
 	pthread_mutex_unlock(&g_mu);
-	return rc;
+	if (h.fd < 0) return CUDA_ERROR_INVALID_VALUE;
+	int fd = memfd_create("fakecuda-dmabuf", MFD_CLOEXEC);
+	if (fd < 0) return CUDA_ERROR_OUT_OF_MEMORY;
+	if (pwrite(fd, &h, sizeof h, 0) != (ssize_t)sizeof h) {
+		close(fd);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	*(int *)out = fd;
+	return CUDA_SUCCESS;
 }
 
 // ---- entry point resolution ----
