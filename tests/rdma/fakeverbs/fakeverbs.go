@@ -34,7 +34,7 @@ func Build() (string, error) {
 			return
 		}
 		out := filepath.Join(dir, "libibverbs.so.1")
-		cmd := exec.Command("cc", "-shared", "-fPIC", "-O2", "-Wall", "-o", out, src, "-lpthread")
+		cmd := exec.Command("cc", "-shared", "-fPIC", "-O2", "-Wall", "-o", out, src, "-lpthread", "-ldl")
 		if b, err := cmd.CombinedOutput(); err != nil {
 			built.err = fmt.Errorf("build fake libibverbs: %v: %s", err, b)
 			return

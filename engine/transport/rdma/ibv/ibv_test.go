@@ -98,11 +98,32 @@ func poll(t *testing.T, s *side, n int) []ibv.WC {
 	return out
 }
 
-func TestFakeProvider(t *testing.T) {
+// sockDir holds the fake's sockets for the whole run (the fake reads its
+// environment once per process).
+var sockDir string
+
+func TestMain(m *testing.M) {
+	var err error
+	if sockDir, err = os.MkdirTemp("", "fakeverbs-ibv-"); err != nil {
+		panic(err)
+	}
+	code := m.Run()
+	os.RemoveAll(sockDir)
+	os.Exit(code)
+}
+
+// loadFake builds the fake provider with devices fake_a and fake_b and
+// loads it.
+func loadFake(t *testing.T) {
+	t.Helper()
 	lib, err := fakeverbs.Build()
 	assert.NilError(t, err)
-	fakeverbs.Setenv(lib, t.TempDir(), "fake_a", "fake_b")
+	fakeverbs.Setenv(lib, sockDir, "fake_a", "fake_b")
 	assert.NilError(t, ibv.Load(lib))
+}
+
+func TestFakeProvider(t *testing.T) {
+	loadFake(t)
 	names, err := ibv.DeviceNames()
 	assert.NilError(t, err)
 	assert.DeepEqual(t, names, []string{"fake_a", "fake_b"})
@@ -187,4 +208,25 @@ func TestFakeProvider(t *testing.T) {
 		assert.NilError(t, s.pd.Dealloc())
 		assert.NilError(t, s.ctx.Close())
 	}
+}
+
+// TestRegMRNeedsTouchableMemory: like the kernel's pinning, the fake refuses
+// to register memory the process cannot touch (GPU memory without a
+// peer-memory module) with EFAULT.
+func TestRegMRNeedsTouchableMemory(t *testing.T) {
+	loadFake(t)
+	s := open(t, "fake_a")
+	p, err := syscall.Mmap(-1, 0, 1<<16, syscall.PROT_NONE, syscall.MAP_PRIVATE|syscall.MAP_ANON)
+	assert.NilError(t, err)
+	defer syscall.Munmap(p)
+	_, err = s.pd.RegMR(uintptr(unsafe.Pointer(&p[0])), 1<<16, ibv.AccessLocalWrite)
+	assert.Assert(t, errors.Is(err, syscall.EFAULT), "%v", err)
+	ro, err := syscall.Mmap(-1, 0, 1<<16, syscall.PROT_READ, syscall.MAP_PRIVATE|syscall.MAP_ANON)
+	assert.NilError(t, err)
+	defer syscall.Munmap(ro)
+	_, err = s.pd.RegMR(uintptr(unsafe.Pointer(&ro[0])), 1<<16, ibv.AccessLocalWrite)
+	assert.Assert(t, errors.Is(err, syscall.EFAULT), "read-only memory registered writable: %v", err)
+	mr, err := s.pd.RegMR(uintptr(unsafe.Pointer(&ro[0])), 1<<16, 0)
+	assert.NilError(t, err, "read-only memory, read-only registration")
+	assert.NilError(t, mr.Dereg())
 }

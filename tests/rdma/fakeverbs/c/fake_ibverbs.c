@@ -22,9 +22,27 @@
 // are implemented; the QP state machine (RESET/INIT/RTR/RTS/ERR) is
 // enforced as the verbs specify.
 //
+// Memory registration checks what the kernel would: ibv_reg_mr pins only
+// memory the process may touch (a range that is not mapped readable, and
+// writable when the access asks for writes, fails with EFAULT, as GPU memory
+// does without a peer-memory module). ibv_reg_dmabuf_mr imports the fake
+// libcuda's dma-bufs (tests/fakecuda: a memfd naming the exporter's backing
+// memfd, offset and size) by mapping the bytes itself; the MR is addressed
+// by its iova and the data path goes through that mapping, as a NIC DMAs
+// into GPU memory.
+//
 // Environment: FAKEVERBS_DEVICES (comma list, default "fake_mlx5_0"; empty:
 // no device), FAKEVERBS_DIR (socket directory, default /tmp),
-// FAKEVERBS_LIST_ERRNO (make ibv_get_device_list fail with that errno).
+// FAKEVERBS_LIST_ERRNO (make ibv_get_device_list fail with that errno),
+// FAKEVERBS_DMABUF=0 (ibv_reg_dmabuf_mr fails with EOPNOTSUPP, as on a
+// kernel or provider without dma-buf support), FAKEVERBS_PEERMEM=<libcuda>
+// (a peer-memory client: ibv_reg_mr of memory the CPU cannot touch asks
+// that already loaded fake libcuda's fakecuda_backing for the bytes, as
+// nvidia-peermem asks the GPU driver), FAKEVERBS_MAX_MR_SIZE (the device's
+// max_mr_size; larger registrations fail with EINVAL), FAKEVERBS_GIDS (GID
+// table length, default 2: index 0 is null, every other index a RoCE v2 GID
+// of the port), FAKEVERBS_RTR_EINVAL_GIDS (comma list of source GID indexes
+// whose INIT->RTR fails with EINVAL, as a stale GID entry does).
 // Fault injection (exported for tests, and through FAKEVERBS_* variables
 // read at open): fakeverbs_set_port (port down/up with PORT_ERR/ACTIVE
 // events), fakeverbs_fail_next (next completions with an error status),
@@ -32,6 +50,7 @@
 // fakeverbs_set_delay_us (a slow device). fakeverbs_bytes reports the bytes
 // a device moved as requester.
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <infiniband/verbs.h>
@@ -40,6 +59,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -70,6 +90,11 @@ static pthread_once_t once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t G = PTHREAD_MUTEX_INITIALIZER; /* QP, MR and context lists */
 static uint32_t next_key;
 static uint32_t next_qpn;
+static int ngids = 2;              /* GID table length */
+static uint32_t rtr_einval_gids;   /* bit i: RTR from source GID i fails */
+static uint64_t max_mr_size = 1ull << 40;
+static int dmabuf_enabled = 1;
+static char peermem_lib[512];
 
 struct fctx;
 struct fqp;
@@ -77,6 +102,12 @@ struct fqp;
 struct fmr {
 	struct ibv_mr mr;
 	int access;
+	/* For dma-buf and peer-memory MRs: where the bytes are in this process
+	 * (the MR is addressed by mr.addr, its iova); map/map_len is what
+	 * ibv_dereg_mr unmaps (dma-buf imports only). */
+	char *view;
+	void *map;
+	size_t map_len;
 	struct fmr *next;
 };
 static struct fmr *mrs;
@@ -118,6 +149,7 @@ struct fqp {
 	pthread_mutex_t mu;
 	int access;
 	uint8_t port;
+	uint8_t sgid_index;
 	uint32_t dest_qpn;
 	union ibv_gid dgid;
 	int timeout, retry_cnt, rnr_retry;
@@ -181,6 +213,20 @@ static void init(void) {
 		devptrs[ndev] = &f->dev;
 		ndev++;
 	}
+	const char *g = getenv("FAKEVERBS_GIDS");
+	if (g && atoi(g) >= 2 && atoi(g) <= 16) ngids = atoi(g);
+	const char *bad = getenv("FAKEVERBS_RTR_EINVAL_GIDS");
+	if (bad) {
+		snprintf(buf, sizeof(buf), "%s", bad);
+		for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save))
+			if (atoi(t) >= 0 && atoi(t) < 32) rtr_einval_gids |= 1u << atoi(t);
+	}
+	const char *mm = getenv("FAKEVERBS_MAX_MR_SIZE");
+	if (mm && strtoull(mm, NULL, 0) > 0) max_mr_size = strtoull(mm, NULL, 0);
+	const char *db = getenv("FAKEVERBS_DMABUF");
+	if (db && strcmp(db, "0") == 0) dmabuf_enabled = 0;
+	const char *pm = getenv("FAKEVERBS_PEERMEM");
+	if (pm) snprintf(peermem_lib, sizeof(peermem_lib), "%s", pm);
 	unsigned seed = (unsigned)getpid() * 2654435761u ^ (unsigned)time(NULL);
 	next_key = (seed & 0xfff) << 12;
 	next_qpn = 0x100 + (seed & 0xff) * 0x100;
@@ -464,11 +510,14 @@ int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask) {
 		          IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER)) { rc = EINVAL; break; }
 		union ibv_gid zero;
 		memset(&zero, 0, sizeof(zero));
+		int sgid = a->ah_attr.grh.sgid_index;
 		if (!a->ah_attr.is_global || memcmp(&a->ah_attr.grh.dgid, &zero, sizeof(zero)) == 0 ||
-		    a->ah_attr.grh.sgid_index != 1 || a->path_mtu < IBV_MTU_256 || a->path_mtu > IBV_MTU_4096) {
-			rc = EINVAL; /* RoCE needs a GRH with a real GID; only index 1 is valid */
+		    sgid < 1 || sgid >= ngids || (rtr_einval_gids & (1u << sgid)) ||
+		    a->path_mtu < IBV_MTU_256 || a->path_mtu > IBV_MTU_4096) {
+			rc = EINVAL; /* RoCE needs a GRH with a real (and valid) source GID */
 			break;
 		}
+		q->sgid_index = (uint8_t)sgid;
 		q->dest_qpn = a->dest_qp_num;
 		q->dgid = a->ah_attr.grh.dgid;
 		qp->state = IBV_QPS_RTR;
@@ -552,8 +601,46 @@ struct ibv_pd *ibv_alloc_pd(struct ibv_context *ctx) {
 
 int ibv_dealloc_pd(struct ibv_pd *pd) { free(pd); return 0; }
 
-static struct ibv_mr *reg(struct ibv_pd *pd, void *addr, size_t len, int access) {
-	if (len == 0 || ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) && !(access & IBV_ACCESS_LOCAL_WRITE))) {
+/* host_ok reports whether [addr, addr+len) is mapped in this process
+ * readable (and writable when write is set), as get_user_pages needs it to
+ * be: the fake libcuda's device memory is mapped PROT_NONE. */
+static int host_ok(uint64_t addr, uint64_t len, int write) {
+	FILE *f = fopen("/proc/self/maps", "re");
+	if (!f) return 0;
+	uint64_t at = addr, end = addr + len;
+	char line[512];
+	while (at < end && fgets(line, sizeof(line), f)) {
+		unsigned long long lo, hi;
+		char perms[8];
+		if (sscanf(line, "%llx-%llx %7s", &lo, &hi, perms) != 3) continue;
+		if (at < lo || at >= hi) continue; /* maps is sorted: skip until ours */
+		if (perms[0] != 'r' || (write && perms[1] != 'w')) break;
+		at = hi;
+	}
+	fclose(f);
+	return at >= end;
+}
+
+/* peermem_view asks the peer-memory client (FAKEVERBS_PEERMEM: the fake
+ * libcuda, already loaded) where the bytes of GPU range [addr, addr+len)
+ * are, as nvidia-peermem asks the GPU driver; NULL when it does not know. */
+static char *peermem_view(uint64_t addr, uint64_t len) {
+	if (!peermem_lib[0]) return NULL;
+	void *h = dlopen(peermem_lib, RTLD_NOW | RTLD_NOLOAD);
+	if (!h) return NULL;
+	void *(*backing)(unsigned long long) = (void *(*)(unsigned long long))dlsym(h, "fakecuda_backing");
+	char *v = NULL;
+	if (backing) {
+		char *first = backing(addr), *last = backing(addr + len - 1);
+		if (first && last == first + (len - 1)) v = first; /* one contiguous allocation */
+	}
+	dlclose(h);
+	return v;
+}
+
+static struct ibv_mr *reg(struct ibv_pd *pd, uint64_t iova, size_t len, int access, char *view, void *map, size_t map_len) {
+	if (len == 0 || len > max_mr_size ||
+	    ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) && !(access & IBV_ACCESS_LOCAL_WRITE))) {
 		errno = EINVAL;
 		return NULL;
 	}
@@ -562,9 +649,12 @@ static struct ibv_mr *reg(struct ibv_pd *pd, void *addr, size_t len, int access)
 	struct fctx *c = (struct fctx *)pd->context;
 	m->mr.context = pd->context;
 	m->mr.pd = pd;
-	m->mr.addr = addr;
+	m->mr.addr = (void *)(uintptr_t)iova;
 	m->mr.length = len;
 	m->access = access;
+	m->view = view;
+	m->map = map;
+	m->map_len = map_len;
 	pthread_mutex_lock(&G);
 	uint32_t k = ((uint32_t)(c->d->idx + 1) << 28) | ((next_key++) & 0x0fffffff);
 	m->mr.lkey = k;
@@ -576,13 +666,71 @@ static struct ibv_mr *reg(struct ibv_pd *pd, void *addr, size_t len, int access)
 	return &m->mr;
 }
 
+static struct ibv_mr *reg_host(struct ibv_pd *pd, void *addr, size_t len, int access) {
+	if (len == 0 || len > max_mr_size) {
+		errno = EINVAL;
+		return NULL;
+	}
+	int write = (access & (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE)) != 0;
+	if (!host_ok((uintptr_t)addr, len, write)) {
+		char *v = peermem_view((uintptr_t)addr, len);
+		if (!v) {
+			errno = EFAULT; /* not pinnable, and no peer-memory client knows it */
+			return NULL;
+		}
+		return reg(pd, (uintptr_t)addr, len, access, v, NULL, 0);
+	}
+	return reg(pd, (uintptr_t)addr, len, access, NULL, NULL, 0);
+}
+
 struct ibv_mr *(ibv_reg_mr)(struct ibv_pd *pd, void *addr, size_t len, int access) {
-	return reg(pd, addr, len, access);
+	return reg_host(pd, addr, len, access);
 }
 
 struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t len, uint64_t iova, unsigned int access) {
 	if (iova != (uintptr_t)addr) { errno = EOPNOTSUPP; return NULL; }
-	return reg(pd, addr, len, (int)(access & ~IBV_ACCESS_OPTIONAL_RANGE));
+	return reg_host(pd, addr, len, (int)(access & ~IBV_ACCESS_OPTIONAL_RANGE));
+}
+
+/* The fake libcuda's dma-buf (tests/fakecuda/fake_cuda.c). */
+#define DMABUF_MAGIC 0x46424d44u
+struct fake_dmabuf {
+	uint32_t magic, pid;
+	int32_t fd;
+	uint32_t pad;
+	uint64_t offset, size;
+};
+
+struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t len, uint64_t iova, int fd, int access) {
+	if (!dmabuf_enabled) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	struct fake_dmabuf h;
+	if (fd < 0 || pread(fd, &h, sizeof(h), 0) != (ssize_t)sizeof(h) || h.magic != DMABUF_MAGIC) {
+		errno = EBADF; /* not a dma-buf */
+		return NULL;
+	}
+	if (len == 0 || offset > h.size || len > h.size - offset) {
+		errno = EINVAL; /* outside the exported range */
+		return NULL;
+	}
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%u/fd/%d", h.pid, h.fd);
+	int mfd = open(path, O_RDWR | O_CLOEXEC);
+	if (mfd < 0) {
+		errno = EBADF;
+		return NULL;
+	}
+	uint64_t at = h.offset + offset, page = (uint64_t)sysconf(_SC_PAGESIZE);
+	uint64_t pad = at % page;
+	size_t map_len = (size_t)(pad + len);
+	void *m = mmap(NULL, map_len, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, (off_t)(at - pad));
+	close(mfd);
+	if (m == MAP_FAILED) return NULL;
+	struct ibv_mr *mr = reg(pd, iova, len, access, (char *)m + pad, m, map_len);
+	if (!mr) munmap(m, map_len);
+	return mr;
 }
 
 int ibv_dereg_mr(struct ibv_mr *mr) {
@@ -591,11 +739,17 @@ int ibv_dereg_mr(struct ibv_mr *mr) {
 		if (&(*p)->mr == mr) {
 			struct fmr *m = *p;
 			*p = m->next;
+			if (m->map) munmap(m->map, m->map_len);
 			free(m);
 			break;
 		}
 	pthread_mutex_unlock(&G);
 	return 0;
+}
+
+/* mr_host is where address addr of m is in this process. */
+static uint64_t mr_host(const struct fmr *m, uint64_t addr) {
+	return m->view ? (uintptr_t)m->view + (addr - (uintptr_t)m->mr.addr) : addr;
 }
 
 /* With G held: the MR of pd with key k covering [addr, addr+len). */
@@ -669,6 +823,7 @@ static int serve(struct fctx *c, const struct req *r) {
 		int need = r->op == IBV_WR_RDMA_READ ? IBV_ACCESS_REMOTE_READ : IBV_ACCESS_REMOTE_WRITE;
 		struct fmr *m = mr_find(q->qp.pd, r->rkey, 1, r->raddr, r->len);
 		if (!m || !(m->access & need) || !(q->access & need)) status = IBV_WC_REM_ACCESS_ERR;
+		else laddr = mr_host(m, r->raddr);
 	}
 	if (status == IBV_WC_SUCCESS && use_recv) {
 		if (q->rq_n == 0) {
@@ -682,9 +837,9 @@ static int serve(struct fctx *c, const struct req *r) {
 		if (r->op != IBV_WR_RDMA_WRITE_WITH_IMM) {
 			uint64_t cap = 0;
 			for (int i = 0; i < rv.nsge; i++) cap += rv.sge[i].length;
-			if (r->len > cap || rv.nsge != 1 || !mr_find(q->qp.pd, rv.sge[0].lkey, 0, rv.sge[0].addr, r->len))
-				status = IBV_WC_REM_INV_REQ_ERR;
-			laddr = rv.sge[0].addr;
+			struct fmr *rm = rv.nsge == 1 ? mr_find(q->qp.pd, rv.sge[0].lkey, 0, rv.sge[0].addr, r->len) : NULL;
+			if (r->len > cap || !rm) status = IBV_WC_REM_INV_REQ_ERR;
+			else laddr = mr_host(rm, rv.sge[0].addr);
 		}
 	}
 	ssize_t moved = r->len;
@@ -778,12 +933,13 @@ static int execute(struct fqp *q, const struct fwr *w, int fd_in, int *fd_out) {
 		msleep(20); /* the transport timeout, shortened */
 		return IBV_WC_RETRY_EXC_ERR;
 	}
-	uint64_t len = 0;
+	uint64_t len = 0, host[MAXSGE];
 	pthread_mutex_lock(&G);
 	for (int i = 0; i < w->nsge; i++) {
 		int need = w->opcode == IBV_WR_RDMA_READ ? IBV_ACCESS_LOCAL_WRITE : 0;
 		struct fmr *m = mr_find(q->qp.pd, w->sge[i].lkey, 0, w->sge[i].addr, w->sge[i].length);
 		if (!m || (m->access & need) != need) { pthread_mutex_unlock(&G); return IBV_WC_LOC_PROT_ERR; }
+		host[i] = mr_host(m, w->sge[i].addr);
 		len += w->sge[i].length;
 	}
 	pthread_mutex_unlock(&G);
@@ -793,6 +949,7 @@ static int execute(struct fqp *q, const struct fwr *w, int fd_in, int *fd_out) {
 	r.dst_qpn = q->dest_qpn;
 	r.src_qpn = q->qp.qp_num;
 	memcpy(r.src_gid, c->gid.raw, 16);
+	r.src_gid[15] = q->sgid_index; /* the source GID the QP was brought up with */
 	r.rkey = w->rkey;
 	r.raddr = w->raddr;
 	r.len = (uint32_t)len;
@@ -800,7 +957,7 @@ static int execute(struct fqp *q, const struct fwr *w, int fd_in, int *fd_out) {
 	r.pid = getpid();
 	r.nsge = w->nsge;
 	for (int i = 0; i < w->nsge; i++) {
-		r.sge[i].addr = w->sge[i].addr;
+		r.sge[i].addr = host[i];
 		r.sge[i].len = w->sge[i].length;
 	}
 	/* The ACK timeout: 4.096 us * 2^timeout per try, (retry_cnt + 1) tries,
@@ -920,7 +1077,7 @@ int ibv_query_device(struct ibv_context *ctx, struct ibv_device_attr *a) {
 	a->node_guid = 0x0002c90300000000ull | (uint64_t)getpid() << 8 | c->d->idx;
 	a->vendor_id = 0x02c9;
 	a->vendor_part_id = 4123;
-	a->max_mr_size = 1ull << 40;
+	a->max_mr_size = max_mr_size;
 	a->max_qp = 1 << 16;
 	a->max_qp_wr = 16384;
 	a->max_sge = MAXSGE;
@@ -944,7 +1101,7 @@ int (ibv_query_port)(struct ibv_context *ctx, uint8_t port, struct _compat_ibv_p
 	a->phys_state = up ? 5 : 3;
 	a->max_mtu = IBV_MTU_4096;
 	a->active_mtu = IBV_MTU_4096;
-	a->gid_tbl_len = 2;
+	a->gid_tbl_len = ngids;
 	a->max_msg_sz = 1u << 30;
 	a->pkey_tbl_len = 1;
 	a->lid = 0;
@@ -956,9 +1113,13 @@ int (ibv_query_port)(struct ibv_context *ctx, uint8_t port, struct _compat_ibv_p
 
 int ibv_query_gid(struct ibv_context *ctx, uint8_t port, int index, union ibv_gid *gid) {
 	struct fctx *c = (struct fctx *)ctx;
-	if (port != 1 || index < 0 || index > 1) return EINVAL;
-	if (index == 0) memset(gid, 0, sizeof(*gid));
-	else *gid = c->gid;
+	if (port != 1 || index < 0 || index >= ngids) return EINVAL;
+	if (index == 0) {
+		memset(gid, 0, sizeof(*gid));
+	} else {
+		*gid = c->gid;
+		gid->raw[15] = (uint8_t)index; /* one port, several GIDs */
+	}
 	return 0;
 }
 
