@@ -63,6 +63,12 @@ type Buffer struct {
 	// (ShmName is a fabric handle). kvferry extension; a buffer with
 	// ShmName and no Share is a Mooncake buffer with a legacy IPC handle.
 	Share string `json:"kvferry_share,omitempty"`
+	// Continues marks a buffer that continues the one before it in the
+	// list: one registration the RDMA transport published as several
+	// buffers, one per memory region (device max_mr_size, GPU memory over
+	// several allocations), as Mooncake does. Find treats such a run as one
+	// buffer. kvferry extension; Mooncake's peers see separate buffers.
+	Continues bool `json:"kvferry_continues,omitempty"`
 }
 
 // Memory kinds of Buffer.Mem.
@@ -183,11 +189,27 @@ func (s *Segment) Has(f string) bool {
 	return false
 }
 
-// Find returns the buffer that contains [addr, addr+length), or false.
+// Find returns the buffer that contains [addr, addr+length), or false. A
+// run of buffers that continue each other (Buffer.Continues) counts as one
+// buffer: the first, with the run's total length.
 func (s *Segment) Find(addr, length uint64) (Buffer, bool) {
-	for _, b := range s.Buffers {
+	for i, b := range s.Buffers {
 		if b.Contains(addr, length) {
 			return b, true
+		}
+		if !b.Contains(addr, 1) {
+			continue
+		}
+		// A range running on into the buffers that continue b: one
+		// registration, returned as one buffer (b's keys and names).
+		for _, c := range s.Buffers[i+1:] {
+			if !c.Continues || c.Addr != b.Addr+b.Length {
+				break
+			}
+			b.Length += c.Length
+			if b.Contains(addr, length) {
+				return b, true
+			}
 		}
 	}
 	return Buffer{}, false

@@ -3,6 +3,7 @@ package descriptor
 import (
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 
 	"gotest.tools/v3/assert"
@@ -131,4 +132,35 @@ func FuzzUnmarshal(f *testing.F) {
 			t.Fatalf("unstable round trip:\n%s\n%s", b, b2)
 		}
 	})
+}
+
+// TestFindContinues: a registration published as several buffers (one per
+// memory region) is found as one buffer across its parts; adjacent buffers
+// of separate registrations are not merged.
+func TestFindContinues(t *testing.T) {
+	s := &Segment{Buffers: []Buffer{
+		{Name: "cpu:0", Addr: 0x1000, Length: 0x1000, RKey: []uint32{1}},
+		{Name: "cpu:0", Addr: 0x2000, Length: 0x1000, RKey: []uint32{2}, Continues: true},
+		{Name: "cpu:0", Addr: 0x3000, Length: 0x1000, RKey: []uint32{3}, Continues: true},
+		{Name: "cpu:0", Addr: 0x4000, Length: 0x1000, RKey: []uint32{4}},
+	}}
+	b, ok := s.Find(0x1800, 0x2000)
+	assert.Assert(t, ok)
+	assert.Equal(t, b.Addr, uint64(0x1000))
+	assert.Equal(t, b.Length, uint64(0x3000))
+	assert.DeepEqual(t, b.RKey, []uint32{1})
+	b, ok = s.Find(0x2800, 0x100)
+	assert.Assert(t, ok)
+	assert.DeepEqual(t, b.RKey, []uint32{2})
+	_, ok = s.Find(0x3800, 0x1000) // into the next registration
+	assert.Assert(t, !ok)
+	_, ok = s.Find(0x1000, 0x3001)
+	assert.Assert(t, !ok)
+	// The flag travels in the JSON (and Mooncake's peers ignore it).
+	raw, err := json.Marshal(s.Buffers[1])
+	assert.NilError(t, err)
+	assert.Assert(t, strings.Contains(string(raw), `"kvferry_continues":true`), "%s", raw)
+	raw, err = json.Marshal(s.Buffers[0])
+	assert.NilError(t, err)
+	assert.Assert(t, !strings.Contains(string(raw), "kvferry_continues"), "%s", raw)
 }
