@@ -839,7 +839,7 @@ func recoverStatus(rc *C.int) {
 // rdmaStatus says whether RDMA is in use on e, and why not.
 func rdmaStatus(e *engine.Engine) string {
 	if t, ok := e.Transport(rdma.Name).(*rdma.Transport); ok {
-		return fmt.Sprintf("installed on %v", t.Devices())
+		return fmt.Sprintf("installed on %v; %s", t.Devices(), t.GPUDirectStatus())
 	}
 	if _, err := rdma.Available(hostenv.RDMAConfig()); err != nil {
 		return "not installed: " + err.Error()

@@ -36,8 +36,11 @@ type NICStat struct {
 	// the NIC's work since the transport started.
 	BytesCompleted                               uint64
 	SlicesCompleted, SlicesRetried, SlicesFailed uint64
-	// Endpoints is the number of connected endpoints (peer NICs).
-	Endpoints int
+	// Endpoints is the number of connected endpoints (peer NICs);
+	// EndpointsEvicted counts those evicted to stay within the NIC's
+	// endpoint limit (MC_MAX_EP_PER_CTX).
+	Endpoints        int
+	EndpointsEvicted uint64
 }
 
 // NICReporter is implemented by transports that drive NICs.

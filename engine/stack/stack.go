@@ -110,6 +110,9 @@ func Factory(cfg Config) engine.TransportFactory {
 			if args := e.TransportArgs(rdma.Name); len(args) > 0 && args[0] != "" {
 				rc.Matrix = args[0] // installTransport("rdma", args): the priority matrix
 			}
+			if rc.GPU == nil {
+				rc.GPU = GPURuntime(cfg)
+			}
 			return rdma.New(e, rc)
 		}
 		return nil, fmt.Errorf("transport %q: %w", name, engine.ErrNotSupported)

@@ -31,6 +31,11 @@ import (
 //	MC_RDMA_BIND_ADDRESS         RDMA-reachable host for NIC paths (rdma_server_name)
 //	KVFERRY_RDMA_POLL_SPIN_US    poller spin before parking (50; 0 parks at once)
 //	KVFERRY_RDMA_SIGNAL_EVERY    signal every n-th work request of a chain (16)
+//	MC_MAX_MR_SIZE               largest memory region, bytes (1 TiB; never above the NIC's)
+//	MC_ENDPOINT_STORE_TYPE       SIEVE (default) or FIFO endpoint eviction
+//	MC_AUTO_GID_MAX_RETRIES      handshakes retried with another auto-selected GID after RTR fails (2; 0-16)
+//	KVFERRY_RDMA_GPUDIRECT       GPU memory registration: auto, dmabuf, peermem, off
+//	WITH_NVIDIA_PEERMEM          Mooncake's switch when KVFERRY_RDMA_GPUDIRECT is unset: 0 dmabuf, 1 peermem
 func RDMAConfig() rdma.Config {
 	var c rdma.Config
 	if v, ok := str("KVFERRY_IBVERBS_LIB"); ok {
@@ -113,6 +118,36 @@ func RDMAConfig() rdma.Config {
 	}
 	if n, ok := integer("KVFERRY_RDMA_SIGNAL_EVERY"); ok && n > 0 && n <= 4096 {
 		c.SignalEvery = int(n)
+	}
+	if n, ok := integer("MC_MAX_MR_SIZE"); ok && n > 0 {
+		c.MaxMRSize = uint64(n)
+	}
+	if v, ok := str("MC_ENDPOINT_STORE_TYPE"); ok {
+		switch v = strings.TrimSpace(v); v {
+		case rdma.EndpointStoreFIFO, rdma.EndpointStoreSIEVE:
+			c.EndpointStore = v
+		default:
+			Logger().Warn("MC_ENDPOINT_STORE_TYPE should be FIFO or SIEVE; using SIEVE", "value", v)
+		}
+	}
+	if n, ok := integer("MC_AUTO_GID_MAX_RETRIES"); ok && n >= 0 && n <= 16 {
+		c.AutoGIDRetries = int(n)
+		if n == 0 {
+			c.AutoGIDRetries = -1
+		}
+	}
+	if v, ok := str("KVFERRY_RDMA_GPUDIRECT"); ok {
+		switch v = strings.ToLower(strings.TrimSpace(v)); v {
+		case rdma.GPUDirectAuto, rdma.GPUDirectDmaBuf, rdma.GPUDirectPeerMem, rdma.GPUDirectOff:
+			c.GPUDirect = v
+		default:
+			Logger().Warn("KVFERRY_RDMA_GPUDIRECT should be auto, dmabuf, peermem or off; using auto", "value", v)
+		}
+	} else if _, ok := str("WITH_NVIDIA_PEERMEM"); ok {
+		c.GPUDirect = rdma.GPUDirectDmaBuf
+		if flag("WITH_NVIDIA_PEERMEM") {
+			c.GPUDirect = rdma.GPUDirectPeerMem
+		}
 	}
 	return c
 }

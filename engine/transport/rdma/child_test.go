@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"strconv"
@@ -18,9 +19,12 @@ import (
 	"gotest.tools/v3/assert"
 
 	"github.com/kvferry/kvferry/engine"
+	"github.com/kvferry/kvferry/engine/gpu"
 	"github.com/kvferry/kvferry/engine/stack"
 	"github.com/kvferry/kvferry/engine/transport/rdma"
+	"github.com/kvferry/kvferry/engine/transport/tcp"
 	"github.com/kvferry/kvferry/internal/cmem"
+	"github.com/kvferry/kvferry/internal/testutil/fakecuda"
 )
 
 // ownerAddr is where an owner child maps its buffer, so that a restarted
@@ -28,13 +32,19 @@ import (
 const ownerAddr = 0x5e0000000000
 
 // childMain runs an owner process: an engine with only the RDMA transport
-// on the NICs of RDMA_TEST_DEVICES, one registered buffer of RDMA_TEST_SIZE
-// bytes at ownerAddr, the RPC port RDMA_TEST_PORT when set. It prints
-// "ready <segment> <addr>" and then answers commands on stdin:
+// on the NICs of RDMA_TEST_DEVICES (and TCP with RDMA_TEST_TCP=1), one
+// registered buffer of RDMA_TEST_SIZE bytes at ownerAddr, the RPC port
+// RDMA_TEST_PORT when set. With RDMA_TEST_GPU=<bytes> and RDMA_TEST_CUDA=<fake
+// libcuda> it also registers that much device memory of (fake) GPU 0 at
+// "cuda:0". It prints "ready <segment> <addr> [<gpu addr>]" and then answers
+// commands on stdin:
 //
 //	fill <seed> <off> <n>   write a pattern        -> ok
 //	check <seed> <off> <n>  compare with a pattern -> ok | bad
 //	zero                    clear the buffer       -> ok
+//	gfill, gcheck, gzero    the same on the GPU buffer
+//	gpudirect               the rdma transport's GPUDirect status
+//	put <seg> <addr> <seed> <n>  write a pattern from the buffer to segment seg at addr -> ok | err ...
 //	unreg                   unregister the buffer  -> ok | err ...
 //	stats                   NIC figures as JSON
 func childMain(role string) int {
@@ -46,9 +56,16 @@ func childMain(role string) int {
 		return 2
 	}
 	size, _ := strconv.ParseUint(os.Getenv("RDMA_TEST_SIZE"), 10, 64)
+	gsize, _ := strconv.ParseUint(os.Getenv("RDMA_TEST_GPU"), 10, 64)
+	transports := []string{rdma.Name}
+	if os.Getenv("RDMA_TEST_TCP") == "1" {
+		transports = append(transports, tcp.Name)
+	}
 	cfg := stack.Config{
-		Engine: engine.Config{LocalServerName: "127.0.0.1", Transports: []string{rdma.Name}, TransferTimeout: 5 * time.Second},
-		RDMA:   rdma.Config{Library: os.Getenv("KVFERRY_IBVERBS_LIB"), Devices: strings.Split(os.Getenv("RDMA_TEST_DEVICES"), ","), SysFS: emptySys},
+		Engine: engine.Config{LocalServerName: "127.0.0.1", Transports: transports, TransferTimeout: 5 * time.Second,
+			Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))},
+		RDMA: rdma.Config{Library: os.Getenv("KVFERRY_IBVERBS_LIB"), Devices: strings.Split(os.Getenv("RDMA_TEST_DEVICES"), ","), SysFS: emptySys},
+		GPU:  gpu.Config{Library: os.Getenv("RDMA_TEST_CUDA")},
 	}
 	if p, err := strconv.Atoi(os.Getenv("RDMA_TEST_PORT")); err == nil {
 		cfg.Engine.MinRPCPort, cfg.Engine.MaxRPCPort = p, p
@@ -70,7 +87,27 @@ func childMain(role string) int {
 		fmt.Println("err", err)
 		return 1
 	}
-	fmt.Printf("ready %s %d\n", e.SegmentName(), p)
+	var gbuf []byte
+	var gaddr uint64
+	if gsize > 0 {
+		d, err := stack.GPURuntime(cfg).Driver()
+		if err != nil {
+			fmt.Println("err", err)
+			return 1
+		}
+		if gaddr, err = d.MemAlloc(0, gsize); err != nil {
+			fmt.Println("err", err)
+			return 1
+		}
+		gbuf = fakecuda.Open(cfg.GPU.Library).Bytes(gaddr, int(gsize)) // the fake's view, for checks
+		if err := e.RegisterMemory(uintptr(gaddr), gsize, "cuda:0", true); err != nil {
+			fmt.Println("err", err)
+			return 1
+		}
+		fmt.Printf("ready %s %d %d\n", e.SegmentName(), p, gaddr)
+	} else {
+		fmt.Printf("ready %s %d\n", e.SegmentName(), p)
+	}
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() {
 		f := strings.Fields(in.Text())
@@ -78,21 +115,43 @@ func childMain(role string) int {
 			continue
 		}
 		num := func(i int) uint64 { n, _ := strconv.ParseUint(f[i], 10, 64); return n }
+		b := buf
+		if strings.HasPrefix(f[0], "g") && f[0] != "gpudirect" {
+			b, f[0] = gbuf, f[0][1:]
+		}
 		switch f[0] {
 		case "fill":
 			off, n := num(2), num(3)
-			pattern(buf[off:off+n], num(1))
+			pattern(b[off:off+n], num(1))
 			fmt.Println("ok")
 		case "check":
 			off, n := num(2), num(3)
-			if bytes.Equal(buf[off:off+n], patternAt(num(1), n)) {
+			if bytes.Equal(b[off:off+n], patternAt(num(1), n)) {
 				fmt.Println("ok")
 			} else {
 				fmt.Println("bad")
 			}
 		case "zero":
-			clear(buf)
+			clear(b)
 			fmt.Println("ok")
+		case "put":
+			seg, err := e.OpenSegment(context.Background(), f[1])
+			if err == nil {
+				n := num(4)
+				pattern(b[:n], num(3))
+				err = e.Transfer(context.Background(), []engine.Request{{Op: engine.OpWrite, Source: p, Target: seg, TargetOffset: num(2), Length: n}})
+			}
+			if err != nil {
+				fmt.Println("err", err)
+			} else {
+				fmt.Println("ok")
+			}
+		case "gpudirect":
+			if t, ok := e.Transport(rdma.Name).(*rdma.Transport); ok {
+				fmt.Println(t.GPUDirectStatus())
+			} else {
+				fmt.Println("no rdma")
+			}
 		case "nonzero":
 			k := 0
 			for _, b := range buf {
@@ -125,13 +184,15 @@ type owner struct {
 	out  *bufio.Reader
 	name string
 	addr uint64
+	gpu  uint64 // its GPU buffer (RDMA_TEST_GPU)
 }
 
-func startOwner(t testing.TB, devices []string, size uint64, port int) *owner {
+func startOwner(t testing.TB, devices []string, size uint64, port int, env ...string) *owner {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), "RDMA_TEST_CHILD=owner", "RDMA_TEST_DEVICES="+strings.Join(devices, ","),
 		fmt.Sprintf("RDMA_TEST_SIZE=%d", size))
+	cmd.Env = append(cmd.Env, env...)
 	if port > 0 {
 		cmd.Env = append(cmd.Env, fmt.Sprintf("RDMA_TEST_PORT=%d", port))
 	}
@@ -145,9 +206,12 @@ func startOwner(t testing.TB, devices []string, size uint64, port int) *owner {
 	t.Cleanup(o.kill)
 	line := o.read(30 * time.Second)
 	f := strings.Fields(line)
-	assert.Assert(t, len(f) == 3 && f[0] == "ready", "owner: %q", line)
+	assert.Assert(t, (len(f) == 3 || len(f) == 4) && f[0] == "ready", "owner: %q", line)
 	o.name = f[1]
 	o.addr, _ = strconv.ParseUint(f[2], 10, 64)
+	if len(f) == 4 {
+		o.gpu, _ = strconv.ParseUint(f[3], 10, 64)
+	}
 	return o
 }
 

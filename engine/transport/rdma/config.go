@@ -5,6 +5,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/kvferry/kvferry/engine/gpu"
 	"github.com/kvferry/kvferry/engine/transport/rdma/ibv"
 )
 
@@ -23,6 +24,7 @@ const (
 	DefaultSignalEvery  = 16
 	DefaultPollSpin     = 50 * time.Microsecond
 	DefaultHandshakeTTL = 10 * time.Second
+	DefaultAutoGIDRetry = 2
 
 	// QP attributes Mooncake sets (rdma_endpoint.cpp): RTR hop limit, ACK
 	// timeout exponent, retry counts, RNR timer, outstanding reads.
@@ -99,6 +101,26 @@ type Config struct {
 	// HandshakeTimeout bounds one Connection exchange with a peer (default
 	// 10 s, also Mooncake's wait for a ready ACK).
 	HandshakeTimeout time.Duration
+	// GPU is the process's GPU runtime (engine/gpu), which exports device
+	// memory as dma-bufs for the NICs; nil: GPU memory is not registered
+	// with the NICs (other transports carry it).
+	GPU *gpu.Runtime
+	// GPUDirect says how GPU memory is registered: GPUDirectAuto (default),
+	// GPUDirectDmaBuf, GPUDirectPeerMem or GPUDirectOff
+	// (KVFERRY_RDMA_GPUDIRECT; Mooncake's WITH_NVIDIA_PEERMEM=0/1 read as
+	// dmabuf/peermem).
+	GPUDirect string
+	// MaxMRSize caps one memory region (MC_MAX_MR_SIZE, default 1 TiB, and
+	// never above a NIC's max_mr_size): larger registrations become several
+	// memory regions, published as several buffers (Mooncake#2017).
+	MaxMRSize uint64
+	// EndpointStore is how endpoints beyond MaxEndpoints are evicted:
+	// "SIEVE" (default) or "FIFO" (MC_ENDPOINT_STORE_TYPE).
+	EndpointStore string
+	// AutoGIDRetries bounds the handshakes retried with another GID after
+	// the QP's INIT->RTR failed with EINVAL while the GID is auto-selected
+	// (MC_AUTO_GID_MAX_RETRIES; 0 means the default 2, negative none).
+	AutoGIDRetries int
 }
 
 func (c Config) withDefaults() Config {
@@ -147,6 +169,22 @@ func (c Config) withDefaults() Config {
 	}
 	if c.HandshakeTimeout <= 0 {
 		c.HandshakeTimeout = DefaultHandshakeTTL
+	}
+	switch c.GPUDirect {
+	case GPUDirectDmaBuf, GPUDirectPeerMem, GPUDirectOff:
+	default:
+		c.GPUDirect = GPUDirectAuto
+	}
+	if c.MaxMRSize == 0 {
+		c.MaxMRSize = DefaultMaxMRSize
+	}
+	if c.EndpointStore != EndpointStoreFIFO {
+		c.EndpointStore = EndpointStoreSIEVE
+	}
+	if c.AutoGIDRetries == 0 {
+		c.AutoGIDRetries = DefaultAutoGIDRetry
+	} else if c.AutoGIDRetries < 0 {
+		c.AutoGIDRetries = 0
 	}
 	return c
 }

@@ -27,21 +27,6 @@ func (s epState) String() string {
 	return [...]string{"idle", "connecting", "wait-ack", "connected", "retired"}[s]
 }
 
-// op is one slice on its way through the transport.
-type op struct {
-	s     *engine.Slice
-	peer  *engine.Peer
-	local *memReg
-	tries int
-	nic   *nic
-	ep    *endpoint
-	lkey  uint32
-	rkey  uint32
-	// accessRetried marks a slice already retried after a remote access
-	// error (with a refreshed descriptor).
-	accessRetried bool
-}
-
 // qpState is one QP of an endpoint and the ring of its posted work
 // requests in posting order. Work request ids are sequence numbers; a
 // completion for sequence s completes every earlier request too (RC
@@ -73,7 +58,8 @@ type endpoint struct {
 	since    time.Time // entered the current state
 	next     int
 	wrs      []ibv.SendWR
-	outs     int // work requests outstanding over all QPs
+	outs     int       // work requests outstanding over all QPs
+	gid      gidChoice // the local GID the QPs were brought up with
 	retired  atomic.Bool
 	obs      *metrics.Conn // kvferry_transport_* of (rdma, peer segment)
 }
@@ -88,11 +74,13 @@ func (ep *endpoint) markConnected() {
 }
 
 // endpoint returns the usable endpoint of n toward peerPath, creating it
-// (with fresh QPs) when there is none or the old one is retired.
+// (with fresh QPs) when there is none or the old one is retired. A new
+// endpoint on a NIC at its endpoint limit evicts one (SIEVE or FIFO, as
+// Mooncake's endpoint store): the victim is retired, its work retried.
 func (n *nic) endpoint(peerPath, rpcAddr string) (*endpoint, error) {
 	// Lock order: an endpoint's mu before its nic's mu, never the reverse.
 	n.mu.Lock()
-	if ep := n.eps[peerPath]; ep != nil && !ep.retired.Load() {
+	if ep := n.eps.get(peerPath); ep != nil && !ep.retired.Load() {
 		n.mu.Unlock()
 		if rpcAddr != "" {
 			ep.mu.Lock()
@@ -103,12 +91,9 @@ func (n *nic) endpoint(peerPath, rpcAddr string) (*endpoint, error) {
 		}
 		return ep, nil
 	}
-	defer n.mu.Unlock()
-	if len(n.eps) >= n.t.cfg.MaxEndpoints {
-		return nil, fmt.Errorf("rdma %s: %d endpoints: limit reached", n.name, len(n.eps))
-	}
 	peerSeg, peerNIC, ok := splitNICPath(peerPath)
 	if !ok {
+		n.mu.Unlock()
 		return nil, fmt.Errorf("rdma: bad peer nic path %q", peerPath)
 	}
 	ep := &endpoint{n: n, peerPath: peerPath, peerNIC: peerNIC, rpcAddr: rpcAddr, since: time.Now(),
@@ -122,6 +107,7 @@ func (n *nic) endpoint(peerPath, rpcAddr string) (*endpoint, error) {
 			for _, q := range ep.qps {
 				_ = q.qp.Destroy()
 			}
+			n.mu.Unlock()
 			return nil, fmt.Errorf("rdma %s: endpoint to %s: %w", n.name, peerPath, err)
 		}
 		ep.qps = append(ep.qps, &qpState{ep: ep, qp: qp, ring: make([]*op, cfg.MaxWR)})
@@ -129,12 +115,19 @@ func (n *nic) endpoint(peerPath, rpcAddr string) (*endpoint, error) {
 	for _, q := range ep.qps {
 		n.qps[q.qp.Num] = q
 	}
-	if old := n.eps[peerPath]; old != nil {
+	if old := n.eps.peek(peerPath); old != nil {
 		// The retired one drains on its own, listed apart.
+		n.eps.del(peerPath, old)
 		n.draining = append(n.draining, old)
 		ep.obs.Redials.Add(1)
 	}
-	n.eps[peerPath] = ep
+	evicted := n.eps.put(peerPath, ep)
+	n.draining = append(n.draining, evicted...)
+	n.mu.Unlock()
+	for _, v := range evicted {
+		n.t.log.Info("rdma endpoint evicted", "device", n.name, "peer", v.peerPath, "max_endpoints", n.eps.max, "store", cfg.EndpointStore)
+		v.retire("evicted")
+	}
 	return ep, nil
 }
 
@@ -158,11 +151,56 @@ func (ep *endpoint) hasPending() bool {
 	return len(ep.pending) > 0
 }
 
-// localDesc is this side's handshake for ep.
-func (ep *endpoint) localDesc() *handshake {
+// localDesc is this side's handshake for ep, naming GID g (the one its
+// QPs are brought up with).
+func (ep *endpoint) localDesc(g gidChoice) *handshake {
 	f := false
-	return &handshake{LocalNICPath: ep.n.nicPath(), LocalLID: ep.n.port.LID, LocalGID: ep.n.gid.String(),
+	h := &handshake{LocalNICPath: ep.n.nicPath(), LocalLID: ep.n.port.LID, LocalGID: g.gid.String(),
 		PeerNICPath: ep.peerPath, QPNum: ep.qpNums(), ReadyAck: &f}
+	if ep.n.t.omitGID {
+		h.LocalGID = "" // as a peer that leaves it out (tests)
+	}
+	return h
+}
+
+// renewQPsLocked replaces the QPs of an endpoint that never carried work
+// (a setup retried with another GID), so the peer sees a new endpoint
+// rather than a half-finished one (Mooncake reconstructs it the same way).
+func (ep *endpoint) renewQPsLocked() error {
+	n := ep.n
+	cfg := n.t.cfg
+	if ep.outs > 0 {
+		return fmt.Errorf("rdma %s: endpoint to %s has work outstanding", n.name, ep.peerPath)
+	}
+	var fresh []*qpState
+	for range ep.qps {
+		qp, err := n.pd.CreateQP(n.cq, n.cq, ibv.QPCaps{MaxSendWR: uint32(cfg.MaxWR), MaxRecvWR: uint32(cfg.MaxWR),
+			MaxSGE: uint32(cfg.MaxSGE), MaxInline: uint32(cfg.MaxInline)})
+		if err != nil {
+			for _, q := range fresh {
+				_ = q.qp.Destroy()
+			}
+			return fmt.Errorf("rdma %s: endpoint to %s: %w", n.name, ep.peerPath, err)
+		}
+		fresh = append(fresh, &qpState{ep: ep, qp: qp, ring: make([]*op, cfg.MaxWR)})
+	}
+	old := ep.qps
+	n.mu.Lock()
+	for _, q := range old {
+		delete(n.qps, q.qp.Num)
+	}
+	for _, q := range fresh {
+		n.qps[q.qp.Num] = q
+	}
+	n.mu.Unlock()
+	for _, q := range old {
+		if err := q.qp.Destroy(); err != nil {
+			n.t.log.Warn("rdma destroy qp failed", "device", n.name, "qp", q.qp.Num, "err", err)
+		}
+	}
+	ep.qps = fresh
+	ep.peerQPNs = nil
+	return nil
 }
 
 // enqueue hands ops to ep: posted now when connected, else kept until the
@@ -207,7 +245,7 @@ func (ep *endpoint) postLocked() (failed []*op) {
 		// Drop canceled slices before they reach the wire.
 		if o := ep.pending[0]; o.s.Canceled() {
 			ep.pending = ep.pending[1:]
-			o.s.Complete(engine.ErrCanceled)
+			o.finish(engine.ErrCanceled)
 			continue
 		}
 		posted := false
@@ -236,7 +274,7 @@ func (ep *endpoint) postLocked() (failed []*op) {
 				wrs = append(wrs, ibv.SendWR{})
 				last := i == len(batch)-1
 				sig := last || (i+1)%t.cfg.SignalEvery == 0
-				ibv.SetSendWR(&wrs[len(wrs)-1], q.tail+uint64(i), opcode, uint64(o.s.Local), uint32(o.s.Length), o.lkey, o.s.Remote, o.rkey, sig)
+				ibv.SetSendWR(&wrs[len(wrs)-1], q.tail+uint64(i), opcode, uint64(o.laddr), uint32(o.length), o.lkey, o.raddr, o.rkey, sig)
 			}
 			for i, o := range batch {
 				q.ring[(q.tail+uint64(i))%uint64(len(q.ring))] = o
@@ -244,7 +282,7 @@ func (ep *endpoint) postLocked() (failed []*op) {
 			k, err := q.qp.PostSend(wrs)
 			for i := 0; i < k; i++ {
 				o := batch[i]
-				ep.n.inflight.Add(int64(o.s.Length))
+				ep.n.inflight.Add(int64(o.length))
 			}
 			q.tail += uint64(k)
 			ep.outs += k
@@ -311,7 +349,7 @@ func (ep *endpoint) complete(q *qpState, seq uint64, status int, vendor uint32) 
 		ep.outs--
 		ep.n.returnCredits(1)
 		if o != nil {
-			ep.n.inflight.Add(-int64(o.s.Length))
+			ep.n.inflight.Add(-int64(o.length))
 			out = append(out, done{o, err})
 		}
 	}
@@ -327,8 +365,8 @@ func (ep *endpoint) complete(q *qpState, seq uint64, status int, vendor uint32) 
 	for _, d := range out {
 		if d.err == nil {
 			ep.n.slicesDone.Add(1)
-			ep.n.addBytes(d.o.s.Length)
-			d.o.s.Complete(nil)
+			ep.n.addBytes(d.o.length)
+			d.o.finish(nil)
 			continue
 		}
 		t.failWC(d.o, d.err.(*wcError))
@@ -410,9 +448,7 @@ func (ep *endpoint) destroyLocked() {
 	for _, q := range ep.qps {
 		delete(n.qps, q.qp.Num)
 	}
-	if n.eps[ep.peerPath] == ep {
-		delete(n.eps, ep.peerPath)
-	}
+	n.eps.del(ep.peerPath, ep)
 	for i, d := range n.draining {
 		if d == ep {
 			n.draining = append(n.draining[:i], n.draining[i+1:]...)
@@ -437,7 +473,7 @@ func (ep *endpoint) forceDrainLocked() []*op {
 		for q.head < q.tail {
 			i := q.head % uint64(len(q.ring))
 			if o := q.ring[i]; o != nil {
-				ep.n.inflight.Add(-int64(o.s.Length))
+				ep.n.inflight.Add(-int64(o.length))
 				out = append(out, o)
 			}
 			q.ring[i] = nil
@@ -487,8 +523,9 @@ func (ep *endpoint) checkDeadline(d time.Duration) {
 	}
 }
 
-// setupQPs brings every QP from RESET to RTS toward the peer's QPs.
-func (ep *endpoint) setupQPs(peerGID string, peerLID uint16, peerQPNs []uint32) error {
+// setupQPs brings every QP from RESET to RTS toward the peer's QPs, from
+// local GID g. A failed transition is a *setupError naming its stage.
+func (ep *endpoint) setupQPs(g gidChoice, peerGID string, peerLID uint16, peerQPNs []uint32) error {
 	if len(peerQPNs) != len(ep.qps) {
 		return fmt.Errorf("QP count mismatch in peer and local endpoints (%d vs %d), check MC_NUM_QP_PER_EP", len(peerQPNs), len(ep.qps))
 	}
@@ -501,12 +538,12 @@ func (ep *endpoint) setupQPs(peerGID string, peerLID uint16, peerQPNs []uint32) 
 	access := ibv.AccessLocalWrite | ibv.AccessRemoteRead | ibv.AccessRemoteWrite | ibv.AccessRemoteAtom
 	for i, q := range ep.qps {
 		if err := q.qp.ToState(ibv.QPSReset); err != nil {
-			return err
+			return &setupError{"reset", err}
 		}
 		if err := q.qp.ToInit(cfg.Port, cfg.PKeyIndex, access); err != nil {
-			return err
+			return &setupError{"init", fmt.Errorf("check the local port: %w", err)}
 		}
-		r := ibv.RTR{DGID: gid, DestQPNum: peerQPNs[i], DLID: peerLID, Port: cfg.Port, SGIDIndex: uint8(n.gidIndex),
+		r := ibv.RTR{DGID: gid, DestQPNum: peerQPNs[i], DLID: peerLID, Port: cfg.Port, SGIDIndex: uint8(g.index),
 			PathMTU: n.mtu, HopLimit: qpHopLimit, MinRNRTimer: qpMinRNRTimer, MaxDestRdAtomic: qpMaxRdAtomic, Global: true}
 		if cfg.TrafficClass >= 0 {
 			r.TrafficClass = uint8(cfg.TrafficClass)
@@ -515,14 +552,15 @@ func (ep *endpoint) setupQPs(peerGID string, peerLID uint16, peerQPNs []uint32) 
 			r.SL = uint8(cfg.ServiceLevel)
 		}
 		if err := q.qp.ToRTR(r); err != nil {
-			return err
+			return &setupError{"rtr", fmt.Errorf("check mtu, gid (local index %d %s, peer %s), peer lid, peer qp num: %w", g.index, g.gid, peerGID, err)}
 		}
 		if err := q.qp.ToRTS(qpTimeout, qpRetryCount, qpRNRRetry, 0, qpMaxRdAtomic); err != nil {
-			return err
+			return &setupError{"rts", err}
 		}
 		q.head, q.tail = 0, 0
 	}
 	ep.peerQPNs = append([]uint32(nil), peerQPNs...)
+	ep.gid = g
 	return nil
 }
 
@@ -561,86 +599,115 @@ func (ep *endpoint) connect() {
 
 func (ep *endpoint) doConnect() error {
 	t := ep.n.t
-	ep.mu.Lock()
-	if ep.state != epConnecting {
-		st := ep.state
-		ep.mu.Unlock()
-		if st == epConnected {
-			return nil
-		}
-		return fmt.Errorf("endpoint %s", st)
-	}
-	local := ep.localDesc()
-	addr := ep.rpcAddr
-	ep.mu.Unlock()
-	if addr == "" {
-		return fmt.Errorf("no rpc address for %s", ep.peerPath)
-	}
 	ctx, cancel := context.WithTimeout(t.ctx, t.cfg.HandshakeTimeout)
 	defer cancel()
 	cc := rpc.ClientConfig{ConnectTimeout: t.e.Config().ConnectTimeout, Timeout: t.cfg.HandshakeTimeout, MaxMessage: t.e.Config().HandshakeMaxLength}
-	reply, err := rpc.Call(ctx, addr, rpc.TypeConnection, encodeHandshake(local), cc)
-	if err != nil {
-		return err
-	}
-	peer, err := decodeHandshake(reply)
-	if err != nil {
-		return err
-	}
-	ep.mu.Lock()
-	if ep.state == epConnected || ep.state == epWaitAck {
-		// Simultaneous open: the peer connected to us meanwhile, with the
-		// same QPs as its reply names.
-		if equalQPs(ep.peerQPNs, peer.QPNum) {
-			ep.markConnected()
+	var tried []gidChoice
+	for retries := 0; ; retries++ {
+		ep.mu.Lock()
+		if ep.state != epConnecting {
+			st := ep.state
 			ep.mu.Unlock()
-			if peer.readyAckSupported() {
-				return ep.sendReadyAck(ctx, addr, local, cc)
+			if st == epConnected {
+				return nil
 			}
-			return nil
+			return fmt.Errorf("endpoint %s", st)
 		}
+		g := ep.n.gid()
+		tried = append(tried, g)
+		local := ep.localDesc(g)
+		addr := ep.rpcAddr
 		ep.mu.Unlock()
-		return fmt.Errorf("peer QP list mismatch on a connected endpoint")
-	}
-	if ep.state != epConnecting {
-		st := ep.state
-		ep.mu.Unlock()
-		return fmt.Errorf("endpoint became %s during the handshake", st)
-	}
-	if peer.ReplyMsg != "" {
-		ep.mu.Unlock()
-		return fmt.Errorf("handshake rejected by peer: %s", peer.ReplyMsg)
-	}
-	if peer.LocalNICPath != ep.peerPath || peer.PeerNICPath != local.LocalNICPath {
-		ep.mu.Unlock()
-		return fmt.Errorf("handshake reply mismatch: peer says %s -> %s, expected %s -> %s",
-			peer.LocalNICPath, peer.PeerNICPath, ep.peerPath, local.LocalNICPath)
-	}
-	gid := peer.LocalGID
-	if gid == "" {
-		gid = t.peerGIDFromDescriptor(ep.peerPath)
-	}
-	if err := ep.setupQPs(gid, peer.LocalLID, peer.QPNum); err != nil {
-		ep.mu.Unlock()
-		return err
-	}
-	ackNeeded := peer.readyAckSupported()
-	if !ackNeeded {
-		ep.markConnected()
-	}
-	ep.mu.Unlock()
-	if ackNeeded {
-		if err := ep.sendReadyAck(ctx, addr, local, cc); err != nil {
+		if addr == "" {
+			return fmt.Errorf("no rpc address for %s", ep.peerPath)
+		}
+		reply, err := rpc.Call(ctx, addr, rpc.TypeConnection, encodeHandshake(local), cc)
+		if err != nil {
+			return err
+		}
+		peer, err := decodeHandshake(reply)
+		if err != nil {
 			return err
 		}
 		ep.mu.Lock()
-		if ep.state == epConnecting {
+		if ep.state == epConnected || ep.state == epWaitAck {
+			// Simultaneous open: the peer connected to us meanwhile, with
+			// the same QPs as its reply names.
+			if equalQPs(ep.peerQPNs, peer.QPNum) {
+				ep.markConnected()
+				ep.mu.Unlock()
+				if peer.readyAckSupported() {
+					return ep.sendReadyAck(ctx, addr, local, cc)
+				}
+				return nil
+			}
+			ep.mu.Unlock()
+			return fmt.Errorf("peer QP list mismatch on a connected endpoint")
+		}
+		if ep.state != epConnecting {
+			st := ep.state
+			ep.mu.Unlock()
+			return fmt.Errorf("endpoint became %s during the handshake", st)
+		}
+		if peer.ReplyMsg != "" {
+			ep.mu.Unlock()
+			return fmt.Errorf("handshake rejected by peer: %s", peer.ReplyMsg)
+		}
+		if peer.LocalNICPath != ep.peerPath || peer.PeerNICPath != local.LocalNICPath {
+			ep.mu.Unlock()
+			return fmt.Errorf("handshake reply mismatch: peer says %s -> %s, expected %s -> %s",
+				peer.LocalNICPath, peer.PeerNICPath, ep.peerPath, local.LocalNICPath)
+		}
+		ep.mu.Unlock()
+		if peer.LocalGID == "" {
+			// As Mooncake: the peer NIC's GID and LID from its descriptor.
+			if peer.LocalGID, peer.LocalLID, err = t.peerNIC(ctx, ep.peerPath); err != nil {
+				return err
+			}
+		}
+		ep.mu.Lock()
+		if ep.state != epConnecting {
+			st := ep.state
+			ep.mu.Unlock()
+			return fmt.Errorf("endpoint became %s during the handshake", st)
+		}
+		if err := ep.setupQPs(g, peer.LocalGID, peer.LocalLID, peer.QPNum); err != nil {
+			if ep.n.gidRetryable(err, retries) {
+				ep.mu.Unlock()
+				if ep.n.reprobeGID(g, tried) {
+					ep.mu.Lock()
+					rerr := ep.renewQPsLocked()
+					ep.mu.Unlock()
+					if rerr != nil {
+						return rerr
+					}
+					t.log.Warn("rdma handshake retried with another local GID", "device", ep.n.name, "peer", ep.peerPath,
+						"from", g.gid.String(), "to", ep.n.gid().gid.String(), "attempt", retries+1, "max", t.cfg.AutoGIDRetries, "err", err)
+					continue
+				}
+				return err
+			}
+			ep.mu.Unlock()
+			return err
+		}
+		ackNeeded := peer.readyAckSupported()
+		if !ackNeeded {
 			ep.markConnected()
 		}
 		ep.mu.Unlock()
+		if ackNeeded {
+			if err := ep.sendReadyAck(ctx, addr, local, cc); err != nil {
+				return err
+			}
+			ep.mu.Lock()
+			if ep.state == epConnecting {
+				ep.markConnected()
+			}
+			ep.mu.Unlock()
+		}
+		t.log.Debug("rdma endpoint connected", "device", ep.n.name, "peer", ep.peerPath, "qps", local.QPNum, "peer_qps", peer.QPNum)
+		return nil
 	}
-	t.log.Debug("rdma endpoint connected", "device", ep.n.name, "peer", ep.peerPath, "qps", local.QPNum, "peer_qps", peer.QPNum)
-	return nil
 }
 
 // sendReadyAck tells the passive peer that our QPs are ready (Mooncake's
@@ -664,8 +731,9 @@ func (ep *endpoint) sendReadyAck(ctx context.Context, addr string, local *handsh
 }
 
 // passive answers a peer's Connection request for ep (Mooncake's
-// setupConnectionsByPassive).
-func (ep *endpoint) passive(peer *handshake) (*handshake, *endpoint, error) {
+// setupConnectionsByPassive), bringing new QPs up from local GID g. The
+// caller has filled in a missing local_gid from the peer's descriptor.
+func (ep *endpoint) passive(peer *handshake, g gidChoice) (*handshake, *endpoint, error) {
 	ep.mu.Lock()
 	defer ep.mu.Unlock()
 	if peer.isReadyAck() {
@@ -677,14 +745,14 @@ func (ep *endpoint) passive(peer *handshake) (*handshake, *endpoint, error) {
 		}
 		ep.markConnected()
 		ep.since = time.Now()
-		return ep.localDesc(), ep, nil
+		return ep.localDesc(ep.gid), ep, nil
 	}
 	if ep.state == epConnected || ep.state == epWaitAck {
 		if equalQPs(ep.peerQPNs, peer.QPNum) {
 			if !peer.readyAckSupported() {
 				ep.markConnected()
 			}
-			return ep.localDesc(), ep, nil
+			return ep.localDesc(ep.gid), ep, nil
 		}
 		// The peer restarted: this endpoint's QPs talk to QPs gone.
 		return nil, nil, errReconnect
@@ -695,7 +763,7 @@ func (ep *endpoint) passive(peer *handshake) (*handshake, *endpoint, error) {
 	if peer.LocalGID == "" {
 		return nil, nil, fmt.Errorf("Peer nic not found in that server: %s", ep.peerPath)
 	}
-	if err := ep.setupQPs(peer.LocalGID, peer.LocalLID, peer.QPNum); err != nil {
+	if err := ep.setupQPs(g, peer.LocalGID, peer.LocalLID, peer.QPNum); err != nil {
 		return nil, nil, err
 	}
 	ep.since = time.Now()
@@ -704,7 +772,7 @@ func (ep *endpoint) passive(peer *handshake) (*handshake, *endpoint, error) {
 	} else {
 		ep.markConnected()
 	}
-	return ep.localDesc(), ep, nil
+	return ep.localDesc(g), ep, nil
 }
 
 var errReconnect = fmt.Errorf("endpoint must be re-established")

@@ -11,9 +11,11 @@ import (
 	"gotest.tools/v3/assert"
 
 	"github.com/kvferry/kvferry/engine"
+	"github.com/kvferry/kvferry/engine/gpu"
 	"github.com/kvferry/kvferry/engine/stack"
 	"github.com/kvferry/kvferry/engine/transport/rdma"
 	"github.com/kvferry/kvferry/internal/cmem"
+	"github.com/kvferry/kvferry/internal/testutil/fakecuda"
 	"github.com/kvferry/kvferry/tests/rdma/fakeverbs"
 )
 
@@ -25,6 +27,9 @@ var (
 	fakeLib string
 	fakeDir string
 	fake    *fakeverbs.Control
+	// cudaLib is the fake libcuda (tests/fakecuda), also the fake verbs
+	// provider's peer-memory client (FAKEVERBS_PEERMEM).
+	cudaLib string
 )
 
 func TestMain(m *testing.M) {
@@ -40,7 +45,12 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	if cudaLib, err = fakecuda.Build(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	fakeverbs.Setenv(fakeLib, fakeDir, allDevices...)
+	os.Setenv("FAKEVERBS_PEERMEM", cudaLib)
 	if fake, err = fakeverbs.Open(fakeLib); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
@@ -60,10 +70,20 @@ func rdmaConfig(devices ...string) rdma.Config {
 // newEngine starts an engine with only the RDMA transport on devices.
 func newEngine(t testing.TB, cfg rdma.Config, timeout time.Duration) *engine.Engine {
 	t.Helper()
-	e, err := stack.New(context.Background(), stack.Config{
+	return newEngineWith(t, stack.Config{
 		Engine: engine.Config{LocalServerName: "127.0.0.1", Transports: []string{rdma.Name}, TransferTimeout: timeout},
 		RDMA:   cfg,
 	})
+}
+
+// newEngineWith starts an engine from cfg (the fake libcuda as its CUDA
+// driver unless cfg names one).
+func newEngineWith(t testing.TB, cfg stack.Config) *engine.Engine {
+	t.Helper()
+	if cfg.GPU.Library == "" {
+		cfg.GPU.Library = cudaLib
+	}
+	e, err := stack.New(context.Background(), cfg)
 	assert.NilError(t, err)
 	t.Cleanup(func() { e.Close() })
 	return e
@@ -100,3 +120,6 @@ func nicBytes(e *engine.Engine) map[string]uint64 {
 	}
 	return out
 }
+
+// gpuConfig points GPU support at the fake libcuda.
+func gpuConfig() gpu.Config { return gpu.Config{Library: cudaLib} }

@@ -3,9 +3,7 @@ package rdma
 import (
 	"errors"
 	"fmt"
-	"io/fs"
 	"math"
-	"net"
 	"os"
 	"runtime"
 	"sync"
@@ -22,19 +20,22 @@ import (
 // work is in flight and otherwise parks on the completion channel (through
 // Go's netpoller: no thread waits).
 type nic struct {
-	t        *Transport
-	idx      int
-	name     string
-	dev      *ibv.Context
-	pd       *ibv.PD
-	ch       *ibv.CompChannel
-	cq       *ibv.CQ
-	attr     ibv.DeviceAttr
-	port     ibv.PortAttr
-	gid      ibv.GID
-	gidIndex int
-	info     NIC
-	mtu      ibv.MTU
+	t    *Transport
+	idx  int
+	name string
+	dev  *ibv.Context
+	pd   *ibv.PD
+	ch   *ibv.CompChannel
+	cq   *ibv.CQ
+	attr ibv.DeviceAttr
+	port ibv.PortAttr
+	info NIC
+	mtu  ibv.MTU
+
+	// gidSel is the GID in use; auto selection may switch it after a
+	// failed connection setup (reprobeGID).
+	gidMu  sync.RWMutex
+	gidSel gidChoice
 
 	active atomic.Bool
 	// credits is the work requests this NIC may still have in flight (its
@@ -42,9 +43,9 @@ type nic struct {
 	credits atomic.Int64
 
 	mu       sync.Mutex
-	eps      map[string]*endpoint // by peer NIC path
-	draining []*endpoint          // retired, replaced, not drained yet
-	qps      map[uint32]*qpState  // by QP number, for completions
+	eps      *epStore            // by peer NIC path, at most MaxEndpoints
+	draining []*endpoint         // retired, replaced or evicted, not drained yet
+	qps      map[uint32]*qpState // by QP number, for completions
 
 	chFile, asyncFile *os.File
 	stop              chan struct{}
@@ -71,7 +72,7 @@ func openNIC(t *Transport, idx int, name string) (*nic, error) {
 	if err != nil {
 		return nil, err
 	}
-	n := &nic{t: t, idx: idx, name: name, dev: dev, eps: map[string]*endpoint{}, qps: map[uint32]*qpState{}, stop: make(chan struct{})}
+	n := &nic{t: t, idx: idx, name: name, dev: dev, qps: map[uint32]*qpState{}, stop: make(chan struct{})}
 	fail := func(err error) (*nic, error) {
 		n.destroy()
 		return nil, fmt.Errorf("rdma device %s: %w", name, err)
@@ -86,18 +87,28 @@ func openNIC(t *Transport, idx int, name string) (*nic, error) {
 		return fail(fmt.Errorf("port %d not active (state %d)", cfg.Port, n.port.State))
 	}
 	if cfg.FixedGID {
-		n.gidIndex = cfg.GIDIndex
-	} else if n.gidIndex, err = selectGID(dev, cfg.Port, n.port.GIDTableLen, t.cfg.SysFS, name); err != nil {
+		n.gidSel.index = cfg.GIDIndex
+		if readString(cfg.SysFS, fmt.Sprintf("class/infiniband/%s/ports/%d/gid_attrs/ndevs/%d", name, cfg.Port, cfg.GIDIndex)) == "" {
+			t.log.Warn("user-specified GID index has no network device; it may not be usable for RDMA", "device", name, "gid_index", cfg.GIDIndex)
+		}
+	} else if n.gidSel, err = selectGID(dev, cfg.Port, n.port.GIDTableLen, t.cfg.SysFS, name); err != nil {
 		return fail(err)
 	}
-	if n.gid, err = dev.QueryGID(cfg.Port, n.gidIndex); err != nil {
+	if n.gidSel.gid, err = dev.QueryGID(cfg.Port, n.gidSel.index); err != nil {
 		return fail(err)
 	}
-	if n.gid.IsZero() {
-		return fail(fmt.Errorf("GID %d is null; set MC_GID_INDEX", n.gidIndex))
+	if n.gidSel.gid.IsZero() {
+		return fail(fmt.Errorf("GID %d is null; set MC_GID_INDEX", n.gidSel.index))
 	}
 	n.mtu = min(n.port.ActiveMTU, cfg.MTU)
-	n.info = ReadNIC(cfg.SysFS, name, int(cfg.Port), n.gidIndex)
+	// As Mooncake's updateGlobalConfig: no more endpoints than the device
+	// has QPs for.
+	maxEP := cfg.MaxEndpoints
+	if n.attr.MaxQP > 0 && maxEP*cfg.QPsPerEP > n.attr.MaxQP {
+		maxEP = max(n.attr.MaxQP/cfg.QPsPerEP, 1)
+	}
+	n.eps = newEPStore(cfg.EndpointStore, maxEP)
+	n.info = ReadNIC(cfg.SysFS, name, int(cfg.Port), n.gidSel.index)
 	if n.pd, err = dev.AllocPD(); err != nil {
 		return fail(err)
 	}
@@ -135,51 +146,6 @@ func pollable(fd int, name string) (*os.File, error) {
 	}
 	syscall.CloseOnExec(d)
 	return os.NewFile(uintptr(d), name), nil
-}
-
-// selectGID picks a GID index as Mooncake's auto selection ranks them:
-// RoCE v2 or IB entries, with a network device before without, never a
-// null GID; link-local IPv6 entries last among those; the first non-null
-// entry when nothing else qualifies.
-func selectGID(dev *ibv.Context, port uint8, tableLen int, sys fs.FS, name string) (int, error) {
-	best, bestRank, fallback := -1, math.MaxInt, -1
-	for i := 0; i < tableLen; i++ {
-		g, err := dev.QueryGID(port, i)
-		if err != nil || g.IsZero() {
-			continue
-		}
-		if fallback < 0 {
-			fallback = i
-		}
-		typ, _, ok := dev.QueryGIDType(port, i)
-		if !ok || (typ != ibv.GIDTypeRoCEv2 && typ != ibv.GIDTypeIB) {
-			continue
-		}
-		ndev := readString(sys, fmt.Sprintf("class/infiniband/%s/ports/%d/gid_attrs/ndevs/%d", name, port, i))
-		rank := 0
-		ip := net.IP(g[:])
-		linkLocal := ip.To4() == nil && ip.IsLinkLocalUnicast()
-		switch {
-		case ndev != "" && !linkLocal:
-			rank = 0
-		case ndev == "" && !linkLocal:
-			rank = 1
-		case ndev != "":
-			rank = 3
-		default:
-			rank = 5
-		}
-		if rank < bestRank {
-			best, bestRank = i, rank
-		}
-	}
-	if best >= 0 {
-		return best, nil
-	}
-	if fallback >= 0 {
-		return fallback, nil
-	}
-	return 0, errors.New("no usable GID")
 }
 
 // nicPath returns this NIC's "<server>@<nic>".
@@ -326,10 +292,8 @@ func (n *nic) handle(wcs []ibv.WC) {
 func (n *nic) endpoints() []*endpoint {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	out := make([]*endpoint, 0, len(n.eps)+len(n.draining))
-	for _, ep := range n.eps {
-		out = append(out, ep)
-	}
+	out := make([]*endpoint, 0, n.eps.len()+len(n.draining))
+	n.eps.each(func(ep *endpoint) { out = append(out, ep) })
 	return append(out, n.draining...)
 }
 
@@ -382,9 +346,10 @@ func (n *nic) stat() engine.NICStat {
 	n.sampleLocked(time.Now())
 	bps := n.ewma.bps
 	n.ewma.Unlock()
+	g := n.gid()
 	st := engine.NICStat{
 		Device: n.name, Transport: Name, Active: n.active.Load(), MTU: n.mtu.Bytes(),
-		GID: n.gid.String(), GIDIndex: n.gidIndex, LID: n.port.LID, NUMA: n.info.NUMA, PCI: n.info.PCI,
+		GID: g.gid.String(), GIDIndex: g.index, LID: n.port.LID, NUMA: n.info.NUMA, PCI: n.info.PCI,
 		Netdev: n.info.Netdev, InflightBytes: uint64(max(n.inflight.Load(), 0)), EWMABandwidthBps: bps * 8,
 		BytesCompleted: n.bytesDone.Load(), SlicesCompleted: n.slicesDone.Load(),
 		SlicesRetried: n.slicesRetried.Load(), SlicesFailed: n.slicesFailed.Load(),
@@ -402,6 +367,9 @@ func (n *nic) stat() engine.NICStat {
 			st.Endpoints++
 		}
 	}
+	n.mu.Lock()
+	st.EndpointsEvicted = n.eps.evictions
+	n.mu.Unlock()
 	return st
 }
 

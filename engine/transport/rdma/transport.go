@@ -27,13 +27,10 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/kvferry/kvferry/engine"
 	"github.com/kvferry/kvferry/engine/descriptor"
@@ -43,18 +40,6 @@ import (
 
 // Name is the transport's name.
 const Name = "rdma"
-
-// memReg is one registered region and its memory region on every NIC
-// (mrs[i] belongs to nics[i]; nil where registration was not possible).
-type memReg struct {
-	addr     uintptr
-	length   uint64
-	location string
-	remote   bool
-	mrs      []*ibv.MR
-}
-
-func (m *memReg) end() uint64 { return uint64(m.addr) + m.length }
 
 // Transport is the RDMA transport of one engine.
 type Transport struct {
@@ -71,11 +56,13 @@ type Transport struct {
 	closed     atomic.Bool
 	rr         atomic.Uint64
 	unhook     []func()
+	omitGID    bool // handshakes leave local_gid out (tests: an old peer)
 
 	regs struct {
 		sync.Mutex
 		snap atomic.Pointer[[]*memReg] // sorted by address
 	}
+	gpu   gpuState
 	peers struct {
 		sync.Mutex
 		m map[*descriptor.Segment]*peerInfo
@@ -87,6 +74,9 @@ type peerInfo struct {
 	server string // NIC path server part
 	matrix Matrix
 	index  map[string]int // device name -> index in Devices
+	// gpuKeys: every GPU buffer of the peer carries an rkey (it registered
+	// its GPU memory with its NICs).
+	gpuKeys bool
 }
 
 // Available lists the usable RDMA devices (libibverbs loaded, device list
@@ -191,7 +181,8 @@ func New(e *engine.Engine, cfg Config) (*Transport, error) {
 		t.unhook = append(t.unhook, remove)
 	}
 	for _, n := range t.nics {
-		t.log.Info("rdma device", "device", n.name, "gid", n.gid.String(), "gid_index", n.gidIndex, "lid", n.port.LID,
+		g := n.gid()
+		t.log.Info("rdma device", "device", n.name, "gid", g.gid.String(), "gid_index", g.index, "gid_class", g.class.String(), "lid", n.port.LID,
 			"mtu", n.mtu.Bytes(), "numa", n.info.NUMA, "pci", n.info.PCI, "netdev", n.info.Netdev)
 	}
 	t.log.Info("rdma transport installed", "devices", opened, "priority_matrix", string(t.matrix.JSON()), "nic_path_server", t.serverName)
@@ -225,114 +216,6 @@ func (t *Transport) Devices() []string {
 	return out
 }
 
-// ---- memory ----
-
-// RegisterRegions registers rs on every NIC (engine.MemoryRegistrar). A
-// region whose location is "*" takes the NUMA node of its first page.
-func (t *Transport) RegisterRegions(rs []*engine.Region) error {
-	if len(rs) == 0 {
-		return nil
-	}
-	var added []*memReg
-	undo := func() {
-		for _, m := range added {
-			t.dereg(m)
-		}
-	}
-	for _, r := range rs {
-		m := &memReg{addr: r.Addr, length: r.Length, location: resolveLocation(r.Location, r.Addr), remote: r.RemoteAccessible,
-			mrs: make([]*ibv.MR, len(t.nics))}
-		access := ibv.AccessLocalWrite
-		if r.RemoteAccessible {
-			access |= ibv.AccessRemoteWrite | ibv.AccessRemoteRead
-		}
-		for i, n := range t.nics {
-			mr, err := n.pd.RegMR(r.Addr, r.Length, access)
-			if err != nil {
-				t.dereg(m)
-				undo()
-				return fmt.Errorf("rdma register on %s: %w", n.name, err)
-			}
-			m.mrs[i] = mr
-		}
-		added = append(added, m)
-	}
-	t.regs.Lock()
-	old := *t.regs.snap.Load()
-	next := append(append([]*memReg(nil), old...), added...)
-	sort.Slice(next, func(i, j int) bool { return next[i].addr < next[j].addr })
-	t.regs.snap.Store(&next)
-	t.regs.Unlock()
-	return nil
-}
-
-// UnregisterRegions deregisters rs on every NIC: peers' work on them fails
-// with remote access errors from then on.
-func (t *Transport) UnregisterRegions(rs []*engine.Region) {
-	drop := map[uintptr]bool{}
-	for _, r := range rs {
-		drop[r.Addr] = true
-	}
-	t.regs.Lock()
-	old := *t.regs.snap.Load()
-	next := make([]*memReg, 0, len(old))
-	var gone []*memReg
-	for _, m := range old {
-		if drop[m.addr] {
-			gone = append(gone, m)
-		} else {
-			next = append(next, m)
-		}
-	}
-	t.regs.snap.Store(&next)
-	t.regs.Unlock()
-	for _, m := range gone {
-		t.dereg(m)
-	}
-}
-
-func (t *Transport) dereg(m *memReg) {
-	for i, mr := range m.mrs {
-		if mr != nil {
-			if err := mr.Dereg(); err != nil {
-				t.log.Warn("rdma deregister failed", "device", t.nics[i].name, "addr", m.addr, "err", err)
-			}
-			m.mrs[i] = nil
-		}
-	}
-}
-
-// region returns the registration holding [addr, addr+n), or nil.
-func (t *Transport) region(addr uintptr, n uint64) *memReg {
-	rs := *t.regs.snap.Load()
-	i := sort.Search(len(rs), func(i int) bool { return rs[i].addr > addr }) - 1
-	if i < 0 {
-		return nil
-	}
-	m := rs[i]
-	if uint64(addr)+n > m.end() || uint64(addr)+n < uint64(addr) {
-		return nil
-	}
-	return m
-}
-
-// resolveLocation turns "*" into "cpu:<node of the first page>" (as
-// Mooncake does for host memory; GPU memory keeps its "cuda:N"), and keeps
-// any other location.
-func resolveLocation(loc string, addr uintptr) string {
-	if loc != "*" && loc != "" {
-		return loc
-	}
-	page := addr &^ 4095
-	status := int32(-1)
-	pages := [1]uintptr{page}
-	_, _, errno := unix.Syscall6(unix.SYS_MOVE_PAGES, 0, 1, uintptr(unsafePointer(&pages[0])), 0, uintptr(unsafePointer(&status)), 0)
-	if errno != 0 || status < 0 {
-		return "*"
-	}
-	return fmt.Sprintf("cpu:%d", status)
-}
-
 // ---- descriptor ----
 
 // Describe publishes the devices, the priority matrix and each buffer's
@@ -344,31 +227,10 @@ func (t *Transport) Describe(seg *descriptor.Segment) {
 	}
 	seg.Devices = make([]descriptor.Device, len(t.nics))
 	for i, n := range t.nics {
-		seg.Devices[i] = descriptor.Device{Name: n.name, LID: n.port.LID, GID: n.gid.String()}
+		seg.Devices[i] = descriptor.Device{Name: n.name, LID: n.port.LID, GID: n.gid().gid.String()}
 	}
 	seg.PriorityMatrix = t.matrix.JSON()
-	for i := range seg.Buffers {
-		b := &seg.Buffers[i]
-		m := t.region(uintptr(b.Addr), b.Length)
-		if m == nil || uint64(m.addr) != b.Addr {
-			continue
-		}
-		b.Name = m.location
-		b.LKey = make([]uint32, len(m.mrs))
-		for j, mr := range m.mrs {
-			if mr != nil {
-				b.LKey[j] = mr.LKey
-			}
-		}
-		if m.remote {
-			b.RKey = make([]uint32, len(m.mrs))
-			for j, mr := range m.mrs {
-				if mr != nil {
-					b.RKey[j] = mr.RKey
-				}
-			}
-		}
-	}
+	t.describeBuffers(seg)
 }
 
 // Reaches reports whether p publishes RDMA devices and a local NIC is up.
@@ -404,6 +266,13 @@ func (t *Transport) peerInfo(d *descriptor.Segment) *peerInfo {
 	for i, dev := range d.Devices {
 		pi.index[dev.Name] = i
 	}
+	pi.gpuKeys = true
+	for _, b := range d.Buffers {
+		if b.GPU() && b.Mem != descriptor.MemManaged && !hasKey(b.RKey) {
+			pi.gpuKeys = false
+			break
+		}
+	}
 	if len(d.PriorityMatrix) > 0 {
 		if m, err := ParseMatrix(string(d.PriorityMatrix)); err == nil {
 			pi.matrix = m
@@ -423,20 +292,51 @@ func (t *Transport) peerInfo(d *descriptor.Segment) *peerInfo {
 	return pi
 }
 
-// peerGIDFromDescriptor finds a peer NIC's GID in the cached descriptors
-// (for peers whose handshake omits it).
-func (t *Transport) peerGIDFromDescriptor(peerPath string) string {
-	server, nicName, _ := splitNICPath(peerPath)
+// peerNIC finds a peer NIC's GID and LID in the peer's descriptor, for a
+// handshake without local_gid: a descriptor cached for routing, else the
+// one the metadata service has under the NIC path's server name
+// (Mooncake's getSegmentDescByName).
+func (t *Transport) peerNIC(ctx context.Context, peerPath string) (gid string, lid uint16, err error) {
+	server, nicName, ok := splitNICPath(peerPath)
+	if !ok {
+		return "", 0, fmt.Errorf("Parse peer nic path failed: %s", peerPath)
+	}
 	t.peers.Lock()
-	defer t.peers.Unlock()
 	for d, pi := range t.peers.m {
 		if pi.server == server {
-			if i, ok := pi.index[nicName]; ok {
-				return d.Devices[i].GID
+			if i, ok := pi.index[nicName]; ok && d.Devices[i].GID != "" {
+				t.peers.Unlock()
+				return d.Devices[i].GID, d.Devices[i].LID, nil
 			}
 		}
 	}
-	return ""
+	t.peers.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, t.e.Config().MetadataTimeout)
+	defer cancel()
+	id, err := t.e.OpenSegmentNoCache(ctx, server)
+	if err == nil {
+		var d *descriptor.Segment
+		if d, err = t.e.SegmentDescriptor(id); err == nil {
+			for _, dev := range d.Devices {
+				if dev.Name == nicName && dev.GID != "" {
+					return dev.GID, dev.LID, nil
+				}
+			}
+		}
+	}
+	if err != nil {
+		return "", 0, fmt.Errorf("Peer nic not found in that server: %s (descriptor of %q: %v)", peerPath, server, err)
+	}
+	return "", 0, fmt.Errorf("Peer nic not found in that server: %s", peerPath)
+}
+
+// republish publishes the descriptor again (a NIC's GID changed).
+func (t *Transport) republish() {
+	ctx, cancel := context.WithTimeout(t.ctx, t.e.Config().MetadataTimeout)
+	defer cancel()
+	if err := t.e.Publish(ctx); err != nil {
+		t.log.Warn("rdma: publishing the new GID failed", "err", err)
+	}
 }
 
 // ---- data path ----
@@ -454,21 +354,27 @@ func (t *Transport) Submit(p *engine.Peer, slices []*engine.Slice) {
 	ops := make([]op, len(slices))
 	list := make([]*op, len(slices))
 	for i, s := range slices {
-		ops[i] = op{s: s, peer: p}
+		ops[i] = op{s: s, peer: p, laddr: s.Local, raddr: s.Remote, length: s.Length}
 		list[i] = &ops[i]
 	}
 	t.dispatch(list)
 }
 
 // dispatch routes ops and hands them to their endpoints, one enqueue per
-// endpoint.
+// endpoint. An op crossing a memory region boundary on either side is cut
+// there into parts (route), each routed on its own.
 func (t *Transport) dispatch(ops []*op) {
 	groups := map[*endpoint][]*op{}
 	var order []*endpoint
-	for _, o := range ops {
-		ep, err := t.route(o)
+	for len(ops) > 0 {
+		o := ops[0]
+		ops = ops[1:]
+		ep, rest, err := t.route(o)
+		if rest != nil {
+			ops = append(ops, rest)
+		}
 		if err != nil {
-			o.s.Complete(err)
+			t.fail(o, err, false)
 			continue
 		}
 		if groups[ep] == nil {
@@ -483,19 +389,29 @@ func (t *Transport) dispatch(ops []*op) {
 
 // route picks o's local NIC and peer NIC (Mooncake's selectDevice on both
 // sides: the buffer's location row, preferred first; retry n walks the
-// rows), its keys, and the endpoint between them.
-func (t *Transport) route(o *op) (*endpoint, error) {
-	s := o.s
+// rows), its keys, and the endpoint between them. When o's range crosses
+// a memory region boundary (local or remote) it is cut there: o keeps the
+// first part and rest (nil otherwise) is the remainder.
+func (t *Transport) route(o *op) (ep *endpoint, rest *op, err error) {
 	if o.local == nil {
-		o.local = t.region(s.Local, s.Length)
+		o.local = t.region(o.laddr, o.length)
 		if o.local == nil {
-			return nil, fmt.Errorf("rdma: local %#x+%d is not registered with the NICs: %w", s.Local, s.Length, engine.ErrAddressNotRegistered)
+			return nil, nil, fmt.Errorf("rdma: local %#x+%d is not registered with the NICs: %w", o.laddr, o.length, engine.ErrAddressNotRegistered)
 		}
 	}
+	lc := o.local.chunk(uint64(o.laddr))
+	if lc == nil {
+		return nil, nil, fmt.Errorf("rdma: local %#x+%d (%s memory) is not registered with the NICs: %w", o.laddr, o.length, o.local.kind, engine.ErrAddressNotRegistered)
+	}
 	d := o.peer.Descriptor()
-	buf, ok := d.Find(s.Remote, s.Length)
-	if !ok || len(buf.RKey) == 0 {
-		return nil, fmt.Errorf("rdma: remote %#x+%d on %q is in no buffer with an rkey: %w", s.Remote, s.Length, o.peer.Name, engine.ErrAddressNotRegistered)
+	buf, ok := findBuffer(d, o.raddr)
+	if !ok || !hasKey(buf.RKey) {
+		return nil, nil, fmt.Errorf("rdma: remote %#x+%d on %q is in no buffer with an rkey: %w", o.raddr, o.length, o.peer.Name, engine.ErrAddressNotRegistered)
+	}
+	if n := min(lc.end()-uint64(o.laddr), buf.Addr+buf.Length-o.raddr); n < o.length {
+		if rest = o.cut(n); rest == nil {
+			return nil, nil, fmt.Errorf("rdma: remote %#x+%d on %q runs past its buffers: %w", o.raddr, o.length, o.peer.Name, engine.ErrAddressNotRegistered)
+		}
 	}
 	pi := t.peerInfo(d)
 	rr := -1
@@ -504,23 +420,45 @@ func (t *Transport) route(o *op) (*endpoint, error) {
 	}
 	localName := t.matrix.Select(o.local.location, o.tries, rr, func(name string) bool {
 		i := t.nicIndex(name)
-		return i >= 0 && t.nics[i].active.Load() && o.local.mrs[i] != nil
+		return i >= 0 && t.nics[i].active.Load() && lc.mrs[i] != nil
 	})
 	if localName == "" {
-		return nil, fmt.Errorf("rdma: no active NIC for location %q: %w", o.local.location, engine.ErrNotSupportedTransport)
+		return nil, rest, fmt.Errorf("rdma: no active NIC for location %q: %w", o.local.location, engine.ErrNotSupportedTransport)
 	}
 	n := t.nics[t.nicIndex(localName)]
 	peerName := pi.matrix.Select(buf.Name, o.tries, rr, func(name string) bool {
 		i, ok := pi.index[name]
-		return ok && i < len(buf.RKey)
+		return ok && i < len(buf.RKey) && buf.RKey[i] != 0
 	})
 	if peerName == "" {
-		return nil, fmt.Errorf("rdma: peer %q offers no NIC for %q: %w", o.peer.Name, buf.Name, engine.ErrNotSupportedTransport)
+		return nil, rest, fmt.Errorf("rdma: peer %q offers no NIC for %q: %w", o.peer.Name, buf.Name, engine.ErrNotSupportedTransport)
 	}
 	o.nic = n
-	o.lkey = o.local.mrs[n.idx].LKey
+	o.lkey = lc.mrs[n.idx].LKey
 	o.rkey = buf.RKey[pi.index[peerName]]
-	return n.endpoint(nicPath(pi.server, peerName), o.peer.Endpoint.Addr())
+	ep, err = n.endpoint(nicPath(pi.server, peerName), o.peer.Endpoint.Addr())
+	return ep, rest, err
+}
+
+// findBuffer returns the buffer of d holding address addr (for a
+// registration published as several buffers, the one of that memory
+// region).
+func findBuffer(d *descriptor.Segment, addr uint64) (descriptor.Buffer, bool) {
+	for _, b := range d.Buffers {
+		if b.Contains(addr, 1) {
+			return b, true
+		}
+	}
+	return descriptor.Buffer{}, false
+}
+
+func hasKey(keys []uint32) bool {
+	for _, k := range keys {
+		if k != 0 {
+			return true
+		}
+	}
+	return false
 }
 
 func (t *Transport) nicIndex(name string) int {
@@ -551,13 +489,13 @@ func (t *Transport) fail(o *op, err error, retryable bool) {
 		o.nic.slicesFailed.Add(1)
 	}
 	if o.s.Canceled() {
-		o.s.Complete(engine.ErrCanceled)
+		o.finish(engine.ErrCanceled)
 		return
 	}
 	if t.closed.Load() {
 		err = fmt.Errorf("%w: %w", engine.ErrClosed, err)
 	}
-	o.s.Complete(&engine.TransferError{Op: o.s.Op, Peer: o.peer.Name, Transport: Name, Addr: o.s.Remote, Length: o.s.Length, Err: err})
+	o.finish(&engine.TransferError{Op: o.s.Op, Peer: o.peer.Name, Transport: Name, Addr: o.raddr, Length: o.length, Err: err})
 }
 
 // failWC handles a failed work completion: a flush or a path error retries
@@ -614,7 +552,7 @@ func (t *Transport) flushPending(n *nic) {
 // names, brings the endpoint's QPs to RTS toward the peer's, and replies
 // with ours; a refusal is a reply whose reply_msg says why. It is
 // registered with the engine's RPC dispatch (engine.HandleRPC).
-func (t *Transport) handleConnection(_ context.Context, body []byte, from net.Addr) ([]byte, error) {
+func (t *Transport) handleConnection(ctx context.Context, body []byte, from net.Addr) ([]byte, error) {
 	reject := func(msg string) ([]byte, error) {
 		t.log.Warn("rdma handshake refused", "from", from, "reason", msg)
 		return encodeHandshake(&handshake{ReplyMsg: msg}), nil
@@ -641,17 +579,38 @@ func (t *Transport) handleConnection(_ context.Context, body []byte, from net.Ad
 	if _, _, ok := splitNICPath(peer.LocalNICPath); !ok {
 		return reject("Parse peer nic path failed: " + peer.LocalNICPath)
 	}
-	for attempt := 0; attempt < 2; attempt++ {
+	if peer.LocalGID == "" && !peer.isReadyAck() {
+		// As Mooncake: the peer NIC's GID and LID from its descriptor.
+		if peer.LocalGID, peer.LocalLID, err = t.peerNIC(ctx, peer.LocalNICPath); err != nil {
+			return reject(err.Error())
+		}
+	}
+	reconnected := false
+	var tried []gidChoice
+	for gidRetries := 0; ; {
 		ep, err := n.endpoint(peer.LocalNICPath, "")
 		if err != nil {
 			return reject(err.Error())
 		}
-		reply, used, err := ep.passive(peer)
-		if errors.Is(err, errReconnect) && attempt == 0 && !peer.isReadyAck() {
+		g := n.gid()
+		reply, used, err := ep.passive(peer, g)
+		if errors.Is(err, errReconnect) && !reconnected && !peer.isReadyAck() {
 			// The peer restarted (new QPs): retire ours, answer on fresh ones.
 			t.log.Info("rdma peer re-established its endpoint", "device", n.name, "peer", peer.LocalNICPath)
+			reconnected = true
 			ep.retire("peer reconnected")
 			continue
+		}
+		if err != nil && n.gidRetryable(err, gidRetries) {
+			tried = append(tried, g)
+			if n.reprobeGID(g, tried) {
+				// Fresh QPs from the new GID (Mooncake resets the endpoint).
+				gidRetries++
+				t.log.Warn("rdma passive setup retried with another local GID", "device", n.name, "peer", peer.LocalNICPath,
+					"from", g.gid.String(), "to", n.gid().gid.String(), "attempt", gidRetries, "max", t.cfg.AutoGIDRetries, "err", err)
+				ep.retire("setup retried with another GID")
+				continue
+			}
 		}
 		if err != nil {
 			return reject(err.Error())
@@ -662,7 +621,6 @@ func (t *Transport) handleConnection(_ context.Context, body []byte, from net.Ad
 		t.flushEndpoint(used)
 		return encodeHandshake(reply), nil
 	}
-	return reject("Local RDMA endpoint unavailable for " + localNIC + " <- " + peer.LocalNICPath)
 }
 
 // rpcAddrFor derives a peer's RPC address from its NIC path's server part
