@@ -132,8 +132,12 @@ func (p *Peer) buffer(addr, length uint64) (descriptor.Buffer, bool) {
 	}
 	b := d.byAddr
 	i := sort.Search(len(b), func(i int) bool { return b[i].Addr > addr }) - 1
-	if i < 0 || !b[i].Contains(addr, length) {
+	if i < 0 || !b[i].Contains(addr, 1) {
 		return descriptor.Buffer{}, false
+	}
+	if !b[i].Contains(addr, length) {
+		// Maybe a run of buffers continuing each other (one registration).
+		return (&descriptor.Segment{Buffers: b[i:]}).Find(addr, length)
 	}
 	return b[i], true
 }

@@ -191,7 +191,8 @@ func (s *Segment) Has(f string) bool {
 
 // Find returns the buffer that contains [addr, addr+length), or false. A
 // run of buffers that continue each other (Buffer.Continues) counts as one
-// buffer: the first, with the run's total length.
+// buffer: a range that starts in one of them and runs on into the next
+// gets the buffer holding its start, extended over the ones it spans.
 func (s *Segment) Find(addr, length uint64) (Buffer, bool) {
 	for i, b := range s.Buffers {
 		if b.Contains(addr, length) {

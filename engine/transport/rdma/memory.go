@@ -408,16 +408,21 @@ func (t *Transport) carriesDevice() bool {
 // host-accessible memory on both ends; local device memory while every
 // local device region is registered with the NICs (GPUDirect RDMA); device
 // memory of a peer whose GPU buffers all carry rkeys.
-func (t *Transport) Carries(p *engine.Peer, local, remote engine.MemoryKind) bool {
-	if local == engine.MemoryDevice && !t.carriesDevice() {
+func (t *Transport) Carries(p *engine.Peer, e engine.Ends) bool {
+	if e.Local == engine.MemoryDevice && !t.carriesDevice() {
 		return false
 	}
-	if remote == engine.MemoryDevice {
+	if e.Remote == engine.MemoryDevice {
 		d := p.Descriptor()
 		return d != nil && t.peerInfo(d).gpuKeys
 	}
 	return true
 }
+
+var (
+	_ engine.MemoryCarrier   = (*Transport)(nil)
+	_ engine.MemoryRegistrar = (*Transport)(nil)
+)
 
 // resolveLocation is the priority-matrix row of a region: its location;
 // for "*" (or none), GPU memory takes its device's "cuda:N" and host memory

@@ -404,7 +404,7 @@ func (t *Transport) route(o *op) (ep *endpoint, rest *op, err error) {
 		return nil, nil, fmt.Errorf("rdma: local %#x+%d (%s memory) is not registered with the NICs: %w", o.laddr, o.length, o.local.kind, engine.ErrAddressNotRegistered)
 	}
 	d := o.peer.Descriptor()
-	buf, ok := findBuffer(d, o.raddr)
+	buf, ok := o.peer.RemoteBuffer(o.raddr, 1) // the very buffer (memory region) holding raddr
 	if !ok || !hasKey(buf.RKey) {
 		return nil, nil, fmt.Errorf("rdma: remote %#x+%d on %q is in no buffer with an rkey: %w", o.raddr, o.length, o.peer.Name, engine.ErrAddressNotRegistered)
 	}
@@ -438,18 +438,6 @@ func (t *Transport) route(o *op) (ep *endpoint, rest *op, err error) {
 	o.rkey = buf.RKey[pi.index[peerName]]
 	ep, err = n.endpoint(nicPath(pi.server, peerName), o.peer.Endpoint.Addr())
 	return ep, rest, err
-}
-
-// findBuffer returns the buffer of d holding address addr (for a
-// registration published as several buffers, the one of that memory
-// region).
-func findBuffer(d *descriptor.Segment, addr uint64) (descriptor.Buffer, bool) {
-	for _, b := range d.Buffers {
-		if b.Contains(addr, 1) {
-			return b, true
-		}
-	}
-	return descriptor.Buffer{}, false
 }
 
 func hasKey(keys []uint32) bool {
