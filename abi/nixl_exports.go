@@ -15,7 +15,6 @@ import (
 
 	"github.com/kvferry/kvferry/agent/nixl"
 	"github.com/kvferry/kvferry/engine"
-	"github.com/kvferry/kvferry/engine/gpu"
 	"github.com/kvferry/kvferry/internal/hostenv"
 )
 
@@ -478,11 +477,4 @@ func kvf_nixl_last_error(h C.kvferry_nixl_t, buf *C.char, n C.size_t) (rc C.int)
 		return nixlErrInvalidParam
 	}
 	return C.int(putString(buf, n, a.Engine().LastError()))
-}
-
-// gpuAvailable reports whether the CUDA driver loads here (then VRAM is
-// among the supported memory types).
-func gpuAvailable() bool {
-	_, err := gpu.Shared(hostenv.GPUConfig()).Driver()
-	return err == nil
 }

@@ -27,7 +27,7 @@
 extern "C" {
 #endif
 
-#define KVFERRY_API_VERSION 5
+#define KVFERRY_API_VERSION 6
 
 /* Error codes (negative). The first group has Mooncake's values. */
 #define KVFERRY_OK 0
@@ -668,6 +668,52 @@ int kvferry_store_query_task(mooncake_store_t store, const char *task_id, int *t
                              int *status, int64_t *created_ms, int64_t *updated_ms,
                              char *assigned_client, size_t assigned_len, char *message,
                              size_t message_len);
+
+/* ---- GPU memory (API version 6) ---- */
+
+#include <sys/types.h>
+
+/* An allocator of shareable GPU memory, with the signatures
+ * torch.cuda.memory.CUDAPluggableAllocator takes: kvferry_cuda_malloc
+ * returns size bytes on device (rounded up to the allocation granularity)
+ * made with cuMemCreate (shareable as POSIX fds, and fabric handles where
+ * the device supports them), mapped and accessible from every device, so
+ * that same-host peers map it through the nvlink transport; on a device
+ * without virtual memory management it falls back to cuMemAlloc (legacy
+ * IPC). NULL on failure (no driver, out of memory). stream is ignored.
+ * kvferry_cuda_free frees it (size, device and stream are ignored).
+ * mc_nvlink_malloc / mc_nvlink_free are the same functions under the names
+ * Mooncake's nvlink_allocator.so exports. */
+void *kvferry_cuda_malloc(ssize_t size, int device, void *stream);
+void kvferry_cuda_free(void *ptr, ssize_t size, int device, void *stream);
+void *mc_nvlink_malloc(ssize_t size, int device, void *stream);
+void mc_nvlink_free(void *ptr, ssize_t size, int device, void *stream);
+
+/* Copies n bytes from src to dst, either of which may be device, pinned,
+ * managed or pageable host memory (cuMemcpy with unified addressing), and
+ * waits for the copy. 0 or a negative code (-303 without a driver). */
+int kvferry_cuda_memcpy(void *dst, const void *src, size_t n);
+
+/* What kvferry_cuda_malloc hands out on device: 1 shareable VMM memory
+ * (cuMemCreate), 0 cuMemAlloc memory, -2 no usable driver or device
+ * (Mooncake's mc_probe_fabric_support answers 1 only for fabric memory). */
+int kvferry_cuda_probe(int device);
+int mc_probe_fabric_support(int device);
+
+/* Stream-ordered transfers (Mooncake's transfer_*_on_cuda): queues the n
+ * requests (opcode: 0 READ into buffers[i], 1 WRITE from them) to segment
+ * target behind the work already queued on stream (a CUstream; NULL is the
+ * legacy default stream of the calling thread's current context), and
+ * holds the work queued after the call until they have completed. Returns
+ * 0 once queued, or a negative code (bad arguments, unknown segment, a
+ * stream but no driver); a transfer that later fails is logged and
+ * recorded as the engine's last error, and the stream continues. With
+ * stream NULL and no driver (or no current context on the calling thread)
+ * there is nothing to order with: the requests run at once and the call
+ * returns when they are done (-402 when one failed). */
+int kvferry_transfer_on_stream(transfer_engine_t engine, void *stream, const char *target,
+                               void *const *buffers, const uint64_t *peer_addresses,
+                               const size_t *lengths, size_t n, int opcode);
 
 #ifdef __cplusplus
 }

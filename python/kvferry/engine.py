@@ -827,39 +827,51 @@ class TransferEngine:
             self._async.pop(batch_id, None)
         return rc
 
-    # CUDA-stream variants: the transfer runs once the work queued on the
-    # stream has finished (the stream is synchronized first), then
-    # synchronously; they return None as Mooncake's do.
+    # CUDA-stream variants (Mooncake's transfer_*_on_cuda): the transfer is
+    # queued on the caller's stream and runs once the work queued on it
+    # before has finished; work queued after it waits for the transfer.
+    # They return None at once, as Mooncake's do; a failure is logged and
+    # recorded as the engine's last error (last_error).
 
     def transfer_write_on_cuda(self, target_hostname, buffer, peer_buffer_address, length,
                                stream_ptr=0, transport_hint=""):
-        """Write after the work queued on stream_ptr has finished."""
-        _sync_stream(_as_int(stream_ptr, "stream_ptr"))
-        if self.transfer_sync_write(target_hostname, buffer, peer_buffer_address, length) != 0:
-            log.error("transfer_write_on_cuda to %s failed", target_hostname)
+        """Write, ordered on CUDA stream stream_ptr (0: the default stream)."""
+        self._on_stream(target_hostname, [buffer], [peer_buffer_address], [length], stream_ptr, 1)
 
     def transfer_read_on_cuda(self, target_hostname, buffer, peer_buffer_address, length,
                               stream_ptr=0, transport_hint=""):
-        """Read after the work queued on stream_ptr has finished."""
-        _sync_stream(_as_int(stream_ptr, "stream_ptr"))
-        if self.transfer_sync_read(target_hostname, buffer, peer_buffer_address, length) != 0:
-            log.error("transfer_read_on_cuda from %s failed", target_hostname)
+        """Read, ordered on CUDA stream stream_ptr (0: the default stream)."""
+        self._on_stream(target_hostname, [buffer], [peer_buffer_address], [length], stream_ptr, 0)
 
     def batch_transfer_write_on_cuda(self, target_hostname, buffers, peer_buffer_addresses,
                                      lengths, stream_ptr=0, transport_hint=""):
-        """Batch write after the work queued on stream_ptr has finished."""
-        _sync_stream(_as_int(stream_ptr, "stream_ptr"))
-        if self.batch_transfer_sync_write(target_hostname, buffers, peer_buffer_addresses,
-                                          lengths) != 0:
-            log.error("batch_transfer_write_on_cuda to %s failed", target_hostname)
+        """Batch write, ordered on CUDA stream stream_ptr."""
+        self._on_stream(target_hostname, buffers, peer_buffer_addresses, lengths, stream_ptr, 1)
 
     def batch_transfer_read_on_cuda(self, target_hostname, buffers, peer_buffer_addresses,
                                     lengths, stream_ptr=0, transport_hint=""):
-        """Batch read after the work queued on stream_ptr has finished."""
-        _sync_stream(_as_int(stream_ptr, "stream_ptr"))
-        if self.batch_transfer_sync_read(target_hostname, buffers, peer_buffer_addresses,
-                                         lengths) != 0:
-            log.error("batch_transfer_read_on_cuda from %s failed", target_hostname)
+        """Batch read, ordered on CUDA stream stream_ptr."""
+        self._on_stream(target_hostname, buffers, peer_buffer_addresses, lengths, stream_ptr, 0)
+
+    def _on_stream(self, target, buffers, peers, lengths, stream, opcode):
+        target = _as_str(target, "target_hostname")
+        bufs = _int_list(buffers, "buffers")
+        peers = _int_list(peers, "peer_buffer_addresses")
+        lens = _int_list(lengths, "lengths")
+        stream = _as_int(stream, "stream_ptr")
+        if not (len(bufs) == len(peers) == len(lens)):
+            raise ValueError("buffers, peer_buffer_addresses and lengths differ in length")
+        if not self._h:
+            log.error("transfer on a CUDA stream: engine not initialized")
+            return
+        n = len(bufs)
+        rc = lib.kvferry_transfer_on_stream(self._h, stream or None, target.encode(),
+                                            (c_void_p * max(n, 1))(*bufs),
+                                            (c_uint64 * max(n, 1))(*peers),
+                                            (c_size_t * max(n, 1))(*lens), n, opcode)
+        if rc != 0:
+            log.error("transfer on CUDA stream %#x to %s not queued (%d): %s", stream, target, rc,
+                      self.last_error())
 
 
 def _notify_msg(notify):
@@ -871,23 +883,3 @@ def _notify_msg(notify):
     return m, (name, msg)
 
 
-_cuda = None
-
-
-def _sync_stream(stream):
-    """Wait for a CUDA stream (0: nothing queued by the caller)."""
-    global _cuda
-    if not stream:
-        return
-    if _cuda is None:
-        try:
-            _cuda = ctypes.CDLL("libcuda.so.1")
-            _cuda.cuStreamSynchronize.argtypes = [c_void_p]
-            _cuda.cuStreamSynchronize.restype = c_int
-        except OSError:
-            _cuda = False
-    if not _cuda:
-        raise RuntimeError("stream_ptr given but libcuda.so.1 is not available")
-    rc = _cuda.cuStreamSynchronize(stream)
-    if rc != 0:
-        raise RuntimeError("cuStreamSynchronize failed with CUresult %d" % rc)

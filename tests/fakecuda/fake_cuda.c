@@ -956,6 +956,33 @@ static void enqueue(struct fstream *s, struct op *o) {
 	pthread_mutex_unlock(&s->mu);
 }
 
+static struct fstream *g_null[MAX_DEVICES];
+static int stream_start(struct fstream *s, struct fctx *c);
+
+// null_stream resolves stream 0 (the legacy default stream) to the current
+// context's own stream, made on first use. NULL without a context.
+static struct fstream *null_stream(struct fstream *s) {
+	if (s) return s;
+	struct fctx *c = current();
+	if (!c) return NULL;
+	pthread_mutex_lock(&g_mu);
+	if (!g_null[c->dev]) {
+		struct fstream *n = calloc(1, sizeof *n);
+		if (stream_start(n, c) == 0) g_null[c->dev] = n;
+		else free(n);
+	}
+	struct fstream *n = g_null[c->dev];
+	pthread_mutex_unlock(&g_mu);
+	return n;
+}
+
+static int stream_start(struct fstream *s, struct fctx *c) {
+	s->ctx = c;
+	pthread_mutex_init(&s->mu, NULL);
+	pthread_cond_init(&s->cv, NULL);
+	return pthread_create(&s->th, NULL, stream_main, s) != 0 ? CUDA_ERROR_OUT_OF_MEMORY : 0;
+}
+
 EXPORT CUresult cuStreamCreate(struct fstream **ps, unsigned int flags) {
 	(void)flags;
 	FAULT("cuStreamCreate");
@@ -963,10 +990,7 @@ EXPORT CUresult cuStreamCreate(struct fstream **ps, unsigned int flags) {
 	NEED_CTX(c);
 	if (!ps) return CUDA_ERROR_INVALID_VALUE;
 	struct fstream *s = calloc(1, sizeof *s);
-	s->ctx = c;
-	pthread_mutex_init(&s->mu, NULL);
-	pthread_cond_init(&s->cv, NULL);
-	if (pthread_create(&s->th, NULL, stream_main, s) != 0) {
+	if (stream_start(s, c) != 0) {
 		free(s);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
@@ -990,6 +1014,7 @@ EXPORT CUresult cuStreamDestroy_v2(struct fstream *s) {
 EXPORT CUresult cuStreamSynchronize(struct fstream *s) {
 	FAULT("cuStreamSynchronize");
 	NEED_INIT();
+	s = null_stream(s);
 	if (!s) return CUDA_ERROR_INVALID_HANDLE;
 	pthread_mutex_lock(&s->mu);
 	while (s->head || s->busy) pthread_cond_wait(&s->cv, &s->mu);
@@ -1001,6 +1026,7 @@ EXPORT CUresult cuStreamSynchronize(struct fstream *s) {
 EXPORT CUresult cuStreamQuery(struct fstream *s) {
 	FAULT("cuStreamQuery");
 	NEED_INIT();
+	s = null_stream(s);
 	if (!s) return CUDA_ERROR_INVALID_HANDLE;
 	pthread_mutex_lock(&s->mu);
 	int rc = s->err ? s->err : (s->head || s->busy) ? CUDA_ERROR_NOT_READY : 0;
@@ -1036,6 +1062,7 @@ EXPORT CUresult cuEventDestroy_v2(struct fevent *e) {
 EXPORT CUresult cuEventRecord(struct fevent *e, struct fstream *s) {
 	FAULT("cuEventRecord");
 	NEED_INIT();
+	s = null_stream(s);
 	if (!e || !s) return CUDA_ERROR_INVALID_HANDLE;
 	if (e->ctx != s->ctx) return CUDA_ERROR_INVALID_HANDLE;
 	if (g_dev[s->ctx->dev].lost) return CUDA_ERROR_ILLEGAL_ADDRESS;
@@ -1074,6 +1101,7 @@ EXPORT CUresult cuStreamWaitEvent(struct fstream *s, struct fevent *e, unsigned 
 	(void)flags;
 	FAULT("cuStreamWaitEvent");
 	NEED_INIT();
+	s = null_stream(s);
 	if (!s || !e) return CUDA_ERROR_INVALID_HANDLE;
 	struct op *o = calloc(1, sizeof *o);
 	o->type = 4;
@@ -1088,6 +1116,7 @@ EXPORT CUresult cuStreamWaitEvent(struct fstream *s, struct fevent *e, unsigned 
 EXPORT CUresult cuLaunchHostFunc(struct fstream *s, CUhostFn fn, void *arg) {
 	FAULT("cuLaunchHostFunc");
 	NEED_INIT();
+	s = null_stream(s);
 	if (!s || !fn) return CUDA_ERROR_INVALID_VALUE;
 	struct op *o = calloc(1, sizeof *o);
 	o->type = 3;
@@ -1103,6 +1132,7 @@ EXPORT CUresult cuLaunchHostFunc(struct fstream *s, CUhostFn fn, void *arg) {
 // are 1 (device), 0 (host) or -1 (any).
 static int copy_async(CUdeviceptr dst, CUdeviceptr src, size_t n, struct fstream *s, int want_dst, int want_src) {
 	NEED_CTX(c);
+	s = null_stream(s);
 	if (!s) return CUDA_ERROR_INVALID_HANDLE;
 	if (s->ctx != c) return CUDA_ERROR_INVALID_CONTEXT;
 	if (n == 0) return CUDA_SUCCESS;

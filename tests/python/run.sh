@@ -18,9 +18,14 @@ if ! "$PY" -c 'import torch' 2>/dev/null; then
   echo "tests/python: torch is not installed; its tests are skipped" >&2
 fi
 export KVFERRY_LIB_DIR="$(cd "$LIBDIR" && pwd)"
+# The fake CUDA driver (a test fixture) for test_gpu.py.
+FAKE="$(mktemp -d)"
+trap 'rm -rf "$FAKE"' EXIT
+export KVFERRY_TEST_FAKECUDA="$(tests/fakecuda/build.sh "$FAKE")"
 export PYTHONDONTWRITEBYTECODE=1
 cd tests/python
 if [ "$#" -gt 0 ]; then
-  exec timeout 600 "$PY" -m unittest -v "$@"
+  timeout 600 "$PY" -m unittest -v "$@"
+  exit
 fi
-exec timeout 600 "$PY" -m unittest discover -s . -p 'test_*.py' -v
+timeout 600 "$PY" -m unittest discover -s . -p 'test_*.py' -v

@@ -1,0 +1,212 @@
+package abi
+
+/*
+#include <stdint.h>
+#include <stddef.h>
+*/
+import "C"
+
+import (
+	"context"
+	"fmt"
+	"time"
+	"unsafe"
+
+	"github.com/kvferry/kvferry/engine"
+	"github.com/kvferry/kvferry/engine/gpu"
+	"github.com/kvferry/kvferry/internal/cuda"
+	"github.com/kvferry/kvferry/internal/hostenv"
+)
+
+// gpuRuntime is the process's GPU runtime for the environment's settings
+// (KVFERRY_CUDA_LIB, KVFERRY_CUDA).
+func gpuRuntime() *gpu.Runtime { return gpu.Shared(hostenv.GPUConfig()) }
+
+// gpuAvailable reports whether the CUDA driver loads here (then VRAM is
+// among the NIXL plugin's memory types).
+func gpuAvailable() bool {
+	_, err := gpuRuntime().Driver()
+	return err == nil
+}
+
+//export kvf_cuda_malloc
+func kvf_cuda_malloc(size C.size_t, device C.int) (p C.uintptr_t) {
+	defer func() {
+		if r := recover(); r != nil {
+			_ = panicked(r)
+			p = 0
+		}
+	}()
+	d, err := gpuRuntime().Driver()
+	if err != nil || int(device) < 0 || int(device) >= d.DeviceCount() {
+		return 0
+	}
+	if vmmDevice(d, int(device)) {
+		v, _, err := d.VMMAlloc(int(device), uint64(max(size, 1)))
+		if err == nil {
+			return C.uintptr_t(v)
+		}
+		logger.Warn("kvferry_cuda_malloc: VMM allocation failed, falling back to cuMemAlloc", "bytes", size, "device", device, "err", err)
+	}
+	v, err := d.MemAlloc(int(device), uint64(max(size, 1)))
+	if err != nil {
+		logger.Warn("kvferry_cuda_malloc failed", "bytes", size, "device", device, "err", err)
+		return 0
+	}
+	return C.uintptr_t(v)
+}
+
+// vmmDevice reports whether device dev gives shareable VMM memory.
+func vmmDevice(d *cuda.Driver, dev int) bool {
+	info, err := d.Device(dev)
+	return err == nil && d.VMM() && info.VMM && (info.PosixFD || info.Fabric)
+}
+
+//export kvf_cuda_free
+func kvf_cuda_free(p C.uintptr_t, device C.int) {
+	defer func() {
+		if r := recover(); r != nil {
+			_ = panicked(r)
+		}
+	}()
+	d, err := gpuRuntime().Driver()
+	if err != nil {
+		return
+	}
+	pi, err := d.Pointer(uint64(p))
+	if err != nil || pi.Type != cuda.MemoryTypeDevice {
+		logger.Warn("kvferry_cuda_free: not device memory", "ptr", uint64(p), "err", err)
+		return
+	}
+	if pi.MappingBase != 0 || pi.HandleTypes != 0 {
+		err = d.VMMFree(uint64(p))
+	} else {
+		err = d.MemFree(pi.Device, uint64(p))
+	}
+	if err != nil {
+		logger.Warn("kvferry_cuda_free failed", "ptr", uint64(p), "err", err)
+	}
+}
+
+//export kvf_cuda_probe
+func kvf_cuda_probe(device C.int, fabricOnly C.int) (rc C.int) {
+	defer func() {
+		if r := recover(); r != nil {
+			_ = panicked(r)
+			rc = -2
+		}
+	}()
+	d, err := gpuRuntime().Driver()
+	if err != nil || int(device) < 0 || int(device) >= d.DeviceCount() {
+		return -2
+	}
+	info, err := d.Device(int(device))
+	if err != nil {
+		return -2
+	}
+	if fabricOnly != 0 {
+		if d.VMM() && info.VMM && info.Fabric {
+			return 1
+		}
+		return 0
+	}
+	if vmmDevice(d, int(device)) {
+		return 1
+	}
+	return 0
+}
+
+//export kvf_transfer_on_stream
+func kvf_transfer_on_stream(h C.uintptr_t, stream C.uintptr_t, target *C.char, bufs *C.uintptr_t, peers *C.uint64_t, lens *C.size_t, n C.size_t, opcode C.int) (rc C.int) {
+	defer recoverResource(&rc)
+	e, err := lookupEngine(uintptr(h))
+	if err != nil {
+		return C.int(resourceCode(err))
+	}
+	name, ok := cstr(target)
+	if !ok || name == "" || (n > 0 && (bufs == nil || peers == nil || lens == nil)) || n > 1<<20 || (opcode != 0 && opcode != 1) {
+		engineFail(e, fmt.Errorf("transfer on stream: bad arguments: %w", engine.ErrInvalidArgument))
+		return errInvalidArgument
+	}
+	d, derr := gpuRuntime().Driver()
+	if derr != nil && stream != 0 {
+		engineFail(e, fmt.Errorf("transfer on stream: %w", derr))
+		return C.int(resourceCode(derr))
+	}
+	ctx, cancel := metaCtx(e)
+	seg, err := e.OpenSegment(ctx, name)
+	cancel()
+	if err != nil {
+		engineFail(e, err)
+		return C.int(resourceCode(err))
+	}
+	reqs := make([]engine.Request, int(n))
+	if n > 0 {
+		bs := unsafe.Slice(bufs, int(n))
+		ps := unsafe.Slice(peers, int(n))
+		ls := unsafe.Slice(lens, int(n))
+		for i := range reqs {
+			reqs[i] = engine.Request{Op: engine.OpCode(opcode), Source: uintptr(bs[i]), Target: seg, TargetOffset: uint64(ps[i]), Length: uint64(ls[i])}
+		}
+	}
+	// The gate goes on the caller's stream from the caller's thread (this
+	// goroutine runs on it), with the caller's current context. Stream 0
+	// without a driver, or on a thread without a current context, orders
+	// nothing: the transfer then runs now, synchronously.
+	var g *cuda.StreamGate
+	if derr == nil {
+		g, err = d.Gate(uintptr(stream))
+	}
+	if derr != nil || (err != nil && stream == 0 && cuda.Code(err) == cuda.ErrorInvalidContext) {
+		if err := e.Transfer(context.Background(), reqs); err != nil {
+			engineFail(e, fmt.Errorf("transfer on stream to %q: %w", name, err))
+			return errTransfer
+		}
+		return 0
+	}
+	if err != nil {
+		engineFail(e, fmt.Errorf("transfer on stream: %w", err))
+		return C.int(resourceCode(fmt.Errorf("%w: %w", engine.ErrInvalidArgument, err)))
+	}
+	timeout := e.Config().TransferTimeout
+	go func() {
+		defer g.Open()
+		if !g.Wait(timeout + 5*time.Second) {
+			engineFail(e, fmt.Errorf("transfer on stream: the stream did not reach the transfer within %s: %w", timeout, engine.ErrTimeout))
+			return
+		}
+		if err := e.Transfer(context.Background(), reqs); err != nil {
+			e.Logger().Error("stream-ordered transfer failed", "target", name, "requests", len(reqs), "err", err)
+			engineFail(e, fmt.Errorf("transfer on stream to %q: %w", name, err))
+		}
+	}()
+	return 0
+}
+
+//export kvf_cuda_memcpy
+func kvf_cuda_memcpy(dst, src C.uintptr_t, n C.size_t) (rc C.int) {
+	defer recoverResource(&rc)
+	if n == 0 {
+		return 0
+	}
+	if dst == 0 || src == 0 {
+		return errInvalidArgument
+	}
+	d, err := gpuRuntime().Driver()
+	if err != nil {
+		return C.int(resourceCode(err))
+	}
+	// The context of the device the memory belongs to (either end).
+	dev := 0
+	for _, p := range []C.uintptr_t{dst, src} {
+		if pi, err := d.Pointer(uint64(p)); err == nil && pi.Type == cuda.MemoryTypeDevice {
+			dev = pi.Device
+			break
+		}
+	}
+	if err := d.MemcpySync(dev, uint64(dst), uint64(src), uint64(n)); err != nil {
+		logger.Warn("kvferry_cuda_memcpy failed", "dst", uint64(dst), "src", uint64(src), "bytes", n, "err", err)
+		return errInvalidArgument
+	}
+	return 0
+}

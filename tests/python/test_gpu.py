@@ -1,0 +1,245 @@
+"""GPU memory through the Python API, on the fake CUDA driver
+(tests/fakecuda; run.sh builds it and names it in KVFERRY_TEST_FAKECUDA):
+CUDA tensors registered by pointer, moved within a process, to another
+process (CUDA IPC, and over TCP), stream-ordered transfers, the pluggable
+allocator, and a host without a driver."""
+
+import hashlib
+import os
+import subprocess
+import sys
+import time
+import unittest
+
+import numpy as np
+
+import _fakecuda
+from _fakecuda import FakeCudaTensor
+from _util import HERE, REPO, Peer, pattern
+
+from kvferry import allocator
+from kvferry.engine import TransferEngine
+
+_saved = {}
+
+
+def setUpModule():
+    if not _fakecuda.available():
+        raise unittest.SkipTest("no fake CUDA driver (KVFERRY_TEST_FAKECUDA)")
+    for k in ("KVFERRY_CUDA_LIB", "KVFERRY_TRANSPORT"):
+        _saved[k] = os.environ.get(k)
+    os.environ["KVFERRY_CUDA_LIB"] = _fakecuda.PATH
+    os.environ.pop("KVFERRY_TRANSPORT", None)
+
+
+def tearDownModule():
+    for k, v in _saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+def engine():
+    e = TransferEngine()
+    assert e.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "") == 0
+    return e
+
+
+def sha(b):
+    return hashlib.sha256(bytes(b)).hexdigest()
+
+
+class InProcess(unittest.TestCase):
+    def setUp(self):
+        self.d = _fakecuda.Driver()
+
+    def test_cuda_tensors_between_engines(self):
+        n = 3 << 20
+        a, b = engine(), engine()
+        try:
+            src = FakeCudaTensor(self.d.alloc(n, 0), n, 0)
+            dst = FakeCudaTensor(allocator.malloc(n, 1), n, 1)
+            host = pattern(n, 7)
+            self.d.h2d(src.data_ptr(), host.tobytes())
+            self.assertEqual(a.register_memory(src.data_ptr(), src.nbytes), 0)
+            self.assertEqual(b.batch_register_memory([dst.data_ptr()], [dst.nbytes], "cuda:1"), 0)
+            seg = b.get_segment_name()
+            self.assertEqual(a.transfer_sync_write(seg, src.data_ptr(), dst.data_ptr(), n), 0)
+            self.assertEqual(self.d.bytes_at(dst.data_ptr(), n), host.tobytes())
+            # Back into host memory registered by numpy.
+            back = np.zeros(n, np.uint8)
+            self.assertEqual(a.register_memory(back.ctypes.data, n), 0)
+            self.assertEqual(a.transfer_sync_read(seg, back.ctypes.data, dst.data_ptr(), n), 0)
+            self.assertTrue(np.array_equal(back, host))
+            # A device pointer registered as cpu memory is refused.
+            other = self.d.alloc(4096, 0)
+            self.assertLess(a.register_memory(other, 4096, "cpu:0"), 0)
+            self.assertIn("device", a.last_error())
+        finally:
+            a.close()
+            b.close()
+
+    def test_transfer_on_cuda_is_stream_ordered(self):
+        n = 1 << 20
+        a, b = engine(), engine()
+        try:
+            d = self.d
+            src = d.alloc(n, 0)
+            dst = d.alloc(n, 0)
+            staged = np.frombuffer(pattern(n, 11).tobytes(), np.uint8).copy()
+            out = np.zeros(n, np.uint8)
+            self.assertEqual(a.register_memory(src, n), 0)
+            self.assertEqual(b.register_memory(dst, n), 0)
+            seg = b.get_segment_name()
+            s = d.stream(0)
+            # Work before the transfer: a slow copy that fills src.
+            d.copy_delay(200000)
+            d.copy_async(src, staged.ctypes.data, n, s)
+            t0 = time.monotonic()
+            a.transfer_write_on_cuda(seg, src, dst, n, s)
+            self.assertLess(time.monotonic() - t0, 0.15, "transfer_write_on_cuda must not block")
+            d.copy_delay(0)
+            # Work after it: copies dst out; it must see the transferred bytes.
+            d.copy_async(out.ctypes.data, dst, n, s)
+            d.sync(s)
+            self.assertTrue(np.array_equal(out, staged), "stream order was not kept")
+            # The read variant, with the legacy default stream (0).
+            clear = np.zeros(n, np.uint8)
+            d.h2d(src, clear.tobytes())
+            a.transfer_read_on_cuda(seg, src, dst, n, 0)
+            d.copy_async(out.ctypes.data, src, n, 0)
+            d.sync(0)
+            self.assertTrue(np.array_equal(out, staged))
+        finally:
+            a.close()
+            b.close()
+
+    def test_allocator(self):
+        self.assertEqual(allocator.probe(0), allocator.MemoryBackend.USE_CUMEMCREATE)
+        self.assertEqual(allocator.probe(7), allocator.MemoryBackend.UNSUPPORTED)
+        before = self.d.count(6)  # VMM mappings
+        p = allocator.malloc(3 << 20, 1)
+        self.assertEqual(self.d.count(6), before + 1)
+        allocator.free(p, 1)
+        self.assertEqual(self.d.count(6), before)
+        with self.assertRaises(MemoryError):
+            allocator.malloc(1 << 20, 9)
+
+        # get_allocator hands torch the library and its two functions; a
+        # stand-in plays torch.cuda.memory.CUDAPluggableAllocator where the
+        # installed torch has none.
+        import types
+
+        made = []
+
+        class Pluggable:
+            def __init__(self, path, alloc_fn, free_fn):
+                made.append((path, alloc_fn, free_fn))
+
+        torch = types.ModuleType("torch")
+        torch.cuda = types.ModuleType("torch.cuda")
+        torch.cuda.memory = types.ModuleType("torch.cuda.memory")
+        torch.cuda.memory.CUDAPluggableAllocator = Pluggable
+        saved = {k: sys.modules.get(k) for k in ("torch", "torch.cuda", "torch.cuda.memory")}
+        sys.modules.update({"torch": torch, "torch.cuda": torch.cuda, "torch.cuda.memory": torch.cuda.memory})
+        try:
+            from mooncake.allocator import NVLinkAllocator
+
+            al = NVLinkAllocator.get_allocator("cuda:0")
+            self.assertIs(al, NVLinkAllocator.get_allocator("cuda:0"))
+            self.assertEqual(NVLinkAllocator.detect_mem_backend(), 1)
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    sys.modules.pop(k, None)
+                else:
+                    sys.modules[k] = v
+        path, fa, ff = made[0]
+        import ctypes
+
+        lib = ctypes.CDLL(path)
+        for name in (fa, ff, "mc_nvlink_malloc", "mc_nvlink_free"):
+            self.assertTrue(hasattr(lib, name), name)
+
+
+class TwoProcesses(unittest.TestCase):
+    def run_peer(self, transport):
+        n = 2 << 20
+        saved = os.environ.get("KVFERRY_TRANSPORT")
+        if transport:
+            os.environ["KVFERRY_TRANSPORT"] = transport
+        d = _fakecuda.Driver()
+        peer = Peer("peer_gpu.py", str(n))
+        e = engine()
+        try:
+            info = peer.info
+            src = d.alloc(n, 0)
+            want = pattern(n, 21)
+            d.h2d(src, want.tobytes())
+            self.assertEqual(e.register_memory(src, n), 0)
+            host = np.frombuffer(pattern(n, 22).tobytes(), np.uint8).copy()
+            self.assertEqual(e.register_memory(host.ctypes.data, n), 0)
+            seg = info["segment"]
+            for remote in (info["legacy"], info["vmm"]):
+                self.assertEqual(e.transfer_sync_write(seg, src, remote, n), 0)
+                self.assertEqual(peer.ask("sha", addr=remote, n=n)["sha"], sha(want))
+                self.assertEqual(e.batch_transfer_sync_write(seg, [host.ctypes.data], [remote], [n]), 0)
+                self.assertEqual(peer.ask("sha", addr=remote, n=n)["sha"], sha(host))
+                back = d.alloc(n, 0)
+                self.assertEqual(e.register_memory(back, n), 0)
+                self.assertEqual(e.transfer_sync_read(seg, back, remote, n), 0)
+                self.assertEqual(d.bytes_at(back, n), host.tobytes())
+        finally:
+            e.close()
+            peer.close()
+            if saved is None:
+                os.environ.pop("KVFERRY_TRANSPORT", None)
+            else:
+                os.environ["KVFERRY_TRANSPORT"] = saved
+
+    def test_cuda_ipc(self):
+        self.run_peer(None)
+
+    def test_tcp(self):
+        self.run_peer("tcp")
+
+
+class NoDriver(unittest.TestCase):
+    def test_host_without_driver(self):
+        # In a process whose driver cannot load: GPU calls return the
+        # documented errors, host transfers work.
+        code = r'''
+import numpy as np
+from kvferry import allocator
+from kvferry.engine import TransferEngine
+a = TransferEngine(); b = TransferEngine()
+assert a.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "") == 0
+assert b.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "") == 0
+src = np.arange(1 << 16, dtype=np.uint8); dst = np.zeros(1 << 16, np.uint8)
+assert a.register_memory(src.ctypes.data, src.nbytes, "cuda:0") == -303, "cuda: without a driver"
+assert a.register_memory(src.ctypes.data, src.nbytes) == 0
+assert b.register_memory(dst.ctypes.data, dst.nbytes) == 0
+assert a.transfer_sync_write(b.get_segment_name(), src.ctypes.data, dst.ctypes.data, src.nbytes) == 0
+assert (src == dst).all()
+assert allocator.probe(0) == allocator.MemoryBackend.UNSUPPORTED
+try:
+    allocator.malloc(4096)
+    raise SystemExit("malloc without a driver")
+except MemoryError:
+    pass
+dst[:] = 0
+a.transfer_write_on_cuda(b.get_segment_name(), src.ctypes.data, dst.ctypes.data, 16, 0)
+assert (src[:16] == dst[:16]).all(), "stream 0 without a driver: the transfer runs at once"
+print("ok")
+'''
+        env = dict(os.environ)
+        env["KVFERRY_CUDA_LIB"] = "/nonexistent/libcuda.so.1"
+        env["PYTHONPATH"] = os.path.join(REPO, "python") + os.pathsep + HERE
+        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout.strip(), "ok")
+
+
+if __name__ == "__main__":
+    unittest.main()
