@@ -190,6 +190,16 @@ var (
 		"Size of each mounted segment (transfer-engine segment name; folded into \"other\" beyond a cap).", "segment")
 	MasterSegmentUsed = def(CompMaster, "kvferry_store_master_segment_used_bytes", Gauge,
 		"Allocated bytes of each mounted segment.", "segment")
+	MasterTenantObjects = def(CompMaster, "kvferry_store_master_tenant_objects", Gauge,
+		"Objects of a tenant (folded into \"other\" beyond a cap).", "tenant")
+	MasterTenantBytes = def(CompMaster, "kvferry_store_master_tenant_bytes", Gauge,
+		"Bytes (object sizes) of a tenant.", "tenant")
+	MasterTenantQuotaBytes = def(CompMaster, "kvferry_store_master_tenant_quota_bytes", Gauge,
+		"A tenant's byte quota (0: none).", "tenant")
+	MasterTenantQuotaObjects = def(CompMaster, "kvferry_store_master_tenant_quota_objects", Gauge,
+		"A tenant's object quota (0: none).", "tenant")
+	MasterTenantRefused = def(CompMaster, "kvferry_store_master_tenant_quota_refused_total", Counter,
+		"Puts a tenant's quota refused.", "tenant")
 	MasterDiscarded = def(CompMaster, "kvferry_store_master_discarded_bytes", Gauge,
 		"Bytes held for preempted or removed objects until no writer or lease can touch them.")
 	MasterMounts          = def(CompMaster, "kvferry_store_master_mounts_total", Counter, "Segment mounts.")

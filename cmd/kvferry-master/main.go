@@ -168,6 +168,7 @@ func parse(args []string) (*options, error) {
 	fs.Var(secDuration{&cfg.SnapshotInterval}, "snapshot_interval_sec", "write a metadata snapshot at least this often while the oplog grows (default 300)")
 	fs.IntVar(&cfg.MaxKeyBytes, "max_key_bytes", 0, "largest object key in bytes (kvferry; default 4096)")
 	fs.IntVar(&cfg.MaxBatchKeys, "max_batch_keys", 0, "most keys in one batch call (kvferry; default 65536)")
+	tenantQuota := fs.String("tenant_quota", "", "tenant quotas, \"tenant=bytes[:objects],...\" (bytes may end in k, m, g or t; 0: no limit)")
 	level := fs.String("log_level", "info", "log level: debug, info, warn or error")
 	ignored := map[string]*string{}
 	for _, name := range ignoredFlags {
@@ -193,6 +194,13 @@ func parse(args []string) (*options, error) {
 		}
 	})
 
+	if *tenantQuota != "" {
+		q, err := master.ParseTenantQuotas(*tenantQuota)
+		if err != nil {
+			return nil, fmt.Errorf("--tenant_quota: %w", err)
+		}
+		cfg.TenantQuotas = q
+	}
 	if *memAlloc != "offset" {
 		return nil, fmt.Errorf("--memory_allocator %q: only offset is supported", *memAlloc)
 	}

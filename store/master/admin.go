@@ -75,6 +75,26 @@ func (s *Server) adminHandler() http.Handler {
 		}
 		_, _ = w.Write([]byte(b.String()))
 	})
+	mux.HandleFunc("GET /api/v1/tenants", func(w http.ResponseWriter, _ *http.Request) {
+		svc := s.active.Load()
+		if svc == nil {
+			http.Error(w, "not the leader", http.StatusServiceUnavailable)
+			return
+		}
+		type tenant struct {
+			Tenant       string `json:"tenant_id"`
+			Objects      uint64 `json:"objects"`
+			Bytes        uint64 `json:"bytes"`
+			QuotaBytes   uint64 `json:"quota_bytes"`
+			QuotaObjects uint64 `json:"quota_objects"`
+			Refused      uint64 `json:"quota_refused"`
+		}
+		out := []tenant{}
+		for _, u := range svc.TenantUsage() {
+			out = append(out, tenant{u.Tenant, u.Objects, u.Bytes, u.Quota.Bytes, u.Quota.Objects, u.Refused})
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"success": true, "tenants": out})
+	})
 	mux.HandleFunc("GET /query_key", func(w http.ResponseWriter, r *http.Request) {
 		svc := s.active.Load()
 		if svc == nil {

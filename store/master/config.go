@@ -135,6 +135,9 @@ type Config struct {
 	// objects are written to its client's disk tier, least recently used
 	// first (default 0.7; tier.go). --ssd_offload_watermark.
 	OffloadWatermark float64
+	// TenantQuotas limits tenants' objects and bytes (quota.go);
+	// --tenant_quota=tenant=bytes[:objects],...
+	TenantQuotas map[string]Quota
 	// TaskTimeout is how long a client has to finish a task (offload,
 	// load, copy; default 30 s).
 	TaskTimeout time.Duration

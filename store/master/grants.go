@@ -291,6 +291,9 @@ func (s *Service) putCommitLocked(clientID string, id objectKey, size uint64, cf
 		}
 		upsert = true
 	}
+	if err := s.quotaLocked(id, size); err != nil {
+		return c.grantGen, err
+	}
 	if err := s.claimKeyLocked(id, upsert, now); err != nil {
 		return c.grantGen, fmt.Errorf("put commit %v: %w", id, err)
 	}

@@ -109,6 +109,20 @@ func (s *Service) verifyLocked() error {
 	if nGrants != len(s.mu.grants) {
 		return fmt.Errorf("%d grants by client, %d by id", nGrants, len(s.mu.grants))
 	}
+	perTenant := map[string][2]uint64{}
+	for _, o := range s.mu.objects {
+		c := perTenant[o.id.tenant]
+		perTenant[o.id.tenant] = [2]uint64{c[0] + 1, c[1] + o.size}
+	}
+	for t, ts := range s.mu.tenants {
+		if c := perTenant[t]; c[0] != ts.objects || c[1] != ts.bytes {
+			return fmt.Errorf("tenant %q: counted %d objects, %d bytes; holds %d, %d", t, ts.objects, ts.bytes, c[0], c[1])
+		}
+		delete(perTenant, t)
+	}
+	if len(perTenant) > 0 {
+		return fmt.Errorf("objects of uncounted tenants: %v", perTenant)
+	}
 	for k, o := range s.mu.objects {
 		if o.id != k {
 			return fmt.Errorf("object %v indexed as %v", o.id, k)

@@ -216,6 +216,8 @@ type collector struct {
 	s     *Server
 	descs []metricDesc
 	segs  *metrics.Folder
+	// tenants folds tenant labels past SegmentLabelCap into "other".
+	tenants *metrics.Folder
 }
 
 // SegmentLabelCap is how many segments get their own segment label in
@@ -230,7 +232,7 @@ func newCollector(s *Server) *collector {
 	i := func(p func(*Metrics) int) func(*Metrics) float64 {
 		return func(m *Metrics) float64 { return float64(p(m)) }
 	}
-	return &collector{s: s, segs: metrics.NewFolder(SegmentLabelCap), descs: []metricDesc{
+	return &collector{s: s, segs: metrics.NewFolder(SegmentLabelCap), tenants: metrics.NewFolder(SegmentLabelCap), descs: []metricDesc{
 		f(metrics.MasterClients, i(func(m *Metrics) int { return m.Clients })),
 		f(metrics.MasterSegments, i(func(m *Metrics) int { return m.Segments })),
 		f(metrics.MasterObjects, i(func(m *Metrics) int { return m.Objects })),
@@ -320,6 +322,31 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	for _, l := range order {
 		ch <- metrics.MasterSegmentCapacity.Value(float64(segs[l].capacity), l)
 		ch <- metrics.MasterSegmentUsed.Value(float64(segs[l].used), l)
+	}
+	type tu struct{ objects, bytes, qb, qo, refused float64 }
+	tenants := map[string]*tu{}
+	var torder []string
+	for _, u := range svc.TenantUsage() {
+		l := c.tenants.Label(u.Tenant)
+		x := tenants[l]
+		if x == nil {
+			x = new(tu)
+			tenants[l] = x
+			torder = append(torder, l)
+		}
+		x.objects += float64(u.Objects)
+		x.bytes += float64(u.Bytes)
+		x.qb += float64(u.Quota.Bytes)
+		x.qo += float64(u.Quota.Objects)
+		x.refused += float64(u.Refused)
+	}
+	for _, l := range torder {
+		x := tenants[l]
+		ch <- metrics.MasterTenantObjects.Value(x.objects, l)
+		ch <- metrics.MasterTenantBytes.Value(x.bytes, l)
+		ch <- metrics.MasterTenantQuotaBytes.Value(x.qb, l)
+		ch <- metrics.MasterTenantQuotaObjects.Value(x.qo, l)
+		ch <- metrics.MasterTenantRefused.Value(x.refused, l)
 	}
 }
 

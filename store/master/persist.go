@@ -347,6 +347,7 @@ func (s *Service) restore(st oplog.State, be oplog.Backend) error {
 			continue
 		}
 		s.mu.objects[id] = o
+		s.chargeLocked(o)
 		s.mu.lastVersion = max(s.mu.lastVersion, o.version)
 		objects++
 	}

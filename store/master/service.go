@@ -149,6 +149,9 @@ type Service struct {
 		// WaitObject calls waiting for a key.
 		lastVersion    uint64
 		versionWaiters map[objectKey][]chan struct{}
+
+		// tenants: use and quota of each tenant (quota.go).
+		tenants map[string]*tenantState
 	}
 }
 
@@ -287,6 +290,7 @@ func newService(cfg Config, viewVersion uint64, fence startFence) (*Service, err
 	s.mu.tasks = make(map[uint64]*task)
 	s.mu.userTasks = make(map[string]*userTask)
 	s.mu.versionWaiters = make(map[objectKey][]chan struct{})
+	s.mu.tenants = make(map[string]*tenantState)
 	s.mu.lastUID = rand.Uint64() >> 1
 	// Grant ids start at a random point (of the runtime-seeded source, not
 	// cfg.Seed, which may be the same in every instance), so that ids of
@@ -739,6 +743,10 @@ func (s *Service) putStartLocked(clientID string, id objectKey, size uint64, cfg
 		}
 		upsert = true
 	}
+	if err := s.quotaLocked(id, size); err != nil {
+		s.mu.counters.putStartFails++
+		return nil, err
+	}
 	if err := s.claimKeyLocked(id, upsert, now); err != nil {
 		s.mu.counters.putStartFails++
 		return nil, fmt.Errorf("put start %v: %w", id, err)
@@ -811,6 +819,7 @@ func (s *Service) newObjectLocked(clientID string, id objectKey, size uint64, re
 		r.obj = o
 	}
 	s.mu.objects[id] = o
+	s.chargeLocked(o)
 	return o
 }
 
@@ -1136,6 +1145,7 @@ func (s *Service) dropObjectLocked(o *object, release, now time.Time) {
 func (s *Service) forgetObjectLocked(o *object) {
 	if cur, ok := s.mu.objects[o.id]; ok && cur == o {
 		delete(s.mu.objects, o.id)
+		s.refundLocked(o)
 	}
 	if cur, ok := s.mu.processing[o.id]; ok && cur == o {
 		delete(s.mu.processing, o.id)

@@ -137,6 +137,7 @@ func (s *Service) MountDiskSegment(clientID string, info DiskSegmentInfo, entrie
 		default:
 			o = &object{id: id, size: e.Size, complete: true, putStart: now, uid: e.UID}
 			s.mu.objects[id] = o
+			s.chargeLocked(o)
 			s.addDiskReplicaLocked(o, d, e.FileBytes, 0)
 			added++
 		}
