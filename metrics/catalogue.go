@@ -132,7 +132,7 @@ var (
 	TransportServedBytes = def(CompTransport, "kvferry_transport_served_bytes_total", Counter,
 		"Bytes served to peers (this process as the target), by op.", "transport", "op")
 	TransportRefused = def(CompTransport, "kvferry_transport_refused_total", Counter,
-		"Requests or connections from peers refused, by cause: range (outside registered memory), auth, malformed.",
+		"Requests or connections from peers refused, by cause: range (outside registered memory), auth, malformed, limit (connection caps).",
 		"transport", "cause")
 )
 

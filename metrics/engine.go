@@ -36,12 +36,14 @@ const (
 	RefusedRange Refusal = iota
 	RefusedAuth
 	RefusedMalformed
+	// RefusedLimit: a connection cap (per peer address or in total).
+	RefusedLimit
 	// NumRefusals is the number of refusal causes.
 	NumRefusals
 )
 
 // RefusalNames are the refusal label values.
-var RefusalNames = [NumRefusals]string{"range", "auth", "malformed"}
+var RefusalNames = [NumRefusals]string{"range", "auth", "malformed", "limit"}
 
 // Ops: the op label, indexed by the engine's opcode (0 read, 1 write).
 var OpNames = [2]string{"read", "write"}

@@ -69,6 +69,7 @@ func (s *server) runAccept() {
 		release, err := s.limit.Acquire(c.RemoteAddr())
 		if err != nil {
 			s.t.warn("limit", "tcp data connection refused", "peer", c.RemoteAddr().String(), "err", err)
+			s.t.obs.Refused(metrics.RefusedLimit)
 			c.Close()
 			continue
 		}
