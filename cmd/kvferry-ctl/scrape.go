@@ -136,10 +136,14 @@ func (s *scrape) add(ep string, mfs map[string]*dto.MetricFamily) {
 				b = map[float64]float64{}
 				s.buckets[k] = b
 			}
+			inf := false
 			for _, bk := range m.GetHistogram().GetBucket() {
 				b[bk.GetUpperBound()] += float64(bk.GetCumulativeCount())
+				inf = inf || math.IsInf(bk.GetUpperBound(), 1)
 			}
-			b[math.Inf(1)] += float64(m.GetHistogram().GetSampleCount())
+			if !inf {
+				b[math.Inf(1)] += float64(m.GetHistogram().GetSampleCount())
+			}
 		}
 	}
 }

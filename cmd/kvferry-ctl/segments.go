@@ -217,7 +217,7 @@ func cmdProbe(ctx context.Context, o *options, args []string) error {
 	fs := newSubFlags("probe")
 	count := fs.Int("count", 10, "round trips per path")
 	size := fs.Uint64("size", 4096, "bytes each data-path probe reads from the segment's first buffer")
-	only := fs.String("transports", "", "transports to probe, comma-separated (default: those the segment offers)")
+	only := fs.String("transports", "", "transports to probe, comma-separated (default: those the segment offers, but local and nvlink)")
 	local := fs.String("local_server_name", "127.0.0.1", "the probing engine's host (P2P) or segment name prefix")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -238,8 +238,8 @@ func cmdProbe(ctx context.Context, o *options, args []string) error {
 			ts = strings.Split(*only, ",")
 		}
 		for _, t := range ts {
-			if t == "local" && *only == "" {
-				continue // same process only: nothing to probe from here
+			if (t == "local" || t == "nvlink") && *only == "" {
+				continue // same process only; GPU memory only: nothing to probe from here with host memory
 			}
 			results = append(results, o.probeData(ctx, s, t, *count, *size, *local))
 		}
