@@ -13,13 +13,20 @@ import (
 
 func pair(tb testing.TB, size uint64) (a *engine.Engine, seg engine.SegmentID, src, dst *cmem.Map) {
 	tb.Helper()
+	a, _, seg, src, dst = pairEngines(tb, size)
+	return a, seg, src, dst
+}
+
+// pairEngines is pair that also returns the second engine (dst's owner).
+func pairEngines(tb testing.TB, size uint64) (a, b *engine.Engine, seg engine.SegmentID, src, dst *cmem.Map) {
+	tb.Helper()
 	mk := func() *engine.Engine {
 		e, err := stack.New(context.Background(), stack.Config{Engine: engine.Config{LocalServerName: "127.0.0.1", Transports: []string{"tcp"}}})
 		assert.NilError(tb, err)
 		tb.Cleanup(func() { e.Close() })
 		return e
 	}
-	a, b := mk(), mk()
+	a, b = mk(), mk()
 	var err error
 	src, err = cmem.MapAnon(size)
 	assert.NilError(tb, err)
@@ -30,7 +37,7 @@ func pair(tb testing.TB, size uint64) (a *engine.Engine, seg engine.SegmentID, s
 	assert.NilError(tb, b.RegisterMemory(dst.Addr(), size, "*", true))
 	seg, err = a.OpenSegment(context.Background(), b.SegmentName())
 	assert.NilError(tb, err)
-	return a, seg, src, dst
+	return a, b, seg, src, dst
 }
 
 func benchOp(b *testing.B, op engine.OpCode, block uint64, batch int) {

@@ -120,22 +120,23 @@ func (l *lane) writeStaged(cs *conn, s *engine.Slice) {
 	case err == nil:
 		l.t.sent.Add(1)
 		if l.v2 {
+			cs.pending.Add(1)
 			cs.inflight <- s
 		} else {
 			s.Complete(nil)
 		}
 	case sockErr != nil:
-		cs.dead.Store(true)
-		cs.c.Close()
-		l.retryOrFail(s, fmt.Errorf("write to %s: %w: %w", l.addr, errConn, sockErr))
+		werr := l.classifyWrite(sockErr)
+		cs.kill(werr)
+		l.retryOrFail(s, werr)
 	case !sent:
 		// The device failed before a byte of this request left: the
 		// connection is still in step.
 		l.fail(s, fmt.Errorf("%w: %w", errDevice, err))
 	default:
-		cs.dead.Store(true)
-		cs.c.Close()
-		l.fail(s, fmt.Errorf("%w: %w", errDevice, err))
+		derr := fmt.Errorf("%w: %w", errDevice, err)
+		cs.kill(derr)
+		l.fail(s, derr)
 	}
 }
 

@@ -45,6 +45,7 @@ type lane struct {
 		cs     *conn
 		hdrs   [maxWriteBatch][HeaderSize]byte
 		bufs   net.Buffers
+		piece  net.Buffers
 		v1done []*engine.Slice
 		stager *cuda.Stager // stages WRITEs from device memory (gpu.go)
 	}
@@ -113,6 +114,29 @@ type conn struct {
 	readerDone chan struct{}
 	dead       atomic.Bool
 	stager     *cuda.Stager // the reader's, for READs into device memory (gpu.go)
+	// cause is why the writer gave the connection up (a stalled write is a
+	// timeout, not a dropped connection), so that the reader fails the
+	// slices in flight with it instead of retrying them.
+	cause atomic.Pointer[error]
+	// pending counts slices handed to the reader and not yet finished by
+	// it; at zero (checked under l.w, which every hand-off needs) the
+	// reader is not using the connection.
+	pending atomic.Int32
+}
+
+// kill marks cs dead for cause (the first cause wins) and closes it.
+func (cs *conn) kill(cause error) {
+	cs.cause.CompareAndSwap(nil, &cause)
+	cs.dead.Store(true)
+	cs.c.Close()
+}
+
+// failure returns the writer's cause when it killed cs, else err.
+func (cs *conn) failure(err error) error {
+	if c := cs.cause.Load(); c != nil {
+		return *c
+	}
+	return err
 }
 
 func (l *lane) dial() (*conn, error) {
@@ -196,12 +220,21 @@ func (l *lane) queued() bool {
 // connection and exits (the next submission starts it again).
 const idleClose = 2 * time.Minute
 
+// healthInterval is how often an idle lane checks that the peer has not
+// closed its connection (the peer died or restarted): such a lane closes
+// the connection and exits at once instead of holding them until
+// idleClose, and the next submission dials afresh without a failed try.
+const healthInterval = 2 * time.Second
+
 // runWriter writes queued slices whenever woken; owned by the lane, stopped
-// by lane.stop, the transport's context, or idleness.
+// by lane.stop, the transport's context, idleness, or a peer that closed
+// the idle connection.
 func (l *lane) runWriter() {
 	defer l.t.wg.Done()
 	idle := time.NewTimer(idleClose)
 	defer idle.Stop()
+	health := time.NewTicker(healthInterval)
+	defer health.Stop()
 	for {
 		select {
 		case <-l.kick:
@@ -216,6 +249,11 @@ func (l *lane) runWriter() {
 				return
 			}
 			idle.Reset(idleClose)
+			continue
+		case <-health.C:
+			if l.peerClosed() && l.retire() {
+				return
+			}
 			continue
 		}
 		l.w.Lock()
@@ -235,6 +273,47 @@ func (l *lane) shutdown() {
 	l.closeStager()
 	l.w.Unlock()
 	l.stop()
+}
+
+// peerClosed checks an idle connection without blocking: when the peer
+// closed it (or sent what nobody asked for) it is closed and the lane left
+// without one, and peerClosed reports true.
+func (l *lane) peerClosed() bool {
+	l.w.Lock()
+	defer l.w.Unlock()
+	cs := l.w.cs
+	if cs == nil || cs.pending.Load() != 0 || l.queued() {
+		return false
+	}
+	if cs.rd.buffered() == 0 && quiet(cs.c) {
+		return false
+	}
+	l.t.log.Debug("tcp idle connection closed by the peer", "peer", l.peerName, "addr", l.addr)
+	cs.kill(fmt.Errorf("connection to %s closed by the peer: %w", l.addr, errConn))
+	l.closeConn(cs)
+	l.w.cs = nil
+	return true
+}
+
+// quiet reports whether c has nothing to read and is still open, without
+// blocking or consuming anything (recv with MSG_PEEK|MSG_DONTWAIT).
+func quiet(c net.Conn) bool {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return true
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return true
+	}
+	alive := true
+	var b [1]byte
+	_ = rc.Read(func(fd uintptr) bool {
+		n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		alive = n <= 0 && (err == syscall.EAGAIN || err == syscall.EINTR)
+		return true // never wait
+	})
+	return alive
 }
 
 // retire ends an idle writer: it closes the connection and marks the lane
@@ -316,6 +395,7 @@ func (l *lane) writeChunk(cs *conn, chunk []*engine.Slice) {
 			bufs = append(bufs, cmem.Bytes(s.Local, s.Length))
 		}
 		if l.v2 || s.Op == engine.OpRead {
+			cs.pending.Add(1)
 			cs.inflight <- s
 		} else {
 			v1done = append(v1done, s)
@@ -326,13 +406,12 @@ func (l *lane) writeChunk(cs *conn, chunk []*engine.Slice) {
 	if sent == 0 {
 		return
 	}
-	_ = cs.c.SetWriteDeadline(time.Now().Add(l.t.cfg.StatusTimeout))
-	if _, err := bufs.WriteTo(cs.c); err != nil {
-		// The reader fails or retries what is in flight.
-		cs.dead.Store(true)
-		cs.c.Close()
+	if err := l.writeAll(cs.c, bufs); err != nil {
+		// The reader fails or retries what is in flight, with this cause.
+		werr := l.classifyWrite(err)
+		cs.kill(werr)
 		for _, s := range v1done {
-			l.fail(s, fmt.Errorf("write to %s: %w: %w", l.addr, errConn, err))
+			l.fail(s, werr)
 		}
 		return
 	}
@@ -340,6 +419,39 @@ func (l *lane) writeChunk(cs *conn, chunk []*engine.Slice) {
 	for _, s := range v1done {
 		s.Complete(nil) // v1: done once it left our socket
 	}
+}
+
+// writePiece is how many bytes one writev carries at most: the status
+// timeout bounds each piece, so it bounds a stall, not the time a large
+// batch takes on a slow link.
+const writePiece = 1 << 20
+
+// writeAll writes bufs (consuming them) in pieces of up to writePiece
+// bytes, renewing the write deadline for each; the caller holds l.w.
+func (l *lane) writeAll(c net.Conn, bufs net.Buffers) error {
+	for len(bufs) > 0 {
+		piece, n := l.w.piece[:0], 0
+		for len(bufs) > 0 && n < writePiece {
+			b := bufs[0]
+			if room := writePiece - n; len(b) > room {
+				piece = append(piece, b[:room])
+				bufs[0] = b[room:]
+				break
+			}
+			piece = append(piece, b)
+			n += len(b)
+			bufs = bufs[1:]
+		}
+		_ = c.SetWriteDeadline(time.Now().Add(l.t.cfg.StatusTimeout))
+		l.w.piece = piece // WriteTo consumes its receiver; a field does not escape
+		_, err := l.w.piece.WriteTo(c)
+		clear(piece)
+		l.w.piece = piece[:0]
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // runReader reads responses in order; owned by the lane's writer, which
@@ -354,21 +466,22 @@ func (l *lane) runReader(cs *conn) {
 	}()
 	var cause error
 	for s := range cs.inflight {
-		if cs.dead.Load() {
+		switch {
+		case cs.dead.Load():
 			if cause == nil {
-				cause = fmt.Errorf("connection to %s closed: %w", l.addr, errConn)
+				cause = cs.failure(fmt.Errorf("connection to %s closed: %w", l.addr, errConn))
 			}
 			l.retryOrFail(s, cause)
-			continue
+		default:
+			if err := l.readResponse(cs, s); err != nil {
+				cause = cs.failure(err)
+				cs.kill(cause)
+				l.retryOrFail(s, cause)
+			} else {
+				s.Complete(nil)
+			}
 		}
-		if err := l.readResponse(cs, s); err != nil {
-			cs.dead.Store(true)
-			cs.c.Close()
-			cause = err
-			l.retryOrFail(s, err)
-			continue
-		}
-		s.Complete(nil)
+		cs.pending.Add(-1)
 	}
 }
 
@@ -410,6 +523,16 @@ func (l *lane) classify(err error) error {
 		return fmt.Errorf("read from %s: %w: %w", l.addr, errConn, err)
 	}
 	return fmt.Errorf("read from %s: %w", l.addr, err)
+}
+
+// classifyWrite is classify for a failed write: a write that made no
+// progress within the status timeout is a timeout (the peer stopped
+// reading), anything else a lost connection.
+func (l *lane) classifyWrite(err error) error {
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return fmt.Errorf("write to %s made no progress within %s: %w", l.addr, l.t.cfg.StatusTimeout, engine.ErrTimeout)
+	}
+	return fmt.Errorf("write to %s: %w: %w", l.addr, errConn, err)
 }
 
 // retryOrFail resubmits a slice once after a connection-level failure (an
