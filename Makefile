@@ -77,6 +77,15 @@ test-go:
 test-suites: all
 	@tests/run.sh
 
+.PHONY: faults
+# The whole network fault matrix (tests/faults; make test runs its short
+# form), as root; the results table goes to build/faults.md.
+faults: all
+	@mkdir -p $(BUILD)
+	@rm -f $(BUILD)/faults.jsonl
+	KVFERRY_FAULTS_FULL=1 KVFERRY_FAULTS_RESULTS=$(CURDIR)/$(BUILD)/faults.jsonl KVFERRY_FAULTS_PARALLEL=4 $(NETNS) tests/faults/run.sh
+	tests/faults/table.py $(BUILD)/faults.jsonl | tee $(BUILD)/faults.md
+
 demo: all
 	@scripts/demo.sh
 
