@@ -84,6 +84,43 @@ KVF_API int mooncake_store_batch_put_from(mooncake_store_t store, const char **k
                                (mooncake_replicate_config_t *)config, results_out, 0);
 }
 
+/* check_multi validates a multi-buffer batch: no NULL key, group id or
+ * buffer count array, and buffers and sizes present when there are any. */
+static int check_multi(const char **keys, size_t count, void **buffers, const size_t *sizes,
+                       const size_t *buffer_counts, const char **group_ids) {
+    if (count == 0) return 0;
+    if (!keys || !buffer_counts) return -1;
+    size_t total = 0;
+    for (size_t i = 0; i < count; i++) {
+        if (!keys[i] || (group_ids && !group_ids[i])) return -1;
+        total += buffer_counts[i];
+    }
+    if (total > 0 && (!buffers || !sizes)) return -1;
+    return 0;
+}
+
+KVF_API int kvferry_store_batch_put_from_multi(mooncake_store_t store, const char **keys,
+                                               size_t count, void **buffers, const size_t *sizes,
+                                               const size_t *buffer_counts,
+                                               const mooncake_replicate_config_t *config,
+                                               const char **group_ids, int upsert,
+                                               int *results_out) {
+    if (kvf_forked() || !store || !results_out) return -1;
+    if (check_multi(keys, count, buffers, sizes, buffer_counts, group_ids) != 0) return -1;
+    return kvf_store_batch_put_multi(S(store), (char **)keys, count, buffers, (size_t *)sizes,
+                                     (size_t *)buffer_counts, (mooncake_replicate_config_t *)config,
+                                     (char **)group_ids, upsert, results_out);
+}
+
+KVF_API int kvferry_store_batch_get_into_multi(mooncake_store_t store, const char **keys,
+                                               size_t count, void **buffers, const size_t *sizes,
+                                               const size_t *buffer_counts, int64_t *results_out) {
+    if (kvf_forked() || !store || !results_out) return -1;
+    if (check_multi(keys, count, buffers, sizes, buffer_counts, NULL) != 0) return -1;
+    return kvf_store_batch_get_multi(S(store), (char **)keys, count, buffers, (size_t *)sizes,
+                                     (size_t *)buffer_counts, results_out);
+}
+
 /* ---- Get ---- */
 
 KVF_API int64_t mooncake_store_get_into(mooncake_store_t store, const char *key, void *buffer,

@@ -141,6 +141,35 @@ int kvferry_store_batch_upsert_from(mooncake_store_t store, const char **keys,
                                     const mooncake_replicate_config_t *config,
                                     int *results_out);
 
+/* Stores, for each of count keys, the concatenation of its buffers, in
+ * order, as one object (Mooncake's batch_put_from_multi_buffers): key i owns
+ * buffer_counts[i] consecutive entries of buffers and sizes (so these hold
+ * the sum of buffer_counts entries; empty buffers are skipped). Buffers the
+ * store registered are gathered by the transfer engine straight into the
+ * replicas, with no copy. group_ids is NULL or one lifecycle group per key
+ * (Mooncake's ReplicateConfig.group_ids; "" leaves a key ungrouped).
+ * upsert nonzero replaces existing objects. results_out[i] receives 0 or a
+ * negative code. Returns 0, or -1 for a NULL handle, key, group id or
+ * array. */
+int kvferry_store_batch_put_from_multi(mooncake_store_t store, const char **keys,
+                                       size_t count, void **buffers,
+                                       const size_t *sizes,
+                                       const size_t *buffer_counts,
+                                       const mooncake_replicate_config_t *config,
+                                       const char **group_ids, int upsert,
+                                       int *results_out);
+
+/* Reads each of count keys and scatters its bytes over its buffers, in
+ * order (buffer_counts as above; Mooncake's batch_get_into_multi_buffers),
+ * straight from the replica into registered buffers. results_out[i]
+ * receives the object size, or a negative code: -600 when the key's
+ * buffers hold less than its object (nothing is read). Returns 0 or -1. */
+int kvferry_store_batch_get_into_multi(mooncake_store_t store, const char **keys,
+                                       size_t count, void **buffers,
+                                       const size_t *sizes,
+                                       const size_t *buffer_counts,
+                                       int64_t *results_out);
+
 /* Removes count keys in one master call; results_out[i] receives 0 or a
  * negative code (-706 for a leased key without force). */
 int kvferry_store_batch_remove(mooncake_store_t store, const char **keys,

@@ -224,6 +224,14 @@ _PROTOTYPES = {
     "kvferry_store_query_task": (
         c_int, [_V, _S, POINTER(c_int), POINTER(c_int), POINTER(c_int64), POINTER(c_int64),
                 c_char_p, c_size_t, c_char_p, c_size_t]),
+    # kvferry.h, multi-buffer puts and gets (API version 6)
+    "kvferry_store_batch_put_from_multi": (
+        c_int, [_V, POINTER(c_char_p), c_size_t, POINTER(c_void_p), POINTER(c_size_t),
+                POINTER(c_size_t), POINTER(ReplicateConfigC), POINTER(c_char_p), c_int,
+                POINTER(c_int)]),
+    "kvferry_store_batch_get_into_multi": (
+        c_int, [_V, POINTER(c_char_p), c_size_t, POINTER(c_void_p), POINTER(c_size_t),
+                POINTER(c_size_t), POINTER(c_int64)]),
     # kvferry.h, Python support (API version 2)
     "kvferry_engine_probe": (c_int, [_V, _S]),
     "kvferry_segment_buffers": (c_int, [_V, c_int32, POINTER(BufferEntry), c_size_t]),

@@ -14,11 +14,14 @@ complete through an eventfd watched by the event loop, with no Python
 thread per call.
 """
 
+import array
 import asyncio
 import concurrent.futures
+import copy
 import ctypes
 import enum
 import functools
+import itertools
 import json
 import logging
 import os
@@ -92,9 +95,17 @@ class ReplicaStatus(enum.IntEnum):
 class ReplicateConfig:
     """How a put is replicated (Mooncake ``ReplicateConfig``, spec §6.5).
 
-    kvferry's master honours replica_num, the pins and preferred_segments
-    (preferred_segment included); the other fields are kept for
-    compatibility and ignored.
+    kvferry's master honours replica_num, the pins, preferred_segments
+    (preferred_segment included) and group_ids; the other fields are kept
+    for compatibility and ignored.
+
+    group_ids is None or one lifecycle group per key of the call (exactly
+    one for a single-key put; "" leaves a key ungrouped): objects of one
+    group share read leases (reading one keeps the others from removal and
+    eviction) and are evicted together, and an object's group never
+    changes (an upsert naming another fails with INVALID_PARAMS, one
+    naming none keeps it). A list of the wrong length fails the whole call
+    with INVALID_PARAMS.
     """
 
     def __init__(self):
@@ -147,6 +158,33 @@ def _config(config):
         c.preferred_segments = ctypes.cast(arr, ctypes.POINTER(c_char_p))
         c.preferred_segments_count = len(segs)
     return byref(c), (c, arr)
+
+
+def _group_ids(config, n):
+    """Return (ok, C array or None) for config.group_ids over a call of n
+    keys: (True, None) when it names none, (False, None) for a list of the
+    wrong length."""
+    g = config.group_ids if config is not None else None
+    if g is None:
+        return True, None
+    g = _keys(g, "group_ids")
+    if len(g) != n:
+        log.error("group_ids has %d ids for %d keys", len(g), n)
+        return False, None
+    return True, _lib.c_strings(g)
+
+
+def _grouped(config):
+    return config is not None and getattr(config, "group_ids", None) is not None
+
+
+def _pick_groups(config, idx):
+    """config for the keys at idx of a call (their group ids picked)."""
+    if not _grouped(config):
+        return config
+    c = copy.copy(config)
+    c.group_ids = [config.group_ids[i] for i in idx]
+    return c
 
 
 def _key(k, what="key"):
@@ -205,6 +243,15 @@ def _buffer(value):
     except ImportError:
         b = mv.tobytes()
         return ctypes.cast(c_char_p(b), c_void_p).value or 0, len(b), b
+
+
+def _flatten(ptr_lists, size_lists):
+    """C arrays of all buffers, all sizes and the per-key buffer counts."""
+    counts = [len(p) for p in ptr_lists]
+    total = sum(counts)
+    ptrs = (c_void_p * total)(*[p for ps in ptr_lists for p in ps])
+    sizes = (c_size_t * total)(*[s for ss in size_lists for s in ss])
+    return ptrs, sizes, (c_size_t * len(counts))(*counts)
 
 
 def _concat(parts):
@@ -570,6 +617,8 @@ class MooncakeDistributedStore:
     # ---- put ----
 
     def _put_ptr(self, key, addr, size, config, upsert):
+        if _grouped(config):
+            return self._batch_put_ptrs([key], [addr], [size], config, upsert)[0]
         ptr, keep = _config(config)
         fn = lib.kvferry_store_upsert_from if upsert else lib.mooncake_store_put_from
         return fn(self._h, key.encode(), addr, size, ptr)
@@ -660,6 +709,9 @@ class MooncakeDistributedStore:
         return self._put_ptr(key, ctypes.addressof(joined), msize + size, config, False)
 
     def _batch_put_ptrs(self, keys, ptrs, sizes, config, upsert):
+        if _grouped(config):
+            return self._batch_put_multi(keys, [[p] for p in ptrs], [[s] for s in sizes], config,
+                                         upsert)
         n = len(keys)
         ks = _lib.c_strings(keys)
         bs = (c_void_p * n)(*ptrs)
@@ -692,26 +744,69 @@ class MooncakeDistributedStore:
         """upsert several buffers; returns list[int]."""
         return self._batch_from(keys, buffer_ptrs, sizes, config, True)
 
-    def batch_put_from_multi_buffers(self, keys, all_buffer_ptrs, all_sizes, config=None):
-        """Store, per key, the concatenation of several buffers; list[int]."""
-        keys = _keys(keys)
-        if len(all_buffer_ptrs) != len(keys) or len(all_sizes) != len(keys) or not self._h:
-            return [_INVALID] * len(keys)
-        joined = []
-        for ptrs, sizes in zip(all_buffer_ptrs, all_sizes):
-            ptrs, sizes = _ints(ptrs, "buffer_ptrs"), _ints(sizes, "sizes")
-            if len(ptrs) != len(sizes) or any(p <= 0 for p in ptrs) or any(s < 0 for s in sizes):
-                return [_INVALID] * len(keys)
-            buf = ctypes.create_string_buffer(sum(sizes) or 1)
-            off = 0
-            for p, s in zip(ptrs, sizes):
-                ctypes.memmove(ctypes.addressof(buf) + off, p, s)
-                off += s
-            joined.append((buf, off))
-        if not keys:
+    def _batch_put_multi(self, keys, ptr_lists, size_lists, config, upsert, arrays=None):
+        """One library call for keys[i] = concatenation of ptr_lists[i]
+        (or of the C arrays made of them already, arrays)."""
+        n = len(keys)
+        ok, groups = _group_ids(config, n)
+        if not ok:
+            return [_INVALID] * n
+        if n == 0:
             return []
-        return self._batch_put_ptrs(keys, [ctypes.addressof(b) for b, _ in joined],
-                                    [n for _, n in joined], config, False)
+        ptrs, sizes, counts = arrays or _flatten(ptr_lists, size_lists)
+        cfg, keep = _config(config)
+        out = (c_int * n)()
+        rc = lib.kvferry_store_batch_put_from_multi(
+            self._h, _lib.c_strings(keys), n, ptrs, sizes, counts, cfg, groups,
+            1 if upsert else 0, out)
+        if rc != 0:
+            return [rc] * n
+        return list(out)
+
+    def _multi_args(self, keys, all_buffer_ptrs, all_sizes):
+        """Validate multi-buffer arguments: (keys, C arrays of the buffers,
+        their sizes and the per-key counts), the arrays None when they are
+        invalid (INVALID_PARAMS for every key)."""
+        keys = _keys(keys)
+        if isinstance(all_buffer_ptrs, (str, bytes)) or isinstance(all_sizes, (str, bytes)):
+            raise TypeError("all_buffer_ptrs and all_sizes must be lists of lists of ints")
+        all_buffer_ptrs, all_sizes = list(all_buffer_ptrs), list(all_sizes)
+        if len(all_buffer_ptrs) != len(keys) or len(all_sizes) != len(keys) or not self._h:
+            return keys, None
+        try:
+            counts = list(map(len, all_buffer_ptrs))
+            if counts != list(map(len, all_sizes)):
+                return keys, None
+        except TypeError:
+            raise TypeError("all_buffer_ptrs and all_sizes must be lists of lists of ints") from None
+        chain = itertools.chain.from_iterable
+        try:
+            # array.array converts the ints in C (vLLM passes thousands of
+            # pointers per call); a negative value does not fit.
+            flat_p = array.array("Q", chain(all_buffer_ptrs))
+            flat_s = array.array("Q", chain(all_sizes))
+        except OverflowError:
+            return keys, None
+        except TypeError:
+            flat_p = array.array("Q", [max(v, 0) for v in _ints(list(chain(all_buffer_ptrs)), "buffer_ptrs")])
+            flat_s = _ints(list(chain(all_sizes)), "sizes")
+            if flat_s and min(flat_s) < 0:
+                return keys, None
+            flat_s = array.array("Q", flat_s)
+        if flat_p and min(flat_p) == 0:
+            return keys, None
+        n = len(flat_p)
+        return keys, ((c_void_p * n).from_buffer(flat_p), (c_size_t * n).from_buffer(flat_s),
+                      (c_size_t * len(counts))(*counts))
+
+    def batch_put_from_multi_buffers(self, keys, all_buffer_ptrs, all_sizes, config=None):
+        """Store, per key, the concatenation of several buffers (in order) as
+        one object; list[int]. Registered buffers are gathered by the
+        library straight into the replicas, with no copy."""
+        keys, arrays = self._multi_args(keys, all_buffer_ptrs, all_sizes)
+        if arrays is None:
+            return [_INVALID] * len(keys)
+        return self._batch_put_multi(keys, None, None, config, False, arrays)
 
     # ---- get ----
 
@@ -783,36 +878,23 @@ class MooncakeDistributedStore:
 
     def batch_get_into_multi_buffers(self, keys, all_buffer_ptrs, all_sizes,
                                      prefer_alloc_in_same_node=False):
-        """Read each object and scatter it over several buffers, in order;
-        returns list[int] (bytes read or negative)."""
-        keys = _keys(keys)
-        if len(all_buffer_ptrs) != len(keys) or len(all_sizes) != len(keys) or not self._h:
-            return [_INVALID] * len(keys)
-        out = []
-        for key, ptrs, sizes in zip(keys, all_buffer_ptrs, all_sizes):
-            ptrs, sizes = _ints(ptrs, "buffer_ptrs"), _ints(sizes, "sizes")
-            if len(ptrs) != len(sizes) or any(p <= 0 for p in ptrs) or any(s < 0 for s in sizes):
-                out.append(_INVALID)
-                continue
-            n, p = self._get_alloc(key)
-            if n < 0 or not p:
-                out.append(n if n < 0 else int(ErrorCode.INTERNAL_ERROR))
-                continue
-            try:
-                if n > sum(sizes):
-                    out.append(_INVALID)
-                    continue
-                off = 0
-                for d, s in zip(ptrs, sizes):
-                    c = min(s, n - off)
-                    if c <= 0:
-                        break
-                    ctypes.memmove(d, p + off, c)
-                    off += c
-                out.append(n)
-            finally:
-                lib.kvferry_store_free(p)
-        return out
+        """Read each object and scatter it over several buffers, in order
+        (straight into registered buffers, with no copy); returns list[int]
+        (bytes read or negative; INVALID_PARAMS when the buffers hold less
+        than the object, and nothing is read)."""
+        keys, arrays = self._multi_args(keys, all_buffer_ptrs, all_sizes)
+        n = len(keys)
+        if arrays is None:
+            return [_INVALID] * n
+        if n == 0:
+            return []
+        ptrs, sizes, counts = arrays
+        out = (c_int64 * n)()
+        rc = lib.kvferry_store_batch_get_into_multi(self._h, _lib.c_strings(keys), n, ptrs, sizes,
+                                                    counts, out)
+        if rc != 0:
+            return [rc] * n
+        return list(out)
 
     # ---- existence, size, removal ----
 
@@ -1252,8 +1334,10 @@ class MooncakeDistributedStore:
         tp_size, split_dim = _int(tp_size, "tp_size"), _int(split_dim, "split_dim")
         if tp_size <= 1:
             return self._put_tensors(keys, tensors, config, upsert)
+        if not _group_ids(config, len(keys))[0]:
+            return [_INVALID] * len(keys)
         out = []
-        for key, t in zip(keys, tensors):
+        for i, (key, t) in enumerate(zip(keys, tensors)):
             if not _tensor.is_tensor(t):
                 raise TypeError("tensor must be a torch.Tensor or numpy.ndarray")
             shards = _tensor.tp_split(t, tp_size, split_dim)
@@ -1263,8 +1347,9 @@ class MooncakeDistributedStore:
                 out.append(_INVALID)
                 continue
             objs = self._encode_all(shards)
+            # Every shard of a key is in the key's group.
             res = self._put_objects([_tensor.tp_key(key, r) for r in range(tp_size)], objs,
-                                    config, upsert)
+                                    _pick_groups(config, [i] * tp_size), upsert)
             out.append(next((r for r in res if r != 0), 0))
         return out
 
@@ -1476,6 +1561,24 @@ class _Queue:
         self.pending.clear()
 
 
+def _grouped_runs_sync(fn):
+    """A native async put whose config names group_ids runs its synchronous
+    method on the thread pool instead (the completion queue carries no
+    group ids); the answer is the same."""
+    name = fn.__name__[len("_a_"):]
+
+    @functools.wraps(fn)
+    async def wrapper(self, *args, **kwargs):
+        cfg = kwargs.get("config")
+        if cfg is None:
+            cfg = next((a for a in args if isinstance(a, ReplicateConfig)), None)
+        if _grouped(cfg):
+            return await self._threaded(getattr(self, name))(*args, **kwargs)
+        return await fn(self, *args, **kwargs)
+
+    return wrapper
+
+
 class MooncakeDistributedStoreAsync(MooncakeDistributedStore):
     """MooncakeDistributedStore with ``async_<method>`` awaitables (spec §6.4).
 
@@ -1545,9 +1648,11 @@ class MooncakeDistributedStoreAsync(MooncakeDistributedStore):
     # Native async calls. Each mirrors its synchronous method's checks and
     # results.
 
+    @_grouped_runs_sync
     async def _a_put(self, key, value, config=None):
         return await self._aput(key, value, config, False)
 
+    @_grouped_runs_sync
     async def _a_upsert(self, key, value, config=None):
         return await self._aput(key, value, config, True)
 
@@ -1561,9 +1666,11 @@ class MooncakeDistributedStoreAsync(MooncakeDistributedStore):
                              _lib.QFLAG_UPSERT if upsert else 0, keep)
         return rc
 
+    @_grouped_runs_sync
     async def _a_put_from(self, key, buffer_ptr, size, config=None):
         return await self._aput_from(key, buffer_ptr, size, config, False)
 
+    @_grouped_runs_sync
     async def _a_upsert_from(self, key, buffer_ptr, size, config=None):
         return await self._aput_from(key, buffer_ptr, size, config, True)
 
@@ -1577,9 +1684,11 @@ class MooncakeDistributedStoreAsync(MooncakeDistributedStore):
                              _lib.QFLAG_UPSERT if upsert else 0)
         return rc
 
+    @_grouped_runs_sync
     async def _a_batch_put_from(self, keys, buffer_ptrs, sizes, config=None):
         return await self._abatch_from(keys, buffer_ptrs, sizes, config, False)
 
+    @_grouped_runs_sync
     async def _a_batch_upsert_from(self, keys, buffer_ptrs, sizes, config=None):
         return await self._abatch_from(keys, buffer_ptrs, sizes, config, True)
 
@@ -1591,6 +1700,7 @@ class MooncakeDistributedStoreAsync(MooncakeDistributedStore):
         return list(await asyncio.gather(*[self._aput_from(k, p, s, config, upsert)
                                            for k, p, s in zip(keys, ptrs, sizes)]))
 
+    @_grouped_runs_sync
     async def _a_put_batch(self, keys, values, config=None):
         keys = _keys(keys)
         values = list(values)
@@ -1686,9 +1796,11 @@ class MooncakeDistributedStoreAsync(MooncakeDistributedStore):
     async def _a_upsert_tensor(self, key, tensor):
         return await self._aput_tensor(key, tensor, None, True)
 
+    @_grouped_runs_sync
     async def _a_pub_tensor(self, key, tensor, config=None):
         return await self._aput_tensor(key, tensor, config, False)
 
+    @_grouped_runs_sync
     async def _a_upsert_pub_tensor(self, key, tensor, config=None):
         return await self._aput_tensor(key, tensor, config, True)
 
@@ -1703,6 +1815,7 @@ class MooncakeDistributedStoreAsync(MooncakeDistributedStore):
     async def _a_batch_put_tensor(self, keys, tensors_list):
         return await self._abatch_tensor(keys, tensors_list, None, False)
 
+    @_grouped_runs_sync
     async def _a_batch_pub_tensor(self, keys, tensors_list, config=None):
         return await self._abatch_tensor(keys, tensors_list, config, False)
 

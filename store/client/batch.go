@@ -9,37 +9,57 @@ import (
 	"github.com/kvferry/kvferry/store/wire"
 )
 
-// job is one remote request of a batch and the key it serves.
-type job struct {
-	key int
-	rep *wire.Replica
-	req engine.Request
+// jobs are the remote requests of a batch: reqs[i] serves key keys[i]
+// through replica reps[i].
+type jobs struct {
+	reqs []engine.Request
+	keys []int
+	reps []*wire.Replica
 }
 
-// runJobs runs the requests of jobs as one engine batch (one submission,
-// one wait) and returns which jobs failed.
-func (c *Client) runJobs(ctx context.Context, jobs []job) ([]bool, error) {
-	failed := make([]bool, len(jobs))
-	if len(jobs) == 0 {
-		return failed, nil
+// grow makes room for n more jobs.
+func (j *jobs) grow(n int) {
+	if j.reqs == nil {
+		j.reqs, j.keys, j.reps = make([]engine.Request, 0, n), make([]int, 0, n), make([]*wire.Replica, 0, n)
 	}
-	reqs := make([]engine.Request, len(jobs))
-	for i, j := range jobs {
-		reqs[i] = j.req
+}
+
+// add appends the requests that move span d of key to (OpWrite) or from
+// (OpRead) replica r of segment target: one per piece.
+func (j *jobs) add(key int, r *wire.Replica, d span, op engine.OpCode, target engine.SegmentID) {
+	n := len(j.reqs)
+	j.reqs = d.appendRequests(j.reqs, op, target, r.GetAddress())
+	for range len(j.reqs) - n {
+		j.keys = append(j.keys, key)
+		j.reps = append(j.reps, r)
 	}
-	id, err := c.e.AllocateBatch(len(reqs))
+}
+
+// runJobs runs the requests of j as one engine batch (one submission, one
+// wait) and returns which of them failed (nil: none).
+func (c *Client) runJobs(ctx context.Context, j *jobs) ([]bool, error) {
+	if len(j.reqs) == 0 {
+		return nil, nil
+	}
+	id, err := c.e.AllocateBatch(len(j.reqs))
 	if err != nil {
 		return nil, err
 	}
-	serr := c.e.Submit(id, reqs)
-	if _, werr := c.e.Wait(ctx, id); werr != nil {
+	serr := c.e.Submit(id, j.reqs)
+	bs, werr := c.e.Wait(ctx, id)
+	if werr != nil {
 		_ = c.e.Cancel(context.Background(), id)
 	}
-	for i := range jobs {
+	if serr == nil && werr == nil && bs.State == engine.StateCompleted && bs.Tasks == len(j.reqs) {
+		_ = c.e.FreeBatch(id) // all done: no task to look at
+		return nil, nil
+	}
+	failed := make([]bool, len(j.reqs))
+	for i := range j.reqs {
 		st, err := c.e.TaskStatus(id, i)
 		failed[i] = err != nil || st.State != engine.StateCompleted
 		if failed[i] {
-			_ = c.e.RemoveSegment(jobs[i].rep.GetSegmentName())
+			_ = c.e.RemoveSegment(j.reps[i].GetSegmentName())
 		}
 	}
 	_ = c.e.FreeBatch(id)
@@ -54,22 +74,42 @@ func (c *Client) runJobs(ctx context.Context, jobs []job) ([]bool, error) {
 // registered memory, and one master call to end. errs[i] is the result of
 // keys[i] (an existing key is nil, as Put).
 func (c *Client) BatchPutFrom(ctx context.Context, keys []string, addrs []uintptr, sizes []uint64, cfg ReplicateConfig) []error {
-	return c.batchPut(ctx, keys, addrs, sizes, cfg, false)
+	return c.batchPutFrom(ctx, keys, addrs, sizes, cfg, false)
 }
 
 // BatchUpsertFrom is BatchPutFrom that replaces existing objects.
 func (c *Client) BatchUpsertFrom(ctx context.Context, keys []string, addrs []uintptr, sizes []uint64, cfg ReplicateConfig) []error {
-	return c.batchPut(ctx, keys, addrs, sizes, cfg, true)
+	return c.batchPutFrom(ctx, keys, addrs, sizes, cfg, true)
 }
 
-func (c *Client) batchPut(ctx context.Context, keys []string, addrs []uintptr, sizes []uint64, cfg ReplicateConfig, upsert bool) []error {
+func (c *Client) batchPutFrom(ctx context.Context, keys []string, addrs []uintptr, sizes []uint64, cfg ReplicateConfig, upsert bool) []error {
+	if len(addrs) != len(keys) || len(sizes) != len(keys) {
+		errs := make([]error, len(keys))
+		for i := range errs {
+			errs[i] = fmt.Errorf("batch put: %d keys, %d buffers, %d sizes: %w", len(keys), len(addrs), len(sizes), wire.ErrInvalidParams)
+		}
+		return errs
+	}
+	data := make([]span, len(keys))
+	for i := range keys {
+		data[i] = cSpan(addrs[i], sizes[i])
+	}
+	return c.batchPut(ctx, keys, data, cfg, upsert)
+}
+
+// batchPut puts keys[i] from data[i] (C memory, in one piece or several).
+func (c *Client) batchPut(ctx context.Context, keys []string, data []span, cfg ReplicateConfig, upsert bool) []error {
 	for _, k := range keys {
 		c.hot.invalidate(k)
 	}
 	errs := make([]error, len(keys))
-	if len(addrs) != len(keys) || len(sizes) != len(keys) {
+	sizes := make([]uint64, len(keys))
+	for i, d := range data {
+		sizes[i] = d.size
+	}
+	if err := cfg.checkGroups(len(keys)); err != nil {
 		for i := range errs {
-			errs[i] = fmt.Errorf("batch put: %d keys, %d buffers, %d sizes: %w", len(keys), len(addrs), len(sizes), wire.ErrInvalidParams)
+			errs[i] = fmt.Errorf("batch put: %w", err)
 		}
 		return errs
 	}
@@ -87,7 +127,7 @@ func (c *Client) batchPut(ctx context.Context, keys []string, addrs []uintptr, s
 	var startKeys []string
 	var startSizes []uint64
 	for i, k := range keys {
-		if k == "" || sizes[i] == 0 || addrs[i] == 0 {
+		if k == "" || sizes[i] == 0 || !data[i].valid() {
 			errs[i] = fmt.Errorf("put %q (%d bytes): %w", k, sizes[i], wire.ErrInvalidParams)
 			continue
 		}
@@ -104,7 +144,7 @@ func (c *Client) batchPut(ctx context.Context, keys []string, addrs []uintptr, s
 		defer cancel()
 		var err error
 		resp, err = mc.mc.BatchPutStart(rctx, &wire.BatchPutStartRequest{TenantId: c.tenant, ClientId: c.clientID, Keys: startKeys,
-			Sizes: startSizes, Config: cfg.toWire(), Upsert: upsert})
+			Sizes: startSizes, Config: cfg.forKeys(idx).toWire(), Upsert: upsert})
 		if err != nil {
 			return c.rpcErr(err)
 		}
@@ -128,7 +168,11 @@ func (c *Client) batchPut(ctx context.Context, keys []string, addrs []uintptr, s
 	}
 	results := resp.GetResults()
 	started := make([]bool, len(keys))
-	var jobs []job
+	pieces := 0 // engine requests per replica of all keys
+	for _, d := range data {
+		pieces += d.pieces()
+	}
+	var jobs jobs
 	for n, i := range idx {
 		if n >= len(results) {
 			errs[i] = fmt.Errorf("put %q: no answer: %w", keys[i], wire.ErrInternal)
@@ -144,7 +188,7 @@ func (c *Client) batchPut(ctx context.Context, keys []string, addrs []uintptr, s
 			continue
 		}
 		started[i] = true
-		data := cSpan(addrs[i], sizes[i])
+		data := data[i]
 		var remote []*wire.Replica
 		for _, r := range res.GetReplicas() {
 			if r.GetSegmentName() == c.segName {
@@ -169,15 +213,15 @@ func (c *Client) batchPut(ctx context.Context, keys []string, addrs []uintptr, s
 			errs[i] = transferFail("put", keys[i], err)
 			continue
 		}
+		jobs.grow(pieces * len(remote))
 		for k, r := range remote {
-			jobs = append(jobs, job{key: i, rep: r, req: engine.Request{Op: engine.OpWrite, Source: data.addr,
-				Target: ids[k], TargetOffset: r.GetAddress(), Length: data.size}})
+			jobs.add(i, r, data, engine.OpWrite, ids[k])
 		}
 	}
-	failed, err := c.runJobs(ctx, jobs)
-	for n, j := range jobs {
-		if (err != nil || failed[n]) && errs[j.key] == nil {
-			errs[j.key] = transferFail("put", keys[j.key], fmt.Errorf("write to %s failed", j.rep.GetSegmentName()))
+	failed, err := c.runJobs(ctx, &jobs)
+	for n, key := range jobs.keys {
+		if (err != nil || (failed != nil && failed[n])) && errs[key] == nil {
+			errs[key] = transferFail("put", keys[key], fmt.Errorf("write to %s failed", jobs.reps[n].GetSegmentName()))
 		}
 	}
 	// End the good ones, revoke the failed ones.
@@ -235,11 +279,30 @@ func (c *Client) countPutErrs(errs []error, sizes []uint64) []error {
 // with one master call and one engine batch for registered buffers.
 // n[i] is the object size read, errs[i] the failure of keys[i].
 func (c *Client) BatchGetInto(ctx context.Context, keys []string, addrs []uintptr, sizes []uint64) (n []uint64, errs []error) {
-	n = make([]uint64, len(keys))
-	errs = make([]error, len(keys))
 	if len(addrs) != len(keys) || len(sizes) != len(keys) {
+		errs = make([]error, len(keys))
 		for i := range errs {
 			errs[i] = fmt.Errorf("batch get: %d keys, %d buffers, %d sizes: %w", len(keys), len(addrs), len(sizes), wire.ErrInvalidParams)
+		}
+		return make([]uint64, len(keys)), errs
+	}
+	flat := make([]Buffer, len(keys))
+	bufs := make([][]Buffer, len(keys))
+	for i := range keys {
+		flat[i] = Buffer{Addr: addrs[i], Size: sizes[i]}
+		bufs[i] = flat[i : i+1 : i+1]
+	}
+	return c.batchGet(ctx, keys, bufs)
+}
+
+// batchGet reads keys[i] into bufs[i] (one buffer or several, filled in
+// order).
+func (c *Client) batchGet(ctx context.Context, keys []string, bufs [][]Buffer) (n []uint64, errs []error) {
+	n = make([]uint64, len(keys))
+	errs = make([]error, len(keys))
+	if len(bufs) != len(keys) {
+		for i := range errs {
+			errs[i] = fmt.Errorf("batch get: %d keys, %d buffer lists: %w", len(keys), len(bufs), wire.ErrInvalidParams)
 		}
 		return n, errs
 	}
@@ -272,7 +335,8 @@ func (c *Client) BatchGetInto(ctx context.Context, keys []string, addrs []uintpt
 	}
 	lease := time.Duration(resp.GetLeaseTtlMs()) * time.Millisecond
 	results := resp.GetResults()
-	var jobs []job
+	dests := make([]span, len(keys))
+	var jobs jobs
 	for i, k := range keys {
 		if i >= len(results) {
 			errs[i] = fmt.Errorf("get %q: no answer: %w", k, wire.ErrInternal)
@@ -284,12 +348,15 @@ func (c *Client) BatchGetInto(ctx context.Context, keys []string, addrs []uintpt
 			continue
 		}
 		size := res.GetSize()
-		if sizes[i] < size || addrs[i] == 0 {
-			errs[i] = fmt.Errorf("get %q: object of %d bytes, buffer of %d: %w", k, size, sizes[i], wire.ErrInvalidParams)
+		room, ok := capacity(bufs[i])
+		if !ok || room < size || size == 0 {
+			errs[i] = fmt.Errorf("get %q: object of %d bytes, buffers of %d: %w", k, size, room, wire.ErrInvalidParams)
 			continue
 		}
 		n[i] = size
-		if c.hot.read(k, res.GetUid(), size, cSpan(addrs[i], size)) {
+		d := prefixSpan(bufs[i], size)
+		dests[i] = d
+		if c.hot.read(k, res.GetUid(), size, d) {
 			continue
 		}
 		keyStart := start
@@ -298,7 +365,6 @@ func (c *Client) BatchGetInto(ctx context.Context, keys []string, addrs []uintpt
 			errs[i] = err
 			continue
 		}
-		d := cSpan(addrs[i], size)
 		if keyStart != start { // promoted: read it now, under its new lease
 			errs[i] = c.readAny(ctx, k, reps, d, size, keyStart, lease)
 			continue
@@ -316,33 +382,47 @@ func (c *Client) BatchGetInto(ctx context.Context, keys []string, addrs []uintpt
 			errs[i] = c.readAny(ctx, k, reps[1:], d, size, start, lease)
 			continue
 		}
-		jobs = append(jobs, job{key: i, rep: reps[0], req: engine.Request{Op: engine.OpRead, Source: d.addr,
-			Target: ids[0], TargetOffset: reps[0].GetAddress(), Length: size}})
+		if jobs.reqs == nil {
+			n := 0
+			for _, b := range bufs {
+				n += len(b)
+			}
+			jobs.grow(n)
+		}
+		jobs.add(i, reps[0], d, engine.OpRead, ids[0])
 	}
-	failed, err := c.runJobs(ctx, jobs)
-	for j, jb := range jobs {
-		i := jb.key
-		if err == nil && !failed[j] {
+	failed, err := c.runJobs(ctx, &jobs)
+	keyFailed := make(map[int]*wire.Replica)
+	for j, key := range jobs.keys {
+		if err != nil || (failed != nil && failed[j]) {
+			keyFailed[key] = jobs.reps[j]
+		}
+	}
+	for j, i := range jobs.keys {
+		if j > 0 && jobs.keys[j-1] == i {
+			continue // one verdict per key
+		}
+		bad, isBad := keyFailed[i]
+		if !isBad {
 			if lease > 0 && time.Since(start) > lease {
 				errs[i] = fmt.Errorf("get %q: %w", keys[i], wire.ErrLeaseExpired)
 			} else {
-				c.hot.offer(keys[i], results[i].GetUid(), n[i], cSpan(addrs[i], n[i]))
+				c.hot.offer(keys[i], results[i].GetUid(), n[i], dests[i])
 			}
 			continue
 		}
 		// Fall back to the other replicas of this key.
-		reps := c.readOrder(results[i].GetReplicas())
 		var rest []*wire.Replica
-		for _, r := range reps {
-			if r != jb.rep {
+		for _, r := range c.readOrder(results[i].GetReplicas()) {
+			if r != bad {
 				rest = append(rest, r)
 			}
 		}
 		if len(rest) == 0 {
-			errs[i] = transferFail("get", keys[i], fmt.Errorf("read from %s failed", jb.rep.GetSegmentName()))
+			errs[i] = transferFail("get", keys[i], fmt.Errorf("read from %s failed", bad.GetSegmentName()))
 			continue
 		}
-		errs[i] = c.readAny(ctx, keys[i], rest, cSpan(addrs[i], n[i]), n[i], start, lease)
+		errs[i] = c.readAny(ctx, keys[i], rest, dests[i], n[i], start, lease)
 	}
 	for i := range errs {
 		if errs[i] != nil {

@@ -22,6 +22,7 @@ type metrics struct {
 	grantLapses               atomic.Uint64
 	offloads, diskLoads       atomic.Uint64
 	promotions                atomic.Uint64
+	stagedBytes               atomic.Uint64
 }
 
 // Metrics is a snapshot of a client's counters since New.
@@ -71,6 +72,9 @@ type Metrics struct {
 	Offloads   uint64
 	DiskLoads  uint64
 	Promotions uint64
+	// StagedBytes counts bytes copied through the staging buffer (data in
+	// memory the engine cannot use directly: unregistered or Go memory).
+	StagedBytes uint64
 }
 
 // Metrics returns a snapshot.
@@ -85,6 +89,7 @@ func (c *Client) Metrics() Metrics {
 		GrantAcquires: m.grantAcquires.Load(), GrantReturns: m.grantReturns.Load(),
 		GrantLapses: m.grantLapses.Load(),
 		Offloads:    m.offloads.Load(), DiskLoads: m.diskLoads.Load(), Promotions: m.promotions.Load(),
+		StagedBytes: m.stagedBytes.Load(),
 	}
 }
 

@@ -27,10 +27,38 @@ type ReplicateConfig struct {
 	// PreferredSegments are segment names (transfer-engine segment names of
 	// clients) tried first, in order.
 	PreferredSegments []string
+	// GroupIDs are Mooncake's lifecycle groups: one id per key of the call
+	// (exactly one for Put; one per key for a batch), "" for an ungrouped
+	// key; nil names none. Objects of one group share read leases and are
+	// evicted together, and an object's group never changes (an upsert
+	// naming another is INVALID_PARAMS). A list of the wrong length fails
+	// the whole call with INVALID_PARAMS.
+	GroupIDs []string
 
 	// ver makes the put a versioned publish (version.go); nil: a plain
 	// Mooncake put.
 	ver *versionedPut
+}
+
+// checkGroups validates GroupIDs for a call of n keys.
+func (r ReplicateConfig) checkGroups(n int) error {
+	if r.GroupIDs != nil && len(r.GroupIDs) != n {
+		return fmt.Errorf("%d group ids for %d keys: %w", len(r.GroupIDs), n, wire.ErrInvalidParams)
+	}
+	return nil
+}
+
+// forKeys returns r for the keys at idx of the call (its group ids picked).
+func (r ReplicateConfig) forKeys(idx []int) ReplicateConfig {
+	if r.GroupIDs == nil {
+		return r
+	}
+	g := make([]string, len(idx))
+	for n, i := range idx {
+		g[n] = r.GroupIDs[i]
+	}
+	r.GroupIDs = g
+	return r
 }
 
 func (r ReplicateConfig) toWire() *wire.ReplicateConfig {
@@ -39,6 +67,8 @@ func (r ReplicateConfig) toWire() *wire.ReplicateConfig {
 		SoftPinTtlMs:      uint64(r.SoftPinTTL / time.Millisecond),
 		HardPin:           r.HardPin,
 		PreferredSegments: r.PreferredSegments,
+		GroupIds:          r.GroupIDs,
+		HasGroupIds:       r.GroupIDs != nil,
 	}
 	if r.SoftPin {
 		w.SoftPin = wire.SoftPinAction_SOFT_PIN_ENABLE
@@ -46,12 +76,14 @@ func (r ReplicateConfig) toWire() *wire.ReplicateConfig {
 	return w
 }
 
-// span is the caller's side of a transfer: C memory at addr (buf nil), or a
-// Go slice, which the engine never sees (it is copied through staging).
+// span is the caller's side of a transfer: C memory at addr (buf nil), C
+// memory in pieces (parts, multi.go), or a Go slice, which the engine never
+// sees (it is copied through staging).
 type span struct {
-	addr uintptr
-	buf  []byte
-	size uint64
+	addr  uintptr
+	buf   []byte
+	size  uint64
+	parts []Buffer // in order, none empty; addr and buf unused
 }
 
 func cSpan(addr uintptr, size uint64) span { return span{addr: addr, size: size} }
@@ -59,11 +91,35 @@ func goSpan(b []byte) span                 { return span{buf: b, size: uint64(le
 
 // registered reports whether the engine can use the span directly.
 func (s span) registered(e *engine.Engine) bool {
+	if s.parts != nil {
+		return s.partsRegistered(e)
+	}
 	return s.buf == nil && s.addr != 0 && e.Registered(uint64(s.addr), s.size)
+}
+
+// valid reports whether the span names memory.
+func (s span) valid() bool { return s.buf != nil || s.addr != 0 || s.parts != nil }
+
+// appendRequests appends to reqs the engine requests that move the span to
+// (OpWrite) or from (OpRead) size bytes at remote address at of segment
+// target: one request, or one per part. The span must be registered.
+func (s span) appendRequests(reqs []engine.Request, op engine.OpCode, target engine.SegmentID, at uint64) []engine.Request {
+	if s.parts == nil {
+		return append(reqs, engine.Request{Op: op, Source: s.addr, Target: target, TargetOffset: at, Length: s.size})
+	}
+	for _, p := range s.parts {
+		reqs = append(reqs, engine.Request{Op: op, Source: p.Addr, Target: target, TargetOffset: at, Length: p.Size})
+		at += p.Size
+	}
+	return reqs
 }
 
 // copyTo copies n bytes at offset off of the span to the C address dst.
 func (s span) copyTo(dst uintptr, off, n uint64) {
+	if s.parts != nil {
+		s.copyParts(dst, off, n, true)
+		return
+	}
 	if s.buf != nil {
 		copy(cmem.Bytes(dst, n), s.buf[off:off+n])
 		return
@@ -73,6 +129,10 @@ func (s span) copyTo(dst uintptr, off, n uint64) {
 
 // copyFrom copies n bytes from the C address src to offset off of the span.
 func (s span) copyFrom(off uint64, src uintptr, n uint64) {
+	if s.parts != nil {
+		s.copyParts(src, off, n, false)
+		return
+	}
 	if s.buf != nil {
 		copy(s.buf[off:off+n], cmem.Bytes(src, n))
 		return
@@ -123,8 +183,11 @@ func (c *Client) put(ctx context.Context, key string, data span, cfg ReplicateCo
 			c.metrics.putBytes.Add(data.size)
 		}
 	}()
-	if key == "" || data.size == 0 || (data.buf == nil && data.addr == 0) {
+	if key == "" || data.size == 0 || !data.valid() {
 		return fmt.Errorf("put %q (%d bytes): %w", key, data.size, wire.ErrInvalidParams)
+	}
+	if err := cfg.checkGroups(1); err != nil {
+		return fmt.Errorf("put %q: %w", key, err)
 	}
 	mc, err := c.master()
 	if err != nil {
@@ -281,13 +344,14 @@ func (c *Client) writeReplicas(ctx context.Context, data span, reps []*wire.Repl
 	if err != nil {
 		return err
 	}
-	reqs := make([]engine.Request, len(remote))
 	if data.registered(c.e) {
+		reqs := make([]engine.Request, 0, len(remote)*max(len(data.parts), 1))
 		for i, r := range remote {
-			reqs[i] = engine.Request{Op: engine.OpWrite, Source: data.addr, Target: ids[i], TargetOffset: r.GetAddress(), Length: data.size}
+			reqs = data.appendRequests(reqs, engine.OpWrite, ids[i], r.GetAddress())
 		}
 		return c.boundTransfer(ctx, bound, reqs, remote)
 	}
+	reqs := make([]engine.Request, len(remote))
 	if c.staging == nil {
 		return fmt.Errorf("data not in registered memory and no local buffer: %w", wire.ErrInvalidParams)
 	}
@@ -303,6 +367,7 @@ func (c *Client) writeReplicas(ctx context.Context, data span, reps []*wire.Repl
 	for off := uint64(0); off < data.size; off += c.staging.chunk {
 		n := min(c.staging.chunk, data.size-off)
 		data.copyTo(chunk, off, n)
+		c.metrics.stagedBytes.Add(n)
 		for i, r := range remote {
 			reqs[i] = engine.Request{Op: engine.OpWrite, Source: chunk, Target: ids[i], TargetOffset: r.GetAddress() + off, Length: n}
 		}
@@ -497,8 +562,7 @@ func (c *Client) readReplica(ctx context.Context, r *wire.Replica, d span, size 
 		return err
 	}
 	if d.registered(c.e) {
-		return c.transfer(ctx, []engine.Request{{Op: engine.OpRead, Source: d.addr, Target: ids[0],
-			TargetOffset: r.GetAddress(), Length: size}}, one)
+		return c.transfer(ctx, d.appendRequests(nil, engine.OpRead, ids[0], r.GetAddress()), one)
 	}
 	if c.staging == nil {
 		return fmt.Errorf("buffer not in registered memory and no local buffer: %w", wire.ErrInvalidParams)
@@ -515,6 +579,7 @@ func (c *Client) readReplica(ctx context.Context, r *wire.Replica, d span, size 
 			return err
 		}
 		d.copyFrom(off, chunk, n)
+		c.metrics.stagedBytes.Add(n)
 	}
 	return nil
 }

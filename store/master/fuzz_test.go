@@ -127,7 +127,7 @@ func FuzzService(f *testing.F) {
 					Size: uint64(arg%4+1) * 4096})
 			case 1, 2:
 				_, _ = s.PutStart(c, tenant, key, uint64(arg*37%5000+1), ReplicateConfig{ReplicaNum: arg%3 + 1,
-					HardPin: arg%11 == 0, SoftPin: wire.SoftPinAction(arg % 2)}, false)
+					HardPin: arg%11 == 0, SoftPin: wire.SoftPinAction(arg % 2), GroupIDs: fuzzGroup(arg)}, false)
 			case 3:
 				_ = s.PutEnd(c, tenant, key)
 			case 4:
@@ -146,7 +146,7 @@ func FuzzService(f *testing.F) {
 			case 10:
 				_, _ = s.Ping(c)
 			case 11:
-				_, _ = s.PutStart(c, tenant, key, uint64(arg*53%3000+1), ReplicateConfig{}, true)
+				_, _ = s.PutStart(c, tenant, key, uint64(arg*53%3000+1), ReplicateConfig{GroupIDs: fuzzGroup(arg / 3)}, true)
 			case 12:
 				_, _ = s.RemoveAll(tenant, arg%2 == 0)
 			case 13:
@@ -232,5 +232,20 @@ func commitSomewhere(s *Service, c, tenant, key string, arg int) {
 	if arg%13 == 0 {
 		reps = append(reps, GrantedReplica{GrantID: uint64(arg), Addr: uint64(arg) << 20})
 	}
-	_, _ = s.PutCommit(c, tenant, key, max(size, 1), ReplicateConfig{ReplicaNum: arg%2 + 1}, arg%5 == 0, reps)
+	_, _ = s.PutCommit(c, tenant, key, max(size, 1), ReplicateConfig{ReplicaNum: arg%2 + 1, GroupIDs: fuzzGroup(arg / 7)},
+		arg%5 == 0, reps)
+}
+
+// fuzzGroup picks no group list, an ungrouped one, one of two groups, or a
+// list of the wrong length.
+func fuzzGroup(arg int) []string {
+	switch arg % 6 {
+	case 0:
+		return []string{""}
+	case 1, 2:
+		return []string{"g" + string(rune('0'+arg%2))}
+	case 3:
+		return []string{"g0", "g1"}
+	}
+	return nil
 }

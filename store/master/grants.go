@@ -237,20 +237,24 @@ func (s *Service) PutCommit(clientID, tenant, key string, size uint64, cfg Repli
 	if err != nil {
 		return 0, fmt.Errorf("put commit %q: %w", key, err)
 	}
+	g, err := groupOf(cfg)
+	if err != nil {
+		return 0, fmt.Errorf("put commit %q: %w", key, err)
+	}
 	now := s.clock.Now()
 	defer s.durable(&err)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	defer s.checkLocked()
 	s.mu.counters.commits++
-	gen, err := s.putCommitLocked(clientID, id, size, cfg, upsert, reps, now)
+	gen, err := s.putCommitLocked(clientID, id, size, cfg, g, upsert, reps, now)
 	if err != nil {
 		s.mu.counters.commitFails++
 	}
 	return gen, err
 }
 
-func (s *Service) putCommitLocked(clientID string, id objectKey, size uint64, cfg ReplicateConfig, upsert bool,
+func (s *Service) putCommitLocked(clientID string, id objectKey, size uint64, cfg ReplicateConfig, g groupChoice, upsert bool,
 	reps []GrantedReplica, now time.Time) (uint64, error) {
 	if id.key == "" || size == 0 || alignedLen(size) < size || cfg.ReplicaNum < 0 || len(reps) == 0 ||
 		len(reps) > max(cfg.ReplicaNum, 1) {
@@ -294,6 +298,10 @@ func (s *Service) putCommitLocked(clientID string, id objectKey, size uint64, cf
 	if err := s.quotaLocked(id, size); err != nil {
 		return c.grantGen, err
 	}
+	gid, err := s.effectiveGroupLocked(id, g, upsert)
+	if err != nil {
+		return c.grantGen, fmt.Errorf("put commit %v: %w", id, err)
+	}
 	if err := s.claimKeyLocked(id, upsert, now); err != nil {
 		return c.grantGen, fmt.Errorf("put commit %v: %w", id, err)
 	}
@@ -306,7 +314,7 @@ func (s *Service) putCommitLocked(clientID string, id objectKey, size uint64, cf
 		g.seg.replicas[r] = struct{}{}
 		out[i] = r
 	}
-	o := s.newObjectLocked(clientID, id, size, out, cfg, now)
+	o := s.newObjectLocked(clientID, id, size, out, cfg, gid, now)
 	s.completeLocked(o, now)
 	return c.grantGen, nil
 }

@@ -83,7 +83,17 @@ func configFromWire(c *wire.ReplicateConfig) ReplicateConfig {
 		SoftPinTTL:        time.Duration(c.GetSoftPinTtlMs()) * time.Millisecond,
 		HardPin:           c.GetHardPin(),
 		PreferredSegments: c.GetPreferredSegments(),
+		GroupIDs:          groupIDsFromWire(c),
 	}
+}
+
+// groupIDsFromWire returns the group ids of c: nil when it names none, else
+// a (possibly empty) non-nil list.
+func groupIDsFromWire(c *wire.ReplicateConfig) []string {
+	if !c.GetHasGroupIds() {
+		return nil
+	}
+	return append(make([]string, 0, len(c.GetGroupIds())), c.GetGroupIds()...)
 }
 
 func (g *handlers) Ping(_ context.Context, req *wire.PingRequest) (*wire.PingResponse, error) {

@@ -155,6 +155,21 @@ func (s *Service) verifyLocked() error {
 		if want := o.complete && len(o.replicas) > 0; want != o.inLRU {
 			return fmt.Errorf("object %v: complete %v with %d replicas, in LRU %v", k, o.complete, len(o.replicas), o.inLRU)
 		}
+		if g := o.group; g != nil {
+			if _, ok := g.members[o]; !ok || s.mu.groups[g.key] != g || g.key.tenant != k.tenant {
+				return fmt.Errorf("object %v: not a member of its indexed group %q", k, g.key.id)
+			}
+		}
+	}
+	for k, g := range s.mu.groups {
+		if g.key != k || len(g.members) == 0 {
+			return fmt.Errorf("group %q of tenant %q: key %v, %d members", k.id, k.tenant, g.key, len(g.members))
+		}
+		for m := range g.members {
+			if m.group != g || s.mu.objects[m.id] != m {
+				return fmt.Errorf("group %q: member %v is not an indexed object of it", k.id, m.id)
+			}
+		}
 	}
 	return nil
 }

@@ -81,6 +81,9 @@ type ReplicateConfig struct {
 	// being ExpectedVersion (version.go).
 	Versioned       bool
 	ExpectedVersion uint64
+	// GroupIDs are the lifecycle groups of the keys of the call, one per
+	// key ("" is ungrouped); nil means the call named none (group.go).
+	GroupIDs []string
 }
 
 // Service is the master state machine: segments, objects, replicas, leases,
@@ -107,8 +110,9 @@ type Service struct {
 		byName     map[string][]*segment // by transfer-engine segment name
 		order      []*segment            // mounted segments, in mount order
 		objects    map[objectKey]*object
-		processing map[objectKey]*object // objects between PutStart and PutEnd
-		lru        lruList               // complete objects, least recent first
+		processing map[objectKey]*object  // objects between PutStart and PutEnd
+		groups     map[groupKey]*objGroup // groups with members
+		lru        lruList                // complete objects, least recent first
 		discarded  []discardEntry
 		capacity   uint64 // sum of mounted segment sizes
 		used       uint64 // sum of allocated (aligned) bytes: objects, grants, fences
@@ -202,8 +206,13 @@ type object struct {
 	writer   string
 	complete bool
 	putStart time.Time
-	// leaseExpiry is the end of the latest read lease.
+	// leaseExpiry is the end of the latest read lease granted to o itself;
+	// leaseEnd adds its group's.
 	leaseExpiry time.Time
+	// group is o's group, nil when ungrouped; joinSeq orders its joining
+	// against the group's leases (group.go).
+	group   *objGroup
+	joinSeq uint64
 	// softPinTTL is non-zero when the put enabled soft pin; softPinExpiry is
 	// set at PutEnd.
 	softPinTTL    time.Duration
@@ -286,6 +295,7 @@ func newService(cfg Config, viewVersion uint64, fence startFence) (*Service, err
 	s.mu.byName = make(map[string][]*segment)
 	s.mu.objects = make(map[objectKey]*object)
 	s.mu.processing = make(map[objectKey]*object)
+	s.mu.groups = make(map[groupKey]*objGroup)
 	s.mu.grants = make(map[uint64]*grant)
 	s.mu.tasks = make(map[uint64]*task)
 	s.mu.userTasks = make(map[string]*userTask)
@@ -643,9 +653,11 @@ func (s *Service) getLocked(id objectKey, now time.Time) (ReplicaList, error) {
 }
 
 func (s *Service) leaseLocked(o *object, now time.Time) {
-	if exp := now.Add(s.cfg.DefaultKVLeaseTTL); exp.After(o.leaseExpiry) {
+	exp := now.Add(s.cfg.DefaultKVLeaseTTL)
+	if exp.After(o.leaseExpiry) {
 		o.leaseExpiry = exp
 	}
+	leaseGroupLocked(o, exp)
 	if len(o.replicas) > 0 {
 		s.mu.lru.touch(o)
 	}
@@ -690,12 +702,16 @@ func (s *Service) PutStart(clientID, tenant, key string, size uint64, cfg Replic
 	if err != nil {
 		return nil, fmt.Errorf("put start %q: %w", key, err)
 	}
+	g, err := groupOf(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("put start %q: %w", key, err)
+	}
 	now := s.clock.Now()
 	defer s.durable(&err)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	defer s.checkLocked()
-	return s.putStartLocked(clientID, id, size, cfg, upsert, now)
+	return s.putStartLocked(clientID, id, size, cfg, g, upsert, now)
 }
 
 // BatchPutStart is PutStart for many keys under one lock.
@@ -703,6 +719,10 @@ func (s *Service) BatchPutStart(clientID, tenant string, keys []string, sizes []
 	reps := make([][]Replica, len(keys))
 	errs := make([]error, len(keys))
 	ids, err := objectKeys(tenant, keys)
+	var groups []groupChoice
+	if err == nil {
+		groups, err = groupsOf(cfg, len(keys))
+	}
 	if err != nil {
 		for i := range errs {
 			errs[i] = fmt.Errorf("put start: %w", err)
@@ -719,12 +739,13 @@ func (s *Service) BatchPutStart(clientID, tenant string, keys []string, sizes []
 			errs[i] = fmt.Errorf("put start %v: no size: %w", id, wire.ErrInvalidParams)
 			continue
 		}
-		reps[i], errs[i] = s.putStartLocked(clientID, id, sizes[i], cfg, upsert, now)
+		reps[i], errs[i] = s.putStartLocked(clientID, id, sizes[i], cfg, groups[i], upsert, now)
 	}
 	return reps, errs
 }
 
-func (s *Service) putStartLocked(clientID string, id objectKey, size uint64, cfg ReplicateConfig, upsert bool, now time.Time) ([]Replica, error) {
+func (s *Service) putStartLocked(clientID string, id objectKey, size uint64, cfg ReplicateConfig, g groupChoice,
+	upsert bool, now time.Time) ([]Replica, error) {
 	s.mu.counters.putStarts++
 	if id.key == "" || size == 0 || cfg.ReplicaNum < 0 || clientID == "" {
 		s.mu.counters.putStartFails++
@@ -746,6 +767,11 @@ func (s *Service) putStartLocked(clientID string, id objectKey, size uint64, cfg
 	if err := s.quotaLocked(id, size); err != nil {
 		s.mu.counters.putStartFails++
 		return nil, err
+	}
+	gid, err := s.effectiveGroupLocked(id, g, upsert)
+	if err != nil {
+		s.mu.counters.putStartFails++
+		return nil, fmt.Errorf("put start %v: %w", id, err)
 	}
 	if err := s.claimKeyLocked(id, upsert, now); err != nil {
 		s.mu.counters.putStartFails++
@@ -775,7 +801,7 @@ func (s *Service) putStartLocked(clientID string, id objectKey, size uint64, cfg
 		return nil, fmt.Errorf("put start %v: %d bytes in %d segments: %w",
 			id, size, len(s.mu.order), wire.ErrNoAvailableHandle)
 	}
-	o := s.newObjectLocked(clientID, id, size, reps, cfg, now)
+	o := s.newObjectLocked(clientID, id, size, reps, cfg, gid, now)
 	s.mu.processing[id] = o
 	return o.descriptors(), nil
 }
@@ -805,8 +831,9 @@ func (s *Service) claimKeyLocked(id objectKey, upsert bool, now time.Time) error
 }
 
 // newObjectLocked indexes a new object with replicas reps under id (not
-// yet complete).
-func (s *Service) newObjectLocked(clientID string, id objectKey, size uint64, reps []*replica, cfg ReplicateConfig, now time.Time) *object {
+// yet complete), a member of group gid ("" is none).
+func (s *Service) newObjectLocked(clientID string, id objectKey, size uint64, reps []*replica, cfg ReplicateConfig,
+	gid string, now time.Time) *object {
 	o := &object{id: id, size: size, replicas: reps, writer: clientID, putStart: now, hardPin: cfg.HardPin}
 	if cfg.SoftPin == wire.SoftPinAction_SOFT_PIN_ENABLE {
 		o.softPinTTL = cfg.SoftPinTTL
@@ -820,6 +847,7 @@ func (s *Service) newObjectLocked(clientID string, id objectKey, size uint64, re
 	}
 	s.mu.objects[id] = o
 	s.chargeLocked(o)
+	s.joinGroupLocked(o, gid)
 	return o
 }
 
@@ -842,7 +870,7 @@ func (s *Service) fitsSomeSegmentLocked(size uint64) bool {
 // put is preempted at once (its writer may still write, so its space waits
 // PutStartReleaseTimeout), a complete object is freed once its lease ends.
 func (s *Service) replaceLocked(o *object, now time.Time) {
-	release := o.leaseExpiry
+	release := o.leaseEnd()
 	if !o.complete {
 		release = o.putStart.Add(s.cfg.PutStartReleaseTimeout)
 		s.mu.counters.zombiePuts++
@@ -1057,13 +1085,13 @@ func (s *Service) removeLocked(id objectKey, force bool, now time.Time) error {
 	if !ok {
 		return fmt.Errorf("remove %v: %w", id, wire.ErrObjectNotFound)
 	}
-	if !force && o.leaseExpiry.After(now) {
-		return fmt.Errorf("remove %v: leased for %v: %w", id, o.leaseExpiry.Sub(now), wire.ErrObjectHasLease)
+	if lease := o.leaseEnd(); !force && lease.After(now) {
+		return fmt.Errorf("remove %v: leased for %v: %w", id, lease.Sub(now), wire.ErrObjectHasLease)
 	}
 	if !o.complete {
 		return fmt.Errorf("remove %v: %w", id, wire.ErrReplicaIsNotReady)
 	}
-	s.dropObjectLocked(o, o.leaseExpiry, now)
+	s.dropObjectLocked(o, o.leaseEnd(), now)
 	s.mu.counters.removes++
 	return nil
 }
@@ -1103,13 +1131,13 @@ func (s *Service) removeMatching(tenant string, match func(string) bool, force b
 	defer s.checkLocked()
 	var victims []*object
 	for id, o := range s.mu.objects {
-		if id.tenant != tenant || !match(id.key) || !o.complete || (!force && o.leaseExpiry.After(now)) {
+		if id.tenant != tenant || !match(id.key) || !o.complete || (!force && o.leaseEnd().After(now)) {
 			continue
 		}
 		victims = append(victims, o)
 	}
 	for _, o := range victims {
-		s.dropObjectLocked(o, o.leaseExpiry, now)
+		s.dropObjectLocked(o, o.leaseEnd(), now)
 	}
 	s.mu.counters.removes += uint64(len(victims))
 	return int64(len(victims))
@@ -1150,6 +1178,7 @@ func (s *Service) forgetObjectLocked(o *object) {
 	if cur, ok := s.mu.processing[o.id]; ok && cur == o {
 		delete(s.mu.processing, o.id)
 	}
+	s.leaveGroupLocked(o)
 	s.mu.lru.remove(o)
 }
 
@@ -1271,8 +1300,27 @@ func (s *Service) evictLocked(target uint64, now time.Time) uint64 {
 		for o := s.mu.lru.head; o != nil && freed < target; {
 			next := o.next
 			softPinned := o.softPinExpiry.After(now)
-			if o.hardPin || o.leaseExpiry.After(now) || o.busyUntil.After(now) ||
+			if o.hardPin || o.leaseEnd().After(now) || o.busyUntil.After(now) ||
 				(pass == 0) != (len(o.disk) > 0) || pass > 0 && softPinned != (pass == 2) {
+				o = next
+				continue
+			}
+			if g := o.group; g != nil && (pass > 0 || groupLeasedLocked(g, now)) {
+				// A group's objects go as a whole, or not at all while a
+				// member is leased (pass 0 only drops the memory of
+				// objects a disk replica keeps readable, one at a time).
+				// next must not be one of the victims (they leave the
+				// list), all of which are members.
+				for next != nil && next.group == g {
+					next = next.next
+				}
+				if pass > 0 && !groupLeasedLocked(g, now) {
+					for _, m := range evictableMembers(g, now, pass == 2) {
+						freed += alignedLen(m.size) * uint64(len(m.replicas))
+						n++
+						s.dropObjectLocked(m, now, now)
+					}
+				}
 				o = next
 				continue
 			}

@@ -229,6 +229,9 @@ func (h *ddHarness) runCmd(t *testing.T, d *testutil.TestData) string {
 		if a, ok := d.Arg("prefer"); ok {
 			cfg.PreferredSegments = a.Vals
 		}
+		if a, ok := d.Arg("group"); ok {
+			cfg.GroupIDs = a.Vals
+		}
 		key := argStr(d, "key", "")
 		reps, err := h.svc.PutStart(client, tenant, key, argUint(t, d, "size", 0), cfg, d.Cmd == "upsert" || d.HasArg("upsert"))
 		if err != nil {
@@ -281,6 +284,9 @@ func (h *ddHarness) runCmd(t *testing.T, d *testutil.TestData) string {
 		}
 		if d.HasArg("soft-pin") {
 			cfg.SoftPin = wire.SoftPinAction_SOFT_PIN_ENABLE
+		}
+		if a, ok := d.Arg("group"); ok {
+			cfg.GroupIDs = a.Vals
 		}
 		var reps []GrantedReplica
 		if a, ok := d.Arg("at"); ok {
@@ -437,14 +443,17 @@ func (h *ddHarness) state() string {
 		} else {
 			flags = append(flags, "processing")
 		}
-		if o.leaseExpiry.After(now) {
-			flags = append(flags, "leased="+o.leaseExpiry.Sub(now).String())
+		if lease := o.leaseEnd(); lease.After(now) {
+			flags = append(flags, "leased="+lease.Sub(now).String())
 		}
 		if o.softPinExpiry.After(now) {
 			flags = append(flags, "soft-pin="+o.softPinExpiry.Sub(now).String())
 		}
 		if o.hardPin {
 			flags = append(flags, "hard-pin")
+		}
+		if o.group != nil {
+			flags = append(flags, "group="+o.group.key.id)
 		}
 		fmt.Fprintf(&b, "object %s size=%d %s [%s]\n", k, o.size, fmtReplicas(o.descriptors()), strings.Join(flags, " "))
 	}

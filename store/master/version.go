@@ -96,13 +96,17 @@ func (s *Service) PutCommitVersion(clientID, tenant, key string, size uint64, cf
 	if err != nil {
 		return 0, 0, fmt.Errorf("put commit %q: %w", key, err)
 	}
+	g, err := groupOf(cfg)
+	if err != nil {
+		return 0, 0, fmt.Errorf("put commit %q: %w", key, err)
+	}
 	now := s.clock.Now()
 	defer s.durable(&err)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	defer s.checkLocked()
 	s.mu.counters.commits++
-	gen, err = s.putCommitLocked(clientID, id, size, cfg, upsert, reps, now)
+	gen, err = s.putCommitLocked(clientID, id, size, cfg, g, upsert, reps, now)
 	if err != nil {
 		s.mu.counters.commitFails++
 		return gen, 0, err

@@ -1498,8 +1498,16 @@ type ReplicateConfig struct {
 	HardPin      bool   `protobuf:"varint,4,opt,name=hard_pin,json=hardPin,proto3" json:"hard_pin,omitempty"`
 	// preferred_segments are segment names tried first, in order.
 	PreferredSegments []string `protobuf:"bytes,5,rep,name=preferred_segments,json=preferredSegments,proto3" json:"preferred_segments,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// group_ids (with has_group_ids) are Mooncake's per-key lifecycle
+	// groups: one id per key of the call ("" leaves that key ungrouped); a
+	// call whose list does not have one id per key fails with INVALID_PARAMS.
+	// Members of a group share read leases and are evicted together.
+	GroupIds []string `protobuf:"bytes,6,rep,name=group_ids,json=groupIds,proto3" json:"group_ids,omitempty"`
+	// has_group_ids says group_ids was given (an upsert without it keeps the
+	// object's group; with it, the group must not change).
+	HasGroupIds   bool `protobuf:"varint,7,opt,name=has_group_ids,json=hasGroupIds,proto3" json:"has_group_ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReplicateConfig) Reset() {
@@ -1565,6 +1573,20 @@ func (x *ReplicateConfig) GetPreferredSegments() []string {
 		return x.PreferredSegments
 	}
 	return nil
+}
+
+func (x *ReplicateConfig) GetGroupIds() []string {
+	if x != nil {
+		return x.GroupIds
+	}
+	return nil
+}
+
+func (x *ReplicateConfig) GetHasGroupIds() bool {
+	if x != nil {
+		return x.HasGroupIds
+	}
+	return false
 }
 
 type PutStartRequest struct {
@@ -4054,14 +4076,16 @@ const file_wire_proto_rawDesc = "" +
 	"\x1bBatchGetReplicaListResponse\x12=\n" +
 	"\aresults\x18\x01 \x03(\v2#.kvferry.store.v1.ReplicaListResultR\aresults\x12 \n" +
 	"\flease_ttl_ms\x18\x02 \x01(\x04R\n" +
-	"leaseTtlMs\"\xdf\x01\n" +
+	"leaseTtlMs\"\xa0\x02\n" +
 	"\x0fReplicateConfig\x12\x1f\n" +
 	"\vreplica_num\x18\x01 \x01(\rR\n" +
 	"replicaNum\x12:\n" +
 	"\bsoft_pin\x18\x02 \x01(\x0e2\x1f.kvferry.store.v1.SoftPinActionR\asoftPin\x12%\n" +
 	"\x0fsoft_pin_ttl_ms\x18\x03 \x01(\x04R\fsoftPinTtlMs\x12\x19\n" +
 	"\bhard_pin\x18\x04 \x01(\bR\ahardPin\x12-\n" +
-	"\x12preferred_segments\x18\x05 \x03(\tR\x11preferredSegments\"\x8d\x02\n" +
+	"\x12preferred_segments\x18\x05 \x03(\tR\x11preferredSegments\x12\x1b\n" +
+	"\tgroup_ids\x18\x06 \x03(\tR\bgroupIds\x12\"\n" +
+	"\rhas_group_ids\x18\a \x01(\bR\vhasGroupIds\"\x8d\x02\n" +
 	"\x0fPutStartRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x12\n" +

@@ -50,6 +50,8 @@
     X(kvferry_store_free)               \
     X(kvferry_store_last_error)         \
     X(kvferry_store_set_tenant)         \
+    X(kvferry_store_batch_put_from_multi) \
+    X(kvferry_store_batch_get_into_multi) \
     X(kvferry_metrics_text)
 
 static struct {
@@ -375,6 +377,76 @@ static void test_tenants(const char *master) {
     api.mooncake_store_destroy(b);
 }
 
+/* Multi-buffer puts and gets: each object is the concatenation of its
+ * buffers; registered buffers move with no copy, others are staged. */
+static void test_multi(const char *master) {
+    mooncake_store_t s = new_store(master, 0);
+    const size_t P = 64 << 10;
+    uint8_t *src = map_buf(4 * P), *dst = map_buf(8 * P), plain[3000];
+    fill(src, 4 * P, 31);
+    fill(plain, sizeof plain, 32);
+    CHECK(api.mooncake_store_register_buffer(s, src, 4 * P) == 0, "register src");
+    CHECK(api.mooncake_store_register_buffer(s, dst, 8 * P) == 0, "register dst");
+    /* m0 = src[2P..3P) + src[0..P); m1 = plain (unregistered), in two parts;
+     * m2 = src[3P..4P). */
+    const char *keys[] = {"m0", "m1", "m2"}, *groups[] = {"g", "", "g"};
+    void *bufs[] = {src + 2 * P, src, plain, plain + 1000, src + 3 * P};
+    size_t sizes[] = {P, P, 1000, 2000, P}, counts[] = {2, 2, 1};
+    int res[3] = {1, 1, 1};
+    CHECK(api.kvferry_store_batch_put_from_multi(s, keys, 3, bufs, sizes, counts, NULL, groups, 0, res) == 0,
+          "put multi");
+    for (int i = 0; i < 3; i++) CHECK(res[i] == 0, "put multi[%d] = %d", i, res[i]);
+
+    /* Read back scattered: m0 into 3 parts (the last larger than needed). */
+    void *outs[] = {dst, dst + P / 2, dst + 4 * P, dst + 6 * P, dst + 7 * P};
+    size_t osz[] = {P / 2, P / 2, 2 * P, 3000, P};
+    size_t ocnt[] = {3, 1, 1};
+    int64_t lres[3];
+    CHECK(api.kvferry_store_batch_get_into_multi(s, keys, 3, outs, osz, ocnt, lres) == 0, "get multi");
+    CHECK(lres[0] == (int64_t)(2 * P) && lres[1] == 3000 && lres[2] == (int64_t)P, "get multi sizes %" PRId64
+          " %" PRId64 " %" PRId64, lres[0], lres[1], lres[2]);
+    CHECK(memcmp(dst, src + 2 * P, P) == 0 && memcmp(dst + 4 * P, src, P) == 0, "m0 data");
+    CHECK(memcmp(dst + 6 * P, plain, sizeof plain) == 0, "m1 data");
+    CHECK(memcmp(dst + 7 * P, src + 3 * P, P) == 0, "m2 data");
+    /* Buffers that hold less than the object: -600. */
+    size_t small[] = {100};
+    CHECK(api.kvferry_store_batch_get_into_multi(s, keys, 1, outs, small, (size_t[]){1}, lres) == 0 &&
+              lres[0] == INVALID_PARAMS, "get multi too small = %" PRId64, lres[0]);
+    /* h0 and h1 share a group: a read of h1 leases h0; u is ungrouped. */
+    const char *hkeys[] = {"h0", "h1", "u"}, *hgroups[] = {"h", "h", ""};
+    CHECK(api.kvferry_store_batch_put_from_multi(s, hkeys, 3, bufs, sizes, (size_t[]){1, 1, 1}, NULL, hgroups, 0,
+                                                 res) == 0 && res[0] == 0 && res[1] == 0 && res[2] == 0,
+          "put group");
+    CHECK(api.mooncake_store_get_into(s, "h1", dst, P) == (int64_t)P, "get h1");
+    CHECK(api.mooncake_store_remove(s, "h0", 0) == OBJECT_HAS_LEASE, "group lease");
+    CHECK(api.mooncake_store_remove(s, "u", 0) == 0, "ungrouped not leased");
+
+    /* Bad input. */
+    const char *nullkeys[] = {"a", NULL};
+    const char *nullgroups[] = {"g", NULL};
+    CHECK(api.kvferry_store_batch_put_from_multi(NULL, keys, 1, bufs, sizes, counts, NULL, NULL, 0, res) == -1,
+          "NULL store");
+    CHECK(api.kvferry_store_batch_put_from_multi(s, nullkeys, 2, bufs, sizes, (size_t[]){1, 1}, NULL, NULL, 0,
+                                                 res) == -1, "NULL key");
+    CHECK(api.kvferry_store_batch_put_from_multi(s, keys, 2, bufs, sizes, (size_t[]){1, 1}, NULL, nullgroups, 0,
+                                                 res) == -1, "NULL group id");
+    CHECK(api.kvferry_store_batch_put_from_multi(s, keys, 1, NULL, NULL, counts, NULL, NULL, 0, res) == -1,
+          "NULL buffers");
+    CHECK(api.kvferry_store_batch_put_from_multi(s, keys, 1, bufs, sizes, NULL, NULL, NULL, 0, res) == -1,
+          "NULL counts");
+    CHECK(api.kvferry_store_batch_put_from_multi(s, keys, 0, NULL, NULL, NULL, NULL, NULL, 0, NULL) == -1,
+          "NULL results");
+    CHECK(api.kvferry_store_batch_put_from_multi(s, keys, 0, NULL, NULL, NULL, NULL, NULL, 0, res) == 0,
+          "empty batch");
+    CHECK(api.kvferry_store_batch_put_from_multi(s, keys, 1, bufs, sizes, (size_t[]){0}, NULL, NULL, 0, res) == 0 &&
+              res[0] == INVALID_PARAMS, "object of no buffer = %d", res[0]);
+    CHECK(api.kvferry_store_batch_get_into_multi(s, keys, 1, NULL, NULL, counts, lres) == -1, "get NULL buffers");
+    CHECK(api.mooncake_store_remove_all(s, 1) >= 3, "remove all");
+    api.mooncake_store_destroy(s);
+    munmap(src, 4 * P);
+    munmap(dst, 8 * P);
+}
+
 static void test_embedded(void) {
     mooncake_store_t s = new_store("", 16 << 20);
     uint8_t b[4096], out[4096];
@@ -413,6 +485,7 @@ int main(int argc, char **argv) {
     if (strcmp(argv[1], "client") == 0 && argc == 5) {
         test_client(argv[3], argv[4]);
         test_tenants(argv[3]);
+        test_multi(argv[3]);
     } else if (strcmp(argv[1], "embedded") == 0) {
         test_embedded();
     } else {

@@ -215,9 +215,10 @@ type cmaWorker struct {
 	res    []lookupResult
 	errs   []error
 	liov   []unix.Iovec
-	riov   []unix.RemoteIovec
-	owners []int     // slice index of each iovec
-	lbase  []uintptr // local address of each iovec
+	riov   []unix.RemoteIovec // one call's remote ranges, adjacent ones merged
+	owners []int              // slice index of each local iovec
+	lbase  []uintptr          // local address of each local iovec
+	rbase  []uintptr          // remote address of each local iovec
 }
 
 // runWorker copies queued jobs; owned by the transport, stopped by Close.
@@ -293,11 +294,15 @@ func (w *cmaWorker) run(j job) {
 
 // copyOp copies every still-good slice of direction op, up to iovMax
 // ranges and about callBytes per system call, resuming after partial
-// transfers. After every call it checks that the owner is still alive: a
-// process that died keeps its memory until our call returns, so without the
-// check a write into a killed owner would be reported done.
+// transfers. Remote ranges that follow each other (the pieces of one
+// object gathered from several local buffers) go to the kernel as one
+// remote iovec: it pins the owner's pages once per remote iovec, which
+// costs about as much as copying a few pages. After every call it checks
+// that the owner is still alive: a process that died keeps its memory until
+// our call returns, so without the check a write into a killed owner would
+// be reported done.
 func (w *cmaWorker) copyOp(s *session, slices []*engine.Slice, op engine.OpCode) {
-	w.liov, w.riov, w.owners, w.lbase = w.liov[:0], w.riov[:0], w.owners[:0], w.lbase[:0]
+	w.liov, w.owners, w.lbase, w.rbase = w.liov[:0], w.owners[:0], w.lbase[:0], w.rbase[:0]
 	for i, sl := range slices {
 		if sl.Op != op || w.errs[i] != nil {
 			continue
@@ -305,23 +310,30 @@ func (w *cmaWorker) copyOp(s *session, slices []*engine.Slice, op engine.OpCode)
 		iv := unix.Iovec{Base: (*byte)(cmem.Pointer(sl.Local))}
 		iv.SetLen(int(sl.Length))
 		w.liov = append(w.liov, iv)
-		w.riov = append(w.riov, unix.RemoteIovec{Base: uintptr(sl.Remote), Len: int(sl.Length)})
 		w.owners = append(w.owners, i)
 		w.lbase = append(w.lbase, sl.Local)
+		w.rbase = append(w.rbase, uintptr(sl.Remote))
 	}
 	defer clear(w.liov)
 	for i := 0; i < len(w.liov); {
 		j, bytes := i, uint64(0)
+		w.riov = w.riov[:0]
 		for j < len(w.liov) && j-i < iovMax && (j == i || bytes < callBytes) {
-			bytes += w.liov[j].Len
+			l := w.liov[j].Len
+			if r := len(w.riov) - 1; r >= 0 && w.riov[r].Base+uintptr(w.riov[r].Len) == w.rbase[j] {
+				w.riov[r].Len += int(l)
+			} else {
+				w.riov = append(w.riov, unix.RemoteIovec{Base: w.rbase[j], Len: int(l)})
+			}
+			bytes += l
 			j++
 		}
 		var n int
 		var err error
 		if op == engine.OpWrite {
-			n, err = unix.ProcessVMWritev(s.pid, w.liov[i:j], w.riov[i:j], 0)
+			n, err = unix.ProcessVMWritev(s.pid, w.liov[i:j], w.riov, 0)
 		} else {
-			n, err = unix.ProcessVMReadv(s.pid, w.liov[i:j], w.riov[i:j], 0)
+			n, err = unix.ProcessVMReadv(s.pid, w.liov[i:j], w.riov, 0)
 		}
 		if err == nil && n == 0 {
 			err = unix.EFAULT // no progress
@@ -346,8 +358,7 @@ func (w *cmaWorker) copyOp(s *session, slices []*engine.Slice, op engine.OpCode)
 			w.lbase[k] += uintptr(n)
 			w.liov[k].Base = (*byte)(cmem.Pointer(w.lbase[k]))
 			w.liov[k].SetLen(int(w.liov[k].Len) - n)
-			w.riov[k].Base += uintptr(n)
-			w.riov[k].Len -= n
+			w.rbase[k] += uintptr(n)
 		}
 		i = k
 	}

@@ -120,6 +120,27 @@ func TestInProcess(t *testing.T) {
 					assert.Assert(t, bytes.Equal(want2[off:off+r.Length], src.Bytes()[off:off+r.Length]), "read %d", i)
 				}
 			}
+			// Gather and scatter: 700 pieces taken from local memory in
+			// reverse order fill one remote range (cma hands the kernel
+			// one remote iovec for adjacent remote ranges), and come back.
+			const pieces, piece = 700, 3000
+			reqs = reqs[:0]
+			for i := range pieces {
+				reqs = append(reqs, engine.Request{Op: engine.OpWrite, Source: src.Addr() + uintptr((pieces-1-i)*piece),
+					Target: seg, TargetOffset: uint64(dst.Addr()) + uint64(i*piece), Length: piece})
+			}
+			clear(dst.Bytes())
+			assert.NilError(t, a.Transfer(ctx, reqs))
+			for i := range pieces {
+				assert.Assert(t, bytes.Equal(dst.Bytes()[i*piece:(i+1)*piece], src.Bytes()[(pieces-1-i)*piece:(pieces-i)*piece]),
+					"gathered piece %d", i)
+			}
+			clear(back.Bytes())
+			for i := range reqs {
+				reqs[i].Op, reqs[i].Source = engine.OpRead, back.Addr()+uintptr((pieces-1-i)*piece)
+			}
+			assert.NilError(t, a.Transfer(ctx, reqs))
+			assert.Assert(t, bytes.Equal(back.Bytes()[:pieces*piece], src.Bytes()[:pieces*piece]))
 		})
 	}
 }

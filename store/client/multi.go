@@ -1,0 +1,167 @@
+package client
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/kvferry/kvferry/engine"
+	"github.com/kvferry/kvferry/internal/cmem"
+	"github.com/kvferry/kvferry/store/wire"
+)
+
+// Buffer is Size bytes of C memory at Addr: one piece of an object of a
+// multi-buffer put or get (Mooncake's batch_put_from_multi_buffers and
+// batch_get_into_multi_buffers).
+type Buffer struct {
+	Addr uintptr
+	Size uint64
+}
+
+// partsSpan returns the span of an object made of bufs, in order. Empty
+// buffers are skipped and adjacent ones merged; one left is a plain C span.
+// A buffer with a NULL address and a size, or a total that overflows, is
+// false. The span may share bufs' array (it never writes to it).
+func partsSpan(bufs []Buffer) (span, bool) {
+	var size uint64
+	tidy := true // no empty buffer, none adjacent to the one before
+	for k, b := range bufs {
+		if b.Size == 0 {
+			tidy = false
+			continue
+		}
+		if b.Addr == 0 || size+b.Size < size {
+			return span{}, false
+		}
+		size += b.Size
+		if k > 0 && bufs[k-1].Addr+uintptr(bufs[k-1].Size) == b.Addr {
+			tidy = false
+		}
+	}
+	parts := bufs
+	if !tidy {
+		parts = make([]Buffer, 0, len(bufs))
+		for _, b := range bufs {
+			if b.Size == 0 {
+				continue
+			}
+			if n := len(parts); n > 0 && parts[n-1].Addr+uintptr(parts[n-1].Size) == b.Addr {
+				parts[n-1].Size += b.Size
+				continue
+			}
+			parts = append(parts, b)
+		}
+	}
+	switch len(parts) {
+	case 0:
+		return span{}, true
+	case 1:
+		return cSpan(parts[0].Addr, size), true
+	}
+	return span{parts: parts, size: size}, true
+}
+
+// capacity returns the total size of bufs, and false for a NULL address
+// with a size or an overflow.
+func capacity(bufs []Buffer) (uint64, bool) {
+	var n uint64
+	for _, b := range bufs {
+		if (b.Addr == 0 && b.Size > 0) || n+b.Size < n {
+			return 0, false
+		}
+		n += b.Size
+	}
+	return n, true
+}
+
+// prefixSpan returns the span of the first size bytes of bufs, whose total
+// is at least size: an object read scattered over them in order.
+func prefixSpan(bufs []Buffer, size uint64) span {
+	var parts []Buffer
+	for _, b := range bufs {
+		if size == 0 {
+			break
+		}
+		if b.Size == 0 {
+			continue
+		}
+		n := min(b.Size, size)
+		parts = append(parts, Buffer{Addr: b.Addr, Size: n})
+		size -= n
+	}
+	s, _ := partsSpan(parts)
+	return s
+}
+
+// pieces returns how many engine requests the span takes per replica.
+func (s span) pieces() int { return max(len(s.parts), 1) }
+
+func (s span) partsRegistered(e *engine.Engine) bool {
+	for _, p := range s.parts {
+		if !e.Registered(uint64(p.Addr), p.Size) {
+			return false
+		}
+	}
+	return true
+}
+
+// copyParts copies n bytes at offset off of a span in parts to the C
+// address mem (out) or from it (!out).
+func (s span) copyParts(mem uintptr, off, n uint64, out bool) {
+	for _, p := range s.parts {
+		if n == 0 {
+			return
+		}
+		if off >= p.Size {
+			off -= p.Size
+			continue
+		}
+		k := min(p.Size-off, n)
+		if out {
+			cmem.Copy(mem, p.Addr+uintptr(off), k)
+		} else {
+			cmem.Copy(p.Addr+uintptr(off), mem, k)
+		}
+		mem += uintptr(k)
+		n -= k
+		off = 0
+	}
+}
+
+// BatchPutFromMulti puts, for each key, the concatenation of its buffers
+// (bufs[i], in order) as one object, with the master calls and the single
+// engine batch of BatchPutFrom: registered buffers are gathered by the
+// transfer engine straight into the holders' memory (one request per
+// buffer and replica), with no copy; a key with an unregistered buffer is
+// staged. errs[i] is the result of keys[i].
+func (c *Client) BatchPutFromMulti(ctx context.Context, keys []string, bufs [][]Buffer, cfg ReplicateConfig) []error {
+	return c.batchPutMulti(ctx, keys, bufs, cfg, false)
+}
+
+// BatchUpsertFromMulti is BatchPutFromMulti that replaces existing objects.
+func (c *Client) BatchUpsertFromMulti(ctx context.Context, keys []string, bufs [][]Buffer, cfg ReplicateConfig) []error {
+	return c.batchPutMulti(ctx, keys, bufs, cfg, true)
+}
+
+func (c *Client) batchPutMulti(ctx context.Context, keys []string, bufs [][]Buffer, cfg ReplicateConfig, upsert bool) []error {
+	if len(bufs) != len(keys) {
+		errs := make([]error, len(keys))
+		for i := range errs {
+			errs[i] = fmt.Errorf("batch put: %d keys, %d buffer lists: %w", len(keys), len(bufs), wire.ErrInvalidParams)
+		}
+		return errs
+	}
+	data := make([]span, len(keys))
+	for i, b := range bufs {
+		data[i], _ = partsSpan(b) // a bad list stays invalid (size 0)
+	}
+	return c.batchPut(ctx, keys, data, cfg, upsert)
+}
+
+// BatchGetIntoMulti reads each key and scatters its bytes over its
+// buffers (bufs[i], in order), with one master call and one engine batch
+// (one request per buffer) for registered buffers. n[i] is the object size
+// read; a key whose buffers hold less than its object is INVALID_PARAMS
+// and nothing of it is read.
+func (c *Client) BatchGetIntoMulti(ctx context.Context, keys []string, bufs [][]Buffer) (n []uint64, errs []error) {
+	return c.batchGet(ctx, keys, bufs)
+}

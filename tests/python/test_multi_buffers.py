@@ -1,0 +1,136 @@
+"""batch_put_from_multi_buffers / batch_get_into_multi_buffers (issue 17,
+item 7): each object is the concatenation of its buffers, gathered and
+scattered by the library itself (registered buffers with no copy), with
+Mooncake's argument checks and results."""
+
+import asyncio
+import ctypes
+import unittest
+
+import numpy as np
+
+from _util import pattern
+
+from kvferry.errors import ErrorCode
+from kvferry.store import MooncakeDistributedStore, MooncakeDistributedStoreAsync
+
+MiB = 1 << 20
+INVALID = int(ErrorCode.INVALID_PARAMS)
+
+
+class MultiBuffers(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.holder = MooncakeDistributedStore()
+        assert cls.holder.setup("127.0.0.1", "P2PHANDSHAKE", 128 * MiB, 4 * MiB, "tcp", "",
+                                "embedded") == 0
+        cls.s = MooncakeDistributedStoreAsync()
+        assert cls.s.setup("127.0.0.1", "P2PHANDSHAKE", 0, 1 * MiB, "tcp", "",
+                           cls.holder.master_address()) == 0
+        # vLLM's layout: one registered region, each key a list of
+        # per-layer blocks inside it.
+        cls.region = pattern(8 * MiB, 11)
+        cls.out = np.zeros(8 * MiB, np.uint8)
+        for a in (cls.region, cls.out):
+            assert cls.s.register_buffer(a.ctypes.data, a.nbytes) == 0
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.s.close()
+        cls.holder.close()
+
+    def setUp(self):
+        self.s.remove_all(force=True)
+
+    def blocks(self, arr, key_index, layers, block):
+        base = arr.ctypes.data
+        ptrs = [base + ((layer * 16 + key_index) * block) % (arr.nbytes - block)
+                for layer in range(layers)]
+        return ptrs, [block] * layers
+
+    def expected(self, ptrs, sizes):
+        base = self.region.ctypes.data
+        return b"".join(self.region[p - base:p - base + n].tobytes() for p, n in zip(ptrs, sizes))
+
+    def test_gather_scatter_round_trip(self):
+        s = self.s
+        for layers, block in ((2, 4096), (32, 16 << 10), (8, 256 << 10)):
+            keys = ["k%d_%d_%d" % (i, layers, block) for i in range(4)]
+            ptrs, sizes = zip(*[self.blocks(self.region, i, layers, block) for i in range(4)])
+            self.assertEqual(s.batch_put_from_multi_buffers(keys, list(ptrs), list(sizes)),
+                             [0] * 4)
+            for i, k in enumerate(keys):
+                self.assertEqual(s.get(k), self.expected(ptrs[i], sizes[i]))
+                self.assertEqual(self.holder.get(k), self.expected(ptrs[i], sizes[i]))
+            # Scatter into different blocks of the output region.
+            self.out[:] = 0
+            outs, osz = zip(*[self.blocks(self.out, i + 5, layers, block) for i in range(4)])
+            self.assertEqual(s.batch_get_into_multi_buffers(keys, list(outs), list(osz)),
+                             [layers * block] * 4)
+            base = self.out.ctypes.data
+            for i in range(4):
+                got = b"".join(self.out[p - base:p - base + n].tobytes()
+                               for p, n in zip(outs[i], osz[i]))
+                self.assertEqual(got, self.expected(ptrs[i], sizes[i]))
+
+    def test_unregistered_and_mixed_buffers(self):
+        s = self.s
+        a = ctypes.create_string_buffer(b"A" * 1000, 1000)
+        b = pattern(3000, 2)
+        ptrs = [[ctypes.addressof(a), b.ctypes.data, self.region.ctypes.data]]
+        sizes = [[1000, 3000, 500]]
+        self.assertEqual(s.batch_put_from_multi_buffers(["mixed"], ptrs, sizes), [0])
+        want = b"A" * 1000 + b.tobytes() + self.region[:500].tobytes()
+        self.assertEqual(s.get("mixed"), want)
+        # Empty pieces are skipped; the last piece may be larger than what
+        # is left; a Python buffer (unregistered) takes the rest.
+        tail = ctypes.create_string_buffer(10000)
+        out_ptrs = [[self.out.ctypes.data, self.out.ctypes.data + 4096, ctypes.addressof(tail)]]
+        self.assertEqual(s.batch_get_into_multi_buffers(["mixed"], out_ptrs, [[100, 0, 10000]]),
+                         [4500])
+        self.assertEqual(self.out[:100].tobytes() + tail.raw[:4400], want)
+
+    def test_errors(self):
+        s = self.s
+        r = self.region.ctypes.data
+        self.assertEqual(s.batch_put_from_multi_buffers(["x"], [[r]], [[100]]), [0])
+        # Buffers that hold less than the object: INVALID_PARAMS, nothing read.
+        self.out[:10] = 7
+        self.assertEqual(s.batch_get_into_multi_buffers(["x", "nope"], [[self.out.ctypes.data]] * 2,
+                                                        [[10]] * 2),
+                         [INVALID, ErrorCode.OBJECT_NOT_FOUND])
+        self.assertTrue((self.out[:10] == 7).all())
+        # Mismatched lists, bad pointers, negative sizes, no data.
+        self.assertEqual(s.batch_put_from_multi_buffers(["a", "b"], [[r]], [[1], [1]]),
+                         [INVALID, INVALID])
+        self.assertEqual(s.batch_put_from_multi_buffers(["a"], [[r, r]], [[1]]), [INVALID])
+        self.assertEqual(s.batch_put_from_multi_buffers(["a"], [[0]], [[1]]), [INVALID])
+        self.assertEqual(s.batch_put_from_multi_buffers(["a"], [[r]], [[-1]]), [INVALID])
+        self.assertEqual(s.batch_put_from_multi_buffers(["a"], [[]], [[]]), [INVALID])
+        self.assertEqual(s.batch_get_into_multi_buffers(["x"], [[r]], [[1], [2]]), [INVALID])
+        self.assertEqual(s.batch_put_from_multi_buffers([], [], []), [])
+        self.assertEqual(s.batch_get_into_multi_buffers([], [], []), [])
+        with self.assertRaises(TypeError):
+            s.batch_put_from_multi_buffers(["a"], [["nope"]], [[1]])
+        # Objects are immutable: a second put keeps the first value.
+        self.assertEqual(s.batch_put_from_multi_buffers(["x"], [[r + 1]], [[50]]), [0])
+        self.assertEqual(s.get_size("x"), 100)
+
+    def test_async(self):
+        s = self.s
+        r = self.region.ctypes.data
+
+        async def main():
+            rc = await s.async_batch_put_from_multi_buffers(["as"], [[r, r + 8192]], [[4096, 4096]])
+            self.assertEqual(rc, [0])
+            n = await s.async_batch_get_into_multi_buffers(["as"], [[self.out.ctypes.data]],
+                                                           [[8192]])
+            self.assertEqual(n, [8192])
+
+        asyncio.run(asyncio.wait_for(main(), 30))
+        self.assertEqual(self.out[:4096].tobytes(), self.region[:4096].tobytes())
+        self.assertEqual(self.out[4096:8192].tobytes(), self.region[8192:12288].tobytes())
+
+
+if __name__ == "__main__":
+    unittest.main()
