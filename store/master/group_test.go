@@ -50,3 +50,34 @@ func TestBatchGroupIDs(t *testing.T) {
 	defer svc.mu.Unlock()
 	assert.Equal(t, len(svc.mu.groups), 1) // g, with a
 }
+
+// TestGroupsSurviveRestart: a restarted master restores each object's group
+// (with snapshots and with the log alone): a read of one member leases the
+// others again.
+func TestGroupsSurviveRestart(t *testing.T) {
+	for _, snap := range []int{1 << 30, 2} {
+		clock := newFakeClock()
+		dir := t.TempDir()
+		svc, be := openPersisted(t, dir, clock, snap)
+		seg := segInfo("sa", "hostA:1", 1<<30)
+		assert.NilError(t, svc.MountSegment("ca", seg))
+		in := func(g string) ReplicateConfig { return ReplicateConfig{GroupIDs: []string{g}} }
+		mustPut(t, svc, "ca", "a", 100, in("g"), false)
+		mustPut(t, svc, "ca", "b", 100, in("g"), false)
+		mustPut(t, svc, "ca", "solo", 100, in(""), false)
+		mustPutIn(t, svc, "ca", "t2", "c", 100, in("g"), false) // tenant t2's group g
+		assert.NilError(t, be.Close())
+
+		svc, be = openPersisted(t, be.Path(), clock, snap)
+		assert.NilError(t, svc.ReMountSegments("ca", []SegmentInfo{seg}))
+		_, err := svc.GetReplicaList("", "a")
+		assert.NilError(t, err)
+		assert.Equal(t, wire.CodeOf(svc.Remove("", "b", false)), wire.ErrObjectHasLease)
+		assert.NilError(t, svc.Remove("", "solo", false))
+		assert.NilError(t, svc.Remove("t2", "c", false))
+		// Membership is still fixed.
+		_, err = svc.PutStart("ca", "", "a", 10, in("other"), true)
+		assert.Equal(t, wire.CodeOf(err), wire.ErrInvalidParams)
+		assert.NilError(t, be.Close())
+	}
+}

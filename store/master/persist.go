@@ -142,9 +142,14 @@ type objRec struct {
 	version       uint64
 	uid           uint64
 	reps          []pendingReplica
+	group         string // its group id (group.go), "" when ungrouped
 }
 
-const flagHardPin = 1
+const (
+	flagHardPin = 1
+	// flagGroup: the record ends with the object's group id.
+	flagGroup = 2
+)
 
 func encodeObject(e *encoder, r objRec) {
 	e.byte(recObject)
@@ -154,6 +159,9 @@ func encodeObject(e *encoder, r objRec) {
 	var flags uint64
 	if r.hardPin {
 		flags |= flagHardPin
+	}
+	if r.group != "" {
+		flags |= flagGroup
 	}
 	e.uint(flags)
 	e.uint(uint64(r.softPinTTL / time.Millisecond))
@@ -170,6 +178,9 @@ func encodeObject(e *encoder, r objRec) {
 		e.uint(p.off)
 		e.uint(p.size)
 	}
+	if r.group != "" {
+		e.string(r.group)
+	}
 }
 
 func encodeRemove(id objectKey) []byte {
@@ -183,7 +194,7 @@ func encodeRemove(id objectKey) []byte {
 // objRecOf describes o's logged form: its live and pending replicas.
 func objRecOf(o *object) objRec {
 	r := objRec{id: o.id, size: o.size, hardPin: o.hardPin, softPinTTL: o.softPinTTL,
-		softPinExpiry: o.softPinExpiry, version: o.version, uid: o.uid}
+		softPinExpiry: o.softPinExpiry, version: o.version, uid: o.uid, group: o.groupID()}
 	for _, rep := range o.replicas {
 		r.reps = append(r.reps, pendingReplica{segID: rep.seg.info.ID, off: rep.off, size: rep.size})
 	}
@@ -283,6 +294,9 @@ func (r *replayed) apply(data []byte) error {
 		for i := uint64(0); i < n && d.err == nil; i++ {
 			o.reps = append(o.reps, pendingReplica{segID: d.string(), off: d.uint(), size: d.uint()})
 		}
+		if flags&flagGroup != 0 {
+			o.group = d.string()
+		}
 		if d.err == nil {
 			r.objs[o.id] = o
 		}
@@ -349,6 +363,7 @@ func (s *Service) restore(st oplog.State, be oplog.Backend) error {
 		s.mu.objects[id] = o
 		s.chargeLocked(o)
 		s.mu.lastVersion = max(s.mu.lastVersion, o.version)
+		s.joinGroupLocked(o, rec.group)
 		objects++
 	}
 	s.mu.restoreUntil = now.Add(s.cfg.RestoreWindow)
