@@ -7,6 +7,10 @@
 # ib_write_lat. It prints a markdown table with each figure's ratio to its
 # baseline: targets are >= 0.95x ib_write_bw per NIC at >= 64 KiB, >= 0.9x
 # N x one NIC striped over N NICs, <= 5 us batch-1 latency over one hop.
+# With a GPU (GPU=<index>, default 0 when nvidia-smi lists one) it adds
+# GPUDirect rows: GPU memory on both sides (kvferry-bench --use_vram, the
+# NICs registering it through dma-bufs or peer memory) beside perftest's
+# --use_cuda on the same NIC, and the ratio to the host-memory figure.
 #
 # Both sides run on this host, through the NICs (as perftest's loopback
 # runs); for two hosts run `bench/rdma.sh target` on the peer and give
@@ -35,6 +39,9 @@ if [ "${1:-}" = "--fake" ]; then
   trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$T" "$(dirname "$lib")"' EXIT
   export KVFERRY_IBVERBS_LIB="$lib" FAKEVERBS_DIR="$T" FAKEVERBS_DEVICES="fake_mlx5_0,fake_mlx5_1"
   NICS="${NICS:-fake_mlx5_0 fake_mlx5_1}"
+  # The fake libcuda for the GPU rows (device memory the CPU cannot touch).
+  export KVFERRY_CUDA_LIB="$(tests/fakecuda/build.sh "$T/fakecuda")" FAKECUDA_ARENA_MB=$(((BUF >> 20) + 64))
+  GPU="${GPU:-0}"
 fi
 if [ -z "${NICS:-}" ]; then
   NICS=$(ls /sys/class/infiniband 2>/dev/null | tr '\n' ' ')
@@ -43,10 +50,14 @@ fi
 GIDARG=()
 [ -n "${GID_INDEX:-}" ] && { GIDARG=(-x "$GID_INDEX"); export MC_GID_INDEX="$GID_INDEX"; }
 PEER="${PEER:-}"
+if [ -z "${GPU:-}" ] && command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
+  GPU=0
+fi
+VRAM=() # kvferry-bench flags for the buffer (set for the GPU rows)
 
 start_target() { # $1: comma list of NICs -> prints the segment name
   rm -f "$T/ready"
-  "$BIN" --mode=target --protocol=rdma --device_name="$1" --buffer_size=$BUF --ready_file="$T/ready" \
+  "$BIN" --mode=target --protocol=rdma --device_name="$1" --buffer_size=$BUF --ready_file="$T/ready" "${VRAM[@]}" \
     --local_server_name="${LOCAL_IP:-127.0.0.1}" >"$T/target.log" 2>&1 &
   echo $! >"$T/target.pid"
   for _ in $(seq 1 100); do [ -s "$T/ready" ] && break; sleep 0.1; done
@@ -62,21 +73,23 @@ if [ "${1:-}" = "target" ]; then # the peer side of a two-host run
   while true; do for nic in $NICS; do ib_write_bw -d "$nic" "${GIDARG[@]}" >/dev/null 2>&1 || sleep 1; done; done
 fi
 
-perf() { # tool nic size -> GB/s (or usec for *_lat)
+perf() { # tool nic size [perftest flags...] -> GB/s (or usec for *_lat)
   local tool=$1 nic=$2 size=$3 host="${PEER:-127.0.0.1}"
+  shift 3
+  local args=(-d "$nic" "${GIDARG[@]}" "$@" -s "$size" -D "$DURATION")
   if [ "$FAKE" = 1 ] || ! command -v "$tool" >/dev/null; then echo "-"; return; fi
-  if [ -z "$PEER" ]; then "$tool" -d "$nic" "${GIDARG[@]}" -s "$size" -D "$DURATION" --report_gbits >/dev/null 2>&1 & sleep 1; fi
+  if [ -z "$PEER" ]; then "$tool" "${args[@]}" --report_gbits >/dev/null 2>&1 & sleep 1; fi
   if [[ $tool == *_lat ]]; then
-    "$tool" -d "$nic" "${GIDARG[@]}" -s "$size" -D "$DURATION" "$host" 2>/dev/null | awk '$1 ~ /^[0-9]+$/ && NF >= 5 {print $6; exit}'
+    "$tool" "${args[@]}" "$host" 2>/dev/null | awk '$1 ~ /^[0-9]+$/ && NF >= 5 {print $6; exit}'
   else
-    "$tool" -d "$nic" "${GIDARG[@]}" -s "$size" -D "$DURATION" --report_gbits "$host" 2>/dev/null | awk '$1 ~ /^[0-9]+$/ && NF >= 4 {printf "%.3f\n", $4 / 8; exit}'
+    "$tool" "${args[@]}" --report_gbits "$host" 2>/dev/null | awk '$1 ~ /^[0-9]+$/ && NF >= 4 {printf "%.3f\n", $4 / 8; exit}'
   fi
   wait 2>/dev/null || true
 }
 
 kvf() { # seg op bs batch threads -> json
   "$BIN" --mode=initiator --protocol=rdma --segment_id="$1" --operation="$2" --block_size="$3" --batch_size="$4" \
-    --threads="$5" --duration="$DURATION" --buffer_size=$BUF --device_name="$6" --json
+    --threads="$5" --duration="$DURATION" --buffer_size=$BUF --device_name="$6" --json "${VRAM[@]}"
 }
 
 row() { # label kvjson baseline(GB/s or "-") factor
@@ -89,7 +102,7 @@ PY
 }
 
 printf "| case | kvferry GB/s | avg batch us | perftest GB/s | ratio |\n|---|---|---|---|---|\n"
-declare -A ONE
+declare -A ONE HOST1M
 for nic in $NICS; do
   seg=$(start_target "$nic")
   for op in write read; do
@@ -99,6 +112,7 @@ for nic in $NICS; do
       [ $bs = 65536 ] && ONE[$op]=$base
       out=$(kvf "$seg" $op $bs 16 "$THREADS" "$nic")
       row "$nic $op $((bs >> 10)) KiB" "$out" "$base" 1
+      [ $bs = 1048576 ] && [ -z "${HOST1M[$op]:-}" ] && HOST1M[$op]=$(python3 -c 'import json,sys; print("%.3f" % json.loads(sys.argv[1])["gb_per_s"])' "$out")
     done
   done
   # batch-1 latency over one hop
@@ -117,8 +131,24 @@ for op in write read; do
   row "striped x$n $op 1 MiB" "$out" "${ONE[$op]:--}" "$n"
 done
 stop_target
+if [ -n "${GPU:-}" ]; then
+  # GPUDirect: GPU memory on both sides over the first NIC.
+  nic=$(echo $NICS | cut -d' ' -f1)
+  VRAM=(--use_vram --gpu_id="$GPU")
+  seg=$(start_target "$nic")
+  grep -h -i 'gpudirect\|GPU memory' "$T/target.log" || true
+  for op in write read; do
+    tool=ib_write_bw; [ $op = read ] && tool=ib_read_bw
+    base=$(perf $tool "$nic" 1048576 --use_cuda="$GPU")
+    out=$(kvf "$seg" $op 1048576 16 "$THREADS" "$nic")
+    row "$nic $op 1 MiB GPU$GPU<->GPU$GPU (perftest --use_cuda)" "$out" "$base" 1
+    row "$nic $op 1 MiB GPU<->GPU vs kvferry host<->host" "$out" "${HOST1M[$op]:--}" 1
+  done
+  stop_target
+  VRAM=()
+fi
 echo
-echo "ratio: kvferry over perftest (striped: over N x one NIC's 64 KiB ib_*_bw)."
+echo "ratio: kvferry over perftest (striped: over N x one NIC's 64 KiB ib_*_bw; GPU rows: over perftest --use_cuda, and over kvferry's host-memory 1 MiB figure)."
 echo "machine: $(nproc) CPUs, NICs: $NICS, load $(cut -d' ' -f1-3 /proc/loadavg), $(date -u +%Y-%m-%dT%H:%MZ)"
 [ "$FAKE" = 1 ] && echo "FAKE PROVIDER: a smoke run of this script; the figures measure the test fixture, not RDMA."
 exit 0

@@ -66,6 +66,8 @@ var (
 	readyFile       = flag.String("ready_file", "", "Target: write the segment name to this file once ready")
 	reportUnit      = flag.String("report_unit", "GB", "Report unit: GB|GiB|Gb|MB|MiB|Mb")
 	hugePages       = flag.Bool("hugepages", false, "Ask for transparent huge pages on the buffers (madvise MADV_HUGEPAGE)")
+	useVRAM         = flag.Bool("use_vram", false, "Allocate the buffer in GPU memory (CUDA driver; RDMA then needs GPUDirect)")
+	gpuID           = flag.Int("gpu_id", 0, "GPU of the buffer with --use_vram")
 )
 
 // mapBuffer maps n bytes, with transparent huge pages when asked, and
@@ -174,14 +176,11 @@ func run() error {
 		return err
 	}
 	defer e.Close()
-	buf, err := mapBuffer(*bufferSize)
+	buf, release, err := benchBuffer(e)
 	if err != nil {
 		return err
 	}
-	defer buf.Close()
-	if err := e.RegisterMemory(buf.Addr(), buf.Len(), "cpu:0", true); err != nil {
-		return err
-	}
+	defer release()
 	switch *mode {
 	case "target":
 		return target(ctx, e)
@@ -278,7 +277,7 @@ func sweep() ([]point, error) {
 	return ps, nil
 }
 
-func initiator(ctx context.Context, e *engine.Engine, buf *cmem.Map) error {
+func initiator(ctx context.Context, e *engine.Engine, buf region) error {
 	if *segmentID == "" {
 		return fmt.Errorf("--segment_id is required in initiator mode")
 	}
@@ -311,9 +310,9 @@ func initiator(ctx context.Context, e *engine.Engine, buf *cmem.Map) error {
 			break
 		}
 		span := pt.block * uint64(pt.batch) * uint64(pt.threads)
-		if span > buf.Len() || span > remote.Length {
+		if span > buf.n || span > remote.Length {
 			err := fmt.Errorf("block_size*batch_size*threads = %d*%d*%d exceeds the buffer (local %d, remote %d)",
-				pt.block, pt.batch, pt.threads, buf.Len(), remote.Length)
+				pt.block, pt.batch, pt.threads, buf.n, remote.Length)
 			if len(points) == 1 {
 				return err
 			}
@@ -356,7 +355,7 @@ func sweepTag(n int, r Result) string {
 }
 
 // runPoint runs one point of the sweep for --duration seconds.
-func runPoint(ctx context.Context, e *engine.Engine, buf *cmem.Map, seg engine.SegmentID, remoteAddr uint64, op engine.OpCode, pt point, label string) Result {
+func runPoint(ctx context.Context, e *engine.Engine, buf region, seg engine.SegmentID, remoteAddr uint64, op engine.OpCode, pt point, label string) Result {
 	var running atomic.Bool
 	running.Store(true)
 	var batches, failed, latNanos atomic.Uint64
@@ -370,7 +369,7 @@ func runPoint(ctx context.Context, e *engine.Engine, buf *cmem.Map, seg engine.S
 			reqs := make([]engine.Request, pt.batch)
 			for i := range reqs {
 				off := pt.block * uint64(i*pt.threads+t)
-				reqs[i] = engine.Request{Op: op, Source: buf.Addr() + uintptr(off), Target: seg, TargetOffset: remoteAddr + off, Length: pt.block}
+				reqs[i] = engine.Request{Op: op, Source: buf.addr + uintptr(off), Target: seg, TargetOffset: remoteAddr + off, Length: pt.block}
 			}
 			for running.Load() {
 				t0 := time.Now()
