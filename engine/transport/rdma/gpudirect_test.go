@@ -212,3 +212,46 @@ func TestGPUDirectPeerMemory(t *testing.T) {
 	st := b.Transport(rdma.Name).(*rdma.Transport).GPUDirectStatus()
 	assert.Assert(t, strings.Contains(st, "1 not registered") && strings.Contains(st, "no nvidia-peermem"), st)
 }
+
+// TestGPUDirectAcrossAllocations: one registration over two VMM
+// allocations side by side (PyTorch's expandable segments) is exported as
+// two dma-bufs, one per allocation, and registered as one memory region of
+// each; transfers crossing the boundary move every byte.
+func TestGPUDirectAcrossAllocations(t *testing.T) {
+	a := newEngine(t, rdmaConfig(allDevices[:2]...), 10*time.Second)
+	b := newEngine(t, rdmaConfig(allDevices[:2]...), 10*time.Second)
+	d, err := stack.GPURuntime(stack.Config{GPU: gpuConfig()}).Driver()
+	assert.NilError(t, err)
+	v, size, err := d.VMMAlloc(0, 2<<20)
+	assert.NilError(t, err)
+	defer d.VMMFree(v)
+	v2, _, err := d.VMMAlloc(0, 2<<20)
+	assert.NilError(t, err)
+	defer d.VMMFree(v2)
+	assert.Equal(t, v2, v+size, "the fake reserves address space in order")
+	start, n := v+4096, 2*size-8192
+	exports := fakecuda.Open(cudaLib).Calls("cuMemGetHandleForAddressRange")
+	assert.NilError(t, b.RegisterMemory(uintptr(start), n, "cuda:0", true))
+	defer b.UnregisterMemory(uintptr(start))
+	assert.Equal(t, fakecuda.Open(cudaLib).Calls("cuMemGetHandleForAddressRange")-exports, uint64(2))
+	bufs := b.LocalDescriptor().Buffers
+	assert.Equal(t, len(bufs), 2, "%+v", bufs)
+	assert.Equal(t, bufs[0].Addr+bufs[0].Length, v2)
+	assert.Assert(t, bufs[1].Continues)
+	// The fake's host views of the two allocations are separate mappings.
+	ctl := fakecuda.Open(cudaLib)
+	first, second := ctl.Bytes(start, int(v2-start)), ctl.Bytes(v2, int(start+n-v2))
+	view := func() []byte { return append(append([]byte(nil), first...), second...) }
+
+	host := newBuf(t, a, n)
+	seg, err := a.OpenSegment(context.Background(), b.SegmentName())
+	assert.NilError(t, err)
+	pattern(host.Bytes(), 61)
+	assert.NilError(t, a.Transfer(context.Background(), []engine.Request{{Op: engine.OpWrite, Source: host.Addr(), Target: seg, TargetOffset: start, Length: n}}))
+	assert.Assert(t, bytes.Equal(view(), host.Bytes()))
+	p := patternAt(62, n)
+	copy(first, p)
+	copy(second, p[len(first):])
+	assert.NilError(t, a.Transfer(context.Background(), []engine.Request{{Op: engine.OpRead, Source: host.Addr(), Target: seg, TargetOffset: start, Length: n}}))
+	assert.Assert(t, bytes.Equal(host.Bytes(), patternAt(62, n)))
+}
