@@ -164,10 +164,21 @@ func (t *Transport) RegisterRegions(rs []*engine.Region) error {
 		}
 		added = append(added, m)
 	}
+	sort.Slice(added, func(i, j int) bool { return added[i].addr < added[j].addr })
 	t.regs.Lock()
 	old := *t.regs.snap.Load()
-	next := append(append([]*memReg(nil), old...), added...)
-	sort.Slice(next, func(i, j int) bool { return next[i].addr < next[j].addr })
+	// Merge: O(n) per registration, not a sort of everything.
+	next := make([]*memReg, 0, len(old)+len(added))
+	i, j := 0, 0
+	for i < len(old) || j < len(added) {
+		if j == len(added) || (i < len(old) && old[i].addr < added[j].addr) {
+			next = append(next, old[i])
+			i++
+		} else {
+			next = append(next, added[j])
+			j++
+		}
+	}
 	t.regs.snap.Store(&next)
 	t.regs.Unlock()
 	t.gpu.Lock()
@@ -384,7 +395,11 @@ func (t *Transport) dereg(m *memReg) {
 
 // region returns the registration holding [addr, addr+n), or nil.
 func (t *Transport) region(addr uintptr, n uint64) *memReg {
-	rs := *t.regs.snap.Load()
+	return regionIn(*t.regs.snap.Load(), addr, n)
+}
+
+// regionIn returns the registration of rs (sorted) holding [addr, addr+n).
+func regionIn(rs []*memReg, addr uintptr, n uint64) *memReg {
 	i := sort.Search(len(rs), func(i int) bool { return rs[i].addr > addr }) - 1
 	if i < 0 {
 		return nil
@@ -450,9 +465,17 @@ func resolveLocation(r *engine.Region) string {
 // buffer per region (as Mooncake publishes them), the later ones marked as
 // continuing the first (descriptor.Buffer.Continues).
 func (t *Transport) describeBuffers(seg *descriptor.Segment) {
-	out := seg.Buffers[:0:0]
+	regs := *t.regs.snap.Load() // one snapshot for the count and the lookups
+	extra := 0
+	for _, m := range regs {
+		extra += max(len(m.chunks)-1, 0)
+	}
+	out := seg.Buffers[:0] // in place unless a registration is several regions
+	if extra > 0 {
+		out = make([]descriptor.Buffer, 0, len(seg.Buffers)+extra)
+	}
 	for _, b := range seg.Buffers {
-		m := t.region(uintptr(b.Addr), b.Length)
+		m := regionIn(regs, uintptr(b.Addr), b.Length)
 		if m == nil || uint64(m.addr) != b.Addr || len(m.chunks) == 0 {
 			out = append(out, b)
 			continue
