@@ -249,14 +249,21 @@ func (t *Transport) registerDevice(m *memReg, r *engine.Region, access int) {
 	t.noGPUDirect(m, strings.Join(reasons, "; "))
 }
 
-// noGPUDirect logs (once per reason) that GPU memory stays off RDMA.
+// noGPUDirect logs (a warning once per kind of reason, then at debug
+// level) that GPU memory stays off RDMA.
 func (t *Transport) noGPUDirect(m *memReg, reason string) {
+	kind := strings.Map(func(r rune) rune { // the same reason for other fds, sizes, addresses
+		if r >= '0' && r <= '9' {
+			return -1
+		}
+		return r
+	}, reason)
 	t.gpu.Lock()
-	first := !t.gpu.warned[reason]
+	first := !t.gpu.warned[kind]
 	if t.gpu.warned == nil {
 		t.gpu.warned = map[string]bool{}
 	}
-	t.gpu.warned[reason] = true
+	t.gpu.warned[kind] = true
 	t.gpu.lastRefusal = reason
 	t.gpu.Unlock()
 	lvl := t.log.Debug
