@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -71,6 +72,7 @@ type memReg struct {
 	// be registered (other transports carry it).
 	how    string
 	chunks []mrChunk
+	gone   atomic.Bool // deregistered
 }
 
 func (m *memReg) end() uint64 { return uint64(m.addr) + m.length }
@@ -129,7 +131,7 @@ func (t *Transport) RegisterRegions(rs []*engine.Region) error {
 	var added []*memReg
 	undo := func() {
 		for _, m := range added {
-			t.dereg(m)
+			t.release(m)
 		}
 	}
 	for _, r := range rs {
@@ -155,7 +157,7 @@ func (t *Transport) RegisterRegions(rs []*engine.Region) error {
 			for i, n := range t.nics {
 				mr, err := n.pd.RegMR(c.addr, c.length, access)
 				if err != nil {
-					t.dereg(m)
+					t.release(m)
 					undo()
 					return fmt.Errorf("rdma register %#x+%d on %s: %w", c.addr, c.length, n.name, err)
 				}
@@ -308,7 +310,7 @@ func (t *Transport) registerDmaBuf(m *memReg, r *engine.Region, access int) erro
 		for i, n := range t.nics {
 			mr, err := n.pd.RegDmabufMR(b.Offset+(uint64(c.addr)-b.Addr), c.length, uint64(c.addr), b.FD, access)
 			if err != nil {
-				t.dereg(m)
+				t.release(m)
 				m.chunks = nil
 				return fmt.Errorf("%s: %w", n.name, err)
 			}
@@ -328,7 +330,7 @@ func (t *Transport) registerPeerMem(m *memReg, access int) error {
 		for i, n := range t.nics {
 			mr, err := n.pd.RegMR(c.addr, c.length, access)
 			if err != nil {
-				t.dereg(m)
+				t.release(m)
 				m.chunks = nil
 				return fmt.Errorf("%s: %w", n.name, err)
 			}
@@ -386,7 +388,26 @@ func (t *Transport) UnregisterRegions(rs []*engine.Region) {
 	}
 }
 
+// dereg deregisters a published registration, once. Its chunks stay as
+// they are: a descriptor being built may still read their keys.
 func (t *Transport) dereg(m *memReg) {
+	if m.gone.Swap(true) {
+		return
+	}
+	for _, c := range m.chunks {
+		for i, mr := range c.mrs {
+			if mr != nil {
+				if err := mr.Dereg(); err != nil {
+					t.log.Warn("rdma deregister failed", "device", t.nics[i].name, "addr", c.addr, "err", err)
+				}
+			}
+		}
+	}
+}
+
+// release deregisters the memory regions of a registration not published
+// yet (a failed or retried one), clearing them.
+func (t *Transport) release(m *memReg) {
 	for ci := range m.chunks {
 		c := &m.chunks[ci]
 		for i, mr := range c.mrs {
