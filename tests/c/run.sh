@@ -56,6 +56,23 @@ fault() { # label, env...
 fault "auto: same-host transport" KVFERRY_TEST=1
 fault "tcp" MC_FORCE_TCP=1
 
+gpu() { # label, env...
+  local label=$1; shift
+  echo "--- GPU memory between two processes on the fake CUDA driver ($label)"
+  rm -f "$OUT/g1"
+  env KVFERRY_CUDA_LIB="$FAKECUDA" "$@" "$OUT/te_gpu_test" target "$LIB" "$FAKECUDA" "$OUT/g1" &
+  wait_ready "$OUT/g1" 30
+  read -r GSEG GLEG GVMM GPID < "$OUT/g1"
+  env KVFERRY_CUDA_LIB="$FAKECUDA" "$@" timeout 120 "$OUT/te_gpu_test" initiator "$LIB" "$FAKECUDA" "$GSEG" "$GLEG" "$GVMM"
+  wait
+}
+FAKECUDA="$(tests/fakecuda/build.sh "$OUT/fakecuda")"
+gcc $CFLAGS -o "$OUT/te_gpu_test" tests/c/te_gpu_test.c -ldl
+gpu "auto: CUDA IPC"
+gpu "tcp, staged" MC_FORCE_TCP=1
+echo "--- a host without a CUDA driver"
+KVFERRY_CUDA_LIB=/nonexistent/libcuda.so.1 timeout 60 "$OUT/te_gpu_test" nodriver "$LIB"
+
 if [ -f tests/c/store_test.c ] && [ -x tests/c/store_run.sh ]; then
   tests/c/store_run.sh "$OUT"
 fi

@@ -1,0 +1,70 @@
+/* cuda_app.h - the C and C++ suites' view of the fake CUDA driver
+ * (tests/fakecuda), used as a CUDA application uses libcuda: dlopen'ed by
+ * path (the same file the library loads through KVFERRY_CUDA_LIB), with the
+ * primary context of a device made current on the calling thread. A test
+ * fixture: our own declarations, no cuda.h. */
+#ifndef KVF_TEST_CUDA_APP_H
+#define KVF_TEST_CUDA_APP_H
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+typedef struct {
+    int (*init)(unsigned);
+    int (*retain)(void **, int);
+    int (*set_current)(void *);
+    int (*alloc)(uint64_t *, size_t);
+    int (*free)(uint64_t);
+    int (*h2d)(uint64_t, const void *, size_t);
+    int (*d2h)(void *, uint64_t, size_t);
+    void *(*backing)(uint64_t);
+    int (*count)(int);
+    int dev; /* device current on the thread that called cuda_current, -1 none */
+} cuda_app;
+
+static inline void *cuda_sym(void *h, const char *name) {
+    void *p = dlsym(h, name);
+    if (!p) {
+        fprintf(stderr, "fake cuda: no %s\n", name);
+        exit(2);
+    }
+    return p;
+}
+
+/* cuda_open loads the driver at path and initializes it. */
+static inline int cuda_open(cuda_app *c, const char *path) {
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        fprintf(stderr, "dlopen %s: %s\n", path, dlerror());
+        return -1;
+    }
+    *(void **)&c->init = cuda_sym(h, "cuInit");
+    *(void **)&c->retain = cuda_sym(h, "cuDevicePrimaryCtxRetain");
+    *(void **)&c->set_current = cuda_sym(h, "cuCtxSetCurrent");
+    *(void **)&c->alloc = cuda_sym(h, "cuMemAlloc_v2");
+    *(void **)&c->free = cuda_sym(h, "cuMemFree_v2");
+    *(void **)&c->h2d = cuda_sym(h, "cuMemcpyHtoD_v2");
+    *(void **)&c->d2h = cuda_sym(h, "cuMemcpyDtoH_v2");
+    *(void **)&c->backing = cuda_sym(h, "fakecuda_backing");
+    *(void **)&c->count = cuda_sym(h, "fakecuda_count");
+    c->dev = -1;
+    return c->init(0);
+}
+
+/* cuda_current makes dev's primary context current on this thread. */
+static inline int cuda_current(cuda_app *c, int dev) {
+    void *ctx = NULL;
+    int rc = c->retain(&ctx, dev);
+    if (rc == 0) rc = c->set_current(ctx);
+    if (rc == 0) c->dev = dev;
+    return rc;
+}
+
+/* cuda_malloc is cudaMalloc-style device memory of dev (0 on failure). */
+static inline uint64_t cuda_malloc(cuda_app *c, int dev, size_t n) {
+    uint64_t p = 0;
+    if (cuda_current(c, dev) != 0 || c->alloc(&p, n) != 0) return 0;
+    return p;
+}
+#endif
