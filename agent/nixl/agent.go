@@ -255,8 +255,10 @@ func (a *Agent) Register(mem MemType, addr, n, dev uint64) (MD, error) {
 	if addr == 0 || n == 0 || addr+n < addr {
 		return 0, fmt.Errorf("register %#x+%d: %w", addr, n, engine.ErrInvalidArgument)
 	}
-	if mem == VRAM && !a.isGPU(addr, n) && a.e.Registered(addr, n) {
-		return 0, fmt.Errorf("register VRAM %#x+%d: registered before as host memory: %w", addr, n, engine.ErrInvalidArgument)
+	if mem == VRAM {
+		if err := a.checkVRAM(addr, n, loc); err != nil {
+			return 0, err
+		}
 	}
 	// A range inside an engine registration of this agent shares it (the
 	// engine's index finds it in O(log n)).
@@ -272,11 +274,6 @@ func (a *Agent) Register(mem MemType, addr, n, dev uint64) (MD, error) {
 		if err := a.e.RegisterMemory(uintptr(addr), n, loc, true); err != nil {
 			return 0, fmt.Errorf("register %#x+%d: %w", addr, n, err)
 		}
-		if mem == VRAM && !a.isGPU(addr, n) {
-			// The driver knows it as host memory: not what NIXL was told.
-			_ = a.e.UnregisterMemory(uintptr(addr))
-			return 0, fmt.Errorf("register VRAM %#x+%d: the CUDA driver does not know it as GPU memory: %w", addr, n, engine.ErrInvalidArgument)
-		}
 		r = &reg{addr: addr, len: n, refs: 1}
 		a.mu.Lock()
 		a.mu.regs[addr] = r
@@ -285,14 +282,22 @@ func (a *Agent) Register(mem MemType, addr, n, dev uint64) (MD, error) {
 	return MD(a.mds.Add(&md{local: true, reg: r, addr: addr, len: n, dev: dev})), nil
 }
 
-// isGPU reports whether [addr, addr+n) is registered GPU memory.
-func (a *Agent) isGPU(addr, n uint64) bool {
-	r := a.e.Pin(addr, n)
-	if r == nil {
-		return false
+// checkVRAM refuses VRAM the CUDA driver does not know as GPU memory
+// (engine.ErrNotSupported without a driver, engine.ErrInvalidArgument for
+// host memory), before anything is registered.
+func (a *Agent) checkVRAM(addr, n uint64, loc string) error {
+	mc := a.e.Config().Memory
+	if mc == nil {
+		return fmt.Errorf("register VRAM %#x+%d: no CUDA driver: %w", addr, n, engine.ErrNotSupported)
 	}
-	defer r.Release()
-	return r.Kind.GPU()
+	info, err := mc.Classify(uintptr(addr), n, loc)
+	if err != nil {
+		return fmt.Errorf("register VRAM %#x+%d: %w", addr, n, err)
+	}
+	if !info.Kind.GPU() {
+		return fmt.Errorf("register VRAM %#x+%d: the CUDA driver says it is %s memory: %w", addr, n, info.Kind, engine.ErrInvalidArgument)
+	}
+	return nil
 }
 
 // Deregister drops local registration h; the engine registration goes with

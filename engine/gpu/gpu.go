@@ -330,3 +330,10 @@ func (r *Runtime) CloseIPC(dev int, h cuda.IPCHandle) {
 		}
 	}
 }
+
+// RuntimeOf returns the GPU runtime an engine classifies memory with (the
+// one engine/stack sets as its Config.Memory), or nil.
+func RuntimeOf(e *engine.Engine) *Runtime {
+	rt, _ := e.Config().Memory.(*Runtime)
+	return rt
+}

@@ -188,11 +188,13 @@ func (c *Client) batchPut(ctx context.Context, keys []string, data []span, cfg R
 			continue
 		}
 		started[i] = true
-		data := data[i]
+		data := c.gpuSpan(data[i])
 		var remote []*wire.Replica
 		for _, r := range res.GetReplicas() {
 			if r.GetSegmentName() == c.segName {
-				data.copyTo(uintptr(r.GetAddress()), 0, data.size)
+				if err := data.copyTo(uintptr(r.GetAddress()), 0, data.size); err != nil {
+					errs[i] = transferFail("put", keys[i], err)
+				}
 				c.metrics.localCopies.Add(1)
 			} else {
 				remote = append(remote, r)
@@ -354,7 +356,7 @@ func (c *Client) batchGet(ctx context.Context, keys []string, bufs [][]Buffer) (
 			continue
 		}
 		n[i] = size
-		d := prefixSpan(bufs[i], size)
+		d := c.gpuSpan(prefixSpan(bufs[i], size))
 		dests[i] = d
 		if c.hot.read(k, res.GetUid(), size, d) {
 			continue

@@ -89,7 +89,10 @@ func (h *hotCache) read(key string, uid, size uint64, d span) bool {
 		return false
 	}
 	h.touchLocked(e)
-	d.copyFrom(0, e.addr, size) // under the lock: the entry cannot be freed meanwhile
+	if d.copyFrom(0, e.addr, size) != nil { // under the lock: the entry cannot be freed meanwhile
+		h.misses++
+		return false
+	}
 	h.hits++
 	return true
 }
@@ -115,7 +118,10 @@ func (h *hotCache) offer(key string, uid, size uint64, d span) {
 	if err != nil {
 		return
 	}
-	d.copyTo(addr, 0, size)
+	if d.copyTo(addr, 0, size) != nil {
+		cmem.Free(addr)
+		return
+	}
 	e := &hotEntry{key: key, uid: uid, addr: addr, size: size}
 	h.entries[key] = e
 	h.used += size

@@ -105,26 +105,34 @@ func (s span) partsRegistered(e *engine.Engine) bool {
 }
 
 // copyParts copies n bytes at offset off of a span in parts to the C
-// address mem (out) or from it (!out).
-func (s span) copyParts(mem uintptr, off, n uint64, out bool) {
+// address mem (out) or from it (!out), through the CUDA driver when the
+// span holds GPU memory.
+func (s span) copyParts(mem uintptr, off, n uint64, out bool) error {
 	for _, p := range s.parts {
 		if n == 0 {
-			return
+			return nil
 		}
 		if off >= p.Size {
 			off -= p.Size
 			continue
 		}
 		k := min(p.Size-off, n)
-		if out {
-			cmem.Copy(mem, p.Addr+uintptr(off), k)
+		dst, src := mem, p.Addr+uintptr(off)
+		if !out {
+			dst, src = src, dst
+		}
+		if s.gpu != nil {
+			if err := s.gpuCopy(dst, src, k); err != nil {
+				return err
+			}
 		} else {
-			cmem.Copy(p.Addr+uintptr(off), mem, k)
+			cmem.Copy(dst, src, k)
 		}
 		mem += uintptr(k)
 		n -= k
 		off = 0
 	}
+	return nil
 }
 
 // BatchPutFromMulti puts, for each key, the concatenation of its buffers

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/kvferry/kvferry/engine"
+	"github.com/kvferry/kvferry/engine/gpu"
 	"github.com/kvferry/kvferry/internal/cmem"
 	"github.com/kvferry/kvferry/store/wire"
 )
@@ -84,6 +85,10 @@ type span struct {
 	buf   []byte
 	size  uint64
 	parts []Buffer // in order, none empty; addr and buf unused
+	// gpu is set when the memory is GPU device memory (gpuSpan, gpu.go):
+	// copies then go through the CUDA driver, with device dev's context.
+	gpu *gpu.Runtime
+	dev int
 }
 
 func cSpan(addr uintptr, size uint64) span { return span{addr: addr, size: size} }
@@ -114,30 +119,38 @@ func (s span) appendRequests(reqs []engine.Request, op engine.OpCode, target eng
 	return reqs
 }
 
-// copyTo copies n bytes at offset off of the span to the C address dst.
-func (s span) copyTo(dst uintptr, off, n uint64) {
+// copyTo copies n bytes at offset off of the span to the host address dst
+// (through the CUDA driver for GPU memory).
+func (s span) copyTo(dst uintptr, off, n uint64) error {
 	if s.parts != nil {
-		s.copyParts(dst, off, n, true)
-		return
+		return s.copyParts(dst, off, n, true)
 	}
 	if s.buf != nil {
 		copy(cmem.Bytes(dst, n), s.buf[off:off+n])
-		return
+		return nil
+	}
+	if s.gpu != nil {
+		return s.gpuCopy(dst, s.addr+uintptr(off), n)
 	}
 	cmem.Copy(dst, s.addr+uintptr(off), n)
+	return nil
 }
 
-// copyFrom copies n bytes from the C address src to offset off of the span.
-func (s span) copyFrom(off uint64, src uintptr, n uint64) {
+// copyFrom copies n bytes from the host address src to offset off of the
+// span (through the CUDA driver for GPU memory).
+func (s span) copyFrom(off uint64, src uintptr, n uint64) error {
 	if s.parts != nil {
-		s.copyParts(src, off, n, false)
-		return
+		return s.copyParts(src, off, n, false)
 	}
 	if s.buf != nil {
 		copy(s.buf[off:off+n], cmem.Bytes(src, n))
-		return
+		return nil
+	}
+	if s.gpu != nil {
+		return s.gpuCopy(s.addr+uintptr(off), src, n)
 	}
 	cmem.Copy(s.addr+uintptr(off), src, n)
+	return nil
 }
 
 func transferFail(op, key string, err error) error {
@@ -172,6 +185,7 @@ func (c *Client) UpsertFrom(ctx context.Context, key string, addr uintptr, size 
 }
 
 func (c *Client) put(ctx context.Context, key string, data span, cfg ReplicateConfig, upsert bool) (err error) {
+	data = c.gpuSpan(data)
 	c.metrics.puts.Add(1)
 	c.hot.invalidate(key)
 	start := time.Now()
@@ -326,7 +340,9 @@ func (c *Client) writeReplicas(ctx context.Context, data span, reps []*wire.Repl
 			if err := bound.allowed(); err != nil {
 				return err
 			}
-			data.copyTo(uintptr(r.GetAddress()), 0, data.size)
+			if err := data.copyTo(uintptr(r.GetAddress()), 0, data.size); err != nil {
+				return err
+			}
 			c.metrics.localCopies.Add(1)
 			continue
 		}
@@ -366,7 +382,9 @@ func (c *Client) writeReplicas(ctx context.Context, data span, reps []*wire.Repl
 	defer c.staging.put(chunk)
 	for off := uint64(0); off < data.size; off += c.staging.chunk {
 		n := min(c.staging.chunk, data.size-off)
-		data.copyTo(chunk, off, n)
+		if err := data.copyTo(chunk, off, n); err != nil {
+			return err
+		}
 		c.metrics.stagedBytes.Add(n)
 		for i, r := range remote {
 			reqs[i] = engine.Request{Op: engine.OpWrite, Source: chunk, Target: ids[i], TargetOffset: r.GetAddress() + off, Length: n}
@@ -488,6 +506,7 @@ func (c *Client) get(ctx context.Context, key string, dest func(size uint64) (sp
 	if err != nil {
 		return 0, err
 	}
+	d = c.gpuSpan(d)
 	if c.hot.read(key, resp.GetUid(), size, d) {
 		return size, nil
 	}
@@ -552,7 +571,9 @@ func (c *Client) readReplica(ctx context.Context, r *wire.Replica, d span, size 
 		return fmt.Errorf("replica of %d bytes for %d: %w", r.GetSize(), size, wire.ErrInvalidReplica)
 	}
 	if r.GetSegmentName() == c.segName {
-		d.copyFrom(0, uintptr(r.GetAddress()), size)
+		if err := d.copyFrom(0, uintptr(r.GetAddress()), size); err != nil {
+			return err
+		}
 		c.metrics.localCopies.Add(1)
 		return nil
 	}
@@ -578,7 +599,9 @@ func (c *Client) readReplica(ctx context.Context, r *wire.Replica, d span, size 
 			TargetOffset: r.GetAddress() + off, Length: n}}, one); err != nil {
 			return err
 		}
-		d.copyFrom(off, chunk, n)
+		if err := d.copyFrom(off, chunk, n); err != nil {
+			return err
+		}
 		c.metrics.stagedBytes.Add(n)
 	}
 	return nil

@@ -109,6 +109,7 @@ func (c *Client) getVersioned(ctx context.Context, key string, minVersion uint64
 	if err != nil {
 		return 0, 0, err
 	}
+	d = c.gpuSpan(d)
 	reps, err := c.memoryReplicas(ctx, key, resp.GetReplicas(), &start)
 	if err != nil {
 		return 0, 0, err

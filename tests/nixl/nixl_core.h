@@ -193,15 +193,15 @@ public:
         return md;
     }
 
-    // loadRemoteMD (§3.6).
-    Status loadRemoteMD(const AgentMD &md) {
+    // loadRemoteMD (§3.6), of descriptors of memory type mem.
+    Status loadRemoteMD(const AgentMD &md, MemType mem = KVFNIXL_DRAM_SEG) {
         Status s = eng->loadRemoteConnInfo(md.name, md.conn);
         if (s != KVFNIXL_SUCCESS) return s;
         auto &list = remotes[md.name];
         for (const auto &b : md.bufs) {
             BlobDesc bd(b.addr, b.len, b.dev, b.blob);
             BackendMD *out = nullptr;
-            s = eng->loadRemoteMD(bd, KVFNIXL_DRAM_SEG, md.name, out);
+            s = eng->loadRemoteMD(bd, mem, md.name, out);
             if (s != KVFNIXL_SUCCESS) return s;
             list.push_back({{b.addr, b.len, b.dev}, out});
         }

@@ -16,6 +16,11 @@
 //   nixl_test initiator <plugin> <target-md> <dir> [transport]
 //       Agent "initiator" (no progress thread) against a target process,
 //       over the given transport ("auto": the engine's choice, "tcp").
+//   nixl_test vram <plugin> <libcuda> [transport]
+//       Two agents in one process move VRAM_SEG memory (devId 0 and 1) on
+//       the fake CUDA driver (tests/fakecuda, loaded by the plugin through
+//       KVFERRY_CUDA_LIB): VRAM to VRAM, DRAM to VRAM, reads back, byte
+//       checked through the driver, over the given transport.
 //   nixl_test fault <plugin> <target-md> <pid> [transport]
 //       Posts a large WRITE (over the given transport: "auto", "tcp"),
 //       SIGKILLs the target mid-flight, and checks that the transfer, a
@@ -28,6 +33,7 @@
 #include <cstring>
 
 #include "nixl_core.h"
+#include "../fakecuda/cuda_app.h"
 
 using namespace core;
 
@@ -645,10 +651,91 @@ static int runBadParam(const char *path) {
     return failures ? 1 : 0;
 }
 
+// ---- VRAM ----
+
+static int runVram(const char *path, const char *libcuda, const std::string &transport) {
+    cuda_app cu;
+    if (cuda_open(&cu, libcuda) != 0) return 2;
+    Plugin pl;
+    if (!pl.load(path)) return 2;
+    MemList mems = pl.table->get_backend_mems();
+    CHECK(mems.size() == 2 && mems[0] == KVFNIXL_DRAM_SEG && mems[1] == KVFNIXL_VRAM_SEG, "mems with a driver");
+    const size_t n = 8, blk = MiB;
+    uint64_t av = cuda_malloc(&cu, 0, n * blk), back = cuda_malloc(&cu, 0, n * blk);
+    auto vmm = reinterpret_cast<void *(*)(ssize_t, int, void *)>(dlsym(pl.dl, "kvferry_cuda_malloc"));
+    CHECK(vmm != nullptr, "kvferry_cuda_malloc");
+    if (!vmm || !av || !back) return 1;
+    uint64_t bv = reinterpret_cast<uint64_t>(vmm(n * blk, 1, nullptr));
+    uint8_t *host = mapBuf(n * blk);
+    Agent a, b;
+    Params p = params();
+    p["transport"] = transport;
+    CHECK_ST(a.create(pl.table, "alice", p, true), KVFNIXL_SUCCESS);
+    CHECK_ST(b.create(pl.table, "bob", p, false), KVFNIXL_SUCCESS);
+    if (failures) return 1;
+    auto vblocks = [](uint64_t base, size_t count, uint64_t dev) {
+        std::vector<Desc> v;
+        for (size_t i = 0; i < count; i++) v.push_back({static_cast<uintptr_t>(base + i * MiB), MiB, dev});
+        return v;
+    };
+    CHECK_ST(a.registerMem(vblocks(av, n, 0), KVFNIXL_VRAM_SEG), KVFNIXL_SUCCESS);
+    CHECK_ST(a.registerMem(vblocks(back, n, 0), KVFNIXL_VRAM_SEG), KVFNIXL_SUCCESS);
+    CHECK_ST(a.registerMem(blocks(host, n, MiB)), KVFNIXL_SUCCESS);
+    CHECK_ST(b.registerMem(vblocks(bv, n, 1), KVFNIXL_VRAM_SEG), KVFNIXL_SUCCESS);
+    // Host memory handed over as VRAM is refused.
+    {
+        BackendMD *out = nullptr;
+        uint8_t *stray = mapBuf(MiB);
+        BlobDesc bd(reinterpret_cast<uintptr_t>(stray), MiB, 0, "");
+        CHECK_ST(a.eng->registerMem(bd, KVFNIXL_VRAM_SEG, out), KVFNIXL_ERR_INVALID_PARAM);
+    }
+    AgentMD bmd = b.localMD();
+    CHECK_ST(a.loadRemoteMD(bmd, KVFNIXL_VRAM_SEG), KVFNIXL_SUCCESS);
+    std::vector<uint8_t> want(n * blk), got(n * blk);
+    auto remote = remoteBlocks(bmd, n);
+    auto run = [&](XferOp op, const std::vector<Desc> &local, const char *what) {
+        std::unique_ptr<Xfer> x;
+        std::string msg = std::string("vram-") + what;
+        CHECK_ST(a.createXfer(op, local, remote, "bob", x, op == KVFNIXL_WRITE ? &msg : nullptr), KVFNIXL_SUCCESS);
+        if (!x) return;
+        Status s = a.post(*x);
+        CHECK(s == KVFNIXL_IN_PROG || s == KVFNIXL_SUCCESS, "post %s: %d", what, s);
+        CHECK_ST(a.wait(*x), KVFNIXL_SUCCESS);
+        a.eng->releaseReqH(x->h);
+        x->h = nullptr;
+        if (op == KVFNIXL_WRITE) expectNotif(b, "alice", msg);
+    };
+    // VRAM (device 0) -> VRAM (device 1, VMM), then READ back into VRAM.
+    pattern(want.data(), want.size(), 77);
+    cuda_current(&cu, 0);
+    CHECK(cu.h2d(av, want.data(), want.size()) == 0, "h2d");
+    run(KVFNIXL_WRITE, vblocks(av, n, 0), "vram");
+    cuda_current(&cu, 1);
+    CHECK(cu.d2h(got.data(), bv, got.size()) == 0 && got == want, "VRAM -> VRAM: bytes differ");
+    run(KVFNIXL_READ, vblocks(back, n, 0), "read");
+    cuda_current(&cu, 0);
+    CHECK(cu.d2h(got.data(), back, got.size()) == 0 && got == want, "READ into VRAM: bytes differ");
+    // DRAM -> VRAM, READ back into DRAM.
+    pattern(host, n * blk, 78);
+    std::vector<uint8_t> hwant(host, host + n * blk);
+    run(KVFNIXL_WRITE, blocks(host, n, MiB), "dram");
+    cuda_current(&cu, 1);
+    CHECK(cu.d2h(got.data(), bv, got.size()) == 0 && got == hwant, "DRAM -> VRAM: bytes differ");
+    memset(host, 0, n * blk);
+    run(KVFNIXL_READ, blocks(host, n, MiB), "read-dram");
+    CHECK(memcmp(host, hwant.data(), n * blk) == 0, "READ into DRAM: bytes differ");
+    a.invalidate("bob");
+    a.deregisterAll();
+    b.deregisterAll();
+    a.destroy();
+    b.destroy();
+    return failures ? 1 : 0;
+}
+
 int main(int argc, char **argv) {
     setvbuf(stderr, nullptr, _IONBF, 0);
     if (argc < 3) {
-        fprintf(stderr, "usage: nixl_test single|target|initiator|fault|badparam <plugin> ...\n");
+        fprintf(stderr, "usage: nixl_test single|target|initiator|fault|badparam|vram <plugin> ...\n");
         return 2;
     }
     std::string mode = argv[1];
@@ -659,6 +746,8 @@ int main(int argc, char **argv) {
         rc = runTarget(argv[2], argv[3], std::stoul(argv[4]));
     } else if (mode == "initiator" && (argc == 5 || argc == 6)) {
         rc = runInitiator(argv[2], argv[3], argv[4], argc == 6 ? argv[5] : "auto");
+    } else if (mode == "vram" && (argc == 4 || argc == 5)) {
+        rc = runVram(argv[2], argv[3], argc == 5 ? argv[4] : "auto");
     } else if (mode == "badparam" && argc == 3) {
         rc = runBadParam(argv[2]);
     } else if (mode == "fault" && (argc == 5 || argc == 6)) {

@@ -58,4 +58,10 @@ for tr in auto tcp; do
   wait "$VICTIM" 2>/dev/null || true
 done
 
+FAKECUDA="$(tests/fakecuda/build.sh "$OUT/fakecuda")"
+for tr in auto tcp; do
+  echo "--- VRAM_SEG on the fake CUDA driver ($tr)"
+  KVFERRY_CUDA_LIB="$FAKECUDA" timeout 120 "$OUT/nixl_test" vram "$PLUGIN" "$FAKECUDA" "$tr"
+done
+
 echo "NIXL plugin harness passed"

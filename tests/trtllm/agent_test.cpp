@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "trtllm_abi.h"
+#include "../fakecuda/cuda_app.h"
 
 using namespace kvftrt;
 using Clock = std::chrono::steady_clock;
@@ -597,11 +598,75 @@ int runCtx(std::string const &dir) {
     return failures ? 1 : 0;
 }
 
+// ---- kVRAM ----
+
+// runVram: two agents of this process (one as ctx, one as gen) move kVRAM
+// memory of the fake CUDA driver (tests/fakecuda, loaded by the library
+// through KVFERRY_CUDA_LIB): device 0 to device 1 and back, and kDRAM to
+// kVRAM, byte checked through the driver. Host memory handed over as kVRAM
+// is refused.
+int runVram(char const *libcuda) {
+    cuda_app cu;
+    if (cuda_open(&cu, libcuda) != 0) return 2;
+    Factory f = loadFactory();
+    auto ctx = makeAgent(f, "vram_ctx"), gen = makeAgent(f, "vram_gen");
+    constexpr size_t n = 6u << 20;
+    uint64_t a = cuda_malloc(&cu, 0, n), back = cuda_malloc(&cu, 0, n), b = cuda_malloc(&cu, 1, n);
+    uint8_t *host = mapBuf(n);
+    CHECK(a && back && b, "device memory");
+    if (!a || !back || !b) return 1;
+    auto vram = [](uint64_t p, size_t len, uint32_t dev) { return MemRanges{MemKind::kVRAM, {MemRange{p, len, dev}}}; };
+    ctx->registerMemory(vram(a, n, 0));
+    ctx->registerMemory(vram(back, n, 0));
+    ctx->registerMemory(dram({MemRange{host, n, 0}}));
+    gen->registerMemory(vram(b, n, 1));
+    try {
+        uint8_t *stray = mapBuf(4096);
+        ctx->registerMemory(vram(reinterpret_cast<uintptr_t>(stray), 4096, 0));
+        CHECK(false, "host memory registered as kVRAM");
+    } catch (std::exception const &e) {
+        std::printf("vram: host memory as kVRAM refused: %s\n", e.what());
+    }
+    ctx->loadRemoteAgent("vram_gen", gen->getLocalConnectionInfo());
+    std::vector<uint8_t> want(n), got(n);
+    fill(want.data(), n, 0xC0DA);
+    cuda_current(&cu, 0);
+    CHECK(cu.h2d(a, want.data(), n) == 0, "h2d");
+    auto run = [&](Op op, MemRanges src, char const *what) {
+        auto st = ctx->submitTransferRequests(Request{op, std::move(src), vram(b, n, 1), "vram_gen"});
+        State s = st->wait(30000);
+        CHECK(s == State::kSUCCESS, "%s: state %d: %s", what, static_cast<int>(s), st->getLastStatusStr().c_str());
+    };
+    run(Op::kWRITE, vram(a, n, 0), "kVRAM -> kVRAM");
+    cuda_current(&cu, 1);
+    CHECK(cu.d2h(got.data(), b, n) == 0 && got == want, "kVRAM -> kVRAM: bytes differ");
+    run(Op::kREAD, vram(back, n, 0), "kREAD into kVRAM");
+    cuda_current(&cu, 0);
+    CHECK(cu.d2h(got.data(), back, n) == 0 && got == want, "kREAD into kVRAM: bytes differ");
+    fill(host, n, 0xD7A);
+    std::vector<uint8_t> hwant(host, host + n);
+    run(Op::kWRITE, dram({MemRange{host, n, 0}}), "kDRAM -> kVRAM");
+    cuda_current(&cu, 1);
+    CHECK(cu.d2h(got.data(), b, n) == 0 && got == hwant, "kDRAM -> kVRAM: bytes differ");
+    ctx->invalidateRemoteAgent("vram_gen");
+    std::printf("vram: %d failures\n", failures.load());
+    return failures ? 1 : 0;
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
+    if (argc == 3 && std::string(argv[1]) == "vram") {
+        std::setvbuf(stdout, nullptr, _IOLBF, 0);
+        try {
+            return runVram(argv[2]);
+        } catch (std::exception const &e) {
+            std::fprintf(stderr, "vram: uncaught exception: %s\n", e.what());
+            return 1;
+        }
+    }
     if (argc != 3) {
-        std::fprintf(stderr, "usage: %s ctx|gen <dir>\n", argv[0]);
+        std::fprintf(stderr, "usage: %s ctx|gen <dir> | vram <libcuda>\n", argv[0]);
         return 2;
     }
     std::setvbuf(stdout, nullptr, _IOLBF, 0);

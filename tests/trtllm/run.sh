@@ -80,3 +80,12 @@ if [ "$ctx_rc" -ne 0 ] || [ "$gen_rc" -ne 137 ]; then
   exit 1
 fi
 echo "route A passed"
+
+FAKECUDA="$(tests/fakecuda/build.sh "$OUT/fakecuda")"
+for tr in auto tcp; do
+  echo "--- route A: kVRAM on the fake CUDA driver ($tr)"
+  force=""
+  [ "$tr" = tcp ] && force=1
+  env ${force:+MC_FORCE_TCP=1} KVFERRY_CUDA_LIB="$FAKECUDA" LD_LIBRARY_PATH="$LIBDIR/trtllm" \
+    timeout 120 "$OUT/agent_test" vram "$FAKECUDA"
+done
