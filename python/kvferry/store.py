@@ -1189,8 +1189,94 @@ class MooncakeDistributedStore:
         tensors = list(tensors)
         if not self._h or len(keys) != len(tensors) or not keys:
             return [_INVALID] * len(keys)
+        if any(_is_cuda(t) for t in tensors):
+            host = [i for i, t in enumerate(tensors) if not _is_cuda(t)]
+            out = [None] * len(keys)
+            for i, t in enumerate(tensors):
+                if _is_cuda(t):
+                    out[i] = self._put_cuda(keys[i], t, config, upsert)
+            if host:
+                res = self._put_tensors([keys[i] for i in host], [tensors[i] for i in host], config, upsert)
+                for i, r in zip(host, res):
+                    out[i] = r
+            return out
         objs = self._encode_all([(t, None) for t in tensors])
         return self._put_objects(keys, objs, config, upsert)
+
+    def _put_cuda(self, key, t, config, upsert, meta=None):
+        """Put a CUDA tensor without taking its data through host memory:
+        the 304-byte header and the data are joined in GPU scratch memory
+        (one small host-to-device and one device-to-device copy) that the
+        library sends from GPU memory (CUDA IPC, staged TCP, ...)."""
+        if hasattr(t, "is_contiguous") and not t.is_contiguous():
+            t = t.contiguous()  # on the device
+        code = _tensor.dtype_code(t)
+        if code < 0:
+            raise TypeError("unsupported dtype %s" % t.dtype)
+        nbytes = t.numel() * t.element_size()
+        meta = meta or _tensor.TensorMetadata(code, tuple(t.shape))
+        header = _tensor.pack_metadata(meta)
+        total = len(header) + nbytes
+        dev = _device_index(t)
+        from . import allocator
+
+        buf = allocator.malloc(total, dev)
+        try:
+            hb = ctypes.create_string_buffer(header, len(header))
+            if lib.kvferry_cuda_memcpy(buf, hb, len(header)) != 0 or (
+                    nbytes and lib.kvferry_cuda_memcpy(buf + len(header), t.data_ptr(), nbytes) != 0):
+                return int(ErrorCode.INTERNAL_ERROR)
+            registered = self.register_buffer(buf, total) == 0
+            try:
+                return self._put_ptr(key, buf, total, config, upsert)
+            finally:
+                if registered:
+                    self.unregister_buffer(buf)
+        finally:
+            allocator.free(buf, dev)
+
+    def _get_cuda(self, key, device, dst=None):
+        """Read key's tensor object into GPU scratch memory of device (the
+        library writes GPU memory directly), check its header (copied to the
+        host: 304 bytes), then copy the data device-to-device into dst, or
+        into a new tensor of torch's made on device when dst is None.
+        Returns (payload size or negative code, tensor)."""
+        size = self.get_size(key)
+        if size < 0:
+            return size, None
+        if size < _tensor.TENSOR_METADATA_SIZE:
+            return _INVALID, None
+        from . import allocator
+
+        buf = allocator.malloc(size, device)
+        try:
+            registered = self.register_buffer(buf, size) == 0
+            try:
+                n = self.get_into(key, buf, size)
+            finally:
+                if registered:
+                    self.unregister_buffer(buf)
+            if n < 0:
+                return n, None
+            head = ctypes.create_string_buffer(_tensor.TENSOR_METADATA_SIZE)
+            if lib.kvferry_cuda_memcpy(head, buf, len(head)) != 0:
+                return int(ErrorCode.INTERNAL_ERROR), None
+            meta = _tensor.parse_metadata(head.raw, n)
+            if meta is None:
+                return _INVALID, None
+            if dst is None:
+                torch = _tensor._torch()
+                if torch is None:
+                    raise ImportError("get_tensor(device=...) needs torch")
+                dst = torch.empty(meta.local_shape, dtype=getattr(torch, meta.dtype_name), device="cuda:%d" % device)
+            nbytes = dst.numel() * dst.element_size()
+            if meta.dtype != _tensor.dtype_code(dst) or meta.ndim != len(dst.shape) or meta.data_bytes != nbytes:
+                return _INVALID, None
+            if nbytes and lib.kvferry_cuda_memcpy(dst.data_ptr(), buf + meta.data_offset, nbytes) != 0:
+                return int(ErrorCode.INTERNAL_ERROR), None
+            return meta.data_bytes, dst
+        finally:
+            allocator.free(buf, device)
 
     def put_tensor(self, key, tensor):
         """Store a tensor (numpy array or torch tensor) as a tensor object."""
@@ -1224,11 +1310,16 @@ class MooncakeDistributedStore:
         """upsert several tensors with a ReplicateConfig; list[int]."""
         return self._put_tensors(keys, tensors_list, config, True)
 
-    def get_tensor(self, key):
-        """Return the tensor stored under key, or None."""
+    def get_tensor(self, key, device=None):
+        """Return the tensor stored under key, or None: a CPU tensor (as
+        Mooncake's), or one on device when a CUDA device is given
+        ("cuda:1", torch.device), read without a host copy of its data."""
         key = _key(key)
         if not self._h:
             return None
+        if device is not None and _is_cuda_device(device):
+            n, t = self._get_cuda(key, _device_index(device))
+            return t if n >= 0 else None
         n, p = self._get_alloc(key)
         if n < 0 or not p:
             return None
@@ -1268,6 +1359,9 @@ class MooncakeDistributedStore:
             return [_INVALID] * len(keys)
         out = []
         for key, dst in zip(keys, tensors):
+            if _is_cuda(dst):
+                out.append(self._get_cuda(key, _device_index(dst), dst)[0])
+                continue
             if not _tensor.is_tensor(dst):
                 raise TypeError("tensors must be torch tensors or numpy arrays")
             n, p = self._get_alloc(key)
@@ -1454,6 +1548,25 @@ def _view(ptr, n):
     if n <= 0:
         return np.empty(0, np.uint8)
     return np.ctypeslib.as_array((ctypes.c_uint8 * n).from_address(ptr))
+
+
+def _is_cuda(t):
+    """Report whether t is a CUDA tensor (torch's, or one that looks so)."""
+    return getattr(getattr(t, "device", None), "type", None) == "cuda"
+
+
+def _is_cuda_device(d):
+    return getattr(d, "type", None) == "cuda" or (isinstance(d, str) and d.split(":")[0] == "cuda")
+
+
+def _device_index(x):
+    """The CUDA device index of a tensor, torch.device or "cuda:N"."""
+    d = getattr(x, "device", x)
+    if isinstance(d, str):
+        _, _, idx = d.partition(":")
+        return int(idx) if idx else 0
+    idx = getattr(d, "index", None)
+    return idx if idx is not None else 0
 
 
 def _copy_into(dst, data):

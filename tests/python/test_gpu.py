@@ -205,6 +205,76 @@ class TwoProcesses(unittest.TestCase):
         self.run_peer("tcp")
 
 
+class StoreTensors(unittest.TestCase):
+    """Store tensor calls with CUDA tensors: the data never goes through
+    host memory in Python (the fake faults on any CPU access to device
+    memory)."""
+
+    @classmethod
+    def setUpClass(cls):
+        from kvferry.store import MooncakeDistributedStore
+
+        cls.s = MooncakeDistributedStore()
+        rc = cls.s.setup("127.0.0.1", "P2PHANDSHAKE", 64 << 20, 16 << 20, "tcp", "", "embedded")
+        assert rc == 0, rc
+        cls.d = _fakecuda.Driver()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.s.close()
+
+    def test_put_and_get_cuda_tensors(self):
+        n = 3 << 20
+        want = pattern(n, 31)
+        src = FakeCudaTensor(self.d.alloc(n, 0), n, 0)
+        self.d.h2d(src.data_ptr(), want.tobytes())
+        self.assertEqual(self.s.put_tensor("cuda/a", src), 0)
+        self.assertEqual(self.s.batch_pub_tensor(["cuda/b", "host/c"], [src, want]), [0, 0])
+        # get_tensor: a CPU tensor (or numpy array), as Mooncake's.
+        got = self.s.get_tensor("cuda/a")
+        self.assertEqual(bytes(np.asarray(got).reshape(-1).view(np.uint8)), want.tobytes())
+        # Into a pre-allocated CUDA tensor (on another device).
+        dst = FakeCudaTensor(allocator.malloc(n, 1), n, 1)
+        self.assertEqual(self.s.get_tensor_into_cuda("cuda/b", dst), n)
+        self.assertEqual(self.d.bytes_at(dst.data_ptr(), n), want.tobytes())
+        self.assertEqual(self.s.batch_get_tensor_into_cuda(["host/c", "cuda/a"], [dst, dst]), [n, n])
+        # A mismatched destination is refused.
+        small = FakeCudaTensor(self.d.alloc(4096, 0), 4096, 0)
+        self.assertLess(self.s.get_tensor_into_cuda("cuda/a", small), 0)
+
+    def test_get_tensor_on_device(self):
+        # get_tensor(device=...) makes the tensor with torch.empty on the
+        # device; a stand-in torch makes fake CUDA tensors.
+        import types
+
+        from kvferry import tensor as T
+
+        d = self.d
+        fake = types.SimpleNamespace(uint8="torch.uint8", Tensor=FakeCudaTensor)
+
+        def empty(shape, dtype=None, device=None):
+            nbytes = int(np.prod(shape))
+            idx = int(str(device).partition(":")[2] or 0)
+            return FakeCudaTensor(allocator.malloc(nbytes, idx), nbytes, idx, shape)
+
+        fake.empty = empty
+        saved = T._torch
+        T._torch = lambda: fake
+        try:
+            n = 1 << 20
+            want = pattern(n, 41)
+            src = FakeCudaTensor(d.alloc(n, 0), n, 0)
+            d.h2d(src.data_ptr(), want.tobytes())
+            self.assertEqual(self.s.upsert_tensor("cuda/dev", src), 0)
+            t = self.s.get_tensor("cuda/dev", device="cuda:1")
+            self.assertIsNotNone(t)
+            self.assertEqual(t.device.index, 1)
+            self.assertEqual(t.shape, (n,))
+            self.assertEqual(d.bytes_at(t.data_ptr(), n), want.tobytes())
+        finally:
+            T._torch = saved
+
+
 class NoDriver(unittest.TestCase):
     def test_host_without_driver(self):
         # In a process whose driver cannot load: GPU calls return the
