@@ -168,6 +168,8 @@ func parse(args []string) (*options, error) {
 	fs.Var(secDuration{&cfg.SnapshotInterval}, "snapshot_interval_sec", "write a metadata snapshot at least this often while the oplog grows (default 300)")
 	fs.IntVar(&cfg.MaxKeyBytes, "max_key_bytes", 0, "largest object key in bytes (kvferry; default 4096)")
 	fs.IntVar(&cfg.MaxBatchKeys, "max_batch_keys", 0, "most keys in one batch call (kvferry; default 65536)")
+	fs.Float64Var(&cfg.OffloadWatermark, "ssd_offload_watermark", master.DefaultOffloadWatermark,
+		"segment usage above which objects go to their client's disk tier (clients with ssd_offload_path)")
 	tenantQuota := fs.String("tenant_quota", "", "tenant quotas, \"tenant=bytes[:objects],...\" (bytes may end in k, m, g or t; 0: no limit)")
 	level := fs.String("log_level", "info", "log level: debug, info, warn or error")
 	ignored := map[string]*string{}
