@@ -180,7 +180,10 @@ func TestEtcdBackend(t *testing.T) {
 	assert.Equal(t, st.LastSeq(), uint64(0))
 
 	assert.NilError(t, e.Append(ctx, recs(1, 4)))
-	// A snapshot larger than one etcd value is chunked.
+	// A snapshot larger than one etcd value is chunked (small chunks here:
+	// etcd syncs every value, slowly on a busy machine).
+	defer func(n int) { etcdChunk = n }(etcdChunk)
+	etcdChunk = 4 << 10
 	big := make([]byte, 2*etcdChunk+123)
 	for i := range big {
 		big[i] = byte(i * 7)
