@@ -198,37 +198,27 @@ func (e *Engine) Link(transport, peer string) *Link {
 // Conn returns the connection counters for transport to the segment
 // called peer.
 func (e *Engine) Conn(transport, peer string) *Conn {
-	k := linkKey{transport, PeerLabel(peer)}
-	e.mu.RLock()
-	c := e.conns[k]
-	e.mu.RUnlock()
-	if c != nil {
-		return c
-	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if c = e.conns[k]; c == nil {
-		c = new(Conn)
-		e.conns[k] = c
-	}
-	return c
+	return lookup(e, e.conns, linkKey{transport, PeerLabel(peer)})
 }
 
 // Server returns the serving-side counters of transport.
-func (e *Engine) Server(transport string) *Server {
+func (e *Engine) Server(transport string) *Server { return lookup(e, e.servers, transport) }
+
+// lookup returns m[k] (guarded by e.mu), creating it on first use.
+func lookup[K comparable, V any](e *Engine, m map[K]*V, k K) *V {
 	e.mu.RLock()
-	s := e.servers[transport]
+	v := m[k]
 	e.mu.RUnlock()
-	if s != nil {
-		return s
+	if v != nil {
+		return v
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if s = e.servers[transport]; s == nil {
-		s = new(Server)
-		e.servers[transport] = s
+	if v = m[k]; v == nil {
+		v = new(V)
+		m[k] = v
 	}
-	return s
+	return v
 }
 
 // Close removes the engine from the collector, keeping its counters in the
