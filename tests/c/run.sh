@@ -70,6 +70,8 @@ FAKECUDA="$(tests/fakecuda/build.sh "$OUT/fakecuda")"
 gcc $CFLAGS -o "$OUT/te_gpu_test" tests/c/te_gpu_test.c -ldl
 gpu "auto: CUDA IPC"
 gpu "tcp, staged" MC_FORCE_TCP=1
+echo "--- a fork child never calls CUDA"
+KVFERRY_CUDA_LIB="$FAKECUDA" timeout 60 "$OUT/te_gpu_test" fork "$LIB" "$FAKECUDA"
 echo "--- a host without a CUDA driver"
 KVFERRY_CUDA_LIB=/nonexistent/libcuda.so.1 timeout 60 "$OUT/te_gpu_test" nodriver "$LIB"
 

@@ -8,11 +8,15 @@
  *   te_gpu_test initiator <lib> <libcuda> <segment> <legacy> <vmm>
  *       device -> remote device, host -> remote device and back, for both
  *       remote buffers, byte checked through the driver; the refusals.
+ *   te_gpu_test fork <lib> <libcuda>
+ *       a child created by fork() after the driver and an engine are up
+ *       gets errors from every GPU entry point, and never calls the driver.
  *   te_gpu_test nodriver <lib>
  *       with a driver that cannot load: a cuda registration fails with
  *       KVFERRY_ERR_NOT_IMPLEMENTED, host memory registers and moves.
  */
 #include <inttypes.h>
+#include <sys/wait.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
@@ -184,6 +188,47 @@ static int run_nodriver(void) {
     return failures ? 1 : 0;
 }
 
+static int run_fork(const char *lib, const char *libcuda) {
+    transfer_engine_t e = new_engine();
+    void *p = cuda_vmm_malloc(1 << 20, 0, NULL);
+    CHECK(p != NULL, "allocation before fork");
+    void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+    void *c = dlopen(libcuda, RTLD_NOW | RTLD_LOCAL);
+    int (*probe)(int) = h ? (int (*)(int))dlsym(h, "kvferry_cuda_probe") : NULL;
+    int (*copy)(void *, const void *, size_t) = h ? (int (*)(void *, const void *, size_t))dlsym(h, "kvferry_cuda_memcpy") : NULL;
+    int (*on_stream)(transfer_engine_t, void *, const char *, void *const *, const uint64_t *, const size_t *, size_t, int) =
+        h ? (int (*)(transfer_engine_t, void *, const char *, void *const *, const uint64_t *, const size_t *, size_t, int))dlsym(h, "kvferry_transfer_on_stream") : NULL;
+    unsigned long long (*calls)(const char *) = c ? (unsigned long long (*)(const char *))dlsym(c, "fakecuda_calls") : NULL;
+    CHECK(probe && copy && on_stream && calls, "symbols");
+    if (!probe || !copy || !on_stream || !calls) return 1;
+    CHECK(probe(0) == 1, "probe before fork");
+    pid_t pid = fork();
+    if (pid == 0) {
+        const char *fns[] = {"cuMemCreate", "cuMemAlloc", "cuPointerGetAttributes", "cuMemcpy", "cuLaunchHostFunc", "cuCtxPushCurrent"};
+        unsigned long long before[6];
+        for (int i = 0; i < 6; i++) before[i] = calls(fns[i]);
+        int bad = 0;
+        bad += cuda_vmm_malloc(1 << 20, 0, NULL) != NULL;
+        cuda_vmm_free(p, 0, 0, NULL);
+        bad += probe(0) != KVFERRY_ERR_FORKED;
+        uint8_t b[16];
+        bad += copy(b, p, sizeof b) != KVFERRY_ERR_FORKED;
+        void *bufs[1] = {b};
+        uint64_t peer = 0;
+        size_t len = 1;
+        bad += on_stream(e, NULL, "127.0.0.1:1", bufs, &peer, &len, 1, 1) != KVFERRY_ERR_FORKED;
+        bad += te.registerLocalMemory(e, p, 1 << 20, "cuda:0", 1) != KVFERRY_ERR_FORKED;
+        for (int i = 0; i < 6; i++) bad += calls(fns[i]) != before[i];
+        _exit(bad);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "fork child: status %d", st);
+    cuda_vmm_free(p, 0, 0, NULL);
+    te.destroyTransferEngine(e);
+    return failures ? 1 : 0;
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IONBF, 0);
     if (argc < 3 || te_load(&te, argv[2]) != 0) {
@@ -200,6 +245,11 @@ int main(int argc, char **argv) {
         return 2;
     }
     load_alloc(argv[2]);
+    if (strcmp(argv[1], "fork") == 0 && argc == 4) {
+        int rc = run_fork(argv[2], argv[3]);
+        printf("fork: %d failures\n", failures);
+        return rc;
+    }
     if (strcmp(argv[1], "target") == 0 && argc == 5) return run_target(argv[3], argv[4]);
     if (strcmp(argv[1], "initiator") == 0 && argc == 7) {
         int rc = run_initiator(argv[4], strtoull(argv[5], NULL, 0), strtoull(argv[6], NULL, 0));
