@@ -40,7 +40,8 @@ type descCache struct {
 
 // publishing is the engine's publication state.
 type publishing struct {
-	mu      sync.Mutex // serializes builds and publications
+	mu      sync.Mutex // serializes builds
+	netMu   sync.Mutex // serializes publications (held across the network call, mu is not)
 	gen     atomic.Uint64
 	cache   atomic.Pointer[descCache]
 	dirty   atomic.Bool
@@ -102,16 +103,21 @@ func (e *Engine) changed() {
 // publishes it.
 func (e *Engine) publish(ctx context.Context) error {
 	e.pub.gen.Add(1) // what the transports describe may have changed
-	e.pub.mu.Lock()
-	defer e.pub.mu.Unlock()
-	return e.publishLocked(ctx)
+	return e.publishNow(ctx)
 }
 
-// publishLocked publishes the current descriptor; pub.mu held.
-func (e *Engine) publishLocked(ctx context.Context) error {
+// publishNow publishes the current descriptor. Publications are serialized
+// (netMu), so a newer descriptor is never overwritten by an older one; the
+// build lock is not held across the network call, so a peer's Metadata
+// request is not held up by a slow metadata service.
+func (e *Engine) publishNow(ctx context.Context) error {
+	e.pub.netMu.Lock()
+	defer e.pub.netMu.Unlock()
 	start := time.Now()
 	e.pub.dirty.Store(false)
+	e.pub.mu.Lock()
 	seg := e.rebuildLocked().seg
+	e.pub.mu.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, e.cfg.MetadataTimeout)
 	defer cancel()
 	err := e.meta.Publish(ctx, seg, descriptor.RPCMeta{IPOrHostName: e.host, RPCPort: e.rpcPort})
@@ -143,9 +149,7 @@ func (e *Engine) runPublisher() {
 		if !e.pub.dirty.Load() {
 			continue // published meanwhile (Publish, InstallTransport)
 		}
-		e.pub.mu.Lock()
-		err := e.publishLocked(e.ctx)
-		e.pub.mu.Unlock()
+		err := e.publishNow(e.ctx)
 		if err == nil {
 			continue
 		}
