@@ -277,7 +277,7 @@ func kvf_store_setup(h C.uintptr_t, localHostname, metadataServer *C.char, globa
 	}
 	storeEnv(&cfg)
 	if addr == "" || addr == client.EmbeddedMaster {
-		cfg.StartEmbeddedMaster = embedded.StartMaster(master.Config{Logger: logger})
+		cfg.StartEmbeddedMaster = embedded.StartMaster(embedded.WithClientAuth(master.Config{Logger: logger}, cfg))
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

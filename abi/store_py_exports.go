@@ -115,7 +115,7 @@ func kvf_py_setup_with_engine(h, eh C.uintptr_t, globalSegmentSize, localBufferS
 	}
 	storeEnv(&cfg)
 	if addr == "" || addr == client.EmbeddedMaster {
-		cfg.StartEmbeddedMaster = embedded.StartMaster(master.Config{Logger: logger})
+		cfg.StartEmbeddedMaster = embedded.StartMaster(embedded.WithClientAuth(master.Config{Logger: logger}, cfg))
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

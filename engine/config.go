@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/kvferry/kvferry/engine/metadata"
+	"github.com/kvferry/kvferry/engine/peerauth"
 )
 
 // Defaults (Mooncake's where one exists, specs/mooncake.md §2.4, §2.6).
@@ -42,6 +43,20 @@ type Config struct {
 	// rpc_meta advertises in non-P2P mode (MC_TCP_BIND_ADDRESS). Default:
 	// the P2P host when it is an IP literal, else all interfaces.
 	BindAddress string
+	// ListenIP, when set, is where the listeners bind instead, without
+	// changing what is advertised (KVFERRY_BIND_ADDR; "0.0.0.0" or "::"
+	// for all interfaces).
+	ListenIP string
+	// AuthKeyFile names the cluster key file (KVFERRY_AUTH_KEY_FILE). With
+	// a key every connection of this engine (socket RPC, TCP data,
+	// same-host) authenticates both sides before any payload
+	// (engine/peerauth), and memory registered as not remotely accessible
+	// is never served to a peer. Empty: no authentication, and the wire is
+	// exactly Mooncake's.
+	AuthKeyFile string
+	// Auth is the cluster key itself; New loads AuthKeyFile into it when
+	// nil.
+	Auth *peerauth.Keys
 	// MinRPCPort and MaxRPCPort bound the random RPC and data ports
 	// (MC_MIN_RPC_PORT, MC_MAX_RPC_PORT; default 15000-17000).
 	MinRPCPort, MaxRPCPort int
@@ -154,7 +169,30 @@ func (c Config) Validate() error {
 // String returns the effective configuration for the start-up log.
 func (c Config) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "metadata=%s local_server_name=%s bind=%q rpc_ports=%d-%d connect_timeout=%s transfer_timeout=%s transports=%v force=%q",
-		c.MetadataConn, c.LocalServerName, c.BindAddress, c.MinRPCPort, c.MaxRPCPort, c.ConnectTimeout, c.TransferTimeout, c.Transports, c.ForceTransport)
+	fmt.Fprintf(&b, "metadata=%s local_server_name=%s bind=%q listen=%q rpc_ports=%d-%d connect_timeout=%s transfer_timeout=%s transports=%v force=%q auth=%s",
+		c.MetadataConn, c.LocalServerName, c.BindAddress, c.ListenIP, c.MinRPCPort, c.MaxRPCPort, c.ConnectTimeout, c.TransferTimeout, c.Transports, c.ForceTransport,
+		authString(c.Auth))
 	return b.String()
+}
+
+func authString(k *peerauth.Keys) string {
+	if k == nil {
+		return "off"
+	}
+	return fmt.Sprintf("on(key %s, %d keys)", k.Fingerprint(), k.Len())
+}
+
+// LoadAuth loads AuthKeyFile into Auth unless Auth is set already; a key
+// file that cannot be used is an error (the engine never falls back to no
+// authentication).
+func (c *Config) LoadAuth() error {
+	if c.Auth != nil || c.AuthKeyFile == "" {
+		return nil
+	}
+	ks, err := peerauth.LoadKeyFile(c.AuthKeyFile)
+	if err != nil {
+		return fmt.Errorf("engine config: %w: %w", err, ErrInvalidArgument)
+	}
+	c.Auth = ks
+	return nil
 }

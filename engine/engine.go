@@ -111,6 +111,9 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if err := cfg.LoadAuth(); err != nil {
+		return nil, err
+	}
 	e := &Engine{cfg: cfg, log: cfg.Logger, meta: cfg.Metadata, hostID: localHost()}
 	e.ctx, e.cancel = context.WithCancel(context.Background())
 	e.segments.byName = make(map[string]*Peer)
@@ -137,6 +140,10 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 	if e.bindIP == "" && net.ParseIP(host) != nil {
 		e.bindIP = host
 	}
+	if cfg.ListenIP != "" {
+		e.bindIP = cfg.ListenIP
+	}
+	warnOpenListeners(e.log, e.bindIP, cfg.Auth)
 	ln, port, err := ListenRandomPort(e.bindIP, cfg.MinRPCPort, cfg.MaxRPCPort)
 	if err != nil {
 		e.cancel()
@@ -151,7 +158,7 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 	local := &Peer{ID: LocalSegment, Name: e.name, Endpoint: descriptor.RPCMeta{IPOrHostName: host, RPCPort: port}}
 	e.segments.byID = []*Peer{local}
 	e.segments.byName[e.name] = local
-	e.rpcSrv = rpc.NewServer(ln, e.handleRPC, rpc.ServerConfig{MaxMessage: cfg.HandshakeMaxLength, Logger: e.log})
+	e.rpcSrv = rpc.NewServer(ln, e.handleRPC, rpc.ServerConfig{MaxMessage: cfg.HandshakeMaxLength, Logger: e.log, Auth: cfg.Auth})
 
 	for _, name := range cfg.Transports {
 		// Published once below, with every transport.
@@ -506,9 +513,12 @@ func (e *Engine) buildDescriptor() *descriptor.Segment {
 		Features:        []string{descriptor.FeatureNotifyBytes, descriptor.FeatureMetadataRPC},
 	}
 	regions := e.reg.regions()
-	seg.Buffers = make([]descriptor.Buffer, len(regions))
-	for i, r := range regions {
-		seg.Buffers[i] = e.describeBuffer(r)
+	seg.Buffers = make([]descriptor.Buffer, 0, len(regions))
+	for _, r := range regions {
+		if !e.RemoteServable(r) {
+			continue // with a cluster key, never offered to peers
+		}
+		seg.Buffers = append(seg.Buffers, e.describeBuffer(r))
 	}
 	e.transports.RLock()
 	for _, in := range e.transports.list {
@@ -932,7 +942,7 @@ func (e *Engine) notifyPeer(ctx context.Context, p *Peer, n Notification) error 
 	}
 	ctx, cancel := context.WithTimeout(ctx, e.cfg.MetadataTimeout)
 	defer cancel()
-	reply, err := rpc.Call(ctx, p.Endpoint.Addr(), rpc.TypeNotify, body, rpc.ClientConfig{ConnectTimeout: e.cfg.ConnectTimeout, MaxMessage: e.cfg.HandshakeMaxLength})
+	reply, err := rpc.Call(ctx, p.Endpoint.Addr(), rpc.TypeNotify, body, e.RPCClientConfig())
 	if err != nil {
 		e.metrics.notifiesFailed.Add(1)
 		return fmt.Errorf("notify segment %q: %w", p.Name, err)
@@ -956,7 +966,7 @@ func (e *Engine) Probe(ctx context.Context, name string) error {
 	if err != nil {
 		return fmt.Errorf("probe %q: %w: %w", name, ErrMetadata, err)
 	}
-	reply, err := rpc.Call(ctx, ep.Addr(), rpc.TypeProbe, []byte("{}"), rpc.ClientConfig{ConnectTimeout: e.cfg.ConnectTimeout, MaxMessage: e.cfg.HandshakeMaxLength})
+	reply, err := rpc.Call(ctx, ep.Addr(), rpc.TypeProbe, []byte("{}"), e.RPCClientConfig())
 	if err != nil {
 		return fmt.Errorf("probe %q: %w", name, err)
 	}

@@ -44,6 +44,7 @@ import (
 	"time"
 
 	mdhttp "github.com/kvferry/kvferry/engine/metadata/http"
+	"github.com/kvferry/kvferry/engine/peerauth"
 	"github.com/kvferry/kvferry/internal/hostenv"
 	"github.com/kvferry/kvferry/internal/ratelog"
 	"github.com/kvferry/kvferry/store/ha"
@@ -166,6 +167,9 @@ func parse(args []string) (*options, error) {
 	fs.Var(secDuration{&cfg.RestoreWindow}, "restore_window", "seconds a restored master waits for logged segments to be remounted (default 2 x --client_ttl)")
 	fs.IntVar(&cfg.SnapshotRecords, "snapshot_records", master.DefaultSnapshotRecords, "write a metadata snapshot after this many oplog records")
 	fs.Var(secDuration{&cfg.SnapshotInterval}, "snapshot_interval_sec", "write a metadata snapshot at least this often while the oplog grows (default 300)")
+	defKey, _ := hostenv.Getenv("KVFERRY_AUTH_KEY_FILE")
+	fs.StringVar(&cfg.AuthKeyFile, "auth_key_file", defKey,
+		"cluster key file: every client (and HTTP metadata peer) must prove it holds the key (kvferry; default KVFERRY_AUTH_KEY_FILE)")
 	fs.IntVar(&cfg.MaxKeyBytes, "max_key_bytes", 0, "largest object key in bytes (kvferry; default 4096)")
 	fs.IntVar(&cfg.MaxBatchKeys, "max_batch_keys", 0, "most keys in one batch call (kvferry; default 65536)")
 	fs.Float64Var(&cfg.OffloadWatermark, "ssd_offload_watermark", master.DefaultOffloadWatermark,
@@ -264,8 +268,14 @@ func run(args []string) error {
 			_ = metaSrv.Close()
 			return fmt.Errorf("http metadata server listen: %w", err)
 		}
+		guard, err := metadataGuard(cfg.AuthKeyFile, log)
+		if err != nil {
+			_ = metaSrv.Close()
+			ln.Close()
+			return err
+		}
 		metaHTTP = mdhttp.HTTPServer(metaSrv, 0, log)
-		go func() { _ = metaHTTP.Serve(mdhttp.GuardListener(ln, "metadata", log)) }() // stopped by Shutdown below
+		go func() { _ = metaHTTP.Serve(peerauth.Listen(mdhttp.GuardListener(ln, "metadata", log), guard)) }() // stopped by Shutdown below
 		fmt.Printf("metadata on %s\n", ln.Addr())
 	}
 
@@ -294,4 +304,17 @@ func run(args []string) error {
 		_ = metaSrv.Close()
 	}
 	return err
+}
+
+// metadataGuard authenticates the HTTP metadata server's peers with the
+// cluster key in path (nil guard: no key).
+func metadataGuard(path string, log *slog.Logger) (*peerauth.Guard, error) {
+	if path == "" {
+		return nil, nil
+	}
+	ks, err := peerauth.LoadKeyFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return peerauth.NewGuard(ks, peerauth.RoleMetadata, 0, log), nil
 }

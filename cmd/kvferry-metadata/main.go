@@ -29,6 +29,8 @@ import (
 	"time"
 
 	mdhttp "github.com/kvferry/kvferry/engine/metadata/http"
+	"github.com/kvferry/kvferry/engine/peerauth"
+	"github.com/kvferry/kvferry/internal/hostenv"
 	"github.com/kvferry/kvferry/internal/ratelog"
 )
 
@@ -48,6 +50,8 @@ func run(args []string) error {
 	ttl := fs.Duration("ttl", 0, "drop entries not re-published for this long (0: never)")
 	idle := fs.Duration("idle-timeout", 120*time.Second, "close keep-alive connections idle this long")
 	maxValue := fs.Int64("max-value-bytes", mdhttp.DefaultServerMaxValueBytes, "largest accepted value in bytes")
+	defKey, _ := hostenv.Getenv("KVFERRY_AUTH_KEY_FILE")
+	keyFile := fs.String("auth-key-file", defKey, "cluster key file: every peer must prove it holds the key (default KVFERRY_AUTH_KEY_FILE)")
 	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -82,6 +86,16 @@ func run(args []string) error {
 	}
 	hs := mdhttp.HTTPServer(mdhttp.Instrument(srv, srv.Len), *idle, log)
 	ln = mdhttp.GuardListener(ln, "metadata", log)
+	if *keyFile != "" {
+		ks, err := peerauth.LoadKeyFile(*keyFile)
+		if err != nil {
+			ln.Close()
+			_ = srv.Close()
+			return err
+		}
+		ln = peerauth.Listen(ln, peerauth.NewGuard(ks, peerauth.RoleMetadata, 0, log))
+		log.Info("peer authentication on", "key", ks.Fingerprint())
+	}
 	log.Info("metadata server started", "addr", ln.Addr().String(), "path", *path,
 		"snapshot", *snapshot, "ttl", *ttl, "entries", srv.Len())
 	fmt.Printf("listening on %s\n", ln.Addr())

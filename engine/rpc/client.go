@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net"
 	"time"
+
+	"github.com/kvferry/kvferry/engine/peerauth"
 )
 
 // ClientConfig bounds a Call. The zero value works.
@@ -16,6 +18,9 @@ type ClientConfig struct {
 	Timeout time.Duration
 	// MaxMessage caps the reply frame (default DefaultMaxMessage).
 	MaxMessage uint64
+	// Auth, when set, authenticates the connection (peerauth, RoleRPC)
+	// before the request is sent.
+	Auth *peerauth.Keys
 }
 
 func (c ClientConfig) withDefaults() ClientConfig {
@@ -35,7 +40,7 @@ func (c ClientConfig) withDefaults() ClientConfig {
 type CallError struct {
 	Addr  string
 	Type  Type
-	Stage string // "dial", "send", "receive" or "reply"
+	Stage string // "dial", "auth", "send", "receive" or "reply"
 	Err   error
 }
 
@@ -63,6 +68,11 @@ func Call(ctx context.Context, addr string, t Type, body []byte, cfg ClientConfi
 	_ = c.SetDeadline(deadline)
 	stop := context.AfterFunc(ctx, func() { c.Close() })
 	defer stop()
+	if cfg.Auth != nil {
+		if err := peerauth.Client(c, cfg.Auth, peerauth.RoleRPC); err != nil {
+			return nil, &CallError{Addr: addr, Type: t, Stage: "auth", Err: err}
+		}
+	}
 	if err := WriteFrame(c, t, body); err != nil {
 		return nil, &CallError{Addr: addr, Type: t, Stage: "send", Err: err}
 	}

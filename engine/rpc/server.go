@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kvferry/kvferry/engine/peerauth"
 	"github.com/kvferry/kvferry/internal/netguard"
 	"github.com/kvferry/kvferry/internal/ratelog"
 )
@@ -49,6 +50,9 @@ type ServerConfig struct {
 	// Logger receives diagnostics; nil discards them. Refusals are logged
 	// at Warn, at most one line per kind every few seconds.
 	Logger *slog.Logger
+	// Auth, when set, makes every connection prove it holds the cluster
+	// key (peerauth, RoleRPC) before its request is read.
+	Auth *peerauth.Keys
 }
 
 func (c ServerConfig) withDefaults() ServerConfig {
@@ -94,6 +98,7 @@ type Server struct {
 	cancel  context.CancelFunc
 	sem     chan struct{}
 	conns   *netguard.Limiter
+	guard   *peerauth.Guard
 	wg      sync.WaitGroup
 	once    sync.Once
 	logs    ratelog.Every
@@ -106,7 +111,8 @@ func NewServer(ln net.Listener, h Handler, cfg ServerConfig) *Server {
 	cfg = cfg.withDefaults()
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{cfg: cfg, ln: ln, handler: h, ctx: ctx, cancel: cancel, sem: make(chan struct{}, cfg.MaxConcurrent),
-		conns: netguard.NewLimiter(cfg.MaxConns, cfg.MaxConnsPerIP)}
+		conns: netguard.NewLimiter(cfg.MaxConns, cfg.MaxConnsPerIP),
+		guard: peerauth.NewGuard(cfg.Auth, peerauth.RoleRPC, min(cfg.RecvTimeout, peerauth.DefaultTimeout), cfg.Logger)}
 	s.wg.Add(1)
 	go s.runAccept()
 	return s
@@ -170,6 +176,9 @@ func (s *Server) serve(c net.Conn) {
 	stop := context.AfterFunc(s.ctx, func() { c.Close() })
 	defer stop()
 	peer := c.RemoteAddr()
+	if err := s.guard.Accept(c); err != nil {
+		return
+	}
 	_ = c.SetDeadline(time.Now().Add(s.cfg.RecvTimeout))
 	t, body, err := ReadFrame(c, s.cfg.MaxMessage)
 	if err != nil {

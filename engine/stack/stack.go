@@ -130,6 +130,9 @@ func OpenMetadata(ctx context.Context, conn string, ec engine.Config, mo open.Op
 	if mo.RPC == (rpc.ClientConfig{}) {
 		mo.RPC = rpc.ClientConfig{ConnectTimeout: ec.ConnectTimeout, MaxMessage: ec.HandshakeMaxLength}
 	}
+	if mo.Auth == nil {
+		mo.Auth = ec.Auth
+	}
 	if mo.Logger == nil {
 		mo.Logger = ec.Logger
 	}
@@ -148,6 +151,9 @@ func New(ctx context.Context, cfg Config) (*engine.Engine, error) {
 	ec := cfg.Engine
 	if ec.MetadataConn == "" {
 		ec.MetadataConn = metadata.P2PHandshake
+	}
+	if err := ec.LoadAuth(); err != nil { // the metadata backend needs the key too
+		return nil, err
 	}
 	if ec.Metadata == nil {
 		m, err := OpenMetadata(ctx, ec.MetadataConn, ec, cfg.Metadata)

@@ -63,6 +63,8 @@ func Set(name string) bool {
 //	KVFERRY_TRANSPORT                 force one transport by name (local, cma, nvlink, shm, rdma, tcp; "auto" = selector)
 //	(RDMA: see RDMAConfig)
 //	MC_TCP_BIND_ADDRESS               address to bind and advertise
+//	KVFERRY_BIND_ADDR                 address to bind (not advertised), e.g. 0.0.0.0
+//	KVFERRY_AUTH_KEY_FILE             cluster key file: authenticate every peer (engine/peerauth)
 //	MC_MIN_RPC_PORT, MC_MAX_RPC_PORT  port range (aliases MC_MIN_PRC_PORT, MC_MAX_PRC_PORT)
 //	MC_HANDSHAKE_CONNECT_TIMEOUT      seconds
 //	MC_HANDSHAKE_MAX_LENGTH           bytes, 1 MiB - 128 MiB
@@ -100,6 +102,12 @@ func StackConfig() stack.Config {
 	}
 	if v, ok := str("MC_TCP_BIND_ADDRESS"); ok {
 		c.Engine.BindAddress = v
+	}
+	if v, ok := str("KVFERRY_BIND_ADDR"); ok {
+		c.Engine.ListenIP = strings.TrimSpace(v)
+	}
+	if v, ok := str("KVFERRY_AUTH_KEY_FILE"); ok {
+		c.Engine.AuthKeyFile = strings.TrimSpace(v)
 	}
 	if n, ok := integer("MC_MIN_RPC_PORT", "MC_MIN_PRC_PORT"); ok && n > 0 && n < 65536 {
 		c.Engine.MinRPCPort = int(n)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,6 +20,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/kvferry/kvferry/engine"
+	"github.com/kvferry/kvferry/engine/peerauth"
 	"github.com/kvferry/kvferry/engine/stack"
 	"github.com/kvferry/kvferry/internal/cmem"
 	kvmetrics "github.com/kvferry/kvferry/metrics"
@@ -40,8 +42,9 @@ type Client struct {
 	e        *engine.Engine
 	ownsEng  bool
 	clientID string
-	tenant   string // Config.TenantID, on every key request
-	segName  string // this client's transfer-engine segment name
+	tenant   string         // Config.TenantID, on every key request
+	segName  string         // this client's transfer-engine segment name
+	auth     *peerauth.Keys // the cluster key, or nil
 
 	global   *cmem.Map // the mounted segment's memory (nil: none)
 	segments []*wire.Segment
@@ -96,6 +99,17 @@ func New(ctx context.Context, cfg Config) (_ *Client, err error) {
 	cfg = cfg.withDefaults()
 	c := &Client{cfg: cfg, log: cfg.Logger, kick: make(chan struct{}, 1), clientID: newUUID(), tenant: cfg.TenantID}
 	c.obs = kvmetrics.NewStoreClient(c.counters)
+	// The cluster key authenticates the master connections and the
+	// engine's; the engine's own, when one is given.
+	switch {
+	case cfg.Engine != nil:
+		c.auth = cfg.Engine.Auth()
+	default:
+		if err := cfg.Stack.Engine.LoadAuth(); err != nil {
+			return nil, fmt.Errorf("store client: %w", err)
+		}
+		c.auth = cfg.Stack.Engine.Auth
+	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.hot = newHotCache(cfg.HotCacheBytes, cfg.HotCacheAdmission)
 	defer func() {
@@ -215,7 +229,7 @@ func New(ctx context.Context, cfg Config) (_ *Client, err error) {
 func (c *Client) dialMaster(ctx context.Context, addr string) (*masterConn, error) {
 	if c.cfg.MasterRPC != MasterRPCGRPC {
 		timeout := min(c.cfg.RPCTimeout, wire.DefaultMuxDialTimeout)
-		mux := wire.NewMuxClient(wire.MuxClientConfig{Addr: addr, DialTimeout: timeout})
+		mux := wire.NewMuxClient(wire.MuxClientConfig{Addr: addr, DialTimeout: timeout, Auth: c.auth})
 		dctx, cancel := context.WithTimeout(ctx, timeout)
 		err := mux.Connect(dctx)
 		cancel()
@@ -230,6 +244,9 @@ func (c *Client) dialMaster(ctx context.Context, addr string) (*masterConn, erro
 	}
 	cc, err := grpc.NewClient(addr,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+			return peerauth.Dialer(&net.Dialer{}, c.auth, peerauth.RoleMaster)(ctx, "tcp", addr)
+		}),
 		grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff:           backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
 			MinConnectTimeout: 2 * time.Second,

@@ -31,7 +31,21 @@ func StartMaster(cfg master.Config) client.EmbeddedMasterFunc {
 // Close.
 func NewClient(ctx context.Context, cfg client.Config) (*client.Client, error) {
 	if cfg.StartEmbeddedMaster == nil {
-		cfg.StartEmbeddedMaster = StartMaster(master.Config{Logger: cfg.Logger})
+		cfg.StartEmbeddedMaster = StartMaster(WithClientAuth(master.Config{Logger: cfg.Logger}, cfg))
 	}
 	return client.New(ctx, cfg)
+}
+
+// WithClientAuth gives an embedded master the cluster key of the client
+// that starts it (its engine's, or its stack's key file), so that its
+// port, which other processes of the host can reach, authenticates them.
+func WithClientAuth(mc master.Config, cfg client.Config) master.Config {
+	switch {
+	case mc.Auth != nil || mc.AuthKeyFile != "":
+	case cfg.Engine != nil:
+		mc.Auth = cfg.Engine.Auth()
+	default:
+		mc.Auth, mc.AuthKeyFile = cfg.Stack.Engine.Auth, cfg.Stack.Engine.AuthKeyFile
+	}
+	return mc
 }

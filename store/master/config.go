@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/kvferry/kvferry/engine/peerauth"
 )
 
 // Defaults of mooncake_master (specs/mooncake.md §7.4-7.8).
@@ -195,6 +197,14 @@ type Config struct {
 	MaxKeyBytes, MaxBatchKeys int
 	MaxConns, MaxConnsPerIP   int
 	MaxInflightBytes          int64
+
+	// AuthKeyFile names the cluster key file (--auth_key_file, default
+	// KVFERRY_AUTH_KEY_FILE in kvferry-master): with a key, every
+	// connection to the RPC port (gRPC and mux) proves it holds the key
+	// before its first request (engine/peerauth). Auth is the key itself;
+	// NewServer loads AuthKeyFile into it when nil.
+	AuthKeyFile string
+	Auth        *peerauth.Keys
 }
 
 func (c Config) withDefaults() Config {
@@ -337,5 +347,6 @@ func (c Config) String() string {
 		c.PutStartDiscardTimeout, c.PutStartReleaseTimeout, c.AllocationStrategy,
 		!c.DisableGrants, c.GrantBytes, c.GrantLease, c.MaxGrantsPerClient,
 		c.RPCAddr, c.MetricsAddr, c.EnableHA, c.EtcdEndpoints, c.ClusterID,
-		c.OplogDir, c.OplogFsync, c.EnableOplog, c.RestoreWindow, c.SnapshotRecords, c.SnapshotInterval)
+		c.OplogDir, c.OplogFsync, c.EnableOplog, c.RestoreWindow, c.SnapshotRecords, c.SnapshotInterval) +
+		fmt.Sprintf(" max_key_bytes=%d max_batch_keys=%d auth=%v", c.MaxKeyBytes, c.MaxBatchKeys, c.Auth != nil || c.AuthKeyFile != "")
 }

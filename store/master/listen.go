@@ -71,6 +71,11 @@ func (s *Server) runAccept() {
 // (or nothing in time) closes it.
 func (s *Server) serveConn(conn net.Conn) {
 	defer s.wg.Done()
+	if err := s.guard.Accept(conn); err != nil { // with a cluster key: prove it first
+		s.untrack(conn)
+		conn.Close()
+		return
+	}
 	var first [len(http2Preface)]byte
 	_ = conn.SetReadDeadline(time.Now().Add(helloTimeout))
 	n, err := io.ReadFull(conn, first[:len(wire.MuxHello)])

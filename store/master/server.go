@@ -16,6 +16,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 
+	"github.com/kvferry/kvferry/engine/peerauth"
 	"github.com/kvferry/kvferry/internal/netguard"
 	"github.com/kvferry/kvferry/internal/ratelog"
 	"github.com/kvferry/kvferry/store/ha"
@@ -74,6 +75,7 @@ type Server struct {
 	}
 
 	limit  *netguard.Limiter // connections of the RPC port
+	guard  *peerauth.Guard   // nil without a cluster key
 	budget *netguard.Budget  // bytes of large requests in flight
 	logs   ratelog.Every
 
@@ -99,6 +101,13 @@ func newServer(cfg Config, fence startFence) (*Server, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
+	if cfg.Auth == nil && cfg.AuthKeyFile != "" {
+		ks, err := peerauth.LoadKeyFile(cfg.AuthKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("store master: %w", err)
+		}
+		cfg.Auth = ks
+	}
 	lis, err := net.Listen("tcp", cfg.RPCAddr)
 	if err != nil {
 		return nil, fmt.Errorf("store master listen %s: %w", cfg.RPCAddr, err)
@@ -150,6 +159,7 @@ func newServer(cfg Config, fence startFence) (*Server, error) {
 	}
 
 	s.limit = netguard.NewLimiter(cfg.MaxConns, cfg.MaxConnsPerIP)
+	s.guard = peerauth.NewGuard(cfg.Auth, peerauth.RoleMaster, 0, s.log)
 	s.budget = netguard.NewBudget(cfg.MaxInflightBytes)
 	s.grpc = grpc.NewServer(append(s.grpcLimitOptions(), grpc.ChainUnaryInterceptor(s.statusInterceptor))...)
 	wire.RegisterMasterServer(s.grpc, &handlers{s: s})

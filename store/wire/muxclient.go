@@ -16,6 +16,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/kvferry/kvferry/engine/peerauth"
 )
 
 // Mux client defaults.
@@ -46,6 +48,9 @@ type MuxClientConfig struct {
 	// DialTimeout bounds one connection attempt (default
 	// DefaultMuxDialTimeout).
 	DialTimeout time.Duration
+	// Auth, when set, authenticates each connection with the cluster key
+	// (peerauth, RoleMaster) before the hello.
+	Auth *peerauth.Keys
 }
 
 // MuxClient is a MasterClient over the mux protocol: every call of the
@@ -191,6 +196,10 @@ func (c *MuxClient) dial(ctx context.Context) (*muxConn, error) {
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "tcp", c.cfg.Addr)
 	if err != nil {
+		return nil, err
+	}
+	if err := peerauth.Handshake(ctx, conn, c.cfg.Auth, peerauth.RoleMaster, c.cfg.DialTimeout); err != nil {
+		conn.Close()
 		return nil, err
 	}
 	if dl, ok := ctx.Deadline(); ok {

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/kvferry/kvferry/engine/metadata"
+	"github.com/kvferry/kvferry/engine/peerauth"
 )
 
 // Client timeouts as Mooncake's HTTP metadata plugin sets them
@@ -47,6 +48,9 @@ type Config struct {
 	MaxValueBytes int64
 	// TLS configures https URLs; nil means the system defaults.
 	TLS *tls.Config
+	// Auth, when set, authenticates every connection to the server with
+	// the cluster key (peerauth, RoleMetadata) before the first request.
+	Auth *peerauth.Keys
 	// Logger receives diagnostics; nil discards them.
 	Logger *slog.Logger
 }
@@ -164,7 +168,7 @@ func NewClient(cfg Config) (*Client, error) {
 	dialer := &net.Dialer{Timeout: cfg.ConnectTimeout, KeepAlive: 15 * time.Second}
 	tr := &nethttp.Transport{
 		Proxy:                 nil,
-		DialContext:           dialer.DialContext,
+		DialContext:           peerauth.Dialer(dialer, cfg.Auth, peerauth.RoleMetadata),
 		TLSClientConfig:       cfg.TLS,
 		TLSHandshakeTimeout:   cfg.ConnectTimeout,
 		MaxIdleConnsPerHost:   4,

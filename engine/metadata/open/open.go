@@ -16,6 +16,7 @@ import (
 	"github.com/kvferry/kvferry/engine/metadata"
 	"github.com/kvferry/kvferry/engine/metadata/etcd"
 	mdhttp "github.com/kvferry/kvferry/engine/metadata/http"
+	"github.com/kvferry/kvferry/engine/peerauth"
 	"github.com/kvferry/kvferry/engine/rpc"
 )
 
@@ -147,6 +148,10 @@ type Options struct {
 	Etcd etcd.Config
 	// RPC configures the P2P backend's socket RPC calls.
 	RPC rpc.ClientConfig
+	// Auth is the cluster key: it authenticates the P2P RPC calls and the
+	// connections to an HTTP metadata server (it fills RPC.Auth and
+	// HTTP.Auth where they are nil). etcd has its own authentication.
+	Auth *peerauth.Keys
 	// Logger is used by every backend whose own Logger is nil; nil
 	// discards.
 	Logger *slog.Logger
@@ -168,6 +173,12 @@ func Open(ctx context.Context, conn string, opts Options) (metadata.Backend, err
 		if err := opts.KV.Validate(); err != nil {
 			return nil, fmt.Errorf("open metadata %s: %w", conn, err)
 		}
+	}
+	if opts.RPC.Auth == nil {
+		opts.RPC.Auth = opts.Auth
+	}
+	if opts.HTTP.Auth == nil {
+		opts.HTTP.Auth = opts.Auth
 	}
 	switch c.Kind {
 	case KindP2P:

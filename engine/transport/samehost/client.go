@@ -17,6 +17,7 @@ import (
 
 	"github.com/kvferry/kvferry/engine"
 	"github.com/kvferry/kvferry/engine/descriptor"
+	"github.com/kvferry/kvferry/engine/peerauth"
 	"github.com/kvferry/kvferry/metrics"
 )
 
@@ -236,6 +237,9 @@ func (b *base) dial(p *engine.Peer, sock string) (*session, error) {
 		return nil, fmt.Errorf("socket owned by pid %d, descriptor names pid %d: %w", pid, want, errProtocol)
 	}
 	s.pid = pid
+	if err := peerauth.Handshake(ctx, c, b.e.Auth(), peerauth.RoleSameHost, timeout); err != nil {
+		return nil, err
+	}
 	_ = c.SetDeadline(time.Now().Add(timeout))
 	h := hello{kind: b.kind}
 	switch b.kind {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/kvferry/kvferry/engine"
 	"github.com/kvferry/kvferry/engine/descriptor"
+	"github.com/kvferry/kvferry/engine/peerauth"
 	"github.com/kvferry/kvferry/internal/cmem"
 	"github.com/kvferry/kvferry/internal/netguard"
 	"github.com/kvferry/kvferry/internal/ratelog"
@@ -47,6 +48,7 @@ type node struct {
 	}
 	served, rejected atomic.Uint64
 	logs             ratelog.Every
+	guard            *peerauth.Guard // nil without a cluster key
 }
 
 // ownerSession is one initiator connection as the owner sees it.
@@ -101,6 +103,7 @@ func (n *node) release() {
 // socket logs why and serves nothing (its engine still initiates).
 func newNode(e *engine.Engine, cfg Config) *node {
 	n := &node{e: e, cfg: cfg, log: e.Logger().With("transport", "samehost"), ctlFd: -1}
+	n.guard = peerauth.NewGuard(e.Auth(), peerauth.RoleSameHost, 0, n.log)
 	n.mu.sessions = make(map[*ownerSession]struct{})
 	ctl, fd, err := newMemfd("kvferry-ctl", ctlBytes, true)
 	if err != nil {
@@ -159,9 +162,11 @@ func (n *node) mirrorLocked() {
 	// The snapshot is taken under n.mu, so that a removal reported after it
 	// (regionsRemoved, which also takes n.mu) is never undone by it.
 	regs := n.e.Regions()
-	rows := make([]entry, len(regs))
-	for i, r := range regs {
-		rows[i] = entry{addr: uint64(r.Addr), length: r.Length}
+	rows := make([]entry, 0, len(regs))
+	for _, r := range regs {
+		if n.e.RemoteServable(r) { // with a cluster key, only remotely accessible memory
+			rows = append(rows, entry{addr: uint64(r.Addr), length: r.Length})
+		}
 	}
 	removed := false
 	j := 0
@@ -347,6 +352,9 @@ func (n *node) remove(s *ownerSession) {
 // initiator goes away.
 func (n *node) serve(c *net.UnixConn) {
 	defer c.Close()
+	if err := n.guard.Accept(c); err != nil {
+		return // counted and logged by the guard
+	}
 	_ = c.SetDeadline(time.Now().Add(n.e.Config().ConnectTimeout))
 	buf := make([]byte, maxReqSize+1)
 	k, err := c.Read(buf)
@@ -460,7 +468,7 @@ func (n *node) serveShm(s *ownerSession, buf []byte, chunks uint32, chunkBytes u
 				st[i] = entryBad
 				continue
 			}
-			pin := n.e.Pin(e.addr, e.length)
+			pin := n.e.PinRemote(e.addr, e.length)
 			if pin == nil {
 				st[i] = entryRejected
 				n.rejected.Add(1)

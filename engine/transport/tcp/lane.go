@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kvferry/kvferry/engine"
+	"github.com/kvferry/kvferry/engine/peerauth"
 	"github.com/kvferry/kvferry/internal/cmem"
 	"github.com/kvferry/kvferry/internal/cuda"
 	"github.com/kvferry/kvferry/metrics"
@@ -153,6 +154,10 @@ func (l *lane) dial() (*conn, error) {
 	l.dialed = true
 	if tc, ok := c.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
+	}
+	if err := peerauth.Handshake(l.t.ctx, c, l.t.e.Auth(), peerauth.RoleData, l.t.cfg.ConnectTimeout); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("connect to %s: %w", l.addr, err)
 	}
 	rd, err := newConnReader(c)
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kvferry/kvferry/engine"
+	"github.com/kvferry/kvferry/engine/peerauth"
 	"github.com/kvferry/kvferry/internal/cmem"
 	"github.com/kvferry/kvferry/internal/cuda"
 	"github.com/kvferry/kvferry/internal/netguard"
@@ -26,6 +27,7 @@ type server struct {
 	mu    sync.Mutex
 	conns map[net.Conn]struct{}
 	limit *netguard.Limiter
+	guard *peerauth.Guard // nil without a cluster key
 
 	rejected atomic.Uint64
 	served   atomic.Uint64
@@ -191,6 +193,9 @@ func (s *server) serveConn(c net.Conn) {
 	if tc, ok := c.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 	}
+	if err := s.guard.Accept(c); err != nil {
+		return // counted and logged by the guard
+	}
 	rd, err := newConnReader(c)
 	if err != nil {
 		s.t.log.Error("tcp server: no read buffer", "err", err)
@@ -241,7 +246,7 @@ func (s *server) serveConn(c net.Conn) {
 			s.t.obs.Refused(metrics.RefusedMalformed)
 			return
 		}
-		pin := s.t.e.Pin(h.Addr, h.Size)
+		pin := s.t.e.PinRemote(h.Addr, h.Size)
 		if pin == nil {
 			s.rejected.Add(1)
 			s.t.obs.Refused(metrics.RefusedRange)

@@ -14,6 +14,7 @@ import (
 	"github.com/kvferry/kvferry/engine"
 	"github.com/kvferry/kvferry/engine/descriptor"
 	"github.com/kvferry/kvferry/engine/gpu"
+	"github.com/kvferry/kvferry/engine/peerauth"
 	"github.com/kvferry/kvferry/internal/netguard"
 	"github.com/kvferry/kvferry/internal/ratelog"
 	"github.com/kvferry/kvferry/metrics"
@@ -145,7 +146,8 @@ func New(e *engine.Engine, cfg Config) (*Transport, error) {
 	t := &Transport{e: e, cfg: cfg, log: e.Logger().With("transport", Name), port: port, obs: e.MetricSet().Server(Name)}
 	t.ctx, t.cancel = context.WithCancel(e.Context())
 	t.peers.m = make(map[string]*peerConns)
-	t.srv = &server{t: t, ln: ln, conns: make(map[net.Conn]struct{}), limit: netguard.NewLimiter(cfg.MaxConns, cfg.MaxConnsPerIP)}
+	t.srv = &server{t: t, ln: ln, conns: make(map[net.Conn]struct{}), limit: netguard.NewLimiter(cfg.MaxConns, cfg.MaxConnsPerIP),
+		guard: peerauth.NewGuard(ec.Auth, peerauth.RoleData, 0, t.log)}
 	t.srv.wg.Add(1)
 	go t.srv.runAccept()
 	return t, nil
