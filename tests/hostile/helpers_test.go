@@ -75,14 +75,20 @@ const (
 
 func newNode(t testing.TB, key string, transports ...string) *node {
 	t.Helper()
+	return newNodeTCP(t, key, tcp.Config{}, transports...)
+}
+
+func newNodeTCP(t testing.TB, key string, tc tcp.Config, transports ...string) *node {
+	t.Helper()
 	if len(transports) == 0 {
 		transports = []string{"tcp"}
 	}
-	ec := engine.Config{LocalServerName: "127.0.0.1", Transports: transports, TransferTimeout: 20 * time.Second}
+	ec := engine.Config{LocalServerName: "127.0.0.1", Transports: transports, TransferTimeout: 20 * time.Second,
+		NotifyPeerBytes: 1 << 20}
 	if key != "" {
 		ec.AuthKeyFile = keyFile(t, key)
 	}
-	e, err := stack.New(context.Background(), stack.Config{Engine: ec})
+	e, err := stack.New(context.Background(), stack.Config{Engine: ec, TCP: tc})
 	assert.NilError(t, err)
 	t.Cleanup(func() { e.Close() })
 	n := &node{e: e}
@@ -123,50 +129,66 @@ func fill(b []byte, seed uint64) {
 }
 
 // honest moves bytes between a peer with the right key and the target in a
-// loop (write a fresh pattern, read it back, compare) until stopped.
+// loop (write a fresh pattern, read it back, compare) until stopped. The
+// peer lives as long as the test; each attack runs one loop.
 type honest struct {
+	peer  *node
+	seg   engine.SegmentID
 	done  chan struct{}
 	stopc chan struct{}
 	ok    atomic.Int64
 	err   atomic.Pointer[error]
 }
 
-func startHonest(t *testing.T, target *node, key string) *honest {
+const honestBytes = 1 << 20
+
+func newHonest(t *testing.T, target *node, key string) *honest {
 	t.Helper()
-	peer := newNode(t, key)
-	seg, err := peer.e.OpenSegment(context.Background(), target.e.SegmentName())
+	h := &honest{peer: newNode(t, key)}
+	var err error
+	h.seg, err = h.peer.e.OpenSegment(context.Background(), target.e.SegmentName())
 	assert.NilError(t, err)
-	h := &honest{done: make(chan struct{}), stopc: make(chan struct{})}
-	const n = 1 << 20
-	src, back := peer.work.Bytes()[:n], peer.work.Bytes()[n:2*n]
+	assert.NilError(t, h.once(target, 0), "warm-up")
+	return h
+}
+
+func (h *honest) once(target *node, i uint64) error {
+	src, back := h.peer.work.Bytes()[:honestBytes], h.peer.work.Bytes()[honestBytes:2*honestBytes]
+	fill(src, 100+i)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err := h.peer.e.Transfer(ctx, []engine.Request{{Op: engine.OpWrite, Source: h.peer.work.Addr(), Target: h.seg,
+		TargetOffset: uint64(target.work.Addr()), Length: honestBytes}})
+	if err == nil {
+		err = h.peer.e.Transfer(ctx, []engine.Request{{Op: engine.OpRead, Source: h.peer.work.Addr() + honestBytes, Target: h.seg,
+			TargetOffset: uint64(target.work.Addr()), Length: honestBytes}})
+	}
+	if err == nil && !bytes.Equal(src, back) {
+		err = errors.New("honest transfer: bytes differ")
+	}
+	return err
+}
+
+// start runs the loop until stop.
+func (h *honest) start(target *node) {
+	h.done, h.stopc = make(chan struct{}), make(chan struct{})
+	h.ok.Store(0)
+	h.err.Store(nil)
 	go func() {
 		defer close(h.done)
-		for i := uint64(0); ; i++ {
+		for i := uint64(1); ; i++ {
 			select {
 			case <-h.stopc:
 				return
 			default:
 			}
-			fill(src, 100+i)
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			err := peer.e.Transfer(ctx, []engine.Request{{Op: engine.OpWrite, Source: peer.work.Addr(), Target: seg,
-				TargetOffset: uint64(target.work.Addr()), Length: n}})
-			if err == nil {
-				err = peer.e.Transfer(ctx, []engine.Request{{Op: engine.OpRead, Source: peer.work.Addr() + n, Target: seg,
-					TargetOffset: uint64(target.work.Addr()), Length: n}})
-			}
-			cancel()
-			if err == nil && !bytes.Equal(src, back) {
-				err = errors.New("honest transfer: bytes differ")
-			}
-			if err != nil {
+			if err := h.once(target, i); err != nil {
 				h.err.Store(&err)
 				return
 			}
 			h.ok.Add(1)
 		}
 	}()
-	return h
 }
 
 // stop ends the loop once at least one more transfer completed, and

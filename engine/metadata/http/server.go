@@ -288,6 +288,10 @@ func (s *Server) ServeHTTP(w nethttp.ResponseWriter, r *nethttp.Request) {
 }
 
 func (s *Server) put(w nethttp.ResponseWriter, r *nethttp.Request, key string) {
+	if r.ContentLength > s.cfg.MaxValueBytes { // refused before a byte of it is read
+		reply(w, nethttp.StatusRequestEntityTooLarge, fmt.Sprintf("value exceeds %d bytes", s.cfg.MaxValueBytes))
+		return
+	}
 	body, err := io.ReadAll(nethttp.MaxBytesReader(w, r.Body, s.cfg.MaxValueBytes))
 	if err != nil {
 		var mbe *nethttp.MaxBytesError
