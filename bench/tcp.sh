@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # Loopback TCP benchmark: iperf3 (one stream) as the baseline, then
 # kvferry-bench over the TCP transport at 4 KiB, 64 KiB, 1 MiB and 4 MiB,
-# batch 1 and 128, read and write, between two processes. Prints a markdown
-# table with each figure's ratio to iperf3, measured in the same run, then
+# batch 1 and 128, read and write, between two processes. Each row runs
+# twice in the same run: without a cluster key and with one
+# (KVFERRY_AUTH_KEY_FILE: every connection authenticated), against two
+# targets started side by side (AUTH=0: plain only). Prints a markdown
+# table with each figure's ratio to iperf3 and of authenticated to plain,
+# measured in the same run, then
 # what the per-request metrics cost: 4 KiB batch 128 write and read with
 # metrics on and off (KVFERRY_METRICS=off on both sides), PAIRS alternating
 # pairs, medians compared.
@@ -63,26 +67,44 @@ sleep 0.5
 IPERF=$(iperf3 -c 127.0.0.1 -p 5299 -t "$DURATION" -J | python3 -c 'import json,sys; print(json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"]/8e9)')
 wait || true
 
+AUTH="${AUTH:-1}"
+KEY="$T/cluster.key"
+head -c 32 /dev/urandom | base64 > "$KEY"
+chmod 600 "$KEY"
 MC_FORCE_TCP=1 "$BIN" --mode=target --protocol=tcp --buffer_size=$BUF --ready_file="$T/ready" >/dev/null &
-for _ in $(seq 1 100); do [ -s "$T/ready" ] && break; sleep 0.1; done
-SEG=$(cat "$T/ready")
+SEG=$(wait_ready "$T/ready")
+SEG_AUTH=
+if [ "$AUTH" = 1 ]; then
+  KVFERRY_AUTH_KEY_FILE="$KEY" MC_FORCE_TCP=1 "$BIN" --mode=target --protocol=tcp --buffer_size=$BUF --ready_file="$T/ready_auth" >/dev/null &
+  SEG_AUTH=$(wait_ready "$T/ready_auth")
+fi
 
-printf "| op | block | batch | threads | GB/s | ops/s | vs iperf3 |\n|---|---|---|---|---|---|---|\n"
-printf "| iperf3 (1 stream) | | | | %.2f | | 1.00 |\n" "$IPERF"
+# run SEG KEYFILE OP BS BATCH THREADS prints one initiator run's JSON.
+run() {
+  local env=(MC_FORCE_TCP=1)
+  [ -n "$2" ] && env+=(KVFERRY_AUTH_KEY_FILE="$2")
+  env "${env[@]}" "$BIN" --mode=initiator --protocol=tcp --segment_id="$1" --operation="$3" \
+    --block_size="$4" --batch_size="$5" --threads="$6" --duration="$DURATION" --buffer_size=$BUF --json
+}
+
+printf "| op | block | batch | threads | GB/s | ops/s | vs iperf3 | GB/s with auth | auth / plain |\n|---|---|---|---|---|---|---|---|---|\n"
+printf "| iperf3 (1 stream) | | | | %.2f | | 1.00 | | |\n" "$IPERF"
 for op in write read; do
   for bs in 4096 65536 1048576 4194304; do
     for batch in 1 128; do
       th=$THREADS
       while [ $((bs * batch * th)) -gt $BUF ]; do th=$((th / 2)); done
       [ "$th" -lt 1 ] && th=1
-      out=$(MC_FORCE_TCP=1 "$BIN" --mode=initiator --protocol=tcp --segment_id="$SEG" --operation=$op \
-            --block_size=$bs --batch_size=$batch --threads=$th --duration="$DURATION" --buffer_size=$BUF --json)
-      python3 - "$out" "$IPERF" "$op" "$bs" "$batch" "$th" <<'PY'
+      out=$(run "$SEG" "" $op $bs $batch $th)
+      auth='{}'
+      [ "$AUTH" = 1 ] && auth=$(run "$SEG_AUTH" "$KEY" $op $bs $batch $th)
+      python3 - "$out" "$IPERF" "$op" "$bs" "$batch" "$th" "$auth" <<'PY'
 import json, sys
-r = json.loads(sys.argv[1]); ip = float(sys.argv[2])
+r = json.loads(sys.argv[1]); ip = float(sys.argv[2]); a = json.loads(sys.argv[7])
 bs = int(sys.argv[4])
 size = f"{bs // 1024} KiB" if bs < 1 << 20 else f"{bs >> 20} MiB"
-print(f"| {sys.argv[3]} | {size} | {sys.argv[5]} | {sys.argv[6]} | {r['gb_per_s']:.2f} | {r['ops_per_s']:.0f} | {r['gb_per_s'] / ip:.2f} |")
+auth = f"{a['gb_per_s']:.2f} | {a['gb_per_s'] / r['gb_per_s']:.2f}" if a else " | "
+print(f"| {sys.argv[3]} | {size} | {sys.argv[5]} | {sys.argv[6]} | {r['gb_per_s']:.2f} | {r['ops_per_s']:.0f} | {r['gb_per_s'] / ip:.2f} | {auth} |")
 PY
     done
   done

@@ -8,6 +8,7 @@ import (
 
 	"github.com/kvferry/kvferry/engine/metadata"
 	"github.com/kvferry/kvferry/engine/peerauth"
+	"github.com/kvferry/kvferry/engine/tlsconf"
 )
 
 // Defaults (Mooncake's where one exists, specs/mooncake.md §2.4, §2.6).
@@ -57,6 +58,15 @@ type Config struct {
 	// Auth is the cluster key itself; New loads AuthKeyFile into it when
 	// nil.
 	Auth *peerauth.Keys
+	// TLSFiles name the PEM files of TLS on the socket RPC port (P2P
+	// handshake, notifications, probes, RDMA connect) and on the engine's
+	// connections to an https metadata server and a store master
+	// (KVFERRY_TLS_CERT_FILE, KVFERRY_TLS_KEY_FILE, KVFERRY_TLS_CA_FILE;
+	// engine/tlsconf). TLS is kvferry-to-kvferry only; the data port is
+	// not encrypted. TLS is the loaded form; New loads TLSFiles into it
+	// when nil.
+	TLSFiles tlsconf.Files
+	TLS      *tlsconf.Pair
 	// MinRPCPort and MaxRPCPort bound the random RPC and data ports
 	// (MC_MIN_RPC_PORT, MC_MAX_RPC_PORT; default 15000-17000).
 	MinRPCPort, MaxRPCPort int
@@ -172,6 +182,9 @@ func (c Config) String() string {
 	fmt.Fprintf(&b, "metadata=%s local_server_name=%s bind=%q listen=%q rpc_ports=%d-%d connect_timeout=%s transfer_timeout=%s transports=%v force=%q auth=%s",
 		c.MetadataConn, c.LocalServerName, c.BindAddress, c.ListenIP, c.MinRPCPort, c.MaxRPCPort, c.ConnectTimeout, c.TransferTimeout, c.Transports, c.ForceTransport,
 		authString(c.Auth))
+	if c.TLS != nil {
+		b.WriteString(" tls=on")
+	}
 	return b.String()
 }
 
@@ -182,17 +195,23 @@ func authString(k *peerauth.Keys) string {
 	return fmt.Sprintf("on(key %s, %d keys)", k.Fingerprint(), k.Len())
 }
 
-// LoadAuth loads AuthKeyFile into Auth unless Auth is set already; a key
-// file that cannot be used is an error (the engine never falls back to no
-// authentication).
-func (c *Config) LoadAuth() error {
-	if c.Auth != nil || c.AuthKeyFile == "" {
-		return nil
+// LoadSecurity loads AuthKeyFile into Auth and TLSFiles into TLS unless
+// they are set already; a file that cannot be used is an error (the
+// engine never falls back to less security than it was asked for).
+func (c *Config) LoadSecurity() error {
+	if c.Auth == nil && c.AuthKeyFile != "" {
+		ks, err := peerauth.LoadKeyFile(c.AuthKeyFile)
+		if err != nil {
+			return fmt.Errorf("engine config: %w: %w", err, ErrInvalidArgument)
+		}
+		c.Auth = ks
 	}
-	ks, err := peerauth.LoadKeyFile(c.AuthKeyFile)
-	if err != nil {
-		return fmt.Errorf("engine config: %w: %w", err, ErrInvalidArgument)
+	if c.TLS == nil && c.TLSFiles.Enabled() {
+		p, err := tlsconf.Load(c.TLSFiles)
+		if err != nil {
+			return fmt.Errorf("engine config: %w: %w", err, ErrInvalidArgument)
+		}
+		c.TLS = p
 	}
-	c.Auth = ks
 	return nil
 }

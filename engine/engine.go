@@ -111,7 +111,7 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if err := cfg.LoadAuth(); err != nil {
+	if err := cfg.LoadSecurity(); err != nil {
 		return nil, err
 	}
 	e := &Engine{cfg: cfg, log: cfg.Logger, meta: cfg.Metadata, hostID: localHost()}
@@ -158,7 +158,8 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 	local := &Peer{ID: LocalSegment, Name: e.name, Endpoint: descriptor.RPCMeta{IPOrHostName: host, RPCPort: port}}
 	e.segments.byID = []*Peer{local}
 	e.segments.byName[e.name] = local
-	e.rpcSrv = rpc.NewServer(ln, e.handleRPC, rpc.ServerConfig{MaxMessage: cfg.HandshakeMaxLength, Logger: e.log, Auth: cfg.Auth})
+	e.rpcSrv = rpc.NewServer(ln, e.handleRPC, rpc.ServerConfig{MaxMessage: cfg.HandshakeMaxLength, Logger: e.log, Auth: cfg.Auth,
+		TLS: cfg.TLS.ServerConfig()})
 
 	for _, name := range cfg.Transports {
 		// Published once below, with every transport.

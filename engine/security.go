@@ -7,13 +7,18 @@ import (
 
 	"github.com/kvferry/kvferry/engine/peerauth"
 	"github.com/kvferry/kvferry/engine/rpc"
+	"github.com/kvferry/kvferry/engine/tlsconf"
 )
 
 // RPCClientConfig is how this engine calls peers' RPC ports: its connect
 // timeout, frame cap and cluster key.
 func (e *Engine) RPCClientConfig() rpc.ClientConfig {
-	return rpc.ClientConfig{ConnectTimeout: e.cfg.ConnectTimeout, MaxMessage: e.cfg.HandshakeMaxLength, Auth: e.cfg.Auth}
+	return rpc.ClientConfig{ConnectTimeout: e.cfg.ConnectTimeout, MaxMessage: e.cfg.HandshakeMaxLength, Auth: e.cfg.Auth,
+		TLS: e.cfg.TLS.ClientConfig()}
 }
+
+// TLS returns the control plane's TLS configuration, or nil.
+func (e *Engine) TLS() *tlsconf.Pair { return e.cfg.TLS }
 
 // Auth returns the cluster key, or nil when authentication is off.
 func (e *Engine) Auth() *peerauth.Keys { return e.cfg.Auth }

@@ -32,6 +32,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -45,6 +46,7 @@ import (
 
 	mdhttp "github.com/kvferry/kvferry/engine/metadata/http"
 	"github.com/kvferry/kvferry/engine/peerauth"
+	"github.com/kvferry/kvferry/engine/tlsconf"
 	"github.com/kvferry/kvferry/internal/hostenv"
 	"github.com/kvferry/kvferry/internal/ratelog"
 	"github.com/kvferry/kvferry/store/ha"
@@ -170,6 +172,10 @@ func parse(args []string) (*options, error) {
 	defKey, _ := hostenv.Getenv("KVFERRY_AUTH_KEY_FILE")
 	fs.StringVar(&cfg.AuthKeyFile, "auth_key_file", defKey,
 		"cluster key file: every client (and HTTP metadata peer) must prove it holds the key (kvferry; default KVFERRY_AUTH_KEY_FILE)")
+	envTLS := hostenv.TLSFiles()
+	fs.StringVar(&cfg.TLSFiles.Cert, "tls_cert_file", envTLS.Cert, "TLS certificate of the RPC and HTTP metadata ports (kvferry; default KVFERRY_TLS_CERT_FILE)")
+	fs.StringVar(&cfg.TLSFiles.Key, "tls_key_file", envTLS.Key, "TLS private key (kvferry; default KVFERRY_TLS_KEY_FILE)")
+	fs.StringVar(&cfg.TLSFiles.CA, "tls_ca_file", envTLS.CA, "CA that signs client certificates; required with TLS (kvferry; default KVFERRY_TLS_CA_FILE)")
 	fs.IntVar(&cfg.MaxKeyBytes, "max_key_bytes", 0, "largest object key in bytes (kvferry; default 4096)")
 	fs.IntVar(&cfg.MaxBatchKeys, "max_batch_keys", 0, "most keys in one batch call (kvferry; default 65536)")
 	fs.Float64Var(&cfg.OffloadWatermark, "ssd_offload_watermark", master.DefaultOffloadWatermark,
@@ -275,7 +281,17 @@ func run(args []string) error {
 			return err
 		}
 		metaHTTP = mdhttp.HTTPServer(metaSrv, 0, log)
-		go func() { _ = metaHTTP.Serve(peerauth.Listen(mdhttp.GuardListener(ln, "metadata", log), guard)) }() // stopped by Shutdown below
+		l := peerauth.Listen(mdhttp.GuardListener(ln, "metadata", log), guard)
+		if cfg.TLSFiles.Enabled() {
+			p, err := tlsconf.Load(cfg.TLSFiles)
+			if err != nil || p.Server == nil {
+				_ = metaSrv.Close()
+				ln.Close()
+				return fmt.Errorf("http metadata server TLS: %w (a certificate and key are needed)", err)
+			}
+			l = tls.NewListener(l, p.Server)
+		}
+		go func() { _ = metaHTTP.Serve(l) }() // stopped by Shutdown below
 		fmt.Printf("metadata on %s\n", ln.Addr())
 	}
 

@@ -15,6 +15,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -30,6 +31,7 @@ import (
 
 	mdhttp "github.com/kvferry/kvferry/engine/metadata/http"
 	"github.com/kvferry/kvferry/engine/peerauth"
+	"github.com/kvferry/kvferry/engine/tlsconf"
 	"github.com/kvferry/kvferry/internal/hostenv"
 	"github.com/kvferry/kvferry/internal/ratelog"
 )
@@ -52,6 +54,11 @@ func run(args []string) error {
 	maxValue := fs.Int64("max-value-bytes", mdhttp.DefaultServerMaxValueBytes, "largest accepted value in bytes")
 	defKey, _ := hostenv.Getenv("KVFERRY_AUTH_KEY_FILE")
 	keyFile := fs.String("auth-key-file", defKey, "cluster key file: every peer must prove it holds the key (default KVFERRY_AUTH_KEY_FILE)")
+	envTLS := hostenv.TLSFiles()
+	var tf tlsconf.Files
+	fs.StringVar(&tf.Cert, "tls-cert-file", envTLS.Cert, "TLS certificate: serve https (default KVFERRY_TLS_CERT_FILE)")
+	fs.StringVar(&tf.Key, "tls-key-file", envTLS.Key, "TLS private key (default KVFERRY_TLS_KEY_FILE)")
+	fs.StringVar(&tf.CA, "tls-ca-file", envTLS.CA, "CA that signs client certificates; required with TLS (default KVFERRY_TLS_CA_FILE)")
 	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -95,6 +102,19 @@ func run(args []string) error {
 		}
 		ln = peerauth.Listen(ln, peerauth.NewGuard(ks, peerauth.RoleMetadata, 0, log))
 		log.Info("peer authentication on", "key", ks.Fingerprint())
+	}
+	if tf.Enabled() {
+		p, err := tlsconf.Load(tf)
+		if err == nil && p.Server == nil {
+			err = fmt.Errorf("%w: TLS needs -tls-cert-file and -tls-key-file", tlsconf.ErrFiles)
+		}
+		if err != nil {
+			ln.Close()
+			_ = srv.Close()
+			return err
+		}
+		ln = tls.NewListener(ln, p.Server)
+		log.Info("TLS on (clients need certificates signed by the CA)")
 	}
 	log.Info("metadata server started", "addr", ln.Addr().String(), "path", *path,
 		"snapshot", *snapshot, "ttl", *ttl, "entries", srv.Len())

@@ -2,11 +2,13 @@ package rpc
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"time"
 
 	"github.com/kvferry/kvferry/engine/peerauth"
+	"github.com/kvferry/kvferry/engine/tlsconf"
 )
 
 // ClientConfig bounds a Call. The zero value works.
@@ -21,6 +23,9 @@ type ClientConfig struct {
 	// Auth, when set, authenticates the connection (peerauth, RoleRPC)
 	// before the request is sent.
 	Auth *peerauth.Keys
+	// TLS, when set, runs the call over TLS (after Auth); the server name
+	// is the host of the address called unless TLS names one.
+	TLS *tls.Config
 }
 
 func (c ClientConfig) withDefaults() ClientConfig {
@@ -72,6 +77,13 @@ func Call(ctx context.Context, addr string, t Type, body []byte, cfg ClientConfi
 		if err := peerauth.Client(c, cfg.Auth, peerauth.RoleRPC); err != nil {
 			return nil, &CallError{Addr: addr, Type: t, Stage: "auth", Err: err}
 		}
+	}
+	if cfg.TLS != nil {
+		tc := tls.Client(c, tlsconf.ForAddr(cfg.TLS, addr))
+		if err := tc.HandshakeContext(ctx); err != nil {
+			return nil, &CallError{Addr: addr, Type: t, Stage: "auth", Err: fmt.Errorf("tls: %w", err)}
+		}
+		c = tc
 	}
 	if err := WriteFrame(c, t, body); err != nil {
 		return nil, &CallError{Addr: addr, Type: t, Stage: "send", Err: err}

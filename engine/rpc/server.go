@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -53,6 +54,8 @@ type ServerConfig struct {
 	// Auth, when set, makes every connection prove it holds the cluster
 	// key (peerauth, RoleRPC) before its request is read.
 	Auth *peerauth.Keys
+	// TLS, when set, serves every connection over TLS (after Auth).
+	TLS *tls.Config
 }
 
 func (c ServerConfig) withDefaults() ServerConfig {
@@ -180,6 +183,15 @@ func (s *Server) serve(c net.Conn) {
 		return
 	}
 	_ = c.SetDeadline(time.Now().Add(s.cfg.RecvTimeout))
+	if s.cfg.TLS != nil {
+		tc := tls.Server(c, s.cfg.TLS)
+		if err := tc.Handshake(); err != nil {
+			s.bad.Add(1)
+			s.warn("tls", "rpc connection refused: TLS handshake", "peer", peer.String(), "err", err)
+			return
+		}
+		c = tc
+	}
 	t, body, err := ReadFrame(c, s.cfg.MaxMessage)
 	if err != nil {
 		if s.ctx.Err() == nil {
@@ -208,7 +220,7 @@ func (s *Server) serve(c net.Conn) {
 		s.cfg.Logger.Debug("rpc write reply failed", "peer", peer.String(), "err", err)
 		return
 	}
-	if tc, ok := c.(*net.TCPConn); ok {
+	if tc, ok := c.(interface{ CloseWrite() error }); ok { // TCP or TLS
 		_ = tc.CloseWrite()
 		// Wait for the client to close its side, bounded by the deadline.
 		var b [1]byte

@@ -133,6 +133,9 @@ func OpenMetadata(ctx context.Context, conn string, ec engine.Config, mo open.Op
 	if mo.Auth == nil {
 		mo.Auth = ec.Auth
 	}
+	if mo.TLS == nil {
+		mo.TLS = ec.TLS.ClientConfig()
+	}
 	if mo.Logger == nil {
 		mo.Logger = ec.Logger
 	}
@@ -152,7 +155,7 @@ func New(ctx context.Context, cfg Config) (*engine.Engine, error) {
 	if ec.MetadataConn == "" {
 		ec.MetadataConn = metadata.P2PHandshake
 	}
-	if err := ec.LoadAuth(); err != nil { // the metadata backend needs the key too
+	if err := ec.LoadSecurity(); err != nil { // the metadata backend needs the key too
 		return nil, err
 	}
 	if ec.Metadata == nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/kvferry/kvferry/engine/gpu"
 	"github.com/kvferry/kvferry/engine/stack"
+	"github.com/kvferry/kvferry/engine/tlsconf"
 	"github.com/kvferry/kvferry/internal/ratelog"
 )
 
@@ -65,6 +66,7 @@ func Set(name string) bool {
 //	MC_TCP_BIND_ADDRESS               address to bind and advertise
 //	KVFERRY_BIND_ADDR                 address to bind (not advertised), e.g. 0.0.0.0
 //	KVFERRY_AUTH_KEY_FILE             cluster key file: authenticate every peer (engine/peerauth)
+//	KVFERRY_TLS_CERT_FILE, KVFERRY_TLS_KEY_FILE, KVFERRY_TLS_CA_FILE  control-plane TLS (engine/tlsconf)
 //	MC_MIN_RPC_PORT, MC_MAX_RPC_PORT  port range (aliases MC_MIN_PRC_PORT, MC_MAX_PRC_PORT)
 //	MC_HANDSHAKE_CONNECT_TIMEOUT      seconds
 //	MC_HANDSHAKE_MAX_LENGTH           bytes, 1 MiB - 128 MiB
@@ -109,6 +111,7 @@ func StackConfig() stack.Config {
 	if v, ok := str("KVFERRY_AUTH_KEY_FILE"); ok {
 		c.Engine.AuthKeyFile = strings.TrimSpace(v)
 	}
+	c.Engine.TLSFiles = TLSFiles()
 	if n, ok := integer("MC_MIN_RPC_PORT", "MC_MIN_PRC_PORT"); ok && n > 0 && n < 65536 {
 		c.Engine.MinRPCPort = int(n)
 	}
@@ -291,4 +294,14 @@ func MetricsMaxPeers() int {
 		return int(n)
 	}
 	return 0
+}
+
+// TLSFiles returns the control plane's TLS files (KVFERRY_TLS_CERT_FILE,
+// KVFERRY_TLS_KEY_FILE, KVFERRY_TLS_CA_FILE).
+func TLSFiles() tlsconf.Files {
+	var f tlsconf.Files
+	f.Cert, _ = str("KVFERRY_TLS_CERT_FILE")
+	f.Key, _ = str("KVFERRY_TLS_KEY_FILE")
+	f.CA, _ = str("KVFERRY_TLS_CA_FILE")
+	return f
 }

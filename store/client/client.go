@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -17,6 +18,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/kvferry/kvferry/engine"
@@ -45,6 +47,7 @@ type Client struct {
 	tenant   string         // Config.TenantID, on every key request
 	segName  string         // this client's transfer-engine segment name
 	auth     *peerauth.Keys // the cluster key, or nil
+	tls      *tls.Config    // control-plane TLS toward the master, or nil
 
 	global   *cmem.Map // the mounted segment's memory (nil: none)
 	segments []*wire.Segment
@@ -103,12 +106,12 @@ func New(ctx context.Context, cfg Config) (_ *Client, err error) {
 	// engine's; the engine's own, when one is given.
 	switch {
 	case cfg.Engine != nil:
-		c.auth = cfg.Engine.Auth()
+		c.auth, c.tls = cfg.Engine.Auth(), cfg.Engine.TLS().ClientConfig()
 	default:
-		if err := cfg.Stack.Engine.LoadAuth(); err != nil {
+		if err := cfg.Stack.Engine.LoadSecurity(); err != nil {
 			return nil, fmt.Errorf("store client: %w", err)
 		}
-		c.auth = cfg.Stack.Engine.Auth
+		c.auth, c.tls = cfg.Stack.Engine.Auth, cfg.Stack.Engine.TLS.ClientConfig()
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.hot = newHotCache(cfg.HotCacheBytes, cfg.HotCacheAdmission)
@@ -229,7 +232,7 @@ func New(ctx context.Context, cfg Config) (_ *Client, err error) {
 func (c *Client) dialMaster(ctx context.Context, addr string) (*masterConn, error) {
 	if c.cfg.MasterRPC != MasterRPCGRPC {
 		timeout := min(c.cfg.RPCTimeout, wire.DefaultMuxDialTimeout)
-		mux := wire.NewMuxClient(wire.MuxClientConfig{Addr: addr, DialTimeout: timeout, Auth: c.auth})
+		mux := wire.NewMuxClient(wire.MuxClientConfig{Addr: addr, DialTimeout: timeout, Auth: c.auth, TLS: c.tls})
 		dctx, cancel := context.WithTimeout(ctx, timeout)
 		err := mux.Connect(dctx)
 		cancel()
@@ -242,8 +245,12 @@ func (c *Client) dialMaster(ctx context.Context, addr string) (*masterConn, erro
 		}
 		c.log.Info("store master does not speak mux, using grpc", "master", addr, "err", err)
 	}
+	creds := insecure.NewCredentials()
+	if c.tls != nil {
+		creds = credentials.NewTLS(c.tls)
+	}
 	cc, err := grpc.NewClient(addr,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(creds),
 		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
 			return peerauth.Dialer(&net.Dialer{}, c.auth, peerauth.RoleMaster)(ctx, "tcp", addr)
 		}),

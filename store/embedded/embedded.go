@@ -36,9 +36,10 @@ func NewClient(ctx context.Context, cfg client.Config) (*client.Client, error) {
 	return client.New(ctx, cfg)
 }
 
-// WithClientAuth gives an embedded master the cluster key of the client
-// that starts it (its engine's, or its stack's key file), so that its
-// port, which other processes of the host can reach, authenticates them.
+// WithClientAuth gives an embedded master the cluster key and TLS files of
+// the client that starts it (its engine's, or its stack's files), so that
+// its port, which other processes of the host can reach, authenticates
+// them.
 func WithClientAuth(mc master.Config, cfg client.Config) master.Config {
 	switch {
 	case mc.Auth != nil || mc.AuthKeyFile != "":
@@ -46,6 +47,15 @@ func WithClientAuth(mc master.Config, cfg client.Config) master.Config {
 		mc.Auth = cfg.Engine.Auth()
 	default:
 		mc.Auth, mc.AuthKeyFile = cfg.Stack.Engine.Auth, cfg.Stack.Engine.AuthKeyFile
+	}
+	switch {
+	case mc.TLS != nil || mc.TLSFiles.Enabled():
+	case cfg.Engine != nil:
+		mc.TLS = cfg.Engine.TLS().ServerConfig()
+	case cfg.Stack.Engine.TLS.ServerConfig() != nil:
+		mc.TLS = cfg.Stack.Engine.TLS.ServerConfig()
+	case cfg.Stack.Engine.TLSFiles.Cert != "": // a client-only TLS setup serves no TLS
+		mc.TLSFiles = cfg.Stack.Engine.TLSFiles
 	}
 	return mc
 }

@@ -1,12 +1,14 @@
 package master
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/kvferry/kvferry/engine/peerauth"
+	"github.com/kvferry/kvferry/engine/tlsconf"
 )
 
 // Defaults of mooncake_master (specs/mooncake.md §7.4-7.8).
@@ -205,6 +207,14 @@ type Config struct {
 	// NewServer loads AuthKeyFile into it when nil.
 	AuthKeyFile string
 	Auth        *peerauth.Keys
+	// TLSFiles name the PEM files of TLS on the RPC port (--tls_cert_file,
+	// --tls_key_file, --tls_ca_file; defaults KVFERRY_TLS_* in
+	// kvferry-master): gRPC and mux run over TLS 1.3, after the cluster
+	// key's handshake when there is one; with a CA, clients need
+	// certificates it signed. TLS is the loaded server configuration;
+	// NewServer loads TLSFiles into it when nil.
+	TLSFiles tlsconf.Files
+	TLS      *tls.Config
 }
 
 func (c Config) withDefaults() Config {

@@ -2,6 +2,7 @@ package master
 
 import (
 	"bytes"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kvferry/kvferry/engine/peerauth"
 	"github.com/kvferry/kvferry/store/wire"
 )
 
@@ -75,6 +77,21 @@ func (s *Server) serveConn(conn net.Conn) {
 		s.untrack(conn)
 		conn.Close()
 		return
+	}
+	if s.cfg.TLS != nil {
+		tc := tls.Server(conn, s.cfg.TLS)
+		_ = conn.SetDeadline(time.Now().Add(helloTimeout + peerauth.DefaultTimeout))
+		err := tc.Handshake()
+		_ = conn.SetDeadline(time.Time{})
+		if err != nil || !s.retrack(conn, tc) {
+			if ok, n := s.logs.Allow("tls"); ok && err != nil {
+				s.log.Warn("store master connection refused: TLS handshake", "peer", conn.RemoteAddr().String(), "err", err, "suppressed", n)
+			}
+			s.untrack(conn)
+			conn.Close()
+			return
+		}
+		conn = tc
 	}
 	var first [len(http2Preface)]byte
 	_ = conn.SetReadDeadline(time.Now().Add(helloTimeout))
@@ -150,6 +167,19 @@ func (s *Server) track(conn net.Conn) bool {
 		return false
 	}
 	s.conns.m[conn] = struct{}{}
+	return true
+}
+
+// retrack replaces old by c in the tracked connections (a TLS connection
+// over old); false once the server is closing.
+func (s *Server) retrack(old, c net.Conn) bool {
+	s.conns.Lock()
+	defer s.conns.Unlock()
+	delete(s.conns.m, old)
+	if s.conns.closed {
+		return false
+	}
+	s.conns.m[c] = struct{}{}
 	return true
 }
 

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/kvferry/kvferry/engine/peerauth"
+	"github.com/kvferry/kvferry/engine/tlsconf"
 	"github.com/kvferry/kvferry/internal/netguard"
 	"github.com/kvferry/kvferry/internal/ratelog"
 	"github.com/kvferry/kvferry/store/ha"
@@ -107,6 +108,16 @@ func newServer(cfg Config, fence startFence) (*Server, error) {
 			return nil, fmt.Errorf("store master: %w", err)
 		}
 		cfg.Auth = ks
+	}
+	if cfg.TLS == nil && cfg.TLSFiles.Enabled() {
+		p, err := tlsconf.Load(cfg.TLSFiles)
+		if err != nil {
+			return nil, fmt.Errorf("store master: %w", err)
+		}
+		if p.Server == nil {
+			return nil, fmt.Errorf("store master: %w: TLS needs a certificate and key", tlsconf.ErrFiles)
+		}
+		cfg.TLS = p.Server
 	}
 	lis, err := net.Listen("tcp", cfg.RPCAddr)
 	if err != nil {

@@ -3,6 +3,7 @@ package wire
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -18,6 +19,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/kvferry/kvferry/engine/peerauth"
+	"github.com/kvferry/kvferry/engine/tlsconf"
 )
 
 // Mux client defaults.
@@ -51,6 +53,8 @@ type MuxClientConfig struct {
 	// Auth, when set, authenticates each connection with the cluster key
 	// (peerauth, RoleMaster) before the hello.
 	Auth *peerauth.Keys
+	// TLS, when set, runs each connection over TLS (after Auth).
+	TLS *tls.Config
 }
 
 // MuxClient is a MasterClient over the mux protocol: every call of the
@@ -202,6 +206,14 @@ func (c *MuxClient) dial(ctx context.Context) (*muxConn, error) {
 		conn.Close()
 		return nil, err
 	}
+	if c.cfg.TLS != nil {
+		tc := tls.Client(conn, tlsconf.ForAddr(c.cfg.TLS, c.cfg.Addr))
+		if err := tc.HandshakeContext(ctx); err != nil {
+			conn.Close()
+			return nil, fmt.Errorf("tls with master %s: %w", c.cfg.Addr, err)
+		}
+		conn = tc
+	}
 	if dl, ok := ctx.Deadline(); ok {
 		_ = conn.SetDeadline(dl)
 	}
@@ -297,7 +309,11 @@ type muxConn struct {
 
 func newMuxConn(c net.Conn, addr string) *muxConn {
 	mc := &muxConn{c: c, addr: addr, tok: make(chan struct{}, 1), r: bufio.NewReaderSize(c, muxBufBytes)}
-	if sc, ok := c.(syscall.Conn); ok {
+	raw := c
+	if tc, ok := c.(*tls.Conn); ok { // the liveness peek looks at the socket under TLS
+		raw = tc.NetConn()
+	}
+	if sc, ok := raw.(syscall.Conn); ok {
 		var err error
 		if mc.rc, err = sc.SyscallConn(); err != nil {
 			mc.rcBroken = true

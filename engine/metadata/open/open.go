@@ -7,6 +7,7 @@ package open
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -152,6 +153,9 @@ type Options struct {
 	// connections to an HTTP metadata server (it fills RPC.Auth and
 	// HTTP.Auth where they are nil). etcd has its own authentication.
 	Auth *peerauth.Keys
+	// TLS is the client TLS configuration of the control plane: it fills
+	// RPC.TLS, HTTP.TLS (https URLs) and Etcd.TLS where they are nil.
+	TLS *tls.Config
 	// Logger is used by every backend whose own Logger is nil; nil
 	// discards.
 	Logger *slog.Logger
@@ -179,6 +183,17 @@ func Open(ctx context.Context, conn string, opts Options) (metadata.Backend, err
 	}
 	if opts.HTTP.Auth == nil {
 		opts.HTTP.Auth = opts.Auth
+	}
+	if opts.TLS != nil {
+		if opts.RPC.TLS == nil {
+			opts.RPC.TLS = opts.TLS
+		}
+		if opts.HTTP.TLS == nil {
+			opts.HTTP.TLS = opts.TLS
+		}
+		if opts.Etcd.TLS == nil {
+			opts.Etcd.TLS = opts.TLS
+		}
 	}
 	switch c.Kind {
 	case KindP2P:

@@ -601,8 +601,8 @@ func (ep *endpoint) doConnect() error {
 	t := ep.n.t
 	ctx, cancel := context.WithTimeout(t.ctx, t.cfg.HandshakeTimeout)
 	defer cancel()
-	cc := rpc.ClientConfig{ConnectTimeout: t.e.Config().ConnectTimeout, Timeout: t.cfg.HandshakeTimeout, MaxMessage: t.e.Config().HandshakeMaxLength,
-		Auth: t.e.Auth()}
+	cc := t.e.RPCClientConfig() // the engine's key and TLS
+	cc.Timeout = t.cfg.HandshakeTimeout
 	var tried []gidChoice
 	for retries := 0; ; retries++ {
 		ep.mu.Lock()
