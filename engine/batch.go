@@ -146,6 +146,10 @@ type batch struct {
 
 	canceled  atomic.Bool
 	remaining atomic.Int64 // tasks not yet terminal
+	// storing counts tasks inside taskTerminal: counted off remaining but
+	// their state not yet stored. The batch is idle only once it is 0, so
+	// a waiter never reads a last task still running.
+	storing atomic.Int64
 	failed    atomic.Int64 // terminal tasks that did not complete
 	// notifying is true from the moment the last task completed until the
 	// batch's notification was accepted by the peer or failed; completed
@@ -169,6 +173,7 @@ type batch struct {
 // on its way before t's state becomes visible, so that nobody sees the
 // batch completed before its notification has left.
 func (b *batch) taskTerminal(t *task, st TaskState) {
+	b.storing.Add(1)
 	if st != StateCompleted {
 		b.failed.Add(1)
 	}
@@ -183,10 +188,11 @@ func (b *batch) taskTerminal(t *task, st TaskState) {
 		b.mu.Unlock()
 	}
 	t.state.Store(int32(st))
+	settled := b.storing.Add(-1) == 0
 	switch {
 	case n != nil:
 		b.sendNotify(n)
-	case last:
+	case last || settled:
 		b.wakeIfIdle()
 	}
 }
@@ -211,7 +217,9 @@ func (b *batch) sendNotify(n *pendingNotify) {
 }
 
 // idle reports whether no task runs and no notification is on its way.
-func (b *batch) idle() bool { return b.remaining.Load() == 0 && !b.notifying.Load() }
+func (b *batch) idle() bool {
+	return b.remaining.Load() == 0 && b.storing.Load() == 0 && !b.notifying.Load()
+}
 
 // wakeIfIdle wakes waitIdle's waiters once the batch is idle.
 func (b *batch) wakeIfIdle() {

@@ -770,7 +770,7 @@ func (e *Engine) refreshLive(ctx context.Context, p *Peer) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, e.cfg.MetadataTimeout)
 	defer cancel()
-	reply, err := rpc.Call(ctx, p.Endpoint.Addr(), rpc.TypeMetadata, []byte("{}"), rpc.ClientConfig{ConnectTimeout: e.cfg.ConnectTimeout, MaxMessage: e.cfg.HandshakeMaxLength})
+	reply, err := rpc.Call(ctx, p.Endpoint.Addr(), rpc.TypeMetadata, []byte("{}"), e.RPCClientConfig())
 	if err != nil {
 		return fmt.Errorf("fetch descriptor of segment %q from its owner: %w: %w", p.Name, ErrMetadata, err)
 	}
