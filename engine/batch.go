@@ -150,7 +150,7 @@ type batch struct {
 	// their state not yet stored. The batch is idle only once it is 0, so
 	// a waiter never reads a last task still running.
 	storing atomic.Int64
-	failed    atomic.Int64 // terminal tasks that did not complete
+	failed  atomic.Int64 // terminal tasks that did not complete
 	// notifying is true from the moment the last task completed until the
 	// batch's notification was accepted by the peer or failed; completed
 	// tasks read as pending meanwhile.
