@@ -27,6 +27,7 @@ import (
 	"github.com/kvferry/kvferry/store/client"
 	"github.com/kvferry/kvferry/store/embedded"
 	"github.com/kvferry/kvferry/store/master"
+	"github.com/kvferry/kvferry/store/standalone"
 	"github.com/kvferry/kvferry/store/wire"
 )
 
@@ -53,8 +54,9 @@ const (
 
 // storeHandle is one mooncake_store_t: created empty, set up once.
 type storeHandle struct {
-	mu      sync.Mutex // guards c during setup and destroy, and tenant
+	mu      sync.Mutex // guards c and dummy during setup and destroy, and tenant
 	c       atomic.Pointer[client.Client]
+	dummy   atomic.Pointer[standalone.Dummy] // setup_dummy: calls go to a real client
 	lastErr atomic.Pointer[string]
 	tenant  string        // kvferry_store_set_tenant, for the setup to come
 	tier    storeTierOpts // kvferry_store_set_ssd_offload and _set_drain, for the setup to come
@@ -69,7 +71,10 @@ func lookupStore(h C.uintptr_t) (*storeHandle, bool) {
 
 // ready returns the set-up client of h, or INVALID_PARAMS (Mooncake's
 // answer for a client that is not initialized).
-func (h *storeHandle) ready() (*client.Client, error) {
+func (h *storeHandle) ready() (storeBackend, error) {
+	if d := h.dummy.Load(); d != nil {
+		return d, nil
+	}
 	if c := h.c.Load(); c != nil {
 		return c, nil
 	}
@@ -170,6 +175,9 @@ func kvf_store_destroy(h C.uintptr_t) {
 	if c := s.c.Swap(nil); c != nil {
 		_ = c.Close()
 	}
+	if d := s.dummy.Swap(nil); d != nil {
+		_ = d.Close()
+	}
 }
 
 // storeEnv reads the store's MC_* environment (through hostenv, the one
@@ -234,7 +242,7 @@ func kvf_store_set_tenant(h C.uintptr_t, tenant *C.char) (rc C.int) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.c.Load() != nil {
+	if s.setUp() {
 		return C.int(s.fail(fmt.Errorf("store set tenant %q: already set up: %w", id, wire.ErrInvalidParams)))
 	}
 	s.tenant = id
@@ -281,7 +289,7 @@ func kvf_store_setup(h C.uintptr_t, localHostname, metadataServer *C.char, globa
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.c.Load() != nil {
+	if s.setUp() {
 		return C.int(s.fail(fmt.Errorf("store setup: already set up: %w", wire.ErrInvalidParams)))
 	}
 	cfg.TenantID = s.tenant
@@ -305,8 +313,8 @@ func kvf_store_health(h C.uintptr_t) (rc C.int) {
 	if !ok {
 		return storeErr
 	}
-	c := s.c.Load()
-	if c == nil {
+	c, err := s.ready()
+	if err != nil {
 		return hcNotInitialized
 	}
 	switch err := c.HealthCheck(context.Background()); {
@@ -526,7 +534,7 @@ func kvf_store_hostname(h C.uintptr_t, buf *C.char, n C.size_t) (rc C.int) {
 		return storeErr
 	}
 	name := ""
-	if c := s.c.Load(); c != nil {
+	if c, err := s.ready(); err == nil {
 		name = c.Hostname()
 	}
 	if uint64(len(name)) >= uint64(n) {

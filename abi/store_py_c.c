@@ -35,6 +35,22 @@ KVF_API int kvferry_store_setup_with_engine(mooncake_store_t store, transfer_eng
                                     (char *)protocol, (char *)master_server_addr);
 }
 
+KVF_API int kvferry_store_setup_dummy(mooncake_store_t store, uint64_t mem_pool_size,
+                                      uint64_t local_buffer_size, const char *server_address) {
+    if (kvf_forked() || !store || !server_address) return -1;
+    return kvf_store_setup_dummy(U(store), mem_pool_size, local_buffer_size, (char *)server_address);
+}
+
+KVF_API void *kvferry_host_mem_alloc(size_t size) {
+    if (kvf_forked() || size == 0) return NULL;
+    return kvf_host_mem_alloc(size);
+}
+
+KVF_API int kvferry_host_mem_free(void *ptr) {
+    if (kvf_forked() || !ptr) return -1;
+    return kvf_host_mem_free(ptr);
+}
+
 KVF_API int kvferry_store_master_addr(mooncake_store_t store, char *buf, size_t len) {
     if (kvf_forked() || !store) return -1;
     return kvf_py_master_addr(U(store), buf, len);

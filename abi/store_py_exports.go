@@ -119,7 +119,7 @@ func kvf_py_setup_with_engine(h, eh C.uintptr_t, globalSegmentSize, localBufferS
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.c.Load() != nil {
+	if s.setUp() {
 		return C.int(s.fail(fmt.Errorf("store setup: already set up: %w", wire.ErrInvalidParams)))
 	}
 	cfg.TenantID = s.tenant
@@ -200,7 +200,7 @@ func kvf_py_replica_desc(h C.uintptr_t, keys **C.char, count C.size_t, out *unsa
 
 // replicaLists asks the client's master for the replica lists of keys in
 // one call (client.ReplicaDescs) and converts them for the JSON answer.
-func replicaLists(c *client.Client, keys []string) ([]keyReplicasJSON, error) {
+func replicaLists(c storeBackend, keys []string) ([]keyReplicasJSON, error) {
 	out := make([]keyReplicasJSON, len(keys))
 	if len(keys) == 0 {
 		return out, nil

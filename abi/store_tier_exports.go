@@ -43,7 +43,7 @@ func setOpt(h C.uintptr_t, what string, set func(o *storeTierOpts)) C.int {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.c.Load() != nil {
+	if s.setUp() {
 		return C.int(s.fail(fmt.Errorf("store %s: already set up: %w", what, wire.ErrInvalidParams)))
 	}
 	set(&s.tier)

@@ -27,7 +27,7 @@
 extern "C" {
 #endif
 
-#define KVFERRY_API_VERSION 6
+#define KVFERRY_API_VERSION 7
 
 /* Error codes (negative). The first group has Mooncake's values. */
 #define KVFERRY_OK 0
@@ -223,6 +223,29 @@ int kvferry_store_setup_with_engine(mooncake_store_t store,
                                     uint64_t local_buffer_size,
                                     const char *protocol,
                                     const char *master_server_addr);
+
+/* Standalone storage mode (Mooncake's setup_dummy): sets store up as a
+ * dummy client of the real client process that server_address ("host:port",
+ * the port it serves; see kvferry-client) names on this host. Every later
+ * call on store runs on the real client: calls on memory of buffers from
+ * kvferry_host_mem_alloc registered with mooncake_store_register_buffer
+ * carry only addresses (the real client maps the same pages), others carry
+ * the bytes. local_buffer_size bytes of shared staging memory serve calls
+ * on other memory; mem_pool_size is accepted as Mooncake's and unused.
+ * Returns 0, -900 (RPC_FAIL) when no real client serves that port, or
+ * another negative code. */
+int kvferry_store_setup_dummy(mooncake_store_t store, uint64_t mem_pool_size,
+                              uint64_t local_buffer_size,
+                              const char *server_address);
+
+/* Allocates size bytes of zeroed host memory shared through a memfd
+ * (Mooncake's MooncakeHostMemAllocator), which a dummy client can share
+ * with its real client; NULL on failure. */
+void *kvferry_host_mem_alloc(size_t size);
+
+/* Frees memory from kvferry_host_mem_alloc: 0, or -1 for a pointer it did
+ * not return. */
+int kvferry_host_mem_free(void *ptr);
 
 /* Copies the gRPC address of the master the store uses ("127.0.0.1:port"
  * for an embedded master, which other processes can pass as their

@@ -111,6 +111,16 @@ func MapAnonPopulate(n uint64) (*Map, error) {
 	return &Map{b: b}, nil
 }
 
+// MapShared maps n bytes of the file fd from offset 0, shared with every
+// other mapping of it (memory a memfd shares between processes).
+func MapShared(fd int, n uint64) (*Map, error) {
+	b, err := unix.Mmap(fd, 0, int(n), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("mmap %d shared bytes of fd %d: %w", n, fd, err)
+	}
+	return &Map{b: b}, nil
+}
+
 // Addr returns the mapping's start address.
 func (m *Map) Addr() uintptr { return uintptr(unsafe.Pointer(&m.b[0])) }
 

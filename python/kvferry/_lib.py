@@ -237,6 +237,10 @@ _PROTOTYPES = {
     "kvferry_segment_buffers": (c_int, [_V, c_int32, POINTER(BufferEntry), c_size_t]),
     "kvferry_store_setup_with_engine": (c_int, [_V, _V, c_uint64, c_uint64, _S, _S]),
     "kvferry_store_master_addr": (c_int, [_V, c_char_p, c_size_t]),
+    # kvferry.h, standalone storage mode (API version 7)
+    "kvferry_store_setup_dummy": (c_int, [_V, c_uint64, c_uint64, _S]),
+    "kvferry_host_mem_alloc": (_V, [c_size_t]),
+    "kvferry_host_mem_free": (c_int, [_V]),
     "kvferry_store_replica_desc": (c_int64, [_V, POINTER(c_char_p), c_size_t, POINTER(c_void_p)]),
     "kvferry_store_queue_create": (_V, [_V, c_int, c_size_t]),
     "kvferry_store_queue_fd": (c_int, [_V]),

@@ -51,6 +51,7 @@ __all__ = [
     "Descriptor",
     "BufferHandle",
     "ErrorCode",
+    "MooncakeHostMemAllocator",
 ]
 
 log = logging.getLogger("kvferry.store")
@@ -434,6 +435,27 @@ def _malloc_array(ptr, n):
     return np.frombuffer(carr, np.uint8)
 
 
+class MooncakeHostMemAllocator:
+    """Shared host memory for standalone storage mode (Mooncake's
+    ``MooncakeHostMemAllocator``): every buffer is a memfd mapping that a
+    dummy client (``setup_dummy``) shares with its real client when it is
+    registered with ``register_buffer``, so the real client moves its bytes
+    with no copy. ``alloc`` returns the address (an int; 0 on failure),
+    ``free`` 0 or -1."""
+
+    def alloc(self, size):
+        size = _int(size, "size")
+        if size <= 0:
+            return 0
+        return lib.kvferry_host_mem_alloc(size) or 0
+
+    def free(self, ptr):
+        ptr = _int(ptr, "ptr")
+        if ptr <= 0:
+            return -1
+        return lib.kvferry_host_mem_free(ptr)
+
+
 class MooncakeDistributedStore:
     """A store client (Mooncake ``mooncake.store.MooncakeDistributedStore``).
 
@@ -541,6 +563,40 @@ class MooncakeDistributedStore:
             self._h = h
             self._engine = owner if engine is not None else None
             return 0
+
+    def setup_dummy(self, mem_pool_size, local_buffer_size, server_address):
+        """Set this store up as a dummy client of the real client process
+        serving server_address ("host:port", on this host; see
+        kvferry-client). Every call then runs on the real client: calls on
+        buffers from MooncakeHostMemAllocator registered with register_buffer
+        carry only addresses (the real client maps the same memory), others
+        carry their bytes. Returns 0 or a negative ErrorCode (RPC_FAIL when
+        no real client serves the port)."""
+        mem_pool_size = _int(mem_pool_size, "mem_pool_size")
+        local_buffer_size = _int(local_buffer_size, "local_buffer_size")
+        server_address = _key(server_address, "server_address")
+        if mem_pool_size < 0 or local_buffer_size < 0:
+            return _INVALID
+        with self._mu:
+            if self._h is not None:
+                log.error("setup_dummy: already set up")
+                return _INVALID
+            h = lib.mooncake_store_create()
+            if not h:
+                return int(ErrorCode.INTERNAL_ERROR)
+            rc = lib.kvferry_store_setup_dummy(h, mem_pool_size, local_buffer_size,
+                                               server_address.encode())
+            if rc != 0:
+                log.error("setup_dummy failed (%s): %s", _name(rc), _last_error(h))
+                lib.mooncake_store_destroy(h)
+                return rc
+            self._h = h
+            return 0
+
+    def alloc_from_mem_pool(self, size):
+        """Allocate size bytes of shared host memory (as
+        MooncakeHostMemAllocator.alloc); returns the address or 0."""
+        return MooncakeHostMemAllocator().alloc(size)
 
     def init_all(self, protocol, device_name, mount_segment_size):
         """Mooncake's test helper: setup with "localhost:12345", etcd metadata
