@@ -9,7 +9,8 @@
 # measured in the same run, then
 # what the per-request metrics cost: 4 KiB batch 128 write and read with
 # metrics on and off (KVFERRY_METRICS=off on both sides), PAIRS alternating
-# pairs, medians compared.
+# pairs, medians compared: throughput, and the initiator's CPU time per
+# request (which other load on the machine disturbs less).
 #   DURATION=3 THREADS=12 bench/tcp.sh
 #   ONLY=overhead PAIRS=5 bench/tcp.sh     # just the metrics cost
 set -euo pipefail
@@ -24,7 +25,7 @@ mkdir -p build/bin
 go build -o "$BIN" ./cmd/kvferry-bench  # always this tree's code
 command -v iperf3 >/dev/null || { echo "iperf3 missing (apt-get install iperf3)"; exit 1; }
 T="$(mktemp -d)"
-trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$T"' EXIT
+trap 'kill $(jobs -p) 2>/dev/null || true; cat "$T"/*.log 2>/dev/null | tail -5 >&2; rm -rf "$T"' EXIT
 
 wait_ready() { for _ in $(seq 1 100); do [ -s "$1" ] && break; sleep 0.1; done; cat "$1"; }
 
@@ -38,21 +39,22 @@ overhead() {
   echo
   echo "Metrics cost at 4 KiB, batch 128, $THREADS threads ($PAIRS alternating pairs of ${DURATION} s each; medians):"
   echo
-  printf "| op | metrics on (ops/s) | metrics off (ops/s) | on / off |\n|---|---|---|---|\n"
+  printf "| op | metrics on (ops/s) | metrics off (ops/s) | on / off | initiator CPU per request on | off | on / off |\n|---|---|---|---|---|---|---|\n"
   for op in write read; do
     : > "$T/on.$op"
     : > "$T/off.$op"
     for i in $(seq 1 "$PAIRS"); do
-      MC_FORCE_TCP=1 "$BIN" --mode=initiator --protocol=tcp --segment_id="$on" --operation=$op --block_size=4096 \
+      KVFERRY_LOG_LEVEL=warn KVFERRY_LOG_FILE="$T/on.log" MC_FORCE_TCP=1 "$BIN" --mode=initiator --protocol=tcp --segment_id="$on" --operation=$op --block_size=4096 \
         --batch_size=128 --threads="$THREADS" --duration="$DURATION" --buffer_size=$small --json --quiet >> "$T/on.$op"
-      KVFERRY_METRICS=off MC_FORCE_TCP=1 "$BIN" --mode=initiator --protocol=tcp --segment_id="$off" --operation=$op \
+      KVFERRY_LOG_LEVEL=warn KVFERRY_LOG_FILE="$T/off.log" KVFERRY_METRICS=off MC_FORCE_TCP=1 "$BIN" --mode=initiator --protocol=tcp --segment_id="$off" --operation=$op \
         --block_size=4096 --batch_size=128 --threads="$THREADS" --duration="$DURATION" --buffer_size=$small --json --quiet >> "$T/off.$op"
     done
     python3 -c '
 import json, statistics, sys
-med = lambda p: statistics.median(json.loads(l)["ops_per_s"] for l in open(p) if l.strip())
-a, b = med(sys.argv[2]), med(sys.argv[3])
-print(f"| {sys.argv[1]} | {a:.0f} | {b:.0f} | {a / b:.3f} |")' "$op" "$T/on.$op" "$T/off.$op"
+med = lambda p, k: statistics.median(json.loads(l)[k] for l in open(p) if l.strip())
+a, b = med(sys.argv[2], "ops_per_s"), med(sys.argv[3], "ops_per_s")
+c, d = med(sys.argv[2], "cpu_us_per_op"), med(sys.argv[3], "cpu_us_per_op")
+print(f"| {sys.argv[1]} | {a:.0f} | {b:.0f} | {a / b:.3f} | {c:.3f} us | {d:.3f} us | {c / d:.3f} |")' "$op" "$T/on.$op" "$T/off.$op"
   done
 }
 if [ "$ONLY" = overhead ]; then

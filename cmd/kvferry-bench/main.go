@@ -106,6 +106,19 @@ type Result struct {
 	P99BatchUs float64 `json:"p99_batch_latency_us"`
 	Transport  string  `json:"transport"`
 	Failed     uint64  `json:"failed_batches"`
+	// CPUPerOpUs is this process's CPU time (user + system) per request:
+	// what a request costs the initiator, less sensitive to other load on
+	// the machine than the throughput.
+	CPUPerOpUs float64 `json:"cpu_us_per_op"`
+}
+
+// cpuTime returns this process's user + system CPU time.
+func cpuTime() time.Duration {
+	var ru unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func main() {
@@ -361,7 +374,7 @@ func runPoint(ctx context.Context, e *engine.Engine, buf region, seg engine.Segm
 	var batches, failed, latNanos atomic.Uint64
 	var lat metrics.Histogram
 	var wg sync.WaitGroup
-	start := time.Now()
+	start, cpu0 := time.Now(), cpuTime()
 	for t := 0; t < pt.threads; t++ {
 		wg.Add(1)
 		go func(t int) {
@@ -410,13 +423,14 @@ func runPoint(ctx context.Context, e *engine.Engine, buf region, seg engine.Segm
 	running.Store(false)
 	wg.Wait()
 	prog.stop()
-	elapsed := time.Since(start).Seconds()
+	elapsed, cpu := time.Since(start).Seconds(), cpuTime()-cpu0
 	n := batches.Load()
 	bytes := n * perBatch
 	r := Result{Operation: *operation, BlockSize: pt.block, BatchSize: pt.batch, Threads: pt.threads, Duration: elapsed,
 		Batches: n, Bytes: bytes, GBps: float64(bytes) / elapsed / 1e9, OpsPerSec: float64(n) * float64(pt.batch) / elapsed,
 		Transport: e.ChooseTransport(seg), Failed: failed.Load()}
 	if n > 0 {
+		r.CPUPerOpUs = float64(cpu) / 1e3 / (float64(n) * float64(pt.batch))
 		r.AvgBatchUs = float64(latNanos.Load()) / float64(n) / 1e3
 		s := lat.Snapshot()
 		r.P50BatchUs = s.Quantile(0.5) * 1e6
