@@ -66,13 +66,13 @@ func checkInvariants(t *testing.T, s *Service) {
 		t.Fatalf("capacity %d/%d used %d/%d", capacity, s.mu.capacity, used, s.mu.used)
 	}
 	for k, o := range s.mu.objects {
-		if o.id != k || len(o.replicas) == 0 {
+		if o.id != k || len(o.replicas)+len(o.pending) == 0 { // pending: restored, awaiting its holder
 			t.Fatalf("object %v: key %v, %d replicas", k, o.id, len(o.replicas))
 		}
 		if _, proc := s.mu.processing[k]; proc == o.complete {
 			t.Fatalf("object %q: complete=%v but processing index says otherwise", k, o.complete)
 		}
-		if o.inLRU != o.complete {
+		if o.inLRU != (o.complete && len(o.replicas) > 0) { // restored ones join once a holder is back
 			t.Fatalf("object %q: complete=%v inLRU=%v", k, o.complete, o.inLRU)
 		}
 		for _, r := range o.replicas {
@@ -92,7 +92,7 @@ func checkInvariants(t *testing.T, s *Service) {
 		n++
 	}
 	for _, o := range s.mu.objects {
-		if o.complete {
+		if o.complete && len(o.replicas) > 0 {
 			n--
 		}
 	}
