@@ -17,7 +17,9 @@
  *  - submitTransfer, submitTransferWithNotify, getTransferStatus and
  *    freeBatchID return a non-negative status code: 0 ok, 1 invalid argument,
  *    2 too many requests (batch capacity), 3 address not registered,
- *    4 batch busy, 8 transport not supported;
+ *    4 batch busy, 8 transport not supported, 200 metadata (a target
+ *    segment's descriptor could not be had), 202 context (the engine is
+ *    closed, or an internal error);
  *  - handle-returning calls return NULL (engine, transport) or a negative
  *    segment id on failure.
  * After fork() the child gets an error from every call (the library only

@@ -1,6 +1,9 @@
 package metrics
 
 import (
+	"strings"
+	"unicode/utf8"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -47,12 +50,29 @@ func (s *Spec) Value(v float64, lvs ...string) prometheus.Metric {
 	if s.Kind == Counter {
 		t = prometheus.CounterValue
 	}
-	return prometheus.MustNewConstMetric(s.desc, t, v, lvs...)
+	return prometheus.MustNewConstMetric(s.desc, t, v, validLabels(lvs)...)
 }
 
 // Hist builds a histogram sample from h.
 func (s *Spec) Hist(h *HistogramSnapshot, lvs ...string) prometheus.Metric {
-	return prometheus.MustNewConstHistogram(s.desc, h.Count(), float64(h.SumNanos)/1e9, h.cumulative(), lvs...)
+	return prometheus.MustNewConstHistogram(s.desc, h.Count(), float64(h.SumNanos)/1e9, h.cumulative(), validLabels(lvs)...)
+}
+
+// validLabels returns lvs with invalid UTF-8 replaced: label values come
+// from names callers and peers choose (segments, peers, tenants), and one
+// that is not UTF-8 would make the collector panic and every scrape of
+// the process fail from then on (a dead engine's counters are kept).
+func validLabels(lvs []string) []string {
+	for i, v := range lvs {
+		if !utf8.ValidString(v) {
+			out := append([]string(nil), lvs...)
+			for j := i; j < len(out); j++ {
+				out[j] = strings.ToValidUTF8(out[j], "\uFFFD")
+			}
+			return out
+		}
+	}
+	return lvs
 }
 
 var catalogue []*Spec
