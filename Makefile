@@ -76,11 +76,18 @@ test-go:
 	$(NETNS) $(GO) test -run '^$$' -fuzz '^FuzzServer$$' -fuzztime 20000x ./engine/peerauth
 	$(NETNS) $(GO) test -run '^$$' -fuzz '^FuzzCheckShape$$' -fuzztime 20000x ./store/wire
 	$(NETNS) $(GO) test -run '^$$' -fuzz '^FuzzJournalReplay$$' -fuzztime 20000x ./engine/metadata/http
+	scripts/fuzz.sh short
 
 test-suites: all
 	@tests/run.sh
 
-.PHONY: faults
+.PHONY: faults fuzz-long
+# Every fuzz target to its long budget (parsers 10 million executions,
+# stateful targets an hour or a million) and the C API fuzz driver; counts
+# in build/fuzz-long.tsv, corpora kept in build/fuzz-corpus (scripts/fuzz.sh).
+fuzz-long: all
+	nice -n 10 scripts/fuzz.sh long
+
 # The whole network fault matrix (tests/faults; make test runs its short
 # form), as root; the results table goes to build/faults.md.
 faults: all

@@ -1,0 +1,152 @@
+#!/usr/bin/env bash
+# Go fuzz targets of every wire parser and decoder, and the fuzz driver
+# over the C entry points (tests/cfuzz), in two forms:
+#
+#   scripts/fuzz.sh short   a few targets picked at random (the seed shows
+#                           which; FUZZ_SEED=N repeats it), briefly: make test
+#   scripts/fuzz.sh long    every target: parsers to FUZZ_PARSER_EXECS
+#                           executions (10 million), stateful targets (the
+#                           master service, the mux and data-port servers, the
+#                           RPC dispatcher, restore, HTTP server, C API) to
+#                           FUZZ_STATE_EXECS (1 million) or FUZZ_STATE_SECS
+#                           (an hour) of running, whichever comes first:
+#                           make fuzz-long
+#
+# Budgets are execution counts, never durations (see the Makefile's note on
+# go.dev/issue/75804); a stateful target's count is its rate in a short
+# calibration run times FUZZ_STATE_SECS, capped at FUZZ_STATE_EXECS.
+# The long form records target, executions, seconds, rate and corpus size
+# in build/fuzz-long.tsv and keeps each target's corpus in
+# build/fuzz-corpus/<package>/<target> (restored into Go's fuzz cache before
+# each run, so a cleaned cache loses nothing). Findings are failing inputs
+# Go writes to the package's testdata/fuzz/<target>: commit them with the
+# fix, and they run as regression tests in every go test.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mode="${1:-short}"
+MOD=github.com/kvferry/kvferry
+
+# package target kind (parser or state)
+TARGETS="
+engine/transport/tcp FuzzDecodeHeader parser
+engine/transport/tcp FuzzDecodeStatus parser
+engine/transport/tcp FuzzServeConn state
+engine/rpc FuzzDecodeFrame parser
+engine FuzzDecodeNotify parser
+engine FuzzHandleRPC state
+engine/descriptor FuzzUnmarshal parser
+engine/descriptor FuzzParseP2PName parser
+engine/metadata FuzzFetch state
+engine/metadata/http FuzzClientReply parser
+engine/metadata/http FuzzServerRoundTrip state
+engine/metadata/http FuzzJournalReplay state
+engine/metadata/open FuzzParse parser
+engine/peerauth FuzzServer state
+engine/transport/samehost FuzzWire parser
+engine/transport/samehost FuzzExportWire parser
+engine/transport/rdma FuzzDecodeHandshake parser
+engine/transport/rdma FuzzParseMatrix parser
+engine/transport/rdma FuzzParseGID parser
+store/wire FuzzMessages parser
+store/wire FuzzParseMuxError parser
+store/wire FuzzCheckShape parser
+store/wire FuzzServeMuxConn state
+store/master FuzzService state
+store/master FuzzRestore state
+store/oplog FuzzParseFrames parser
+store/oplog FuzzParseSnapshot parser
+store/ha FuzzParseEndpoints parser
+agent/nixl FuzzParsePublicData parser
+agent/nixl FuzzParseOptions parser
+agent/trtllm FuzzParseOptions parser
+"
+
+NETNS=scripts/in-netns.sh
+cache="$(go env GOCACHE)/fuzz/$MOD"
+
+# run_target pkg target execs [log]: fuzzes one target; prints its log.
+run_target() {
+  local pkg=$1 target=$2 execs=$3
+  $NETNS go test -run '^$' -fuzz "^${target}\$" -fuzztime "${execs}x" -parallel "${FUZZ_PARALLEL:-2}" "./$pkg" 2>&1
+}
+
+# last_execs log: the final execution count Go printed.
+last_execs() { grep -o 'execs: [0-9]*' "$1" | tail -1 | awk '{print $2}'; }
+
+case "$mode" in
+short)
+  seed="${FUZZ_SEED:-$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}"
+  n="${FUZZ_SHORT_TARGETS:-2}"
+  echo "fuzz short: $n targets picked with seed $seed (FUZZ_SEED=$seed repeats it)"
+  echo "$TARGETS" | grep . | awk -v seed="$seed" 'BEGIN { srand(seed) } { print rand() "\t" $0 }' | sort -n | cut -f2 | head -n "$n" |
+  while read -r pkg target kind; do
+    execs=${FUZZ_SHORT_EXECS:-20000}
+    [ "$kind" = state ] && execs=${FUZZ_SHORT_STATE_EXECS:-3000}
+    echo "--- $pkg $target ($execs)"
+    out=$(run_target "$pkg" "$target" "$execs") || { echo "$out"; exit 1; }
+    echo "$out" | tail -2
+  done
+  ;;
+long)
+  mkdir -p build/fuzz-corpus
+  tsv=build/fuzz-long.tsv
+  printf 'target\texecutions\tseconds\texec_per_s\tcorpus\n' > "$tsv"
+  parser_execs=${FUZZ_PARSER_EXECS:-10000000}
+  state_execs=${FUZZ_STATE_EXECS:-1000000}
+  state_secs=${FUZZ_STATE_SECS:-3600}
+  echo "$TARGETS" | grep . | while read -r pkg target kind; do
+    keep="build/fuzz-corpus/$pkg/$target"
+    mkdir -p "$keep" "$cache/$pkg/$target"
+    cp -n "$keep"/* "$cache/$pkg/$target/" 2>/dev/null || true
+    execs=$parser_execs
+    if [ "$kind" = state ]; then
+      # Calibrate: the rate of a short run, times the time budget.
+      log=$(mktemp)
+      start=$(date +%s.%N)
+      run_target "$pkg" "$target" 20000 > "$log" || { cat "$log"; exit 1; }
+      rate=$(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN { printf "%d", 20000 / (e - s) }')
+      rm -f "$log"
+      execs=$(( rate * state_secs ))
+      [ "$execs" -gt "$state_execs" ] && execs=$state_execs
+      [ "$execs" -lt 20000 ] && execs=20000
+    fi
+    echo "=== $pkg $target: $execs executions"
+    log=$(mktemp)
+    start=$(date +%s)
+    if ! run_target "$pkg" "$target" "$execs" > "$log"; then
+      cat "$log"
+      echo "FAIL $pkg $target (failing input under $pkg/testdata/fuzz/$target)"
+      exit 1
+    fi
+    secs=$(( $(date +%s) - start ))
+    done_execs=$(last_execs "$log")
+    tail -2 "$log"
+    rm -f "$log"
+    cp -n "$cache/$pkg/$target"/* "$keep/" 2>/dev/null || true
+    corpus=$(ls "$keep" | wc -l)
+    printf '%s %s\t%s\t%s\t%s\t%s\n' "$pkg" "$target" "${done_execs:-0}" "$secs" "$(( ${done_execs:-0} / (secs > 0 ? secs : 1) ))" "$corpus" >> "$tsv"
+  done
+  # The C entry points: a million calls of each API (about an hour's worth
+  # on two loaded cores), FUZZ_CFUZZ_CALLS to change it.
+  make -s lib headers
+  gcc -O1 -g -Wall -Wextra -Werror -std=gnu11 -Iinclude -o build/cfuzz tests/cfuzz/cfuzz.c -ldl -lpthread
+  cfuzz_calls=${FUZZ_CFUZZ_CALLS:-1000000}
+  for api in te store; do
+    arg=""
+    [ "$api" = store ] && arg=store
+    log=$(mktemp)
+    start=$(date +%s)
+    KVFERRY_LOG_LEVEL=off timeout $(( state_secs * 3 )) build/cfuzz build/lib/libkvferry.so.1 "$RANDOM" "$cfuzz_calls" $arg | tee "$log"
+    secs=$(( $(date +%s) - start ))
+    calls=$(grep -o '^cfuzz: [0-9]*' "$log" | awk '{print $2}')
+    printf 'tests/cfuzz %s\t%s\t%s\t%s\t-\n' "$api" "${calls:-0}" "$secs" "$(( ${calls:-0} / (secs > 0 ? secs : 1) ))" >> "$tsv"
+    rm -f "$log"
+  done
+  echo
+  cat "$tsv"
+  ;;
+*)
+  echo "usage: scripts/fuzz.sh short|long" >&2
+  exit 2
+  ;;
+esac
