@@ -126,7 +126,7 @@ func (l *lane) writeStaged(cs *conn, s *engine.Slice) {
 			s.Complete(nil)
 		}
 	case sockErr != nil:
-		werr := l.classifyWrite(sockErr)
+		werr := cs.failure(l.classifyWrite(sockErr)) // the reader's cause when it closed cs
 		cs.kill(werr)
 		l.retryOrFail(s, werr)
 	case !sent:

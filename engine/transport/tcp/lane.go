@@ -412,8 +412,9 @@ func (l *lane) writeChunk(cs *conn, chunk []*engine.Slice) {
 		return
 	}
 	if err := l.writeAll(cs.c, bufs); err != nil {
-		// The reader fails or retries what is in flight, with this cause.
-		werr := l.classifyWrite(err)
+		// The reader fails or retries what is in flight, with this cause
+		// (or with its own, when it closed cs first).
+		werr := cs.failure(l.classifyWrite(err))
 		cs.kill(werr)
 		for _, s := range v1done {
 			l.fail(s, werr)
