@@ -282,6 +282,22 @@ func (c *kase) expected() expectation {
 	return c.f.expect
 }
 
+// stretchRate is the rate limit that keeps a mid-batch fault's batch in
+// flight on the network paths (bits per second).
+const stretchRate = 40_000_000
+
+// stallAt is when, into the batch, the path stops carrying under the
+// fault. A frozen peer's kernel still takes bytes into its socket buffers
+// (the network works; only the process sleeps), so the initiator's last
+// requests may leave up to the rest of the batch later, at the stretched
+// rate: each request's deadline counts from when it was sent.
+func (c *kase) stallAt(lead time.Duration) time.Duration {
+	if c.f.kind == "stop" && !c.p.sameHost && c.p.name != "rdma" {
+		return lead + time.Duration(float64(size*8)/stretchRate*float64(time.Second))
+	}
+	return lead
+}
+
 // stretch slows the path so that a batch is still in flight when a
 // mid-batch fault strikes; it returns the undo.
 func (c *kase) stretch() func() {
@@ -293,7 +309,7 @@ func (c *kase) stretch() func() {
 	case c.p.sameHost:
 		return func() {}
 	}
-	return c.st.impair(c.t, impairment{rate: 40_000_000})
+	return c.st.impair(c.t, impairment{rate: stretchRate})
 }
 
 // inject applies the fault around the measured batches and returns the
@@ -316,7 +332,7 @@ func (c *kase) inject() string {
 	case "flap", "stop", "nicdown":
 		undo := c.stretch()
 		on, off := c.faultOn, c.faultOff
-		stallAt := lead
+		stallAt := c.stallAt(lead)
 		if c.p.sameHost {
 			on()
 			stallAt = 0

@@ -205,7 +205,7 @@ func startPeer(t *testing.T, name string, n *netns, host string, env []string, a
 		"MC_TRANSFER_TIMEOUT="+strconv.Itoa(int(deadline/time.Second)),
 		"MC_TCP_STATUS_TIMEOUT_SEC="+strconv.Itoa(int(deadline/time.Second)),
 		"MC_HANDSHAKE_CONNECT_TIMEOUT="+strconv.Itoa(int(deadline/time.Second)),
-		"KVFERRY_LOG_LEVEL=warn",
+		"KVFERRY_LOG_LEVEL="+logLevel(),
 	), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	cmd.Stderr = logWriter{t, name + ": "}
@@ -231,6 +231,14 @@ func startPeer(t *testing.T, name string, n *netns, host string, env []string, a
 	p.addr = uint64(r["addr"].(float64))
 	p.pid = int(r["pid"].(float64))
 	return p
+}
+
+// logLevel is the peers' log level: KVFERRY_FAULTS_LOG, default warn.
+func logLevel() string {
+	if v := os.Getenv("KVFERRY_FAULTS_LOG"); v != "" {
+		return v
+	}
+	return "warn"
 }
 
 // send writes one command without waiting for its answer.
