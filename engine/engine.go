@@ -160,6 +160,7 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 	e.segments.byName[e.name] = local
 	e.rpcSrv = rpc.NewServer(ln, e.handleRPC, rpc.ServerConfig{MaxMessage: cfg.HandshakeMaxLength, Logger: e.log, Auth: cfg.Auth,
 		TLS: cfg.TLS.ServerConfig()})
+	go e.runPublisher() // before anything that may fail into Close, which stops it
 
 	for _, name := range cfg.Transports {
 		// Published once below, with every transport.
@@ -168,7 +169,6 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 			return nil, fmt.Errorf("start engine: %w", err)
 		}
 	}
-	go e.runPublisher()
 	if err := e.publish(ctx); err != nil {
 		e.Close()
 		return nil, fmt.Errorf("start engine: %w", err)
