@@ -70,6 +70,10 @@ func (e *Engine) gauges(g *metrics.Gauges) {
 		g.RegisteredBytes[k] += r.Length
 		g.RegisteredRegions[k]++
 	}
+	for _, n := range e.NICStats() {
+		g.NICs = append(g.NICs, metrics.NICGauge{Device: n.Device, Up: n.Active, InFlightBytes: float64(n.InflightBytes),
+			BandwidthBytesPS: n.EWMABandwidthBps / 8, Endpoints: n.Endpoints, GPURegions: n.GPURegions})
+	}
 	e.batches.RLock()
 	g.Batches = len(e.batches.m)
 	e.batches.RUnlock()

@@ -41,6 +41,9 @@ type NICStat struct {
 	// endpoint limit (MC_MAX_EP_PER_CTX).
 	Endpoints        int
 	EndpointsEvicted uint64
+	// GPURegions is the GPU memory regions registered with the NIC
+	// (GPUDirect RDMA).
+	GPURegions int
 }
 
 // NICReporter is implemented by transports that drive NICs.

@@ -156,6 +156,21 @@ var (
 		"transport", "cause")
 )
 
+// RDMA NICs (the RDMA transport's, as getNicLoadStats reports them; summed
+// over the engines of the process that use a NIC).
+var (
+	RDMANICUp = def(CompTransport, "kvferry_rdma_nic_up", Gauge,
+		"1 while an RDMA NIC's port is active and in use, 0 while it is down.", "device")
+	RDMANICInFlight = def(CompTransport, "kvferry_rdma_nic_inflight_bytes", Gauge,
+		"Bytes posted on an RDMA NIC and not completed yet.", "device")
+	RDMANICBandwidth = def(CompTransport, "kvferry_rdma_nic_bandwidth_bytes_per_second", Gauge,
+		"Moving average of the bytes an RDMA NIC completed per second.", "device")
+	RDMANICEndpoints = def(CompTransport, "kvferry_rdma_nic_endpoints", Gauge,
+		"Connected endpoints (peer NICs) of an RDMA NIC.", "device")
+	RDMANICGPURegions = def(CompTransport, "kvferry_rdma_nic_gpu_regions", Gauge,
+		"GPU memory regions registered with an RDMA NIC (GPUDirect RDMA: dma-buf or peer memory).", "device")
+)
+
 // Store client (processes that use the store).
 var (
 	StoreClients = def(CompStore, "kvferry_store_clients", Gauge,

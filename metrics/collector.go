@@ -33,13 +33,14 @@ type engineSnap struct {
 	servers                    map[string]*serverSnap
 	sent, received, nfailed    uint64
 	regBytes, regRegions       map[string]uint64
+	nics                       map[string]*NICGauge // by device
 	segments, batches, engines int
 }
 
 func newEngineSnap() *engineSnap {
 	return &engineSnap{links: map[linkKey]*linkSnap{}, hists: map[string]*[NumSizeClasses]HistogramSnapshot{},
 		conns: map[linkKey]*connSnap{}, servers: map[string]*serverSnap{},
-		regBytes: map[string]uint64{}, regRegions: map[string]uint64{}}
+		regBytes: map[string]uint64{}, regRegions: map[string]uint64{}, nics: map[string]*NICGauge{}}
 }
 
 // add sums e's counters into s; with live, also its gauges.
@@ -124,6 +125,18 @@ func (s *engineSnap) add(e *Engine, live bool) {
 			}
 			s.segments += g.Segments
 			s.batches += g.Batches
+			for _, n := range g.NICs {
+				ns := s.nics[n.Device]
+				if ns == nil {
+					ns = &NICGauge{Device: n.Device}
+					s.nics[n.Device] = ns
+				}
+				ns.Up = ns.Up || n.Up
+				ns.InFlightBytes += n.InFlightBytes
+				ns.BandwidthBytesPS += n.BandwidthBytesPS
+				ns.Endpoints += n.Endpoints
+				ns.GPURegions += n.GPURegions
+			}
 		}
 	}
 }
@@ -340,6 +353,18 @@ func (s *engineSnap) collect(ch chan<- prometheus.Metric) {
 	for k, v := range s.regBytes {
 		ch <- EngineRegisteredBytes.Value(float64(v), k)
 		ch <- EngineRegisteredRegions.Value(float64(s.regRegions[k]), k)
+	}
+	for _, dev := range sortedKeys(s.nics, func(a, b string) bool { return a < b }) {
+		n := s.nics[dev]
+		up := 0.0
+		if n.Up {
+			up = 1
+		}
+		ch <- RDMANICUp.Value(up, dev)
+		ch <- RDMANICInFlight.Value(n.InFlightBytes, dev)
+		ch <- RDMANICBandwidth.Value(n.BandwidthBytesPS, dev)
+		ch <- RDMANICEndpoints.Value(float64(n.Endpoints), dev)
+		ch <- RDMANICGPURegions.Value(float64(n.GPURegions), dev)
 	}
 	ch <- EngineSegments.Value(float64(s.segments))
 	ch <- EngineBatches.Value(float64(s.batches))

@@ -138,6 +138,16 @@ type Gauges struct {
 	// RegisteredBytes and RegisteredRegions by memory kind.
 	RegisteredBytes, RegisteredRegions map[string]uint64
 	Segments, Batches                  int
+	// NICs are the engine's RDMA NICs.
+	NICs []NICGauge
+}
+
+// NICGauge is one RDMA NIC's scrape-time figures.
+type NICGauge struct {
+	Device                          string
+	Up                              bool
+	InFlightBytes, BandwidthBytesPS float64
+	Endpoints, GPURegions           int
 }
 
 // Engine holds the metrics of one transfer engine. The engine creates it

@@ -1,6 +1,7 @@
 // Package metrics_test checks the metrics catalogue against a running
 // deployment in one process: two transfer engines over TCP with the HTTP
-// metadata server, a store master and two store clients. Every metric of
+// metadata server, two over RDMA (the fake verbs provider), a store master
+// and two store clients. Every metric of
 // the catalogue must be exported, and every one not listed in stillZero
 // must move.
 package metrics_test
@@ -16,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"testing/fstest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -27,15 +29,34 @@ import (
 	mdhttp "github.com/kvferry/kvferry/engine/metadata/http"
 	"github.com/kvferry/kvferry/engine/metadata/open"
 	"github.com/kvferry/kvferry/engine/stack"
+	"github.com/kvferry/kvferry/engine/transport/rdma"
 	"github.com/kvferry/kvferry/engine/transport/tcp"
 	"github.com/kvferry/kvferry/internal/cmem"
 	"github.com/kvferry/kvferry/internal/testutil"
 	"github.com/kvferry/kvferry/metrics"
 	"github.com/kvferry/kvferry/store/client"
 	"github.com/kvferry/kvferry/store/master"
+	"github.com/kvferry/kvferry/tests/rdma/fakeverbs"
 )
 
-func TestMain(m *testing.M) { os.Exit(testutil.VerifyNoLeaks(m)) }
+func TestMain(m *testing.M) {
+	// The RDMA engines use the fake verbs provider (a test fixture), set
+	// up before the binding loads it.
+	lib, err := fakeverbs.Build()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	dir, err := os.MkdirTemp("", "metrics-fakeverbs-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	fakeverbs.Setenv(lib, dir, "fake_mlx5_0")
+	code := testutil.VerifyNoLeaks(m)
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
 
 // stillZero are the metrics this scenario cannot move, with the reason;
 // they must still be exported.
@@ -65,6 +86,8 @@ var stillZero = map[string]string{
 	"kvferry_store_master_tenant_quota_objects":       "needs a tenant quota (store/master TestTenantQuota sets one)",
 	"kvferry_store_master_tenant_quota_refused_total": "needs a put past a tenant quota (store/master TestTenantQuota)",
 	"kvferry_engine_tasks_in_flight":                  "a gauge: zero once transfers end",
+	"kvferry_rdma_nic_inflight_bytes":                 "a gauge: zero once transfers end",
+	"kvferry_rdma_nic_gpu_regions":                    "needs GPU memory (engine/transport/rdma TestGPUDirect registers some)",
 	"kvferry_engine_batches":                          "a gauge: zero once batches are freed",
 	"kvferry_transport_connections":                   "read at the end, after the engines closed",
 	"kvferry_store_clients":                           "read at the end, after the clients closed",
@@ -145,6 +168,42 @@ func TestCatalogueExportedAndMoving(t *testing.T) {
 		reqs = append(reqs, engine.Request{Op: engine.OpWrite, Source: bufA.Addr() + uintptr(off), Target: segF, TargetOffset: uint64(r2.Addr()) + off, Length: 4096})
 	}
 	assert.NilError(t, a.Transfer(ctx, reqs))
+	// Two engines over RDMA (fake NICs): the NIC gauges, read while the
+	// moving average of the bandwidth still shows the transfer.
+	newRDMAEngine := func(name string) *engine.Engine {
+		var cfg stack.Config
+		cfg.Engine.MetadataConn = mdConn
+		cfg.Engine.LocalServerName = name
+		cfg.Engine.BindAddress = "127.0.0.1"
+		cfg.Engine.Transports = []string{rdma.Name}
+		cfg.Engine.TransferTimeout = 10 * time.Second
+		cfg.RDMA = rdma.Config{Library: os.Getenv("KVFERRY_IBVERBS_LIB"), SysFS: fstest.MapFS{}}
+		e, err := stack.New(ctx, cfg)
+		assert.NilError(t, err)
+		return e
+	}
+	ra, rb := newRDMAEngine("node-r1"), newRDMAEngine("node-r2")
+	bufR1, bufR2 := mapped(t, 1<<20), mapped(t, 1<<20)
+	assert.NilError(t, ra.RegisterMemory(bufR1.Addr(), bufR1.Len(), "cpu:0", true))
+	assert.NilError(t, rb.RegisterMemory(bufR2.Addr(), bufR2.Len(), "cpu:0", true))
+	segR, err := ra.OpenSegment(ctx, "node-r2")
+	assert.NilError(t, err)
+	for ra.CheckRange(ctx, segR, uint64(bufR2.Addr()), 8) != nil {
+		assert.NilError(t, ctx.Err(), "node-r2's buffer never showed")
+		time.Sleep(10 * time.Millisecond)
+	}
+	assert.NilError(t, ra.Transfer(ctx, []engine.Request{{Op: engine.OpWrite, Source: bufR1.Addr(), Target: segR, TargetOffset: uint64(bufR2.Addr()), Length: 1 << 20}}))
+	// The moving average takes a sample at most every 10 ms: read it after
+	// one window has passed since the transfer.
+	time.Sleep(20 * time.Millisecond)
+	proc := metrics.NewRegistry()
+	early := []samples{gatherAll(t, proc)}
+	assert.Assert(t, early[0].value("kvferry_rdma_nic_bandwidth_bytes_per_second", "device", "fake_mlx5_0") > 0)
+	assert.Assert(t, early[0].value("kvferry_rdma_nic_up", "device", "fake_mlx5_0") == 1)
+	assert.Assert(t, early[0].value("kvferry_rdma_nic_endpoints", "device", "fake_mlx5_0") >= 2, "one endpoint on each engine")
+	assert.NilError(t, ra.Close())
+	assert.NilError(t, rb.Close())
+
 	// A peer that went away.
 	assert.NilError(t, c.Close())
 	err = a.Transfer(ctx, []engine.Request{{Op: engine.OpWrite, Source: bufA.Addr(), Target: segC, TargetOffset: uint64(bufC.Addr()), Length: 8}})
@@ -158,8 +217,6 @@ func TestCatalogueExportedAndMoving(t *testing.T) {
 	holder := newStoreClient(t, ctx, srv.Addr(), 4<<20)
 	user := newStoreClient(t, ctx, srv.Addr(), 0)
 	val := make([]byte, 256<<10)
-	proc := metrics.NewRegistry()
-	var early []samples
 	for i := range 24 { // 6 MiB into 4 MiB: eviction
 		assert.NilError(t, user.Put(ctx, fmt.Sprintf("k%d", i), val, client.ReplicateConfig{}))
 		if i < 4 { // grants held, before eviction pressure has them returned

@@ -370,6 +370,11 @@ func (n *nic) stat() engine.NICStat {
 	n.mu.Lock()
 	st.EndpointsEvicted = n.eps.evictions
 	n.mu.Unlock()
+	for _, m := range *n.t.regs.snap.Load() {
+		if m.kind == engine.MemoryDevice && len(m.chunks) > 0 && m.chunks[0].mrs[n.idx] != nil {
+			st.GPURegions++
+		}
+	}
 	return st
 }
 
