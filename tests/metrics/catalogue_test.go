@@ -28,6 +28,7 @@ import (
 	"github.com/kvferry/kvferry/engine/descriptor"
 	mdhttp "github.com/kvferry/kvferry/engine/metadata/http"
 	"github.com/kvferry/kvferry/engine/metadata/open"
+	"github.com/kvferry/kvferry/engine/peerauth"
 	"github.com/kvferry/kvferry/engine/stack"
 	"github.com/kvferry/kvferry/engine/transport/rdma"
 	"github.com/kvferry/kvferry/engine/transport/tcp"
@@ -112,10 +113,24 @@ func TestCatalogueExportedAndMoving(t *testing.T) {
 	go func() { _ = hs.Serve(ln) }()
 	defer hs.Close()
 	mdConn := "http://" + ln.Addr().String() + "/metadata"
+	// A second metadata server holding both cluster keys of the auth
+	// scenario below (a key rollover's two keys).
+	lnK, err := net.Listen("tcp", "127.0.0.1:0")
+	assert.NilError(t, err)
+	hsK := &nethttp.Server{Handler: md, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		_ = hsK.Serve(peerauth.Listen(lnK, peerauth.NewGuard(keys(t, keyAlpha+"\n"+keyBravo), peerauth.RoleMetadata, 0, nil)))
+	}()
+	defer hsK.Close()
+	mdConnK := "http://" + lnK.Addr().String() + "/metadata"
 
-	newEngine := func(name string) *engine.Engine {
+	newEngine := func(name string, key ...string) *engine.Engine {
 		var cfg stack.Config
 		cfg.Engine.MetadataConn = mdConn
+		if len(key) > 0 {
+			cfg.Engine.Auth = keys(t, key[0])
+			cfg.Engine.MetadataConn = mdConnK
+		}
 		cfg.Engine.LocalServerName = name
 		cfg.Engine.BindAddress = "127.0.0.1"
 		cfg.Engine.Transports = []string{"tcp"}
@@ -209,6 +224,24 @@ func TestCatalogueExportedAndMoving(t *testing.T) {
 	err = a.Transfer(ctx, []engine.Request{{Op: engine.OpWrite, Source: bufA.Addr(), Target: segC, TargetOffset: uint64(bufC.Addr()), Length: 8}})
 	assert.ErrorContains(t, err, "refused")
 
+	// Cluster keys that differ: the data connection is refused on both
+	// sides as an authentication failure.
+	k := newEngine("node-k", keyAlpha)
+	x := newEngine("node-x", keyBravo)
+	bufK := mapped(t, 64<<10)
+	assert.NilError(t, k.RegisterMemory(bufK.Addr(), bufK.Len(), "cpu:0", true))
+	assert.NilError(t, x.RegisterMemory(bufA.Addr(), 64<<10, "cpu:0", true))
+	segK, err := x.OpenSegment(ctx, "node-k")
+	assert.NilError(t, err)
+	for x.CheckRange(ctx, segK, uint64(bufK.Addr()), 8) != nil {
+		assert.NilError(t, ctx.Err(), "node-k's buffer never showed")
+		time.Sleep(10 * time.Millisecond)
+	}
+	err = x.Transfer(ctx, []engine.Request{{Op: engine.OpWrite, Source: bufA.Addr(), Target: segK, TargetOffset: uint64(bufK.Addr()), Length: 8}})
+	assert.ErrorIs(t, err, engine.ErrUnauthenticated)
+	assert.NilError(t, k.Close())
+	assert.NilError(t, x.Close())
+
 	// Store: a master, a holder lending 4 MiB and a pure client.
 	srv, err := master.NewServer(master.Config{RPCAddr: "127.0.0.1:0", MetricsAddr: "127.0.0.1:0",
 		TenantQuotas: map[string]master.Quota{"q": {Objects: 1, Bytes: 1 << 20}}})
@@ -282,6 +315,8 @@ func TestCatalogueExportedAndMoving(t *testing.T) {
 	assert.Assert(t, end.value("kvferry_engine_errors_total", "cause", "refused_range") >= 2)
 	assert.Assert(t, end.value("kvferry_engine_errors_total", "cause", "peer_gone") >= 1)
 	assert.Assert(t, end.value("kvferry_transport_refused_total", "cause", "range") >= 1)
+	assert.Assert(t, end.value("kvferry_engine_errors_total", "cause", "auth") >= 1)
+	assert.Assert(t, end.value("kvferry_transport_refused_total", "cause", "auth") >= 1)
 	assert.Assert(t, end.value("kvferry_transport_redials_total", "peer", "node-f") >= 1)
 	assert.Assert(t, end.value("kvferry_transport_slice_retries_total", "peer", "node-f") >= 1)
 	assert.Assert(t, end.value("kvferry_engine_transferred_bytes_total", "peer", "node-b") >= 64<<10+4<<10)
@@ -332,6 +367,19 @@ func proxied(t *testing.T, ctx context.Context, a, b *engine.Engine, mdConn, nam
 	id, err := a.OpenSegment(ctx, name)
 	assert.NilError(t, err)
 	return id
+}
+
+// Cluster keys of the auth scenario.
+const (
+	keyAlpha = "metrics-test-cluster-key-alpha-0123456789"
+	keyBravo = "metrics-test-cluster-key-bravo-0123456789"
+)
+
+func keys(t *testing.T, text string) *peerauth.Keys {
+	t.Helper()
+	ks, err := peerauth.ParseKeys([]byte(text))
+	assert.NilError(t, err)
+	return ks
 }
 
 func newStoreClient(t *testing.T, ctx context.Context, masterAddr string, segment uint64, opts ...func(*client.Config)) *client.Client {

@@ -157,6 +157,11 @@ func (l *lane) dial() (*conn, error) {
 	}
 	if err := peerauth.Handshake(l.t.ctx, c, l.t.e.Auth(), peerauth.RoleData, l.t.cfg.ConnectTimeout); err != nil {
 		c.Close()
+		l.obs.DialErrors.Add(1)
+		if errors.Is(err, peerauth.ErrRefused) || errors.Is(err, peerauth.ErrNoHandshake) {
+			// The cause label of kvferry_engine_errors_total reads "auth".
+			return nil, fmt.Errorf("connect to %s: %w: %w", l.addr, engine.ErrUnauthenticated, err)
+		}
 		return nil, fmt.Errorf("connect to %s: %w", l.addr, err)
 	}
 	rd, err := newConnReader(c)

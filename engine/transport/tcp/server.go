@@ -194,6 +194,7 @@ func (s *server) serveConn(c net.Conn) {
 		_ = tc.SetNoDelay(true)
 	}
 	if err := s.guard.Accept(c); err != nil {
+		s.t.obs.Refused(metrics.RefusedAuth)
 		return // counted and logged by the guard
 	}
 	rd, err := newConnReader(c)
