@@ -43,8 +43,10 @@ func kvf_store_setup_dummy(h C.uintptr_t, memPoolSize, localBufferSize C.uint64_
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout+5*time.Second)
 	defer cancel()
+	// A call's bound covers the real client's master calls and transfers
+	// (a real client that dies fails the calls at once: its socket closes).
 	d, err := standalone.Dial(ctx, standalone.DummyConfig{ServerAddress: addr, LocalBufferSize: uint64(localBufferSize),
-		Timeout: timeout, Logger: logger})
+		Timeout: timeout + time.Minute, Logger: logger})
 	if err != nil {
 		return C.int(s.fail(fmt.Errorf("store setup_dummy (mem pool %d bytes): %w", uint64(memPoolSize), err)))
 	}
