@@ -151,18 +151,9 @@ func (t *Transport) RegisterRegions(rs []*engine.Region) error {
 			t.log.Warn("rdma registration split into several memory regions (device max_mr_size)", "addr", r.Addr,
 				"length", r.Length, "regions", len(m.chunks), "max_mr_size", t.chunkLimit())
 		}
-		for ci := range m.chunks {
-			c := &m.chunks[ci]
-			c.mrs = make([]*ibv.MR, len(t.nics))
-			for i, n := range t.nics {
-				mr, err := n.pd.RegMR(c.addr, c.length, access)
-				if err != nil {
-					t.release(m)
-					undo()
-					return fmt.Errorf("rdma register %#x+%d on %s: %w", c.addr, c.length, n.name, err)
-				}
-				c.mrs[i] = mr
-			}
+		if err := t.regChunks(m, regMR(access)); err != nil {
+			undo()
+			return fmt.Errorf("rdma register: %w", err)
 		}
 		added = append(added, m)
 	}
@@ -303,36 +294,38 @@ func (t *Transport) registerDmaBuf(m *memReg, r *engine.Region, access int) erro
 		}
 	}
 	m.chunks = chunks
-	for ci := range m.chunks {
-		c := &m.chunks[ci]
+	return t.regChunks(m, func(n *nic, ci int, c *mrChunk) (*ibv.MR, error) { // dma-buf ci's export
 		b := exports[ci]
-		c.mrs = make([]*ibv.MR, len(t.nics))
-		for i, n := range t.nics {
-			mr, err := n.pd.RegDmabufMR(b.Offset+(uint64(c.addr)-b.Addr), c.length, uint64(c.addr), b.FD, access)
-			if err != nil {
-				t.release(m)
-				m.chunks = nil
-				return fmt.Errorf("%s: %w", n.name, err)
-			}
-			c.mrs[i] = mr
-		}
-	}
-	return nil
+		return n.pd.RegDmabufMR(b.Offset+(uint64(c.addr)-b.Addr), c.length, uint64(c.addr), b.FD, access)
+	})
 }
 
 // registerPeerMem registers device memory with ibv_reg_mr on the device
 // pointer (the peer-memory module resolves it).
 func (t *Transport) registerPeerMem(m *memReg, access int) error {
 	m.chunks = split(m.addr, m.length, t.chunkLimit())
+	return t.regChunks(m, regMR(access))
+}
+
+// regMR registers a chunk with ibv_reg_mr (host memory, or GPU memory a
+// peer-memory module resolves).
+func regMR(access int) func(n *nic, _ int, c *mrChunk) (*ibv.MR, error) {
+	return func(n *nic, _ int, c *mrChunk) (*ibv.MR, error) { return n.pd.RegMR(c.addr, c.length, access) }
+}
+
+// regChunks registers every chunk of m (not published yet) on every NIC
+// with reg; on an error it releases what it registered and leaves m
+// without chunks.
+func (t *Transport) regChunks(m *memReg, reg func(n *nic, ci int, c *mrChunk) (*ibv.MR, error)) error {
 	for ci := range m.chunks {
 		c := &m.chunks[ci]
 		c.mrs = make([]*ibv.MR, len(t.nics))
 		for i, n := range t.nics {
-			mr, err := n.pd.RegMR(c.addr, c.length, access)
+			mr, err := reg(n, ci, c)
 			if err != nil {
 				t.release(m)
 				m.chunks = nil
-				return fmt.Errorf("%s: %w", n.name, err)
+				return fmt.Errorf("%#x+%d on %s: %w", c.addr, c.length, n.name, err)
 			}
 			c.mrs[i] = mr
 		}
