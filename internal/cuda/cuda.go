@@ -36,9 +36,6 @@ import (
 	"github.com/ebitengine/purego"
 )
 
-// rtldNoload is glibc's RTLD_NOLOAD: dlopen finds a loaded object only.
-const rtldNoload = 0x4
-
 // DefaultLibrary is the driver's file name.
 const DefaultLibrary = "libcuda.so.1"
 
@@ -123,7 +120,8 @@ type Driver struct {
 
 var loaded = struct {
 	sync.Mutex
-	m map[string]*Driver
+	m    map[string]*Driver
+	seen map[string]seenLoad
 }{m: make(map[string]*Driver)}
 
 // Load returns the process's driver loaded from path (DefaultLibrary when
@@ -148,23 +146,35 @@ func Load(path string) (*Driver, error) {
 
 // Loaded reports whether the driver file path (DefaultLibrary when empty)
 // is already mapped into this process (by kvferry or by the host, e.g.
-// PyTorch), without loading it.
+// PyTorch), without loading it. It reads the loader's list of objects in
+// memory, and only when the process loaded an object since the last look
+// (registrations ask it: it must be cheap).
 func Loaded(path string) bool {
 	if path == "" {
 		path = DefaultLibrary
 	}
 	loaded.Lock()
-	d := loaded.m[path]
-	loaded.Unlock()
-	if d != nil {
+	defer loaded.Unlock()
+	if loaded.m[path] != nil {
 		return true
 	}
-	h, err := purego.Dlopen(path, purego.RTLD_NOW|rtldNoload)
-	if err != nil || h == 0 {
-		return false
+	if c, ok := loaded.seen[path]; ok {
+		if loadCount() == c.adds {
+			return c.found
+		}
 	}
-	_ = purego.Dlclose(h)
-	return true
+	found, adds := loadedObject(path)
+	if loaded.seen == nil {
+		loaded.seen = make(map[string]seenLoad)
+	}
+	loaded.seen[path] = seenLoad{found: found, adds: adds}
+	return found
+}
+
+// seenLoad is the answer of Loaded at a count of the loader's loads.
+type seenLoad struct {
+	found bool
+	adds  uint64
 }
 
 func open(path string) (d *Driver, err error) {

@@ -395,6 +395,25 @@ func TestOldDrivers(t *testing.T) {
 	}
 }
 
+// TestFabricHandles: VMM memory exported as a fabric handle by one process
+// is imported and mapped by another (both on a fake that offers fabric).
+func TestFabricHandles(t *testing.T) {
+	env := []string{"FAKECUDA_FABRIC=1"}
+	_, rd, stop := runChild(t, "fabric-owner", env)
+	defer stop()
+	line, err := rd.ReadString('\n')
+	assert.NilError(t, err)
+	var hs string
+	var size uint64
+	_, err = fmt.Sscanf(line, "fabric %s %d", &hs, &size)
+	assert.NilError(t, err, line)
+	_, rd2, stop2 := runChild(t, "fabric-importer", append(env, "KVFERRY_FABRIC_HANDLE="+hs, fmt.Sprintf("KVFERRY_FABRIC_SIZE=%d", size)))
+	defer stop2()
+	line, err = rd2.ReadString('\n')
+	assert.NilError(t, err)
+	assert.Equal(t, strings.TrimSpace(line), "ok")
+}
+
 func child(role string) int {
 	d, err := Load(os.Getenv("KVFERRY_CUDA_LIB"))
 	if err != nil {
@@ -402,6 +421,43 @@ func child(role string) int {
 		return 1
 	}
 	switch role {
+	case "fabric-owner":
+		v, size, err := d.VMMAlloc(0, 2<<20)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		host, _ := cmem.Malloc(size)
+		copy(cmem.Bytes(host, size), pattern(int(size), 3))
+		if err := d.MemcpySync(0, v, uint64(host), size); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		fh, err := d.ExportFabric(v)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		fmt.Printf("fabric %s %d\n", hex.EncodeToString(fh.Data[:]), size)
+		_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
+	case "fabric-importer":
+		raw, _ := hex.DecodeString(os.Getenv("KVFERRY_FABRIC_HANDLE"))
+		var fh FabricHandle
+		copy(fh.Data[:], raw)
+		var size uint64
+		fmt.Sscan(os.Getenv("KVFERRY_FABRIC_SIZE"), &size)
+		p, err := d.ImportFabric(1, fh, size)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		ctl := fakecuda.Open(d.Path())
+		if bytes.Equal(ctl.Bytes(p, int(size)), pattern(int(size), 3)) {
+			fmt.Println("ok")
+		} else {
+			fmt.Println("bad bytes")
+		}
+		_ = d.UnmapImported(1, p, size)
 	case "version":
 		p, err := d.MemAlloc(0, 4096)
 		if err == nil {

@@ -1,7 +1,9 @@
 package cuda
 
 /*
+#define _GNU_SOURCE
 #include <errno.h>
+#include <link.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -114,6 +116,50 @@ static uintptr_t kvf_cu_gate_fn_addr(void) { return (uintptr_t)&kvf_cu_gate_fn; 
 
 static void kvf_cu_free(uintptr_t p) { free((void *)p); }
 
+// kvf_cu_loaded reports whether an object whose path is want (absolute) or
+// whose file name is want (bare) is loaded in the process, reading the
+// loader's list in memory (dlopen with RTLD_NOLOAD of a bare name searches
+// the file system: tens of microseconds). *adds receives the loader's count
+// of objects ever loaded, so a caller can skip a scan when it is unchanged.
+struct kvf_cu_find { const char *want; int bare, found; unsigned long long adds; };
+
+static int kvf_cu_phdr(struct dl_phdr_info *info, size_t size, void *arg) {
+	struct kvf_cu_find *f = arg;
+	(void)size;
+	f->adds = info->dlpi_adds;
+	const char *name = info->dlpi_name;
+	if (!name || !*name) return 0;
+	if (f->bare) {
+		const char *slash = strrchr(name, '/');
+		if (slash) name = slash + 1;
+	}
+	if (strcmp(name, f->want) == 0) {
+		f->found = 1;
+		return 1;
+	}
+	return 0;
+}
+
+static int kvf_cu_first(struct dl_phdr_info *info, size_t size, void *arg) {
+	(void)size;
+	*(unsigned long long *)arg = info->dlpi_adds;
+	return 1;
+}
+
+// kvf_cu_adds returns the loader's count of loads, reading one entry only.
+static unsigned long long kvf_cu_adds(void) {
+	unsigned long long adds = 0;
+	dl_iterate_phdr(kvf_cu_first, &adds);
+	return adds;
+}
+
+static int kvf_cu_loaded(const char *want, int bare, unsigned long long *adds) {
+	struct kvf_cu_find f = {want, bare, 0, 0};
+	dl_iterate_phdr(kvf_cu_phdr, &f);
+	*adds = f.adds;
+	return f.found;
+}
+
 static kvf_cu_gate *kvf_cu_gate_new(int ready_fd, int done_fd) {
 	kvf_cu_gate *g = malloc(sizeof *g);
 	if (g) { g->ready_fd = ready_fd; g->done_fd = done_fd; }
@@ -123,6 +169,7 @@ static kvf_cu_gate *kvf_cu_gate_new(int ready_fd, int done_fd) {
 import "C"
 
 import (
+	"strings"
 	"unsafe"
 )
 
@@ -221,3 +268,21 @@ func freeC(p uintptr) { C.kvf_cu_free(C.uintptr_t(p)) }
 func newGate(readyFd, doneFd int) uintptr {
 	return uintptr(unsafe.Pointer(C.kvf_cu_gate_new(C.int(readyFd), C.int(doneFd))))
 }
+
+// loadedObject reports whether an object named name (a path, or a bare file
+// name matched against the loaded objects' file names) is loaded, and the
+// loader's count of loads so far.
+func loadedObject(name string) (bool, uint64) {
+	cs := C.CString(name)
+	defer C.free(unsafe.Pointer(cs))
+	bare := C.int(1)
+	if strings.Contains(name, "/") {
+		bare = 0
+	}
+	var adds C.ulonglong
+	found := C.kvf_cu_loaded(cs, bare, &adds) != 0
+	return found, uint64(adds)
+}
+
+// loadCount returns the loader's count of objects ever loaded (cheap).
+func loadCount() uint64 { return uint64(C.kvf_cu_adds()) }

@@ -133,13 +133,16 @@ func (d *Driver) ExportFD(p uint64) (fd int, base, size uint64, err error) {
 	if info.HandleTypes&HandlePosixFD == 0 {
 		return -1, 0, 0, fmt.Errorf("export %#x: the allocation allows no POSIX fd: %w", p, &Error{Call: "cuMemExportToShareableHandle", Code: ErrorNotPermitted, Name: "CUDA_ERROR_NOT_PERMITTED"})
 	}
-	var h uint64
-	if err := d.check("cuMemRetainAllocationHandle", d.f.memRetainAllocHandle(&h, uintptr(p))); err != nil {
-		return -1, 0, 0, err
-	}
-	defer d.f.memRelease(h)
 	var v int32 = -1
-	if err := d.check("cuMemExportToShareableHandle", d.f.memExportShareable(unsafe.Pointer(&v), h, HandlePosixFD, 0)); err != nil {
+	err = d.Do(info.Device, func() error {
+		var h uint64
+		if err := d.check("cuMemRetainAllocationHandle", d.f.memRetainAllocHandle(&h, uintptr(p))); err != nil {
+			return err
+		}
+		defer d.f.memRelease(h)
+		return d.check("cuMemExportToShareableHandle", d.f.memExportShareable(unsafe.Pointer(&v), h, HandlePosixFD, 0))
+	})
+	if err != nil {
 		return -1, 0, 0, err
 	}
 	base, size = info.MappingBase, info.MappingSize
@@ -155,12 +158,18 @@ func (d *Driver) ExportFabric(p uint64) (FabricHandle, error) {
 	if err := d.needVMM(); err != nil {
 		return fh, err
 	}
-	var h uint64
-	if err := d.check("cuMemRetainAllocationHandle", d.f.memRetainAllocHandle(&h, uintptr(p))); err != nil {
+	info, err := d.Pointer(p)
+	if err != nil {
 		return fh, err
 	}
-	defer d.f.memRelease(h)
-	err := d.check("cuMemExportToShareableHandle", d.f.memExportShareable(unsafe.Pointer(&fh), h, HandleFabric, 0))
+	err = d.Do(info.Device, func() error {
+		var h uint64
+		if err := d.check("cuMemRetainAllocationHandle", d.f.memRetainAllocHandle(&h, uintptr(p))); err != nil {
+			return err
+		}
+		defer d.f.memRelease(h)
+		return d.check("cuMemExportToShareableHandle", d.f.memExportShareable(unsafe.Pointer(&fh), h, HandleFabric, 0))
+	})
 	return fh, err
 }
 

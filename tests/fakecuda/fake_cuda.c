@@ -1128,8 +1128,21 @@ EXPORT CUresult cuLaunchHostFunc(struct fstream *s, CUhostFn fn, void *arg) {
 
 // ---- copies ----
 
-// copy_async resolves both ends and queues the copy on s; want_dst/want_src
-// are 1 (device), 0 (host) or -1 (any).
+// resolve_pair resolves both ends of a copy; want_dst/want_src are 1
+// (device), 0 (host) or -1 (any).
+static int resolve_pair(CUdeviceptr dst, CUdeviceptr src, size_t n, int want_dst, int want_src, char **hd, char **hs) {
+	int dd, ds;
+	pthread_mutex_lock(&g_mu);
+	int rc = resolve(dst, n, hd, &dd);
+	if (!rc) rc = resolve(src, n, hs, &ds);
+	pthread_mutex_unlock(&g_mu);
+	if (rc) return rc;
+	if ((want_dst == 1 && dd < 0) || (want_dst == 0 && dd >= 0) || (want_src == 1 && ds < 0) || (want_src == 0 && ds >= 0))
+		return CUDA_ERROR_INVALID_VALUE;
+	return 0;
+}
+
+// copy_async resolves both ends and queues the copy on s.
 static int copy_async(CUdeviceptr dst, CUdeviceptr src, size_t n, struct fstream *s, int want_dst, int want_src) {
 	NEED_CTX(c);
 	s = null_stream(s);
@@ -1137,14 +1150,8 @@ static int copy_async(CUdeviceptr dst, CUdeviceptr src, size_t n, struct fstream
 	if (s->ctx != c) return CUDA_ERROR_INVALID_CONTEXT;
 	if (n == 0) return CUDA_SUCCESS;
 	char *hd, *hs;
-	int dd, ds;
-	pthread_mutex_lock(&g_mu);
-	int rc = resolve(dst, n, &hd, &dd);
-	if (!rc) rc = resolve(src, n, &hs, &ds);
-	pthread_mutex_unlock(&g_mu);
+	int rc = resolve_pair(dst, src, n, want_dst, want_src, &hd, &hs);
 	if (rc) return rc;
-	if ((want_dst == 1 && dd < 0) || (want_dst == 0 && dd >= 0) || (want_src == 1 && ds < 0) || (want_src == 0 && ds >= 0))
-		return CUDA_ERROR_INVALID_VALUE;
 	struct op *o = calloc(1, sizeof *o);
 	o->type = 1;
 	o->dst = hd;
@@ -1159,14 +1166,8 @@ static int copy_sync(CUdeviceptr dst, CUdeviceptr src, size_t n, int want_dst, i
 	(void)c;
 	if (n == 0) return CUDA_SUCCESS;
 	char *hd, *hs;
-	int dd, ds;
-	pthread_mutex_lock(&g_mu);
-	int rc = resolve(dst, n, &hd, &dd);
-	if (!rc) rc = resolve(src, n, &hs, &ds);
-	pthread_mutex_unlock(&g_mu);
+	int rc = resolve_pair(dst, src, n, want_dst, want_src, &hd, &hs);
 	if (rc) return rc;
-	if ((want_dst == 1 && dd < 0) || (want_dst == 0 && dd >= 0) || (want_src == 1 && ds < 0) || (want_src == 0 && ds >= 0))
-		return CUDA_ERROR_INVALID_VALUE;
 	int us = __atomic_load_n(&g_delay_us, __ATOMIC_RELAXED);
 	if (us > 0) usleep((useconds_t)us);
 	memmove(hd, hs, n);

@@ -246,17 +246,9 @@ func (w *cmaWorker) run(j job) {
 		return
 	}
 	slot := slotWord(s.slots, w.id)
-	for {
-		ep := s.ctl.epoch()
-		if ep == epochClosed {
-			slot.Store(0)
-			failAll(slices, fmt.Errorf("segment %q: owner closed: %w", s.peer, ErrPeerGone))
-			return
-		}
-		slot.Store(ep)
-		if s.ctl.epoch() == ep {
-			break
-		}
+	if _, err := s.enterEpoch(slot); err != nil {
+		failAll(slices, err)
+		return
 	}
 	if s.pidfd.exited() {
 		slot.Store(0)
@@ -289,6 +281,23 @@ func (w *cmaWorker) run(j job) {
 	slot.Store(0)
 	for i, sl := range slices {
 		sl.Complete(w.errs[i])
+	}
+}
+
+// enterEpoch stores the owner's current registration epoch in slot (and
+// checks that it did not move meanwhile), so that an owner removing a
+// region waits for the work that follows; an owner that closed is an error.
+func (s *session) enterEpoch(slot *atomic.Uint64) (uint64, error) {
+	for {
+		ep := s.ctl.epoch()
+		if ep == epochClosed {
+			slot.Store(0)
+			return 0, fmt.Errorf("segment %q: owner closed: %w", s.peer, ErrPeerGone)
+		}
+		slot.Store(ep)
+		if s.ctl.epoch() == ep {
+			return ep, nil
+		}
 	}
 }
 

@@ -171,19 +171,12 @@ func (w *ipcWorker) run(j ipcJob) {
 		return
 	}
 	slot := slotWord(s.slots, w.id)
-	for {
-		ep := s.ctl.epoch()
-		if ep == epochClosed {
-			slot.Store(0)
-			failAll(slices, fmt.Errorf("segment %q: owner closed: %w", s.peer, ErrPeerGone))
-			return
-		}
-		slot.Store(ep)
-		if s.ctl.epoch() == ep {
-			s.ipc.sweep(s.ctl, ep)
-			break
-		}
+	ep, err := s.enterEpoch(slot)
+	if err != nil {
+		failAll(slices, err)
+		return
 	}
+	s.ipc.sweep(s.ctl, ep)
 	w.rs, w.res, w.errs = w.rs[:0], w.res[:0], w.errs[:0]
 	for _, sl := range slices {
 		w.rs = append(w.rs, rng{addr: sl.Remote, length: sl.Length})
@@ -207,7 +200,7 @@ func (w *ipcWorker) run(j ipcJob) {
 			}
 		}
 	}
-	err := w.ops.copy(w.t.cfg.GPU, nil)
+	err = w.ops.copy(w.t.cfg.GPU, nil)
 	if err == nil && (s.pidfd.exited() || s.isDead()) {
 		// The bytes went to (or came from) the memory of a process that
 		// died meanwhile: they are lost.
