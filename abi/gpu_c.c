@@ -50,3 +50,8 @@ KVF_API int kvferry_cuda_memcpy(void *dst, const void *src, size_t n) {
     if (kvf_forked()) return KVFERRY_ERR_FORKED;
     return kvf_cuda_memcpy((uintptr_t)dst, (uintptr_t)src, n);
 }
+
+KVF_API int kvferry_memory_kind(const void *p, int *device) {
+    if (kvf_forked()) return KVFERRY_ERR_FORKED;
+    return kvf_memory_kind((uintptr_t)p, device);
+}

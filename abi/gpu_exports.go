@@ -3,6 +3,7 @@ package abi
 /*
 #include <stdint.h>
 #include <stddef.h>
+#include "kvferry.h"
 */
 import "C"
 
@@ -209,4 +210,29 @@ func kvf_cuda_memcpy(dst, src C.uintptr_t, n C.size_t) (rc C.int) {
 		return errInvalidArgument
 	}
 	return 0
+}
+
+// kvferry.h's KVFERRY_MEM_* are engine.MemoryKind's values (checked when
+// compiling: a mismatch indexes out of range).
+var (
+	_ = [1]struct{}{}[int(C.KVFERRY_MEM_HOST)-int(engine.MemoryHost)]
+	_ = [1]struct{}{}[int(C.KVFERRY_MEM_PINNED)-int(engine.MemoryPinned)]
+	_ = [1]struct{}{}[int(C.KVFERRY_MEM_DEVICE)-int(engine.MemoryDevice)]
+	_ = [1]struct{}{}[int(C.KVFERRY_MEM_MANAGED)-int(engine.MemoryManaged)]
+)
+
+//export kvf_memory_kind
+func kvf_memory_kind(p C.uintptr_t, device *C.int) (rc C.int) {
+	defer recoverResource(&rc)
+	if p == 0 {
+		return C.int(engine.MemoryHost)
+	}
+	info, err := gpuRuntime().Classify(uintptr(p), 1, "*")
+	if err != nil {
+		return C.int(engine.MemoryHost)
+	}
+	if device != nil {
+		*device = C.int(info.Device)
+	}
+	return C.int(info.Kind)
 }

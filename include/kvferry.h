@@ -746,6 +746,16 @@ void mc_nvlink_free(void *ptr, ssize_t size, int device, void *stream);
  * waits for the copy. 0 or a negative code (-303 without a driver). */
 int kvferry_cuda_memcpy(void *dst, const void *src, size_t n);
 
+/* The kind of the memory at p, as registration would classify it:
+ * KVFERRY_MEM_HOST (pageable, or no driver loaded), KVFERRY_MEM_PINNED,
+ * KVFERRY_MEM_DEVICE, KVFERRY_MEM_MANAGED; *device (may be NULL) receives
+ * the CUDA device of device and managed memory. Never loads the driver. */
+#define KVFERRY_MEM_HOST 0
+#define KVFERRY_MEM_PINNED 1
+#define KVFERRY_MEM_DEVICE 2
+#define KVFERRY_MEM_MANAGED 3
+int kvferry_memory_kind(const void *p, int *device);
+
 /* What kvferry_cuda_malloc hands out on device: 1 shareable VMM memory
  * (cuMemCreate), 0 cuMemAlloc memory, -2 no usable driver or device
  * (Mooncake's mc_probe_fabric_support answers 1 only for fabric memory). */

@@ -173,6 +173,7 @@ _PROTOTYPES = {
     "kvferry_cuda_free": (None, [_V, ctypes.c_ssize_t, c_int, _V]),
     "kvferry_cuda_memcpy": (c_int, [_V, _V, c_size_t]),
     "kvferry_cuda_probe": (c_int, [c_int]),
+    "kvferry_memory_kind": (c_int, [_V, POINTER(c_int)]),
     "kvferry_transfer_on_stream": (c_int, [_V, _V, _S, POINTER(c_void_p), POINTER(c_uint64),
                                            POINTER(c_size_t), c_size_t, c_int]),
     "kvferry_segment_check": (c_int, [_V, c_int32, c_uint64, c_uint64]),

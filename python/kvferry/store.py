@@ -1391,15 +1391,33 @@ class MooncakeDistributedStore:
         n = self.get_into(key, buffer_ptr, size)
         if n < 0:
             return None
-        return self._decode(_view(buffer_ptr, n))
+        return self._decode_at(buffer_ptr, n)
 
     def batch_get_tensor_into(self, keys, buffer_ptrs, sizes):
         """get_tensor_into for several keys; list[tensor or None]."""
         res = self.batch_get_into(keys, buffer_ptrs, sizes)
         out = []
         for n, p in zip(res, _ints(buffer_ptrs, "buffer_ptrs")):
-            out.append(self._decode(_view(p, n)) if n >= 0 else None)
+            out.append(self._decode_at(p, n) if n >= 0 else None)
         return out
+
+    def _decode_at(self, ptr, n):
+        """The tensor of the object of n bytes at ptr, viewing its data: a
+        numpy view for host memory; for GPU memory a CUDA tensor through
+        torch.as_tensor and __cuda_array_interface__ (only the 304-byte
+        header is copied to the host)."""
+        dev = c_int(0)
+        if not lib.has("kvferry_memory_kind") or lib.kvferry_memory_kind(ptr, byref(dev)) != 2:
+            return self._decode(_view(ptr, n))
+        head = ctypes.create_string_buffer(_tensor.TENSOR_METADATA_SIZE)
+        if n < len(head) or lib.kvferry_cuda_memcpy(head, ptr, len(head)) != 0:
+            return None
+        meta = _tensor.parse_metadata(head.raw, n)
+        torch = _tensor._torch()
+        if meta is None or torch is None:
+            log.error("object at %#x is not a valid tensor, or torch is missing", ptr)
+            return None
+        return _cuda_view(torch, ptr + meta.data_offset, meta, dev.value)
 
     def get_tensor_into_cuda(self, key, tensor):
         """Read a tensor object's payload into a pre-allocated tensor (any
@@ -1604,6 +1622,28 @@ def _view(ptr, n):
     if n <= 0:
         return np.empty(0, np.uint8)
     return np.ctypeslib.as_array((ctypes.c_uint8 * n).from_address(ptr))
+
+
+class _CudaArray:
+    """__cuda_array_interface__ (v2) over device memory, for torch.as_tensor."""
+
+    def __init__(self, ptr, shape, typestr):
+        self.__cuda_array_interface__ = {"shape": tuple(shape), "typestr": typestr,
+                                         "data": (ptr, False), "version": 2}
+
+
+def _cuda_view(torch, ptr, meta, dev):
+    """A torch CUDA tensor of meta's dtype and local shape viewing ptr."""
+    name = meta.dtype_name
+    raw = {"bfloat16": ("<i2", "int16"), "float8_e4m3fn": ("|u1", "uint8"), "float8_e5m2": ("|u1", "uint8"),
+           "bool": ("|u1", "uint8")}.get(name)
+    import numpy as np
+
+    typestr = raw[0] if raw else np.dtype(name).str
+    t = torch.as_tensor(_CudaArray(ptr, meta.local_shape, typestr), device="cuda:%d" % dev)
+    if raw:
+        t = t.view(getattr(torch, name))
+    return t
 
 
 def _is_cuda(t):

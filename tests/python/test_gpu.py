@@ -275,6 +275,45 @@ class StoreTensors(unittest.TestCase):
             T._torch = saved
 
 
+    def test_get_tensor_into_device_buffer(self):
+        # get_tensor_into with a GPU buffer returns a CUDA tensor viewing
+        # it (torch.as_tensor over __cuda_array_interface__; a stand-in
+        # torch here), copying only the header to the host.
+        import types
+
+        from kvferry import tensor as T
+
+        seen = []
+
+        def as_tensor(obj, device=None):
+            cai = obj.__cuda_array_interface__
+            seen.append((cai, device))
+            shape = cai["shape"]
+            return FakeCudaTensor(cai["data"][0], int(np.prod(shape)), int(str(device).partition(":")[2]), shape)
+
+        saved = T._torch
+        T._torch = lambda: types.SimpleNamespace(as_tensor=as_tensor)
+        try:
+            n = 1 << 20
+            want = pattern(n, 51)
+            src = FakeCudaTensor(self.d.alloc(n, 0), n, 0, (256, 4096))
+            self.d.h2d(src.data_ptr(), want.tobytes())
+            self.assertEqual(self.s.upsert_tensor("cuda/into", src), 0)
+            size = n + 304
+            buf = allocator.malloc(size, 1)
+            self.assertEqual(self.s.register_buffer(buf, size), 0)
+            t = self.s.get_tensor_into("cuda/into", buf, size)
+            self.assertIsNotNone(t)
+            self.assertEqual(seen[0][0]["typestr"], "|u1")
+            self.assertEqual(seen[0][1], "cuda:1")
+            self.assertEqual(t.shape, (256, 4096))
+            self.assertEqual(t.data_ptr(), buf + 304)
+            self.assertEqual(self.d.bytes_at(t.data_ptr(), n), want.tobytes())
+            self.assertEqual(self.s.unregister_buffer(buf), 0)
+        finally:
+            T._torch = saved
+
+
 class NoDriver(unittest.TestCase):
     def test_host_without_driver(self):
         # In a process whose driver cannot load: GPU calls return the
