@@ -249,11 +249,13 @@ func (c *Client) dialMaster(ctx context.Context, addr string) (*masterConn, erro
 	if c.tls != nil {
 		creds = credentials.NewTLS(c.tls)
 	}
+	redial := newGRPCRedial(min(c.cfg.RPCTimeout, wire.DefaultMuxDialTimeout))
 	cc, err := grpc.NewClient(addr,
 		grpc.WithTransportCredentials(creds),
-		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+		grpc.WithContextDialer(redial.dialer(func(ctx context.Context, addr string) (net.Conn, error) {
 			return peerauth.Dialer(&net.Dialer{}, c.auth, peerauth.RoleMaster)(ctx, "tcp", addr)
-		}),
+		})),
+		grpc.WithUnaryInterceptor(redial.unary),
 		grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff:           backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
 			MinConnectTimeout: 2 * time.Second,

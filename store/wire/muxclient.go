@@ -30,9 +30,6 @@ const (
 	// its connection before the connection is taken for dead (the next call
 	// dials a new one).
 	muxStall = time.Second
-	// Redial backoff after a failed dial (as the gRPC client's).
-	muxBackoffBase = 50 * time.Millisecond
-	muxBackoffMax  = time.Second
 	// Buffers larger than this go back to the garbage collector, not to the
 	// pool.
 	muxPoolMaxBytes = 1 << 20
@@ -60,9 +57,11 @@ type MuxClientConfig struct {
 // MuxClient is a MasterClient over the mux protocol: every call of the
 // process goes over one TCP connection, written and read by the calling
 // goroutines themselves (no goroutine of its own). It dials on first use and
-// again after the connection fails (with a backoff of 50 ms to 1 s between
-// failed attempts, during which calls fail at once with RPC_FAIL, as gRPC's
-// calls do). Errors are *StatusError values, as FromStatus returns for a
+// again after the connection fails: a call that finds no live connection
+// dials, and calls that arrive while that dial is under way wait for it and
+// share its outcome. No call fails because an earlier dial failed, so the
+// first call after a restarted master listens again reaches it (as a
+// Mooncake client's, whose pool connects on the call). Errors are *StatusError values, as FromStatus returns for a
 // gRPC call: the master's Code, or RPC_FAIL (connection lost), RPC_TIMEOUT
 // (ctx deadline). Call options are ignored. Safe for concurrent use; after
 // Close every call fails with RPC_FAIL.
@@ -73,12 +72,9 @@ type MuxClient struct {
 
 	mu struct {
 		sync.Mutex
-		conn     *muxConn      // nil or failed: dial on next call
-		dialing  chan struct{} // closed when the dial in progress ends
-		lastErr  error         // the last dial failure
-		nextDial time.Time     // no dial before (backoff)
-		backoff  time.Duration
-		closed   bool
+		conn    *muxConn // nil or failed: dial on next call
+		dialing *muxDial // the dial in progress, or nil
+		closed  bool
 	}
 }
 
@@ -130,6 +126,18 @@ func ctxError(ctx context.Context, what string) *StatusError {
 	return &StatusError{Code: ErrRPCFail, GRPC: codes.Canceled, Message: what + ": " + ctx.Err().Error()}
 }
 
+// muxDial is one connection attempt; the calls waiting for it share its
+// outcome.
+type muxDial struct {
+	done chan struct{} // closed when the attempt ended; err is set before
+	// failed reports that the master could not be reached or refused mux
+	// (not that the dialing caller's context ended); the waiters then
+	// return err, ErrMuxRefused or an RPC_FAIL *StatusError. Otherwise
+	// they look at c.mu.conn again.
+	failed bool
+	err    error
+}
+
 // conn returns a live connection, dialing one when needed.
 func (c *MuxClient) conn(ctx context.Context) (*muxConn, error) {
 	for {
@@ -145,18 +153,16 @@ func (c *MuxClient) conn(ctx context.Context) (*muxConn, error) {
 		if d := c.mu.dialing; d != nil {
 			c.mu.Unlock()
 			select {
-			case <-d:
-				continue
+			case <-d.done:
+				if d.failed {
+					return nil, d.err
+				}
+				continue // connected (or the dialer gave up): look again
 			case <-ctx.Done():
 				return nil, ctxError(ctx, "connect to store master "+c.cfg.Addr)
 			}
 		}
-		if time.Now().Before(c.mu.nextDial) {
-			err := c.mu.lastErr
-			c.mu.Unlock()
-			return nil, rpcFail("store master %s unreachable: %v", c.cfg.Addr, err)
-		}
-		d := make(chan struct{})
+		d := &muxDial{done: make(chan struct{})}
 		c.mu.dialing = d
 		c.mu.Unlock()
 
@@ -164,30 +170,27 @@ func (c *MuxClient) conn(ctx context.Context) (*muxConn, error) {
 
 		c.mu.Lock()
 		c.mu.dialing = nil
-		close(d)
 		switch {
-		case err != nil:
-			if ctx.Err() == nil { // a failure of the master's, not of the caller's ctx
-				c.mu.backoff = min(max(c.mu.backoff*8/5, muxBackoffBase), muxBackoffMax)
-				c.mu.nextDial = time.Now().Add(c.mu.backoff)
-				c.mu.lastErr = err
-			}
+		case err != nil && ctx.Err() != nil: // the caller's ctx, not the master
+			close(d.done)
 			c.mu.Unlock()
-			if errors.Is(err, ErrMuxRefused) {
-				return nil, err
+			return nil, ctxError(ctx, "connect to store master "+c.cfg.Addr)
+		case err != nil:
+			d.failed, d.err = true, err
+			if !errors.Is(err, ErrMuxRefused) {
+				d.err = rpcFail("connect to store master %s: %v", c.cfg.Addr, err)
 			}
-			if ctx.Err() != nil {
-				return nil, ctxError(ctx, "connect to store master "+c.cfg.Addr)
-			}
-			return nil, rpcFail("connect to store master %s: %v", c.cfg.Addr, err)
+			close(d.done)
+			c.mu.Unlock()
+			return nil, d.err
 		case c.mu.closed:
+			close(d.done)
 			c.mu.Unlock()
 			mc.c.Close()
 			return nil, rpcFail("store master %s: client closed", c.cfg.Addr)
 		}
 		c.mu.conn = mc
-		c.mu.backoff = 0
-		c.mu.nextDial = time.Time{}
+		close(d.done)
 		c.mu.Unlock()
 		return mc, nil
 	}
