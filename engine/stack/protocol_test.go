@@ -40,6 +40,7 @@ func TestRequestedProtocolFallsBack(t *testing.T) {
 	if _, err := rdma.Available(cfg.RDMA); err == nil {
 		t.Skip("this host has a usable RDMA device")
 	}
+	protocolLogged.Clear() // as in a new process (go test -count=N)
 	var logs syncBuf
 	lg := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	for range 2 {

@@ -34,11 +34,10 @@ func TestLoadRefusesIncompleteFiles(t *testing.T) {
 func TestForAddr(t *testing.T) {
 	p := &Pair{Client: nil}
 	assert.Assert(t, p.ClientConfig() == nil)
-	c := ForAddr(&tlsConfig, "10.1.2.3:50051")
+	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS13}
+	c := ForAddr(tlsConfig, "10.1.2.3:50051")
 	assert.Equal(t, c.ServerName, "10.1.2.3")
 	assert.Equal(t, tlsConfig.ServerName, "", "the original is not changed")
 	tlsConfig.ServerName = "master.example"
-	assert.Equal(t, ForAddr(&tlsConfig, "10.1.2.3:50051").ServerName, "master.example")
+	assert.Equal(t, ForAddr(tlsConfig, "10.1.2.3:50051").ServerName, "master.example")
 }
-
-var tlsConfig = tls.Config{MinVersion: tls.VersionTLS13}
