@@ -1,6 +1,7 @@
 // Package lint runs kvferry's source rules as tests (STYLE.md "Lint runs as
 // tests"): gofmt, where import "C" may appear, no os.Getenv, no raw atomic
-// functions, and no printing or log.Fatal from library packages.
+// functions, no printing or log.Fatal from library packages, and etcd clients
+// that reconnect promptly (internal/etcddial).
 package lint
 
 import (
@@ -106,6 +107,21 @@ func TestNoOSGetenv(t *testing.T) {
 		}
 		if strings.Contains(string(f.src), "os.Getenv(") || strings.Contains(string(f.src), "os.LookupEnv(") {
 			t.Errorf("%s reads the environment with os.Getenv; use internal/hostenv (C getenv)", f.rel)
+		}
+	}
+}
+
+// TestEtcdClientsReconnect: every etcd client, the tests' included, is made
+// with internal/etcddial's options, so none waits out gRPC's default
+// reconnect backoff (up to two minutes) after etcd comes back.
+func TestEtcdClientsReconnect(t *testing.T) {
+	for _, f := range goFiles(t) {
+		if strings.HasPrefix(f.rel, "internal/lint/") {
+			continue
+		}
+		src := string(f.src)
+		if n := strings.Count(src, "clientv3.New("); n > strings.Count(src, "etcddial.Options(") {
+			t.Errorf("%s makes an etcd client without DialOptions: etcddial.Options(...) (%d clientv3.New)", f.rel, n)
 		}
 	}
 }

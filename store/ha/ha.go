@@ -16,6 +16,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.uber.org/zap"
+
+	"github.com/kvferry/kvferry/internal/etcddial"
 )
 
 // Spec values.
@@ -68,6 +70,9 @@ func Dial(endpoints []string, timeout time.Duration) (*clientv3.Client, error) {
 		Endpoints:   endpoints,
 		DialTimeout: timeout,
 		Logger:      nopZapLogger(),
+		// Reconnect within about two seconds of etcd coming back: a
+		// master's campaign and a client's leader lookups wait for it.
+		DialOptions: etcddial.Options(timeout),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("dial etcd %v: %w", endpoints, err)

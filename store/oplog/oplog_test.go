@@ -165,9 +165,7 @@ func TestParseFramesBounds(t *testing.T) {
 func TestEtcdBackend(t *testing.T) {
 	etcdtest.SkipIfAbsent(t)
 	srv := etcdtest.Start(t)
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{srv.Endpoint()}, DialTimeout: 5 * time.Second})
-	assert.NilError(t, err)
-	defer cli.Close()
+	cli := etcdtest.Client(t, srv.Endpoint())
 	ctx := ctxT(t)
 
 	// The guard: a leader key with the revision it was created at.

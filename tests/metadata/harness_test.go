@@ -173,10 +173,7 @@ type etcdService struct {
 func startEtcd(t *testing.T, wipeOnRestart bool) *etcdService {
 	t.Helper()
 	s := &etcdService{srv: etcdtest.Start(t), wipe: wipeOnRestart}
-	var err error
-	s.cli, err = clientv3.New(clientv3.Config{Endpoints: []string{s.srv.Endpoint()}, DialTimeout: 2 * time.Second})
-	assert.NilError(t, err)
-	t.Cleanup(func() { s.cli.Close() })
+	s.cli = etcdtest.Client(t, s.srv.Endpoint())
 	return s
 }
 

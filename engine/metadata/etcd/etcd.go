@@ -30,12 +30,11 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/kvferry/kvferry/engine/metadata"
+	"github.com/kvferry/kvferry/internal/etcddial"
 )
 
 // Scheme is the connection-string scheme of etcd.
@@ -229,10 +228,7 @@ func New(ctx context.Context, cfg Config) (*KV, error) {
 		Logger:               zap.New(newSlogCore(cfg.Logger)),
 		// Reconnect within about two seconds of etcd coming back, however
 		// long it was away (gRPC's default backoff grows to two minutes).
-		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
-			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
-			MinConnectTimeout: cfg.DialTimeout,
-		})},
+		DialOptions: etcddial.Options(cfg.DialTimeout),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("etcd %v: %w: %w", cfg.Endpoints, metadata.ErrUnavailable, err)

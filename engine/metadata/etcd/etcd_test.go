@@ -90,10 +90,7 @@ func newKV(t *testing.T, ep string, ttl time.Duration) *etcd.KV {
 // rawClient reads etcd directly, independent of the KV under test.
 func rawClient(t *testing.T, ep string) *clientv3.Client {
 	t.Helper()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{ep}, DialTimeout: 2 * time.Second})
-	assert.NilError(t, err)
-	t.Cleanup(func() { cli.Close() })
-	return cli
+	return etcdtest.Client(t, ep)
 }
 
 // waitFor polls cond (each call bounded by the caller) until it holds or

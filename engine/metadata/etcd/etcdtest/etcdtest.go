@@ -20,6 +20,11 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/kvferry/kvferry/internal/etcddial"
 )
 
 // DefaultBinary is where Debian's etcd-server package installs etcd.
@@ -232,6 +237,20 @@ func (w *lockedWriter) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.b.Write(p)
+}
+
+// Client returns an etcd client of endpoints (the server's Endpoint), made
+// as kvferry makes its own (etcddial: reconnecting within about two seconds
+// of etcd coming back), closed when the test ends.
+func Client(t testing.TB, endpoints ...string) *clientv3.Client {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second,
+		DialOptions: etcddial.Options(5 * time.Second), Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatalf("etcd client %v: %v", endpoints, err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli
 }
 
 // freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
