@@ -241,10 +241,11 @@ func (w *lockedWriter) Write(p []byte) (int, error) {
 
 // Client returns an etcd client of endpoints (the server's Endpoint), made
 // as kvferry makes its own (etcddial: reconnecting within about two seconds
-// of etcd coming back), closed when the test ends.
+// of etcd coming back), closed when the test ends. It waits up to
+// startTimeout for the first connection (a busy machine).
 func Client(t testing.TB, endpoints ...string) *clientv3.Client {
 	t.Helper()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second,
+	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: startTimeout,
 		DialOptions: etcddial.Options(5 * time.Second), Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatalf("etcd client %v: %v", endpoints, err)
