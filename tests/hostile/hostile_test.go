@@ -280,7 +280,7 @@ var attacks = []attack{
 			x.n.e.Notifications()
 			return fmt.Sprintf("%d kept (the per-address byte cap), the rest refused", kept)
 		}},
-	{name: "giant keys and batch counts at the master", peakHeap: 192 << 20, peakGoroutines: 64,
+	{name: "giant keys and batch counts at the master", peakHeap: 64 << 20, peakGoroutines: 64,
 		run: func(t *testing.T, x *target) string {
 			c := authed(t, x.keys, peerauth.RoleMaster, x.master)
 			_ = c.SetDeadline(time.Now().Add(30 * time.Second))
@@ -293,9 +293,9 @@ var attacks = []attack{
 				m   wire.MuxMethod
 				msg proto.Message
 			}{
-				{wire.MuxBatchExistKey, &wire.BatchKeyRequest{Keys: make([]string, 4<<20)}}, // 8 MiB of empty keys
-				{wire.MuxBatchExistKey, &wire.BatchKeyRequest{Keys: make([]string, 70000)}}, // over the batch cap
-				{wire.MuxPutStart, &wire.PutStartRequest{Key: strings.Repeat("k", 1<<20)}},  // 1 MiB key
+				{wire.MuxBatchExistKey, &wire.BatchKeyRequest{Keys: make([]string, 300000)}}, // 300,000 empty keys: over the element cap
+				{wire.MuxBatchExistKey, &wire.BatchKeyRequest{Keys: make([]string, 70000)}},  // over the batch cap
+				{wire.MuxPutStart, &wire.PutStartRequest{Key: strings.Repeat("k", 1<<20)}},   // 1 MiB key
 				{wire.MuxExistKey, &wire.KeyRequest{Key: strings.Repeat("k", wire.DefaultMaxKeyBytes+1)}},
 			} {
 				body, _ := proto.Marshal(req.msg)
