@@ -52,7 +52,7 @@ func warnOpenListeners(log *slog.Logger, bindIP string, auth *peerauth.Keys) {
 		return
 	}
 	openListenWarning.Do(func() {
-		log.Warn("listening on all interfaces without authentication: any host that reaches these ports can read and write registered memory; " +
-			"set KVFERRY_AUTH_KEY_FILE, or bind to one address (MC_TCP_BIND_ADDRESS, KVFERRY_BIND_ADDR)")
+		log.Warn(peerauth.OpenListenWarning, "listener", "engine (rpc, data)", "addr", bindIP,
+			"note", "any host that reaches these ports can read and write registered memory; bind with MC_TCP_BIND_ADDRESS or KVFERRY_BIND_ADDR")
 	})
 }

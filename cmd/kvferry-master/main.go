@@ -137,7 +137,7 @@ func parse(args []string) (*options, error) {
 	rpcAddress := fs.String("rpc_address", "0.0.0.0", "RPC bind address")
 	advertise := fs.String("advertise_address", "", "address published as HA leader (default: bind address, or first non-loopback IPv4)")
 	metricsPort := fs.Int("metrics_port", master.DefaultMetricsPort, "admin HTTP port (/metrics, /health, /get_all_segments, ...)")
-	metricsHost := fs.String("metrics_host", "0.0.0.0", "admin HTTP bind address")
+	metricsHost := fs.String("metrics_host", "127.0.0.1", "admin HTTP bind address (kvferry: loopback by default; mooncake_master binds 0.0.0.0)")
 	enableMetrics := fs.Bool("enable_metric_reporting", true, "serve the admin HTTP endpoints")
 	fs.Var(msDuration{&cfg.DefaultKVLeaseTTL}, "default_kv_lease_ttl", "read lease in ms (or a duration like 10s)")
 	fs.Var(msDuration{&cfg.DefaultKVSoftPinTTL}, "default_kv_soft_pin_ttl", "soft-pin TTL in ms (or a duration)")
@@ -295,6 +295,12 @@ func run(args []string) error {
 		fmt.Printf("metadata on %s\n", ln.Addr())
 	}
 
+	if cfg.AuthKeyFile == "" {
+		peerauth.WarnIfOpen(log, "store master", cfg.RPCAddr, nil)
+		if o.enableHTTPMeta {
+			peerauth.WarnIfOpen(log, "http metadata", o.httpMetaAddr, nil)
+		}
+	}
 	srv, err := master.NewServer(cfg)
 	if err != nil {
 		if metaHTTP != nil {

@@ -14,7 +14,7 @@ func TestParseDefaults(t *testing.T) {
 	assert.NilError(t, err)
 	c := o.cfg
 	assert.Equal(t, c.RPCAddr, "0.0.0.0:50051")
-	assert.Equal(t, c.MetricsAddr, "0.0.0.0:9003")
+	assert.Equal(t, c.MetricsAddr, "127.0.0.1:9003") // admin on loopback by default
 	assert.Equal(t, c.DefaultKVLeaseTTL, 10*time.Second)
 	assert.Equal(t, c.DefaultKVSoftPinTTL, 30*time.Minute)
 	assert.Equal(t, c.EvictionRatio, 0.05)
@@ -44,7 +44,7 @@ func TestParseMooncakeFlags(t *testing.T) {
 	assert.NilError(t, err)
 	c := o.cfg
 	assert.Equal(t, c.RPCAddr, "127.0.0.1:6000")
-	assert.Equal(t, c.MetricsAddr, "0.0.0.0:0")
+	assert.Equal(t, c.MetricsAddr, "127.0.0.1:0")
 	assert.Equal(t, c.DefaultKVLeaseTTL, 500*time.Millisecond)
 	assert.Equal(t, c.DefaultKVSoftPinTTL, 2*time.Minute)
 	assert.Equal(t, c.EvictionRatio, 0.1)

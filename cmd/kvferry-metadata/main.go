@@ -93,6 +93,9 @@ func run(args []string) error {
 	}
 	hs := mdhttp.HTTPServer(mdhttp.Instrument(srv, srv.Len), *idle, log)
 	ln = mdhttp.GuardListener(ln, "metadata", log)
+	if *keyFile == "" {
+		peerauth.WarnIfOpen(log, "metadata", listen, nil)
+	}
 	if *keyFile != "" {
 		ks, err := peerauth.LoadKeyFile(*keyFile)
 		if err != nil {

@@ -212,3 +212,24 @@ func (l *Listener) Close() error {
 	l.once.Do(func() { close(l.done) })
 	return err
 }
+
+// OpenListenWarning is the line logged when a listener binds every
+// interface without a cluster key.
+const OpenListenWarning = "listening on all interfaces without authentication: any host that reaches this port can use it; " +
+	"set a cluster key (KVFERRY_AUTH_KEY_FILE) or bind to one address"
+
+// WarnIfOpen logs OpenListenWarning for what (a listener's name) when ks
+// is nil and addr ("host:port" or a host) names every interface.
+func WarnIfOpen(log *slog.Logger, what, addr string, ks *Keys) {
+	if ks != nil || log == nil {
+		return
+	}
+	host := addr
+	if h, _, err := net.SplitHostPort(addr); err == nil {
+		host = h
+	}
+	if ip := net.ParseIP(host); host != "" && (ip == nil || !ip.IsUnspecified()) {
+		return
+	}
+	log.Warn(OpenListenWarning, "listener", what, "addr", addr)
+}
