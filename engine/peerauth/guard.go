@@ -17,8 +17,9 @@ import (
 // then is cut, so unauthenticated connections cannot sit on a port.
 const DefaultTimeout = 3 * time.Second
 
-// refusals counts refused connections per role, process-wide (metrics).
-var refusals [roleEnd]atomic.Uint64
+// refusals and accepts count refused and authenticated connections per
+// role, process-wide (metrics, and the proof that nothing is per request).
+var refusals, accepts [roleEnd]atomic.Uint64
 
 // Refusals returns the connections refused for role in this process.
 func Refusals(r Role) uint64 {
@@ -26,6 +27,14 @@ func Refusals(r Role) uint64 {
 		return 0
 	}
 	return refusals[r].Load()
+}
+
+// Accepts returns the connections authenticated for role in this process.
+func Accepts(r Role) uint64 {
+	if r >= roleEnd {
+		return 0
+	}
+	return accepts[r].Load()
 }
 
 // Guard authenticates the connections a listener accepts. A nil *Guard
@@ -74,6 +83,7 @@ func (g *Guard) Accept(c net.Conn) error {
 	if err == nil {
 		err = c.SetDeadline(time.Time{})
 		if err == nil {
+			accepts[g.role].Add(1)
 			return nil
 		}
 	}
@@ -159,17 +169,30 @@ func Listen(ln net.Listener, g *Guard) net.Listener {
 // runAccept accepts and authenticates until Close; owned by the Listener.
 func (l *Listener) runAccept() {
 	defer l.wg.Done()
+	delay := time.Duration(0)
 	for {
 		c, err := l.Listener.Accept()
 		if err != nil {
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
+			select {
+			case <-l.done:
+				return
+			default:
 			}
-			l.err.Store(&err)
-			l.once.Do(func() { close(l.done) })
-			return
+			if errors.Is(err, net.ErrClosed) {
+				l.err.Store(&err)
+				l.once.Do(func() { close(l.done) })
+				return
+			}
+			// Out of descriptors and the like: pause, longer each time.
+			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+			select {
+			case <-time.After(delay):
+			case <-l.done:
+				return
+			}
+			continue
 		}
+		delay = 0
 		select {
 		case l.pending <- struct{}{}:
 		default:

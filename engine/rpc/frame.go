@@ -52,6 +52,11 @@ const (
 	MaxMaxMessage     = 128 << 20
 )
 
+// keyedHello is the length field a cluster-key handshake (peerauth's
+// client hello, "KVFAUTH1") reads as: a node without a key says why it
+// cannot serve that peer.
+var keyedHello = binary.LittleEndian.Uint64([]byte("KVFAUTH1"))
+
 // ErrFrame is returned (wrapped) for a frame that breaks the framing rules.
 var ErrFrame = errors.New("bad rpc frame")
 
@@ -112,6 +117,9 @@ func ReadFrame(r io.Reader, maxLen uint64) (Type, []byte, error) {
 		return 0, nil, fmt.Errorf("read frame length: %w", err)
 	}
 	n := binary.LittleEndian.Uint64(hdr[:])
+	if n == keyedHello {
+		return 0, nil, fmt.Errorf("%w: a kvferry peer with a cluster key, but this node has none (set KVFERRY_AUTH_KEY_FILE)", ErrFrame)
+	}
 	if n == 0 || n > maxLen {
 		return 0, nil, fmt.Errorf("%w: length %d outside 1..%d", ErrFrame, n, maxLen)
 	}

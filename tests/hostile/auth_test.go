@@ -19,6 +19,7 @@ import (
 	"github.com/kvferry/kvferry/engine/rpc"
 	"github.com/kvferry/kvferry/engine/stack"
 	"github.com/kvferry/kvferry/engine/transport/samehost"
+	"github.com/kvferry/kvferry/engine/transport/tcp"
 	"github.com/kvferry/kvferry/store/client"
 )
 
@@ -79,6 +80,19 @@ func TestAuthenticatedCluster(t *testing.T) {
 			err = roundTrip(t, b, c)
 			assert.Assert(t, err != nil, "a keyed node reached a peer with key %q", other)
 		}
+	})
+	t.Run("one handshake per connection, none per request", func(t *testing.T) {
+		a, b := newNode(t, keyA), newNode(t, keyA)
+		assert.NilError(t, roundTrip(t, a, b)) // lanes connected
+		before := peerauth.Accepts(peerauth.RoleData)
+		seg, err := a.e.OpenSegment(ctxT(t), b.e.SegmentName())
+		assert.NilError(t, err)
+		for i := range 200 {
+			assert.NilError(t, a.e.Transfer(ctxT(t), []engine.Request{{Op: engine.OpCode(i % 2), Source: a.work.Addr(), Target: seg,
+				TargetOffset: uint64(b.work.Addr()), Length: 4096}}))
+		}
+		got := peerauth.Accepts(peerauth.RoleData) - before
+		assert.Assert(t, got <= tcp.DefaultLanes, "200 requests ran %d data handshakes (one per lane at most)", got)
 	})
 	t.Run("rotation", func(t *testing.T) {
 		old, both, swapped, fresh := newNode(t, keyA), newNode(t, keyA+"\n"+keyB), newNode(t, keyB+"\n"+keyA), newNode(t, keyB)

@@ -240,6 +240,11 @@ func (s *server) serveConn(c net.Conn) {
 			}
 			return
 		}
+		if s.guard == nil && peerauth.IsClientHello(hb) {
+			s.t.warn("keyed", "tcp data connection refused: the peer has a cluster key and this node none (set KVFERRY_AUTH_KEY_FILE)",
+				"peer", c.RemoteAddr().String())
+			return
+		}
 		h, err := DecodeHeader(hb)
 		rd.discard(HeaderSize)
 		if err != nil {
