@@ -94,6 +94,7 @@ type task struct {
 	start       time.Time
 	op          OpCode
 	link        *metrics.Link // nil: request metrics off
+	probe       *pathProbe    // nil unless the route is measured
 }
 
 func (t *task) setErr(err error) {
@@ -126,6 +127,10 @@ func (t *task) finish() {
 		t.pin = nil
 	}
 	t.record(st)
+	if pp := t.probe; pp != nil {
+		t.probe = nil
+		pp.taskDone(st)
+	}
 	t.batch.taskTerminal(t, st)
 }
 

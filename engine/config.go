@@ -88,6 +88,12 @@ type Config struct {
 	// ForceTransport, when set, makes every request use that transport
 	// (MC_FORCE_TCP gives "tcp"; KVFERRY_TRANSPORT names one).
 	ForceTransport string
+	// PathChoice names the transport to take where two routes carry the
+	// same requests and the engine would otherwise measure which is faster
+	// (host memory on one side, another process's GPU memory on the
+	// other: "nvlink" maps it, "shm" stages it; see Alternative). Empty:
+	// measured (KVFERRY_GPU_HOST_PATH=map|stage|auto).
+	PathChoice string
 	// AllowUnregisteredSource lets a request's local source lie outside
 	// registered memory, as Mooncake's TCP transport allows (default false:
 	// such tasks fail; KVFERRY_ALLOW_UNREGISTERED=1 sets it).

@@ -369,18 +369,47 @@ func (e *Engine) Transports() []string {
 // describes: the best one that reaches p and carries them (see
 // MemoryCarrier).
 func (e *Engine) choose(p *Peer, ends Ends) (Transport, *atomic.Uint64) {
+	t, ctr, _ := e.chooseMeasured(p, ends)
+	return t, ctr
+}
+
+// chooseMeasured is choose, which for measured ends (see Alternative) may
+// pick the alternative route instead; the probe (nil otherwise) measures
+// the submission on the route taken.
+func (e *Engine) chooseMeasured(p *Peer, ends Ends) (Transport, *atomic.Uint64, *pathProbe) {
 	e.transports.RLock()
 	defer e.transports.RUnlock()
 	force := e.cfg.ForceTransport
-	for _, in := range e.transports.list {
+	for i, in := range e.transports.list {
 		if force != "" && in.t.Name() != force {
 			continue
 		}
-		if carries(in.t, p, ends) && in.t.Reaches(p) {
-			return in.t, in.slices
+		if !carries(in.t, p, ends) || !in.t.Reaches(p) {
+			continue
 		}
+		if force != "" || !ends.measured() {
+			return in.t, in.slices, nil
+		}
+		for _, alt := range e.transports.list[i+1:] {
+			a, ok := alt.t.(Alternative)
+			if !ok || !a.AlternativeTo(in.t.Name(), ends) || !carries(alt.t, p, ends) || !alt.t.Reaches(p) {
+				continue
+			}
+			switch e.cfg.PathChoice {
+			case in.t.Name():
+				return in.t, in.slices, nil
+			case alt.t.Name():
+				return alt.t, alt.slices, nil
+			}
+			pp := p.pathFor(ends, in.t.Name(), alt.t.Name(), e.log).pick(time.Now())
+			if pp.route == 1 {
+				return alt.t, alt.slices, pp
+			}
+			return in.t, in.slices, pp
+		}
+		return in.t, in.slices, nil
 	}
-	return nil, nil
+	return nil, nil, nil
 }
 
 // ChooseTransport returns the name of the transport that requests to
@@ -1052,7 +1081,8 @@ func (e *Engine) submit(id BatchID, reqs []Request, n *Notification) error {
 	}
 	// Validate everything before adding anything.
 	var groups []group
-	var routes []route // transports chosen for (peer, memory kinds)
+	var routes []route      // transports chosen for (peer, memory kinds)
+	var probes []*pathProbe // by request: measuring the route taken (nil: none)
 	gidx := make([]int, len(reqs))
 	localGPU := e.HasDeviceMemory()
 	for i, r := range reqs {
@@ -1074,15 +1104,18 @@ func (e *Engine) submit(id BatchID, reqs []Request, n *Notification) error {
 		} else if p.hasGPU() {
 			ends.Remote, ends.RemoteShare = p.remoteKind(r.TargetOffset, r.Length)
 		}
-		gi := -1
-		for _, rt := range routes {
+		if localGPU || ends.Remote == MemoryDevice {
+			ends = measuredEnds(ends, r.Op, r.Length)
+		}
+		gi, ri := -1, -1
+		for k, rt := range routes {
 			if rt.p == p && rt.ends == ends {
-				gi = rt.g
+				gi, ri = rt.g, k
 				break
 			}
 		}
 		if gi < 0 {
-			t, ctr := e.choose(p, ends)
+			t, ctr, probe := e.chooseMeasured(p, ends)
 			if t == nil {
 				return fmt.Errorf("submit: request %d: no transport reaches segment %q for %s to %s memory (it offers %q, forced %q): %w",
 					i, p.Name, ends.Local, ends.Remote, p.Descriptor().Protocol, e.cfg.ForceTransport, ErrNotSupportedTransport)
@@ -1100,7 +1133,14 @@ func (e *Engine) submit(id BatchID, reqs []Request, n *Notification) error {
 				groups = append(groups, group{t: t, p: p, ctr: ctr, link: e.metrics.link(t, p)})
 				gi = len(groups) - 1
 			}
-			routes = append(routes, route{p: p, ends: ends, g: gi})
+			routes = append(routes, route{p: p, ends: ends, g: gi, probe: probe})
+			ri = len(routes) - 1
+		}
+		if routes[ri].probe != nil {
+			if probes == nil {
+				probes = make([]*pathProbe, len(reqs))
+			}
+			probes[i] = routes[ri].probe
 		}
 		gidx[i] = gi
 		groups[gi].tasks++
@@ -1180,6 +1220,11 @@ func (e *Engine) submit(id BatchID, reqs []Request, n *Notification) error {
 		ss := g.t.SliceSize()
 		cnt := sliceCount(r.Length, ss)
 		tk.pending.Store(int32(cnt))
+		if probes != nil && probes[i] != nil {
+			tk.probe = probes[i]
+			tk.probe.bytes += r.Length
+			tk.probe.remaining.Add(1)
+		}
 		var off uint64
 		for k := 0; k < cnt; k++ {
 			l := r.Length - off
@@ -1191,6 +1236,11 @@ func (e *Engine) submit(id BatchID, reqs []Request, n *Notification) error {
 			*s = Slice{Op: r.Op, Local: r.Source + uintptr(off), Remote: r.TargetOffset + off, Length: l, Posted: now, task: tk, region: region}
 			g.slices = append(g.slices, s)
 			off += l
+		}
+	}
+	for _, rt := range routes {
+		if rt.probe != nil && rt.probe.remaining.Load() == 0 {
+			rt.probe.abandon() // none of its requests was handed out
 		}
 	}
 	for i := range groups {

@@ -204,6 +204,11 @@ type Ends struct {
 	// RemoteShare says how the target's owner lets same-host processes
 	// map it (device memory only).
 	RemoteShare ShareKind
+	// Op and SizeClass (1 + the request's size class) are set only where
+	// the engine measures alternative routes (device memory at exactly one
+	// end, see Alternative); zero otherwise.
+	Op        OpCode
+	SizeClass uint8
 }
 
 func carries(t Transport, p *Peer, e Ends) bool {
@@ -215,9 +220,10 @@ func carries(t Transport, p *Peer, e Ends) bool {
 
 // route is a transport choice made during one submit.
 type route struct {
-	p    *Peer
-	ends Ends
-	g    int // index of the group
+	p     *Peer
+	ends  Ends
+	g     int        // index of the group
+	probe *pathProbe // measures a measured route (nil otherwise)
 }
 
 // localKind is the kind of the local registered memory holding

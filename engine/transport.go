@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"slices"
 	"sort"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -73,8 +74,9 @@ type Peer struct {
 	// Endpoint is the peer's RPC endpoint; its host is also the data host.
 	Endpoint descriptor.RPCMeta
 
-	desc atomic.Pointer[peerDesc]
-	gpu  atomic.Pointer[gpuScan]
+	desc  atomic.Pointer[peerDesc]
+	gpu   atomic.Pointer[gpuScan]
+	paths sync.Map // Ends -> *pathStats (pathchoice.go)
 }
 
 // peerDesc is a peer's descriptor with its buffers indexed by address.

@@ -62,6 +62,7 @@ func Set(name string) bool {
 //	MC_FORCE_TCP (any value)          use only the TCP transport
 //	MC_FORCE_HCA (any value)          auto-discovery installs RDMA even with MC_FORCE_TCP
 //	KVFERRY_TRANSPORT                 force one transport by name (local, cma, nvlink, shm, rdma, tcp; "auto" = selector)
+//	KVFERRY_GPU_HOST_PATH             host memory <-> another process's GPU memory: map (nvlink), stage (shm), auto (measured)
 //	(RDMA: see RDMAConfig)
 //	MC_TCP_BIND_ADDRESS               address to bind and advertise
 //	KVFERRY_BIND_ADDR                 address to bind (not advertised), e.g. 0.0.0.0
@@ -101,6 +102,9 @@ func StackConfig() stack.Config {
 	c.ForceRDMA = Set("MC_FORCE_HCA")
 	if v, ok := str("KVFERRY_TRANSPORT"); ok && v != "auto" {
 		c.Engine.ForceTransport = strings.ToLower(v)
+	}
+	if v, ok := str("KVFERRY_GPU_HOST_PATH"); ok {
+		c.Engine.PathChoice = GPUHostPath(v)
 	}
 	if v, ok := str("MC_TCP_BIND_ADDRESS"); ok {
 		c.Engine.BindAddress = v
@@ -304,4 +308,18 @@ func TLSFiles() tlsconf.Files {
 	f.Key, _ = str("KVFERRY_TLS_KEY_FILE")
 	f.CA, _ = str("KVFERRY_TLS_CA_FILE")
 	return f
+}
+
+// GPUHostPath maps a KVFERRY_GPU_HOST_PATH value to the transport it pins
+// (engine.Config.PathChoice): "map" or "nvlink" maps the GPU memory,
+// "stage" or "shm" stages it through shared memory; anything else
+// ("auto") leaves the choice to the engine's measurement.
+func GPUHostPath(v string) string {
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "map", "nvlink":
+		return "nvlink"
+	case "stage", "shm":
+		return "shm"
+	}
+	return ""
 }

@@ -44,6 +44,11 @@
 // 1); name "copy" fails a stream copy on the worker, which loses the
 // device's context (every later call on it returns 700, as after a real
 // illegal-address fault). FAKECUDA_COPY_DELAY_US slows every stream copy.
+// Copy speeds: FAKECUDA_PAGEABLE_MBPS, FAKECUDA_PINNED_MBPS and
+// FAKECUDA_DEVICE_MBPS (default 0: as fast as memmove) make a copy with a
+// pageable host end, with a pinned (or registered, or managed) host end,
+// and between device memory take n / rate microseconds (the copying thread
+// sleeps), as on a real GPU where pageable copies are the slow ones.
 // In-process tests use the fakecuda_* control functions instead.
 //
 // Other settings: FAKECUDA_DEVICES (default 2), FAKECUDA_ARENA_MB (per
@@ -152,6 +157,7 @@ struct reservation {
 
 struct op {
 	int type; // 1 copy, 2 event, 3 host fn, 4 wait event
+	int cls;  // copy: speed class (COPY_*)
 	char *dst;
 	const char *src;
 	size_t n;
@@ -196,6 +202,10 @@ static int g_nres, g_capres;
 static uint64_t g_next_id = 1;
 static uint64_t g_win_next = WIN_BASE;
 static volatile int g_delay_us;
+// Copy speed classes and their rates (MB/s, 0 = unthrottled).
+enum { COPY_DEVICE = 0, COPY_PINNED = 1, COPY_PAGEABLE = 2 };
+static volatile int g_mbps[3];
+static void throttle(int cls, size_t n);
 
 static __thread struct fctx *tls_ctx[16];
 static __thread int tls_depth;
@@ -375,6 +385,9 @@ EXPORT CUresult cuInit(unsigned int flags) {
 	g_vmm = !env_int("FAKECUDA_NO_VMM", 0);
 	g_fabric = env_int("FAKECUDA_FABRIC", 0);
 	g_delay_us = env_int("FAKECUDA_COPY_DELAY_US", 0);
+	g_mbps[COPY_DEVICE] = env_int("FAKECUDA_DEVICE_MBPS", 0);
+	g_mbps[COPY_PINNED] = env_int("FAKECUDA_PINNED_MBPS", 0);
+	g_mbps[COPY_PAGEABLE] = env_int("FAKECUDA_PAGEABLE_MBPS", 0);
 	const char *f = getenv("FAKECUDA_FAIL");
 	if (f && *f) parse_faults(f);
 	if (g_ndev <= 0) {
@@ -912,6 +925,7 @@ static void *stream_main(void *arg) {
 		case 1: {
 			int us = __atomic_load_n(&g_delay_us, __ATOMIC_RELAXED);
 			if (us > 0) usleep((useconds_t)us);
+			throttle(o->cls, o->n);
 			int rc = fault_check("copy");
 			if (rc || g_dev[s->ctx->dev].lost) {
 				g_dev[s->ctx->dev].lost = 1;
@@ -1128,13 +1142,31 @@ EXPORT CUresult cuLaunchHostFunc(struct fstream *s, CUhostFn fn, void *arg) {
 
 // ---- copies ----
 
+// end_class is the speed class of one end of a copy; g_mu is held.
+static int end_class(uint64_t p, int dev) {
+	if (dev >= 0) return COPY_DEVICE;
+	struct range *r = range_find(p);
+	return r && (r->kind == R_PINNED || r->kind == R_REGISTERED || r->kind == R_MANAGED) ? COPY_PINNED : COPY_PAGEABLE;
+}
+
+// throttle sleeps as long as copying n bytes of class cls takes.
+static void throttle(int cls, size_t n) {
+	int rate = __atomic_load_n(&g_mbps[cls], __ATOMIC_RELAXED);
+	if (rate > 0 && n / (size_t)rate > 0) usleep((useconds_t)(n / (size_t)rate));
+}
+
 // resolve_pair resolves both ends of a copy; want_dst/want_src are 1
-// (device), 0 (host) or -1 (any).
-static int resolve_pair(CUdeviceptr dst, CUdeviceptr src, size_t n, int want_dst, int want_src, char **hd, char **hs) {
+// (device), 0 (host) or -1 (any). *cls is the copy's speed class: that
+// of its slower end.
+static int resolve_pair(CUdeviceptr dst, CUdeviceptr src, size_t n, int want_dst, int want_src, char **hd, char **hs, int *cls) {
 	int dd, ds;
 	pthread_mutex_lock(&g_mu);
 	int rc = resolve(dst, n, hd, &dd);
 	if (!rc) rc = resolve(src, n, hs, &ds);
+	if (!rc) {
+		int a = end_class(dst, dd), b = end_class(src, ds);
+		*cls = a > b ? a : b;
+	}
 	pthread_mutex_unlock(&g_mu);
 	if (rc) return rc;
 	if ((want_dst == 1 && dd < 0) || (want_dst == 0 && dd >= 0) || (want_src == 1 && ds < 0) || (want_src == 0 && ds >= 0))
@@ -1150,10 +1182,12 @@ static int copy_async(CUdeviceptr dst, CUdeviceptr src, size_t n, struct fstream
 	if (s->ctx != c) return CUDA_ERROR_INVALID_CONTEXT;
 	if (n == 0) return CUDA_SUCCESS;
 	char *hd, *hs;
-	int rc = resolve_pair(dst, src, n, want_dst, want_src, &hd, &hs);
+	int cls;
+	int rc = resolve_pair(dst, src, n, want_dst, want_src, &hd, &hs, &cls);
 	if (rc) return rc;
 	struct op *o = calloc(1, sizeof *o);
 	o->type = 1;
+	o->cls = cls;
 	o->dst = hd;
 	o->src = hs;
 	o->n = n;
@@ -1166,10 +1200,12 @@ static int copy_sync(CUdeviceptr dst, CUdeviceptr src, size_t n, int want_dst, i
 	(void)c;
 	if (n == 0) return CUDA_SUCCESS;
 	char *hd, *hs;
-	int rc = resolve_pair(dst, src, n, want_dst, want_src, &hd, &hs);
+	int cls;
+	int rc = resolve_pair(dst, src, n, want_dst, want_src, &hd, &hs, &cls);
 	if (rc) return rc;
 	int us = __atomic_load_n(&g_delay_us, __ATOMIC_RELAXED);
 	if (us > 0) usleep((useconds_t)us);
+	throttle(cls, n);
 	memmove(hd, hs, n);
 	return CUDA_SUCCESS;
 }
@@ -1858,10 +1894,19 @@ EXPORT void fakecuda_reset(void) {
 	g_nfaults = 0;
 	pthread_mutex_unlock(&f_mu);
 	__atomic_store_n(&g_delay_us, 0, __ATOMIC_RELAXED);
+	for (int c = 0; c < 3; c++) __atomic_store_n(&g_mbps[c], 0, __ATOMIC_RELAXED);
 	for (int d = 0; d < MAX_DEVICES; d++) g_dev[d].lost = 0;
 }
 
 EXPORT void fakecuda_set_copy_delay_us(int us) { __atomic_store_n(&g_delay_us, us, __ATOMIC_RELAXED); }
+
+// fakecuda_set_copy_mbps sets the copy speeds (MB/s, 0 = unthrottled) of
+// copies with a pageable host end, a pinned host end, and device to device.
+EXPORT void fakecuda_set_copy_mbps(int pageable, int pinned, int device) {
+	__atomic_store_n(&g_mbps[COPY_PAGEABLE], pageable, __ATOMIC_RELAXED);
+	__atomic_store_n(&g_mbps[COPY_PINNED], pinned, __ATOMIC_RELAXED);
+	__atomic_store_n(&g_mbps[COPY_DEVICE], device, __ATOMIC_RELAXED);
+}
 
 EXPORT void fakecuda_lose_context(int dev) {
 	if (dev >= 0 && dev < MAX_DEVICES) g_dev[dev].lost = 1;

@@ -25,6 +25,15 @@ func (t *Shm) Carries(_ *engine.Peer, e engine.Ends) bool {
 	return (e.Local.HostAccessible() && e.Remote.HostAccessible()) || t.cfg.GPU != nil
 }
 
+// AlternativeTo reports that shm stands in for nvlink between host memory
+// here and device memory of the owner: the engine measures whether
+// mapping the owner's memory (one copy from possibly pageable host memory)
+// or staging it through the session's pinned chunks (a memcpy, then the
+// owner's device copy) is faster (engine.Alternative).
+func (t *Shm) AlternativeTo(name string, e engine.Ends) bool {
+	return name == NameNVLink && t.cfg.GPU != nil && e.Local.HostAccessible() && e.Remote == engine.MemoryDevice
+}
+
 // devOps collects copies to and from device memory, by device.
 type devOps struct {
 	devs []int

@@ -93,7 +93,9 @@ func (b gpuBufs) check(d *cuda.Driver, kind string, n, seed uint64) (bool, error
 
 // gpuChildMain is a GPU test peer:
 //
-//	gpu-initiator: "xfer w|r local-kind remote-addr len seed", "ipc", "quit"
+//	gpu-initiator: "xfer w|r local-kind remote-addr len seed", "ipc",
+//	               "rate pageable pinned device" (fake copy speeds, MB/s),
+//	               "paths" (the engine's measured path choices), "quit"
 //	gpu-owner:     prints its segment and buffers, then "quit"
 func gpuChildMain(role string) int {
 	lib := os.Getenv("KVFERRY_CUDA_LIB")
@@ -167,6 +169,11 @@ func gpuChildMain(role string) int {
 			reply("ok %s", used)
 		case len(f) == 1 && f[0] == "ipc":
 			reply("ipc %d %d", ctl.Count(fakecuda.KindIPCOpen), ctl.Count(fakecuda.KindVMMMapping))
+		case len(f) == 4 && f[0] == "rate":
+			ctl.SetCopyMBps(int(atou(f[1])), int(atou(f[2])), int(atou(f[3])))
+			reply("ok")
+		case len(f) == 1 && f[0] == "paths":
+			reply("paths %s", pathChoices(e))
 		case len(f) == 1 && f[0] == "quit":
 			return 0
 		}
@@ -202,7 +209,10 @@ func TestGPUTwoProcesses(t *testing.T) {
 		name, env string
 		want      map[string]string // "local-kind>remote-kind" -> transport
 	}{
-		{"auto", "", map[string]string{"host>dev": "nvlink", "dev>vmm": "nvlink", "vmm>host": "shm", "host>host": "cma"}},
+		// Host memory against our device memory is measured (mapping or
+		// staging, TestGPUHostPathMeasured); pinned here to each.
+		{"auto", "KVFERRY_GPU_HOST_PATH=map", map[string]string{"host>dev": "nvlink", "dev>vmm": "nvlink", "vmm>host": "shm", "host>host": "cma"}},
+		{"stage", "KVFERRY_GPU_HOST_PATH=stage", map[string]string{"host>dev": "shm", "host>vmm": "shm", "dev>vmm": "nvlink"}},
 		{"shm", "KVFERRY_TRANSPORT=shm", map[string]string{"host>dev": "shm", "dev>vmm": "shm", "vmm>host": "shm", "dev>dev": "shm"}},
 		{"tcp", "KVFERRY_TRANSPORT=tcp", map[string]string{"host>vmm": "tcp", "dev>dev": "tcp"}},
 	} {

@@ -91,6 +91,7 @@ type Control struct {
 	fail          func(name string, nth, sticky, code int32) int32
 	reset         func()
 	setCopyDelay  func(us int32)
+	setCopyMBps   func(pageable, pinned, device int32)
 	loseContext   func(dev int32)
 	backing       func(p uint64) uintptr
 	calls         func(name string) uint64
@@ -108,8 +109,8 @@ func Open(path string) *Control {
 	c := &Control{}
 	for name, fp := range map[string]any{
 		"fakecuda_fail": &c.fail, "fakecuda_reset": &c.reset, "fakecuda_set_copy_delay_us": &c.setCopyDelay,
-		"fakecuda_lose_context": &c.loseContext, "fakecuda_backing": &c.backing, "fakecuda_calls": &c.calls,
-		"fakecuda_wrong_version_calls": &c.wrongVersions, "fakecuda_count": &c.count,
+		"fakecuda_set_copy_mbps": &c.setCopyMBps, "fakecuda_lose_context": &c.loseContext, "fakecuda_backing": &c.backing,
+		"fakecuda_calls": &c.calls, "fakecuda_wrong_version_calls": &c.wrongVersions, "fakecuda_count": &c.count,
 	} {
 		purego.RegisterLibFunc(fp, h, name)
 	}
@@ -127,11 +128,20 @@ func (c *Control) Fail(name string, nth int, sticky bool, code int) {
 	c.fail(name, int32(nth), s, int32(code))
 }
 
-// Reset removes every fault and copy delay and restores lost contexts.
+// Reset removes every fault, copy delay and copy speed limit and restores
+// lost contexts.
 func (c *Control) Reset() { c.reset() }
 
 // SetCopyDelay makes every stream copy sleep us microseconds first.
 func (c *Control) SetCopyDelay(us int) { c.setCopyDelay(int32(us)) }
+
+// SetCopyMBps sets how fast copies run (MB/s; 0 = unthrottled): those
+// with a pageable host end, those with a pinned (registered, managed) host
+// end, and device to device (also FAKECUDA_PAGEABLE_MBPS,
+// FAKECUDA_PINNED_MBPS, FAKECUDA_DEVICE_MBPS in a child's environment).
+func (c *Control) SetCopyMBps(pageable, pinned, device int) {
+	c.setCopyMBps(int32(pageable), int32(pinned), int32(device))
+}
 
 // LoseContext makes device dev's context unusable (error 700 from then on).
 func (c *Control) LoseContext(dev int) { c.loseContext(int32(dev)) }
