@@ -54,7 +54,7 @@ var (
 	segmentID       = flag.String("segment_id", "", "Segment name of the target (P2P: <ip>:<port> printed by the target)")
 	protocol        = flag.String("protocol", "tcp", "Transport to use: tcp, rdma, local, cma, shm or auto (the selector)")
 	deviceName      = flag.String("device_name", "", "RDMA NICs to use, comma-separated (default: all, or MC_TE_FILTERS)")
-	operation       = flag.String("operation", "read", "Operation type: read or write")
+	operation       = flag.String("operation", "read", "Operation type: read, write, or notify (notification round trips: ping the target, which answers each ping)")
 	blockSizes      = flag.String("block_size", "65536", "Block size for each transfer request (a comma-separated list sweeps)")
 	batchSizes      = flag.String("batch_size", "128", "Batch size (a comma-separated list sweeps)")
 	threadCounts    = flag.String("threads", "12", "Task submission threads (a comma-separated list sweeps)")
@@ -204,6 +204,7 @@ func run() error {
 }
 
 func target(ctx context.Context, e *engine.Engine) error {
+	go echoNotifications(ctx, e) // --operation=notify initiators ping
 	fmt.Printf("kvferry-bench target ready: segment %s\n", e.SegmentName())
 	if *readyFile != "" {
 		tmp := *readyFile + ".tmp"
@@ -300,8 +301,10 @@ func initiator(ctx context.Context, e *engine.Engine, buf region) error {
 		op = engine.OpRead
 	case "write":
 		op = engine.OpWrite
+	case "notify":
+		return notifyInitiator(ctx, e)
 	default:
-		return fmt.Errorf("unsupported operation %q: must be read or write", *operation)
+		return fmt.Errorf("unsupported operation %q: must be read, write or notify", *operation)
 	}
 	points, err := sweep()
 	if err != nil {
@@ -372,11 +375,12 @@ func runPoint(ctx context.Context, e *engine.Engine, buf region, seg engine.Segm
 	var running atomic.Bool
 	running.Store(true)
 	var batches, failed, latNanos atomic.Uint64
-	var lat metrics.Histogram
+	lat := make([]*samples, pt.threads)
 	var wg sync.WaitGroup
 	start, cpu0 := time.Now(), cpuTime()
 	for t := 0; t < pt.threads; t++ {
 		wg.Add(1)
+		lat[t] = &samples{}
 		go func(t int) {
 			defer wg.Done()
 			reqs := make([]engine.Request, pt.batch)
@@ -403,7 +407,7 @@ func runPoint(ctx context.Context, e *engine.Engine, buf region, seg engine.Segm
 				}
 				_ = e.FreeBatch(id)
 				d := time.Since(t0)
-				lat.Observe(d)
+				lat[t].add(d)
 				latNanos.Add(uint64(d))
 				batches.Add(1)
 			}
@@ -432,9 +436,7 @@ func runPoint(ctx context.Context, e *engine.Engine, buf region, seg engine.Segm
 	if n > 0 {
 		r.CPUPerOpUs = float64(cpu) / 1e3 / (float64(n) * float64(pt.batch))
 		r.AvgBatchUs = float64(latNanos.Load()) / float64(n) / 1e3
-		s := lat.Snapshot()
-		r.P50BatchUs = s.Quantile(0.5) * 1e6
-		r.P99BatchUs = s.Quantile(0.99) * 1e6
+		r.P50BatchUs, r.P99BatchUs = percentiles(lat)
 	}
 	return r
 }

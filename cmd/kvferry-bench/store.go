@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/kvferry/kvferry/internal/cmem"
+	"github.com/kvferry/kvferry/internal/hostenv"
 	"github.com/kvferry/kvferry/store/client"
 	"github.com/kvferry/kvferry/store/embedded"
 )
@@ -117,6 +118,7 @@ func newStoreClient(segmentBytes uint64) (*client.Client, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	return embedded.NewClient(ctx, client.Config{
+		Stack:             hostenv.StackConfig(), // KVFERRY_SPIN_US and the like apply
 		LocalHostname:     "127.0.0.1",
 		MasterServerAddr:  *sMaster,
 		GlobalSegmentSize: segmentBytes,

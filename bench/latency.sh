@@ -1,0 +1,211 @@
+#!/usr/bin/env bash
+# Small-operation latency against the machine's round-trip floor (issue 18),
+# in one run: the floor first (bench/floor.sh: a C ping-pong of a 4 KiB
+# request and an 8-byte answer between two processes, blocking and
+# spinning), then, between two processes of this host,
+#   tcp     transfer engine over TCP, 4 KiB, batch 1, one thread, read and
+#           write (kvferry-bench, p50 and p99 of whole batches: allocate,
+#           submit, wait, free);
+#   notify  notification round trips (ping, the peer sees it and answers,
+#           the pong is seen), over the socket RPC;
+#   cma     the same-host path (process_vm_readv/writev), 4 KiB, batch 1;
+#   store   4 KiB put and get from a client without a segment to a holder
+#           in another process through a kvferry-master process, p50/p99
+#           and one-client ops/s, beside redis-benchmark -c 1 SET/GET of
+#           4 KiB on redis-server in the same run;
+# each with spinning as configured (KVFERRY_SPIN_US, default 50 µs) and
+# with it off (KVFERRY_SPIN_US=0 on every process of the row), and each
+# figure as a multiple of the spinning and of the blocking floor. Last, the
+# CPU that every server process of the run uses while idle (from
+# /proc/PID/stat over IDLE_SECS after the traffic stopped): spinning is
+# bounded, so it should be about zero.
+#
+#   bench/latency.sh                  # every section
+#   bench/latency.sh tcp notify       # some
+#   DURATION=5 OPS=20000 bench/latency.sh
+#
+# Environment: DURATION (seconds per transfer row, default 3), OPS (store
+# operations per row, default 5000), IDLE_SECS (default 2), FLOOR_ITERS.
+# Latency on a loaded 2-vCPU machine means little: the load is printed with
+# the floor and at the end.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DURATION="${DURATION:-3}"
+OPS="${OPS:-5000}"
+IDLE_SECS="${IDLE_SECS:-2}"
+SECTIONS=("$@")
+[ ${#SECTIONS[@]} -gt 0 ] || SECTIONS=(tcp notify cma store)
+want() { local s; for s in "${SECTIONS[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
+
+T="$(mktemp -d)"
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$T"; }
+trap cleanup EXIT
+mkdir -p build/bin
+BIN="$T/kvferry-bench"
+go build -o "$BIN" ./cmd/kvferry-bench # always this tree's code
+go build -o "$T/kvferry-master" ./cmd/kvferry-master
+source bench/floor.sh
+floor_measure
+echo "$FLOOR_LINE"
+echo
+
+BUF=$((64 << 20))
+servers=() # "name pid" of the long-lived processes, for the idle CPU
+
+wait_ready() { for _ in $(seq 1 200); do [ -s "$1" ] && break; sleep 0.05; done; [ -s "$1" ] || { echo "not ready: $1" >&2; exit 1; }; cat "$1"; }
+
+# start_target NAME SPIN PROTOCOL: a kvferry-bench target; sets SEG_<NAME>.
+start_target() {
+  local env=(KVFERRY_SPIN_US="$2")
+  [ "$3" = tcp ] && env+=(MC_FORCE_TCP=1)
+  env "${env[@]}" "$BIN" --mode=target --protocol="$3" --buffer_size=$BUF --ready_file="$T/ready_$1" >"$T/$1.log" 2>&1 &
+  pids+=($!)
+  servers+=("target-$1 $!")
+  printf -v "SEG_$1" '%s' "$(wait_ready "$T/ready_$1")"
+}
+
+# row LABEL SPIN JSON: one table row from a kvferry-bench JSON result.
+row() {
+  python3 - "$1" "$2" "$3" "$FLOOR_SPIN_US" "$FLOOR_BLOCK_US" <<'PY'
+import json, sys
+label, spin, r = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+fs, fb = float(sys.argv[4]), float(sys.argv[5])
+p50, p99 = r["p50_batch_latency_us"], r["p99_batch_latency_us"]
+sp = "off" if spin == "0" else (spin + " us")
+fail = f" ({r['failed_batches']} FAILED)" if r.get("failed_batches") else ""
+print(f"| {label}{fail} | {sp} | {p50:.1f} | {p99:.1f} | {p99 / p50:.1f} | {r['avg_batch_latency_us']:.1f} | "
+      f"**{p50 / fs:.1f}x** / {p50 / fb:.2f}x | {r['ops_per_s']:.0f} |")
+PY
+}
+
+SPIN_ON="${KVFERRY_SPIN_US:-50}"
+HEAD="| row | spin | p50 us | p99 us | p99/p50 | mean us | p50 vs floor (spinning / blocking) | ops/s |
+|---|---|---|---|---|---|---|---|"
+
+if want tcp || want notify; then
+  start_target tcp_on "$SPIN_ON" tcp
+  start_target tcp_off 0 tcp
+fi
+if want tcp; then
+  echo "Transfer engine over TCP, 4 KiB, batch 1, 1 thread (kvferry-bench; p99/p50 target <= 3, p50 <= 3x the spinning floor):"
+  echo
+  echo "$HEAD"
+  for op in read write; do
+    for spin in "$SPIN_ON" 0; do
+      seg=SEG_tcp_on; [ "$spin" = 0 ] && seg=SEG_tcp_off
+      out=$(KVFERRY_SPIN_US=$spin MC_FORCE_TCP=1 "$BIN" --mode=initiator --protocol=tcp --segment_id="${!seg}" --operation=$op \
+        --block_size=4096 --batch_size=1 --threads=1 --duration="$DURATION" --buffer_size=$BUF --json --quiet)
+      row "tcp $op 4 KiB" "$spin" "$out"
+    done
+  done
+  echo
+fi
+if want notify; then
+  echo "Notification round trip (ping to the peer, which sees it and answers; the pong seen), socket RPC (target <= 3x the spinning floor):"
+  echo
+  echo "$HEAD"
+  for spin in "$SPIN_ON" 0; do
+    seg=SEG_tcp_on; [ "$spin" = 0 ] && seg=SEG_tcp_off
+    out=$(KVFERRY_SPIN_US=$spin "$BIN" --mode=initiator --operation=notify --segment_id="${!seg}" --duration="$DURATION" \
+      --buffer_size=$BUF --json --quiet)
+    row "notify round trip" "$spin" "$out"
+  done
+  echo
+fi
+if want cma; then
+  start_target cma_on "$SPIN_ON" auto
+  start_target cma_off 0 auto
+  echo "Same host (cma), 4 KiB, batch 1, 1 thread (target <= 2x the spinning floor):"
+  echo
+  echo "$HEAD"
+  for op in read write; do
+    for spin in "$SPIN_ON" 0; do
+      seg=SEG_cma_on; [ "$spin" = 0 ] && seg=SEG_cma_off
+      out=$(KVFERRY_SPIN_US=$spin "$BIN" --mode=initiator --protocol=cma --segment_id="${!seg}" --operation=$op \
+        --block_size=4096 --batch_size=1 --threads=1 --duration="$DURATION" --buffer_size=$BUF --json --quiet)
+      row "cma $op 4 KiB" "$spin" "$out"
+    done
+  done
+  echo
+fi
+
+if want store; then
+  command -v redis-server >/dev/null && command -v redis-benchmark >/dev/null ||
+    { echo "redis-server / redis-benchmark missing (Debian package redis-server, redis-tools)" >&2; exit 1; }
+  # start_store NAME SPIN: a kvferry-master and a holder lending 1 GiB; sets MASTER_<NAME>.
+  start_store() {
+    local d="$T/store_$1"
+    mkdir -p "$d"
+    KVFERRY_SPIN_US="$2" "$T/kvferry-master" --port=0 --rpc_address=127.0.0.1 --enable_metric_reporting=false \
+      --default_kv_lease_ttl=1000 >"$d/master.out" 2>"$d/master.err" &
+    pids+=($!)
+    servers+=("master-$1 $!")
+    for _ in $(seq 1 100); do grep -q '^listening on' "$d/master.out" 2>/dev/null && break; sleep 0.1; done
+    local addr
+    addr=$(awk '/^listening on/ {print $3}' "$d/master.out")
+    [ -n "$addr" ] || { echo "master did not start" >&2; cat "$d/master.err" >&2; exit 1; }
+    mkfifo "$d/holder.in"
+    KVFERRY_SPIN_US="$2" "$BIN" store -mode=holder -master="$addr" -segment=$((1 << 30)) <"$d/holder.in" >"$d/holder.out" 2>"$d/holder.err" &
+    pids+=($!)
+    servers+=("holder-$1 $!")
+    sleep 1000000 >"$d/holder.in" &
+    pids+=($!)
+    for _ in $(seq 1 300); do grep -q '^ready' "$d/holder.out" 2>/dev/null && break; sleep 0.1; done
+    grep -q '^ready' "$d/holder.out" || { echo "holder did not start" >&2; cat "$d/holder.err" >&2; exit 1; }
+    printf -v "MASTER_$1" '%s' "$addr"
+  }
+  start_store on "$SPIN_ON"
+  start_store off 0
+  RPORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  redis-server --port "$RPORT" --bind 127.0.0.1 --save "" --appendonly no --protected-mode no >"$T/redis.log" 2>&1 &
+  pids+=($!)
+  for _ in $(seq 1 100); do redis-cli -p "$RPORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
+  redis=$(redis-benchmark -p "$RPORT" -t set,get -d 4096 -n "$OPS" -c 1 --csv 2>/dev/null)
+  echo "Store, 4 KiB, one client without a segment, holder in another process, master in a third (targets: get <= 5x, put <= 6x the spinning floor; ops/s >= redis-benchmark -c 1):"
+  echo
+  echo "| op | spin | p50 us | p99 us | p99/p50 | p50 vs floor (spinning / blocking) | one-client ops/s | redis-benchmark -c 1 ops/s | vs redis |"
+  echo "|---|---|---|---|---|---|---|---|---|"
+  for spin in "$SPIN_ON" 0; do
+    m=MASTER_on; [ "$spin" = 0 ] && m=MASTER_off
+    lat=$(KVFERRY_SPIN_US=$spin "$BIN" store -mode=latency -master="${!m}" -size=4096 -ops="$OPS" -quiet)
+    run=$(KVFERRY_SPIN_US=$spin "$BIN" store -mode=run -master="${!m}" -op=both -size=4096 -threads=1 -ops="$OPS" -quiet)
+    python3 - "$spin" "$lat" "$run" "$redis" "$FLOOR_SPIN_US" "$FLOOR_BLOCK_US" <<'PY'
+import csv, io, json, sys
+spin, lat = sys.argv[1], json.loads(sys.argv[2])
+run = {r["op"]: r for r in map(json.loads, sys.argv[3].splitlines())}
+red = {row[0]: float(row[1]) for row in csv.reader(io.StringIO(sys.argv[4])) if row and row[0] in ("SET", "GET")}
+fs, fb = float(sys.argv[5]), float(sys.argv[6])
+sp = "off" if spin == "0" else spin + " us"
+for op, rname in (("put", "SET"), ("get", "GET")):
+    p50, p99 = lat[op + "_p50_us"], lat[op + "_p99_us"]
+    ops = run[op]["ops_per_s"]
+    errs = lat[op + "_errors"] + run[op]["errors"]
+    fail = f" ({errs} errors)" if errs else ""
+    print(f"| {op}{fail} | {sp} | {p50:.1f} | {p99:.1f} | {p99 / p50:.1f} | **{p50 / fs:.1f}x** / {p50 / fb:.2f}x | "
+          f"{ops:.0f} | {red.get(rname, 0):.0f} | {ops / red[rname] if red.get(rname) else float('nan'):.2f}x |")
+print(f"| master round trip (ExistKey) | {sp} | {lat['rpc_p50_us']:.1f} | {lat['rpc_p99_us']:.1f} | "
+      f"{lat['rpc_p99_us'] / lat['rpc_p50_us']:.1f} | {lat['rpc_p50_us'] / fs:.1f}x / {lat['rpc_p50_us'] / fb:.2f}x | | | |")
+PY
+  done
+  echo
+fi
+
+# Idle CPU: every server process, after the traffic stopped.
+sleep 0.5
+declare -A before
+for s in "${servers[@]}"; do
+  set -- $s
+  before[$1]=$(awk '{print $14 + $15}' "/proc/$2/stat")
+done
+sleep "$IDLE_SECS"
+tck=$(getconf CLK_TCK)
+line="Idle CPU over ${IDLE_SECS} s after the traffic (percent of one core, /proc/PID/stat):"
+for s in "${servers[@]}"; do
+  set -- $s
+  now=$(awk '{print $14 + $15}' "/proc/$2/stat")
+  line+=" $1 $(python3 -c "print(f'{($now - ${before[$1]}) / $tck / $IDLE_SECS * 100:.1f}%')")"
+done
+echo "$line"
+echo
+echo "machine: $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg), $(date -u +%Y-%m-%dT%H:%MZ)"

@@ -1,0 +1,122 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/kvferry/kvferry/engine"
+)
+
+// The notification round trip (--operation=notify): the initiator sends a
+// ping to the target's segment and waits until a pong, which the target
+// sends back as soon as it sees the ping, arrives in its own queue. One
+// round trip is two notifications, each delivered and seen by the
+// receiving application (Notify returns once the peer accepted it); the
+// target answers every ping without being told to.
+const (
+	notifyPing = "kvferry-bench-ping" // Msg: the sender's segment name
+	notifyPong = "kvferry-bench-pong"
+)
+
+// echoNotifications answers pings until ctx ends (a target's goroutine).
+func echoNotifications(ctx context.Context, e *engine.Engine) {
+	for ctx.Err() == nil {
+		for _, n := range e.WaitNotifications(ctx) {
+			if n.Name != notifyPing {
+				continue
+			}
+			seg, err := e.OpenSegment(ctx, n.Msg)
+			if err == nil {
+				err = e.Notify(ctx, seg, engine.Notification{Name: notifyPong})
+			}
+			if err != nil && ctx.Err() == nil {
+				fmt.Fprintln(os.Stderr, "kvferry-bench: answer a ping:", err)
+			}
+		}
+	}
+}
+
+// notifyPoint runs ping-pongs for --duration seconds (after 200 untimed
+// ones) with one thread, and reports them as batches of one.
+func notifyPoint(ctx context.Context, e *engine.Engine, seg engine.SegmentID) (Result, error) {
+	var lat samples
+	ping := engine.Notification{Name: notifyPing, Msg: e.SegmentName()}
+	var mu sync.Mutex
+	pending := 0 // pongs received and not yet counted
+	one := func() error {
+		if err := e.Notify(ctx, seg, ping); err != nil {
+			return err
+		}
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		for {
+			mu.Lock()
+			if pending > 0 {
+				pending--
+				mu.Unlock()
+				return nil
+			}
+			mu.Unlock()
+			ns := e.WaitNotifications(wctx)
+			if wctx.Err() != nil {
+				return fmt.Errorf("no pong within 10 s")
+			}
+			mu.Lock()
+			for _, n := range ns {
+				if n.Name == notifyPong {
+					pending++
+				}
+			}
+			mu.Unlock()
+		}
+	}
+	for range 200 {
+		if err := one(); err != nil {
+			return Result{}, err
+		}
+	}
+	var n, latNanos uint64
+	start := time.Now()
+	end := start.Add(time.Duration(*duration) * time.Second)
+	for time.Now().Before(end) && ctx.Err() == nil {
+		t0 := time.Now()
+		if err := one(); err != nil {
+			return Result{}, err
+		}
+		d := time.Since(t0)
+		lat.add(d)
+		latNanos += uint64(d)
+		n++
+	}
+	elapsed := time.Since(start).Seconds()
+	r := Result{Operation: "notify", BlockSize: 0, BatchSize: 1, Threads: 1, Duration: elapsed, Batches: n,
+		OpsPerSec: float64(n) / elapsed, Transport: "rpc"}
+	if n > 0 {
+		r.AvgBatchUs = float64(latNanos) / float64(n) / 1e3
+		r.P50BatchUs, r.P99BatchUs = percentiles([]*samples{&lat})
+	}
+	return r, nil
+}
+
+// notifyInitiator runs the notification round trips against --segment_id
+// and prints the result as a transfer run's.
+func notifyInitiator(ctx context.Context, e *engine.Engine) error {
+	seg, err := e.OpenSegment(ctx, *segmentID)
+	if err != nil {
+		return err
+	}
+	r, err := notifyPoint(ctx, e, seg)
+	if err != nil {
+		return fmt.Errorf("notify: %w", err)
+	}
+	if *jsonOut {
+		return json.NewEncoder(os.Stdout).Encode(r)
+	}
+	fmt.Printf("Test completed: duration %.2f, %d notification round trips, %.0f/s, avg %.1f us (p50 %.1f, p99 %.1f)\n",
+		r.Duration, r.Batches, r.OpsPerSec, r.AvgBatchUs, r.P50BatchUs, r.P99BatchUs)
+	return nil
+}
