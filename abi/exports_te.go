@@ -742,7 +742,7 @@ func kvf_batch_wait(h C.uintptr_t, batch C.uint64_t, timeoutMS C.int64_t, state 
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	bs, err := e.Wait(ctx, engine.BatchID(batch))
+	bs, err := e.WaitLocked(ctx, engine.BatchID(batch))
 	putBatchStatus(bs, state, nil, nil)
 	if err != nil {
 		if errors.Is(err, engine.ErrTimeout) {

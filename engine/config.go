@@ -120,6 +120,11 @@ type Config struct {
 	// longer while publications themselves take long, see publish.go).
 	// Peers fetching the descriptor from this engine see changes at once.
 	PublishDelay time.Duration
+	// SpinWait bounds how long a wait polls before it parks: Wait, the TCP
+	// lanes' readers and data connections, the store's master calls
+	// (KVFERRY_SPIN_US, default spin.Default, 50 µs; negative: never poll,
+	// no CPU spent waiting). Nothing polls while nothing is in flight.
+	SpinWait time.Duration
 	// Logger receives logs; nil discards them.
 	Logger *slog.Logger
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/kvferry/kvferry/engine/metadata"
 	"github.com/kvferry/kvferry/engine/rpc"
 	"github.com/kvferry/kvferry/internal/netguard"
+	"github.com/kvferry/kvferry/internal/spin"
 	"github.com/kvferry/kvferry/metrics"
 )
 
@@ -62,6 +63,7 @@ type Engine struct {
 	host    string // advertised host/IP
 	bindIP  string
 	rpcSrv  *rpc.Server
+	rpcPool *rpc.Pool // kept connections to keep-alive peers (notifications)
 	rpcPort int
 	hostID  *descriptor.Host
 	reg     registry
@@ -114,7 +116,7 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 	if err := cfg.LoadSecurity(); err != nil {
 		return nil, err
 	}
-	e := &Engine{cfg: cfg, log: cfg.Logger, meta: cfg.Metadata, hostID: localHost()}
+	e := &Engine{cfg: cfg, log: cfg.Logger, meta: cfg.Metadata, hostID: localHost(), rpcPool: rpc.NewPool()}
 	e.ctx, e.cancel = context.WithCancel(context.Background())
 	e.segments.byName = make(map[string]*Peer)
 	e.batches.m = make(map[BatchID]*batch)
@@ -159,7 +161,7 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 	e.segments.byID = []*Peer{local}
 	e.segments.byName[e.name] = local
 	e.rpcSrv = rpc.NewServer(ln, e.handleRPC, rpc.ServerConfig{MaxMessage: cfg.HandshakeMaxLength, Logger: e.log, Auth: cfg.Auth,
-		TLS: cfg.TLS.ServerConfig()})
+		TLS: cfg.TLS.ServerConfig(), SpinWait: e.SpinBudget()})
 	go e.runPublisher() // before anything that may fail into Close, which stops it
 
 	for _, name := range cfg.Transports {
@@ -540,7 +542,7 @@ func (e *Engine) buildDescriptor() *descriptor.Segment {
 		TCPProtoVersion: descriptor.TCPProtoV2,
 		Timestamp:       descriptor.TimestampNow(time.Now()),
 		Host:            e.hostID,
-		Features:        []string{descriptor.FeatureNotifyBytes, descriptor.FeatureMetadataRPC},
+		Features:        []string{descriptor.FeatureNotifyBytes, descriptor.FeatureMetadataRPC, descriptor.FeatureRPCKeepAlive},
 	}
 	regions := e.reg.regions()
 	seg.Buffers = make([]descriptor.Buffer, 0, len(regions))
@@ -915,6 +917,8 @@ func (e *Engine) Notifications() []Notification {
 // TensorRT-LLM threads do, specs/tensorrt-llm.md §4.2) block here instead,
 // and a notification still wakes them at once.
 func (e *Engine) WaitNotifications(ctx context.Context) []Notification {
+	// A poll first, not yielding: callers may be C threads.
+	spin.Until(e.SpinBudget(), false, e.notified)
 	for {
 		e.inbox.Lock()
 		if q := e.inbox.q; len(q) > 0 {
@@ -972,7 +976,7 @@ func (e *Engine) notifyPeer(ctx context.Context, p *Peer, n Notification) error 
 	}
 	ctx, cancel := context.WithTimeout(ctx, e.cfg.MetadataTimeout)
 	defer cancel()
-	reply, err := rpc.Call(ctx, p.Endpoint.Addr(), rpc.TypeNotify, body, e.RPCClientConfig())
+	reply, err := e.callRPC(ctx, p, rpc.TypeNotify, body)
 	if err != nil {
 		e.metrics.notifiesFailed.Add(1)
 		return fmt.Errorf("notify segment %q: %w", p.Name, err)
@@ -1307,10 +1311,27 @@ func (e *Engine) BatchStatus(id BatchID) (BatchStatus, error) {
 // Wait blocks until every task of batch id is terminal or ctx is done
 // (ctx without deadline: the configured transfer timeout applies). It
 // returns the aggregate status; ErrTimeout when the deadline passed first.
+// Before it parks it polls for up to SpinBudget, letting other goroutines
+// run in between (see WaitLocked).
 func (e *Engine) Wait(ctx context.Context, id BatchID) (BatchStatus, error) {
+	return e.wait(ctx, id, true)
+}
+
+// WaitLocked is Wait for a goroutine locked to its thread, as every C
+// thread calling in through cgo is: its poll before parking does not
+// yield, since a locked goroutine that yields hands its thread's P away
+// and back (two thread wake-ups).
+func (e *Engine) WaitLocked(ctx context.Context, id BatchID) (BatchStatus, error) {
+	return e.wait(ctx, id, false)
+}
+
+func (e *Engine) wait(ctx context.Context, id BatchID, yield bool) (BatchStatus, error) {
 	b, err := e.batch(id)
 	if err != nil {
 		return BatchStatus{}, err
+	}
+	if spin.Until(e.SpinBudget(), yield, b.idle) {
+		return b.aggregate(), nil
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
@@ -1411,6 +1432,7 @@ func (e *Engine) Close() error {
 	e.closeOutboxes()
 	e.stopPublisher()
 	e.rpcSrv.Close()
+	e.rpcPool.Close()
 	e.transports.Lock()
 	list := e.transports.list
 	e.transports.list = nil

@@ -171,10 +171,19 @@ func (e *Engine) closeOutboxes() {
 }
 
 // sendNotify sends n to p through its outbox and waits for the outcome,
-// bounded by ctx (and the metadata timeout).
+// bounded by ctx (and the metadata timeout). When p's outbox is empty the
+// caller sends n itself, holding the outbox meanwhile (what is queued
+// behind it leaves afterwards, in order): no goroutine hand-off.
 func (e *Engine) sendNotify(ctx context.Context, p *Peer, n Notification) error {
 	ctx, cancel := context.WithTimeout(ctx, e.cfg.MetadataTimeout)
 	defer cancel()
+	if box := e.claimOutbox(p); box != nil {
+		stop := context.AfterFunc(e.ctx, cancel) // Close waits for this send
+		err := e.notifyPeer(ctx, p, n)
+		stop()
+		e.releaseOutbox(box)
+		return err
+	}
 	res := make(chan error, 1)
 	o := &outNotify{n: n, done: func(err error) { res <- err }}
 	e.enqueueNotify(p, o)
@@ -185,4 +194,40 @@ func (e *Engine) sendNotify(ctx context.Context, p *Peer, n Notification) error 
 		o.abandoned.Store(true)
 		return fmt.Errorf("notify segment %q: %w: %w", p.Name, ErrTimeout, ctx.Err())
 	}
+}
+
+// claimOutbox gives the caller p's outbox when p has none (nothing queued,
+// nothing on its way); nil otherwise. releaseOutbox ends the hold.
+func (e *Engine) claimOutbox(p *Peer) *outbox {
+	ob := &e.out
+	ob.Lock()
+	defer ob.Unlock()
+	if ob.closed || ob.m[p.Name] != nil {
+		return nil
+	}
+	if ob.m == nil {
+		ob.m = make(map[string]*outbox)
+	}
+	box := &outbox{name: p.Name, peer: p}
+	ob.m[p.Name] = box
+	e.wg.Add(1) // as a drain goroutine: Close waits for the holder
+	return box
+}
+
+// releaseOutbox ends a claimOutbox hold: what was queued behind it leaves
+// from a drain goroutine, as usual.
+func (e *Engine) releaseOutbox(box *outbox) {
+	ob := &e.out
+	ob.Lock()
+	if len(box.q) > 0 {
+		ob.Unlock()
+		go e.drainOutbox(box) // takes over the hold's e.wg count
+		return
+	}
+	delete(ob.m, box.name)
+	if box.idle != nil {
+		close(box.idle)
+	}
+	ob.Unlock()
+	e.wg.Done()
 }

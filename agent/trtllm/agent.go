@@ -545,7 +545,7 @@ func (a *Agent) Wait(id engine.BatchID, timeout time.Duration) State {
 	var moved uint64
 	for {
 		ctx, cancel := context.WithTimeout(a.ctx, timeout)
-		bs, err := a.e.Wait(ctx, id)
+		bs, err := a.e.WaitLocked(ctx, id) // called by C threads (abi/)
 		cancel()
 		switch {
 		case err == nil:

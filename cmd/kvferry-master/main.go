@@ -49,6 +49,7 @@ import (
 	"github.com/kvferry/kvferry/engine/tlsconf"
 	"github.com/kvferry/kvferry/internal/hostenv"
 	"github.com/kvferry/kvferry/internal/ratelog"
+	"github.com/kvferry/kvferry/internal/spin"
 	"github.com/kvferry/kvferry/store/ha"
 	"github.com/kvferry/kvferry/store/master"
 )
@@ -181,6 +182,7 @@ func parse(args []string) (*options, error) {
 	fs.Float64Var(&cfg.OffloadWatermark, "ssd_offload_watermark", master.DefaultOffloadWatermark,
 		"segment usage above which objects go to their client's disk tier (clients with ssd_offload_path)")
 	tenantQuota := fs.String("tenant_quota", "", "tenant quotas, \"tenant=bytes[:objects],...\" (bytes may end in k, m, g or t; 0: no limit)")
+	spinUS := fs.Int("spin_us", spinDefaultUS(), "microseconds a connection polls for the next request before it blocks (kvferry; 0: never; default KVFERRY_SPIN_US, else 50)")
 	level := fs.String("log_level", "info", "log level: debug, info, warn or error")
 	ignored := map[string]*string{}
 	for _, name := range ignoredFlags {
@@ -198,6 +200,10 @@ func parse(args []string) (*options, error) {
 	}
 	log := slog.New(ratelog.NewHandler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}), 0))
 	cfg.Logger = log
+	cfg.SpinWait = time.Duration(*spinUS) * time.Microsecond
+	if *spinUS <= 0 {
+		cfg.SpinWait = -1
+	}
 	cfg.KeepSoftPinned = !*allowEvictSoft
 	cfg.GrantBytes, cfg.DisableGrants = *grantBytes, *grantBytes == 0
 	fs.Visit(func(f *flag.Flag) {
@@ -339,4 +345,10 @@ func metadataGuard(path string, log *slog.Logger) (*peerauth.Guard, error) {
 		return nil, err
 	}
 	return peerauth.NewGuard(ks, peerauth.RoleMetadata, 0, log), nil
+}
+
+// spinDefaultUS is --spin_us's default: KVFERRY_SPIN_US, else spin.Default.
+func spinDefaultUS() int {
+	d := spin.Budget(hostenv.SpinWait())
+	return int(d / time.Microsecond)
 }

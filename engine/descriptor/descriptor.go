@@ -179,6 +179,11 @@ const FeatureNotifyBytes = "notify_bytes"
 // use it when the metadata service does not list a buffer yet).
 const FeatureMetadataRPC = "metadata_rpc"
 
+// FeatureRPCKeepAlive: the owner's RPC port serves several requests on
+// one connection when their type byte carries rpc.KeepAlive, so peers
+// keep connections between notifications instead of one per request.
+const FeatureRPCKeepAlive = "rpc_keepalive"
+
 // Has reports whether the owner announced feature f.
 func (s *Segment) Has(f string) bool {
 	for _, g := range s.Features {

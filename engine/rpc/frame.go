@@ -28,8 +28,27 @@ const (
 	TypeLegacy Type = 0xff
 )
 
+// KeepAlive is a flag of the type byte (kvferry's extension, sent only to
+// peers announcing descriptor.FeatureRPCKeepAlive): the client keeps the
+// connection for further requests, so the server answers with the same
+// type byte and reads the next request instead of closing. No Mooncake
+// frame has it: their type bytes are 0-3, and a legacy frame starts with
+// JSON text ('{' has the bit, but '{' without it is no type).
+const KeepAlive Type = 0x40
+
+// Base returns t without the KeepAlive flag.
+func (t Type) Base() Type {
+	if t != TypeLegacy && t&KeepAlive != 0 && t&^KeepAlive <= TypeProbe {
+		return t &^ KeepAlive
+	}
+	return t
+}
+
 // String returns the type's name.
 func (t Type) String() string {
+	if b := t.Base(); b != t {
+		return b.String() + "+keepalive"
+	}
 	switch t {
 	case TypeConnection:
 		return "connection"
@@ -103,8 +122,8 @@ func DecodeFrame(buf []byte, maxLen uint64) (Type, []byte, int, error) {
 }
 
 func split(payload []byte) (Type, []byte) {
-	if payload[0] <= byte(TypeProbe) {
-		return Type(payload[0]), payload[1:]
+	if t := Type(payload[0]); t.Base() <= TypeProbe {
+		return t, payload[1:]
 	}
 	return TypeLegacy, payload
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"sync"
@@ -14,6 +15,7 @@ import (
 	"github.com/kvferry/kvferry/engine/peerauth"
 	"github.com/kvferry/kvferry/internal/netguard"
 	"github.com/kvferry/kvferry/internal/ratelog"
+	"github.com/kvferry/kvferry/internal/spin"
 )
 
 // Handler answers one request. It returns the reply body (JSON) or an error;
@@ -48,6 +50,13 @@ type ServerConfig struct {
 	// MaxConnsPerIP caps those from one IP (default
 	// DefaultMaxConnsPerIP). Connections over a cap are closed at once.
 	MaxConns, MaxConnsPerIP int
+	// KeepAliveIdle is how long a keep-alive connection (a client that
+	// sent KeepAlive) may wait for its next request (default
+	// DefaultKeepAliveIdle).
+	KeepAliveIdle time.Duration
+	// SpinWait is how long a keep-alive connection polls for the next
+	// request before it blocks (0: never).
+	SpinWait time.Duration
 	// Logger receives diagnostics; nil discards them. Refusals are logged
 	// at Warn, at most one line per kind every few seconds.
 	Logger *slog.Logger
@@ -73,6 +82,9 @@ func (c ServerConfig) withDefaults() ServerConfig {
 	}
 	if c.MaxConnsPerIP == 0 {
 		c.MaxConnsPerIP = DefaultMaxConnsPerIP
+	}
+	if c.KeepAliveIdle <= 0 {
+		c.KeepAliveIdle = DefaultKeepAliveIdle
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -192,33 +204,47 @@ func (s *Server) serve(c net.Conn) {
 		}
 		c = tc
 	}
-	t, body, err := ReadFrame(c, s.cfg.MaxMessage)
-	if err != nil {
-		if s.ctx.Err() == nil {
-			s.bad.Add(1)
-			if errors.Is(err, ErrFrame) || isTimeout(err) {
-				s.warn("request", "rpc request refused", "peer", peer.String(), "err", err)
-			} else {
-				s.cfg.Logger.Debug("rpc read request failed", "peer", peer.String(), "err", err)
+	var r io.Reader = c
+	for first := true; ; first = false {
+		t, body, err := ReadFrame(r, s.cfg.MaxMessage)
+		if err != nil {
+			if !first && (errors.Is(err, io.EOF) || isTimeout(err) || errors.Is(err, net.ErrClosed)) {
+				return // a kept connection closed by its client, or idle too long
 			}
+			if s.ctx.Err() == nil {
+				s.bad.Add(1)
+				if errors.Is(err, ErrFrame) || isTimeout(err) {
+					s.warn("request", "rpc request refused", "peer", peer.String(), "err", err)
+				} else {
+					s.cfg.Logger.Debug("rpc read request failed", "peer", peer.String(), "err", err)
+				}
+			}
+			return
 		}
-		return
-	}
-	select {
-	case s.sem <- struct{}{}:
-	case <-s.ctx.Done():
-		return
-	}
-	reply, err := s.safeHandle(t, body, peer)
-	<-s.sem
-	if err != nil {
-		s.cfg.Logger.Debug("rpc request refused", "peer", peer.String(), "op", t.String(), "err", err)
-		return
-	}
-	s.served.Add(1)
-	if err := WriteFrame(c, t, reply); err != nil {
-		s.cfg.Logger.Debug("rpc write reply failed", "peer", peer.String(), "err", err)
-		return
+		select {
+		case s.sem <- struct{}{}:
+		case <-s.ctx.Done():
+			return
+		}
+		reply, err := s.safeHandle(t.Base(), body, peer)
+		<-s.sem
+		if err != nil {
+			s.cfg.Logger.Debug("rpc request refused", "peer", peer.String(), "op", t.String(), "err", err)
+			return
+		}
+		s.served.Add(1)
+		if err := WriteFrame(c, t, reply); err != nil {
+			s.cfg.Logger.Debug("rpc write reply failed", "peer", peer.String(), "err", err)
+			return
+		}
+		if t.Base() == t {
+			break // Mooncake's one request per connection
+		}
+		// Keep-alive: the next request, polled for a moment first.
+		_ = c.SetDeadline(time.Now().Add(s.cfg.KeepAliveIdle))
+		if first {
+			r = spin.Reading(c, s.cfg.SpinWait, true)
+		}
 	}
 	if tc, ok := c.(interface{ CloseWrite() error }); ok { // TCP or TLS
 		_ = tc.CloseWrite()

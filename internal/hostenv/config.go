@@ -92,6 +92,7 @@ func Set(name string) bool {
 //	KVFERRY_GPU_STAGE_BYTES           pinned bounce buffer size (4 KiB - 64 MiB)
 //	KVFERRY_GPU_STAGE_DEPTH           pinned bounce buffers per stager (1-64)
 //	KVFERRY_METRICS=off               no per-request metrics (counters, latency histograms)
+//	KVFERRY_SPIN_US                   how long a wait polls before it parks (default 50; 0 never polls)
 func StackConfig() stack.Config {
 	var c stack.Config
 	c.Engine.Logger = Logger()
@@ -145,6 +146,7 @@ func StackConfig() stack.Config {
 	}
 	c.Engine.AllowUnregisteredSource = flag("KVFERRY_ALLOW_UNREGISTERED")
 	c.Engine.NoRequestMetrics = !RequestMetrics()
+	c.Engine.SpinWait = SpinWait()
 	if n, ok := integer("KVFERRY_LOCAL_WORKERS"); ok && n > 0 && n <= 64 {
 		c.Local.Workers = int(n)
 	}
@@ -322,4 +324,18 @@ func GPUHostPath(v string) string {
 		return "shm"
 	}
 	return ""
+}
+
+// SpinWait reads KVFERRY_SPIN_US: how long a wait polls before it parks,
+// in microseconds (0: never; unset: the default, internal/spin). It is
+// the engine's Config.SpinWait (negative for off) and the store's.
+func SpinWait() time.Duration {
+	n, ok := integer("KVFERRY_SPIN_US")
+	switch {
+	case !ok || n < 0:
+		return 0
+	case n == 0:
+		return -1
+	}
+	return time.Duration(min(n, 10_000)) * time.Microsecond
 }

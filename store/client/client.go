@@ -25,6 +25,7 @@ import (
 	"github.com/kvferry/kvferry/engine/peerauth"
 	"github.com/kvferry/kvferry/engine/stack"
 	"github.com/kvferry/kvferry/internal/cmem"
+	"github.com/kvferry/kvferry/internal/spin"
 	kvmetrics "github.com/kvferry/kvferry/metrics"
 	"github.com/kvferry/kvferry/store/ha"
 	"github.com/kvferry/kvferry/store/ssd"
@@ -225,6 +226,15 @@ func New(ctx context.Context, cfg Config) (_ *Client, err error) {
 	return c, nil
 }
 
+// spinWait is how long master calls poll for their answer before they
+// block: the engine's setting (KVFERRY_SPIN_US).
+func (c *Client) spinWait() time.Duration {
+	if c.cfg.Engine != nil {
+		return c.cfg.Engine.SpinBudget()
+	}
+	return spin.Budget(c.cfg.Stack.Engine.SpinWait)
+}
+
 // dialMaster connects to the master at addr over mux (Config.MasterRPC
 // "auto" or "mux") or gRPC. In "auto" a master that answers but does not
 // speak mux is used over gRPC; one that cannot be reached now is kept on
@@ -232,7 +242,8 @@ func New(ctx context.Context, cfg Config) (_ *Client, err error) {
 func (c *Client) dialMaster(ctx context.Context, addr string) (*masterConn, error) {
 	if c.cfg.MasterRPC != MasterRPCGRPC {
 		timeout := min(c.cfg.RPCTimeout, wire.DefaultMuxDialTimeout)
-		mux := wire.NewMuxClient(wire.MuxClientConfig{Addr: addr, DialTimeout: timeout, Auth: c.auth, TLS: c.tls})
+		mux := wire.NewMuxClient(wire.MuxClientConfig{Addr: addr, DialTimeout: timeout, Auth: c.auth, TLS: c.tls,
+			SpinWait: c.spinWait()})
 		dctx, cancel := context.WithTimeout(ctx, timeout)
 		err := mux.Connect(dctx)
 		cancel()

@@ -200,6 +200,11 @@ type Config struct {
 	MaxConns, MaxConnsPerIP   int
 	MaxInflightBytes          int64
 
+	// SpinWait is how long a mux connection polls its socket for the next
+	// request before it blocks (--spin_us, KVFERRY_SPIN_US; default
+	// spin.Default, 50 µs; negative: never poll).
+	SpinWait time.Duration
+
 	// AuthKeyFile names the cluster key file (--auth_key_file, default
 	// KVFERRY_AUTH_KEY_FILE in kvferry-master): with a key, every
 	// connection to the RPC port (gRPC and mux) proves it holds the key

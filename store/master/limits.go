@@ -7,6 +7,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/kvferry/kvferry/internal/netguard"
+	"github.com/kvferry/kvferry/internal/spin"
 	"github.com/kvferry/kvferry/store/wire"
 )
 
@@ -66,5 +67,5 @@ func (s *Server) grpcLimitOptions() []grpc.ServerOption {
 
 // muxConfig is the mux server configuration of s.
 func (s *Server) muxConfig() wire.MuxServerConfig {
-	return wire.MuxServerConfig{Limits: s.cfg.requestLimits(), Budget: s.budget}
+	return wire.MuxServerConfig{Limits: s.cfg.requestLimits(), Budget: s.budget, SpinWait: spin.Budget(s.cfg.SpinWait)}
 }

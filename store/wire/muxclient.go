@@ -20,6 +20,7 @@ import (
 
 	"github.com/kvferry/kvferry/engine/peerauth"
 	"github.com/kvferry/kvferry/engine/tlsconf"
+	"github.com/kvferry/kvferry/internal/spin"
 )
 
 // Mux client defaults.
@@ -52,6 +53,10 @@ type MuxClientConfig struct {
 	Auth *peerauth.Keys
 	// TLS, when set, runs each connection over TLS (after Auth).
 	TLS *tls.Config
+	// SpinWait is how long the caller reading answers polls the socket
+	// before it blocks (0: never; spin.Budget normalises a configured
+	// value). Without TLS only.
+	SpinWait time.Duration
 }
 
 // MuxClient is a MasterClient over the mux protocol: every call of the
@@ -237,7 +242,7 @@ func (c *MuxClient) dial(ctx context.Context) (*muxConn, error) {
 		return nil, err
 	}
 	_ = conn.SetDeadline(time.Time{})
-	mc := newMuxConn(conn, c.cfg.Addr)
+	mc := newMuxConn(conn, c.cfg.Addr, c.cfg.SpinWait)
 	mc.session = c.sessions.Add(1)
 	return mc, nil
 }
@@ -310,8 +315,10 @@ type muxConn struct {
 	}
 }
 
-func newMuxConn(c net.Conn, addr string) *muxConn {
-	mc := &muxConn{c: c, addr: addr, tok: make(chan struct{}, 1), r: bufio.NewReaderSize(c, muxBufBytes)}
+func newMuxConn(c net.Conn, addr string, spinWait time.Duration) *muxConn {
+	// Callers read their own answers, and a caller may be a C thread: the
+	// poll does not yield.
+	mc := &muxConn{c: c, addr: addr, tok: make(chan struct{}, 1), r: bufio.NewReaderSize(spin.Reading(c, spinWait, false), muxBufBytes)}
 	raw := c
 	if tc, ok := c.(*tls.Conn); ok { // the liveness peek looks at the socket under TLS
 		raw = tc.NetConn()

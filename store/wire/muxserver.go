@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/kvferry/kvferry/internal/netguard"
+	"github.com/kvferry/kvferry/internal/spin"
 )
 
 // muxBufBytes is the size of the read and write buffers of a mux connection.
@@ -68,6 +69,10 @@ type MuxServerConfig struct {
 	// and for a body once its header came (DefaultMuxIdleTimeout,
 	// DefaultMuxRequestTimeout).
 	IdleTimeout, RequestTimeout time.Duration
+	// SpinWait is how long the server polls the socket for the next
+	// request before it blocks (0: never; spin.Budget normalises a
+	// configured value). Without TLS only.
+	SpinWait time.Duration
 	// Budget, when set, is shared by every connection: a body larger than
 	// 64 KiB takes its bytes from it as they arrive and gives them back
 	// once answered, so large requests in flight stay bounded in total.
@@ -94,7 +99,7 @@ func ServeMuxConnConfig(ctx context.Context, conn net.Conn, srv MasterServer, cf
 	if _, err := conn.Write(MuxHello[:]); err != nil {
 		return fmt.Errorf("mux hello: %w", err)
 	}
-	r := bufio.NewReaderSize(conn, muxBufBytes)
+	r := bufio.NewReaderSize(spin.Reading(conn, cfg.SpinWait, true), muxBufBytes)
 	w := &lockedWriter{w: bufio.NewWriterSize(conn, muxBufBytes), conn: conn, timeout: cfg.RequestTimeout}
 	// Slow calls run in goroutines of their own, under a context that ends
 	// with this call; it waits for them before it returns.

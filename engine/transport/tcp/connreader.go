@@ -3,8 +3,10 @@ package tcp
 import (
 	"io"
 	"net"
+	"time"
 
 	"github.com/kvferry/kvferry/internal/cmem"
+	"github.com/kvferry/kvferry/internal/spin"
 )
 
 // HeaderBatchBytes is the size of each connection's off-heap read-ahead
@@ -20,14 +22,31 @@ type connReader struct {
 	m    *cmem.Map
 	buf  []byte
 	r, w int
+	// poll polls the socket for up to budget before a read through the
+	// buffer blocks (an answer or the next request is usually microseconds
+	// away; see internal/spin).
+	poll   *spin.Reader
+	budget time.Duration
 }
 
-func newConnReader(c net.Conn) (*connReader, error) {
+func newConnReader(c net.Conn, budget time.Duration) (*connReader, error) {
 	m, err := cmem.MapAnon(HeaderBatchBytes)
 	if err != nil {
 		return nil, err
 	}
-	return &connReader{c: c, m: m, buf: m.Bytes()}, nil
+	cr := &connReader{c: c, m: m, buf: m.Bytes(), budget: budget}
+	if budget > 0 {
+		cr.poll = spin.NewReader(c)
+	}
+	return cr, nil
+}
+
+// read reads into b, polling first.
+func (cr *connReader) read(b []byte) (int, error) {
+	if n, err, ok := cr.poll.Read(b, cr.budget, true); ok {
+		return n, err
+	}
+	return cr.c.Read(b)
 }
 
 func (cr *connReader) close() { cr.m.Close() }
@@ -43,7 +62,7 @@ func (cr *connReader) peek(n int) ([]byte, error) {
 			cr.w -= cr.r
 			cr.r = 0
 		}
-		k, err := cr.c.Read(cr.buf[cr.w:])
+		k, err := cr.read(cr.buf[cr.w:])
 		cr.w += k
 		if err != nil && cr.w-cr.r < n {
 			if err == io.EOF && cr.w-cr.r > 0 {

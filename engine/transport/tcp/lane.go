@@ -164,7 +164,7 @@ func (l *lane) dial() (*conn, error) {
 		}
 		return nil, fmt.Errorf("connect to %s: %w", l.addr, err)
 	}
-	rd, err := newConnReader(c)
+	rd, err := newConnReader(c, l.t.e.SpinBudget())
 	if err != nil {
 		c.Close()
 		return nil, err

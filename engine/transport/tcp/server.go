@@ -197,7 +197,7 @@ func (s *server) serveConn(c net.Conn) {
 		s.t.obs.Refused(metrics.RefusedAuth)
 		return // counted and logged by the guard
 	}
-	rd, err := newConnReader(c)
+	rd, err := newConnReader(c, s.t.e.SpinBudget())
 	if err != nil {
 		s.t.log.Error("tcp server: no read buffer", "err", err)
 		return

@@ -1,0 +1,152 @@
+// Package spin is bounded busy-polling: a goroutine about to park for an
+// answer that is likely a few microseconds away polls for it first, for at
+// most a budget, and parks only when it did not come.
+//
+// Why: on a virtual machine a parked thread that is woken pays a vCPU
+// wake-up (tens of microseconds here, bench/pingpong.c measures it), and
+// every goroutine hand-off through the netpoller or a channel can cost one.
+// A request/answer exchange on loopback takes ~10 µs when both sides poll.
+// The budget bounds the CPU a poll can burn: nothing spins when nothing is
+// in flight, and a budget of zero (KVFERRY_SPIN_US=0) never spins.
+package spin
+
+import (
+	"io"
+	"net"
+	"runtime"
+	"syscall"
+	"time"
+	"unsafe"
+)
+
+// Default is the budget when none is configured (KVFERRY_SPIN_US).
+const Default = 50 * time.Microsecond
+
+// Max bounds a configured budget.
+const Max = 10 * time.Millisecond
+
+// Budget normalises a configured budget: 0 means Default, a negative one
+// means never spin (0), and one above Max is Max.
+func Budget(d time.Duration) time.Duration {
+	switch {
+	case d == 0:
+		return Default
+	case d < 0:
+		return 0
+	case d > Max:
+		return Max
+	}
+	return d
+}
+
+// Until calls done until it reports true or budget has passed, and returns
+// its last answer. With yield, other goroutines of this P run between
+// polls (runtime.Gosched). A goroutine locked to its thread (every C
+// thread calling in through cgo is, for the length of the call) must not
+// yield: its Gosched hands the thread's P away and back, two thread
+// wake-ups, the very cost the poll is there to avoid.
+func Until(budget time.Duration, yield bool, done func() bool) bool {
+	if done() {
+		return true
+	}
+	if budget <= 0 {
+		return false
+	}
+	start := time.Now()
+	for {
+		if yield {
+			runtime.Gosched()
+		}
+		if done() {
+			return true
+		}
+		if time.Since(start) >= budget {
+			return false
+		}
+	}
+}
+
+// Reader polls one connection's socket without blocking. The zero value
+// and nil never poll.
+type Reader struct {
+	rc syscall.RawConn
+}
+
+// NewReader returns a Reader over c's socket, or nil when c has none
+// (a TLS connection, a pipe): such connections are read blocking only.
+func NewReader(c net.Conn) *Reader {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return nil
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	return &Reader{rc: rc}
+}
+
+// Read tries to read into b without blocking for up to budget. When
+// something came it returns ok with n > 0, or with io.EOF at the end of
+// the stream; otherwise (nothing in time, a deadline already passed, a
+// closed connection, any other error) it returns ok false, having consumed
+// nothing, and the caller reads as usual, which reports the error.
+func (r *Reader) Read(b []byte, budget time.Duration, yield bool) (n int, err error, ok bool) {
+	if r == nil || budget <= 0 || len(b) == 0 {
+		return 0, nil, false
+	}
+	var start time.Time
+	for i := 0; ; i++ {
+		var k uintptr
+		var errno syscall.Errno
+		if cerr := r.rc.Read(func(fd uintptr) bool {
+			// A non-blocking read cannot block: no entersyscall needed.
+			k, _, errno = syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
+			return true
+		}); cerr != nil {
+			return 0, nil, false
+		}
+		switch {
+		case errno == 0 && k > 0:
+			return int(k), nil, true
+		case errno == 0:
+			return 0, io.EOF, true
+		case errno != syscall.EAGAIN && errno != syscall.EINTR:
+			return 0, nil, false
+		}
+		if i == 0 {
+			start = time.Now()
+		} else if time.Since(start) >= budget {
+			return 0, nil, false
+		}
+		if yield {
+			runtime.Gosched()
+		}
+	}
+}
+
+// Reading returns a reader of c that polls c's socket for up to budget
+// before each read that would block (c itself when it cannot poll or
+// budget is 0). yield is as for Until: false for a reader that may run on
+// a C thread.
+func Reading(c net.Conn, budget time.Duration, yield bool) io.Reader {
+	r := NewReader(c)
+	if r == nil || budget <= 0 {
+		return c
+	}
+	return &polling{c: c, r: r, budget: budget, yield: yield}
+}
+
+type polling struct {
+	c      net.Conn
+	r      *Reader
+	budget time.Duration
+	yield  bool
+}
+
+func (p *polling) Read(b []byte) (int, error) {
+	if n, err, ok := p.r.Read(b, p.budget, p.yield); ok {
+		return n, err
+	}
+	return p.c.Read(b)
+}

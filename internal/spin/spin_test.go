@@ -1,0 +1,126 @@
+package spin
+
+import (
+	"io"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"gotest.tools/v3/assert"
+)
+
+func TestBudget(t *testing.T) {
+	assert.Equal(t, Budget(0), Default)
+	assert.Equal(t, Budget(-1), time.Duration(0))
+	assert.Equal(t, Budget(time.Microsecond), time.Microsecond)
+	assert.Equal(t, Budget(time.Hour), Max)
+}
+
+func TestUntil(t *testing.T) {
+	assert.Assert(t, Until(0, true, func() bool { return true }))
+	assert.Assert(t, !Until(0, true, func() bool { return false }))
+	for _, yield := range []bool{true, false} {
+		var n atomic.Int32
+		assert.Assert(t, Until(time.Second, yield, func() bool { return n.Add(1) == 3 }))
+		assert.Equal(t, n.Load(), int32(3))
+		calls := 0
+		assert.Assert(t, !Until(time.Millisecond, yield, func() bool { calls++; return false }))
+		assert.Assert(t, calls > 1)
+	}
+}
+
+func pipe(t *testing.T) (a, b net.Conn) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	assert.NilError(t, err)
+	defer ln.Close()
+	acc := make(chan net.Conn, 1)
+	go func() {
+		c, _ := ln.Accept()
+		acc <- c
+	}()
+	a, err = net.Dial("tcp", ln.Addr().String())
+	assert.NilError(t, err)
+	b = <-acc
+	assert.Assert(t, b != nil)
+	t.Cleanup(func() { a.Close(); b.Close() })
+	return a, b
+}
+
+func TestReader(t *testing.T) {
+	a, b := pipe(t)
+	r := NewReader(b)
+	assert.Assert(t, r != nil)
+	buf := make([]byte, 16)
+
+	// Nothing sent: nothing read, ok false.
+	_, _, ok := r.Read(buf, 200*time.Microsecond, true)
+	assert.Assert(t, !ok)
+	// Off or nil: never polls.
+	_, _, ok = r.Read(buf, 0, true)
+	assert.Assert(t, !ok)
+	_, _, ok = (*Reader)(nil).Read(buf, time.Second, true)
+	assert.Assert(t, !ok)
+
+	// Bytes already there, and bytes that come while polling.
+	_, err := a.Write([]byte("hello"))
+	assert.NilError(t, err)
+	n, err, ok := r.Read(buf, 5*time.Second, false)
+	assert.Assert(t, ok)
+	assert.NilError(t, err)
+	assert.Equal(t, string(buf[:n]), "hello")
+	go func() {
+		time.Sleep(time.Millisecond)
+		_, _ = a.Write([]byte("late"))
+	}()
+	got := ""
+	for len(got) < 4 {
+		n, err, ok = r.Read(buf, 5*time.Second, true)
+		assert.Assert(t, ok)
+		assert.NilError(t, err)
+		got += string(buf[:n])
+	}
+	assert.Equal(t, got, "late")
+
+	// A passed deadline: ok false, and the blocking read reports it.
+	assert.NilError(t, b.SetReadDeadline(time.Unix(1, 0)))
+	_, _, ok = r.Read(buf, time.Second, true)
+	assert.Assert(t, !ok)
+	assert.NilError(t, b.SetReadDeadline(time.Time{}))
+
+	// End of stream.
+	a.Close()
+	_, err, ok = r.Read(buf, 5*time.Second, true)
+	assert.Assert(t, ok)
+	assert.Equal(t, err, io.EOF)
+
+	// Closed locally: ok false.
+	b.Close()
+	_, _, ok = r.Read(buf, time.Second, true)
+	assert.Assert(t, !ok)
+}
+
+func TestNewReaderWithoutSocket(t *testing.T) {
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	assert.Assert(t, NewReader(a) == nil)
+}
+
+func TestReading(t *testing.T) {
+	a, b := pipe(t)
+	x, y := net.Pipe()
+	defer x.Close()
+	defer y.Close()
+	assert.Equal(t, Reading(x, time.Second, true), io.Reader(x))
+	assert.Equal(t, Reading(b, 0, true), io.Reader(b))
+	r := Reading(b, 100*time.Microsecond, false)
+	go func() {
+		time.Sleep(5 * time.Millisecond) // past the budget: the blocking read gets it
+		_, _ = a.Write([]byte("abc"))
+		a.Close()
+	}()
+	got, err := io.ReadAll(r)
+	assert.NilError(t, err)
+	assert.Equal(t, string(got), "abc")
+}
