@@ -66,10 +66,15 @@ func Until(budget time.Duration, yield bool, done func() bool) bool {
 	}
 }
 
-// Reader polls one connection's socket without blocking. The zero value
-// and nil never poll.
+// Reader polls one connection's socket without blocking; one goroutine at
+// a time reads through it. The zero value and nil never poll.
 type Reader struct {
 	rc syscall.RawConn
+	fn func(fd uintptr) bool // the raw read, made once (a closure per call would be a heap allocation)
+	// The raw read's buffer and outcome.
+	buf   []byte
+	n     uintptr
+	errno syscall.Errno
 }
 
 // NewReader returns a Reader over c's socket, or nil when c has none
@@ -83,7 +88,13 @@ func NewReader(c net.Conn) *Reader {
 	if err != nil {
 		return nil
 	}
-	return &Reader{rc: rc}
+	r := &Reader{rc: rc}
+	r.fn = func(fd uintptr) bool {
+		// A non-blocking read cannot block: no entersyscall needed.
+		r.n, _, r.errno = syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&r.buf[0])), uintptr(len(r.buf)))
+		return true
+	}
+	return r
 }
 
 // Read tries to read into b without blocking for up to budget. When
@@ -95,23 +106,19 @@ func (r *Reader) Read(b []byte, budget time.Duration, yield bool) (n int, err er
 	if r == nil || budget <= 0 || len(b) == 0 {
 		return 0, nil, false
 	}
+	r.buf = b
+	defer func() { r.buf = nil }()
 	var start time.Time
 	for i := 0; ; i++ {
-		var k uintptr
-		var errno syscall.Errno
-		if cerr := r.rc.Read(func(fd uintptr) bool {
-			// A non-blocking read cannot block: no entersyscall needed.
-			k, _, errno = syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
-			return true
-		}); cerr != nil {
+		if cerr := r.rc.Read(r.fn); cerr != nil {
 			return 0, nil, false
 		}
 		switch {
-		case errno == 0 && k > 0:
-			return int(k), nil, true
-		case errno == 0:
+		case r.errno == 0 && r.n > 0:
+			return int(r.n), nil, true
+		case r.errno == 0:
 			return 0, io.EOF, true
-		case errno != syscall.EAGAIN && errno != syscall.EINTR:
+		case r.errno != syscall.EAGAIN && r.errno != syscall.EINTR:
 			return 0, nil, false
 		}
 		if i == 0 {

@@ -129,6 +129,7 @@ type Transport struct {
 		sync.Mutex
 		m map[string]*peerConns // by "host:port"
 	}
+	last         atomic.Pointer[peerHit] // peerFor's last answer
 	logs         ratelog.Every
 	sent, failed atomic.Uint64
 	obs          *metrics.Server
@@ -249,8 +250,20 @@ type peerConns struct {
 	next  atomic.Uint32
 }
 
+// peerHit is the peer last looked up, with its descriptor then.
+type peerHit struct {
+	p  *engine.Peer
+	d  *descriptor.Segment
+	pc *peerConns
+}
+
 func (t *Transport) peerFor(p *engine.Peer) (*peerConns, error) {
 	d := p.Descriptor()
+	// The same peer with the same descriptor has the same lanes: no
+	// address to format, no lock (one peer's small requests, mostly).
+	if h := t.last.Load(); h != nil && h.p == p && h.d == d && !t.closed.Load() {
+		return h.pc, nil
+	}
 	host := p.Endpoint.IPOrHostName
 	if host == "" {
 		return nil, fmt.Errorf("segment %q has no host: %w", p.Name, engine.ErrInvalidArgument)
@@ -275,6 +288,7 @@ func (t *Transport) peerFor(p *engine.Peer) (*peerConns, error) {
 		}
 		t.peers.m[addr] = pc
 	}
+	t.last.Store(&peerHit{p: p, d: d, pc: pc})
 	return pc, nil
 }
 
