@@ -151,4 +151,6 @@ case $PAGES in
   both) measure 4k || status=1; measure thp || status=1 ;;
   *) echo "PAGES must be 4k, thp or both" >&2; exit 2 ;;
 esac
+# Batch-1 latency of the same-host path against the round-trip floor (LATENCY=0: skip).
+if [[ "${LATENCY:-1}" = 1 ]]; then echo; bench/latency.sh cma || status=1; fi
 exit $status

@@ -217,3 +217,5 @@ for name, tag in rows:
 print()
 print(f"machine: {ncpu} CPUs, load {load0} at start, {load1} at end, {trials} trials")
 PY
+# 4 KiB single operations against the round-trip floor and redis-benchmark -c 1 (LATENCY=0: skip).
+if [ "${LATENCY:-1}" = 1 ]; then echo; bench/latency.sh store; fi

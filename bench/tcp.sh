@@ -15,6 +15,7 @@
 # request (which other load on the machine disturbs less).
 #   DURATION=3 THREADS=12 bench/tcp.sh
 #   ONLY=overhead PAIRS=5 bench/tcp.sh     # just the metrics cost
+#   bench/latency.sh tcp notify           # just the batch-1 latency rows (run last here)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DURATION="${DURATION:-3}"
@@ -135,3 +136,5 @@ done
 overhead
 echo
 echo "machine: $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg), $(date -u +%Y-%m-%dT%H:%MZ)"
+# Batch-1 latency and notifications against the round-trip floor (LATENCY=0: skip).
+if [ "${LATENCY:-1}" = 1 ]; then echo; bench/latency.sh tcp notify; fi
