@@ -45,6 +45,7 @@ func authPair(tb testing.TB, size uint64, key string) (a *engine.Engine, seg eng
 	return a, seg, src, dst
 }
 
+// cpuTime is the CPU this process used so far (user + system).
 func cpuTime() time.Duration {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
