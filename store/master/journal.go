@@ -30,7 +30,17 @@ type journal struct {
 	last    uint64 // last seq assigned
 	durable uint64 // last seq stored
 	writing bool
-	err     error // sticky: once a write failed, nothing more is stored
+	// err is sticky: the backend refused for good (another master leads,
+	// or the log can no longer be appended to safely); nothing more is
+	// stored.
+	err error
+	// failed is a batch whose write failed for a passing reason (an etcd
+	// member died, a full disk): it is written again, as it was, before
+	// anything newer, so the log keeps its order and nothing is lost.
+	failed []oplog.Record
+	// fails counts failed writes; lastErr is the latest one.
+	fails   uint64
+	lastErr error
 	// sinceSnap counts records added since the last snapshot.
 	sinceSnap int
 	lastSnap  time.Time
@@ -52,27 +62,45 @@ func (j *journal) add(data []byte) {
 }
 
 // wait returns once every record added before the call is stored, or the
-// journal's failure.
+// failure that kept them from it: a write that fails for a passing reason
+// fails the callers waiting for it (their changes are stored by a later
+// write: the outcome they were told is unknown, as after any timeout), and
+// the journal goes on; only a backend that refuses for good stops it.
 func (j *journal) wait() error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	target := j.last
+	fails := j.fails
 	for j.durable < target && j.err == nil {
+		if j.fails != fails {
+			return j.lastErr // the write this call waited for failed
+		}
 		if j.writing {
 			j.cond.Wait()
 			continue
 		}
-		batch := j.pending
-		j.pending = nil
+		batch := j.failed
+		if batch == nil {
+			batch = j.pending
+			j.pending = nil
+		}
+		j.failed = nil
 		j.writing = true
 		j.mu.Unlock()
 		err := j.call(func(ctx context.Context) error { return j.be.Append(ctx, batch) })
 		j.mu.Lock()
 		j.writing = false
-		if err != nil {
+		switch {
+		case err == nil:
+			if len(batch) > 0 {
+				j.durable = batch[len(batch)-1].Seq
+			}
+		case errors.Is(err, oplog.ErrFenced), errors.Is(err, oplog.ErrBroken):
 			j.err = err
-		} else if len(batch) > 0 {
-			j.durable = batch[len(batch)-1].Seq
+		default:
+			j.failed = batch
+			j.fails++
+			j.lastErr = err
 		}
 		j.cond.Broadcast()
 	}
@@ -91,7 +119,7 @@ func (j *journal) call(fn func(ctx context.Context) error) error {
 func (j *journal) snapshotDue(records int, interval time.Duration) bool {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	return j.err == nil && j.sinceSnap > 0 && (j.sinceSnap >= records || time.Since(j.lastSnap) >= interval)
+	return j.err == nil && j.failed == nil && j.sinceSnap > 0 && (j.sinceSnap >= records || time.Since(j.lastSnap) >= interval)
 }
 
 // snapshot stores data as the state after record seq (every record up to

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -182,12 +183,22 @@ func (d *Dir) Append(_ context.Context, recs []Record) error {
 	for _, r := range recs {
 		buf = appendFrame(buf, r)
 	}
+	end, err := d.cur.Seek(0, io.SeekEnd)
+	if err != nil {
+		return fmt.Errorf("oplog dir: %s: %w", d.curName, err)
+	}
 	if _, err := d.cur.Write(buf); err != nil {
+		// Cut a partial frame off, so the batch can be appended again
+		// (replay stops at the first torn frame).
+		if terr := d.cur.Truncate(end); terr != nil {
+			return fmt.Errorf("oplog dir: append to %s: %w, and cutting it back: %w: %w", d.curName, err, terr, ErrBroken)
+		}
 		return fmt.Errorf("oplog dir: append to %s: %w", d.curName, err)
 	}
 	if d.cfg.Fsync {
 		if err := syscall.Fdatasync(int(d.cur.Fd())); err != nil {
-			return fmt.Errorf("oplog dir: sync %s: %w", d.curName, err)
+			// What reached the disk is unknown after a failed sync.
+			return fmt.Errorf("oplog dir: sync %s: %w: %w", d.curName, err, ErrBroken)
 		}
 	}
 	d.curMax = recs[len(recs)-1].Seq

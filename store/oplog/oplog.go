@@ -78,6 +78,12 @@ type Backend interface {
 // HA leader whose leadership ended): nothing was written.
 var ErrFenced = errors.New("oplog: another master leads; nothing written")
 
+// ErrBroken is returned by a backend that can no longer append safely
+// (a log file it could not cut back after a failed write, a failed
+// fsync): the master stops logging. Other errors are passing, and the
+// failed batch may be appended again.
+var ErrBroken = errors.New("oplog: the log cannot be appended to safely any more")
+
 const headerLen = 16
 
 // maxRecord bounds one record's length (a snapshot is not a record).
@@ -163,11 +169,14 @@ func parseSnapshot(b []byte) (uint64, []byte, error) {
 }
 
 // contiguous keeps the records of recs that follow after (skipping those at
-// or below it) up to the first gap in the sequence.
+// or below it) up to the first gap in the sequence. A record numbered below
+// the next one expected is a batch appended again (its first write's
+// outcome was unknown to the master, which wrote it again, as it was): the
+// copy is skipped, not taken for a gap.
 func contiguous(recs []Record, after uint64) (out []Record, gap bool) {
 	next := after + 1
 	for _, r := range recs {
-		if r.Seq <= after {
+		if r.Seq < next {
 			continue
 		}
 		if r.Seq != next {
