@@ -171,7 +171,10 @@ func (s *Service) AcquireGrants(clientID string, n int, minBytes uint64, exclude
 	if len(out) == 0 && fenced {
 		return nil, c.grantGen, fmt.Errorf("acquire grants: %w", s.remountFencedErrLocked(now))
 	}
-	if len(out) < n && !fenced && s.fitsSomeSegmentLocked(need) {
+	// Objects are evicted for a grant only when the client got none: a
+	// client with some grants can put, and committed objects must not
+	// make room for reservations nobody wrote into yet.
+	if len(out) == 0 && !fenced && s.fitsSegmentExceptLocked(need, exclude) {
 		target := max(uint64(s.cfg.EvictionRatio*float64(s.mu.capacity)), mulSat(need, uint64(n-len(out))))
 		if s.evictLocked(target, now) > 0 {
 			more := slices.Clone(exclude)
@@ -189,6 +192,19 @@ func (s *Service) AcquireGrants(clientID string, n int, minBytes uint64, exclude
 			need, len(s.mu.order), wire.ErrNoAvailableHandle)
 	}
 	return out, c.grantGen, nil
+}
+
+// fitsSegmentExceptLocked reports whether some segment not named in
+// exclude could hold need bytes once emptied: when the only segments with
+// room are excluded (the client already holds grants on them, for other
+// replicas), evicting objects frees nothing it could be granted.
+func (s *Service) fitsSegmentExceptLocked(need uint64, exclude []string) bool {
+	for _, seg := range s.mu.order {
+		if need <= seg.info.Size && !slices.Contains(exclude, seg.info.Name) {
+			return true
+		}
+	}
+	return false
 }
 
 // grantLocked carves up to n grants of at least need bytes for c.

@@ -1271,7 +1271,21 @@ func (s *Service) Tick() {
 	}
 
 	if s.mu.capacity > 0 {
-		ratio := float64(s.mu.used) / float64(s.mu.capacity)
+		// Space put grants hold but no commit took, and the fences of
+		// taken-back grants, are no pressure to evict objects for: they come
+		// back when clients return idle grants (which they are asked to do
+		// meanwhile) and when the fences expire.
+		idle := s.mu.granted
+		for _, f := range s.mu.fences {
+			if f.seg != nil {
+				idle += f.n
+			}
+		}
+		held := float64(s.mu.used) / float64(s.mu.capacity)
+		ratio := float64(s.mu.used-min(idle, s.mu.used)) / float64(s.mu.capacity)
+		if held > s.cfg.EvictionHighWatermarkRatio && idle > 0 {
+			s.mu.pressureUntil = now.Add(s.cfg.GrantLease)
+		}
 		if ratio > s.cfg.EvictionHighWatermarkRatio {
 			frac := max(s.cfg.EvictionRatio, ratio-s.cfg.EvictionHighWatermarkRatio+s.cfg.EvictionRatio)
 			s.evictLocked(uint64(frac*float64(s.mu.capacity)), now)
