@@ -27,7 +27,10 @@ BUF=$((1 << 30))
 BIN=build/bin/kvferry-bench
 [ -x "$BIN" ] || go build -o "$BIN" ./cmd/kvferry-bench
 T="$(mktemp -d)"
-trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$T"' EXIT
+# The target runs in a command substitution: not one of our jobs, so it is
+# stopped by its pid file.
+cleanup() { [ -s "$T/target.pid" ] && kill "$(cat "$T/target.pid")" 2>/dev/null; kill $(jobs -p) 2>/dev/null || true; }
+trap 'cleanup; rm -rf "$T"' EXIT
 
 FAKE=0
 if [ "${1:-}" = "--fake" ]; then
@@ -36,7 +39,7 @@ if [ "${1:-}" = "--fake" ]; then
   THREADS=1
   BUF=$((128 << 20))
   lib=$(go run ./tests/rdma/fakeverbs/cmd/buildfake)
-  trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$T" "$(dirname "$lib")"' EXIT
+  trap 'cleanup; rm -rf "$T" "$(dirname "$lib")"' EXIT
   export KVFERRY_IBVERBS_LIB="$lib" FAKEVERBS_DIR="$T" FAKEVERBS_DEVICES="fake_mlx5_0,fake_mlx5_1"
   NICS="${NICS:-fake_mlx5_0 fake_mlx5_1}"
   # The fake libcuda for the GPU rows (device memory the CPU cannot touch).
