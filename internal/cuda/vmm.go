@@ -175,61 +175,31 @@ func (d *Driver) ExportFabric(p uint64) (FabricHandle, error) {
 
 // ImportFD maps size bytes of an allocation exported as POSIX fd (which
 // stays the caller's) for device dev, and returns its address here.
-func (d *Driver) ImportFD(dev int, fd int, size uint64) (p uint64, err error) {
-	if err := d.needVMM(); err != nil {
-		return 0, err
-	}
-	err = d.Do(dev, func() error {
-		var h uint64
-		if err := d.check("cuMemImportFromShareableHandle", d.f.memImportShareable(&h, uintptr(fd), HandlePosixFD)); err != nil {
-			return err
-		}
-		p, err = d.mapImported(dev, h, size)
-		return err
-	})
-	return p, err
+func (d *Driver) ImportFD(dev int, fd int, size uint64) (uint64, error) {
+	return d.importOne(dev, size, func(m *SharedMapping) error { return m.MapFD(0, size, fd) })
 }
 
 // ImportFabric maps size bytes of an allocation exported as a fabric
 // handle for device dev.
-func (d *Driver) ImportFabric(dev int, fh FabricHandle, size uint64) (p uint64, err error) {
-	if err := d.needVMM(); err != nil {
-		return 0, err
-	}
-	err = d.Do(dev, func() error {
-		var h uint64
-		if err := d.check("cuMemImportFromShareableHandle", d.f.memImportFabric(&h, &fh, HandleFabric)); err != nil {
-			return err
-		}
-		p, err = d.mapImported(dev, h, size)
-		return err
-	})
-	return p, err
+func (d *Driver) ImportFabric(dev int, fh FabricHandle, size uint64) (uint64, error) {
+	return d.importOne(dev, size, func(m *SharedMapping) error { return m.MapFabric(0, size, fh) })
 }
 
-func (d *Driver) mapImported(dev int, h, size uint64) (uint64, error) {
-	defer d.f.memRelease(h) // the mapping holds it
-	g, err := d.Granularity(dev, HandlePosixFD)
+// importOne maps one imported allocation; UnmapImported undoes it.
+func (d *Driver) importOne(dev int, size uint64, mapIt func(*SharedMapping) error) (uint64, error) {
+	m, err := d.ReserveShared(dev, size)
 	if err != nil {
 		return 0, err
 	}
-	if size == 0 || size%g != 0 {
-		return 0, fmt.Errorf("import of %d bytes (granularity %d): %w", size, g, &Error{Call: "cuMemMap", Code: ErrorInvalidValue, Name: "CUDA_ERROR_INVALID_VALUE"})
-	}
-	var p uint64
-	if err := d.check("cuMemAddressReserve", d.f.memAddressReserve(&p, size, g, 0, 0)); err != nil {
+	if err := mapIt(m); err != nil {
+		m.Close()
 		return 0, err
 	}
-	if err := d.check("cuMemMap", d.f.memMap(p, size, 0, h, 0)); err != nil {
-		d.f.memAddressFree(p, size)
+	if err := m.Finish(); err != nil {
+		m.Close()
 		return 0, err
 	}
-	if err := d.setAccessAll(p, size); err != nil {
-		d.f.memUnmap(p, size)
-		d.f.memAddressFree(p, size)
-		return 0, err
-	}
-	return p, nil
+	return m.Addr(), nil
 }
 
 // UnmapImported unmaps memory from ImportFD or ImportFabric (on device dev).

@@ -24,6 +24,12 @@
 //     it (so it can cross a Unix socket with SCM_RIGHTS), fabric export
 //     writes a 64-byte handle like a legacy one (FAKECUDA_FABRIC=1 to offer
 //     it); address reservations, mappings and access rights are tracked.
+//     One reservation may hold several mappings side by side (PyTorch's
+//     expandable segments: one cuMemMap per cuMemCreate chunk): the fake
+//     places each mapping's host view at its offset in one view of the
+//     whole reservation, so a copy may run across the chunks of a
+//     reservation, as on a GPU, and fails at a hole or at the end of the
+//     reservation.
 //   - cuMemGetHandleForAddressRange hands out a dma-buf: a small memfd
 //     naming the exporter's pid, the backing memfd's number, the offset and
 //     the size, which the fake verbs provider (tests/rdma/fakeverbs) maps in
@@ -153,6 +159,7 @@ struct phys {
 
 struct reservation {
 	uint64_t start, size;
+	char *shadow; // host view of the whole reservation: mappings are placed in it at their offsets
 };
 
 struct op {
@@ -335,6 +342,8 @@ static struct range *range_find(uint64_t p) {
 	return NULL;
 }
 
+static struct reservation *res_find(uint64_t p, uint64_t size);
+
 static int in_device_space(uint64_t p) {
 	if (p >= WIN_BASE && p < WIN_BASE + WIN_SIZE) return 1;
 	for (int d = 0; d < g_ndev; d++)
@@ -349,9 +358,22 @@ static int is_device_kind(int k) { return k == R_DEVICE || k == R_IPC || k == R_
 static int resolve(uint64_t p, size_t n, char **host, int *dev) {
 	struct range *r = range_find(p);
 	if (r && is_device_kind(r->kind)) {
-		if (n > r->size - (p - r->start)) return CUDA_ERROR_INVALID_VALUE;
 		if (r->kind == R_VMM && !r->accessible) return CUDA_ERROR_ILLEGAL_ADDRESS;
 		if (g_dev[r->dev].lost) return CUDA_ERROR_ILLEGAL_ADDRESS;
+		if (n > r->size - (p - r->start)) {
+			if (r->kind != R_VMM) return CUDA_ERROR_INVALID_VALUE;
+			// The next mappings of the same reservation carry the rest
+			// (their host views follow this one's in the reservation's).
+			uint64_t end = p + n;
+			if (end < p || !res_find(p, n)) return CUDA_ERROR_INVALID_VALUE;
+			struct range *c = r;
+			while (c->start + c->size < end) {
+				struct range *nx = range_find(c->start + c->size);
+				if (!nx || nx->kind != R_VMM || nx->backing != c->backing + c->size) return CUDA_ERROR_INVALID_VALUE;
+				if (!nx->accessible || g_dev[nx->dev].lost) return CUDA_ERROR_ILLEGAL_ADDRESS;
+				c = nx;
+			}
+		}
 		*host = r->backing + (p - r->start);
 		*dev = r->dev;
 		return 0;
@@ -1545,7 +1567,9 @@ EXPORT CUresult cuMemAddressReserve(CUdeviceptr *p, size_t size, size_t align, C
 	pthread_mutex_lock(&g_mu);
 	uint64_t at = win_alloc(size, align);
 	void *m = at ? mmap((void *)(uintptr_t)at, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0) : MAP_FAILED;
-	if (m == MAP_FAILED) {
+	void *shadow = m != MAP_FAILED ? mmap(NULL, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0) : MAP_FAILED;
+	if (m == MAP_FAILED || shadow == MAP_FAILED) {
+		if (m != MAP_FAILED) munmap(m, size);
 		pthread_mutex_unlock(&g_mu);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
@@ -1554,6 +1578,7 @@ EXPORT CUresult cuMemAddressReserve(CUdeviceptr *p, size_t size, size_t align, C
 		g_res = realloc(g_res, (size_t)g_capres * sizeof *g_res);
 	}
 	g_res[g_nres].start = at;
+	g_res[g_nres].shadow = shadow;
 	g_res[g_nres++].size = size;
 	pthread_mutex_unlock(&g_mu);
 	*p = at;
@@ -1583,6 +1608,7 @@ EXPORT CUresult cuMemAddressFree(CUdeviceptr p, size_t size) {
 		}
 	}
 	munmap((void *)(uintptr_t)p, size);
+	munmap(rs->shadow, size);
 	*rs = g_res[--g_nres];
 	pthread_mutex_unlock(&g_mu);
 	return CUDA_SUCCESS;
@@ -1594,8 +1620,9 @@ EXPORT CUresult cuMemMap(CUdeviceptr p, size_t size, size_t offset, CUmemGeneric
 	NEED_INIT();
 	pthread_mutex_lock(&g_mu);
 	struct phys *ph = phys_get(h);
+	struct reservation *rs = res_find(p, size);
 	int rc = 0;
-	if (!ph || size == 0 || size % GRANULARITY || offset % GRANULARITY || offset + size > ph->size || !res_find(p, size))
+	if (!ph || size == 0 || size % GRANULARITY || offset % GRANULARITY || offset + size > ph->size || !rs)
 		rc = CUDA_ERROR_INVALID_VALUE;
 	for (int i = 0; !rc && i < g_nranges; i++) {
 		struct range *r = &g_ranges[i];
@@ -1606,9 +1633,8 @@ EXPORT CUresult cuMemMap(CUdeviceptr p, size_t size, size_t offset, CUmemGeneric
 		return rc;
 	}
 	void *m = mmap((void *)(uintptr_t)p, size, PROT_NONE, MAP_SHARED | MAP_FIXED, ph->fd, (off_t)offset);
-	void *b = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, ph->fd, (off_t)offset);
+	void *b = mmap(rs->shadow + (p - rs->start), size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, ph->fd, (off_t)offset);
 	if (m == MAP_FAILED || b == MAP_FAILED) {
-		if (b != MAP_FAILED) munmap(b, size);
 		pthread_mutex_unlock(&g_mu);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
@@ -1654,7 +1680,8 @@ EXPORT CUresult cuMemUnmap(CUdeviceptr p, size_t size) {
 	for (int i = 0; i < g_nranges;) {
 		struct range *r = &g_ranges[i];
 		if (r->kind == R_VMM && r->start >= p && r->start + r->size <= p + size) {
-			munmap(r->backing, r->map_len);
+			// Both views go back to reserved, inaccessible address space.
+			mmap(r->backing, r->map_len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
 			mmap((void *)(uintptr_t)r->start, r->size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
 			struct phys *ph = phys_get(r->id);
 			if (ph) phys_unref(ph);
