@@ -84,6 +84,19 @@ type MemoryInfo struct {
 	// Handle is the 64-byte handle a same-host peer opens the allocation
 	// with (legacy IPC, or fabric): what Mooncake publishes as shm_name.
 	Handle []byte
+	// Chunks lists the allocations of device memory that spans several
+	// (PyTorch's expandable segments, adjacent cudaMalloc ranges), in
+	// address order, each with its handle where it is shared by handle;
+	// Handle is then nil. Nil for a range inside one allocation.
+	Chunks []MemoryChunk
+}
+
+// MemoryChunk is one driver allocation under a registered range.
+type MemoryChunk struct {
+	// Base and Size give the allocation (VMM memory: its mapping).
+	Base, Size uint64
+	// Handle is its legacy IPC or fabric handle (nil for none).
+	Handle []byte
 }
 
 // MemoryClassifier classifies memory at registration. location is the
@@ -136,6 +149,13 @@ func (e *Engine) describeBuffer(r *Region) descriptor.Buffer {
 	if len(r.Handle) > 0 {
 		b.ShmName = strings.ToUpper(hex.EncodeToString(r.Handle))
 		b.IPCOffset = uint64(r.Addr) - r.AllocBase
+	}
+	for _, c := range r.Chunks {
+		dc := descriptor.Chunk{Addr: c.Base, Size: c.Size}
+		if len(c.Handle) > 0 {
+			dc.Handle = strings.ToUpper(hex.EncodeToString(c.Handle))
+		}
+		b.Chunks = append(b.Chunks, dc)
 	}
 	b.Share = r.Share.String()
 	return b

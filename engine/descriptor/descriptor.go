@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -69,6 +70,58 @@ type Buffer struct {
 	// several allocations), as Mooncake does. Find treats such a run as one
 	// buffer. kvferry extension; Mooncake's peers see separate buffers.
 	Continues bool `json:"kvferry_continues,omitempty"`
+	// Chunks lists the driver allocations of GPU memory that spans more
+	// than one (PyTorch's expandable segments, adjacent cudaMalloc ranges),
+	// in address order, side by side, covering the buffer; each with its
+	// handle where the memory is shared by handle (a legacy IPC handle per
+	// allocation for Share "ipc", a fabric handle for "fabric"; none for
+	// "fd", whose allocations the owner exports on request). ShmName is
+	// then empty: no one handle maps the whole buffer. kvferry extension.
+	Chunks []Chunk `json:"kvferry_chunks,omitempty"`
+}
+
+// Chunk is one driver allocation under a buffer (Buffer.Chunks).
+type Chunk struct {
+	// Addr and Size give the allocation (for VMM memory: its mapping) in
+	// the owner's address space.
+	Addr uint64 `json:"addr"`
+	Size uint64 `json:"size"`
+	// Handle is the allocation's 64-byte handle in upper-case hex, as
+	// ShmName (empty for "fd" memory).
+	Handle string `json:"handle,omitempty"`
+}
+
+// MaxChunks bounds Buffer.Chunks.
+const MaxChunks = 4096
+
+// checkChunks checks that b's chunks lie side by side and cover b.
+func (b Buffer) checkChunks() error {
+	if len(b.Chunks) == 0 {
+		return nil
+	}
+	if len(b.Chunks) > MaxChunks {
+		return fmt.Errorf("buffer %#x+%d lists %d chunks (at most %d)", b.Addr, b.Length, len(b.Chunks), MaxChunks)
+	}
+	next := b.Chunks[0].Addr
+	for _, c := range b.Chunks {
+		if c.Addr != next || c.Size == 0 || c.Addr+c.Size < c.Addr {
+			return fmt.Errorf("buffer %#x+%d: chunk %#x+%d does not follow the one before", b.Addr, b.Length, c.Addr, c.Size)
+		}
+		next = c.Addr + c.Size
+	}
+	if b.Chunks[0].Addr > b.Addr || next < b.Addr+b.Length {
+		return fmt.Errorf("buffer %#x+%d: its chunks cover %#x..%#x only", b.Addr, b.Length, b.Chunks[0].Addr, next)
+	}
+	return nil
+}
+
+// ChunkAt returns the chunk of b holding addr, or false.
+func (b Buffer) ChunkAt(addr uint64) (Chunk, bool) {
+	i := sort.Search(len(b.Chunks), func(i int) bool { return b.Chunks[i].Addr+b.Chunks[i].Size > addr })
+	if i < len(b.Chunks) && b.Chunks[i].Addr <= addr {
+		return b.Chunks[i], true
+	}
+	return Chunk{}, false
 }
 
 // Memory kinds of Buffer.Mem.
@@ -225,6 +278,11 @@ func (s *Segment) Find(addr, length uint64) (Buffer, bool) {
 func (s *Segment) Clone() *Segment {
 	c := *s
 	c.Buffers = append([]Buffer(nil), s.Buffers...)
+	for i := range c.Buffers {
+		if b := &c.Buffers[i]; b.Chunks != nil {
+			b.Chunks = append([]Chunk(nil), b.Chunks...)
+		}
+	}
 	c.Devices = append([]Device(nil), s.Devices...)
 	c.Transports = append([]string(nil), s.Transports...)
 	c.Features = append([]string(nil), s.Features...)
@@ -369,6 +427,9 @@ func Unmarshal(data []byte) (*Segment, error) {
 		}
 		if b.Addr+b.Length < b.Addr {
 			return nil, fmt.Errorf("%w: segment %q: buffer %#x+%d wraps around", ErrMalformed, s.Name, b.Addr, b.Length)
+		}
+		if err := b.checkChunks(); err != nil {
+			return nil, fmt.Errorf("%w: segment %q: %v", ErrMalformed, s.Name, err)
 		}
 		// As Mooncake: a buffer registered without remote access has lkeys
 		// and no rkeys; keys, when present, pair one to one with devices.

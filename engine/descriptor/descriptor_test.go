@@ -59,6 +59,10 @@ func TestRejectionRules(t *testing.T) {
 		"rdma device no gid": `{"name":"a","protocol":"rdma","devices":[{"name":"m","lid":1,"gid":""}],"buffers":[]}`,
 		"rdma key count":     `{"name":"a","protocol":"rdma","devices":[{"name":"m","gid":"g"}],"buffers":[{"name":"cpu:0","addr":1,"length":1,"rkey":[1,2],"lkey":[1,2]}]}`,
 		"negative addr":      `{"name":"a","protocol":"tcp","buffers":[{"name":"a","addr":-1,"length":1}]}`,
+		"chunk gap":          `{"name":"a","protocol":"tcp","buffers":[{"name":"cuda:0","addr":4096,"length":8192,"kvferry_chunks":[{"addr":4096,"size":4096},{"addr":12288,"size":4096}]}]}`,
+		"chunks short":       `{"name":"a","protocol":"tcp","buffers":[{"name":"cuda:0","addr":4096,"length":8192,"kvferry_chunks":[{"addr":4096,"size":4096}]}]}`,
+		"chunk after start":  `{"name":"a","protocol":"tcp","buffers":[{"name":"cuda:0","addr":4096,"length":4096,"kvferry_chunks":[{"addr":8192,"size":4096}]}]}`,
+		"chunk zero size":    `{"name":"a","protocol":"tcp","buffers":[{"name":"cuda:0","addr":4096,"length":4096,"kvferry_chunks":[{"addr":0,"size":0},{"addr":0,"size":8192}]}]}`,
 	}
 	for name, js := range bad {
 		_, err := Unmarshal([]byte(js))
@@ -163,4 +167,30 @@ func TestFindContinues(t *testing.T) {
 	raw, err = json.Marshal(s.Buffers[0])
 	assert.NilError(t, err)
 	assert.Assert(t, !strings.Contains(string(raw), "kvferry_continues"), "%s", raw)
+}
+
+// TestChunks: a buffer's chunks round-trip, and ChunkAt finds the one
+// holding an address.
+func TestChunks(t *testing.T) {
+	js := `{"name":"a","protocol":"tcp","buffers":[{"name":"cuda:0","addr":8192,"length":8192,"kvferry_share":"ipc",` +
+		`"kvferry_chunks":[{"addr":4096,"size":8192,"handle":"AB"},{"addr":12288,"size":4096,"handle":"CD"}]}]}`
+	s, err := Unmarshal([]byte(js))
+	assert.NilError(t, err)
+	b := s.Buffers[0]
+	assert.Equal(t, len(b.Chunks), 2)
+	for addr, want := range map[uint64]string{8192: "AB", 12287: "AB", 12288: "CD", 16383: "CD"} {
+		c, ok := b.ChunkAt(addr)
+		assert.Assert(t, ok)
+		assert.Equal(t, c.Handle, want, "%#x", addr)
+	}
+	_, ok := b.ChunkAt(16384)
+	assert.Assert(t, !ok)
+	_, ok = b.ChunkAt(4095)
+	assert.Assert(t, !ok)
+	c := s.Clone()
+	c.Buffers[0].Chunks[0].Handle = "EF"
+	assert.Equal(t, s.Buffers[0].Chunks[0].Handle, "AB")
+	out, err := Marshal(s)
+	assert.NilError(t, err)
+	assert.Assert(t, strings.Contains(string(out), `"kvferry_chunks":[{"addr":4096,"size":8192,"handle":"AB"}`), "%s", out)
 }

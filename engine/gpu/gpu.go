@@ -18,6 +18,7 @@ import (
 	"sync"
 
 	"github.com/kvferry/kvferry/engine"
+	"github.com/kvferry/kvferry/engine/descriptor"
 	"github.com/kvferry/kvferry/internal/cuda"
 )
 
@@ -153,7 +154,7 @@ func (r *Runtime) NewStager() (*cuda.Stager, error) {
 }
 
 // maxAllocations bounds the driver allocations one registration may span.
-const maxAllocations = 4096
+const maxAllocations = descriptor.MaxChunks
 
 // Classify implements engine.MemoryClassifier:
 //
@@ -166,9 +167,10 @@ const maxAllocations = 4096
 //     kernel as host memory;
 //   - device memory must be device memory of one device from end to end
 //     (it may span several allocations: PyTorch's expandable segments);
-//   - a range inside one cuMemAlloc allocation gets its legacy IPC handle,
-//     VMM memory its shareable handle types (and its fabric handle when
-//     the range is one allocation).
+//   - cuMemAlloc memory gets its legacy IPC handle, one per allocation
+//     when the range spans several (MemoryInfo.Chunks); VMM memory its
+//     shareable handle types, and its fabric handles (one per allocation)
+//     when it may be shared as fabric memory.
 func (r *Runtime) Classify(addr uintptr, length uint64, location string) (engine.MemoryInfo, error) {
 	wantGPU := engine.IsCUDALocation(location)
 	var d *cuda.Driver
@@ -203,12 +205,17 @@ func (r *Runtime) Classify(addr uintptr, length uint64, location string) (engine
 	if pi.MappingBase != 0 {
 		info.AllocBase, info.AllocSize = pi.MappingBase, pi.MappingSize
 	}
-	single, handles, err := walk(d, pi, uint64(addr), length)
+	chunks, err := walk(d, pi, uint64(addr), length)
 	if err != nil {
 		return engine.MemoryInfo{}, err
 	}
+	single, legacy, handles := len(chunks) == 1, true, ^uint64(0)
+	for _, c := range chunks {
+		legacy = legacy && c.legacy
+		handles &= c.handles
+	}
 	switch {
-	case single && pi.LegacyIPC:
+	case legacy && single:
 		h, err := d.IPCGetHandle(pi.Device, uint64(addr))
 		if err != nil {
 			r.log.Warn("device memory without a legacy IPC handle; same-host peers stage it", "addr", addr, "err", err)
@@ -216,53 +223,96 @@ func (r *Runtime) Classify(addr uintptr, length uint64, location string) (engine
 		}
 		info.Share = engine.ShareLegacyIPC
 		info.Handle = append([]byte(nil), h.Reserved[:]...)
+	case legacy:
+		// One legacy IPC handle per allocation.
+		out := make([]engine.MemoryChunk, 0, len(chunks))
+		for _, c := range chunks {
+			h, err := d.IPCGetHandle(pi.Device, c.base)
+			if err != nil {
+				r.log.Warn("device memory without a legacy IPC handle; same-host peers stage it", "addr", addr, "allocation", c.base, "err", err)
+				out = nil
+				break
+			}
+			out = append(out, engine.MemoryChunk{Base: c.base, Size: c.size, Handle: append([]byte(nil), h.Reserved[:]...)})
+		}
+		if out != nil {
+			info.Share, info.Chunks = engine.ShareLegacyIPC, out
+		}
 	case handles != 0:
 		if handles&cuda.HandlePosixFD != 0 {
 			info.Share |= engine.SharePosixFD
 		}
 		if handles&cuda.HandleFabric != 0 {
-			info.Share |= engine.ShareFabric
-			if single {
-				if fh, err := d.ExportFabric(uint64(addr)); err == nil {
-					info.Handle = append([]byte(nil), fh.Data[:]...)
-				}
-			}
+			r.shareFabric(d, &info, chunks, single, addr)
 		}
 	}
 	return info, nil
 }
 
+// shareFabric adds the fabric handle of each allocation of VMM memory to
+// info (one: Handle; several: Chunks).
+func (r *Runtime) shareFabric(d *cuda.Driver, info *engine.MemoryInfo, chunks []allocation, single bool, addr uintptr) {
+	if single {
+		fh, err := d.ExportFabric(uint64(addr))
+		if err != nil {
+			r.log.Warn("VMM memory without a fabric handle", "addr", addr, "err", err)
+			return
+		}
+		info.Share |= engine.ShareFabric
+		info.Handle = append([]byte(nil), fh.Data[:]...)
+		return
+	}
+	out := make([]engine.MemoryChunk, 0, len(chunks))
+	for _, c := range chunks {
+		fh, err := d.ExportFabric(c.base)
+		if err != nil {
+			r.log.Warn("VMM memory without a fabric handle", "addr", addr, "allocation", c.base, "err", err)
+			return
+		}
+		out = append(out, engine.MemoryChunk{Base: c.base, Size: c.size, Handle: append([]byte(nil), fh.Data[:]...)})
+	}
+	info.Share |= engine.ShareFabric
+	info.Chunks = out
+}
+
+// allocation is one driver allocation (VMM memory: one mapping) under a
+// registered range.
+type allocation struct {
+	base, size uint64
+	legacy     bool   // has a legacy IPC handle (cuMemAlloc memory)
+	handles    uint64 // shareable handle types (VMM memory)
+}
+
 // walk checks that [addr, addr+length) is device memory of pi's device from
-// end to end. single reports one allocation; handles are the shareable
-// handle types every allocation of the range allows.
-func walk(d *cuda.Driver, pi cuda.PointerInfo, addr, length uint64) (single bool, handles uint64, err error) {
+// end to end and returns the allocations it spans, in address order.
+func walk(d *cuda.Driver, pi cuda.PointerInfo, addr, length uint64) ([]allocation, error) {
 	end := addr + length
-	handles = pi.HandleTypes
 	cur := pi
+	var out []allocation
 	for n := 0; ; n++ {
 		base, size := cur.RangeStart, cur.RangeSize
 		if cur.MappingBase != 0 {
 			base, size = cur.MappingBase, cur.MappingSize
 		}
-		if size == 0 || base+size <= addr {
-			return false, 0, fmt.Errorf("classify %#x+%d: the driver reports no extent for device memory at %#x: %w", addr, length, base, engine.ErrInvalidArgument)
+		if size == 0 || base+size <= addr || (n > 0 && base != out[n-1].base+out[n-1].size) {
+			return nil, fmt.Errorf("classify %#x+%d: the driver reports no extent for device memory at %#x: %w", addr, length, base, engine.ErrInvalidArgument)
 		}
+		out = append(out, allocation{base: base, size: size, legacy: cur.LegacyIPC, handles: cur.HandleTypes})
 		next := base + size
 		if next >= end {
-			return n == 0, handles, nil
+			return out, nil
 		}
-		if n >= maxAllocations {
-			return false, 0, fmt.Errorf("classify %#x+%d: spans more than %d allocations: %w", addr, length, maxAllocations, engine.ErrInvalidArgument)
+		if n+1 >= maxAllocations {
+			return nil, fmt.Errorf("classify %#x+%d: spans more than %d allocations: %w", addr, length, maxAllocations, engine.ErrInvalidArgument)
 		}
 		var err error
 		if cur, err = d.Pointer(next); err != nil {
-			return false, 0, fmt.Errorf("classify %#x: %w: %w", next, engine.ErrInvalidArgument, err)
+			return nil, fmt.Errorf("classify %#x: %w: %w", next, engine.ErrInvalidArgument, err)
 		}
 		if cur.Type != cuda.MemoryTypeDevice || cur.Managed || cur.Device != pi.Device {
-			return false, 0, fmt.Errorf("%#x+%d is not device memory of CUDA device %d from end to end (at %#x): %w",
+			return nil, fmt.Errorf("%#x+%d is not device memory of CUDA device %d from end to end (at %#x): %w",
 				addr, length, pi.Device, next, engine.ErrInvalidArgument)
 		}
-		handles &= cur.HandleTypes
 	}
 }
 

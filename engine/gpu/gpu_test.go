@@ -9,6 +9,7 @@ import (
 	"github.com/kvferry/kvferry/engine"
 	"github.com/kvferry/kvferry/engine/gpu"
 	"github.com/kvferry/kvferry/internal/cmem"
+	"github.com/kvferry/kvferry/internal/cuda"
 	"github.com/kvferry/kvferry/internal/testutil/fakecuda"
 )
 
@@ -100,4 +101,53 @@ func TestClassify(t *testing.T) {
 	assert.Equal(t, info.Share, engine.SharePosixFD)
 	assert.Equal(t, info.AllocBase, v)
 	assert.Equal(t, info.AllocSize, size)
+}
+
+// TestClassifyChunks: ranges over several allocations get one handle per
+// allocation: adjacent cudaMalloc ranges one legacy IPC handle each, and
+// chunked VMM memory (one reservation, one mapping per chunk: PyTorch's
+// expandable segments) its POSIX-fd share; the descriptor lists the chunks.
+func TestClassifyChunks(t *testing.T) {
+	path := fakecuda.Path(t)
+	r := gpu.Shared(gpu.Config{Library: path})
+	d, err := r.Driver()
+	assert.NilError(t, err)
+
+	// Two adjacent cudaMalloc allocations (the fake allocates first fit).
+	a, err := d.MemAlloc(1, 1<<20)
+	assert.NilError(t, err)
+	defer d.MemFree(1, a)
+	b, err := d.MemAlloc(1, 1<<20)
+	assert.NilError(t, err)
+	defer d.MemFree(1, b)
+	assert.Equal(t, b, a+1<<20)
+	info, err := r.Classify(uintptr(a+4096), 2<<20-8192, "cuda:1")
+	assert.NilError(t, err)
+	assert.Equal(t, info.Share, engine.ShareLegacyIPC)
+	assert.Assert(t, info.Handle == nil)
+	assert.Equal(t, len(info.Chunks), 2)
+	assert.Equal(t, info.Chunks[0].Base, a)
+	assert.Equal(t, info.Chunks[1].Base, b)
+	assert.Equal(t, info.Chunks[1].Size, uint64(1<<20))
+	assert.Equal(t, len(info.Chunks[0].Handle), 64)
+	assert.Assert(t, string(info.Chunks[0].Handle) != string(info.Chunks[1].Handle))
+
+	// Chunked VMM memory.
+	v, size, err := d.VMMAllocChunks(0, 2<<20, 3, cuda.HandlePosixFD)
+	assert.NilError(t, err)
+	defer d.VMMFreeChunks(0, v, size)
+	info, err = r.Classify(uintptr(v+4096), size-8192, "cuda:0")
+	assert.NilError(t, err)
+	assert.Equal(t, info.Share, engine.SharePosixFD)
+	assert.Assert(t, info.Handle == nil && info.Chunks == nil)
+	assert.Equal(t, info.AllocBase, v)
+	assert.Equal(t, info.AllocSize, uint64(2<<20))
+	// Chunks that allow no shareable handle: device memory, not shared.
+	v2, size2, err := d.VMMAllocChunks(0, 2<<20, 2, cuda.HandleNone)
+	assert.NilError(t, err)
+	defer d.VMMFreeChunks(0, v2, size2)
+	info, err = r.Classify(uintptr(v2), size2, "cuda:0")
+	assert.NilError(t, err)
+	assert.Equal(t, info.Kind, engine.MemoryDevice)
+	assert.Equal(t, info.Share, engine.ShareKind(0))
 }

@@ -6,8 +6,8 @@ import "fmt"
 // up to the granularity) side by side in one address reservation, one
 // cuMemCreate and cuMemMap per chunk: the layout of PyTorch's expandable
 // segments, where a tensor or a registered pool may span chunks.
-// handleTypes are the shareable handle types every chunk allows (0: those
-// the device supports). It returns the address and the whole size; free
+// handleTypes are the shareable handle types every chunk allows
+// (HandlePosixFD, HandleFabric, or HandleNone). It returns the address and the whole size; free
 // it with VMMFreeChunks.
 func (d *Driver) VMMAllocChunks(dev int, chunk uint64, n int, handleTypes uint64) (p, size uint64, err error) {
 	if err := d.needVMM(); err != nil {
@@ -15,18 +15,6 @@ func (d *Driver) VMMAllocChunks(dev int, chunk uint64, n int, handleTypes uint64
 	}
 	if n <= 0 {
 		return 0, 0, fmt.Errorf("VMM allocation of %d chunks: %w", n, &Error{Call: "cuMemCreate", Code: ErrorInvalidValue, Name: "CUDA_ERROR_INVALID_VALUE"})
-	}
-	info, err := d.Device(dev)
-	if err != nil {
-		return 0, 0, err
-	}
-	if handleTypes == 0 {
-		if info.PosixFD {
-			handleTypes |= HandlePosixFD
-		}
-		if info.Fabric {
-			handleTypes |= HandleFabric
-		}
 	}
 	err = d.Do(dev, func() error {
 		prop := allocProp{typ: 1, handleTypes: int32(handleTypes), locType: 1, locID: int32(dev)}

@@ -17,7 +17,7 @@ import (
 func TestChunkedVMM(t *testing.T) {
 	d, _ := driver(t)
 	const chunk, n = 2 << 20, 3
-	p, size, err := d.VMMAllocChunks(1, chunk, n, 0)
+	p, size, err := d.VMMAllocChunks(1, chunk, n, HandlePosixFD)
 	assert.NilError(t, err)
 	assert.Equal(t, size, uint64(chunk*n))
 	defer func() { assert.NilError(t, d.VMMFreeChunks(1, p, size)) }()

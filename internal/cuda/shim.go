@@ -240,6 +240,7 @@ const (
 
 // Shareable handle types (CUmemAllocationHandleType).
 const (
+	HandleNone    = 0
 	HandlePosixFD = 1
 	HandleFabric  = 8
 )
