@@ -75,7 +75,7 @@ type Buffer struct {
 	// in address order, side by side, covering the buffer; each with its
 	// handle where the memory is shared by handle (a legacy IPC handle per
 	// allocation for Share "ipc", a fabric handle for "fabric"; none for
-	// "fd", whose allocations the owner exports on request). ShmName is
+	// "fd" alone, whose allocations the owner exports on request). ShmName is
 	// then empty: no one handle maps the whole buffer. kvferry extension.
 	Chunks []Chunk `json:"kvferry_chunks,omitempty"`
 }
@@ -92,7 +92,7 @@ type Chunk struct {
 }
 
 // MaxChunks bounds Buffer.Chunks.
-const MaxChunks = 4096
+const MaxChunks = 16384
 
 // checkChunks checks that b's chunks lie side by side and cover b.
 func (b Buffer) checkChunks() error {

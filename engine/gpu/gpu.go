@@ -241,6 +241,13 @@ func (r *Runtime) Classify(addr uintptr, length uint64, location string) (engine
 	case handles != 0:
 		if handles&cuda.HandlePosixFD != 0 {
 			info.Share |= engine.SharePosixFD
+			if !single {
+				// The layout, for the importer to map the allocations
+				// side by side; the owner exports each on request.
+				for _, c := range chunks {
+					info.Chunks = append(info.Chunks, engine.MemoryChunk{Base: c.base, Size: c.size})
+				}
+			}
 		}
 		if handles&cuda.HandleFabric != 0 {
 			r.shareFabric(d, &info, chunks, single, addr)

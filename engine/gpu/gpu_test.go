@@ -139,7 +139,10 @@ func TestClassifyChunks(t *testing.T) {
 	info, err = r.Classify(uintptr(v+4096), size-8192, "cuda:0")
 	assert.NilError(t, err)
 	assert.Equal(t, info.Share, engine.SharePosixFD)
-	assert.Assert(t, info.Handle == nil && info.Chunks == nil)
+	assert.Assert(t, info.Handle == nil)
+	assert.Equal(t, len(info.Chunks), 3) // the layout, without handles
+	assert.Equal(t, info.Chunks[2].Base, v+4<<20)
+	assert.Assert(t, info.Chunks[2].Handle == nil)
 	assert.Equal(t, info.AllocBase, v)
 	assert.Equal(t, info.AllocSize, uint64(2<<20))
 	// Chunks that allow no shareable handle: device memory, not shared.

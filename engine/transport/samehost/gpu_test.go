@@ -98,6 +98,9 @@ func (b gpuBufs) check(d *cuda.Driver, kind string, n, seed uint64) (bool, error
 //	               "paths" (the engine's measured path choices), "quit"
 //	gpu-owner:     prints its segment and buffers, then "quit"
 func gpuChildMain(role string) int {
+	if role == "gpu-chunk-owner" {
+		return chunkOwnerMain()
+	}
 	lib := os.Getenv("KVFERRY_CUDA_LIB")
 	e, err := stack.New(context.Background(), gpuStack(lib))
 	if err != nil {

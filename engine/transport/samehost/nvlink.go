@@ -263,9 +263,10 @@ type ipcMapping struct {
 	remoteBase uint64 // the allocation's start in the owner
 	size       uint64 // bytes mapped
 	localBase  uint64
-	handle     cuda.IPCHandle // legacy
-	refs       int            // workers using it (guarded by ipcMaps.mu)
-	stale      bool           // unmap once unused
+	handle     cuda.IPCHandle      // legacy
+	shared     *cuda.SharedMapping // VMM allocations mapped side by side
+	refs       int                 // workers using it (guarded by ipcMaps.mu)
+	stale      bool                // unmap once unused
 }
 
 // ipcMaps holds a session's mappings, sorted by remote start.
@@ -333,6 +334,21 @@ func (im *ipcMaps) open(s *session, dev int, b descriptor.Buffer, share engine.S
 		return nil, err
 	}
 	switch {
+	case share&engine.ShareLegacyIPC != 0 && len(b.Chunks) > 0:
+		// One handle per allocation; the allocation holding a.
+		c, ok := b.ChunkAt(a)
+		if !ok {
+			return nil, fmt.Errorf("buffer %#x+%d lists no allocation holding %#x: %w", b.Addr, b.Length, a, engine.ErrRejected)
+		}
+		h, err := parseHandle(c.Handle)
+		if err != nil {
+			return nil, err
+		}
+		base, err := im.rt.OpenIPC(dev, cuda.IPCHandle{Reserved: h})
+		if err != nil {
+			return nil, fmt.Errorf("open the owner's IPC handle: %w", err)
+		}
+		return &ipcMapping{kind: engine.ShareLegacyIPC, dev: dev, remoteBase: c.Addr, size: c.Size, localBase: base, handle: cuda.IPCHandle{Reserved: h}}, nil
 	case share&engine.ShareLegacyIPC != 0:
 		h, err := parseHandle(b.ShmName)
 		if err != nil {
@@ -345,6 +361,20 @@ func (im *ipcMaps) open(s *session, dev int, b descriptor.Buffer, share engine.S
 		// The buffer lies in one allocation that starts IPCOffset before it.
 		return &ipcMapping{kind: engine.ShareLegacyIPC, dev: dev, remoteBase: b.Addr - b.IPCOffset,
 			size: b.IPCOffset + b.Length, localBase: base, handle: cuda.IPCHandle{Reserved: h}}, nil
+	case share&engine.SharePosixFD != 0 && len(b.Chunks) > 1:
+		return im.openChunks(d, dev, b, engine.SharePosixFD, func(m *cuda.SharedMapping, off uint64, c descriptor.Chunk) error {
+			// An address of the chunk inside the registration: the owner
+			// exports registered memory only.
+			r, fd, err := s.requestExport(max(c.Addr, b.Addr))
+			if err != nil {
+				return err
+			}
+			defer unix.Close(fd)
+			if r.base != c.Addr || r.size != c.Size {
+				return fmt.Errorf("owner exported %#x+%d for its allocation %#x+%d: %w", r.base, r.size, c.Addr, c.Size, errProtocol)
+			}
+			return m.MapFD(off, c.Size, fd)
+		})
 	case share&engine.SharePosixFD != 0:
 		r, fd, err := s.requestExport(a)
 		if err != nil {
@@ -359,6 +389,14 @@ func (im *ipcMaps) open(s *session, dev int, b descriptor.Buffer, share engine.S
 			return nil, fmt.Errorf("map the owner's exported memory: %w", err)
 		}
 		return &ipcMapping{kind: engine.SharePosixFD, dev: dev, remoteBase: r.base, size: r.size, localBase: local}, nil
+	case share&engine.ShareFabric != 0 && len(b.Chunks) > 1:
+		return im.openChunks(d, dev, b, engine.ShareFabric, func(m *cuda.SharedMapping, off uint64, c descriptor.Chunk) error {
+			h, err := parseHandle(c.Handle)
+			if err != nil {
+				return err
+			}
+			return m.MapFabric(off, c.Size, cuda.FabricHandle{Data: h})
+		})
 	case share&engine.ShareFabric != 0:
 		h, err := parseHandle(b.ShmName)
 		if err != nil {
@@ -376,6 +414,30 @@ func (im *ipcMaps) open(s *session, dev int, b descriptor.Buffer, share engine.S
 		return &ipcMapping{kind: engine.ShareFabric, dev: dev, remoteBase: b.Addr - b.IPCOffset, size: size, localBase: local}, nil
 	}
 	return nil, fmt.Errorf("buffer %#x+%d cannot be mapped: %w", b.Addr, b.Length, engine.ErrNotSupported)
+}
+
+// openChunks maps the VMM allocations of b side by side, as they lie in
+// the owner (one reservation, one cuMemMap each, access granted once), so
+// a range of the owner's that spans allocations is one copy here.
+func (im *ipcMaps) openChunks(d *cuda.Driver, dev int, b descriptor.Buffer, kind engine.ShareKind,
+	mapOne func(m *cuda.SharedMapping, off uint64, c descriptor.Chunk) error) (*ipcMapping, error) {
+	first, last := b.Chunks[0], b.Chunks[len(b.Chunks)-1]
+	span := last.Addr + last.Size - first.Addr
+	m, err := d.ReserveShared(dev, span)
+	if err != nil {
+		return nil, fmt.Errorf("map the owner's %d allocations: %w", len(b.Chunks), err)
+	}
+	for _, c := range b.Chunks {
+		if err := mapOne(m, c.Addr-first.Addr, c); err != nil {
+			m.Close()
+			return nil, fmt.Errorf("map the owner's allocation %#x+%d: %w", c.Addr, c.Size, err)
+		}
+	}
+	if err := m.Finish(); err != nil {
+		m.Close()
+		return nil, fmt.Errorf("map the owner's %d allocations: %w", len(b.Chunks), err)
+	}
+	return &ipcMapping{kind: kind, dev: dev, remoteBase: first.Addr, size: span, localBase: m.Addr(), shared: m}, nil
 }
 
 func parseHandle(shm string) ([64]byte, error) {
@@ -414,6 +476,10 @@ func (im *ipcMaps) unmap(m *ipcMapping) {
 	case engine.ShareLegacyIPC:
 		im.rt.CloseIPC(m.dev, m.handle)
 	default:
+		if m.shared != nil {
+			_ = m.shared.Close()
+			return
+		}
 		if d, err := im.rt.Driver(); err == nil {
 			_ = d.UnmapImported(m.dev, m.localBase, m.size)
 		}

@@ -1,0 +1,179 @@
+package samehost_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+
+	"gotest.tools/v3/assert"
+
+	"github.com/kvferry/kvferry/engine/gpu"
+	"github.com/kvferry/kvferry/engine/stack"
+	"github.com/kvferry/kvferry/internal/cmem"
+	"github.com/kvferry/kvferry/internal/cuda"
+	"github.com/kvferry/kvferry/internal/testutil/fakecuda"
+)
+
+const chunkBytes = 2 << 20
+
+// chunkOwnerMain owns device memory over several allocations and
+// registers each as one region: chunked VMM memory shared as POSIX fds
+// (device 0) and as fabric handles only (device 1), each three chunks of
+// one reservation (PyTorch's expandable segments), and two adjacent
+// cudaMalloc allocations (device 1). It answers "fill addr n seed",
+// "check addr n seed", "unreg" and "quit".
+func chunkOwnerMain() int {
+	lib := os.Getenv("KVFERRY_CUDA_LIB")
+	e, err := stack.New(context.Background(), gpuStack(lib))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "engine:", err)
+		return 1
+	}
+	defer e.Close()
+	d, err := gpu.Shared(gpu.Config{Library: lib}).Driver()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	fail := func(err error) int { fmt.Fprintln(os.Stderr, err); return 1 }
+	fd, fdSize, err := d.VMMAllocChunks(0, chunkBytes, 3, cuda.HandlePosixFD)
+	if err != nil {
+		return fail(err)
+	}
+	fab, fabSize, err := d.VMMAllocChunks(1, chunkBytes, 3, cuda.HandleFabric)
+	if err != nil {
+		return fail(err)
+	}
+	l1, err := d.MemAlloc(1, chunkBytes)
+	if err != nil {
+		return fail(err)
+	}
+	l2, err := d.MemAlloc(1, chunkBytes)
+	if err != nil || l2 != l1+chunkBytes {
+		return fail(fmt.Errorf("second cudaMalloc at %#x, not after %#x: %v", l2, l1, err))
+	}
+	regs := [][3]uint64{{fd + 4096, fdSize - 8192, 0}, {fab, fabSize, 1}, {l1 + 4096, 2*chunkBytes - 8192, 1}}
+	for _, r := range regs {
+		if err := e.RegisterMemory(uintptr(r[0]), r[1], fmt.Sprintf("cuda:%d", r[2]), true); err != nil {
+			return fail(err)
+		}
+	}
+	host, err := cmem.MapAnon(fabSize)
+	if err != nil {
+		return fail(err)
+	}
+	out := bufio.NewWriter(os.Stdout)
+	reply := func(format string, args ...any) {
+		fmt.Fprintf(out, format+"\n", args...)
+		out.Flush()
+	}
+	reply("ready %s %d %d %d", e.SegmentName(), fd+4096, fab, l1+4096)
+	sc := bufio.NewScanner(os.Stdin)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		switch {
+		case len(f) == 4 && (f[0] == "fill" || f[0] == "check"):
+			addr, n, seed := atou(f[1]), atou(f[2]), atou(f[3])
+			var err error
+			if f[0] == "fill" {
+				copy(host.Bytes()[:n], patternAt(seed, n))
+				err = copyPieces(d, addr, uint64(host.Addr()), n, true)
+			} else {
+				clear(host.Bytes()[:n])
+				err = copyPieces(d, uint64(host.Addr()), addr, n, false)
+				if err == nil && !bytes.Equal(host.Bytes()[:n], patternAt(seed, n)) {
+					err = fmt.Errorf("bytes differ")
+				}
+			}
+			if err != nil {
+				reply("err %s", oneLine(err))
+				continue
+			}
+			reply("ok")
+		case len(f) == 1 && f[0] == "unreg":
+			for _, r := range regs {
+				if err := e.UnregisterMemory(uintptr(r[0])); err != nil {
+					return fail(err)
+				}
+			}
+			reply("ok")
+		case len(f) == 1 && f[0] == "quit":
+			return 0
+		}
+	}
+	return 0
+}
+
+// TestGPUChunksTwoProcesses: device memory registered over several
+// allocations crosses processes through CUDA IPC: the importer maps
+// chunked VMM memory side by side in one reservation (POSIX fds the owner
+// exports one per chunk, or the fabric handles of the descriptor), and
+// opens one legacy IPC handle per cudaMalloc allocation. Requests run
+// across the allocations' boundaries in both directions, from device and
+// host memory; every byte is checked on the other side; the mappings close
+// when the owner unregisters.
+func TestGPUChunksTwoProcesses(t *testing.T) {
+	lib := fakecuda.Path(t)
+	env := []string{"KVFERRY_CUDA_LIB=" + lib, "FAKECUDA_FABRIC=1"}
+	owner := startChild(t, childOpts{role: "gpu-chunk-owner", env: env})
+	seg := owner.ready[0]
+	targets := map[string]uint64{"fd": atou(owner.ready[1]), "fabric": atou(owner.ready[2]), "legacy": atou(owner.ready[3])}
+	c := startChild(t, childOpts{role: "gpu-initiator", env: append(env, ownerEnv+"="+seg, "KVFERRY_GPU_HOST_PATH=map")})
+	seed := uint64(100)
+	for name, base := range targets {
+		for _, local := range []string{"dev", "vmm", "host"} {
+			// From inside the first allocation to inside the last (two
+			// boundaries for the VMM memory, one for the legacy pair).
+			for _, span := range [][2]uint64{{chunkBytes - 8192, 8192 + 4096}, {1000, 2*chunkBytes + 5}} {
+				off, n := span[0], span[1]
+				if name == "legacy" && off+n > 2*chunkBytes-8192 {
+					n = 2*chunkBytes - 8192 - off
+				}
+				seed++
+				assert.Equal(t, c.do("xfer w %s %d %d %d", local, base+off, n, seed), "ok nvlink", "%s from %s: write %d at %d", name, local, n, off)
+				assert.Equal(t, owner.do("check %d %d %d", base+off, n, seed), "ok", "%s from %s: write %d at %d", name, local, n, off)
+				seed++
+				assert.Equal(t, owner.do("fill %d %d %d", base+off, n, seed), "ok")
+				assert.Equal(t, c.do("xfer r %s %d %d %d", local, base+off, n, seed), "ok nvlink", "%s into %s: read %d at %d", name, local, n, off)
+			}
+		}
+	}
+	// Mapped: two legacy allocations (the fake keeps one range per
+	// allocation however many devices open it); the initiator's own VMM
+	// buffer and, for each of its two devices (dev and host requests run
+	// on device 0, vmm on 1), 3+3 imported chunks, each kind side by side
+	// in one reservation.
+	assert.Equal(t, c.do("ipc"), "ipc 2 13")
+	assert.Equal(t, owner.do("unreg"), "ok")
+	for name, base := range targets {
+		r := c.do("xfer w dev %d %d 1", base, 4096)
+		assert.Assert(t, strings.HasPrefix(r, "err"), "%s after unregister: %s", name, r)
+	}
+	assert.Equal(t, c.do("ipc"), "ipc 0 1")
+}
+
+// copyPieces copies n bytes between host and device memory one driver
+// allocation at a time (a copy may not run from one cudaMalloc allocation
+// into the next); toDevice: dst is the device address.
+func copyPieces(d *cuda.Driver, dst, src, n uint64, toDevice bool) error {
+	for off := uint64(0); off < n; {
+		dev := src + off
+		if toDevice {
+			dev = dst + off
+		}
+		base, size, err := d.AddressRange(dev)
+		if err != nil {
+			return err
+		}
+		k := min(n-off, base+size-dev)
+		if err := d.MemcpySync(0, dst+off, src+off, k); err != nil {
+			return err
+		}
+		off += k
+	}
+	return nil
+}
