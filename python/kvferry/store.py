@@ -469,6 +469,7 @@ class MooncakeDistributedStore:
         self._engine = None  # a shared TransferEngine, kept alive
         self._mu = threading.Lock()
         self.tensor_format = "auto"
+        self._scratch = None  # GPU scratch buffers of CUDA tensor calls
 
     # ---- lifecycle ----
 
@@ -622,6 +623,9 @@ class MooncakeDistributedStore:
             h, self._h = self._h, None
         if h:
             self._on_close()
+            pool, self._scratch = self._scratch, None
+            if pool is not None:
+                pool.close()  # unregistered and freed before the client goes
             lib.mooncake_store_destroy(h)
         self._engine = None
         return 0
@@ -1263,7 +1267,9 @@ class MooncakeDistributedStore:
         """Put a CUDA tensor without taking its data through host memory:
         the 304-byte header and the data are joined in GPU scratch memory
         (one small host-to-device and one device-to-device copy) that the
-        library sends from GPU memory (CUDA IPC, staged TCP, ...)."""
+        library sends from GPU memory (CUDA IPC, staged TCP, ...). Scratch
+        buffers come from the client's pool (_gpuscratch: registered once,
+        reused, bounded, freed at close)."""
         if hasattr(t, "is_contiguous") and not t.is_contiguous():
             t = t.contiguous()  # on the device
         code = _tensor.dtype_code(t)
@@ -1274,22 +1280,32 @@ class MooncakeDistributedStore:
         header = _tensor.pack_metadata(meta)
         total = len(header) + nbytes
         dev = _device_index(t)
-        from . import allocator
-
-        buf = allocator.malloc(total, dev)
+        pool = self._gpu_scratch()
+        if pool is None:
+            return _INVALID
+        buf = pool.acquire(total, dev)
         try:
             hb = ctypes.create_string_buffer(header, len(header))
             if lib.kvferry_cuda_memcpy(buf, hb, len(header)) != 0 or (
                     nbytes and lib.kvferry_cuda_memcpy(buf + len(header), t.data_ptr(), nbytes) != 0):
                 return int(ErrorCode.INTERNAL_ERROR)
-            registered = self.register_buffer(buf, total) == 0
-            try:
-                return self._put_ptr(key, buf, total, config, upsert)
-            finally:
-                if registered:
-                    self.unregister_buffer(buf)
+            return self._put_ptr(key, buf, total, config, upsert)
         finally:
-            allocator.free(buf, dev)
+            pool.release(buf)
+
+    def _gpu_scratch(self):
+        """The client's pool of registered GPU scratch buffers (made on
+        first use; None when the client is not set up)."""
+        with self._mu:
+            h = self._h
+            if not h:
+                return None
+            if self._scratch is None:
+                from ._gpuscratch import GpuScratchPool
+
+                self._scratch = GpuScratchPool(lambda p, n: lib.mooncake_store_register_buffer(h, p, n),
+                                               lambda p: lib.mooncake_store_unregister_buffer(h, p))
+            return self._scratch
 
     def _get_cuda(self, key, device, dst=None):
         """Read key's tensor object into GPU scratch memory of device (the
@@ -1302,16 +1318,12 @@ class MooncakeDistributedStore:
             return size, None
         if size < _tensor.TENSOR_METADATA_SIZE:
             return _INVALID, None
-        from . import allocator
-
-        buf = allocator.malloc(size, device)
+        pool = self._gpu_scratch()
+        if pool is None:
+            return _INVALID, None
+        buf = pool.acquire(size, device)
         try:
-            registered = self.register_buffer(buf, size) == 0
-            try:
-                n = self.get_into(key, buf, size)
-            finally:
-                if registered:
-                    self.unregister_buffer(buf)
+            n = self.get_into(key, buf, size)
             if n < 0:
                 return n, None
             head = ctypes.create_string_buffer(_tensor.TENSOR_METADATA_SIZE)
@@ -1332,7 +1344,7 @@ class MooncakeDistributedStore:
                 return int(ErrorCode.INTERNAL_ERROR), None
             return meta.data_bytes, dst
         finally:
-            allocator.free(buf, device)
+            pool.release(buf)
 
     def put_tensor(self, key, tensor):
         """Store a tensor (numpy array or torch tensor) as a tensor object."""

@@ -242,6 +242,37 @@ class StoreTensors(unittest.TestCase):
         small = FakeCudaTensor(self.d.alloc(4096, 0), 4096, 0)
         self.assertLess(self.s.get_tensor_into_cuda("cuda/a", small), 0)
 
+    def test_scratch_pool(self):
+        # CUDA tensor puts and gets reuse registered GPU scratch buffers:
+        # one made for many calls of a size class, kept up to the bound,
+        # all freed at close.
+        from kvferry.store import MooncakeDistributedStore
+
+        s = MooncakeDistributedStore()
+        self.assertEqual(s.setup("127.0.0.1", "P2PHANDSHAKE", 64 << 20, 16 << 20, "tcp", "", "embedded"), 0)
+        n = 1 << 20
+        want = pattern(n, 7)
+        src = FakeCudaTensor(self.d.alloc(n, 0), n, 0)
+        self.d.h2d(src.data_ptr(), want.tobytes())
+        dst = FakeCudaTensor(allocator.malloc(n, 0), n, 0)
+        for i in range(5):
+            self.assertEqual(s.put_tensor("pool/%d" % i, src), 0)
+            self.assertEqual(s.get_tensor_into_cuda("pool/%d" % i, dst), n)
+            self.assertEqual(self.d.bytes_at(dst.data_ptr(), n), want.tobytes())
+        pool = s._scratch
+        self.assertEqual((pool.made, pool.freed), (1, 0))  # puts and gets share it
+        self.assertEqual(pool.idle(), (1, 2 << 20))
+        # Past the bound a buffer is freed when given back.
+        pool.max_bytes = 2 << 20
+        big = FakeCudaTensor(self.d.alloc(3 << 20, 0), 3 << 20, 0)
+        self.assertEqual(s.put_tensor("pool/big", big), 0)
+        self.assertEqual((pool.made, pool.freed), (2, 1))
+        self.assertEqual(pool.idle(), (1, 2 << 20))
+        s.close()
+        self.assertEqual((pool.made, pool.freed), (2, 2))
+        self.assertEqual(pool.idle(), (0, 0))
+        allocator.free(dst.data_ptr(), 0)
+
     def test_get_tensor_on_device(self):
         # get_tensor(device=...) makes the tensor with torch.empty on the
         # device; a stand-in torch makes fake CUDA tensors.
