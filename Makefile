@@ -81,7 +81,7 @@ test-go:
 test-suites: all
 	@tests/run.sh
 
-.PHONY: faults fuzz-long
+.PHONY: faults fuzz-long kill-matrix
 # Every fuzz target to its long budget (parsers 10 million executions,
 # stateful targets an hour or a million) and the C API fuzz driver; counts
 # in build/fuzz-long.tsv, corpora kept in build/fuzz-corpus (scripts/fuzz.sh).
@@ -95,6 +95,14 @@ faults: all
 	@rm -f $(BUILD)/faults.jsonl
 	KVFERRY_FAULTS_FULL=1 KVFERRY_FAULTS_RESULTS=$(CURDIR)/$(BUILD)/faults.jsonl KVFERRY_FAULTS_PARALLEL=4 $(NETNS) tests/faults/run.sh
 	tests/faults/table.py $(BUILD)/faults.jsonl | tee $(BUILD)/faults.md
+
+# Every pair of the kill matrix (tests/kill; make test runs one case per
+# entry point); the results table goes to build/kill.md.
+kill-matrix: all
+	@mkdir -p $(BUILD)
+	@rm -f $(BUILD)/kill.jsonl
+	KVFERRY_KILL_FULL=1 KVFERRY_KILL_RESULTS=$(CURDIR)/$(BUILD)/kill.jsonl $(NETNS) tests/kill/run.sh
+	tests/kill/table.py $(BUILD)/kill.jsonl | tee $(BUILD)/kill.md
 
 demo: all
 	@scripts/demo.sh
