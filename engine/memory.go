@@ -146,9 +146,16 @@ func (e *Engine) describeBuffer(r *Region) descriptor.Buffer {
 	if r.Kind == MemoryManaged {
 		b.Mem = descriptor.MemManaged
 	}
-	if len(r.Handle) > 0 {
+	switch {
+	case len(r.Handle) > 0 && uint64(r.Addr) == r.AllocBase:
 		b.ShmName = strings.ToUpper(hex.EncodeToString(r.Handle))
-		b.IPCOffset = uint64(r.Addr) - r.AllocBase
+	case len(r.Handle) > 0:
+		// Mooncake's nvlink peers map a shm_name's allocation at the
+		// buffer's address (they assume registrations start where their
+		// allocation does) and would move bytes at the wrong offsets: a
+		// buffer inside its allocation publishes the handle as its one
+		// chunk instead, which kvferry peers open and Mooncake's skip.
+		b.Chunks = []descriptor.Chunk{{Addr: r.AllocBase, Size: r.AllocSize, Handle: strings.ToUpper(hex.EncodeToString(r.Handle))}}
 	}
 	for _, c := range r.Chunks {
 		dc := descriptor.Chunk{Addr: c.Base, Size: c.Size}

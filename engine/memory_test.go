@@ -66,9 +66,10 @@ type gpuCarrier struct{ *carrier }
 func (g gpuCarrier) Carries(_ *engine.Peer, e engine.Ends) bool { return g.ok(e.Local, e.Remote) }
 
 func TestMemoryClassification(t *testing.T) {
-	const dev, pinned, managed = 0x7d0000000000, 0x10000, 0x20000
+	const dev, dev2, pinned, managed = 0x7d0000000000, 0x7d0000200000, 0x10000, 0x20000
 	fc := &fakeClassifier{kinds: map[uintptr]engine.MemoryInfo{
 		dev:     {Kind: engine.MemoryDevice, Device: 1, Share: engine.ShareLegacyIPC, AllocBase: dev - 4096, AllocSize: 1 << 20, Handle: []byte{0xab, 0x01}},
+		dev2:    {Kind: engine.MemoryDevice, Device: 1, Share: engine.ShareLegacyIPC, AllocBase: dev2, AllocSize: 1 << 20, Handle: []byte{0xcd, 0x02}},
 		pinned:  {Kind: engine.MemoryPinned},
 		managed: {Kind: engine.MemoryManaged, Device: 0},
 	}}
@@ -83,6 +84,7 @@ func TestMemoryClassification(t *testing.T) {
 	defer e.Close()
 
 	assert.NilError(t, e.RegisterMemory(dev, 1<<16, "cuda:1", true))
+	assert.NilError(t, e.RegisterMemory(dev2, 1<<16, "cuda:1", true))
 	assert.NilError(t, e.RegisterMemoryBatch([]engine.Buffer{{Addr: pinned, Length: 4096}, {Addr: managed, Length: 4096}}, "*"))
 	assert.NilError(t, e.RegisterMemory(0x30000, 4096, "cpu:0", true))
 	err = e.RegisterMemory(dev+1<<16, 4096, "cpu:0", true)
@@ -102,23 +104,28 @@ func TestMemoryClassification(t *testing.T) {
 	assert.Equal(t, kinds[managed].Kind, engine.MemoryManaged)
 	assert.Equal(t, kinds[0x30000].Kind, engine.MemoryHost)
 
-	// The descriptor: GPU buffers by location with Mooncake's shm_name;
+	// The descriptor: GPU buffers by location with Mooncake's shm_name
+	// when they start their allocation (Mooncake's peers map a shm_name at
+	// the buffer's address), else with the allocation as their one chunk;
 	// host buffers exactly as before.
 	d := e.LocalDescriptor()
 	byAddr := map[uint64]descriptor.Buffer{}
 	for _, b := range d.Buffers {
 		byAddr[b.Addr] = b
 	}
-	assert.DeepEqual(t, byAddr[dev], descriptor.Buffer{Name: "cuda:1", Addr: dev, Length: 1 << 16, ShmName: "AB01", Mem: "device", IPCOffset: 4096, Share: "ipc"})
+	assert.DeepEqual(t, byAddr[dev], descriptor.Buffer{Name: "cuda:1", Addr: dev, Length: 1 << 16, Mem: "device", Share: "ipc",
+		Chunks: []descriptor.Chunk{{Addr: dev - 4096, Size: 1 << 20, Handle: "AB01"}}})
+	assert.DeepEqual(t, byAddr[dev2], descriptor.Buffer{Name: "cuda:1", Addr: dev2, Length: 1 << 16, ShmName: "CD02", Mem: "device", Share: "ipc"})
 	assert.DeepEqual(t, byAddr[managed], descriptor.Buffer{Name: "cuda:0", Addr: managed, Length: 4096, Mem: "managed"})
 	assert.DeepEqual(t, byAddr[pinned], descriptor.Buffer{Name: e.SegmentName(), Addr: pinned, Length: 4096})
 	raw, err := descriptor.Marshal(d)
 	assert.NilError(t, err)
-	assert.Assert(t, strings.Contains(string(raw), `"name":"cuda:1","addr":`+fmt.Sprint(uint64(dev))+`,"length":65536,"shm_name":"AB01","kvferry_mem":"device","kvferry_ipc_offset":4096,"kvferry_share":"ipc"`), "%s", raw)
+	assert.Assert(t, strings.Contains(string(raw), `"name":"cuda:1","addr":`+fmt.Sprint(uint64(dev))+`,"length":65536,"kvferry_mem":"device","kvferry_share":"ipc","kvferry_chunks":[{"addr":`+fmt.Sprint(uint64(dev-4096))+`,"size":1048576,"handle":"AB01"}]`), "%s", raw)
 	assert.Assert(t, strings.Contains(string(raw), `{"name":"`+e.SegmentName()+`","addr":`+fmt.Sprint(pinned)+`,"length":4096}`), "%s", raw)
 	back, err := descriptor.Unmarshal(raw)
 	assert.NilError(t, err)
 	assert.Assert(t, back.Buffers[0].GPU() || back.Buffers[1].GPU())
+	assert.Assert(t, strings.Contains(string(raw), `"name":"cuda:1","addr":`+fmt.Sprint(uint64(dev2))+`,"length":65536,"shm_name":"CD02","kvferry_mem":"device","kvferry_share":"ipc"}`), "%s", raw)
 
 	// The selector: host to host goes to cma, anything with device memory
 	// to the transport that carries it.
@@ -137,6 +144,7 @@ func TestMemoryClassification(t *testing.T) {
 	err = e.Transfer(context.Background(), []engine.Request{{Op: engine.OpWrite, Source: dev, Target: engine.LocalSegment, TargetOffset: dev + 128, Length: 8}})
 	assert.Assert(t, errors.Is(err, engine.ErrNotSupportedTransport), "%v", err)
 	assert.NilError(t, e.UnregisterMemory(dev))
+	assert.NilError(t, e.UnregisterMemory(dev2))
 	assert.Assert(t, !e.HasDeviceMemory())
 }
 

@@ -56,7 +56,10 @@ type Buffer struct {
 	// starting with "cuda:" means device memory (Mooncake's location).
 	Mem string `json:"kvferry_mem,omitempty"`
 	// IPCOffset is where the buffer starts in the allocation ShmName maps
-	// (kvferry extension; Mooncake's peers assume 0).
+	// (published by earlier kvferry versions; a buffer that does not start
+	// its allocation now lists it as its one Chunk instead, and shm_name
+	// names only buffers that start their allocation, as Mooncake assumes;
+	// kvferry extension).
 	IPCOffset uint64 `json:"kvferry_ipc_offset,omitempty"`
 	// Share lists how same-host processes may map GPU memory, comma
 	// separated: "ipc" (ShmName is a legacy IPC handle), "fd" (VMM memory

@@ -194,3 +194,21 @@ func TestChunks(t *testing.T) {
 	assert.NilError(t, err)
 	assert.Assert(t, strings.Contains(string(out), `"kvferry_chunks":[{"addr":4096,"size":8192,"handle":"AB"}`), "%s", out)
 }
+
+// TestDecodeMooncakeNVLink: descriptors of Mooncake's nvlink and
+// nvlink_intra transports (GPU buffers by location with the IPC or fabric
+// handle in shm_name, upper-case hex, as they publish them) parse, and
+// their buffers are GPU memory without kvferry's fields.
+func TestDecodeMooncakeNVLink(t *testing.T) {
+	h := strings.Repeat("0123456789ABCDEF", 8) // 64 bytes
+	for _, proto := range []string{"nvlink", "nvlink_intra"} {
+		js := `{"name":"10.0.0.5:12001","protocol":"` + proto + `","tcp_data_port":0,"tcp_proto_version":2,` +
+			`"timestamp":"2026-11-29 10:11:12.123456","buffers":[{"name":"cuda:0","addr":140000000000000,"length":2097152,"shm_name":"` + h + `"}]}`
+		s, err := Unmarshal([]byte(js))
+		assert.NilError(t, err, proto)
+		assert.Equal(t, s.Protocol, proto)
+		b := s.Buffers[0]
+		assert.Assert(t, b.GPU() && b.Share == "" && b.IPCOffset == 0 && b.Chunks == nil, "%+v", b)
+		assert.Equal(t, b.ShmName, h)
+	}
+}

@@ -389,7 +389,7 @@ func (im *ipcMaps) open(s *session, dev int, b descriptor.Buffer, share engine.S
 			return nil, fmt.Errorf("map the owner's exported memory: %w", err)
 		}
 		return &ipcMapping{kind: engine.SharePosixFD, dev: dev, remoteBase: r.base, size: r.size, localBase: local}, nil
-	case share&engine.ShareFabric != 0 && len(b.Chunks) > 1:
+	case share&engine.ShareFabric != 0 && len(b.Chunks) > 0:
 		return im.openChunks(d, dev, b, engine.ShareFabric, func(m *cuda.SharedMapping, off uint64, c descriptor.Chunk) error {
 			h, err := parseHandle(c.Handle)
 			if err != nil {
