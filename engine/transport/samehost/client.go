@@ -172,7 +172,7 @@ func (b *base) sessionFor(p *engine.Peer, dial bool) *session {
 	}
 	obs := b.e.MetricSet().Conn(b.name, p.Name)
 	obs.Dials.Add(1)
-	s, err := b.dial(p, sock)
+	s, err := b.dial(p, sock, pe)
 	if err != nil {
 		obs.DialErrors.Add(1)
 		pe.mu.retryAt = time.Now().Add(redialDelay)
@@ -197,6 +197,10 @@ func (b *base) sessionFor(p *engine.Peer, dial bool) *session {
 	if old := pe.sess.Swap(s); old != nil {
 		old.release()
 	}
+	if s.isDead() { // the owner went away before we stored the session
+		b.forget(pe, s)
+		return nil
+	}
 	b.log.Info("same-host session opened", "peer", p.Name, "peer_pid", s.pid, "path", b.name, "why", b.why(s))
 	return s
 }
@@ -210,7 +214,7 @@ func (b *base) why(s *session) string {
 
 // dial opens a session: connect, hello, the reply with the shared memory,
 // and for cma the probe that proves the pid and the kernel's permission.
-func (b *base) dial(p *engine.Peer, sock string) (*session, error) {
+func (b *base) dial(p *engine.Peer, sock string, pe *peerEntry) (*session, error) {
 	timeout := b.e.Config().ConnectTimeout
 	ctx, cancel := context.WithTimeout(b.ctx, timeout)
 	defer cancel()
@@ -220,7 +224,8 @@ func (b *base) dial(p *engine.Peer, sock string) (*session, error) {
 		return nil, fmt.Errorf("connect to %s: %w", sock, err)
 	}
 	c := nc.(*net.UnixConn)
-	s := &session{kind: b.kind, peer: p.Name, conn: c, pidfd: -1, dead: make(chan struct{}), obs: b.e.MetricSet().Conn(b.name, p.Name)}
+	s := &session{kind: b.kind, peer: p.Name, conn: c, pidfd: -1, dead: make(chan struct{}), obs: b.e.MetricSet().Conn(b.name, p.Name),
+		base: b, entry: pe}
 	s.refs.Store(1)
 	ok := false
 	defer func() {
@@ -319,6 +324,21 @@ func (b *base) dial(p *engine.Peer, sock string) (*session, error) {
 	return s, nil
 }
 
+// forget drops the peer entry's reference to s, a session that died, and
+// the entry itself: an owner that went away (a restarted peer comes back
+// with a new socket) leaves nothing behind, where its pidfd, its mappings
+// and the entry stayed until the engine closed.
+func (b *base) forget(pe *peerEntry, s *session) {
+	if pe.sess.CompareAndSwap(s, nil) {
+		s.release()
+	}
+	b.peers.Lock()
+	if b.peers.m[pe.sock] == pe && pe.sess.Load() == nil && !pe.refused.Load() {
+		delete(b.peers.m, pe.sock)
+	}
+	b.peers.Unlock()
+}
+
 // probe reads the owner's nonce across processes: it proves that the kernel
 // allows the access and that pid is the owner (not a recycled pid).
 func probe(pid int, addr, nonce uint64) error {
@@ -394,6 +414,11 @@ type session struct {
 
 	// nvlink
 	ipc *ipcMaps // mappings of the owner's device memory
+
+	// base and entry: the transport and the peer entry the session was
+	// dialed for, which forgets it when it dies.
+	base  *base
+	entry *peerEntry
 }
 
 // chunkReply tells a worker that the response for a chunk arrived.
@@ -463,6 +488,11 @@ func (s *session) release() {
 func (s *session) runReader(wg *sync.WaitGroup) {
 	defer wg.Done()
 	defer s.release()
+	defer func() {
+		if s.isDead() { // every way out kills it
+			s.base.forget(s.entry, s)
+		}
+	}()
 	if s.kind == kindIPC {
 		s.runExportReader()
 		return
