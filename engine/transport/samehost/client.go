@@ -292,7 +292,7 @@ func (b *base) dial(p *engine.Peer, sock string, pe *peerEntry) (*session, error
 		}
 		s.pidfd = openPidfd(pid)
 		if b.kind == kindIPC {
-			s.ipc = newIPCMaps(b.cfg.GPU)
+			s.ipc = newIPCMaps(b.cfg.GPU, p.Name)
 			break
 		}
 		if err := probe(pid, r.probeAddr, r.nonce); err != nil {

@@ -72,6 +72,20 @@ func chunkOwnerMain() int {
 		out.Flush()
 	}
 	reply("ready %s %d %d %d", e.SegmentName(), fd+4096, fab, l1+4096)
+	return deviceOwnerLoop(d, host, reply, func() error {
+		for _, r := range regs {
+			if err := e.UnregisterMemory(uintptr(r[0])); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// deviceOwnerLoop answers "fill addr n seed" and "check addr n seed" (of
+// device memory, through the driver and the host buffer), "unreg" (calls
+// unreg) and "quit".
+func deviceOwnerLoop(d *cuda.Driver, host *cmem.Map, reply func(string, ...any), unreg func() error) int {
 	sc := bufio.NewScanner(os.Stdin)
 	for sc.Scan() {
 		f := strings.Fields(sc.Text())
@@ -95,10 +109,9 @@ func chunkOwnerMain() int {
 			}
 			reply("ok")
 		case len(f) == 1 && f[0] == "unreg":
-			for _, r := range regs {
-				if err := e.UnregisterMemory(uintptr(r[0])); err != nil {
-					return fail(err)
-				}
+			if err := unreg(); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 1
 			}
 			reply("ok")
 		case len(f) == 1 && f[0] == "quit":

@@ -37,6 +37,9 @@ func gpuStack(lib string) stack.Config {
 	cfg.Engine.TransferTimeout = 5 * time.Second
 	cfg.AutoDiscover = true
 	cfg.GPU.Library = lib
+	if conn := os.Getenv(metadataEnv); conn != "" {
+		cfg.Engine.MetadataConn = conn
+	}
 	return cfg
 }
 
@@ -98,8 +101,11 @@ func (b gpuBufs) check(d *cuda.Driver, kind string, n, seed uint64) (bool, error
 //	               "paths" (the engine's measured path choices), "quit"
 //	gpu-owner:     prints its segment and buffers, then "quit"
 func gpuChildMain(role string) int {
-	if role == "gpu-chunk-owner" {
+	switch role {
+	case "gpu-chunk-owner":
 		return chunkOwnerMain()
+	case "gpu-mooncake-owner":
+		return mooncakeOwnerMain()
 	}
 	lib := os.Getenv("KVFERRY_CUDA_LIB")
 	e, err := stack.New(context.Background(), gpuStack(lib))

@@ -34,13 +34,15 @@ import (
 // The multi-process tests re-execute this test binary as a child peer; the
 // environment variable roleEnv names the child's role.
 const (
-	roleEnv   = "KVFERRY_SAMEHOST_TEST_ROLE"
-	ownerEnv  = "KVFERRY_SAMEHOST_TEST_OWNER" // initiator: the owner's segment name
-	bufEnv    = "KVFERRY_SAMEHOST_TEST_BUF"   // buffer size in bytes
-	denyEnv   = "KVFERRY_SAMEHOST_TEST_DENY"  // initiator: install a seccomp filter denying process_vm_*
-	maxXfer   = 64 << 20
-	refExtra  = 64 << 10
-	spareSize = 1 << 20
+	roleEnv  = "KVFERRY_SAMEHOST_TEST_ROLE"
+	ownerEnv = "KVFERRY_SAMEHOST_TEST_OWNER" // initiator: the owner's segment name
+	bufEnv   = "KVFERRY_SAMEHOST_TEST_BUF"   // buffer size in bytes
+	// GPU children: the engine's metadata connection string.
+	metadataEnv = "KVFERRY_SAMEHOST_TEST_METADATA"
+	denyEnv     = "KVFERRY_SAMEHOST_TEST_DENY" // initiator: install a seccomp filter denying process_vm_*
+	maxXfer     = 64 << 20
+	refExtra    = 64 << 10
+	spareSize   = 1 << 20
 )
 
 func TestMain(m *testing.M) {

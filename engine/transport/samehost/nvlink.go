@@ -44,7 +44,8 @@ import (
 // completed).
 type NVLink struct {
 	base
-	q chan ipcJob
+	q       chan ipcJob
+	foreign foreignPeers // Mooncake's nvlink peers (mooncake_nvlink.go)
 }
 
 var _ engine.Transport = (*NVLink)(nil)
@@ -52,9 +53,11 @@ var _ engine.Transport = (*NVLink)(nil)
 // NameNVLink is the CUDA IPC transport.
 const NameNVLink = "nvlink"
 
-// ipcJob is a group of slices to one owner.
+// ipcJob is a group of slices to one owner: a kvferry owner through its
+// session s, or a Mooncake nvlink peer (s nil) through its mappings im.
 type ipcJob struct {
 	s      *session
+	im     *ipcMaps
 	p      *engine.Peer
 	slices []*engine.Slice
 }
@@ -77,6 +80,9 @@ func (t *NVLink) Reaches(p *engine.Peer) bool {
 	if t.cfg.GPU == nil {
 		return false
 	}
+	if isForeignNVLink(p) {
+		return true
+	}
 	s := t.sessionFor(p, true)
 	return s != nil && s.ctl.word(ctlOffOverflow).Load() == 0
 }
@@ -96,6 +102,10 @@ func (t *NVLink) Submit(p *engine.Peer, slices []*engine.Slice) {
 	defer t.mu.RUnlock()
 	if t.stopped {
 		failAll(slices, engine.ErrClosed)
+		return
+	}
+	if isForeignNVLink(p) {
+		t.submitForeign(p, slices)
 		return
 	}
 	s := t.sessionFor(p, false)
@@ -129,12 +139,15 @@ func (t *NVLink) Close() error {
 		select {
 		case j := <-t.q:
 			failAll(j.slices, engine.ErrClosed)
-			j.s.release()
+			if j.s != nil {
+				j.s.release()
+			}
 			continue
 		default:
 		}
 		break
 	}
+	t.foreign.retireAll()
 	t.closeBase()
 	return nil
 }
@@ -147,6 +160,10 @@ func (t *NVLink) runWorker(id int) {
 		case <-t.ctx.Done():
 			return
 		case j := <-t.q:
+			if j.s == nil {
+				w.runForeign(j)
+				continue
+			}
 			w.run(j)
 			j.s.release()
 		}
@@ -195,7 +212,7 @@ func (w *ipcWorker) run(j ipcJob) {
 		case w.res[i] != lookupOK:
 			w.errs[i] = fmt.Errorf("segment %q: registration mirror unusable: %w", s.peer, ErrPeerGone)
 		default:
-			if err := w.plan(s, j.p, sl); err != nil {
+			if err := w.plan(s.ipc, s, j.p, sl); err != nil {
 				w.errs[i] = w.fail(s, sl, err)
 			}
 		}
@@ -220,12 +237,17 @@ func (w *ipcWorker) run(j ipcJob) {
 }
 
 func (w *ipcWorker) fail(s *session, sl *engine.Slice, err error) error {
-	return &engine.TransferError{Op: sl.Op, Peer: s.peer, Transport: NameNVLink, Addr: sl.Remote, Length: sl.Length, Err: err}
+	return failSlice(s.peer, sl, err)
 }
 
-// plan maps the slice's remote range and files its copies (one per
-// mapping it crosses) under the device that runs them.
-func (w *ipcWorker) plan(s *session, p *engine.Peer, sl *engine.Slice) error {
+func failSlice(peer string, sl *engine.Slice, err error) error {
+	return &engine.TransferError{Op: sl.Op, Peer: peer, Transport: NameNVLink, Addr: sl.Remote, Length: sl.Length, Err: err}
+}
+
+// plan maps the slice's remote range (through im; s is the owner's session,
+// nil for a Mooncake peer) and files its copies (one per mapping it
+// crosses) under the device that runs them.
+func (w *ipcWorker) plan(im *ipcMaps, s *session, p *engine.Peer, sl *engine.Slice) error {
 	b, ok := p.RemoteBuffer(sl.Remote, sl.Length)
 	if !ok {
 		return fmt.Errorf("no buffer of the descriptor holds %#x+%d: %w", sl.Remote, sl.Length, engine.ErrRejected)
@@ -235,9 +257,12 @@ func (w *ipcWorker) plan(s *session, p *engine.Peer, sl *engine.Slice) error {
 		dev = sl.LocalRegion().Device
 	}
 	share := engine.ParseShare(b)
+	if im.share != 0 {
+		share = im.share // a Mooncake peer's handles are of the kind its transport uses
+	}
 	for off := uint64(0); off < sl.Length; {
 		remote := sl.Remote + off
-		m, err := s.ipc.get(s, dev, b, share, remote)
+		m, err := im.get(s, dev, b, share, remote)
 		if err != nil {
 			return err
 		}
@@ -265,16 +290,22 @@ type ipcMapping struct {
 	localBase  uint64
 	handle     cuda.IPCHandle      // legacy
 	shared     *cuda.SharedMapping // VMM allocations mapped side by side
+	shm        string              // the shm_name it was opened from (Mooncake peers' sweep)
 	refs       int                 // workers using it (guarded by ipcMaps.mu)
 	stale      bool                // unmap once unused
 }
 
-// ipcMaps holds a session's mappings, sorted by remote start.
+// ipcMaps holds a session's (or a Mooncake peer's) mappings, sorted by
+// remote start.
 type ipcMaps struct {
 	rt *gpu.Runtime
-	mu sync.Mutex
-	ms []*ipcMapping
-	ep uint64 // registration epoch of the last sweep
+	// peer names the owner in errors; share, when set, is the kind of
+	// every shm_name of a Mooncake peer (its descriptor does not say).
+	peer  string
+	share engine.ShareKind
+	mu    sync.Mutex
+	ms    []*ipcMapping
+	ep    uint64 // registration epoch of the last sweep
 	// export requests: one at a time
 	req     sync.Mutex
 	seq     uint64
@@ -287,8 +318,8 @@ type exportReply struct {
 	fd int
 }
 
-func newIPCMaps(rt *gpu.Runtime) *ipcMaps {
-	return &ipcMaps{rt: rt, replies: make(chan exportReply, 1)}
+func newIPCMaps(rt *gpu.Runtime, peer string) *ipcMaps {
+	return &ipcMaps{rt: rt, peer: peer, replies: make(chan exportReply, 1)}
 }
 
 // get returns (with a reference) the mapping holding remote address a of
@@ -297,7 +328,7 @@ func (im *ipcMaps) get(s *session, dev int, b descriptor.Buffer, share engine.Sh
 	im.mu.Lock()
 	if im.dead {
 		im.mu.Unlock()
-		return nil, fmt.Errorf("segment %q: %w", s.peer, ErrPeerGone)
+		return nil, fmt.Errorf("segment %q: %w", im.peer, ErrPeerGone)
 	}
 	for _, m := range im.ms {
 		if m.dev == dev && !m.stale && a >= m.remoteBase && a-m.remoteBase < m.size {
@@ -315,7 +346,7 @@ func (im *ipcMaps) get(s *session, dev int, b descriptor.Buffer, share engine.Sh
 	defer im.mu.Unlock()
 	if im.dead {
 		im.unmap(m)
-		return nil, fmt.Errorf("segment %q: %w", s.peer, ErrPeerGone)
+		return nil, fmt.Errorf("segment %q: %w", im.peer, ErrPeerGone)
 	}
 	m.refs = 1
 	im.ms = append(im.ms, m)
@@ -360,7 +391,9 @@ func (im *ipcMaps) open(s *session, dev int, b descriptor.Buffer, share engine.S
 		}
 		// The buffer lies in one allocation that starts IPCOffset before it.
 		return &ipcMapping{kind: engine.ShareLegacyIPC, dev: dev, remoteBase: b.Addr - b.IPCOffset,
-			size: b.IPCOffset + b.Length, localBase: base, handle: cuda.IPCHandle{Reserved: h}}, nil
+			size: b.IPCOffset + b.Length, localBase: base, handle: cuda.IPCHandle{Reserved: h}, shm: b.ShmName}, nil
+	case share&engine.SharePosixFD != 0 && s == nil:
+		return nil, fmt.Errorf("buffer %#x+%d is exported as file descriptors, and segment %q has no session: %w", b.Addr, b.Length, im.peer, engine.ErrNotSupported)
 	case share&engine.SharePosixFD != 0 && len(b.Chunks) > 1:
 		return im.openChunks(d, dev, b, engine.SharePosixFD, func(m *cuda.SharedMapping, off uint64, c descriptor.Chunk) error {
 			// An address of the chunk inside the registration: the owner
@@ -411,7 +444,7 @@ func (im *ipcMaps) open(s *session, dev int, b descriptor.Buffer, share engine.S
 		if err != nil {
 			return nil, fmt.Errorf("map the owner's fabric handle: %w", err)
 		}
-		return &ipcMapping{kind: engine.ShareFabric, dev: dev, remoteBase: b.Addr - b.IPCOffset, size: size, localBase: local}, nil
+		return &ipcMapping{kind: engine.ShareFabric, dev: dev, remoteBase: b.Addr - b.IPCOffset, size: size, localBase: local, shm: b.ShmName}, nil
 	}
 	return nil, fmt.Errorf("buffer %#x+%d cannot be mapped: %w", b.Addr, b.Length, engine.ErrNotSupported)
 }
