@@ -3,7 +3,6 @@ package samehost_test
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"fmt"
 	"os"
 	"strings"
@@ -11,8 +10,6 @@ import (
 
 	"gotest.tools/v3/assert"
 
-	"github.com/kvferry/kvferry/engine/gpu"
-	"github.com/kvferry/kvferry/engine/stack"
 	"github.com/kvferry/kvferry/internal/cmem"
 	"github.com/kvferry/kvferry/internal/cuda"
 	"github.com/kvferry/kvferry/internal/testutil/fakecuda"
@@ -27,19 +24,12 @@ const chunkBytes = 2 << 20
 // cudaMalloc allocations (device 1). It answers "fill addr n seed",
 // "check addr n seed", "unreg" and "quit".
 func chunkOwnerMain() int {
-	lib := os.Getenv("KVFERRY_CUDA_LIB")
-	e, err := stack.New(context.Background(), gpuStack(lib))
+	fail := func(err error) int { fmt.Fprintln(os.Stderr, err); return 1 }
+	e, d, err := gpuChildEngine(os.Getenv("KVFERRY_CUDA_LIB"))
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "engine:", err)
-		return 1
+		return fail(err)
 	}
 	defer e.Close()
-	d, err := gpu.Shared(gpu.Config{Library: lib}).Driver()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	fail := func(err error) int { fmt.Fprintln(os.Stderr, err); return 1 }
 	fd, fdSize, err := d.VMMAllocChunks(0, chunkBytes, 3, cuda.HandlePosixFD)
 	if err != nil {
 		return fail(err)

@@ -94,6 +94,20 @@ func (b gpuBufs) check(d *cuda.Driver, kind string, n, seed uint64) (bool, error
 	return bytes.Equal(b.host.Bytes()[:n], patternAt(seed, n)), nil
 }
 
+// gpuChildEngine starts a GPU child's engine and loads its driver.
+func gpuChildEngine(lib string) (*engine.Engine, *cuda.Driver, error) {
+	e, err := stack.New(context.Background(), gpuStack(lib))
+	if err != nil {
+		return nil, nil, fmt.Errorf("engine: %w", err)
+	}
+	d, err := gpu.Shared(gpu.Config{Library: lib}).Driver()
+	if err != nil {
+		e.Close()
+		return nil, nil, err
+	}
+	return e, d, nil
+}
+
 // gpuChildMain is a GPU test peer:
 //
 //	gpu-initiator: "xfer w|r local-kind remote-addr len seed", "ipc",
@@ -108,17 +122,12 @@ func gpuChildMain(role string) int {
 		return mooncakeOwnerMain()
 	}
 	lib := os.Getenv("KVFERRY_CUDA_LIB")
-	e, err := stack.New(context.Background(), gpuStack(lib))
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "engine:", err)
-		return 1
-	}
-	defer e.Close()
-	d, err := gpu.Shared(gpu.Config{Library: lib}).Driver()
+	e, d, err := gpuChildEngine(lib)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	defer e.Close()
 	bufs, err := allocGPU(e, d)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
