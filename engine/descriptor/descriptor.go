@@ -94,8 +94,10 @@ type Chunk struct {
 	Handle string `json:"handle,omitempty"`
 }
 
-// MaxChunks bounds Buffer.Chunks.
-const MaxChunks = 16384
+// MaxChunks bounds Buffer.Chunks (and the allocations one registration of
+// GPU memory may span): 4096 chunks with fabric handles keep a buffer's
+// entry under 1 MB, inside what etcd takes in one value.
+const MaxChunks = 4096
 
 // checkChunks checks that b's chunks lie side by side and cover b.
 func (b Buffer) checkChunks() error {
