@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/kvferry/kvferry/engine/peerauth"
@@ -278,3 +279,17 @@ func (c *limitedConn) Close() error {
 	c.release()
 	return err
 }
+
+// SyscallConn returns the socket's raw form, so the mux server can poll it
+// (spin.Reading) for the next request instead of parking at once: without
+// it a master never spins, and every request pays its thread's wake-up.
+func (c *limitedConn) SyscallConn() (syscall.RawConn, error) {
+	sc, ok := c.Conn.(syscall.Conn)
+	if !ok {
+		return nil, errNoRawConn
+	}
+	return sc.SyscallConn()
+}
+
+// errNoRawConn: the accepted connection has no socket to poll.
+var errNoRawConn = errors.New("connection has no raw socket")

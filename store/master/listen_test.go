@@ -12,6 +12,7 @@ import (
 
 	"gotest.tools/v3/assert"
 
+	"github.com/kvferry/kvferry/internal/spin"
 	"github.com/kvferry/kvferry/store/wire"
 )
 
@@ -100,4 +101,35 @@ func refuseCases(t *testing.T, addr string) {
 			assert.Assert(t, err != nil && !(errors.As(err, &ne) && ne.Timeout()), "read: %v", err)
 		})
 	}
+}
+
+// TestLimitedConnPolls: the slot-counting wrapper of accepted connections
+// keeps the socket's raw form, so the mux server can poll for requests
+// (without it the master never spun, whatever its spin budget).
+func TestLimitedConnPolls(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	assert.NilError(t, err)
+	defer ln.Close()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	assert.NilError(t, err)
+	defer c.Close()
+	s, err := ln.Accept()
+	assert.NilError(t, err)
+	released := 0
+	lc := &limitedConn{Conn: s, release: func() { released++ }}
+	assert.Assert(t, spin.NewReader(lc) != nil)
+	_, err = c.Write([]byte("x"))
+	assert.NilError(t, err)
+	var b [1]byte
+	n, rerr, ok := spin.NewReader(lc).Read(b[:], 5*time.Second, false)
+	assert.Assert(t, ok)
+	assert.NilError(t, rerr)
+	assert.Equal(t, string(b[:n]), "x")
+	assert.NilError(t, lc.Close())
+	assert.Equal(t, released, 1)
+
+	a, b2 := net.Pipe() // no socket: no raw form, an error rather than a panic
+	defer a.Close()
+	_, err = (&limitedConn{Conn: b2, release: func() {}}).SyscallConn()
+	assert.ErrorIs(t, err, errNoRawConn)
 }

@@ -99,7 +99,11 @@ func ServeMuxConnConfig(ctx context.Context, conn net.Conn, srv MasterServer, cf
 	if _, err := conn.Write(MuxHello[:]); err != nil {
 		return fmt.Errorf("mux hello: %w", err)
 	}
-	r := bufio.NewReaderSize(spin.Reading(conn, cfg.SpinWait, true), muxBufBytes)
+	// The poll does not yield: runtime.Gosched wakes an idle P (wakep) each
+	// time, a thread wake-up per poll that takes the other vCPU of a small
+	// VM from the client whose request is on its way. Nothing else of the
+	// master waits on this goroutine, and the poll is bounded.
+	r := bufio.NewReaderSize(spin.Reading(conn, cfg.SpinWait, false), muxBufBytes)
 	w := &lockedWriter{w: bufio.NewWriterSize(conn, muxBufBytes), conn: conn, timeout: cfg.RequestTimeout}
 	// Slow calls run in goroutines of their own, under a context that ends
 	// with this call; it waits for them before it returns.
