@@ -81,7 +81,7 @@ test-go:
 test-suites: all
 	@tests/run.sh
 
-.PHONY: faults fuzz-long kill-matrix
+.PHONY: faults fuzz-long kill-matrix soak asan
 # Every fuzz target to its long budget (parsers 10 million executions,
 # stateful targets an hour or a million) and the C API fuzz driver; counts
 # in build/fuzz-long.tsv, corpora kept in build/fuzz-corpus (scripts/fuzz.sh).
@@ -103,6 +103,20 @@ kill-matrix: all
 	@rm -f $(BUILD)/kill.jsonl
 	KVFERRY_KILL_FULL=1 KVFERRY_KILL_RESULTS=$(CURDIR)/$(BUILD)/kill.jsonl $(NETNS) tests/kill/run.sh
 	tests/kill/table.py $(BUILD)/kill.jsonl | tee $(BUILD)/kill.md
+
+# The soak (tests/soak; make test runs 50 s of it): SOAK_DURATION (1h),
+# samples every 10 s, a peer restart every 3 min throughout, growth judged
+# after SOAK_WARMUP (5 min); build/soak.tsv and build/soak.png.
+SOAK_DURATION ?= 1h
+SOAK_WARMUP ?= 5m
+soak: all
+	KVFERRY_SOAK_DURATION=$(SOAK_DURATION) KVFERRY_SOAK_WARMUP=$(SOAK_WARMUP) KVFERRY_SOAK_SAMPLE=10s \
+	  KVFERRY_SOAK_RESTART=3m KVFERRY_SOAK_RESTART_UNTIL=$(SOAK_DURATION) $(NETNS) tests/soak/run.sh
+
+# The library with Go's -asan, the C, NIXL and TensorRT-LLM suites with
+# their programs and the fake CUDA driver under ASan + UBSan (build-asan/).
+asan: headers
+	scripts/asan.sh
 
 demo: all
 	@scripts/demo.sh
