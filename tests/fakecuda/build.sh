@@ -6,5 +6,5 @@ set -euo pipefail
 cd "$(dirname "$0")"
 out="${1:?usage: build.sh DIR}"
 mkdir -p "$out"
-gcc -O2 -g -Wall -Wextra -std=gnu11 -shared -fPIC -fvisibility=hidden -o "$out/libcuda.so.1" fake_cuda.c -lpthread
+gcc -O2 -g -Wall -Wextra -std=gnu11 ${KVFERRY_SAN_CFLAGS:-} -shared -fPIC -fvisibility=hidden -o "$out/libcuda.so.1" fake_cuda.c -lpthread
 echo "$out/libcuda.so.1"
