@@ -12,13 +12,15 @@
 # the blocking floor.
 #
 # Environment: FLOOR_ITERS (timed round trips of each mode, default 20000).
+# PRIO, an array the caller may set (bench/latency.sh's RT_PRIO), prefixes
+# the ping-pong's runs.
 
 floor_measure() {
   local bin=build/bin/pingpong out_b out_s
   mkdir -p build/bin
   cc -O2 -o "$bin" bench/pingpong.c
-  out_b=$("$bin" -n "${FLOOR_ITERS:-20000}")
-  out_s=$("$bin" -s -n "${FLOOR_ITERS:-20000}")
+  out_b=$("${PRIO[@]}" "$bin" -n "${FLOOR_ITERS:-20000}")
+  out_s=$("${PRIO[@]}" "$bin" -s -n "${FLOOR_ITERS:-20000}")
   read -r FLOOR_BLOCK_US FLOOR_SPIN_US FLOOR_LINE < <(python3 -c '
 import json, sys
 b, s = json.loads(sys.argv[1]), json.loads(sys.argv[2])

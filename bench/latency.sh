@@ -25,7 +25,11 @@
 #   DURATION=5 OPS=20000 bench/latency.sh
 #
 # Environment: DURATION (seconds per transfer row, default 3), OPS (store
-# operations per row, default 5000), IDLE_SECS (default 2), FLOOR_ITERS.
+# operations per row, default 5000), IDLE_SECS (default 2), FLOOR_ITERS,
+# RT_PRIO (as root: run the floor and the store section's processes, not
+# the builds, under SCHED_FIFO priority RT_PRIO with chrt, so that on a
+# machine others load they see about what a quiet one gives; the kernel
+# keeps 5% of each CPU for the others).
 # Latency on a loaded 2-vCPU machine means little: the load is printed with
 # the floor and at the end.
 set -euo pipefail
@@ -45,6 +49,8 @@ mkdir -p build/bin
 BIN="$T/kvferry-bench"
 go build -o "$BIN" ./cmd/kvferry-bench # always this tree's code
 go build -o "$T/kvferry-master" ./cmd/kvferry-master
+PRIO=()
+[ -z "${RT_PRIO:-}" ] || PRIO=(chrt -f "$RT_PRIO")
 source bench/floor.sh
 floor_measure
 echo "$FLOOR_LINE"
@@ -137,7 +143,7 @@ if want store; then
   start_store() {
     local d="$T/store_$1"
     mkdir -p "$d"
-    KVFERRY_SPIN_US="$2" "$T/kvferry-master" --port=0 --rpc_address=127.0.0.1 --enable_metric_reporting=false \
+    KVFERRY_SPIN_US="$2" "${PRIO[@]}" "$T/kvferry-master" --port=0 --rpc_address=127.0.0.1 --enable_metric_reporting=false \
       --default_kv_lease_ttl=1000 >"$d/master.out" 2>"$d/master.err" &
     pids+=($!)
     servers+=("master-$1 $!")
@@ -146,7 +152,7 @@ if want store; then
     addr=$(awk '/^listening on/ {print $3}' "$d/master.out")
     [ -n "$addr" ] || { echo "master did not start" >&2; cat "$d/master.err" >&2; exit 1; }
     mkfifo "$d/holder.in"
-    KVFERRY_SPIN_US="$2" "$BIN" store -mode=holder -master="$addr" -segment=$((1 << 30)) <"$d/holder.in" >"$d/holder.out" 2>"$d/holder.err" &
+    KVFERRY_SPIN_US="$2" "${PRIO[@]}" "$BIN" store -mode=holder -master="$addr" -segment=$((1 << 30)) <"$d/holder.in" >"$d/holder.out" 2>"$d/holder.err" &
     pids+=($!)
     servers+=("holder-$1 $!")
     sleep 1000000 >"$d/holder.in" &
@@ -158,18 +164,18 @@ if want store; then
   start_store on "$SPIN_ON"
   start_store off 0
   RPORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-  redis-server --port "$RPORT" --bind 127.0.0.1 --save "" --appendonly no --protected-mode no >"$T/redis.log" 2>&1 &
+  "${PRIO[@]}" redis-server --port "$RPORT" --bind 127.0.0.1 --save "" --appendonly no --protected-mode no >"$T/redis.log" 2>&1 &
   pids+=($!)
   for _ in $(seq 1 100); do redis-cli -p "$RPORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
-  redis=$(redis-benchmark -p "$RPORT" -t set,get -d 4096 -n "$OPS" -c 1 --csv 2>/dev/null)
+  redis=$("${PRIO[@]}" redis-benchmark -p "$RPORT" -t set,get -d 4096 -n "$OPS" -c 1 --csv 2>/dev/null)
   echo "Store, 4 KiB, one client without a segment, holder in another process, master in a third (targets: get <= 5x, put <= 6x the spinning floor; ops/s >= redis-benchmark -c 1):"
   echo
   echo "| op | spin | p50 us | p99 us | p99/p50 | p50 vs floor (spinning / blocking) | one-client ops/s | redis-benchmark -c 1 ops/s | vs redis |"
   echo "|---|---|---|---|---|---|---|---|---|"
   for spin in "$SPIN_ON" 0; do
     m=MASTER_on; [ "$spin" = 0 ] && m=MASTER_off
-    lat=$(KVFERRY_SPIN_US=$spin "$BIN" store -mode=latency -master="${!m}" -size=4096 -ops="$OPS" -quiet)
-    run=$(KVFERRY_SPIN_US=$spin "$BIN" store -mode=run -master="${!m}" -op=both -size=4096 -threads=1 -ops="$OPS" -quiet)
+    lat=$(KVFERRY_SPIN_US=$spin "${PRIO[@]}" "$BIN" store -mode=latency -master="${!m}" -size=4096 -ops="$OPS" -quiet)
+    run=$(KVFERRY_SPIN_US=$spin "${PRIO[@]}" "$BIN" store -mode=run -master="${!m}" -op=both -size=4096 -threads=1 -ops="$OPS" -quiet)
     python3 - "$spin" "$lat" "$run" "$redis" "$FLOOR_SPIN_US" "$FLOOR_BLOCK_US" <<'PY'
 import csv, io, json, sys
 spin, lat = sys.argv[1], json.loads(sys.argv[2])
