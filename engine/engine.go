@@ -915,10 +915,22 @@ func (e *Engine) Notifications() []Notification {
 // waits for the next one, until ctx is done or the engine closes (then it
 // returns nil). Callers that would otherwise spin on Notifications (several
 // TensorRT-LLM threads do, specs/tensorrt-llm.md §4.2) block here instead,
-// and a notification still wakes them at once.
+// and a notification still wakes them at once. Before it parks it polls
+// for up to SpinBudget, letting other goroutines run in between (see
+// WaitNotificationsLocked).
 func (e *Engine) WaitNotifications(ctx context.Context) []Notification {
-	// A poll first, not yielding: callers may be C threads.
-	spin.Until(e.SpinBudget(), false, e.notified)
+	return e.waitNotifications(ctx, true)
+}
+
+// WaitNotificationsLocked is WaitNotifications for a goroutine locked to
+// its thread, as every C thread calling in through cgo is: its poll
+// before parking does not yield (see WaitLocked).
+func (e *Engine) WaitNotificationsLocked(ctx context.Context) []Notification {
+	return e.waitNotifications(ctx, false)
+}
+
+func (e *Engine) waitNotifications(ctx context.Context, yield bool) []Notification {
+	spin.UntilShared(e.SpinBudget(), yield, e.notified)
 	for {
 		e.inbox.Lock()
 		if q := e.inbox.q; len(q) > 0 {

@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -34,10 +35,16 @@ func TestWaitNotifications(t *testing.T) {
 		wg   sync.WaitGroup
 		done = make(chan struct{})
 	)
-	for range 4 {
+	for i := range 4 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			wait := b.WaitNotifications
+			if i%2 == 1 { // as C threads wait (locked to their thread)
+				runtime.LockOSThread()
+				defer runtime.UnlockOSThread()
+				wait = b.WaitNotificationsLocked
+			}
 			for {
 				select {
 				case <-done:
@@ -45,7 +52,7 @@ func TestWaitNotifications(t *testing.T) {
 				default:
 				}
 				ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-				ns := b.WaitNotifications(ctx)
+				ns := wait(ctx)
 				cancel()
 				mu.Lock()
 				for _, x := range ns {

@@ -421,7 +421,7 @@ func (a *Agent) Notifications() []engine.Notification {
 	ns := a.e.Notifications()
 	if len(ns) == 0 && a.notifyWait > 0 {
 		ctx, cancel := context.WithTimeout(a.ctx, a.notifyWait)
-		ns = a.e.WaitNotifications(ctx)
+		ns = a.e.WaitNotificationsLocked(ctx) // called by C threads (abi/)
 		cancel()
 	}
 	for i := range ns {

@@ -116,7 +116,7 @@ func exchange(ctx context.Context, c net.Conn, addr string, t Type, body []byte,
 	if err := WriteFrame(c, t, body); err != nil {
 		return nil, false, &CallError{Addr: addr, Type: t, Stage: "send", Err: err}
 	}
-	r := &counting{r: spin.Reading(c, cfg.SpinWait, false)}
+	r := &counting{r: spin.ReadingShared(c, cfg.SpinWait, false)}
 	rt, reply, err := ReadFrame(r, cfg.MaxMessage)
 	if err != nil {
 		if ctx.Err() != nil {

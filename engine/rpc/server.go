@@ -243,7 +243,7 @@ func (s *Server) serve(c net.Conn) {
 		// Keep-alive: the next request, polled for a moment first.
 		_ = c.SetDeadline(time.Now().Add(s.cfg.KeepAliveIdle))
 		if first {
-			r = spin.Reading(c, s.cfg.SpinWait, true)
+			r = spin.ReadingShared(c, s.cfg.SpinWait, true)
 		}
 	}
 	if tc, ok := c.(interface{ CloseWrite() error }); ok { // TCP or TLS

@@ -8,6 +8,20 @@
 // A request/answer exchange on loopback takes ~10 µs when both sides poll.
 // The budget bounds the CPU a poll can burn: nothing spins when nothing is
 // in flight, and a budget of zero (KVFERRY_SPIN_US=0) never spins.
+//
+// The Shared forms (UntilShared, ReadingShared, Reader.Shared) offer the
+// thread's CPU to any other runnable thread before each poll
+// (sched_yield, which returns at once when there is none). They are for
+// exchanges whose answer needs the work of several threads on each side:
+// a notification is read by the peer's RPC server, delivered, seen by the
+// application's waiter, answered through the peer's own RPC client and
+// read by this side's server. With a poller per hop the pollers outnumber
+// two vCPUs, and a poll that holds its CPU keeps the very thread that must
+// run next waiting for a scheduler time slice (a notification round trip
+// took 180-220 us with holding polls, 40-60 us with shared ones, and
+// about 110-130 us without polling). A request/answer exchange with one
+// poller per side (a transfer's lane reader and the peer's connection
+// reader) polls holding its CPU: there, nothing else needs it.
 package spin
 
 import (
@@ -46,6 +60,16 @@ func Budget(d time.Duration) time.Duration {
 // yield: its Gosched hands the thread's P away and back, two thread
 // wake-ups, the very cost the poll is there to avoid.
 func Until(budget time.Duration, yield bool, done func() bool) bool {
+	return until(budget, yield, false, done)
+}
+
+// UntilShared is Until offering the thread's CPU to other threads before
+// each poll (see the package comment). It keeps the thread's P.
+func UntilShared(budget time.Duration, yield bool, done func() bool) bool {
+	return until(budget, yield, true, done)
+}
+
+func until(budget time.Duration, yield, shared bool, done func() bool) bool {
 	if done() {
 		return true
 	}
@@ -56,6 +80,9 @@ func Until(budget time.Duration, yield bool, done func() bool) bool {
 	for {
 		if yield {
 			runtime.Gosched()
+		}
+		if shared {
+			osYield()
 		}
 		if done() {
 			return true
@@ -69,6 +96,10 @@ func Until(budget time.Duration, yield bool, done func() bool) bool {
 // Reader polls one connection's socket without blocking; one goroutine at
 // a time reads through it. The zero value and nil never poll.
 type Reader struct {
+	// Shared makes each poll after the first offer the thread's CPU to
+	// other threads first (see the package comment).
+	Shared bool
+
 	rc syscall.RawConn
 	fn func(fd uintptr) bool // the raw read, made once (a closure per call would be a heap allocation)
 	// The raw read's buffer and outcome.
@@ -126,21 +157,40 @@ func (r *Reader) Read(b []byte, budget time.Duration, yield bool) (n int, err er
 		} else if time.Since(start) >= budget {
 			return 0, nil, false
 		}
+		if r.Shared {
+			osYield()
+		}
 		if yield {
 			runtime.Gosched()
 		}
 	}
 }
 
+// osYield offers this thread's CPU to another runnable thread
+// (sched_yield). It cannot block (no entersyscall needed) and keeps the
+// thread's P, so C threads may call it too.
+func osYield() { syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0) }
+
 // Reading returns a reader of c that polls c's socket for up to budget
 // before each read that would block (c itself when it cannot poll or
 // budget is 0). yield is as for Until: false for a reader that may run on
 // a C thread.
 func Reading(c net.Conn, budget time.Duration, yield bool) io.Reader {
+	return reading(c, budget, yield, false)
+}
+
+// ReadingShared is Reading with polls that offer the thread's CPU to
+// other threads (Reader.Shared).
+func ReadingShared(c net.Conn, budget time.Duration, yield bool) io.Reader {
+	return reading(c, budget, yield, true)
+}
+
+func reading(c net.Conn, budget time.Duration, yield, shared bool) io.Reader {
 	r := NewReader(c)
 	if r == nil || budget <= 0 {
 		return c
 	}
+	r.Shared = shared
 	return &polling{c: c, r: r, budget: budget, yield: yield}
 }
 

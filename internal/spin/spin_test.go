@@ -124,3 +124,38 @@ func TestReading(t *testing.T) {
 	assert.NilError(t, err)
 	assert.Equal(t, string(got), "abc")
 }
+
+func TestUntilShared(t *testing.T) {
+	assert.Assert(t, UntilShared(0, true, func() bool { return true }))
+	assert.Assert(t, !UntilShared(0, false, func() bool { return false }))
+	for _, yield := range []bool{true, false} {
+		var n atomic.Int32
+		assert.Assert(t, UntilShared(time.Second, yield, func() bool { return n.Add(1) == 3 }))
+		assert.Equal(t, n.Load(), int32(3))
+		calls := 0
+		assert.Assert(t, !UntilShared(time.Millisecond, yield, func() bool { calls++; return false }))
+		assert.Assert(t, calls > 1)
+	}
+}
+
+func TestReadingShared(t *testing.T) {
+	a, b := pipe(t)
+	x, y := net.Pipe()
+	defer x.Close()
+	defer y.Close()
+	assert.Equal(t, ReadingShared(x, time.Second, true), io.Reader(x))
+	assert.Equal(t, ReadingShared(b, 0, true), io.Reader(b))
+	for _, yield := range []bool{true, false} {
+		r := ReadingShared(b, 200*time.Microsecond, yield)
+		assert.Assert(t, r.(*polling).r.Shared)
+		go func() {
+			_, _ = a.Write([]byte("x"))
+			time.Sleep(2 * time.Millisecond) // past the budget: the blocking read gets it
+			_, _ = a.Write([]byte("yz"))
+		}()
+		buf := make([]byte, 3)
+		_, err := io.ReadFull(r, buf)
+		assert.NilError(t, err)
+		assert.Equal(t, string(buf), "xyz")
+	}
+}
