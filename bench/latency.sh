@@ -26,8 +26,8 @@
 #
 # Environment: DURATION (seconds per transfer row, default 3), OPS (store
 # operations per row, default 5000), IDLE_SECS (default 2), FLOOR_ITERS,
-# RT_PRIO (as root: run the floor and the store section's processes, not
-# the builds, under SCHED_FIFO priority RT_PRIO with chrt, so that on a
+# RT_PRIO (as root: run the floor's and every row's processes, not the
+# builds, under SCHED_FIFO priority RT_PRIO with chrt, so that on a
 # machine others load they see about what a quiet one gives; the kernel
 # keeps 5% of each CPU for the others).
 # Latency on a loaded 2-vCPU machine means little: the load is printed with
@@ -65,7 +65,7 @@ wait_ready() { for _ in $(seq 1 200); do [ -s "$1" ] && break; sleep 0.05; done;
 start_target() {
   local env=(KVFERRY_SPIN_US="$2")
   [ "$3" = tcp ] && env+=(MC_FORCE_TCP=1)
-  env "${env[@]}" "$BIN" --mode=target --protocol="$3" --buffer_size=$BUF --ready_file="$T/ready_$1" >"$T/$1.log" 2>&1 &
+  env "${env[@]}" "${PRIO[@]}" "$BIN" --mode=target --protocol="$3" --buffer_size=$BUF --ready_file="$T/ready_$1" >"$T/$1.log" 2>&1 &
   pids+=($!)
   servers+=("target-$1 $!")
   printf -v "SEG_$1" '%s' "$(wait_ready "$T/ready_$1")"
@@ -100,7 +100,7 @@ if want tcp; then
   for op in read write; do
     for spin in "$SPIN_ON" 0; do
       seg=SEG_tcp_on; [ "$spin" = 0 ] && seg=SEG_tcp_off
-      out=$(KVFERRY_SPIN_US=$spin MC_FORCE_TCP=1 "$BIN" --mode=initiator --protocol=tcp --segment_id="${!seg}" --operation=$op \
+      out=$(KVFERRY_SPIN_US=$spin MC_FORCE_TCP=1 "${PRIO[@]}" "$BIN" --mode=initiator --protocol=tcp --segment_id="${!seg}" --operation=$op \
         --block_size=4096 --batch_size=1 --threads=1 --duration="$DURATION" --buffer_size=$BUF --json --quiet)
       row "tcp $op 4 KiB" "$spin" "$out"
     done
@@ -113,7 +113,7 @@ if want notify; then
   echo "$HEAD"
   for spin in "$SPIN_ON" 0; do
     seg=SEG_tcp_on; [ "$spin" = 0 ] && seg=SEG_tcp_off
-    out=$(KVFERRY_SPIN_US=$spin "$BIN" --mode=initiator --operation=notify --segment_id="${!seg}" --duration="$DURATION" \
+    out=$(KVFERRY_SPIN_US=$spin "${PRIO[@]}" "$BIN" --mode=initiator --operation=notify --segment_id="${!seg}" --duration="$DURATION" \
       --buffer_size=$BUF --json --quiet)
     row "notify round trip" "$spin" "$out"
   done
@@ -128,7 +128,7 @@ if want cma; then
   for op in read write; do
     for spin in "$SPIN_ON" 0; do
       seg=SEG_cma_on; [ "$spin" = 0 ] && seg=SEG_cma_off
-      out=$(KVFERRY_SPIN_US=$spin "$BIN" --mode=initiator --protocol=cma --segment_id="${!seg}" --operation=$op \
+      out=$(KVFERRY_SPIN_US=$spin "${PRIO[@]}" "$BIN" --mode=initiator --protocol=cma --segment_id="${!seg}" --operation=$op \
         --block_size=4096 --batch_size=1 --threads=1 --duration="$DURATION" --buffer_size=$BUF --json --quiet)
       row "cma $op 4 KiB" "$spin" "$out"
     done
