@@ -91,6 +91,7 @@ type task struct {
 	observed    atomic.Bool
 	err         atomic.Pointer[error]
 	pin         *Region
+	pins        []*Region // more pins: pieces in other regions (Request.Pieces)
 	start       time.Time
 	op          OpCode
 	link        *metrics.Link // nil: request metrics off
@@ -126,6 +127,10 @@ func (t *task) finish() {
 		t.pin.Release()
 		t.pin = nil
 	}
+	for _, r := range t.pins {
+		r.Release()
+	}
+	t.pins = nil
 	t.record(st)
 	if pp := t.probe; pp != nil {
 		t.probe = nil

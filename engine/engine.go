@@ -46,6 +46,11 @@ type Request struct {
 	TargetOffset uint64
 	// Length is the size in bytes; zero completes at once.
 	Length uint64
+	// Pieces, when set, is the local side in order instead of Source:
+	// the request gathers them into (writes) or scatters them from
+	// (reads) the Length bytes at TargetOffset. Their total must be
+	// Length, and they must be of one memory kind. Submit copies them.
+	Pieces []Piece
 }
 
 type installed struct {
@@ -1082,6 +1087,7 @@ type group struct {
 	link   *metrics.Link
 	tasks  int
 	slices []*Slice
+	gather bool // t takes slices with pieces (Gatherer)
 }
 
 func (e *Engine) submit(id BatchID, reqs []Request, n *Notification) error {
@@ -1110,7 +1116,16 @@ func (e *Engine) submit(id BatchID, reqs []Request, n *Notification) error {
 			return fmt.Errorf("submit: request %d: segment %d: %w", i, r.Target, ErrInvalidArgument)
 		}
 		var ends Ends
-		if localGPU {
+		if r.Pieces != nil {
+			if err := checkPieces(i, &reqs[i]); err != nil {
+				return err
+			}
+			if localGPU {
+				if ends.Local, err = e.piecesKind(i, &reqs[i]); err != nil {
+					return err
+				}
+			}
+		} else if localGPU {
 			ends.Local = e.localKind(uint64(r.Source), r.Length)
 		}
 		if p.Local() {
@@ -1192,11 +1207,23 @@ func (e *Engine) submit(id BatchID, reqs []Request, n *Notification) error {
 	b.mu.Unlock()
 
 	// Count slices so that they come from one allocation.
-	total := 0
-	for i, r := range reqs {
-		total += sliceCount(r.Length, groups[gidx[i]].t.SliceSize())
+	total, npieces := 0, 0
+	for i := range reqs {
+		g := &groups[gidx[i]]
+		if reqs[i].Pieces == nil {
+			total += sliceCount(reqs[i].Length, g.t.SliceSize())
+			continue
+		}
+		g.gather = gathers(g.t)
+		n, p := pieceSlices(&reqs[i], g.t.SliceSize(), g.gather)
+		total += n
+		npieces += p
 	}
 	slices := make([]Slice, total)
+	var arena []Piece
+	if npieces > 0 {
+		arena = make([]Piece, npieces)
+	}
 	next := 0
 	var firstErr error
 	var refreshed []*Peer // peers re-fetched during this submit (at most once each)
@@ -1207,10 +1234,20 @@ func (e *Engine) submit(id BatchID, reqs []Request, n *Notification) error {
 			tk.finish()
 			continue
 		}
-		if uint64(r.Source)+r.Length < uint64(r.Source) || r.TargetOffset+r.Length < r.TargetOffset {
+		if (r.Pieces == nil && uint64(r.Source)+r.Length < uint64(r.Source)) || r.TargetOffset+r.Length < r.TargetOffset {
 			tk.setErr(fmt.Errorf("request %d wraps around the address space: %w", i, ErrInvalidArgument))
 			tk.finish()
 			firstErr = cmpErr(firstErr, ErrInvalidArgument)
+			continue
+		}
+		if r.Pieces != nil {
+			if err := e.slicePieces(i, &reqs[i], tk, g, localGPU, now, &refreshed, slices, &next, &arena); err != nil {
+				firstErr = cmpErr(firstErr, err)
+			} else if probes != nil && probes[i] != nil {
+				tk.probe = probes[i]
+				tk.probe.bytes += r.Length
+				tk.probe.remaining.Add(1)
+			}
 			continue
 		}
 		if !e.cfg.AllowUnregisteredSource {

@@ -158,6 +158,10 @@ type Slice struct {
 	Remote uint64
 	// Length is the size in bytes (never 0).
 	Length uint64
+	// Pieces, when not nil, is the local side in order (Local is the
+	// first's address), the pieces totalling Length; only a transport
+	// that implements Gatherer gets such slices.
+	Pieces []Piece
 	// Posted is when the engine handed the slice to the transport.
 	Posted time.Time
 	// Retries is scratch for the transport: how often it resubmitted the

@@ -841,10 +841,20 @@ class MooncakeDistributedStore:
             raise TypeError("all_buffer_ptrs and all_sizes must be lists of lists of ints") from None
         chain = itertools.chain.from_iterable
         try:
-            # array.array converts the ints in C (vLLM passes thousands of
-            # pointers per call); a negative value does not fit.
-            flat_p = array.array("Q", chain(all_buffer_ptrs))
-            flat_s = array.array("Q", chain(all_sizes))
+            # vLLM passes thousands of pointers per call: the lists go to
+            # C arrays with no Python work per element (array.fromlist
+            # converts in C; min over a list compares in C, where min over
+            # an array would make an int object of every element). A
+            # negative value does not fit; a NULL buffer is refused.
+            flat_p, flat_s = array.array("Q"), array.array("Q")
+            for flat, lists in ((flat_p, all_buffer_ptrs), (flat_s, all_sizes)):
+                for v in lists:
+                    if type(v) is list:
+                        flat.fromlist(v)
+                    else:
+                        flat.extend(v)
+            if flat_p and min(map(min, filter(None, all_buffer_ptrs))) == 0:
+                return keys, None
         except OverflowError:
             return keys, None
         except TypeError:
@@ -853,8 +863,8 @@ class MooncakeDistributedStore:
             if flat_s and min(flat_s) < 0:
                 return keys, None
             flat_s = array.array("Q", flat_s)
-        if flat_p and min(flat_p) == 0:
-            return keys, None
+            if flat_p and min(flat_p) == 0:
+                return keys, None
         n = len(flat_p)
         return keys, ((c_void_p * n).from_buffer(flat_p), (c_size_t * n).from_buffer(flat_s),
                       (c_size_t * len(counts))(*counts))

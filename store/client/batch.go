@@ -170,7 +170,7 @@ func (c *Client) batchPut(ctx context.Context, keys []string, data []span, cfg R
 	started := make([]bool, len(keys))
 	pieces := 0 // engine requests per replica of all keys
 	for _, d := range data {
-		pieces += d.pieces()
+		pieces += d.requests()
 	}
 	var jobs jobs
 	for n, i := range idx {
@@ -385,11 +385,7 @@ func (c *Client) batchGet(ctx context.Context, keys []string, bufs [][]Buffer) (
 			continue
 		}
 		if jobs.reqs == nil {
-			n := 0
-			for _, b := range bufs {
-				n += len(b)
-			}
-			jobs.grow(n)
+			jobs.grow(len(keys) - i)
 		}
 		jobs.add(i, reps[0], d, engine.OpRead, ids[0])
 	}

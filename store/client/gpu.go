@@ -31,7 +31,15 @@ func (c *Client) gpuSpan(s span) span {
 	if s.parts == nil {
 		device = check(s.addr, s.size)
 	} else {
+		var host *engine.Region // a registered host region holding the parts so far
 		for _, p := range s.parts {
+			if inRegion(host, p) {
+				continue
+			}
+			if r := c.e.RegionOf(uint64(p.Addr), p.Size); r != nil && r.Kind != engine.MemoryDevice {
+				host = r
+				continue
+			}
 			if check(p.Addr, p.Size) {
 				device = true
 				break

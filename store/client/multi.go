@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"fmt"
+	"unsafe"
 
 	"github.com/kvferry/kvferry/engine"
 	"github.com/kvferry/kvferry/internal/cmem"
@@ -92,12 +93,40 @@ func prefixSpan(bufs []Buffer, size uint64) span {
 	return s
 }
 
-// pieces returns how many engine requests the span takes per replica.
-func (s span) pieces() int { return max(len(s.parts), 1) }
+// requests returns how many engine requests the span takes per replica
+// (appendRequests).
+func (s span) requests() int {
+	if s.gpu == nil {
+		return 1
+	}
+	return max(len(s.parts), 1)
+}
 
+// Buffer and engine.Piece have one layout (pieces converts between them).
+var _ = [1]struct{}{}[unsafe.Offsetof(Buffer{}.Size)-unsafe.Offsetof(engine.Piece{}.Length)]
+
+// pieces returns the parts as the engine's pieces (the same layout; the
+// engine copies them when it takes a request).
+func (s span) pieces() []engine.Piece {
+	return unsafe.Slice((*engine.Piece)(unsafe.Pointer(unsafe.SliceData(s.parts))), len(s.parts))
+}
+
+// inRegion reports whether b lies inside region r (false for nil).
+func inRegion(r *engine.Region, b Buffer) bool {
+	return r != nil && uint64(b.Addr) >= uint64(r.Addr) && uint64(b.Addr)+b.Size <= uint64(r.Addr)+r.Length &&
+		uint64(b.Addr)+b.Size >= uint64(b.Addr)
+}
+
+// partsRegistered reports whether every part is in registered memory,
+// looking up a region only for a part outside the last one found (the
+// parts of an object mostly lie in one registration).
 func (s span) partsRegistered(e *engine.Engine) bool {
+	var r *engine.Region
 	for _, p := range s.parts {
-		if !e.Registered(uint64(p.Addr), p.Size) {
+		if inRegion(r, p) {
+			continue
+		}
+		if r = e.RegionOf(uint64(p.Addr), p.Size); r == nil {
 			return false
 		}
 	}

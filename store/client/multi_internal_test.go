@@ -7,6 +7,7 @@ import (
 
 	"gotest.tools/v3/assert"
 
+	"github.com/kvferry/kvferry/engine"
 	"github.com/kvferry/kvferry/internal/cmem"
 )
 
@@ -16,7 +17,8 @@ func TestPartsSpan(t *testing.T) {
 	assert.Assert(t, ok)
 	assert.DeepEqual(t, s.parts, []Buffer{{0x1000, 16}, {0x3000, 4}})
 	assert.Equal(t, s.size, uint64(20))
-	assert.Equal(t, s.pieces(), 2)
+	assert.Equal(t, s.requests(), 1) // one request gathers both parts
+	assert.DeepEqual(t, s.pieces(), []engine.Piece{{Addr: 0x1000, Length: 16}, {Addr: 0x3000, Length: 4}})
 	s, ok = partsSpan([]Buffer{{0x1000, 10}, {0x100a, 6}})
 	assert.Assert(t, ok && s.parts == nil && s.addr == 0x1000 && s.size == 16)
 	s, ok = partsSpan([]Buffer{{0, 0}})

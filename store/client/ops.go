@@ -107,10 +107,16 @@ func (s span) valid() bool { return s.buf != nil || s.addr != 0 || s.parts != ni
 
 // appendRequests appends to reqs the engine requests that move the span to
 // (OpWrite) or from (OpRead) size bytes at remote address at of segment
-// target: one request, or one per part. The span must be registered.
+// target: one request, gathering the parts of host memory (the engine
+// copies the pieces), or one per part of GPU memory (each part takes its
+// own route). The span must be registered.
 func (s span) appendRequests(reqs []engine.Request, op engine.OpCode, target engine.SegmentID, at uint64) []engine.Request {
 	if s.parts == nil {
 		return append(reqs, engine.Request{Op: op, Source: s.addr, Target: target, TargetOffset: at, Length: s.size})
+	}
+	if s.gpu == nil {
+		return append(reqs, engine.Request{Op: op, Source: s.parts[0].Addr, Target: target, TargetOffset: at, Length: s.size,
+			Pieces: s.pieces()})
 	}
 	for _, p := range s.parts {
 		reqs = append(reqs, engine.Request{Op: op, Source: p.Addr, Target: target, TargetOffset: at, Length: p.Size})
@@ -361,7 +367,7 @@ func (c *Client) writeReplicas(ctx context.Context, data span, reps []*wire.Repl
 		return err
 	}
 	if data.registered(c.e) {
-		reqs := make([]engine.Request, 0, len(remote)*max(len(data.parts), 1))
+		reqs := make([]engine.Request, 0, len(remote)*data.requests())
 		for i, r := range remote {
 			reqs = data.appendRequests(reqs, engine.OpWrite, ids[i], r.GetAddress())
 		}

@@ -68,6 +68,10 @@ func (t *CMA) Inlined() uint64 { return t.inlined.Load() }
 // share of, beside the workers.
 func (t *CMA) Shared() uint64 { return t.shared.Load() }
 
+// GathersPieces reports that cma moves a slice of several local pieces
+// in one call (engine.Gatherer): they are the call's local iovecs.
+func (t *CMA) GathersPieces() bool { return true }
+
 // SliceSize returns the cma slice size.
 func (t *CMA) SliceSize() uint64 { return t.cfg.CMASliceSize }
 
@@ -316,12 +320,17 @@ func (w *cmaWorker) copyOp(s *session, slices []*engine.Slice, op engine.OpCode)
 		if sl.Op != op || w.errs[i] != nil {
 			continue
 		}
-		iv := unix.Iovec{Base: (*byte)(cmem.Pointer(sl.Local))}
-		iv.SetLen(int(sl.Length))
-		w.liov = append(w.liov, iv)
-		w.owners = append(w.owners, i)
-		w.lbase = append(w.lbase, sl.Local)
-		w.rbase = append(w.rbase, uintptr(sl.Remote))
+		if sl.Pieces == nil {
+			w.addIovec(i, sl.Local, sl.Length, uintptr(sl.Remote))
+			continue
+		}
+		at := uintptr(sl.Remote)
+		for _, p := range sl.Pieces {
+			if p.Length > 0 {
+				w.addIovec(i, p.Addr, p.Length, at)
+				at += uintptr(p.Length)
+			}
+		}
 	}
 	defer clear(w.liov)
 	for i := 0; i < len(w.liov); {
@@ -371,6 +380,17 @@ func (w *cmaWorker) copyOp(s *session, slices []*engine.Slice, op engine.OpCode)
 		}
 		i = k
 	}
+}
+
+// addIovec adds n bytes of local memory at local, moved to or from the
+// remote address remote, for slice i.
+func (w *cmaWorker) addIovec(i int, local uintptr, n uint64, remote uintptr) {
+	iv := unix.Iovec{Base: (*byte)(cmem.Pointer(local))}
+	iv.SetLen(int(n))
+	w.liov = append(w.liov, iv)
+	w.owners = append(w.owners, i)
+	w.lbase = append(w.lbase, local)
+	w.rbase = append(w.rbase, remote)
 }
 
 // callErr turns a failed process_vm_* call into the slices' error.
