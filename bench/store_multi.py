@@ -50,7 +50,9 @@ from kvferry.store import MooncakeDistributedStore  # noqa: E402
 TRIALS = int(os.environ.get("TRIALS", "3"))
 BATCHES = int(os.environ.get("BATCHES", "20"))  # batch calls per mode and trial
 KEYS = int(os.environ.get("KEYS", "16"))  # keys per batch call
-SHAPES = [(64, 32 << 10), (8, 256 << 10), (16, 4 << 10)]  # (pieces, piece bytes)
+# (pieces, piece bytes); SHAPES=16x4096,64x32768 picks some
+SHAPES = [tuple(int(v) for v in s.split("x")) for s in os.environ.get("SHAPES", "").split(",") if s] or \
+    [(64, 32 << 10), (8, 256 << 10), (16, 4 << 10)]
 MODES = ("single", "multi", "staged")
 
 HOLDER = r"""
