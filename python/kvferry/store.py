@@ -853,7 +853,7 @@ class MooncakeDistributedStore:
                         flat.fromlist(v)
                     else:
                         flat.extend(v)
-            if flat_p and min(map(min, filter(None, all_buffer_ptrs))) == 0:
+            if flat_p and min([min(v) for v in all_buffer_ptrs if len(v)]) == 0:
                 return keys, None
         except OverflowError:
             return keys, None
