@@ -1106,6 +1106,7 @@ func (e *Engine) submit(id BatchID, reqs []Request, n *Notification) error {
 	var routes []route      // transports chosen for (peer, memory kinds)
 	var probes []*pathProbe // by request: measuring the route taken (nil: none)
 	gidx := make([]int, len(reqs))
+	var split []bool // by request: pieces never gathered in one slice (nil: none)
 	localGPU := e.HasDeviceMemory()
 	for i, r := range reqs {
 		if r.Op != OpRead && r.Op != OpWrite {
@@ -1123,6 +1124,12 @@ func (e *Engine) submit(id BatchID, reqs []Request, n *Notification) error {
 			if localGPU {
 				if ends.Local, err = e.piecesKind(i, &reqs[i]); err != nil {
 					return err
+				}
+				if ends.Local == MemoryDevice { // each piece a slice: transports stage device memory by slice
+					if split == nil {
+						split = make([]bool, len(reqs))
+					}
+					split[i] = true
 				}
 			}
 		} else if localGPU {
@@ -1215,7 +1222,7 @@ func (e *Engine) submit(id BatchID, reqs []Request, n *Notification) error {
 			continue
 		}
 		g.gather = gathers(g.t)
-		n, p := pieceSlices(&reqs[i], g.t.SliceSize(), g.gather)
+		n, p := pieceSlices(&reqs[i], g.t.SliceSize(), g.gather && (split == nil || !split[i]))
 		total += n
 		npieces += p
 	}
@@ -1241,7 +1248,8 @@ func (e *Engine) submit(id BatchID, reqs []Request, n *Notification) error {
 			continue
 		}
 		if r.Pieces != nil {
-			if err := e.slicePieces(i, &reqs[i], tk, g, localGPU, now, &refreshed, slices, &next, &arena); err != nil {
+			gather := g.gather && (split == nil || !split[i])
+			if err := e.slicePieces(i, &reqs[i], tk, g, gather, localGPU, now, &refreshed, slices, &next, &arena); err != nil {
 				firstErr = cmpErr(firstErr, err)
 			} else if probes != nil && probes[i] != nil {
 				tk.probe = probes[i]

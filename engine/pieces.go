@@ -16,9 +16,10 @@ type Piece struct {
 // Gatherer is implemented by transports that move a slice whose local
 // side is several pieces (Slice.Pieces) in one operation: cma hands them
 // to the kernel as one process_vm_* call's local iovecs. The engine gives
-// slices with pieces only to transports whose GathersPieces is true; for
-// any other it cuts a request with pieces into one slice per piece (still
-// one task).
+// slices with pieces only to transports whose GathersPieces is true, and
+// only of memory other than GPU device memory (transports stage that by
+// slice); otherwise it cuts a request with pieces into one slice per piece
+// (still one task).
 type Gatherer interface {
 	GathersPieces() bool
 }
@@ -179,8 +180,9 @@ func cutPieces(r *Request, tk *task, region *Region, ss uint64, gather bool, now
 // slicePieces prepares request i, which has pieces, as submit does a
 // plain request: it pins the pieces' regions, checks the remote range and
 // appends the request's slices (from slices[*next], their pieces from
-// *arena) to g. A failure fails the task and is returned.
-func (e *Engine) slicePieces(i int, r *Request, tk *task, g *group, localGPU bool, now time.Time, refreshed *[]*Peer,
+// *arena; pieces in one slice when gather) to g. A failure fails the task
+// and is returned.
+func (e *Engine) slicePieces(i int, r *Request, tk *task, g *group, gather, localGPU bool, now time.Time, refreshed *[]*Peer,
 	slices []Slice, next *int, arena *[]Piece) error {
 	var region *Region
 	if !e.cfg.AllowUnregisteredSource {
@@ -204,7 +206,7 @@ func (e *Engine) slicePieces(i int, r *Request, tk *task, g *group, localGPU boo
 		tk.finish()
 		return err
 	}
-	n, used := cutPieces(r, tk, region, g.t.SliceSize(), g.gather, now, slices[*next:], *arena)
+	n, used := cutPieces(r, tk, region, g.t.SliceSize(), gather, now, slices[*next:], *arena)
 	*arena = (*arena)[used:]
 	tk.pending.Store(int32(n))
 	for k := range n {

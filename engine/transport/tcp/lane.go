@@ -402,7 +402,7 @@ func (l *lane) writeChunk(cs *conn, chunk []*engine.Slice) {
 		Header{Size: s.Length, Addr: s.Remote, Write: s.Op == engine.OpWrite, V2: l.v2}.Encode(&l.w.hdrs[i])
 		bufs = append(bufs, l.w.hdrs[i][:])
 		if s.Op == engine.OpWrite {
-			bufs = append(bufs, cmem.Bytes(s.Local, s.Length))
+			bufs = appendLocal(bufs, s)
 		}
 		if l.v2 || s.Op == engine.OpRead {
 			cs.pending.Add(1)
@@ -430,6 +430,20 @@ func (l *lane) writeChunk(cs *conn, chunk []*engine.Slice) {
 	for _, s := range v1done {
 		s.Complete(nil) // v1: done once it left our socket
 	}
+}
+
+// appendLocal appends the local memory of write slice s to bufs: one
+// buffer, or one per piece (a slice that gathers pieces is one frame).
+func appendLocal(bufs net.Buffers, s *engine.Slice) net.Buffers {
+	if s.Pieces == nil {
+		return append(bufs, cmem.Bytes(s.Local, s.Length))
+	}
+	for _, p := range s.Pieces {
+		if p.Length > 0 {
+			bufs = append(bufs, cmem.Bytes(p.Addr, p.Length))
+		}
+	}
+	return bufs
 }
 
 // writePiece is how many bytes one writev carries at most: the status
@@ -516,8 +530,16 @@ func (l *lane) readResponse(cs *conn, s *engine.Slice) error {
 		if s.LocalKind() == engine.MemoryDevice {
 			return l.readStaged(cs, s)
 		}
-		if err := cs.rd.readFull(cmem.Bytes(s.Local, s.Length)); err != nil {
-			return l.classify(err)
+		if s.Pieces == nil {
+			if err := cs.rd.readFull(cmem.Bytes(s.Local, s.Length)); err != nil {
+				return l.classify(err)
+			}
+			return nil
+		}
+		for _, p := range s.Pieces { // one payload scattered over the pieces
+			if err := cs.rd.readFull(cmem.Bytes(p.Addr, p.Length)); err != nil {
+				return l.classify(err)
+			}
 		}
 	}
 	return nil

@@ -190,6 +190,12 @@ func (t *Transport) Reaches(p *engine.Peer) bool {
 // SliceSize returns the stripe size.
 func (t *Transport) SliceSize() uint64 { return t.cfg.StripeSize }
 
+// GathersPieces reports that tcp sends a slice of several local pieces as
+// one frame (engine.Gatherer): a write's payload is written from the
+// pieces with the frame's header in one writev, a read's payload is read
+// into them in order. The engine gives it such slices of host memory only.
+func (t *Transport) GathersPieces() bool { return true }
+
 // Stats are the transport's counters.
 type Stats struct {
 	// SlicesSent and SlicesFailed count client-side slices.
