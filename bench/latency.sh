@@ -27,9 +27,12 @@
 # Environment: DURATION (seconds per transfer row, default 3), OPS (store
 # operations per row, default 5000), IDLE_SECS (default 2), FLOOR_ITERS,
 # RT_PRIO (as root: run the floor's and every row's processes, not the
-# builds, under SCHED_FIFO priority RT_PRIO with chrt, so that on a
+# builds, under SCHED_RR priority RT_PRIO with chrt, so that on a
 # machine others load they see about what a quiet one gives; the kernel
-# keeps 5% of each CPU for the others).
+# keeps 5% of each CPU for the others). Round-robin, not FIFO: a FIFO
+# thread that polls holding its CPU never lets another of the same
+# priority run there, and the TCP rows then livelocked for minutes
+# (seen: two processes at 94% each, none finishing).
 # Latency on a loaded 2-vCPU machine means little: the load is printed with
 # the floor and at the end.
 set -euo pipefail
@@ -50,7 +53,7 @@ BIN="$T/kvferry-bench"
 go build -o "$BIN" ./cmd/kvferry-bench # always this tree's code
 go build -o "$T/kvferry-master" ./cmd/kvferry-master
 PRIO=()
-[ -z "${RT_PRIO:-}" ] || PRIO=(chrt -f "$RT_PRIO")
+[ -z "${RT_PRIO:-}" ] || PRIO=(chrt -r "$RT_PRIO")
 source bench/floor.sh
 floor_measure
 echo "$FLOOR_LINE"
