@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -99,11 +101,7 @@ func ServeMuxConnConfig(ctx context.Context, conn net.Conn, srv MasterServer, cf
 	if _, err := conn.Write(MuxHello[:]); err != nil {
 		return fmt.Errorf("mux hello: %w", err)
 	}
-	// The poll does not yield: runtime.Gosched wakes an idle P (wakep) each
-	// time, a thread wake-up per poll that takes the other vCPU of a small
-	// VM from the client whose request is on its way. Nothing else of the
-	// master waits on this goroutine, and the poll is bounded.
-	r := bufio.NewReaderSize(spin.Reading(conn, cfg.SpinWait, false), muxBufBytes)
+	r := bufio.NewReaderSize(serverReading(conn, cfg.SpinWait), muxBufBytes)
 	w := &lockedWriter{w: bufio.NewWriterSize(conn, muxBufBytes), conn: conn, timeout: cfg.RequestTimeout}
 	// Slow calls run in goroutines of their own, under a context that ends
 	// with this call; it waits for them before it returns.
@@ -193,6 +191,49 @@ func ServeMuxConnConfig(ctx context.Context, conn net.Conn, srv MasterServer, cf
 			body = nil // nor a huge request's
 		}
 	}
+}
+
+// serverReading returns the reader of a served connection: it polls the
+// socket for up to budget before a read that would block (spin.Reader),
+// without yielding (runtime.Gosched wakes an idle P each time, a thread
+// wake-up that takes the other vCPU of a small VM from the client whose
+// request is on its way), and only while fewer than maxServerSpinners()
+// connections of the process poll: a poller holds its P, so the others
+// block at once and leave the remaining Ps to the rest of the master.
+func serverReading(conn net.Conn, budget time.Duration) io.Reader {
+	pr := spin.NewReader(conn)
+	if pr == nil || budget <= 0 {
+		return conn
+	}
+	return &serverPoll{c: conn, r: pr, budget: budget, limit: maxServerSpinners()}
+}
+
+// serverSpinners counts the connections of the process polling now.
+var serverSpinners atomic.Int32
+
+// maxServerSpinners is how many connections may poll at once: all Ps but
+// one, at least one.
+func maxServerSpinners() int32 { return int32(max(runtime.GOMAXPROCS(0)-1, 1)) }
+
+// serverPoll is serverReading's polling reader.
+type serverPoll struct {
+	c      net.Conn
+	r      *spin.Reader
+	budget time.Duration
+	limit  int32 // maxServerSpinners when the connection came
+}
+
+func (p *serverPoll) Read(b []byte) (int, error) {
+	if serverSpinners.Add(1) <= p.limit {
+		n, err, ok := p.r.Read(b, p.budget, false)
+		serverSpinners.Add(-1)
+		if ok {
+			return n, err
+		}
+	} else {
+		serverSpinners.Add(-1)
+	}
+	return p.c.Read(b)
 }
 
 // maxSlowCalls bounds the slow calls one connection has waiting at once;
