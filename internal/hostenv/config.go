@@ -160,6 +160,7 @@ func StackConfig() stack.Config {
 		c.SameHost.ShmChunks = int(n)
 	}
 	c.SameHost.AllowAnyPtracer = flag("KVFERRY_CMA_ALLOW_PTRACER")
+	c.SameHost.MooncakeNVLinkIPC = Set("MC_USE_NVLINK_IPC")
 	if n, ok := integer("KVFERRY_CMA_INLINE_BYTES"); ok && n >= 0 && n <= 1<<30 {
 		c.SameHost.CMAInlineBytes = n
 		if n == 0 {

@@ -85,6 +85,10 @@ type Config struct {
 	// under yama ptrace_scope=1. It lets any process of the same user
 	// ptrace this one; off by default (KVFERRY_CMA_ALLOW_PTRACER=1).
 	AllowAnyPtracer bool
+	// MooncakeNVLinkIPC says that peers of Mooncake's nvlink transport
+	// publish legacy IPC handles even where every GPU supports fabric
+	// handles, as Mooncake does with MC_USE_NVLINK_IPC set.
+	MooncakeNVLinkIPC bool
 	// GPU moves device memory: shm stages it through the session's
 	// shared memory on either side, nvlink maps the owner's device memory
 	// (CUDA IPC). Nil: host memory only.

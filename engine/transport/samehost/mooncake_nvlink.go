@@ -2,7 +2,6 @@ package samehost
 
 import (
 	"fmt"
-	"os"
 	"sync"
 
 	"github.com/kvferry/kvferry/engine"
@@ -46,6 +45,9 @@ type foreignPeers struct {
 	mu     sync.Mutex
 	m      map[string]*ipcMaps
 	fabric int8 // 0 unknown, 1 every device supports fabric handles, -1 not
+	// legacyOnly is Config.MooncakeNVLinkIPC: Mooncake's nvlink peers
+	// use legacy IPC handles even where fabric handles are supported.
+	legacyOnly bool
 }
 
 // maps returns p's mappings (made on first use).
@@ -73,7 +75,7 @@ func (f *foreignPeers) maps(rt *gpu.Runtime, p *engine.Peer) *ipcMaps {
 func (f *foreignPeers) fabricMode(rt *gpu.Runtime) bool {
 	if f.fabric == 0 {
 		f.fabric = -1
-		if _, set := os.LookupEnv("MC_USE_NVLINK_IPC"); !set {
+		if !f.legacyOnly {
 			if d, err := rt.Driver(); err == nil && d.DeviceCount() > 0 {
 				all := true
 				for i := range d.DeviceCount() {

@@ -66,6 +66,7 @@ type ipcJob struct {
 func NewNVLink(e *engine.Engine, cfg Config) *NVLink {
 	t := &NVLink{}
 	t.init(e, NameNVLink, kindIPC, cfg)
+	t.foreign.legacyOnly = t.cfg.MooncakeNVLinkIPC
 	t.q = make(chan ipcJob, 1024)
 	for i := range t.cfg.Workers {
 		t.work.Add(1)
