@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -189,9 +190,13 @@ func (n *node) mirrorLocked() {
 	}
 }
 
+// maxShiftRows bounds the rows a registration in front of others moves
+// inside the seqlock (readers retry meanwhile).
+const maxShiftRows = 4096
+
 // regionsAdded mirrors new regions at once where that is cheap: appended
-// after the last row, or in the row a removed region of the same start
-// left behind. Others wait for the next mirror (the engine rebuilds its
+// after the last row, in the row a removed region of the same start left
+// behind, or in front of at most maxShiftRows rows. Others wait for the next mirror (the engine rebuilds its
 // descriptor, and so mirrors, within its publish delay, and before any
 // peer fetches a descriptor that lists them).
 func (n *node) regionsAdded(rs []*engine.Region) { n.withTable(func() { n.addLocked(rs) }) }
@@ -213,6 +218,22 @@ func (n *node) addLocked(rs []*engine.Region) {
 		case i < len(t) && i < ctlEntries && t[i].addr == e.addr && t[i].length == 0 && fits:
 			n.ctl.update(func() { n.ctl.entryLen(uint64(i)).Store(e.length) })
 			t[i] = e
+		case i < len(t) && len(t) < ctlEntries && len(t)-i <= maxShiftRows && t[i].addr >= e.addr+e.length:
+			// In front of or between rows: shift the rows after it. An
+			// initiator whose descriptor already lists the region (one
+			// registered again after a mirror compacted its tombstone away)
+			// does not refresh it, so waiting for the next mirror would
+			// refuse its transfers meanwhile.
+			n.ctl.update(func() {
+				for k := len(t); k > i; k-- {
+					n.ctl.entryAddr(uint64(k)).Store(t[k-1].addr)
+					n.ctl.entryLen(uint64(k)).Store(t[k-1].length)
+				}
+				n.ctl.entryAddr(uint64(i)).Store(e.addr)
+				n.ctl.entryLen(uint64(i)).Store(e.length)
+				n.ctl.word(ctlOffCount).Store(uint64(len(t) + 1))
+			})
+			n.mu.table = slices.Insert(t, i, e)
 		}
 	}
 }
