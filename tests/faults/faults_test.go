@@ -212,7 +212,7 @@ func runCase(t *testing.T, p path, f fault) {
 		assert.Assert(t, r["ms"].(float64) < float64(margin.Milliseconds()), "%s: unregister took %v ms (a pin held?)", pe.name, r["ms"])
 	}
 	t.Logf("%s / %s: %s; longest call %.0f ms; recovered in %s", p.name, f.name, outcome, c.callMS, recovery.Round(time.Millisecond))
-	rec.add(result{Path: p.name, Fault: f.name, Outcome: outcome, CallMaxMS: c.callMS, RecoveryMS: float64(recovery.Microseconds()) / 1000, Backend: backend(t)})
+	rec.Add(result{Path: p.name, Fault: f.name, Outcome: outcome, CallMaxMS: c.callMS, RecoveryMS: float64(recovery.Microseconds()) / 1000, Backend: backend(t)})
 }
 
 // verified writes n bytes from A to B and reads n bytes of B back into A,

@@ -20,6 +20,7 @@ import (
 
 	"gotest.tools/v3/assert"
 
+	"github.com/kvferry/kvferry/internal/testutil"
 	"github.com/kvferry/kvferry/internal/testutil/fakecuda"
 	"github.com/kvferry/kvferry/tests/rdma/fakeverbs"
 )
@@ -38,7 +39,7 @@ var (
 		dir  string
 	}
 	full bool // KVFERRY_FAULTS_FULL: the whole matrix (make faults)
-	rec  *recorder
+	rec  *testutil.Results
 )
 
 func TestMain(m *testing.M) {
@@ -79,9 +80,9 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "go build faultpeer: %v\n%s", err, out)
 		os.Exit(1)
 	}
-	rec = openRecorder(os.Getenv("KVFERRY_FAULTS_RESULTS"))
+	rec = testutil.OpenResults(os.Getenv("KVFERRY_FAULTS_RESULTS"))
 	code := m.Run()
-	rec.close()
+	rec.Close()
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
@@ -362,35 +363,4 @@ type result struct {
 	RecoveryMS float64 `json:"recovery_ms"`
 	Backend    string  `json:"backend"`
 	Note       string  `json:"note,omitempty"`
-}
-
-type recorder struct {
-	mu sync.Mutex
-	f  *os.File
-}
-
-func openRecorder(path string) *recorder {
-	r := &recorder{}
-	if path != "" {
-		f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
-		if err == nil {
-			r.f = f
-		}
-	}
-	return r
-}
-
-func (r *recorder) add(res result) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.f != nil {
-		b, _ := json.Marshal(res)
-		r.f.Write(append(b, '\n'))
-	}
-}
-
-func (r *recorder) close() {
-	if r.f != nil {
-		r.f.Close()
-	}
 }

@@ -22,6 +22,7 @@ import (
 	"gotest.tools/v3/assert"
 
 	"github.com/kvferry/kvferry/engine/metadata/etcd/etcdtest"
+	"github.com/kvferry/kvferry/internal/testutil"
 )
 
 // The drivers' engines run with these deadlines; a call may take up to
@@ -40,7 +41,7 @@ var (
 		lib, plugin, trtd string
 	}
 	full bool
-	rec  *recorder
+	rec  *testutil.Results
 )
 
 func TestMain(m *testing.M) {
@@ -86,9 +87,9 @@ func TestMain(m *testing.M) {
 			os.Exit(1)
 		}
 	}
-	rec = openRecorder(os.Getenv("KVFERRY_KILL_RESULTS"))
+	rec = testutil.OpenResults(os.Getenv("KVFERRY_KILL_RESULTS"))
 	code := m.Run()
-	rec.close()
+	rec.Close()
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
@@ -437,34 +438,4 @@ type result struct {
 	Outcome string  `json:"outcome"`
 	KillMS  float64 `json:"kill_ms"`
 	Recover float64 `json:"recovery_ms"`
-}
-
-type recorder struct {
-	mu sync.Mutex
-	f  *os.File
-}
-
-func openRecorder(path string) *recorder {
-	r := &recorder{}
-	if path != "" {
-		if f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644); err == nil {
-			r.f = f
-		}
-	}
-	return r
-}
-
-func (r *recorder) add(res result) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.f != nil {
-		b, _ := json.Marshal(res)
-		r.f.Write(append(b, '\n'))
-	}
-}
-
-func (r *recorder) close() {
-	if r.f != nil {
-		r.f.Close()
-	}
 }

@@ -87,7 +87,7 @@ func TestKillMatrix(t *testing.T) {
 				}
 				t.Run("te/"+strings.ReplaceAll(v, " ", "_"), func(t *testing.T) {
 					if e.p2pOnly && (v == "metadata server" || v == "etcd member") {
-						rec.add(result{Entry: e.name, Victim: v, Outcome: "n/a: the agent uses the P2P handshake (no metadata service)"})
+						rec.Add(result{Entry: e.name, Victim: v, Outcome: "n/a: the agent uses the P2P handshake (no metadata service)"})
 						t.Skip("the TensorRT-LLM agent uses the P2P handshake: no metadata service to kill")
 					}
 					teCase(t, e, v)
@@ -204,7 +204,7 @@ func teCase(t *testing.T, e entry, victim string) {
 		assert.Assert(t, r["ok"] == true && r["ms"].(float64) < float64(margin.Milliseconds()), "%s: unregister after the kill: %v", s.p.name, r)
 	}
 	t.Logf("%s / kill %s at %s into a %s batch: %s; recovered in %s", e.name, victim, at.Round(time.Millisecond), est.Round(time.Millisecond), outcome, recovery.Round(time.Millisecond))
-	rec.add(result{Entry: e.name, Victim: victim, Outcome: outcome, KillMS: float64(at.Microseconds()) / 1000, Recover: float64(recovery.Microseconds()) / 1000})
+	rec.Add(result{Entry: e.name, Victim: victim, Outcome: outcome, KillMS: float64(at.Microseconds()) / 1000, Recover: float64(recovery.Microseconds()) / 1000})
 }
 
 // batchAfterKill reads the answer of the batch in flight when the victim
@@ -323,5 +323,5 @@ func storeCase(t *testing.T, e entry, victim string) {
 	h2.stats()
 	outcome := fmt.Sprintf("%d of %d puts acknowledged, all readable (%d failed while it was down)", len(acked), n+1, failedPuts)
 	t.Logf("%s store / kill %s at put %d: %s; reads back in %s", e.name, victim, killAt, outcome, readable.Round(time.Millisecond))
-	rec.add(result{Entry: e.name + " (store)", Victim: victim, Outcome: outcome, Recover: float64(time.Since(killed).Microseconds()) / 1000})
+	rec.Add(result{Entry: e.name + " (store)", Victim: victim, Outcome: outcome, Recover: float64(time.Since(killed).Microseconds()) / 1000})
 }
