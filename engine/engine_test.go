@@ -30,7 +30,14 @@ func newBuf(t *testing.T, e *engine.Engine, n uint64) *cmem.Map {
 	t.Helper()
 	m, err := cmem.MapAnon(n)
 	assert.NilError(t, err)
-	t.Cleanup(func() { m.Close() })
+	// Unregistering first waits for copies still using the memory (a
+	// failed or timed-out transfer's slices may still run) before unmapping.
+	t.Cleanup(func() {
+		if e != nil {
+			_ = e.UnregisterMemory(m.Addr())
+		}
+		m.Close()
+	})
 	if e != nil {
 		assert.NilError(t, e.RegisterMemory(m.Addr(), n, "cpu:0", true))
 	}

@@ -35,7 +35,8 @@ func newNode(t *testing.T, tc tcp.Config, size uint64) *node {
 	t.Cleanup(func() { e.Close() })
 	m, err := cmem.MapAnon(size)
 	assert.NilError(t, err)
-	t.Cleanup(func() { m.Close() })
+	// Unregistering first waits for copies still using the memory.
+	t.Cleanup(func() { _ = e.UnregisterMemory(m.Addr()); m.Close() })
 	assert.NilError(t, e.RegisterMemory(m.Addr(), size, "*", true))
 	return &node{e: e, t: e.Transport("tcp").(*tcp.Transport), mem: m}
 }
