@@ -28,8 +28,8 @@ MOD=github.com/kvferry/kvferry
 
 # package target kind (parser or state)
 TARGETS="
-engine/transport/tcp FuzzDecodeHeader parser
-engine/transport/tcp FuzzDecodeStatus parser
+engine/transport/tcp/tcpwire FuzzDecodeHeader parser
+engine/transport/tcp/tcpwire FuzzDecodeStatus parser
 engine/transport/tcp FuzzServeConn state
 engine/rpc FuzzDecodeFrame parser
 engine FuzzDecodeNotify parser

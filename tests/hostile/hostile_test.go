@@ -21,6 +21,7 @@ import (
 	"github.com/kvferry/kvferry/engine/peerauth"
 	"github.com/kvferry/kvferry/engine/rpc"
 	"github.com/kvferry/kvferry/engine/transport/tcp"
+	"github.com/kvferry/kvferry/engine/transport/tcp/tcpwire"
 	"github.com/kvferry/kvferry/store/wire"
 )
 
@@ -56,8 +57,8 @@ func (x *target) peer() string {
 }
 
 func header(write bool, addr, size uint64) []byte {
-	var b [tcp.HeaderSize]byte
-	tcp.Header{Size: size, Addr: addr, Write: write, V2: true}.Encode(&b)
+	var b [tcpwire.HeaderSize]byte
+	tcpwire.Header{Size: size, Addr: addr, Write: write, V2: true}.Encode(&b)
 	return b[:]
 }
 
@@ -77,11 +78,11 @@ func authed(t *testing.T, ks *peerauth.Keys, role peerauth.Role, addr string) ne
 // closed the connection instead.
 func status(c net.Conn) (code uint32, ok bool) {
 	_ = c.SetReadDeadline(time.Now().Add(20 * time.Second))
-	var b [tcp.StatusSize]byte
+	var b [tcpwire.StatusSize]byte
 	if _, err := io.ReadFull(c, b[:]); err != nil {
 		return 0, false
 	}
-	code, err := tcp.DecodeStatus(b[:])
+	code, err := tcpwire.DecodeStatus(b[:])
 	return code, err == nil
 }
 
@@ -150,7 +151,7 @@ var attacks = []attack{
 				c := authed(t, x.keys, peerauth.RoleData, x.n.dataAddr())
 				_, _ = c.Write(h)
 				code, ok := status(c)
-				assert.Assert(t, !ok || code == tcp.StatusRejected, "served: status %d", code)
+				assert.Assert(t, !ok || code == tcpwire.StatusRejected, "served: status %d", code)
 				assert.Assert(t, closedWithin(c, 10*time.Second))
 			}
 			assert.Assert(t, x.n.intact())

@@ -31,7 +31,7 @@ import (
 	"github.com/kvferry/kvferry/engine/peerauth"
 	"github.com/kvferry/kvferry/engine/stack"
 	"github.com/kvferry/kvferry/engine/transport/rdma"
-	"github.com/kvferry/kvferry/engine/transport/tcp"
+	"github.com/kvferry/kvferry/engine/transport/tcp/tcpwire"
 	"github.com/kvferry/kvferry/internal/cmem"
 	"github.com/kvferry/kvferry/internal/testutil"
 	"github.com/kvferry/kvferry/metrics"
@@ -343,7 +343,7 @@ func proxied(t *testing.T, ctx context.Context, a, b *engine.Engine, mdConn, nam
 			}
 			if first {
 				first = false
-				var hdr [tcp.HeaderSize]byte
+				var hdr [tcpwire.HeaderSize]byte
 				_, _ = io.ReadFull(c, hdr[:])
 				c.Close()
 				continue

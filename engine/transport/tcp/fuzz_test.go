@@ -12,28 +12,9 @@ import (
 	"github.com/kvferry/kvferry/engine"
 	"github.com/kvferry/kvferry/engine/metadata"
 	"github.com/kvferry/kvferry/engine/rpc"
+	"github.com/kvferry/kvferry/engine/transport/tcp/tcpwire"
 	"github.com/kvferry/kvferry/internal/cmem"
 )
-
-func FuzzDecodeStatus(f *testing.F) {
-	var b [StatusSize]byte
-	EncodeStatus(b[:], StatusOK)
-	f.Add(b[:])
-	EncodeStatus(b[:], StatusRejected)
-	f.Add(b[:])
-	f.Add([]byte{1, 2, 3})
-	f.Fuzz(func(t *testing.T, in []byte) {
-		code, err := DecodeStatus(in)
-		if err != nil {
-			return
-		}
-		var out [StatusSize]byte
-		EncodeStatus(out[:], code)
-		if !bytes.Equal(out[:], in[:StatusSize]) {
-			t.Fatalf("status round trip: %x -> %x", in[:StatusSize], out)
-		}
-	})
-}
 
 // fuzzConn feeds r to the server and keeps what it writes.
 type fuzzConn struct {
@@ -85,8 +66,8 @@ func FuzzServeConn(f *testing.F) {
 	}
 	srv := e.Transport(Name).(*Transport).srv
 	hdr := func(write, v2 bool, addr, n uint64) []byte {
-		var b [HeaderSize]byte
-		Header{Size: n, Addr: addr, Write: write, V2: v2}.Encode(&b)
+		var b [tcpwire.HeaderSize]byte
+		tcpwire.Header{Size: n, Addr: addr, Write: write, V2: v2}.Encode(&b)
 		return b[:]
 	}
 	r := uint64(region)
@@ -101,7 +82,7 @@ func FuzzServeConn(f *testing.F) {
 		out := c.w.Bytes()
 		// Every answer is a status frame (v2) and/or a READ payload of at
 		// most the region: no more than that per header sent.
-		if uint64(len(out)) > uint64(len(in)/HeaderSize)*(StatusSize+page) {
+		if uint64(len(out)) > uint64(len(in)/tcpwire.HeaderSize)*(tcpwire.StatusSize+page) {
 			t.Fatalf("%d bytes answered to %d", len(out), len(in))
 		}
 	})

@@ -8,6 +8,7 @@ import (
 
 	"github.com/kvferry/kvferry/engine"
 	"github.com/kvferry/kvferry/engine/gpu"
+	"github.com/kvferry/kvferry/engine/transport/tcp/tcpwire"
 	"github.com/kvferry/kvferry/internal/cuda"
 )
 
@@ -98,8 +99,8 @@ func (l *lane) writeStaged(cs *conn, s *engine.Slice) {
 		}
 		l.w.stager = st
 	}
-	var hdr [HeaderSize]byte
-	Header{Size: s.Length, Addr: s.Remote, Write: true, V2: l.v2}.Encode(&hdr)
+	var hdr [tcpwire.HeaderSize]byte
+	tcpwire.Header{Size: s.Length, Addr: s.Remote, Write: true, V2: l.v2}.Encode(&hdr)
 	sent := false
 	var sockErr error
 	_ = cs.c.SetWriteDeadline(time.Now().Add(l.t.cfg.StatusTimeout))
@@ -169,7 +170,7 @@ func (l *lane) readStaged(cs *conn, s *engine.Slice) error {
 
 // serveDevice serves one request whose target is device memory: pin holds
 // it. It returns false when the connection must close.
-func (s *server) serveDevice(c net.Conn, rd *connReader, st **cuda.Stager, h Header, pin *engine.Region, out *respBatch) bool {
+func (s *server) serveDevice(c net.Conn, rd *connReader, st **cuda.Stager, h tcpwire.Header, pin *engine.Region, out *respBatch) bool {
 	defer pin.Release()
 	timeout := s.t.cfg.StatusTimeout
 	// Earlier responses go first: this one is written directly.
@@ -181,7 +182,7 @@ func (s *server) serveDevice(c net.Conn, rd *connReader, st **cuda.Stager, h Hea
 		if err != nil {
 			s.t.log.Warn("tcp server: cannot stage device memory", "err", err)
 			if h.V2 {
-				out.add(StatusRejected, nil, nil)
+				out.add(tcpwire.StatusRejected, nil, nil)
 				_ = out.flush(c, timeout)
 			}
 			return false
@@ -206,19 +207,19 @@ func (s *server) serveDevice(c net.Conn, rd *connReader, st **cuda.Stager, h Hea
 		if err != nil {
 			s.t.log.Warn("tcp server: device copy of a write failed", "peer", c.RemoteAddr().String(), "err", err)
 			if h.V2 {
-				out.add(StatusRejected, nil, nil)
+				out.add(tcpwire.StatusRejected, nil, nil)
 				_ = out.flush(c, timeout)
 			}
 			return false // the rest of the payload was not read
 		}
 		if h.V2 {
-			out.add(StatusOK, nil, nil)
+			out.add(tcpwire.StatusOK, nil, nil)
 		}
 		s.served.Add(1)
 		return true
 	}
-	var status [StatusSize]byte
-	EncodeStatus(status[:], StatusOK)
+	var status [tcpwire.StatusSize]byte
+	tcpwire.EncodeStatus(status[:], tcpwire.StatusOK)
 	sent := false
 	var sockErr error
 	err := (*st).FromDevice(pin.Device, h.Addr, h.Size, func(b []byte) error {
@@ -240,7 +241,7 @@ func (s *server) serveDevice(c net.Conn, rd *connReader, st **cuda.Stager, h Hea
 		return true
 	case sockErr == nil && !sent && h.V2:
 		s.t.log.Warn("tcp server: device copy of a read failed", "peer", c.RemoteAddr().String(), "err", err)
-		out.add(StatusRejected, nil, nil)
+		out.add(tcpwire.StatusRejected, nil, nil)
 		_ = out.flush(c, timeout)
 	}
 	return false

@@ -13,6 +13,7 @@ import (
 
 	"github.com/kvferry/kvferry/engine"
 	"github.com/kvferry/kvferry/engine/peerauth"
+	"github.com/kvferry/kvferry/engine/transport/tcp/tcpwire"
 	"github.com/kvferry/kvferry/internal/cmem"
 	"github.com/kvferry/kvferry/internal/cuda"
 	"github.com/kvferry/kvferry/metrics"
@@ -44,7 +45,7 @@ type lane struct {
 	w struct {
 		sync.Mutex
 		cs     *conn
-		hdrs   [maxWriteBatch][HeaderSize]byte
+		hdrs   [maxWriteBatch][tcpwire.HeaderSize]byte
 		bufs   net.Buffers
 		piece  net.Buffers
 		v1done []*engine.Slice
@@ -399,7 +400,7 @@ func (l *lane) writeChunk(cs *conn, chunk []*engine.Slice) {
 			s.Complete(engine.ErrCanceled)
 			continue
 		}
-		Header{Size: s.Length, Addr: s.Remote, Write: s.Op == engine.OpWrite, V2: l.v2}.Encode(&l.w.hdrs[i])
+		tcpwire.Header{Size: s.Length, Addr: s.Remote, Write: s.Op == engine.OpWrite, V2: l.v2}.Encode(&l.w.hdrs[i])
 		bufs = append(bufs, l.w.hdrs[i][:])
 		if s.Op == engine.OpWrite {
 			bufs = appendLocal(bufs, s)
@@ -513,16 +514,16 @@ func (l *lane) runReader(cs *conn) {
 func (l *lane) readResponse(cs *conn, s *engine.Slice) error {
 	_ = cs.c.SetReadDeadline(time.Now().Add(l.t.cfg.StatusTimeout))
 	if l.v2 {
-		b, err := cs.rd.peek(StatusSize)
+		b, err := cs.rd.peek(tcpwire.StatusSize)
 		if err != nil {
 			return l.classify(err)
 		}
-		code, err := DecodeStatus(b)
-		cs.rd.discard(StatusSize)
+		code, err := tcpwire.DecodeStatus(b)
+		cs.rd.discard(tcpwire.StatusSize)
 		if err != nil {
 			return fmt.Errorf("from %s: %w", l.addr, err)
 		}
-		if code != StatusOK {
+		if code != tcpwire.StatusOK {
 			return fmt.Errorf("%s %#x+%d: %w (status %d)", s.Op, s.Remote, s.Length, engine.ErrRejected, code)
 		}
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/kvferry/kvferry/engine"
 	"github.com/kvferry/kvferry/engine/peerauth"
+	"github.com/kvferry/kvferry/engine/transport/tcp/tcpwire"
 	"github.com/kvferry/kvferry/internal/cmem"
 	"github.com/kvferry/kvferry/internal/cuda"
 	"github.com/kvferry/kvferry/internal/netguard"
@@ -112,7 +113,7 @@ const (
 // request order) so that pipelined requests are answered with one writev.
 // READ payloads stay pinned until written.
 type respBatch struct {
-	status [respMaxRequests * StatusSize]byte
+	status [respMaxRequests * tcpwire.StatusSize]byte
 	nst    int
 	iov    net.Buffers
 	pins   []*engine.Region
@@ -121,12 +122,12 @@ type respBatch struct {
 }
 
 func (b *respBatch) add(code uint32, payload []byte, pin *engine.Region) {
-	st := b.status[b.nst*StatusSize : (b.nst+1)*StatusSize]
+	st := b.status[b.nst*tcpwire.StatusSize : (b.nst+1)*tcpwire.StatusSize]
 	b.nst++
-	EncodeStatus(st, code)
+	tcpwire.EncodeStatus(st, code)
 	// Merge adjacent status frames into one iovec.
-	if n := len(b.iov); n > 0 && len(b.iov[n-1]) > 0 && &b.iov[n-1][len(b.iov[n-1])-1] == &b.status[(b.nst-1)*StatusSize-1] {
-		b.iov[n-1] = b.iov[n-1][:len(b.iov[n-1])+StatusSize]
+	if n := len(b.iov); n > 0 && len(b.iov[n-1]) > 0 && &b.iov[n-1][len(b.iov[n-1])-1] == &b.status[(b.nst-1)*tcpwire.StatusSize-1] {
+		b.iov[n-1] = b.iov[n-1][:len(b.iov[n-1])+tcpwire.StatusSize]
 	} else {
 		b.iov = append(b.iov, st)
 	}
@@ -214,12 +215,12 @@ func (s *server) serveConn(c net.Conn) {
 	}()
 	cfg := &s.t.cfg
 	for {
-		if rd.buffered() < HeaderSize || out.full() {
+		if rd.buffered() < tcpwire.HeaderSize || out.full() {
 			if err := out.flush(c, timeout); err != nil {
 				s.t.log.Debug("tcp server: write responses", "peer", c.RemoteAddr().String(), "err", err)
 				return
 			}
-			if n := rd.buffered(); n < HeaderSize {
+			if n := rd.buffered(); n < tcpwire.HeaderSize {
 				// About to wait for a header: an idle connection is closed
 				// after IdleTimeout, and a header that has begun must be
 				// complete within HeaderTimeout (a trickle cannot extend it).
@@ -230,7 +231,7 @@ func (s *server) serveConn(c net.Conn) {
 				_ = c.SetReadDeadline(time.Now().Add(d))
 			}
 		}
-		hb, err := rd.peek(HeaderSize)
+		hb, err := rd.peek(tcpwire.HeaderSize)
 		if err != nil {
 			switch {
 			case errors.Is(err, os.ErrDeadlineExceeded):
@@ -245,8 +246,8 @@ func (s *server) serveConn(c net.Conn) {
 				"peer", c.RemoteAddr().String())
 			return
 		}
-		h, err := DecodeHeader(hb)
-		rd.discard(HeaderSize)
+		h, err := tcpwire.DecodeHeader(hb)
+		rd.discard(tcpwire.HeaderSize)
 		if err != nil {
 			s.t.warn("header", "tcp server: bad header, closing", "peer", c.RemoteAddr().String(), "err", err)
 			s.t.obs.Refused(metrics.RefusedMalformed)
@@ -258,7 +259,7 @@ func (s *server) serveConn(c net.Conn) {
 			s.t.obs.Refused(metrics.RefusedRange)
 			s.t.logReject(c.RemoteAddr().String(), h)
 			if h.V2 {
-				out.add(StatusRejected, nil, nil)
+				out.add(tcpwire.StatusRejected, nil, nil)
 				_ = out.flush(c, timeout)
 			}
 			return
@@ -294,10 +295,10 @@ func (s *server) serveConn(c net.Conn) {
 				return
 			}
 			if h.V2 {
-				out.add(StatusOK, nil, nil)
+				out.add(tcpwire.StatusOK, nil, nil)
 			}
 		} else if h.V2 {
-			out.add(StatusOK, mem, pin)
+			out.add(tcpwire.StatusOK, mem, pin)
 		} else {
 			out.addPayload(mem, pin)
 		}

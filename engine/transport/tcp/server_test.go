@@ -15,6 +15,7 @@ import (
 	"github.com/kvferry/kvferry/engine"
 	"github.com/kvferry/kvferry/engine/stack"
 	"github.com/kvferry/kvferry/engine/transport/tcp"
+	"github.com/kvferry/kvferry/engine/transport/tcp/tcpwire"
 	"github.com/kvferry/kvferry/internal/cmem"
 )
 
@@ -62,8 +63,8 @@ func closedSoon(c net.Conn, d time.Duration) bool {
 }
 
 func header(op byte, addr, size uint64) []byte {
-	var b [tcp.HeaderSize]byte
-	tcp.Header{Size: size, Addr: addr, Write: op == 1, V2: true}.Encode(&b)
+	var b [tcpwire.HeaderSize]byte
+	tcpwire.Header{Size: size, Addr: addr, Write: op == 1, V2: true}.Encode(&b)
 	return b[:]
 }
 

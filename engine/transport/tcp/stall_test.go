@@ -15,6 +15,7 @@ import (
 	"github.com/kvferry/kvferry/engine/descriptor"
 	"github.com/kvferry/kvferry/engine/stack"
 	"github.com/kvferry/kvferry/engine/transport/tcp"
+	"github.com/kvferry/kvferry/engine/transport/tcp/tcpwire"
 	"github.com/kvferry/kvferry/internal/cmem"
 )
 
@@ -67,13 +68,13 @@ func TestStalledWriteFailsOnce(t *testing.T) {
 				defer c.Close()
 				// The first request (4 KiB): read it, answer after a pause
 				// so that the writer's deadline is the earlier one.
-				b := make([]byte, tcp.HeaderSize+4096)
+				b := make([]byte, tcpwire.HeaderSize+4096)
 				if _, err := io.ReadFull(c, b); err != nil {
 					return
 				}
 				time.Sleep(150 * time.Millisecond)
-				st := make([]byte, tcp.StatusSize)
-				tcp.EncodeStatus(st, tcp.StatusOK)
+				st := make([]byte, tcpwire.StatusSize)
+				tcpwire.EncodeStatus(st, tcpwire.StatusOK)
 				_, _ = c.Write(st)
 				<-hold // frozen
 			}()
@@ -134,15 +135,15 @@ func TestSlowLinkCompletes(t *testing.T) {
 			go func() {
 				defer c.Close()
 				_ = c.(*net.TCPConn).SetReadBuffer(64 << 10)
-				hdr := make([]byte, tcp.HeaderSize)
+				hdr := make([]byte, tcpwire.HeaderSize)
 				buf := make([]byte, 256<<10)
-				st := make([]byte, tcp.StatusSize)
-				tcp.EncodeStatus(st, tcp.StatusOK)
+				st := make([]byte, tcpwire.StatusSize)
+				tcpwire.EncodeStatus(st, tcpwire.StatusOK)
 				for {
 					if _, err := io.ReadFull(c, hdr); err != nil {
 						return
 					}
-					h, err := tcp.DecodeHeader(hdr)
+					h, err := tcpwire.DecodeHeader(hdr)
 					if err != nil {
 						return
 					}

@@ -15,6 +15,7 @@ import (
 	"github.com/kvferry/kvferry/engine/descriptor"
 	"github.com/kvferry/kvferry/engine/gpu"
 	"github.com/kvferry/kvferry/engine/peerauth"
+	"github.com/kvferry/kvferry/engine/transport/tcp/tcpwire"
 	"github.com/kvferry/kvferry/internal/netguard"
 	"github.com/kvferry/kvferry/internal/ratelog"
 	"github.com/kvferry/kvferry/metrics"
@@ -226,7 +227,7 @@ func (t *Transport) Stats() Stats {
 	return s
 }
 
-func (t *Transport) logReject(peer string, h Header) {
+func (t *Transport) logReject(peer string, h tcpwire.Header) {
 	t.warn("reject", "tcp request outside registered memory refused", "peer", peer, "addr", h.Addr, "bytes", h.Size, "op", opName(h.Write))
 }
 

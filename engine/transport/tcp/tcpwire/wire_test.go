@@ -1,12 +1,10 @@
-package tcp
+package tcpwire
 
 import (
 	"bytes"
 	"encoding/hex"
 	"errors"
 	"testing"
-
-	"gotest.tools/v3/assert"
 )
 
 // Golden bytes written from specs/mooncake.md §4.2-4.3, not from our encoder.
@@ -28,13 +26,21 @@ func TestHeaderGolden(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			want, err := hex.DecodeString(c.hex)
-			assert.NilError(t, err)
+			if err != nil {
+				t.Fatal(err)
+			}
 			var b [HeaderSize]byte
 			c.h.Encode(&b)
-			assert.DeepEqual(t, b[:], want)
+			if got, want := b[:], want; !bytes.Equal(got, want) {
+				t.Fatalf("b[:]: %x, want %x", got, want)
+			}
 			got, err := DecodeHeader(want)
-			assert.NilError(t, err)
-			assert.Equal(t, got, c.h)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, want := got, c.h; got != want {
+				t.Fatalf("got: %v, want %v", got, want)
+			}
 		})
 	}
 }
@@ -42,15 +48,23 @@ func TestHeaderGolden(t *testing.T) {
 func TestHeaderPaddingIgnoredAndBadOpcode(t *testing.T) {
 	b, _ := hex.DecodeString("0010000000000000" + "00100000007f0000" + "81" + "deadbeefcafe01")
 	h, err := DecodeHeader(b)
-	assert.NilError(t, err)
-	assert.Equal(t, h, Header{Size: 4096, Addr: 0x7f0000001000, Write: true, V2: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := h, (Header{Size: 4096, Addr: 0x7f0000001000, Write: true, V2: true}); got != want {
+		t.Fatalf("h: %v, want %v", got, want)
+	}
 	for _, op := range []byte{2, 0x7f, 0x82, 0xff} {
 		b[16] = op
 		_, err := DecodeHeader(b)
-		assert.Assert(t, errors.Is(err, ErrWire), "opcode %#x", op)
+		if !(errors.Is(err, ErrWire)) {
+			t.Fatalf("opcode %#x", op)
+		}
 	}
 	_, err = DecodeHeader(b[:23])
-	assert.Assert(t, errors.Is(err, ErrWire))
+	if !(errors.Is(err, ErrWire)) {
+		t.Fatal("errors.Is(err, ErrWire)")
+	}
 }
 
 func TestStatusGolden(t *testing.T) {
@@ -58,14 +72,24 @@ func TestStatusGolden(t *testing.T) {
 	rej, _ := hex.DecodeString("0100000056544" + "34d")
 	var b [StatusSize]byte
 	EncodeStatus(b[:], StatusOK)
-	assert.DeepEqual(t, b[:], ok)
+	if got, want := b[:], ok; !bytes.Equal(got, want) {
+		t.Fatalf("b[:]: %x, want %x", got, want)
+	}
 	EncodeStatus(b[:], StatusRejected)
-	assert.DeepEqual(t, b[:], rej)
+	if got, want := b[:], rej; !bytes.Equal(got, want) {
+		t.Fatalf("b[:]: %x, want %x", got, want)
+	}
 	code, err := DecodeStatus(rej)
-	assert.NilError(t, err)
-	assert.Equal(t, code, uint32(StatusRejected))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := code, uint32(StatusRejected); got != want {
+		t.Fatalf("code: %v, want %v", got, want)
+	}
 	_, err = DecodeStatus(bytes.Repeat([]byte{0}, 8))
-	assert.Assert(t, errors.Is(err, ErrWire), "a frame without the magic is a legacy peer")
+	if !(errors.Is(err, ErrWire)) {
+		t.Fatalf("a frame without the magic is a legacy peer")
+	}
 }
 
 func TestWireZeroAllocs(t *testing.T) {
@@ -77,7 +101,9 @@ func TestWireZeroAllocs(t *testing.T) {
 		EncodeStatus(st[:], StatusOK)
 		_, _ = DecodeStatus(st[:])
 	})
-	assert.Equal(t, n, 0.0)
+	if got, want := n, 0.0; got != want {
+		t.Fatalf("n: %v, want %v", got, want)
+	}
 }
 
 func FuzzDecodeHeader(f *testing.F) {
