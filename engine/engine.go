@@ -17,6 +17,7 @@ import (
 
 	"github.com/kvferry/kvferry/engine/descriptor"
 	"github.com/kvferry/kvferry/engine/metadata"
+	"github.com/kvferry/kvferry/engine/notifywire"
 	"github.com/kvferry/kvferry/engine/rpc"
 	"github.com/kvferry/kvferry/internal/netguard"
 	"github.com/kvferry/kvferry/internal/spin"
@@ -862,11 +863,11 @@ func (e *Engine) handleRPC(ctx context.Context, t rpc.Type, body []byte, peer ne
 	case rpc.TypeMetadata:
 		return e.current().marshaled()
 	case rpc.TypeNotify:
-		n, err := decodeNotify(body)
+		name, msg, err := notifywire.Decode(body)
 		if err != nil {
-			return nil, fmt.Errorf("notify from %s: %w", peer, err)
+			return nil, fmt.Errorf("notify from %s: %w: %w", peer, err, ErrInvalidArgument)
 		}
-		if !e.deliver(n, netguard.IP(peer)) {
+		if !e.deliver(Notification{Name: name, Msg: msg}, netguard.IP(peer)) {
 			// An empty notify_msg tells the sender we refused it.
 			return []byte(`{"name":"","notify_msg":""}` + "\n"), nil
 		}
@@ -987,7 +988,8 @@ func (e *Engine) notifyPeer(ctx context.Context, p *Peer, n Notification) error 
 		e.metrics.notifiesSent.Add(1)
 		return nil
 	}
-	body, err := encodeNotify(n, p.Descriptor())
+	d := p.Descriptor()
+	body, err := notifywire.Encode(n.Name, n.Msg, d != nil && d.Has(descriptor.FeatureNotifyBytes))
 	if err != nil {
 		return err
 	}

@@ -6,34 +6,9 @@ import (
 	"net"
 	"testing"
 
-	"github.com/kvferry/kvferry/engine/descriptor"
 	"github.com/kvferry/kvferry/engine/metadata"
 	"github.com/kvferry/kvferry/engine/rpc"
 )
-
-func FuzzDecodeNotify(f *testing.F) {
-	plain, _ := encodeNotify(Notification{Name: "a", Msg: "b"}, nil)
-	f.Add(plain)
-	d := &descriptor.Segment{Features: []string{descriptor.FeatureNotifyBytes}}
-	enc, _ := encodeNotify(Notification{Name: "x\x00y", Msg: "\xff\xfe"}, d)
-	f.Add(enc)
-	f.Add([]byte(`{"name":"a","notify_msg":"b","kvferry_encoding":"rot13"}`))
-	f.Fuzz(func(t *testing.T, body []byte) {
-		n, err := decodeNotify(body)
-		if err != nil {
-			return
-		}
-		// What decodes travels again, in the byte-exact form, unchanged.
-		again, err := encodeNotify(n, d)
-		if err != nil {
-			t.Fatal(err)
-		}
-		m, err := decodeNotify(again)
-		if err != nil || m != n {
-			t.Fatalf("round trip: %q -> %q (%v)", n, m, err)
-		}
-	})
-}
 
 // FuzzHandleRPC sends arbitrary frames to an engine's RPC handler (the
 // handshake port's dispatcher: metadata, notify, probe, connection): it

@@ -32,7 +32,7 @@ engine/transport/tcp/tcpwire FuzzDecodeHeader parser
 engine/transport/tcp/tcpwire FuzzDecodeStatus parser
 engine/transport/tcp FuzzServeConn state
 engine/rpc FuzzDecodeFrame parser
-engine FuzzDecodeNotify parser
+engine/notifywire FuzzDecodeNotify parser
 engine FuzzHandleRPC state
 engine/descriptor FuzzUnmarshal parser
 engine/descriptor FuzzParseP2PName parser
