@@ -53,8 +53,8 @@ store/wire FuzzCheckShape parser
 store/wire FuzzServeMuxConn state
 store/master FuzzService state
 store/master FuzzRestore state
-store/oplog FuzzParseFrames parser
-store/oplog FuzzParseSnapshot parser
+store/oplog/frame FuzzParseFrames parser
+store/oplog/frame FuzzParseSnapshot parser
 store/ha FuzzParseEndpoints parser
 agent/nixl FuzzParsePublicData parser
 agent/nixl FuzzParseOptions parser

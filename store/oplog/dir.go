@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/kvferry/kvferry/store/oplog/frame"
 )
 
 // DirConfig configures a Dir backend.
@@ -115,7 +117,7 @@ func (d *Dir) Load(context.Context) (State, error) {
 		if err != nil {
 			return st, fmt.Errorf("oplog dir: %w", err)
 		}
-		seq, data, err := parseSnapshot(b)
+		seq, data, err := frame.ParseSnapshot(b)
 		if err != nil {
 			st.Dropped++
 			continue
@@ -133,7 +135,7 @@ func (d *Dir) Load(context.Context) (State, error) {
 		if err != nil {
 			return st, fmt.Errorf("oplog dir: %w", err)
 		}
-		recs, end, perr := parseFrames(b)
+		recs, end, perr := frame.Parse(b)
 		all = append(all, recs...)
 		var last uint64
 		if len(recs) > 0 {
@@ -181,7 +183,7 @@ func (d *Dir) Append(_ context.Context, recs []Record) error {
 	}
 	var buf []byte
 	for _, r := range recs {
-		buf = appendFrame(buf, r)
+		buf = frame.Append(buf, r)
 	}
 	end, err := d.cur.Seek(0, io.SeekEnd)
 	if err != nil {
@@ -215,7 +217,7 @@ func (d *Dir) Snapshot(_ context.Context, seq uint64, data []byte) error {
 	if err != nil {
 		return fmt.Errorf("oplog dir: %w", err)
 	}
-	_, err = f.Write(frameSnapshot(seq, data))
+	_, err = f.Write(frame.Snapshot(seq, data))
 	if err == nil {
 		err = f.Sync()
 	}

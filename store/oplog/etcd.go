@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/kvferry/kvferry/store/oplog/frame"
 )
 
 // EtcdConfig configures an Etcd backend.
@@ -71,7 +73,7 @@ func (e *Etcd) txn(ctx context.Context, ops ...clientv3.Op) error {
 func (e *Etcd) Append(ctx context.Context, recs []Record) error {
 	var buf []byte
 	for i, r := range recs {
-		buf = appendFrame(buf, r)
+		buf = frame.Append(buf, r)
 		if len(buf) >= etcdChunk || i == len(recs)-1 {
 			if err := e.txn(ctx, clientv3.OpPut(e.logKey(r.Seq), string(buf))); err != nil {
 				return err
@@ -129,7 +131,7 @@ func (e *Etcd) manifest(ctx context.Context) (seq uint64, chunks, total int, crc
 	}
 	b := resp.Kvs[0].Value
 	if len(b) != 28 {
-		return 0, 0, 0, 0, fmt.Errorf("oplog etcd: manifest of %d bytes: %w", len(b), errTorn)
+		return 0, 0, 0, 0, fmt.Errorf("oplog etcd: manifest of %d bytes: %w", len(b), frame.ErrTorn)
 	}
 	return binary.LittleEndian.Uint64(b), int(binary.LittleEndian.Uint64(b[8:])),
 		int(binary.LittleEndian.Uint64(b[16:])), binary.LittleEndian.Uint32(b[24:]), nil
@@ -152,7 +154,7 @@ func (e *Etcd) Load(ctx context.Context) (State, error) {
 		}
 		if len(data) != total || crc32.Checksum(data, castagnoli) != crc || chunks == 0 {
 			return st, fmt.Errorf("oplog etcd: snapshot %d: %d bytes for %d, or checksum mismatch: %w",
-				seq, len(data), total, errTorn)
+				seq, len(data), total, frame.ErrTorn)
 		}
 		st.SnapshotSeq, st.Snapshot = seq, data
 	}
@@ -162,7 +164,7 @@ func (e *Etcd) Load(ctx context.Context) (State, error) {
 		if perr != nil {
 			return
 		}
-		recs, _, err := parseFrames(v)
+		recs, _, err := frame.Parse(v)
 		all = append(all, recs...)
 		if err != nil {
 			perr = err

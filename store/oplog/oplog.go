@@ -23,19 +23,14 @@ package oplog
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
-	"fmt"
 	"hash/crc32"
+
+	"github.com/kvferry/kvferry/store/oplog/frame"
 )
 
-// Record is one entry of the log.
-type Record struct {
-	// Seq numbers the record: 1 for the first, consecutive after that.
-	Seq uint64
-	// Data is the record's payload (the master's encoding).
-	Data []byte
-}
+// Record is one entry of the log (framed by package frame).
+type Record = frame.Record
 
 // State is what Load found.
 type State struct {
@@ -84,89 +79,7 @@ var ErrFenced = errors.New("oplog: another master leads; nothing written")
 // failed batch may be appended again.
 var ErrBroken = errors.New("oplog: the log cannot be appended to safely any more")
 
-const headerLen = 16
-
-// maxRecord bounds one record's length (a snapshot is not a record).
-const maxRecord = 64 << 20
-
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
-
-func recordCRC(seq uint64, data []byte) uint32 {
-	var s [8]byte
-	binary.LittleEndian.PutUint64(s[:], seq)
-	c := crc32.Update(0, castagnoli, s[:])
-	return crc32.Update(c, castagnoli, data)
-}
-
-// appendFrame appends the framed record to buf.
-func appendFrame(buf []byte, r Record) []byte {
-	var h [headerLen]byte
-	binary.LittleEndian.PutUint32(h[0:], uint32(len(r.Data)))
-	binary.LittleEndian.PutUint32(h[4:], recordCRC(r.Seq, r.Data))
-	binary.LittleEndian.PutUint64(h[8:], r.Seq)
-	buf = append(buf, h[:]...)
-	return append(buf, r.Data...)
-}
-
-// errTorn marks the end of the intact part of a framed buffer.
-var errTorn = errors.New("torn or corrupt record")
-
-// parseFrames decodes framed records from b. It returns the records up to
-// the first torn or corrupt one, and the offset where the intact part ends
-// (len(b) when all is intact). The records' Data alias b.
-func parseFrames(b []byte) ([]Record, int, error) {
-	var out []Record
-	off := 0
-	for off < len(b) {
-		if len(b)-off < headerLen {
-			return out, off, errTorn
-		}
-		n := binary.LittleEndian.Uint32(b[off:])
-		crc := binary.LittleEndian.Uint32(b[off+4:])
-		seq := binary.LittleEndian.Uint64(b[off+8:])
-		if n > maxRecord || uint64(len(b)-off-headerLen) < uint64(n) {
-			return out, off, errTorn
-		}
-		data := b[off+headerLen : off+headerLen+int(n)]
-		if recordCRC(seq, data) != crc {
-			return out, off, errTorn
-		}
-		out = append(out, Record{Seq: seq, Data: data})
-		off += headerLen + int(n)
-	}
-	return out, off, nil
-}
-
-// snapHeader frames a snapshot: magic, seq, length, CRC-32C of the data.
-const snapMagic = "KVFSNAP1"
-
-const snapHeaderLen = len(snapMagic) + 8 + 8 + 4
-
-func frameSnapshot(seq uint64, data []byte) []byte {
-	out := make([]byte, snapHeaderLen, snapHeaderLen+len(data))
-	copy(out, snapMagic)
-	binary.LittleEndian.PutUint64(out[8:], seq)
-	binary.LittleEndian.PutUint64(out[16:], uint64(len(data)))
-	binary.LittleEndian.PutUint32(out[24:], crc32.Checksum(data, castagnoli))
-	return append(out, data...)
-}
-
-// parseSnapshot checks a framed snapshot and returns its seq and data.
-func parseSnapshot(b []byte) (uint64, []byte, error) {
-	if len(b) < snapHeaderLen || string(b[:len(snapMagic)]) != snapMagic {
-		return 0, nil, fmt.Errorf("snapshot: bad header: %w", errTorn)
-	}
-	seq := binary.LittleEndian.Uint64(b[8:])
-	n := binary.LittleEndian.Uint64(b[16:])
-	if n != uint64(len(b)-snapHeaderLen) {
-		return 0, nil, fmt.Errorf("snapshot: %d bytes for %d: %w", len(b)-snapHeaderLen, n, errTorn)
-	}
-	data := b[snapHeaderLen:]
-	if crc32.Checksum(data, castagnoli) != binary.LittleEndian.Uint32(b[24:]) {
-		return 0, nil, fmt.Errorf("snapshot: checksum mismatch: %w", errTorn)
-	}
-	return seq, data, nil
-}
 
 // contiguous keeps the records of recs that follow after (skipping those at
 // or below it) up to the first gap in the sequence. A record numbered below

@@ -13,6 +13,7 @@ import (
 	"gotest.tools/v3/assert"
 
 	"github.com/kvferry/kvferry/engine/metadata/etcd/etcdtest"
+	"github.com/kvferry/kvferry/store/oplog/frame"
 )
 
 func recs(from, to uint64) []Record {
@@ -109,7 +110,7 @@ func TestDirTornTail(t *testing.T) {
 	b, err := os.ReadFile(logs[0])
 	assert.NilError(t, err)
 	// A torn sixth record: its header and half its data.
-	torn := appendFrame(nil, Record{Seq: 6, Data: []byte("record six, torn")})
+	torn := frame.Append(nil, Record{Seq: 6, Data: []byte("record six, torn")})
 	assert.NilError(t, os.WriteFile(logs[0], append(b, torn[:len(torn)-5]...), 0o644))
 
 	d, err = OpenDir(DirConfig{Path: dir})
@@ -131,8 +132,8 @@ func TestDirTornTail(t *testing.T) {
 	// Flip a byte inside record 3: the log ends at record 2.
 	b, err = os.ReadFile(logs[0])
 	assert.NilError(t, err)
-	one := len(appendFrame(nil, recs(1, 1)[0]))
-	b[2*one+headerLen+1] ^= 0xff
+	one := len(frame.Append(nil, recs(1, 1)[0]))
+	b[2*one+frame.HeaderBytes+1] ^= 0xff
 	assert.NilError(t, os.WriteFile(logs[0], b, 0o644))
 	d, err = OpenDir(DirConfig{Path: dir})
 	assert.NilError(t, err)
@@ -154,12 +155,12 @@ func TestDirTornTail(t *testing.T) {
 
 func TestParseFramesBounds(t *testing.T) {
 	// A header that claims more than there is, or than maxRecord.
-	b := appendFrame(nil, Record{Seq: 1, Data: []byte("x")})
+	b := frame.Append(nil, Record{Seq: 1, Data: []byte("x")})
 	b[0], b[1], b[2], b[3] = 0xff, 0xff, 0xff, 0x7f
-	out, end, err := parseFrames(b)
+	out, end, err := frame.Parse(b)
 	assert.Equal(t, len(out), 0)
 	assert.Equal(t, end, 0)
-	assert.Assert(t, errors.Is(err, errTorn))
+	assert.Assert(t, errors.Is(err, frame.ErrTorn))
 }
 
 func TestEtcdBackend(t *testing.T) {

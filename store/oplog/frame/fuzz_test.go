@@ -1,4 +1,4 @@
-package oplog
+package frame
 
 import (
 	"bytes"
@@ -9,16 +9,16 @@ import (
 // crash, a damaged disk): the intact prefix is returned and re-frames to
 // exactly those bytes.
 func FuzzParseFrames(f *testing.F) {
-	f.Add(appendFrame(appendFrame(nil, Record{Seq: 1, Data: []byte("a")}), Record{Seq: 2, Data: []byte("bc")}))
+	f.Add(Append(Append(nil, Record{Seq: 1, Data: []byte("a")}), Record{Seq: 2, Data: []byte("bc")}))
 	f.Add([]byte{1, 0, 0, 0})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		recs, n, err := parseFrames(b)
+		recs, n, err := Parse(b)
 		if n > len(b) || (err == nil) != (n == len(b)) {
 			t.Fatalf("intact %d of %d, err %v", n, len(b), err)
 		}
 		var again []byte
 		for _, r := range recs {
-			again = appendFrame(again, r)
+			again = Append(again, r)
 		}
 		if !bytes.Equal(again, b[:n]) {
 			t.Fatalf("re-framed prefix differs")
@@ -28,14 +28,14 @@ func FuzzParseFrames(f *testing.F) {
 
 // FuzzParseSnapshot reads arbitrary bytes as a snapshot file.
 func FuzzParseSnapshot(f *testing.F) {
-	f.Add(frameSnapshot(7, []byte("state")))
+	f.Add(Snapshot(7, []byte("state")))
 	f.Add([]byte("KVFSNAP1"))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		seq, data, err := parseSnapshot(b)
+		seq, data, err := ParseSnapshot(b)
 		if err != nil {
 			return
 		}
-		if !bytes.Equal(frameSnapshot(seq, data), b) {
+		if !bytes.Equal(Snapshot(seq, data), b) {
 			t.Fatalf("re-framed snapshot differs")
 		}
 	})
