@@ -56,7 +56,7 @@ store/master FuzzRestore state
 store/oplog/frame FuzzParseFrames parser
 store/oplog/frame FuzzParseSnapshot parser
 store/ha FuzzParseEndpoints parser
-agent/nixl FuzzParsePublicData parser
+agent/nixl/publicdata FuzzParsePublicData parser
 agent/nixl FuzzParseOptions parser
 agent/trtllm FuzzParseOptions parser
 "

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/kvferry/kvferry/agent/nixl/publicdata"
 	"github.com/kvferry/kvferry/engine"
 	"github.com/kvferry/kvferry/internal/handle"
 )
@@ -334,7 +335,7 @@ func (a *Agent) PublicData(h MD) (string, error) {
 	if !ok || !m.local {
 		return "", fmt.Errorf("public data of md %#x: %w", uint64(h), engine.ErrInvalidArgument)
 	}
-	return formatPublicData(m.addr, m.len, a.self.info), nil
+	return publicdata.Format(m.addr, m.len, a.self.info), nil
 }
 
 // LoadRemoteMD checks agent's buffer addr+n against its public data blob
@@ -349,9 +350,9 @@ func (a *Agent) LoadRemoteMD(agent string, mem MemType, addr, n, dev uint64, blo
 	if err != nil {
 		return 0, fmt.Errorf("load remote md: %w", err)
 	}
-	baddr, blen, seg, err := parsePublicData(blob)
+	baddr, blen, seg, err := publicdata.Parse(blob)
 	if err != nil {
-		return 0, fmt.Errorf("load remote md of %q: %w", agent, err)
+		return 0, fmt.Errorf("load remote md of %q: %w: %w", agent, err, engine.ErrInvalidArgument)
 	}
 	if seg != p.info {
 		return 0, fmt.Errorf("load remote md of %q: buffer of segment %q, agent is %q: %w", agent, seg, p.info, ErrMismatch)

@@ -53,56 +53,6 @@ func newTestAgent(t testing.TB, name string, opts map[string]string, progress bo
 	return a
 }
 
-func TestPublicData(t *testing.T) {
-	for _, c := range []struct {
-		blob    string
-		ok      bool
-		addr, n uint64
-		seg     string
-	}{
-		{"kvf1 7f0000001000 1048576 127.0.0.1:15001", true, 0x7f0000001000, 1 << 20, "127.0.0.1:15001"},
-		{"kvf1 10 1 name with spaces", true, 0x10, 1, "name with spaces"},
-		{"kvf1 10 0 seg", false, 0, 0, ""},
-		{"kvf1 ffffffffffffffff 2 seg", false, 0, 0, ""},
-		{"kvf1 10 1", false, 0, 0, ""},
-		{"kvf1 10 1 ", false, 0, 0, ""},
-		{"kvf2 10 1 seg", false, 0, 0, ""},
-		{"", false, 0, 0, ""},
-		{"\x00\x01garbage", false, 0, 0, ""},
-	} {
-		addr, n, seg, err := parsePublicData(c.blob)
-		assert.Equal(t, err == nil, c.ok, "%q: %v", c.blob, err)
-		assert.Equal(t, addr, c.addr, c.blob)
-		assert.Equal(t, n, c.n, c.blob)
-		assert.Equal(t, seg, c.seg, c.blob)
-		if c.ok {
-			assert.Equal(t, formatPublicData(addr, n, seg), c.blob)
-		}
-	}
-}
-
-// FuzzParsePublicData: no panic, an error gives no result, and what parses
-// formats back into a blob that parses to the same values.
-func FuzzParsePublicData(f *testing.F) {
-	f.Add("kvf1 7f0000001000 1048576 127.0.0.1:15001")
-	f.Add("kvf1 0 1 x")
-	f.Add("kvf1 -1 1 x")
-	f.Add("kvf1  1 x")
-	f.Fuzz(func(t *testing.T, blob string) {
-		addr, n, seg, err := parsePublicData(blob)
-		if err != nil {
-			if addr != 0 || n != 0 || seg != "" {
-				t.Fatalf("error with a result: %v", err)
-			}
-			return
-		}
-		a2, n2, s2, err := parsePublicData(formatPublicData(addr, n, seg))
-		if err != nil || a2 != addr || n2 != n || s2 != seg {
-			t.Fatalf("round trip of %q: %v", blob, err)
-		}
-	})
-}
-
 func TestOptions(t *testing.T) {
 	opts := Options(hostenv.StackConfig())
 	keys := map[string]string{}

@@ -2,9 +2,6 @@ package nixl
 
 import (
 	"errors"
-	"fmt"
-	"strconv"
-	"strings"
 	"structs"
 
 	"github.com/kvferry/kvferry/engine"
@@ -94,31 +91,3 @@ var (
 	// failure. NIXL_IN_PROG.
 	ErrInProgress = errors.New("transfer in progress")
 )
-
-// publicPrefix starts every public-data blob; the version lets a later
-// format be told apart.
-const publicPrefix = "kvf1 "
-
-// formatPublicData is the inverse of parsePublicData:
-// "kvf1 <addr hex> <len> <segment name>".
-func formatPublicData(addr, n uint64, seg string) string {
-	return publicPrefix + strconv.FormatUint(addr, 16) + " " + strconv.FormatUint(n, 10) + " " + seg
-}
-
-// parsePublicData splits a blob made by formatPublicData.
-func parsePublicData(blob string) (addr, n uint64, seg string, err error) {
-	rest, ok := strings.CutPrefix(blob, publicPrefix)
-	if !ok {
-		return 0, 0, "", fmt.Errorf("public data %.40q: not kvferry's: %w", blob, engine.ErrInvalidArgument)
-	}
-	f := strings.SplitN(rest, " ", 3)
-	if len(f) != 3 || f[2] == "" {
-		return 0, 0, "", fmt.Errorf("public data %.40q: malformed: %w", blob, engine.ErrInvalidArgument)
-	}
-	addr, err1 := strconv.ParseUint(f[0], 16, 64)
-	n, err2 := strconv.ParseUint(f[1], 10, 64)
-	if err1 != nil || err2 != nil || n == 0 || addr+n < addr {
-		return 0, 0, "", fmt.Errorf("public data %.40q: bad range: %w", blob, engine.ErrInvalidArgument)
-	}
-	return addr, n, f[2], nil
-}
