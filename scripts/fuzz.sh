@@ -44,9 +44,9 @@ engine/metadata/open FuzzParse parser
 engine/peerauth FuzzServer state
 engine/transport/samehost FuzzWire parser
 engine/transport/samehost FuzzExportWire parser
-engine/transport/rdma FuzzDecodeHandshake parser
-engine/transport/rdma FuzzParseMatrix parser
-engine/transport/rdma FuzzParseGID parser
+engine/transport/rdma/handshake FuzzDecodeHandshake parser
+engine/transport/rdma/priority FuzzParseMatrix parser
+engine/transport/rdma/ibv FuzzParseGID parser
 store/wire FuzzMessages parser
 store/wire FuzzParseMuxError parser
 store/wire FuzzCheckShape parser

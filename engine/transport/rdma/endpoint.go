@@ -3,12 +3,14 @@ package rdma
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/kvferry/kvferry/engine"
 	"github.com/kvferry/kvferry/engine/rpc"
+	"github.com/kvferry/kvferry/engine/transport/rdma/handshake"
 	"github.com/kvferry/kvferry/engine/transport/rdma/ibv"
 	"github.com/kvferry/kvferry/metrics"
 )
@@ -91,7 +93,7 @@ func (n *nic) endpoint(peerPath, rpcAddr string) (*endpoint, error) {
 		}
 		return ep, nil
 	}
-	peerSeg, peerNIC, ok := splitNICPath(peerPath)
+	peerSeg, peerNIC, ok := handshake.SplitNICPath(peerPath)
 	if !ok {
 		n.mu.Unlock()
 		return nil, fmt.Errorf("rdma: bad peer nic path %q", peerPath)
@@ -153,9 +155,9 @@ func (ep *endpoint) hasPending() bool {
 
 // localDesc is this side's handshake for ep, naming GID g (the one its
 // QPs are brought up with).
-func (ep *endpoint) localDesc(g gidChoice) *handshake {
+func (ep *endpoint) localDesc(g gidChoice) *handshake.Desc {
 	f := false
-	h := &handshake{LocalNICPath: ep.n.nicPath(), LocalLID: ep.n.port.LID, LocalGID: g.gid.String(),
+	h := &handshake.Desc{LocalNICPath: ep.n.nicPath(), LocalLID: ep.n.port.LID, LocalGID: g.gid.String(),
 		PeerNICPath: ep.peerPath, QPNum: ep.qpNums(), ReadyAck: &f}
 	if ep.n.t.omitGID {
 		h.LocalGID = "" // as a peer that leaves it out (tests)
@@ -622,11 +624,11 @@ func (ep *endpoint) doConnect() error {
 		if addr == "" {
 			return fmt.Errorf("no rpc address for %s", ep.peerPath)
 		}
-		reply, err := rpc.Call(ctx, addr, rpc.TypeConnection, encodeHandshake(local), cc)
+		reply, err := rpc.Call(ctx, addr, rpc.TypeConnection, handshake.Encode(local), cc)
 		if err != nil {
 			return err
 		}
-		peer, err := decodeHandshake(reply)
+		peer, err := handshake.Decode(reply)
 		if err != nil {
 			return err
 		}
@@ -634,10 +636,10 @@ func (ep *endpoint) doConnect() error {
 		if ep.state == epConnected || ep.state == epWaitAck {
 			// Simultaneous open: the peer connected to us meanwhile, with
 			// the same QPs as its reply names.
-			if equalQPs(ep.peerQPNs, peer.QPNum) {
+			if slices.Equal(ep.peerQPNs, peer.QPNum) {
 				ep.markConnected()
 				ep.mu.Unlock()
-				if peer.readyAckSupported() {
+				if peer.ReadyAckSupported() {
 					return ep.sendReadyAck(ctx, addr, local, cc)
 				}
 				return nil
@@ -691,7 +693,7 @@ func (ep *endpoint) doConnect() error {
 			ep.mu.Unlock()
 			return err
 		}
-		ackNeeded := peer.readyAckSupported()
+		ackNeeded := peer.ReadyAckSupported()
 		if !ackNeeded {
 			ep.markConnected()
 		}
@@ -713,15 +715,15 @@ func (ep *endpoint) doConnect() error {
 
 // sendReadyAck tells the passive peer that our QPs are ready (Mooncake's
 // ready-ACK phase): the same descriptor with ready_ack true.
-func (ep *endpoint) sendReadyAck(ctx context.Context, addr string, local *handshake, cc rpc.ClientConfig) error {
+func (ep *endpoint) sendReadyAck(ctx context.Context, addr string, local *handshake.Desc, cc rpc.ClientConfig) error {
 	tr := true
 	ack := *local
 	ack.ReadyAck = &tr
-	reply, err := rpc.Call(ctx, addr, rpc.TypeConnection, encodeHandshake(&ack), cc)
+	reply, err := rpc.Call(ctx, addr, rpc.TypeConnection, handshake.Encode(&ack), cc)
 	if err != nil {
 		return fmt.Errorf("ready ack: %w", err)
 	}
-	r, err := decodeHandshake(reply)
+	r, err := handshake.Decode(reply)
 	if err != nil {
 		return fmt.Errorf("ready ack: %w", err)
 	}
@@ -734,14 +736,14 @@ func (ep *endpoint) sendReadyAck(ctx context.Context, addr string, local *handsh
 // passive answers a peer's Connection request for ep (Mooncake's
 // setupConnectionsByPassive), bringing new QPs up from local GID g. The
 // caller has filled in a missing local_gid from the peer's descriptor.
-func (ep *endpoint) passive(peer *handshake, g gidChoice) (*handshake, *endpoint, error) {
+func (ep *endpoint) passive(peer *handshake.Desc, g gidChoice) (*handshake.Desc, *endpoint, error) {
 	ep.mu.Lock()
 	defer ep.mu.Unlock()
-	if peer.isReadyAck() {
+	if peer.IsReadyAck() {
 		if ep.state != epWaitAck && ep.state != epConnected {
 			return nil, nil, fmt.Errorf("Received RDMA ready ACK for unconnected endpoint")
 		}
-		if !equalQPs(ep.peerQPNs, peer.QPNum) {
+		if !slices.Equal(ep.peerQPNs, peer.QPNum) {
 			return nil, nil, fmt.Errorf("Received stale RDMA ready ACK with mismatched peer QP numbers")
 		}
 		ep.markConnected()
@@ -749,8 +751,8 @@ func (ep *endpoint) passive(peer *handshake, g gidChoice) (*handshake, *endpoint
 		return ep.localDesc(ep.gid), ep, nil
 	}
 	if ep.state == epConnected || ep.state == epWaitAck {
-		if equalQPs(ep.peerQPNs, peer.QPNum) {
-			if !peer.readyAckSupported() {
+		if slices.Equal(ep.peerQPNs, peer.QPNum) {
+			if !peer.ReadyAckSupported() {
 				ep.markConnected()
 			}
 			return ep.localDesc(ep.gid), ep, nil
@@ -768,7 +770,7 @@ func (ep *endpoint) passive(peer *handshake, g gidChoice) (*handshake, *endpoint
 		return nil, nil, err
 	}
 	ep.since = time.Now()
-	if peer.readyAckSupported() {
+	if peer.ReadyAckSupported() {
 		ep.state = epWaitAck
 	} else {
 		ep.markConnected()

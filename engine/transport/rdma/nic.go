@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kvferry/kvferry/engine"
+	"github.com/kvferry/kvferry/engine/transport/rdma/handshake"
 	"github.com/kvferry/kvferry/engine/transport/rdma/ibv"
 )
 
@@ -149,7 +150,7 @@ func pollable(fd int, name string) (*os.File, error) {
 }
 
 // nicPath returns this NIC's "<server>@<nic>".
-func (n *nic) nicPath() string { return nicPath(n.t.serverName, n.name) }
+func (n *nic) nicPath() string { return handshake.NICPath(n.t.serverName, n.name) }
 
 // runPoller polls the CQ; owned by the nic, stopped by close.
 func (n *nic) runPoller() {

@@ -6,6 +6,8 @@ import (
 	"testing/fstest"
 
 	"gotest.tools/v3/assert"
+
+	"github.com/kvferry/kvferry/engine/transport/rdma/priority"
 )
 
 // fakeSys builds a sysfs tree: two NUMA nodes; NICs mlx5_0 (node 0, under
@@ -65,7 +67,7 @@ func TestDiscover(t *testing.T) {
 		nics = append(nics, ReadNIC(sys, name, 1, -1))
 	}
 	m := Discover(sys, nics, GPUsFromSysfs(sys))
-	assert.DeepEqual(t, m, Matrix{
+	assert.DeepEqual(t, m, priority.Matrix{
 		"cpu:0":  {{"mlx5_0", "mlx5_1"}, {"mlx5_2", "mlx5_3"}},
 		"cpu:1":  {{"mlx5_2", "mlx5_3"}, {"mlx5_0", "mlx5_1"}},
 		"cuda:0": {{"mlx5_0"}, {"mlx5_1", "mlx5_2", "mlx5_3"}},
@@ -83,32 +85,5 @@ func TestDiscover(t *testing.T) {
 
 	// No NUMA information at all: one cpu:0 row with every NIC available.
 	m = Discover(fstest.MapFS{}, []NIC{{Name: "a", NUMA: -1}, {Name: "b", NUMA: -1}}, nil)
-	assert.DeepEqual(t, m, Matrix{"cpu:0": {{}, {"a", "b"}}})
-}
-
-func TestMatrixParseSelect(t *testing.T) {
-	m, err := ParseMatrix(`{"cpu:0":[["mlx5_0","mlx5_1"],["mlx5_2"]],"cuda:0":[["mlx5_2"],[]]}`)
-	assert.NilError(t, err)
-	for _, bad := range []string{`{"cpu:0":[["a"]]}`, `{"cpu:0":"a"}`, `[1]`, `{"cpu:0":[["a"],[1]]}`, `nope`} {
-		_, err := ParseMatrix(bad)
-		assert.ErrorIs(t, err, ErrMatrix, bad)
-	}
-	// First try: a preferred NIC (round-robin here); retries walk preferred
-	// then available.
-	assert.Equal(t, m.Select("cpu:0", 0, 0, nil), "mlx5_0")
-	assert.Equal(t, m.Select("cpu:0", 0, 1, nil), "mlx5_1")
-	assert.Equal(t, m.Select("cpu:0", 1, -1, nil), "mlx5_0")
-	assert.Equal(t, m.Select("cpu:0", 2, -1, nil), "mlx5_1")
-	assert.Equal(t, m.Select("cpu:0", 3, -1, nil), "mlx5_2")
-	assert.Equal(t, m.Select("cpu:0", 4, -1, nil), "mlx5_0")
-	// Unusable NICs are skipped; nothing usable in a row falls back to "*".
-	up := func(d string) bool { return d != "mlx5_0" && d != "mlx5_1" }
-	assert.Equal(t, m.Select("cpu:0", 0, -1, up), "mlx5_2")
-	assert.Equal(t, m.Select("cuda:0", 0, -1, func(d string) bool { return d == "mlx5_1" }), "mlx5_1")
-	// Unknown location: any NIC.
-	assert.Assert(t, m.Select("cpu:7", 0, -1, nil) != "")
-	assert.Equal(t, m.Select("cpu:0", 0, -1, func(string) bool { return false }), "")
-	// Filtering keeps the rows.
-	f := m.Filter(func(d string) bool { return d == "mlx5_2" })
-	assert.DeepEqual(t, f, Matrix{"cpu:0": {{}, {"mlx5_2"}}, "cuda:0": {{"mlx5_2"}, {}}})
+	assert.DeepEqual(t, m, priority.Matrix{"cpu:0": {{}, {"a", "b"}}})
 }

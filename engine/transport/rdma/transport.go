@@ -35,7 +35,9 @@ import (
 	"github.com/kvferry/kvferry/engine"
 	"github.com/kvferry/kvferry/engine/descriptor"
 	"github.com/kvferry/kvferry/engine/rpc"
+	"github.com/kvferry/kvferry/engine/transport/rdma/handshake"
 	"github.com/kvferry/kvferry/engine/transport/rdma/ibv"
+	"github.com/kvferry/kvferry/engine/transport/rdma/priority"
 )
 
 // Name is the transport's name.
@@ -47,7 +49,7 @@ type Transport struct {
 	cfg        Config
 	log        *slog.Logger
 	nics       []*nic
-	matrix     Matrix
+	matrix     priority.Matrix
 	serverName string
 	deadline   time.Duration
 	ctx        context.Context
@@ -72,7 +74,7 @@ type Transport struct {
 // peerInfo is what routing needs from a peer descriptor, parsed once.
 type peerInfo struct {
 	server string // NIC path server part
-	matrix Matrix
+	matrix priority.Matrix
 	index  map[string]int // device name -> index in Devices
 	// gpuKeys: every GPU buffer of the peer carries an rkey (it registered
 	// its GPU memory with its NICs).
@@ -133,9 +135,9 @@ func New(e *engine.Engine, cfg Config) (*Transport, error) {
 			t.serverName = cfg.ServerName
 		}
 	}
-	var m Matrix
+	var m priority.Matrix
 	if cfg.Matrix != "" {
-		if m, err = ParseMatrix(cfg.Matrix); err != nil {
+		if m, err = priority.Parse(cfg.Matrix); err != nil {
 			t.cancel()
 			return nil, err
 		}
@@ -205,7 +207,7 @@ func (t *Transport) Name() string { return Name }
 func (t *Transport) SliceSize() uint64 { return t.cfg.SliceSize }
 
 // Matrix returns the local priority matrix (only opened NICs).
-func (t *Transport) Matrix() Matrix { return t.matrix }
+func (t *Transport) Matrix() priority.Matrix { return t.matrix }
 
 // Devices lists the opened NICs in descriptor order.
 func (t *Transport) Devices() []string {
@@ -274,7 +276,7 @@ func (t *Transport) peerInfo(d *descriptor.Segment) *peerInfo {
 		}
 	}
 	if len(d.PriorityMatrix) > 0 {
-		if m, err := ParseMatrix(string(d.PriorityMatrix)); err == nil {
+		if m, err := priority.Parse(string(d.PriorityMatrix)); err == nil {
 			pi.matrix = m
 		}
 	}
@@ -283,7 +285,7 @@ func (t *Transport) peerInfo(d *descriptor.Segment) *peerInfo {
 		for i, dev := range d.Devices {
 			names[i] = dev.Name
 		}
-		pi.matrix = Matrix{"*": {names, {}}}
+		pi.matrix = priority.Matrix{"*": {names, {}}}
 	}
 	if len(t.peers.m) > 4096 {
 		clear(t.peers.m)
@@ -297,7 +299,7 @@ func (t *Transport) peerInfo(d *descriptor.Segment) *peerInfo {
 // one the metadata service has under the NIC path's server name
 // (Mooncake's getSegmentDescByName).
 func (t *Transport) peerNIC(ctx context.Context, peerPath string) (gid string, lid uint16, err error) {
-	server, nicName, ok := splitNICPath(peerPath)
+	server, nicName, ok := handshake.SplitNICPath(peerPath)
 	if !ok {
 		return "", 0, fmt.Errorf("Parse peer nic path failed: %s", peerPath)
 	}
@@ -436,7 +438,7 @@ func (t *Transport) route(o *op) (ep *endpoint, rest *op, err error) {
 	o.nic = n
 	o.lkey = lc.mrs[n.idx].LKey
 	o.rkey = buf.RKey[pi.index[peerName]]
-	ep, err = n.endpoint(nicPath(pi.server, peerName), o.peer.Endpoint.Addr())
+	ep, err = n.endpoint(handshake.NICPath(pi.server, peerName), o.peer.Endpoint.Addr())
 	return ep, rest, err
 }
 
@@ -543,16 +545,16 @@ func (t *Transport) flushPending(n *nic) {
 func (t *Transport) handleConnection(ctx context.Context, body []byte, from net.Addr) ([]byte, error) {
 	reject := func(msg string) ([]byte, error) {
 		t.log.Warn("rdma handshake refused", "from", from, "reason", msg)
-		return encodeHandshake(&handshake{ReplyMsg: msg}), nil
+		return handshake.Encode(&handshake.Desc{ReplyMsg: msg}), nil
 	}
-	peer, err := decodeHandshake(body)
+	peer, err := handshake.Decode(body)
 	if err != nil {
 		return reject("Malformed handshake: " + err.Error())
 	}
 	if t.closed.Load() {
 		return reject("rdma transport closed")
 	}
-	_, localNIC, ok := splitNICPath(peer.PeerNICPath)
+	_, localNIC, ok := handshake.SplitNICPath(peer.PeerNICPath)
 	if !ok {
 		return reject("Invalid peer_nic_path in handshake: " + peer.PeerNICPath)
 	}
@@ -564,10 +566,10 @@ func (t *Transport) handleConnection(ctx context.Context, body []byte, from net.
 	if peer.PeerNICPath != n.nicPath() {
 		return reject(fmt.Sprintf("Invalid argument: peer nic path inconsistency, expect %s, while got %s", n.nicPath(), peer.PeerNICPath))
 	}
-	if _, _, ok := splitNICPath(peer.LocalNICPath); !ok {
+	if _, _, ok := handshake.SplitNICPath(peer.LocalNICPath); !ok {
 		return reject("Parse peer nic path failed: " + peer.LocalNICPath)
 	}
-	if peer.LocalGID == "" && !peer.isReadyAck() {
+	if peer.LocalGID == "" && !peer.IsReadyAck() {
 		// As Mooncake: the peer NIC's GID and LID from its descriptor.
 		if peer.LocalGID, peer.LocalLID, err = t.peerNIC(ctx, peer.LocalNICPath); err != nil {
 			return reject(err.Error())
@@ -582,7 +584,7 @@ func (t *Transport) handleConnection(ctx context.Context, body []byte, from net.
 		}
 		g := n.gid()
 		reply, used, err := ep.passive(peer, g)
-		if errors.Is(err, errReconnect) && !reconnected && !peer.isReadyAck() {
+		if errors.Is(err, errReconnect) && !reconnected && !peer.IsReadyAck() {
 			// The peer restarted (new QPs): retire ours, answer on fresh ones.
 			t.log.Info("rdma peer re-established its endpoint", "device", n.name, "peer", peer.LocalNICPath)
 			reconnected = true
@@ -607,14 +609,14 @@ func (t *Transport) handleConnection(ctx context.Context, body []byte, from net.
 			used.rpcAddr = t.rpcAddrFor(peer.LocalNICPath)
 		}
 		t.flushEndpoint(used)
-		return encodeHandshake(reply), nil
+		return handshake.Encode(reply), nil
 	}
 }
 
 // rpcAddrFor derives a peer's RPC address from its NIC path's server part
 // (a P2P segment name is "<host>:<port>").
 func (t *Transport) rpcAddrFor(peerPath string) string {
-	server, _, _ := splitNICPath(peerPath)
+	server, _, _ := handshake.SplitNICPath(peerPath)
 	if m, err := descriptor.ParseP2PName(server); err == nil {
 		return m.Addr()
 	}

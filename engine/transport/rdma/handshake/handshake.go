@@ -1,4 +1,4 @@
-package rdma
+package handshake
 
 import (
 	"encoding/json"
@@ -6,13 +6,13 @@ import (
 	"strings"
 )
 
-// handshake is Mooncake's HandShakeDesc, the JSON body of a Connection
+// Desc is Mooncake's HandShakeDesc, the JSON body of a Connection
 // request and its reply on the RPC port (transfer_metadata.cpp's
 // TransferHandshakeUtil). Fields are in the order jsoncpp's FastWriter
 // writes them (sorted keys), so the encoding matches Mooncake's bytes.
 // ready_ack is present only from peers that support the ready-ACK phase
 // (its presence, not its value, says so).
-type handshake struct {
+type Desc struct {
 	LocalGID     string   `json:"local_gid"`
 	LocalLID     uint16   `json:"local_lid"`
 	LocalNICPath string   `json:"local_nic_path"`
@@ -23,10 +23,16 @@ type handshake struct {
 	ReplyMsg     string   `json:"reply_msg"`
 }
 
-func (h *handshake) readyAckSupported() bool { return h.ReadyAck != nil }
-func (h *handshake) isReadyAck() bool        { return h.ReadyAck != nil && *h.ReadyAck }
+// ReadyAckSupported reports whether the peer that sent h supports the
+// ready-ACK phase.
+func (h *Desc) ReadyAckSupported() bool { return h.ReadyAck != nil }
 
-func encodeHandshake(h *handshake) []byte {
+// IsReadyAck reports whether h is a ready-ACK.
+func (h *Desc) IsReadyAck() bool { return h.ReadyAck != nil && *h.ReadyAck }
+
+// Encode returns h's JSON body in Mooncake's bytes (a nil QPNum is sent as
+// an empty list).
+func Encode(h *Desc) []byte {
 	if h.QPNum == nil {
 		h.QPNum = []uint32{}
 	}
@@ -34,14 +40,14 @@ func encodeHandshake(h *handshake) []byte {
 	return append(b, '\n') // FastWriter ends with a newline
 }
 
-// decodeHandshake parses a HandShakeDesc leniently, as jsoncpp's accessors
+// Decode parses a HandShakeDesc leniently, as jsoncpp's accessors
 // do: a missing or mistyped field reads as its zero value.
-func decodeHandshake(b []byte) (*handshake, error) {
+func Decode(b []byte) (*Desc, error) {
 	var raw map[string]json.RawMessage
 	if err := json.Unmarshal(b, &raw); err != nil {
 		return nil, fmt.Errorf("rdma handshake: %w", err)
 	}
-	h := &handshake{}
+	h := &Desc{}
 	str := func(k string) string {
 		var s string
 		if v, ok := raw[k]; ok {
@@ -75,26 +81,14 @@ func decodeHandshake(b []byte) (*handshake, error) {
 	return h, nil
 }
 
-// nicPath is Mooncake's "<server>@<nic>" name of a NIC.
-func nicPath(server, nic string) string { return server + "@" + nic }
+// NICPath is Mooncake's "<server>@<nic>" name of a NIC.
+func NICPath(server, nic string) string { return server + "@" + nic }
 
-// splitNICPath splits a NIC path at its last '@'.
-func splitNICPath(p string) (server, nic string, ok bool) {
+// SplitNICPath splits a NIC path at its last '@'.
+func SplitNICPath(p string) (server, nic string, ok bool) {
 	i := strings.LastIndexByte(p, '@')
 	if i <= 0 || i == len(p)-1 {
 		return "", "", false
 	}
 	return p[:i], p[i+1:], true
-}
-
-func equalQPs(a, b []uint32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
