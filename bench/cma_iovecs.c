@@ -8,7 +8,10 @@
  * what the kernel itself costs for the same bytes in pieces, below anything
  * the library does. The process targets its own pid (cma to oneself).
  *   cc -O2 -o /tmp/cma_iovecs bench/cma_iovecs.c
- *   /tmp/cma_iovecs PIECES PIECE ROUNDS write|read     (e.g. 64 32768 60 write)
+ *   /tmp/cma_iovecs PIECES PIECE ROUNDS write|read [OFFSET]   (e.g. 64 32768 60 write)
+ * OFFSET (default 0) places the local buffer that many bytes past a page
+ * boundary (numpy's large arrays start 16 bytes past one): a block then
+ * straddles two pages.
  */
 #define _GNU_SOURCE
 #include <stdio.h>
@@ -38,20 +41,22 @@ static ssize_t call(int wr, pid_t pid, struct iovec *l, int nl, struct iovec *r)
 }
 
 int main(int argc, char **argv) {
-  if (argc != 5) {
-    fprintf(stderr, "usage: %s PIECES PIECE ROUNDS write|read\n", argv[0]);
+  if (argc != 5 && argc != 6) {
+    fprintf(stderr, "usage: %s PIECES PIECE ROUNDS write|read [OFFSET]\n", argv[0]);
     return 2;
   }
   int pieces = atoi(argv[1]), rounds = atoi(argv[3]), wr = strcmp(argv[4], "write") == 0;
   size_t piece = strtoul(argv[2], NULL, 10), obj = (size_t)pieces * piece;
+  size_t offset = argc == 6 ? strtoul(argv[5], NULL, 10) % 4096 : 0;
   if (pieces < 1 || pieces > MAXP || piece == 0 || rounds < 1 || rounds > MAXR) {
     fprintf(stderr, "PIECES 1..%d, PIECE > 0, ROUNDS 1..%d\n", MAXP, MAXR);
     return 2;
   }
-  char *local = aligned_alloc(4096, KEYS * obj), *remote = aligned_alloc(4096, KEYS * obj);
+  char *local = aligned_alloc(4096, KEYS * obj + 4096), *remote = aligned_alloc(4096, KEYS * obj);
   static struct iovec one[KEYS], rem[KEYS], adj[KEYS][MAXP], str[KEYS][MAXP];
   static double ra[MAXR], rs[MAXR];
   if (!local || !remote) return 1;
+  local += offset;
   memset(local, 1, KEYS * obj);
   memset(remote, 2, KEYS * obj);
   for (int k = 0; k < KEYS; k++) {
@@ -76,7 +81,7 @@ int main(int argc, char **argv) {
   }
   qsort(ra, rounds, sizeof ra[0], cmp);
   qsort(rs, rounds, sizeof rs[0], cmp);
-  printf("%s %d x %zu B: contiguous/adjacent %.2fx, contiguous/strided %.2fx (medians of %d rounds)\n",
-         wr ? "write" : "read", pieces, piece, ra[rounds / 2], rs[rounds / 2], rounds);
+  printf("%s %d x %zu B at page offset %zu: contiguous/adjacent %.2fx, contiguous/strided %.2fx (medians of %d rounds)\n",
+         wr ? "write" : "read", pieces, piece, offset, ra[rounds / 2], rs[rounds / 2], rounds);
   return 0;
 }

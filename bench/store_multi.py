@@ -31,6 +31,7 @@ and the ratios multi / single (the target is >= 0.9) and staged / single.
 
   bench/store_multi.sh
   TRIALS=5 BATCHES=40 bench/store_multi.sh
+  ALIGN=16 bench/store_multi.sh      (blocks 16 bytes past a page boundary)
 """
 
 import ctypes
@@ -54,6 +55,14 @@ KEYS = int(os.environ.get("KEYS", "16"))  # keys per batch call
 SHAPES = [tuple(int(v) for v in s.split("x")) for s in os.environ.get("SHAPES", "").split(",") if s] or \
     [(64, 32 << 10), (8, 256 << 10), (16, 4 << 10)]
 MODES = ("single", "multi", "staged")
+PAGE = 4096
+# Where the registered buffers (and so every block) start relative to a
+# page: 0, as KV caches are laid out (device allocations, pinned host
+# memory, block sizes of whole pages). ALIGN=16 gives numpy's default
+# placement, where every 4 KiB block straddles two pages: the kernel's copy
+# then touches one more page and cache line per block than the contiguous
+# copy does (bench/cma_iovecs.c OFFSET shows it without the library).
+ALIGN = int(os.environ.get("ALIGN", "0")) % PAGE
 
 HOLDER = r"""
 import sys
@@ -83,12 +92,16 @@ def main():
 def run(master):
     s = MooncakeDistributedStore()
     assert s.setup("127.0.0.1", "P2PHANDSHAKE", 0, 64 << 20, "tcp", "", master) == 0
-    region = np.random.default_rng(1).integers(0, 256, 2 * KEYS * max(p * n for p, n in SHAPES), np.uint8)
-    out = np.zeros_like(region)
+    size = 2 * KEYS * max(p * n for p, n in SHAPES)
+    region = aligned(size)
+    region[:] = np.random.default_rng(1).integers(0, 256, size, np.uint8)
+    out = aligned(size)
+    out[:] = 0
     for a in (region, out):
         assert s.register_buffer(a.ctypes.data, a.nbytes) == 0
     print("store multi-buffer calls: %d trials x %d batch calls of %d keys per mode, interleaved "
-          "call by call; loadavg %s" % (TRIALS, BATCHES, KEYS, " ".join(open("/proc/loadavg").read().split()[:3])))
+          "call by call; buffers at page offset %d; loadavg %s" % (
+              TRIALS, BATCHES, KEYS, ALIGN, " ".join(open("/proc/loadavg").read().split()[:3])))
     print("%-14s %-4s %8s %8s %8s %13s %14s %8s" % ("object", "op", "single", "multi", "staged",
                                                     "multi/single", "staged/single", "memcpy"))
     ratios = []
@@ -116,6 +129,15 @@ def run(master):
     s.close()
 
 
+def aligned(n):
+    """A numpy byte array of n bytes that starts ALIGN bytes after a page
+    boundary (numpy's own large arrays start 16 bytes after one: malloc's
+    header)."""
+    raw = np.empty(n + 2 * PAGE, np.uint8)
+    at = (-raw.ctypes.data) % PAGE + ALIGN
+    return raw[at:at + n]
+
+
 def memcpy_floor(region, out, pieces, piece):
     """Per op, the median paired ratio of a memcpy of every key's object
     between the contiguous layout and a scratch buffer to the same memcpy
@@ -123,7 +145,8 @@ def memcpy_floor(region, out, pieces, piece):
     region, gets write out): the multi/single ratio the memory layout
     itself sets."""
     obj = pieces * piece
-    scratch = np.empty((KEYS, obj), np.uint8)
+    scratch = aligned(KEYS * obj).reshape(KEYS, obj)  # as the buffers (glibc's memcpy is slow between
+    # sources and destinations at different offsets in a page)
     ratios = {"put": [], "get": []}
     for _ in range(TRIALS * BATCHES):
         for op, arr in (("put", region), ("get", out)):

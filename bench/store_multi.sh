@@ -2,7 +2,7 @@
 # Multi-buffer store calls (batch_put_from_multi_buffers,
 # batch_get_into_multi_buffers) against the single-buffer calls for the same
 # bytes, through the Python binding, in one run: see bench/store_multi.py.
-#   bench/store_multi.sh            (TRIALS, BATCHES, KEYS tune it)
+#   bench/store_multi.sh            (TRIALS, BATCHES, KEYS, SHAPES, ALIGN tune it)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 T="$(mktemp -d)"

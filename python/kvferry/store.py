@@ -843,9 +843,10 @@ class MooncakeDistributedStore:
         try:
             # vLLM passes thousands of pointers per call: the lists go to
             # C arrays with no Python work per element (array.fromlist
-            # converts in C; min over a list compares in C, where min over
-            # an array would make an int object of every element). A
-            # negative value does not fit; a NULL buffer is refused.
+            # converts in C). A negative value does not fit (every key
+            # INVALID_PARAMS); the library refuses a NULL buffer that has a
+            # size (that key INVALID_PARAMS), so nothing here looks at the
+            # elements again.
             flat_p, flat_s = array.array("Q"), array.array("Q")
             for flat, lists in ((flat_p, all_buffer_ptrs), (flat_s, all_sizes)):
                 for v in lists:
@@ -853,8 +854,6 @@ class MooncakeDistributedStore:
                         flat.fromlist(v)
                     else:
                         flat.extend(v)
-            if flat_p and min([min(v) for v in all_buffer_ptrs if len(v)]) == 0:
-                return keys, None
         except OverflowError:
             return keys, None
         except TypeError:
@@ -863,11 +862,9 @@ class MooncakeDistributedStore:
             if flat_s and min(flat_s) < 0:
                 return keys, None
             flat_s = array.array("Q", flat_s)
-            if flat_p and min(flat_p) == 0:
-                return keys, None
-        n = len(flat_p)
+        n, counts = len(flat_p), array.array("Q", counts)
         return keys, ((c_void_p * n).from_buffer(flat_p), (c_size_t * n).from_buffer(flat_s),
-                      (c_size_t * len(counts))(*counts))
+                      (c_size_t * len(counts)).from_buffer(counts))
 
     def batch_put_from_multi_buffers(self, keys, all_buffer_ptrs, all_sizes, config=None):
         """Store, per key, the concatenation of several buffers (in order) as

@@ -107,6 +107,14 @@ class MultiBuffers(unittest.TestCase):
                          [INVALID, INVALID])
         self.assertEqual(s.batch_put_from_multi_buffers(["a"], [[r, r]], [[1]]), [INVALID])
         self.assertEqual(s.batch_put_from_multi_buffers(["a"], [[0]], [[1]]), [INVALID])
+        # A NULL buffer with a size fails its key only; one without a size
+        # holds nothing and is skipped.
+        o = self.out.ctypes.data
+        self.assertEqual(s.batch_put_from_multi_buffers(["n1", "n2", "n3"], [[r, 0], [r], [0, r]],
+                                                        [[10, 10], [10], [0, 10]]), [INVALID, 0, 0])
+        self.assertEqual(s.batch_get_into_multi_buffers(["n2", "x", "n3"], [[0], [o], [0, o]],
+                                                        [[10], [100], [0, 10]]), [INVALID, 100, 10])
+        self.assertFalse(s.is_exist("n1"))
         self.assertEqual(s.batch_put_from_multi_buffers(["a"], [[r]], [[-1]]), [INVALID])
         self.assertEqual(s.batch_put_from_multi_buffers(["a"], [[]], [[]]), [INVALID])
         self.assertEqual(s.batch_get_into_multi_buffers(["x"], [[r]], [[1], [2]]), [INVALID])
