@@ -38,11 +38,9 @@ func multiBuffers(bufs *unsafe.Pointer, sizes *C.size_t, counts *C.size_t, count
 	}
 	flat := make([]client.Buffer, total)
 	if total > 0 {
-		for i, p := range unsafe.Slice(bufs, int(total)) {
-			flat[i].Addr = uintptr(p)
-		}
-		for i, n := range unsafe.Slice(sizes, int(total)) {
-			flat[i].Size = uint64(n)
+		ps, ns := unsafe.Slice(bufs, int(total)), unsafe.Slice(sizes, int(total))
+		for i := range flat {
+			flat[i] = client.Buffer{Addr: uintptr(ps[i]), Size: uint64(ns[i])}
 		}
 	}
 	out := make([][]client.Buffer, count)

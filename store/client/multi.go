@@ -75,20 +75,23 @@ func capacity(bufs []Buffer) (uint64, bool) {
 }
 
 // prefixSpan returns the span of the first size bytes of bufs, whose total
-// is at least size: an object read scattered over them in order.
+// is at least size: an object read scattered over them in order. When
+// whole buffers hold it (the buffers of a key are mostly sized to its
+// object) the span shares bufs' array; only a buffer that holds the end of
+// the object and more is cut, in a copy.
 func prefixSpan(bufs []Buffer, size uint64) span {
-	var parts []Buffer
-	for _, b := range bufs {
-		if size == 0 {
-			break
-		}
-		if b.Size == 0 {
-			continue
-		}
-		n := min(b.Size, size)
-		parts = append(parts, Buffer{Addr: b.Addr, Size: n})
-		size -= n
+	k, left := 0, size // bufs[:k] are whole parts; left bytes remain after them
+	for k < len(bufs) && left >= bufs[k].Size && left > 0 {
+		left -= bufs[k].Size
+		k++
 	}
+	if left == 0 || k == len(bufs) { // (the caller checked that bufs hold size)
+		s, _ := partsSpan(bufs[:k:k])
+		return s
+	}
+	parts := make([]Buffer, k+1)
+	copy(parts, bufs[:k])
+	parts[k] = Buffer{Addr: bufs[k].Addr, Size: left}
 	s, _ := partsSpan(parts)
 	return s
 }

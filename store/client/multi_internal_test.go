@@ -38,6 +38,21 @@ func TestPartsSpan(t *testing.T) {
 	p := prefixSpan([]Buffer{{0x1000, 4}, {0, 0}, {0x2000, 10}, {0x3000, 10}}, 9)
 	assert.DeepEqual(t, p.parts, []Buffer{{0x1000, 4}, {0x2000, 5}})
 	assert.Equal(t, p.size, uint64(9))
+	// Whole buffers holding the object: their array is shared, not copied;
+	// empty ones and the buffers after the object's end are left out.
+	bufs := []Buffer{{0x1000, 4}, {0, 0}, {0x2000, 10}, {0x3000, 10}, {0, 0}}
+	p = prefixSpan(bufs, 14)
+	assert.DeepEqual(t, p.parts, []Buffer{{0x1000, 4}, {0x2000, 10}})
+	p = prefixSpan(bufs, 24)
+	assert.DeepEqual(t, p.parts, []Buffer{{0x1000, 4}, {0x2000, 10}, {0x3000, 10}})
+	p = prefixSpan([]Buffer{{0x1000, 4}, {0x1004, 10}}, 3)
+	assert.Assert(t, p.parts == nil && p.addr == 0x1000 && p.size == 3)
+	p = prefixSpan([]Buffer{{0x1000, 4}, {0x1004, 10}}, 14)
+	assert.Assert(t, p.parts == nil && p.addr == 0x1000 && p.size == 14)
+	assert.Equal(t, testing.AllocsPerRun(100, func() {
+		p = prefixSpan(bufs[2:4], 20)
+	}), 0.0)
+	assert.Assert(t, &p.parts[0] == &bufs[2], "shares the caller's array")
 }
 
 func TestCopyParts(t *testing.T) {

@@ -315,7 +315,11 @@ func (s *session) enterEpoch(slot *atomic.Uint64) (uint64, error) {
 // our call returns, so without the check a write into a killed owner would
 // be reported done.
 func (w *cmaWorker) copyOp(s *session, slices []*engine.Slice, op engine.OpCode) {
-	w.liov, w.owners, w.lbase, w.rbase = w.liov[:0], w.owners[:0], w.lbase[:0], w.rbase[:0]
+	n := 0 // local iovecs at most
+	for _, sl := range slices {
+		n += max(len(sl.Pieces), 1)
+	}
+	w.liov, w.owners, w.lbase, w.rbase = reuse(w.liov, n), reuse(w.owners, n), reuse(w.lbase, n), reuse(w.rbase, n)
 	for i, sl := range slices {
 		if sl.Op != op || w.errs[i] != nil {
 			continue
@@ -380,6 +384,14 @@ func (w *cmaWorker) copyOp(s *session, slices []*engine.Slice, op engine.OpCode)
 		}
 		i = k
 	}
+}
+
+// reuse returns s emptied, with room for n elements.
+func reuse[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, 0, n)
+	}
+	return s[:0]
 }
 
 // addIovec adds n bytes of local memory at local, moved to or from the
