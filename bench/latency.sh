@@ -23,6 +23,8 @@
 #   bench/latency.sh                  # every section
 #   bench/latency.sh tcp notify       # some
 #   DURATION=5 OPS=20000 bench/latency.sh
+#   MOONCAKE_TE_BENCH=.../transfer_engine_bench bench/latency.sh tcp
+#                                     # also Mooncake beside it (bench/te_mooncake.sh)
 #
 # Environment: DURATION (seconds per transfer row, default 3), OPS (store
 # operations per row, default 5000), IDLE_SECS (default 2), FLOOR_ITERS,
@@ -109,6 +111,8 @@ if want tcp; then
     done
   done
   echo
+  # Mooncake's transfer_engine_bench beside kvferry-bench, when it is given.
+  if [ -n "${MOONCAKE_TE_BENCH:-}" ]; then bench/te_mooncake.sh; echo; fi
 fi
 if want notify; then
   echo "Notification round trip (ping to the peer, which sees it and answers; the pong seen), socket RPC (target <= 3x the spinning floor):"

@@ -41,6 +41,8 @@
 #   bench/store.sh
 #   OPS=2000 TRIALS=5 bench/store.sh
 #   BASELINE_BIN=/tmp/old/bin bench/store.sh   # also an older build
+#   MOONCAKE_MASTER=.../mooncake_master MOONCAKE_STORE_LIB=.../libmooncake_store.so bench/store.sh
+#                                               # also Mooncake's store (bench/store_mooncake.sh)
 #
 # Environment: OPS (operations per phase at 1 MiB, a quarter at 4 MiB: OPS
 # MiB per phase; default 1000), TRIALS (default 3), BASELINE_BIN (a
@@ -217,5 +219,7 @@ for name, tag in rows:
 print()
 print(f"machine: {ncpu} CPUs, load {load0} at start, {load1} at end, {trials} trials")
 PY
+# Mooncake's store beside kvferry's, when its binaries are given (nothing here builds it).
+if [ -n "${MOONCAKE_MASTER:-}" ] && [ -n "${MOONCAKE_STORE_LIB:-}" ]; then echo; bench/store_mooncake.sh; fi
 # 4 KiB single operations against the round-trip floor and redis-benchmark -c 1 (LATENCY=0: skip).
 if [ "${LATENCY:-1}" = 1 ]; then echo; bench/latency.sh store; fi

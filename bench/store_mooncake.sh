@@ -1,0 +1,151 @@
+#!/usr/bin/env bash
+# kvferry's store beside Mooncake's, in one run (issue 18: 1 MiB put and get
+# from one client >= 2x Mooncake's store). Runs only with Mooncake's binaries
+# given; nothing here builds or fetches Mooncake:
+#
+#   MOONCAKE_MASTER=/path/mooncake_master \
+#   MOONCAKE_STORE_LIB=/path/libmooncake_store.so bench/store_mooncake.sh
+#
+# (bench/store.sh calls it when both are set.) MOONCAKE_STORE_LIB is a
+# library exporting Mooncake's store_c.h: Mooncake's own, built with
+# -DWITH_STORE_C_SHARED=ON -DBUILD_SHARED_LIBS=OFF.
+#
+# Both systems run the same program, bench/store_c_bench.c, which dlopens
+# the library (libkvferry.so or libmooncake_store.so) and uses only
+# store_c.h: per system a master process (kvferry-master or
+# mooncake_master), a holder process lending HOLDER_BYTES to the store, and
+# a client lending nothing that put_from()s STORE_OPS values of SIZE bytes from a
+# registered buffer under fresh keys and get_into()s them back (each value
+# checked), after one untimed pass. Rows: kvferry over TCP (MC_FORCE_TCP=1
+# on the client), kvferry with its default transport selection (the
+# same-host path between the two processes), Mooncake (TCP: its only
+# transport here; MOONCAKE_ENV is set for its processes, by default its TCP
+# connection pool on). Each trial runs the three back to back, starting
+# with a different one each trial, so that they see the same load; the
+# table gives the medians and kvferry / Mooncake.
+#
+# Environment: SIZES (bytes, default "1048576"), STORE_OPS (operations per phase
+# at 1 MiB, scaled to the same bytes at other sizes; default 400), TRIALS
+# (default 3), HOLDER_BYTES (default 1 GiB), MOONCAKE_ENV (default
+# "MC_TCP_ENABLE_CONNECTION_POOL=1"), KVFERRY_LIB (default this tree's
+# build/lib/libkvferry.so, built by make lib), RT_PRIO (as root: every
+# process of the rows under chrt -r RT_PRIO).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+: "${MOONCAKE_MASTER:?set MOONCAKE_MASTER to the Mooncake mooncake_master binary}"
+: "${MOONCAKE_STORE_LIB:?set MOONCAKE_STORE_LIB to the Mooncake libmooncake_store.so}"
+SIZES="${SIZES:-1048576}"
+STORE_OPS="${STORE_OPS:-400}"
+TRIALS="${TRIALS:-3}"
+HOLDER_BYTES="${HOLDER_BYTES:-$((1 << 30))}"
+read -r -a MC_ENV <<< "${MOONCAKE_ENV-MC_TCP_ENABLE_CONNECTION_POOL=1}"
+PRIO=()
+[ -z "${RT_PRIO:-}" ] || PRIO=(chrt -r "$RT_PRIO")
+T="$(mktemp -d)"
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$T"; }
+trap cleanup EXIT
+
+if [ -z "${KVFERRY_LIB:-}" ]; then
+  make -s lib >/dev/null # always this tree's code
+  KVFERRY_LIB="$PWD/build/lib/libkvferry.so"
+fi
+go build -o "$T/kvferry-master" ./cmd/kvferry-master
+cc -O2 -Wall -std=gnu11 -Iinclude -o "$T/store_c_bench" bench/store_c_bench.c -ldl
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+load() { cut -d' ' -f1-3 /proc/loadavg; }
+LOAD_START=$(load)
+
+# kvferry's master.
+"${PRIO[@]}" "$T/kvferry-master" --port=0 --rpc_address=127.0.0.1 --enable_metric_reporting=false \
+  > "$T/kv_master.out" 2> "$T/kv_master.err" &
+pids+=($!)
+for _ in $(seq 1 100); do grep -q '^listening on' "$T/kv_master.out" 2>/dev/null && break; sleep 0.1; done
+KV_MASTER=$(awk '/^listening on/ {print $3}' "$T/kv_master.out")
+[ -n "$KV_MASTER" ] || { echo "kvferry-master did not start" >&2; cat "$T/kv_master.err" >&2; exit 1; }
+
+# Mooncake's master.
+MC_PORT=$(free_port)
+env "${MC_ENV[@]}" "${PRIO[@]}" "$MOONCAKE_MASTER" --port="$MC_PORT" --rpc_address=127.0.0.1 --enable_metric_reporting=false \
+  --metrics_port="$(free_port)" > "$T/mc_master.out" 2> "$T/mc_master.err" &
+pids+=($!)
+MC_MASTER=127.0.0.1:$MC_PORT
+for _ in $(seq 1 100); do
+  python3 -c 'import socket,sys; socket.create_connection(("127.0.0.1", int(sys.argv[1])), 0.2)' "$MC_PORT" 2>/dev/null && break
+  sleep 0.1
+done
+
+# start_holder NAME LIB MASTER [ENV...]: a holder lending HOLDER_BYTES.
+start_holder() {
+  local name=$1 lib=$2 master=$3
+  shift 3
+  mkfifo "$T/$name.in"
+  env "$@" "${PRIO[@]}" "$T/store_c_bench" holder "$lib" "$master" "$HOLDER_BYTES" < "$T/$name.in" > "$T/$name.out" 2> "$T/$name.err" &
+  pids+=($!)
+  sleep 1000000 > "$T/$name.in" & # keeps the holder's stdin open
+  pids+=($!)
+  for _ in $(seq 1 300); do grep -q '^ready' "$T/$name.out" 2>/dev/null && break; sleep 0.1; done
+  grep -q '^ready' "$T/$name.out" || { echo "$name holder did not start" >&2; tail -20 "$T/$name.err" >&2; exit 1; }
+}
+start_holder kv_holder "$KVFERRY_LIB" "$KV_MASTER"
+start_holder mc_holder "$MOONCAKE_STORE_LIB" "$MC_MASTER" "${MC_ENV[@]}"
+
+# client SYSTEM SIZE OPS TAG: one store_c_bench run of SYSTEM.
+client() {
+  case $1 in
+    kvferry_tcp) env MC_FORCE_TCP=1 "${PRIO[@]}" timeout 300 "$T/store_c_bench" run "$KVFERRY_LIB" "$KV_MASTER" "$2" "$3" "$4" ;;
+    kvferry_auto) "${PRIO[@]}" timeout 300 "$T/store_c_bench" run "$KVFERRY_LIB" "$KV_MASTER" "$2" "$3" "$4" ;;
+    mooncake) env "${MC_ENV[@]}" "${PRIO[@]}" timeout 300 "$T/store_c_bench" run "$MOONCAKE_STORE_LIB" "$MC_MASTER" "$2" "$3" "$4" ;;
+  esac
+}
+
+R="$T/results"
+mkdir -p "$R"
+systems=(kvferry_tcp kvferry_auto mooncake)
+for size in $SIZES; do
+  ops=$((STORE_OPS * 1048576 / size))
+  [ "$ops" -ge 1 ] || ops=1
+  for trial in $(seq 1 "$TRIALS"); do
+    for k in 0 1 2; do
+      s=${systems[$(((trial - 1 + k) % 3))]}
+      client "$s" "$size" "$ops" "t$size-$trial" > "$R/${size}_${trial}.$s.json" 2> "$R/${size}_${trial}.$s.err" ||
+        { echo "$s client failed (size $size, trial $trial):" >&2; tail -20 "$R/${size}_${trial}.$s.err" >&2; exit 1; }
+    done
+  done
+done
+
+python3 - "$R" "$TRIALS" "$SIZES" "$LOAD_START" "$(load)" "$(nproc)" "${MOONCAKE_ENV-MC_TCP_ENABLE_CONNECTION_POOL=1}" "${RT_PRIO:-}" <<'PY'
+import json, statistics, sys
+R, trials, sizes, load0, load1, ncpu, mcenv, prio = sys.argv[1:9]
+trials = int(trials)
+med = statistics.median
+systems = ("kvferry_tcp", "kvferry_auto", "mooncake")
+print("Store: one client (lends nothing), holder in another process, master in a third; put_from / get_into of a "
+      "registered buffer through store_c.h (bench/store_c_bench.c), the same loop for both libraries; medians of "
+      f"{trials} trials, systems alternating:")
+print()
+print("| op | value | Mooncake GB/s | p50 us | kvferry TCP GB/s | p50 us | vs Mooncake | kvferry same-host GB/s | p50 us | vs Mooncake | range of trial ratios (TCP; same-host) |")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
+errs = []
+for size in map(int, sizes.split()):
+    runs = {s: [json.load(open(f"{R}/{size}_{t}.{s}.json")) for t in range(1, trials + 1)] for s in systems}
+    for s in systems:
+        for t, r in enumerate(runs[s], 1):
+            n = r["warm_errors"] + r["put_errors"] + r["get_errors"]
+            if n:
+                errs.append(f"{s} trial {t}: {n} errors")
+    for op in ("put", "get"):
+        gb = {s: med(r[op + "_gb_per_s"] for r in runs[s]) for s in systems}
+        p50 = {s: med(r[op + "_p50_us"] for r in runs[s]) for s in systems}
+        rt = [a[op + "_gb_per_s"] / m[op + "_gb_per_s"] for a, m in zip(runs["kvferry_tcp"], runs["mooncake"])]
+        ra = [a[op + "_gb_per_s"] / m[op + "_gb_per_s"] for a, m in zip(runs["kvferry_auto"], runs["mooncake"])]
+        v = f"{size >> 20} MiB" if size >= 1 << 20 else f"{size >> 10} KiB"
+        print(f"| {op} | {v} | {gb['mooncake']:.2f} | {p50['mooncake']:.0f} | {gb['kvferry_tcp']:.2f} | {p50['kvferry_tcp']:.0f} | "
+              f"**{gb['kvferry_tcp'] / gb['mooncake']:.2f}x** | {gb['kvferry_auto']:.2f} | {p50['kvferry_auto']:.0f} | "
+              f"**{gb['kvferry_auto'] / gb['mooncake']:.2f}x** | {min(rt):.2f}-{max(rt):.2f}; {min(ra):.2f}-{max(ra):.2f} |")
+print()
+for e in errs:
+    print("ERRORS:", e)
+print(f"Mooncake processes' environment: {mcenv or '(none)'}; RT priority: {prio or 'none'}")
+print(f"machine: {ncpu} CPUs, load {load0} at start, {load1} at end")
+PY
