@@ -17,7 +17,8 @@
 # Mooncake's processes get MOONCAKE_ENV (default its TCP connection pool on:
 # MC_TCP_ENABLE_CONNECTION_POOL=1; MOONCAKE_ENV= for none); kvferry's run
 # with their defaults (MC_FORCE_TCP=1: the TCP transport, not the same-host
-# path).
+# path). transfer_engine_bench counts only whole batches, so large rows
+# need a DURATION of many batches (10 s or more at 1 MiB x 128).
 #
 # Environment: ROWS (block:batch:threads list, default "4096:1:1"; e.g.
 # "4096:1:1 1048576:128:4 4194304:128:4" adds large rows), TE_OPS ("read
@@ -100,8 +101,8 @@ med = statistics.median
 print("Transfer engine over TCP, kvferry-bench beside Mooncake's transfer_engine_bench (same flags, P2P handshake, loopback; "
       f"medians of {pairs} alternating pairs; mean batch latency = duration / batches per thread):")
 print()
-print("| op | block | batch | threads | Mooncake mean us | GB/s | kvferry mean us | p50 us | p99 us | GB/s | kvferry / Mooncake (mean latency) | range |")
-print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+print("| op | block | batch | threads | Mooncake mean us | GB/s | kvferry mean us | p50 us | p99 us | GB/s | kvferry / Mooncake (mean latency) | range | GB/s kvferry / Mooncake |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 for row in rows.split():
     bs, batch, th = map(int, row.split(":"))
     for op in ops.split():
@@ -117,7 +118,8 @@ for row in rows.split():
         print(f"| {op}{f' ({fail} FAILED)' if fail else ''} | {size} | {batch} | {th} | {med(m['mean'] for m in mc):.1f} | "
               f"{med(m['gb'] for m in mc):.3f} | {med(k['avg_batch_latency_us'] for k in kv):.1f} | "
               f"{med(k['p50_batch_latency_us'] for k in kv):.1f} | {med(k['p99_batch_latency_us'] for k in kv):.1f} | "
-              f"{med(k['gb_per_s'] for k in kv):.3f} | **{med(ratios):.2f}x** | {min(ratios):.2f}-{max(ratios):.2f} |")
+              f"{med(k['gb_per_s'] for k in kv):.3f} | **{med(ratios):.2f}x** | {min(ratios):.2f}-{max(ratios):.2f} | "
+              f"{med(k['gb_per_s'] / m['gb'] for k, m in zip(kv, mc)):.2f}x |")
 print()
 print(f"Mooncake processes' environment: {mcenv or '(none)'}; RT priority: {prio or 'none'}")
 print(f"machine: {ncpu} CPUs, load {load0} at start, {load1} at end")
