@@ -50,7 +50,9 @@ type Request struct {
 	// Pieces, when set, is the local side in order instead of Source:
 	// the request gathers them into (writes) or scatters them from
 	// (reads) the Length bytes at TargetOffset. Their total must be
-	// Length, and they must be of one memory kind. Submit copies them.
+	// Length, and they must be of one memory kind. The engine may read
+	// them until the request completes: keep them unchanged until then
+	// (as the memory they name).
 	Pieces []Piece
 }
 

@@ -71,6 +71,9 @@ func (e *Engine) piecesKind(i int, r *Request) (MemoryKind, error) {
 func pieceSlices(r *Request, ss uint64, gather bool) (slices, pieces int) {
 	if gather {
 		cnt := sliceCount(r.Length, ss)
+		if cnt == 1 && !hasEmpty(r.Pieces) {
+			return 1, 0 // the slice takes the request's pieces (cutPieces)
+		}
 		return cnt, len(r.Pieces) + cnt // a cut piece counts twice
 	}
 	for _, p := range r.Pieces {
@@ -125,6 +128,16 @@ func (e *Engine) pinPieces(i int, r *Request) (*Region, []*Region, error) {
 	return first, more, nil
 }
 
+// hasEmpty reports whether any piece is empty.
+func hasEmpty(ps []Piece) bool {
+	for _, p := range ps {
+		if p.Length == 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // cutPieces fills out with the slices of request r (which has pieces)
 // for a transport with slice size ss, taking the slices' pieces from arena
 // when the transport gathers; it returns how much of out and arena it used.
@@ -149,6 +162,14 @@ func cutPieces(r *Request, tk *task, region *Region, ss uint64, gather bool, now
 		return n, 0
 	}
 	cnt := sliceCount(r.Length, ss)
+	if cnt == 1 && !hasEmpty(r.Pieces) {
+		// One slice of every piece: it shares the request's list (the
+		// caller keeps it unchanged until the request completes), with no
+		// copy to make and no memory to touch per piece.
+		ps := r.Pieces[:len(r.Pieces):len(r.Pieces)]
+		out[0] = Slice{Op: r.Op, Local: ps[0].Addr, Remote: r.TargetOffset, Length: r.Length, Posted: now, Pieces: ps, task: tk, region: region}
+		return 1, 0
+	}
 	used := 0
 	idx, in := 0, uint64(0) // the next piece, and the bytes of it already taken
 	var off uint64

@@ -76,6 +76,24 @@ func TestCutPieces(t *testing.T) {
 			assert.DeepEqual(t, local, want)
 		}
 	}
+	// A request of one slice with no empty piece: the slice shares its
+	// pieces (no arena); with an empty piece it gets its own list.
+	ps := []Piece{{Addr: 0x1000, Length: 10}, {Addr: 0x9000, Length: 20}}
+	r := &Request{Op: OpRead, TargetOffset: 1 << 40, Length: 30, Pieces: ps}
+	cnt, npieces := pieceSlices(r, 30, true)
+	assert.Equal(t, cnt, 1)
+	assert.Equal(t, npieces, 0)
+	out := make([]Slice, 1)
+	n, used := cutPieces(r, nil, nil, 30, true, time.Time{}, out, nil)
+	assert.Assert(t, n == 1 && used == 0)
+	assert.Assert(t, &out[0].Pieces[0] == &ps[0] && len(out[0].Pieces) == 2 && out[0].Local == 0x1000 && out[0].Length == 30)
+	r.Pieces = []Piece{{Addr: 0x1000, Length: 10}, {}, {Addr: 0x9000, Length: 20}}
+	cnt, npieces = pieceSlices(r, 30, true)
+	assert.Assert(t, cnt == 1 && npieces > 0)
+	arena := make([]Piece, npieces)
+	n, used = cutPieces(r, nil, nil, 30, true, time.Time{}, out, arena)
+	assert.Assert(t, n == 1 && used == 2)
+	assert.DeepEqual(t, out[0].Pieces, ps)
 	// Bad pieces.
 	assert.ErrorIs(t, checkPieces(0, &Request{Length: 5, Pieces: []Piece{{Addr: 1, Length: 4}}}), ErrInvalidArgument)
 	assert.ErrorIs(t, checkPieces(0, &Request{Length: 4, Pieces: []Piece{{Addr: 0, Length: 4}}}), ErrInvalidArgument)

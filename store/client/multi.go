@@ -108,8 +108,9 @@ func (s span) requests() int {
 // Buffer and engine.Piece have one layout (pieces converts between them).
 var _ = [1]struct{}{}[unsafe.Offsetof(Buffer{}.Size)-unsafe.Offsetof(engine.Piece{}.Length)]
 
-// pieces returns the parts as the engine's pieces (the same layout; the
-// engine copies them when it takes a request).
+// pieces returns the parts as the engine's pieces (the same layout, the
+// same array: the engine reads them until the request completes, and
+// nothing changes them meanwhile).
 func (s span) pieces() []engine.Piece {
 	return unsafe.Slice((*engine.Piece)(unsafe.Pointer(unsafe.SliceData(s.parts))), len(s.parts))
 }

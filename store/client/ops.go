@@ -108,7 +108,7 @@ func (s span) valid() bool { return s.buf != nil || s.addr != 0 || s.parts != ni
 // appendRequests appends to reqs the engine requests that move the span to
 // (OpWrite) or from (OpRead) size bytes at remote address at of segment
 // target: one request, gathering the parts of host memory (the engine
-// copies the pieces), or one per part of GPU memory (each part takes its
+// reads the pieces until it completes), or one per part of GPU memory (each part takes its
 // own route). The span must be registered.
 func (s span) appendRequests(reqs []engine.Request, op engine.OpCode, target engine.SegmentID, at uint64) []engine.Request {
 	if s.parts == nil {
