@@ -71,18 +71,25 @@ NETNS=scripts/in-netns.sh
 cache="$(go env GOCACHE)/fuzz/$MOD"
 
 # run_target pkg target execs [log]: fuzzes one target; prints its log.
+# A target the package does not have fails (go test would pass).
 run_target() {
-  local pkg=$1 target=$2 execs=$3
-  $NETNS go test -run '^$' -fuzz "^${target}\$" -fuzztime "${execs}x" -parallel "${FUZZ_PARALLEL:-2}" "./$pkg" 2>&1
+  local pkg=$1 target=$2 execs=$3 out rc=0
+  out=$($NETNS go test -run '^$' -fuzz "^${target}\$" -fuzztime "${execs}x" -parallel "${FUZZ_PARALLEL:-2}" "./$pkg" 2>&1) || rc=$?
+  echo "$out"
+  if echo "$out" | grep -q 'no fuzz tests to fuzz'; then
+    echo "fuzz: $pkg has no fuzz target $target"
+    return 1
+  fi
+  return $rc
 }
 
 # last_execs log: the final execution count Go printed.
-last_execs() { grep -o 'execs: [0-9]*' "$1" | tail -1 | awk '{print $2}'; }
+last_execs() { { grep -o 'execs: [0-9]*' "$1" || true; } | tail -1 | awk '{print $2}'; }
 
 # median_rate log: the median of the rates Go printed for its 3 s
 # intervals (the last line, a partial interval, left out); empty if none.
 median_rate() {
-  grep -o 'execs: [0-9]* ([0-9]*/sec)' "$1" | sed '$d' | sed 's/.*(\([0-9]*\)\/sec)/\1/' | sort -n |
+  { grep -o 'execs: [0-9]* ([0-9]*/sec)' "$1" || true; } | sed '$d' | sed 's/.*(\([0-9]*\)\/sec)/\1/' | sort -n |
     awk '{ r[NR] = $1 } END { if (NR) print r[int((NR + 1) / 2)] }'
 }
 

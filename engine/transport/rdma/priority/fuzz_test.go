@@ -7,7 +7,7 @@ import (
 
 // FuzzParseMatrix reads arbitrary text as a NIC priority matrix (the
 // installTransport argument and the descriptor's priority_matrix).
-func FuzzParse(f *testing.F) {
+func FuzzParseMatrix(f *testing.F) {
 	f.Add(`{"cpu:0":[["mlx5_0"],["mlx5_1"]]}`)
 	f.Add(`{"cpu:0":[["a"]]}`)
 	f.Add(`{"x":[[],null]}`)
