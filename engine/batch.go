@@ -169,12 +169,15 @@ type batch struct {
 	// tasks read as failed then.
 	notifyErr atomic.Pointer[error]
 
+	npollers atomic.Int32 // len(mu.pollers)
+
 	mu struct {
 		sync.Mutex
-		tasks  []*task
-		notify *pendingNotify
-		waitCh chan struct{} // closed when the batch is idle (waitIdle)
-		freed  bool
+		tasks   []*task
+		pollers []Poller // read the answers of slices in flight (PollWith)
+		notify  *pendingNotify
+		waitCh  chan struct{} // closed when the batch is idle (waitIdle)
+		freed   bool
 	}
 }
 

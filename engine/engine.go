@@ -1357,6 +1357,7 @@ func (e *Engine) TaskStatus(id BatchID, i int) (TaskStatus, error) {
 	if t == nil {
 		return TaskStatus{}, fmt.Errorf("batch %d has no task %d: %w", id, i, ErrInvalidArgument)
 	}
+	b.poll()
 	return b.observe(t), nil
 }
 
@@ -1366,6 +1367,7 @@ func (e *Engine) BatchStatus(id BatchID) (BatchStatus, error) {
 	if err != nil {
 		return BatchStatus{}, err
 	}
+	b.poll()
 	return b.aggregate(), nil
 }
 
@@ -1391,7 +1393,7 @@ func (e *Engine) wait(ctx context.Context, id BatchID, yield bool) (BatchStatus,
 	if err != nil {
 		return BatchStatus{}, err
 	}
-	if spin.Until(e.SpinBudget(), yield, b.idle) {
+	if spin.Until(e.SpinBudget(), yield, b.settled) {
 		return b.aggregate(), nil
 	}
 	if _, ok := ctx.Deadline(); !ok {

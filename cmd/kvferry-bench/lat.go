@@ -1,6 +1,9 @@
 package main
 
 import (
+	"bufio"
+	"fmt"
+	"os"
 	"slices"
 	"time"
 )
@@ -54,4 +57,26 @@ func percentiles(all []*samples) (p50, p99 float64) {
 		return float64(d[min(int(q*float64(len(d))), len(d)-1)]) / float64(time.Microsecond)
 	}
 	return at(0.5), at(0.99)
+}
+
+// writeSamples writes every kept latency in the order measured, one line
+// each: the goroutine's index and the latency in nanoseconds (--samples_file,
+// for finding which operations are the slow ones: periodic, clustered,
+// after an idle gap). Later runs of a sweep append.
+func writeSamples(path string, all []*samples) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("samples file: %w", err)
+	}
+	w := bufio.NewWriter(f)
+	for g, s := range all {
+		for _, d := range s.d {
+			fmt.Fprintf(w, "%d %d\n", g, d.Nanoseconds())
+		}
+	}
+	if err := w.Flush(); err != nil {
+		f.Close()
+		return fmt.Errorf("samples file: %w", err)
+	}
+	return f.Close()
 }

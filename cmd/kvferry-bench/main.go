@@ -68,6 +68,7 @@ var (
 	hugePages       = flag.Bool("hugepages", false, "Ask for transparent huge pages on the buffers (madvise MADV_HUGEPAGE)")
 	useVRAM         = flag.Bool("use_vram", false, "Allocate the buffer in GPU memory (CUDA driver; RDMA then needs GPUDirect)")
 	gpuID           = flag.Int("gpu_id", 0, "GPU of the buffer with --use_vram")
+	samplesFile     = flag.String("samples_file", "", "Append every batch latency, in the order measured, to this file (lines: thread, nanoseconds)")
 )
 
 // mapBuffer maps n bytes, with transparent huge pages when asked, and
@@ -437,6 +438,11 @@ func runPoint(ctx context.Context, e *engine.Engine, buf region, seg engine.Segm
 		r.CPUPerOpUs = float64(cpu) / 1e3 / (float64(n) * float64(pt.batch))
 		r.AvgBatchUs = float64(latNanos.Load()) / float64(n) / 1e3
 		r.P50BatchUs, r.P99BatchUs = percentiles(lat)
+		if *samplesFile != "" {
+			if err := writeSamples(*samplesFile, lat); err != nil {
+				fmt.Fprintln(os.Stderr, "kvferry-bench:", err)
+			}
+		}
 	}
 	return r
 }

@@ -98,6 +98,11 @@ func notifyPoint(ctx context.Context, e *engine.Engine, seg engine.SegmentID) (R
 	if n > 0 {
 		r.AvgBatchUs = float64(latNanos) / float64(n) / 1e3
 		r.P50BatchUs, r.P99BatchUs = percentiles([]*samples{&lat})
+		if *samplesFile != "" {
+			if err := writeSamples(*samplesFile, []*samples{&lat}); err != nil {
+				return r, err
+			}
+		}
 	}
 	return r, nil
 }

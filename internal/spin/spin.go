@@ -25,6 +25,7 @@
 package spin
 
 import (
+	"errors"
 	"io"
 	"net"
 	"runtime"
@@ -164,6 +165,33 @@ func (r *Reader) Read(b []byte, budget time.Duration, yield bool) (n int, err er
 			runtime.Gosched()
 		}
 	}
+}
+
+// ErrWouldBlock is ReadNow's answer when nothing has arrived.
+var ErrWouldBlock = errors.New("spin: nothing to read yet")
+
+// ReadNow reads into b once, without blocking: n > 0 and nil when
+// something came, io.EOF at the end of the stream, ErrWouldBlock when
+// nothing is there yet, another error when the read failed or the
+// connection is closed (nothing consumed then).
+func (r *Reader) ReadNow(b []byte) (int, error) {
+	if r == nil || len(b) == 0 {
+		return 0, ErrWouldBlock
+	}
+	r.buf = b
+	cerr := r.rc.Read(r.fn)
+	r.buf = nil
+	switch {
+	case cerr != nil:
+		return 0, cerr
+	case r.errno == 0 && r.n > 0:
+		return int(r.n), nil
+	case r.errno == 0:
+		return 0, io.EOF
+	case r.errno == syscall.EAGAIN || r.errno == syscall.EINTR:
+		return 0, ErrWouldBlock
+	}
+	return 0, r.errno
 }
 
 // osYield offers this thread's CPU to another runnable thread

@@ -100,6 +100,44 @@ func TestReader(t *testing.T) {
 	assert.Assert(t, !ok)
 }
 
+func TestReadNow(t *testing.T) {
+	a, b := pipe(t)
+	r := NewReader(b)
+	buf := make([]byte, 16)
+	_, err := r.ReadNow(buf)
+	assert.Equal(t, err, ErrWouldBlock)
+	_, err = (*Reader)(nil).ReadNow(buf)
+	assert.Equal(t, err, ErrWouldBlock)
+	_, err = a.Write([]byte("hi"))
+	assert.NilError(t, err)
+	deadline := time.Now().Add(5 * time.Second)
+	n := 0
+	for n == 0 && time.Now().Before(deadline) {
+		if n, err = r.ReadNow(buf); err == ErrWouldBlock {
+			time.Sleep(time.Millisecond)
+			continue
+		}
+		assert.NilError(t, err)
+	}
+	assert.Equal(t, string(buf[:n]), "hi")
+	// A passed deadline or a closed connection: an error, not ErrWouldBlock.
+	assert.NilError(t, b.SetReadDeadline(time.Unix(1, 0)))
+	_, err = r.ReadNow(buf)
+	assert.Assert(t, err != nil && err != ErrWouldBlock)
+	assert.NilError(t, b.SetReadDeadline(time.Time{}))
+	a.Close()
+	for {
+		if _, err = r.ReadNow(buf); err != ErrWouldBlock {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	assert.Equal(t, err, io.EOF)
+	b.Close()
+	_, err = r.ReadNow(buf)
+	assert.Assert(t, err != nil && err != ErrWouldBlock && err != io.EOF)
+}
+
 func TestNewReaderWithoutSocket(t *testing.T) {
 	a, b := net.Pipe()
 	defer a.Close()

@@ -51,6 +51,30 @@ func (cr *connReader) read(b []byte) (int, error) {
 
 func (cr *connReader) close() { cr.m.Close() }
 
+// canPoll reports whether fill can read without blocking (the socket is
+// a raw one and polling is on).
+func (cr *connReader) canPoll() bool { return cr.poll != nil }
+
+// fill reads what has arrived, without blocking, until n bytes (at most
+// len(buf)) are buffered: nil once they are, spin.ErrWouldBlock while they
+// have not all come, io.EOF or another error when the connection ended or
+// failed (what was read stays buffered).
+func (cr *connReader) fill(n int) error {
+	for cr.w-cr.r < n {
+		if cr.r > 0 && len(cr.buf)-cr.r < n {
+			copy(cr.buf, cr.buf[cr.r:cr.w])
+			cr.w -= cr.r
+			cr.r = 0
+		}
+		k, err := cr.poll.ReadNow(cr.buf[cr.w:])
+		cr.w += k
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func (cr *connReader) buffered() int { return cr.w - cr.r }
 
 // peek returns the next n bytes (n <= len(buf)) without consuming them,

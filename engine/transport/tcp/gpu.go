@@ -121,8 +121,8 @@ func (l *lane) writeStaged(cs *conn, s *engine.Slice) {
 	case err == nil:
 		l.t.sent.Add(1)
 		if l.v2 {
-			cs.pending.Add(1)
-			cs.inflight <- s
+			cs.push(s)
+			cs.kickReader()
 		} else {
 			s.Complete(nil)
 		}

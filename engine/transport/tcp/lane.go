@@ -16,6 +16,7 @@ import (
 	"github.com/kvferry/kvferry/engine/transport/tcp/tcpwire"
 	"github.com/kvferry/kvferry/internal/cmem"
 	"github.com/kvferry/kvferry/internal/cuda"
+	"github.com/kvferry/kvferry/internal/spin"
 	"github.com/kvferry/kvferry/metrics"
 )
 
@@ -48,6 +49,7 @@ type lane struct {
 		hdrs   [maxWriteBatch][tcpwire.HeaderSize]byte
 		bufs   net.Buffers
 		piece  net.Buffers
+		inline bool // the submitter writes (submit), not the writer goroutine
 		v1done []*engine.Slice
 		stager *cuda.Stager // stages WRITEs from device memory (gpu.go)
 	}
@@ -108,14 +110,32 @@ func (l *lane) stop() {
 }
 
 // conn is one connection of a lane, with its in-flight FIFO. The writer owns
-// it and closes inflight; the reader drains it.
+// it and closes inflight. Responses are read in order by whoever holds
+// role: the reader goroutine, woken through kick, or a goroutine waiting
+// for a slice offered to it (Poll, engine.Poller), which reads only what
+// has already arrived.
 type conn struct {
+	l          *lane
 	c          net.Conn
 	rd         *connReader
 	inflight   chan *engine.Slice
 	readerDone chan struct{}
-	dead       atomic.Bool
-	stager     *cuda.Stager // the reader's, for READs into device memory (gpu.go)
+	// kick (one token) wakes the reader goroutine: slices to read, or
+	// inflight closed. Whoever queues a slice that no poller was offered
+	// kicks after queueing it.
+	kick chan struct{}
+	// fallback kicks the reader when a slice offered to its waiter was
+	// not read within the spin budget (nobody polled, or not in time).
+	fallback *time.Timer
+	// role is the right to read responses: rd, cur, rcause, exited and
+	// the receiving end of inflight are its.
+	role   sync.Mutex
+	wanted atomic.Bool   // the reader goroutine waits for role
+	cur    *engine.Slice // taken from inflight, its response not read yet
+	rcause error         // why reading failed: the slices after fail with it
+	exited bool          // the reader goroutine is gone: nobody reads any more
+	dead   atomic.Bool
+	stager *cuda.Stager // the reader's, for READs into device memory (gpu.go)
 	// cause is why the writer gave the connection up (a stalled write is a
 	// timeout, not a dropped connection), so that the reader fails the
 	// slices in flight with it instead of retrying them.
@@ -170,7 +190,9 @@ func (l *lane) dial() (*conn, error) {
 		c.Close()
 		return nil, err
 	}
-	cs := &conn{c: c, rd: rd, inflight: make(chan *engine.Slice, l.window), readerDone: make(chan struct{})}
+	cs := &conn{l: l, c: c, rd: rd, inflight: make(chan *engine.Slice, l.window), readerDone: make(chan struct{}), kick: make(chan struct{}, 1)}
+	cs.fallback = time.AfterFunc(time.Hour, cs.kickReader)
+	cs.fallback.Stop()
 	l.connected.Store(true)
 	l.obs.Open.Add(1)
 	l.t.wg.Add(1)
@@ -184,6 +206,8 @@ func (l *lane) closeConn(cs *conn) {
 	cs.dead.Store(true)
 	cs.c.Close()
 	close(cs.inflight)
+	cs.fallback.Stop()
+	cs.kickReader()
 	<-cs.readerDone
 	cs.rd.close()
 	l.connected.Store(false)
@@ -202,7 +226,9 @@ func (l *lane) submit(ss []*engine.Slice, bytes uint64) {
 	if bytes <= inlineMaxBytes && l.w.TryLock() {
 		cs := l.w.cs
 		if cs != nil && !cs.dead.Load() {
+			l.w.inline = true
 			l.drainLocked()
+			l.w.inline = false
 			l.w.Unlock()
 			if !l.queued() {
 				return
@@ -394,7 +420,10 @@ func (l *lane) writeChunk(cs *conn, chunk []*engine.Slice) {
 	}
 	bufs := l.w.bufs[:0]
 	v1done := l.w.v1done[:0]
-	sent := 0
+	sent, queued := 0, false
+	// A single small slice written by its submitter on an idle connection
+	// is offered to its waiter, which then reads the answer itself.
+	offer := l.w.inline && len(chunk) == 1 && cs.pending.Load() == 0 && l.pollable(cs, chunk[0])
 	for i, s := range chunk {
 		if s.Canceled() {
 			s.Complete(engine.ErrCanceled)
@@ -406,14 +435,24 @@ func (l *lane) writeChunk(cs *conn, chunk []*engine.Slice) {
 			bufs = appendLocal(bufs, s)
 		}
 		if l.v2 || s.Op == engine.OpRead {
-			cs.pending.Add(1)
-			cs.inflight <- s
+			if offer {
+				s.PollWith(cs)
+			}
+			cs.push(s)
+			queued = true
 		} else {
 			v1done = append(v1done, s)
 		}
 		sent++
 	}
 	l.w.bufs, l.w.v1done = bufs[:0], v1done[:0]
+	if queued {
+		if offer {
+			cs.fallback.Reset(l.t.e.SpinBudget())
+		} else {
+			cs.kickReader()
+		}
+	}
 	if sent == 0 {
 		return
 	}
@@ -422,6 +461,7 @@ func (l *lane) writeChunk(cs *conn, chunk []*engine.Slice) {
 		// (or with its own, when it closed cs first).
 		werr := cs.failure(l.classifyWrite(err))
 		cs.kill(werr)
+		cs.kickReader() // what was offered to a poller fails now, not at the fallback
 		for _, s := range v1done {
 			l.fail(s, werr)
 		}
@@ -480,8 +520,28 @@ func (l *lane) writeAll(c net.Conn, bufs net.Buffers) error {
 	return nil
 }
 
-// runReader reads responses in order; owned by the lane's writer, which
-// closes cs.inflight to stop it.
+// push queues s for its response to be read (counted in pending first);
+// when the window is full it wakes the reader to make room.
+func (cs *conn) push(s *engine.Slice) {
+	cs.pending.Add(1)
+	select {
+	case cs.inflight <- s:
+	default:
+		cs.kickReader()
+		cs.inflight <- s
+	}
+}
+
+// kickReader wakes the reader goroutine (its token may already be there).
+func (cs *conn) kickReader() {
+	select {
+	case cs.kick <- struct{}{}:
+	default:
+	}
+}
+
+// runReader reads responses in order whenever kicked; owned by the lane's
+// writer, which closes cs.inflight to stop it.
 func (l *lane) runReader(cs *conn) {
 	defer l.t.wg.Done()
 	defer close(cs.readerDone)
@@ -490,24 +550,134 @@ func (l *lane) runReader(cs *conn) {
 			cs.stager.Close()
 		}
 	}()
-	var cause error
-	for s := range cs.inflight {
-		switch {
-		case cs.dead.Load():
-			if cause == nil {
-				cause = cs.failure(fmt.Errorf("connection to %s closed: %w", l.addr, errConn))
-			}
-			l.retryOrFail(s, cause)
-		default:
-			if err := l.readResponse(cs, s); err != nil {
-				cause = cs.failure(err)
-				cs.kill(cause)
-				l.retryOrFail(s, cause)
-			} else {
-				s.Complete(nil)
+	for range cs.kick {
+		cs.wanted.Store(true) // pollers stand back (a TryLock loop would starve Lock)
+		cs.role.Lock()
+		cs.wanted.Store(false)
+		if l.readQueued(cs) {
+			cs.exited = true
+			cs.role.Unlock()
+			return
+		}
+		cs.role.Unlock()
+	}
+}
+
+// readQueued reads the responses of every slice queued, blocking for each;
+// it reports whether inflight was closed. The caller holds cs.role.
+func (l *lane) readQueued(cs *conn) (closed bool) {
+	for {
+		s := cs.cur
+		cs.cur = nil
+		if s == nil {
+			select {
+			case q, ok := <-cs.inflight:
+				if !ok {
+					return true
+				}
+				s = q
+			default:
+				return false
 			}
 		}
-		cs.pending.Add(-1)
+		l.finish(cs, s)
+	}
+}
+
+// finish reads s's response (blocking) and completes s, or fails or
+// retries it when the connection failed. The caller holds cs.role.
+func (l *lane) finish(cs *conn, s *engine.Slice) {
+	switch {
+	case cs.dead.Load():
+		if cs.rcause == nil {
+			cs.rcause = cs.failure(fmt.Errorf("connection to %s closed: %w", l.addr, errConn))
+		}
+		l.retryOrFail(s, cs.rcause)
+	default:
+		if err := l.readResponse(cs, s); err != nil {
+			cs.rcause = cs.failure(err)
+			cs.kill(cs.rcause)
+			l.retryOrFail(s, cs.rcause)
+		} else {
+			s.Complete(nil)
+		}
+	}
+	cs.pending.Add(-1)
+}
+
+// responseSize is the bytes of s's response: its status frame (protocol
+// v2) and a READ's payload.
+func (l *lane) responseSize(s *engine.Slice) int {
+	n := 0
+	if l.v2 {
+		n = tcpwire.StatusSize
+	}
+	if s.Op == engine.OpRead {
+		n += int(s.Length)
+	}
+	return n
+}
+
+// pollable reports whether s's response may be read by a poller: polling
+// is on, the socket can be read without blocking, the response fits the
+// read-ahead buffer easily and lands in host memory.
+func (l *lane) pollable(cs *conn, s *engine.Slice) bool {
+	return l.t.e.SpinBudget() > 0 && cs.rd.canPoll() && s.LocalKind() != engine.MemoryDevice &&
+		s.Length <= HeaderBatchBytes/2 && l.responseSize(s) <= HeaderBatchBytes/2
+}
+
+// Poll reads the responses that have already arrived, in order, without
+// blocking (engine.Poller: the goroutine waiting for a slice offered to it
+// calls it). Whatever it cannot finish now (nothing arrived yet, a
+// failure, a response it does not read) it leaves to the reader
+// goroutine: at once for a failure, else when the fallback fires.
+func (cs *conn) Poll() {
+	if cs.wanted.Load() || !cs.role.TryLock() {
+		return // the reader (or another poller) is at it
+	}
+	defer cs.role.Unlock()
+	if cs.exited {
+		return
+	}
+	l := cs.l
+	for {
+		s := cs.cur
+		if s == nil {
+			select {
+			case q, ok := <-cs.inflight:
+				if !ok {
+					cs.kickReader()
+					return
+				}
+				s, cs.cur = q, q
+				// The deadline of the last response may have passed
+				// while the connection sat idle.
+				_ = cs.c.SetReadDeadline(time.Now().Add(l.t.cfg.StatusTimeout))
+			default:
+				// All read. A slice queued meanwhile (counted before it is
+				// queued, its fallback armed after) keeps its fallback or
+				// gets the reader now.
+				cs.fallback.Stop()
+				if cs.pending.Load() != 0 {
+					cs.kickReader()
+				}
+				return
+			}
+		}
+		if cs.dead.Load() || !l.pollable(cs, s) {
+			cs.kickReader()
+			return
+		}
+		switch err := cs.rd.fill(l.responseSize(s)); {
+		case err == spin.ErrWouldBlock:
+			return
+		case err != nil:
+			cs.kickReader() // it reads again, blocking, and reports the failure
+			return
+		}
+		cs.cur = nil
+		l.finish(cs, s)
+		l.t.polled.Add(1)
 	}
 }
 

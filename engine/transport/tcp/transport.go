@@ -133,6 +133,7 @@ type Transport struct {
 	last         atomic.Pointer[peerHit] // peerFor's last answer
 	logs         ratelog.Every
 	sent, failed atomic.Uint64
+	polled       atomic.Uint64 // slices read by their waiter (conn.Poll)
 	obs          *metrics.Server
 }
 
@@ -209,12 +210,15 @@ type Stats struct {
 	ServerConns  int
 	// Conns is the number of open client connections.
 	Conns int
+	// SlicesPolled counts client-side slices whose answer the goroutine
+	// waiting for them read itself (engine.Poller), not the lane's reader.
+	SlicesPolled uint64
 }
 
 // Stats returns the transport's counters.
 func (t *Transport) Stats() Stats {
 	s := Stats{SlicesSent: t.sent.Load(), SlicesFailed: t.failed.Load(), Served: t.srv.served.Load(), Rejected: t.srv.rejected.Load(),
-		ConnsRefused: t.srv.limit.Refused(), ServerConns: t.srv.limit.Open()}
+		ConnsRefused: t.srv.limit.Refused(), ServerConns: t.srv.limit.Open(), SlicesPolled: t.polled.Load()}
 	t.peers.Lock()
 	for _, pc := range t.peers.m {
 		for _, l := range pc.lanes {
