@@ -102,6 +102,8 @@ if want tcp; then
   echo "Transfer engine over TCP, 4 KiB, batch 1, 1 thread (kvferry-bench; p99/p50 target <= 3, p50 <= 3x the spinning floor):"
   echo
   echo "$HEAD"
+  python3 -c 'import sys; p50, p99 = map(float, sys.argv[1:]); print(f"| floor, spinning (bench/pingpong.c) | | {p50:.1f} | {p99:.1f} | {p99 / p50:.1f} | | 1.0x | |")' \
+    "$FLOOR_SPIN_US" "$FLOOR_SPIN_P99_US"
   for op in read write; do
     for spin in "$SPIN_ON" 0; do
       seg=SEG_tcp_on; [ "$spin" = 0 ] && seg=SEG_tcp_off
