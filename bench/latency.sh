@@ -26,7 +26,10 @@
 #   MOONCAKE_TE_BENCH=.../transfer_engine_bench bench/latency.sh tcp
 #                                     # also Mooncake beside it (bench/te_mooncake.sh)
 #
-# Environment: DURATION (seconds per transfer row, default 3), OPS (store
+# Environment: SPIN_ALT (a second spin budget in µs, e.g. 200: the TCP and
+# notify rows run with it too, beside the configured one and off; the
+# batch-1 tail is a cliff where a poll runs out of budget, so this shows
+# what a longer one buys), DURATION (seconds per transfer row, default 3), OPS (store
 # operations per row, default 5000), IDLE_SECS (default 2), FLOOR_ITERS,
 # RT_PRIO (as root: run the floor's and every row's processes, not the
 # builds, under SCHED_RR priority RT_PRIO with chrt, so that on a
@@ -97,6 +100,7 @@ HEAD="| row | spin | p50 us | p99 us | p99/p50 | mean us | p50 vs floor (spinnin
 if want tcp || want notify; then
   start_target tcp_on "$SPIN_ON" tcp
   start_target tcp_off 0 tcp
+  [ -z "${SPIN_ALT:-}" ] || start_target tcp_alt "$SPIN_ALT" tcp
 fi
 if want tcp; then
   echo "Transfer engine over TCP, 4 KiB, batch 1, 1 thread (kvferry-bench; p99/p50 target <= 3, p50 <= 3x the spinning floor):"
@@ -105,8 +109,8 @@ if want tcp; then
   python3 -c 'import sys; p50, p99 = map(float, sys.argv[1:]); print(f"| floor, spinning (bench/pingpong.c) | | {p50:.1f} | {p99:.1f} | {p99 / p50:.1f} | | 1.0x | |")' \
     "$FLOOR_SPIN_US" "$FLOOR_SPIN_P99_US"
   for op in read write; do
-    for spin in "$SPIN_ON" 0; do
-      seg=SEG_tcp_on; [ "$spin" = 0 ] && seg=SEG_tcp_off
+    for spin in "$SPIN_ON" ${SPIN_ALT:-} 0; do
+      seg=SEG_tcp_on; [ "$spin" = 0 ] && seg=SEG_tcp_off; [ "$spin" = "${SPIN_ALT:-}" ] && seg=SEG_tcp_alt
       out=$(KVFERRY_SPIN_US=$spin MC_FORCE_TCP=1 "${PRIO[@]}" "$BIN" --mode=initiator --protocol=tcp --segment_id="${!seg}" --operation=$op \
         --block_size=4096 --batch_size=1 --threads=1 --duration="$DURATION" --buffer_size=$BUF --json --quiet)
       row "tcp $op 4 KiB" "$spin" "$out"
@@ -120,8 +124,8 @@ if want notify; then
   echo "Notification round trip (ping to the peer, which sees it and answers; the pong seen), socket RPC (target <= 3x the spinning floor):"
   echo
   echo "$HEAD"
-  for spin in "$SPIN_ON" 0; do
-    seg=SEG_tcp_on; [ "$spin" = 0 ] && seg=SEG_tcp_off
+  for spin in "$SPIN_ON" ${SPIN_ALT:-} 0; do
+    seg=SEG_tcp_on; [ "$spin" = 0 ] && seg=SEG_tcp_off; [ "$spin" = "${SPIN_ALT:-}" ] && seg=SEG_tcp_alt
     out=$(KVFERRY_SPIN_US=$spin "${PRIO[@]}" "$BIN" --mode=initiator --operation=notify --segment_id="${!seg}" --duration="$DURATION" \
       --buffer_size=$BUF --json --quiet)
     row "notify round trip" "$spin" "$out"
