@@ -7,7 +7,9 @@
 # later than such a short run allows. `make soak` runs the full hour with a
 # restart every 3 min (samples every 10 s). Fails on growth of RSS, fds,
 # threads or goroutines beyond 2 % after the warm-up; samples in
-# build/soak.tsv, plot in build/soak.png.
+# build/soak.tsv, plot in build/soak.png. KVFERRY_SOAK_P0_PPROF=host:port has
+# the never-restarted peer serve /debug/pprof/ there (inside the test's
+# network namespace: reach it with nsenter -t <its pid> -n).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export KVFERRY_SOAK_DURATION=${KVFERRY_SOAK_DURATION:-50s}

@@ -240,7 +240,12 @@ func TestSoak(t *testing.T) {
 	var problems []string
 	t0 := time.Now()
 	launch := func(i, life int) *peer {
-		p := start(t, fmt.Sprintf("p%d.%d", i, life), []string{bin, lib, meta, fmt.Sprintf("p%d", i), masterAddr, "16"}, env)
+		penv := env
+		if addr := os.Getenv("KVFERRY_SOAK_P0_PPROF"); addr != "" && i == 0 && life == 0 {
+			// Diagnosis: the never-restarted peer serves /debug/pprof/ there.
+			penv = append(slices.Clip(env), "KVFERRY_METRICS_ADDR="+addr, "KVFERRY_METRICS_PPROF=1")
+		}
+		p := start(t, fmt.Sprintf("p%d.%d", i, life), []string{bin, lib, meta, fmt.Sprintf("p%d", i), masterAddr, "16"}, penv)
 		l, err := p.line(120 * time.Second)
 		assert.NilError(t, err)
 		var r map[string]any
@@ -327,7 +332,7 @@ func TestSoak(t *testing.T) {
 						j, _ := strconv.Atoi(strings.TrimPrefix(f.(string), "p"))
 						teFails++
 						if !excused(j, began) {
-							unexplained(began, fmt.Sprintf("%s: p%d -> %s failed with no restart to explain it", time.Since(t0).Round(time.Second), i, f))
+							unexplained(began, fmt.Sprintf("%s: p%d -> %s failed with no restart to explain it (first failure: %v)", time.Since(t0).Round(time.Second), i, f, r["te_err"]))
 						}
 					}
 					if n := int(r["st_fail"].(float64)); n > 0 {

@@ -253,6 +253,19 @@ func (l *lane) queued() bool {
 	return len(l.mu.queue) > 0
 }
 
+// retired reports whether the lane holds nothing: no writer running,
+// nothing queued, no connection (never used, or its writer retired). A lane
+// someone is writing on right now is not retired.
+func (l *lane) retired() bool {
+	if !l.w.TryLock() {
+		return false
+	}
+	defer l.w.Unlock()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return !l.mu.started && len(l.mu.queue) == 0 && l.w.cs == nil
+}
+
 // idleClose is how long a lane may sit idle before its writer closes the
 // connection and exits (the next submission starts it again).
 const idleClose = 2 * time.Minute

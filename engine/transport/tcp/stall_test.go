@@ -205,3 +205,40 @@ func TestDeadPeerReleasesLanes(t *testing.T) {
 	err := a.Transfer(context.Background(), reqs)
 	assert.Assert(t, err != nil)
 }
+
+// TestRestartedPeersForgotten: peers that go away (a restart comes back on
+// a new port) must not leave their lanes in the transport for good: once
+// their lanes retired, the next new endpoint makes the transport forget
+// them (the soak's never-restarted peer grew by ~3 MiB an hour of such
+// lanes).
+func TestRestartedPeersForgotten(t *testing.T) {
+	a := newNode(t, tcp.Config{}, 1<<20)
+	tr := a.t
+	write := func(p *node) error {
+		seg, err := a.e.OpenSegment(context.Background(), p.e.SegmentName())
+		if err != nil {
+			return err
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		return a.e.Transfer(ctx, []engine.Request{{Op: engine.OpWrite, Source: a.mem.Addr(), Target: seg, TargetOffset: uint64(p.mem.Addr()), Length: 64 << 10}})
+	}
+	for i := range 5 {
+		p := newNode(t, tcp.Config{}, 1<<20)
+		assert.NilError(t, write(p))
+		assert.Equal(t, tr.Endpoints(), 1, "peer %d: the endpoints of the peers gone before were not forgotten", i)
+		assert.NilError(t, p.e.Close())
+		deadline := time.Now().Add(20 * time.Second)
+		for tr.Stats().Conns > 0 {
+			assert.Assert(t, time.Now().Before(deadline), "lanes still hold %d connections to a dead peer", tr.Stats().Conns)
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	// A live peer's lanes are kept while in use, and it still works.
+	q := newNode(t, tcp.Config{}, 1<<20)
+	assert.NilError(t, write(q))
+	r := newNode(t, tcp.Config{}, 1<<20)
+	assert.NilError(t, write(r))
+	assert.NilError(t, write(q))
+	assert.Assert(t, tr.Endpoints() >= 1 && tr.Endpoints() <= 2, "%d endpoints", tr.Endpoints())
+}

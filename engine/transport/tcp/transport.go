@@ -293,6 +293,7 @@ func (t *Transport) peerFor(p *engine.Peer) (*peerConns, error) {
 				l.stop()
 			}
 		}
+		t.pruneLocked()
 		pc = &peerConns{addr: addr, v2: v2}
 		for i := 0; i < t.cfg.Lanes; i++ {
 			pc.lanes = append(pc.lanes, newLane(t, addr, p.Name, v2))
@@ -301,6 +302,36 @@ func (t *Transport) peerFor(p *engine.Peer) (*peerConns, error) {
 	}
 	t.last.Store(&peerHit{p: p, d: d, pc: pc})
 	return pc, nil
+}
+
+// pruneLocked forgets the endpoints whose lanes all retired (idle past
+// idleClose, or their peer closed the connections), so that peers that
+// restart on new ports do not pile up lanes here for good; it runs when a
+// new endpoint is added, the only time the table grows. A forgotten
+// endpoint is made afresh on its next use; a submitter that still holds it
+// restarts its lanes, which retire again when idle (and stop with the
+// transport's context). The caller holds t.peers.
+func (t *Transport) pruneLocked() {
+	for addr, pc := range t.peers.m {
+		idle := true
+		for _, l := range pc.lanes {
+			if !l.retired() {
+				idle = false
+				break
+			}
+		}
+		if idle {
+			delete(t.peers.m, addr)
+		}
+	}
+}
+
+// Endpoints returns the number of peer data endpoints the transport holds
+// lanes for.
+func (t *Transport) Endpoints() int {
+	t.peers.Lock()
+	defer t.peers.Unlock()
+	return len(t.peers.m)
 }
 
 // Submit queues slices on the peer's lanes. Small submissions all go to the

@@ -16,7 +16,8 @@
  *             then the store: put 4 keys with 2 replicas, get them back,
  *             compare, remove them. Answers counts, the peers that failed
  *             and the first store failure: {"ok","te_ok","te_fail",
- *             "failed":[...],"st_ok","st_fail","st_rc","st_err"}
+ *             "failed":[...],"te_err" (the first failed peer, its step and the
+ *             engine's last error),"st_ok","st_fail","st_rc","st_err"}
  *         stats                            {"rss_kb","fds","threads","goroutines"}
  *         quit
  */
@@ -188,7 +189,7 @@ int main(int argc, char **argv) {
         tok = strtok_r(NULL, " \t\n", &save);
         uint64_t slot = tok ? strtoull(tok, NULL, 0) : 0;
         int te_ok = 0, te_fail = 0, st_ok = 0, st_fail = 0, st_rc = 0;
-        char st_err[512] = "";
+        char st_err[512] = "", te_err[512] = "";
         char failed[4096] = "";
         size_t flen = 0;
         while ((tok = strtok_r(NULL, " \t\n", &save))) {
@@ -197,20 +198,31 @@ int main(int argc, char **argv) {
             *eq = 0;
             uint64_t addr = strtoull(eq + 1, NULL, 0) + slot * XFER;
             int ok = 0;
+            const char *step = "openSegment";
             segment_id_t seg = te.openSegment(e, tok);
-            if (seg >= 0 && te.registerLocalMemory(e, scratch, SCRATCH, "cpu:0", 1) == 0) {
+            if (seg >= 0 && (step = "registerLocalMemory", te.registerLocalMemory(e, scratch, SCRATCH, "cpu:0", 1) == 0)) {
                 uint8_t *src = scratch, *dst = scratch + XFER;
                 pattern(src, XFER, seed);
                 memset(dst, 0, XFER);
-                ok = transfer(e, seg, OPCODE_WRITE, src, addr, XFER) == 0 &&
-                     transfer(e, seg, OPCODE_READ, dst, addr, XFER) == 0 && memcmp(src, dst, XFER) == 0;
-                if (te.unregisterLocalMemory(e, scratch) != 0) ok = 0;
+                ok = (step = "write", transfer(e, seg, OPCODE_WRITE, src, addr, XFER) == 0) &&
+                     (step = "read", transfer(e, seg, OPCODE_READ, dst, addr, XFER) == 0) &&
+                     (step = "compare", memcmp(src, dst, XFER) == 0);
+                if (te.unregisterLocalMemory(e, scratch) != 0 && ok) {
+                    step = "unregisterLocalMemory";
+                    ok = 0;
+                }
             }
             if (seg >= 0) te.closeSegment(e, seg);
             if (ok) {
                 te_ok++;
             } else {
                 te_fail++;
+                if (!te_err[0]) {
+                    int n = snprintf(te_err, sizeof te_err, "%s %s: ", tok, step);
+                    if (n > 0 && (size_t)n < sizeof te_err) te.kvferry_engine_last_error(e, te_err + n, sizeof te_err - n);
+                    for (char *c = te_err; *c; c++)
+                        if (*c == '"' || *c == '\\' || (unsigned char)*c < 0x20) *c = '\'';
+                }
                 if (flen + strlen(tok) + 4 < sizeof failed)
                     flen += snprintf(failed + flen, sizeof failed - flen, "%s\"%s\"", flen ? "," : "", tok);
             }
@@ -244,8 +256,8 @@ int main(int argc, char **argv) {
                 }
             }
         }
-        printf("{\"ok\":%s,\"te_ok\":%d,\"te_fail\":%d,\"failed\":[%s],\"st_ok\":%d,\"st_fail\":%d,\"st_rc\":%d,\"st_err\":\"%s\"}\n",
-               te_fail == 0 && st_fail == 0 ? "true" : "false", te_ok, te_fail, failed, st_ok, st_fail, st_rc, st_err);
+        printf("{\"ok\":%s,\"te_ok\":%d,\"te_fail\":%d,\"failed\":[%s],\"te_err\":\"%s\",\"st_ok\":%d,\"st_fail\":%d,\"st_rc\":%d,\"st_err\":\"%s\"}\n",
+               te_fail == 0 && st_fail == 0 ? "true" : "false", te_ok, te_fail, failed, te_err, st_ok, st_fail, st_rc, st_err);
         fflush(stdout);
     }
     st.mooncake_store_destroy(s);
