@@ -144,10 +144,12 @@ static int phase(mooncake_store_t s, int put, const char *tag, int pass, uint8_t
         double a = now_us();
         if (put) {
             stamp(buf, size, (uint64_t)pass << 32 | (uint64_t)i);
-            if (api.mooncake_store_put_from(s, key, buf, size, NULL) != 0) errors++;
+            int rc = api.mooncake_store_put_from(s, key, buf, size, NULL);
+            if (rc != 0 && errors++ == 0) fprintf(stderr, "put_from(%s) = %d\n", key, rc);
         } else {
             int64_t n = api.mooncake_store_get_into(s, key, buf, size);
-            if (n != (int64_t)size || !stamped(buf, size, (uint64_t)pass << 32 | (uint64_t)i)) errors++;
+            if ((n != (int64_t)size || !stamped(buf, size, (uint64_t)pass << 32 | (uint64_t)i)) && errors++ == 0)
+                fprintf(stderr, "get_into(%s) = %lld\n", key, (long long)n);
         }
         if (lat) lat[i] = now_us() - a;
     }
@@ -157,9 +159,11 @@ static int phase(mooncake_store_t s, int put, const char *tag, int pass, uint8_t
 
 static void remove_pass(mooncake_store_t s, const char *tag, int pass, int ops) {
     char key[128];
+    int failed = 0;
     for (int i = 0; i < ops; i++) {
         snprintf(key, sizeof key, "%s-%d-%d", tag, pass, i);
-        api.mooncake_store_remove(s, key, 1);
+        int rc = api.mooncake_store_remove(s, key, 1);
+        if (rc != 0 && failed++ == 0) fprintf(stderr, "remove(%s) = %d\n", key, rc);
     }
 }
 

@@ -56,8 +56,10 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 load() { cut -d' ' -f1-3 /proc/loadavg; }
 LOAD_START=$(load)
 
-# kvferry's master.
-"${PRIO[@]}" "$T/kvferry-master" --port=0 --rpc_address=127.0.0.1 --enable_metric_reporting=false \
+# kvferry's master. Leases of 500 ms: a forced remove of a leased object
+# frees its space only when the lease ends (seen here: without this, the
+# second run's puts returned 0 and their objects were gone by the get).
+"${PRIO[@]}" "$T/kvferry-master" --port=0 --rpc_address=127.0.0.1 --enable_metric_reporting=false --default_kv_lease_ttl=500 \
   > "$T/kv_master.out" 2> "$T/kv_master.err" &
 pids+=($!)
 for _ in $(seq 1 100); do grep -q '^listening on' "$T/kv_master.out" 2>/dev/null && break; sleep 0.1; done
@@ -108,8 +110,9 @@ for size in $SIZES; do
   for trial in $(seq 1 "$TRIALS"); do
     for k in 0 1 2; do
       s=${systems[$(((trial - 1 + k) % 3))]}
-      client "$s" "$size" "$ops" "t$size-$trial" > "$R/${size}_${trial}.$s.json" 2> "$R/${size}_${trial}.$s.err" ||
+      client "$s" "$size" "$ops" "$s-$size-$trial" > "$R/${size}_${trial}.$s.json" 2> "$R/${size}_${trial}.$s.err" ||
         { echo "$s client failed (size $size, trial $trial):" >&2; tail -20 "$R/${size}_${trial}.$s.err" >&2; exit 1; }
+      sleep 1 # removed objects' leases (kvferry-master: 500 ms) expire and free their space
     done
   done
 done
