@@ -396,6 +396,10 @@ func TestSoak(t *testing.T) {
 			byLife[k] = append(byLife[k], s)
 		}
 	}
+	// KVFERRY_SOAK_RSS_SLACK (bytes; 0 in make soak) is RSS growth that
+	// counts as noise however large its share: the short form judges 25 s,
+	// in which one step of the Go heap's size (1-2 MiB) is 2 %.
+	slack, _ := strconv.ParseFloat(envOr("KVFERRY_SOAK_RSS_SLACK", "0"), 64)
 	judged := 0
 	for k, ss := range byLife {
 		if len(ss) < 8 {
@@ -412,7 +416,7 @@ func TestSoak(t *testing.T) {
 			pct := 100 * (late - early) / early
 			line := fmt.Sprintf("p%d.%d %s: %.0f -> %.0f (%+.2f %%) over %d samples after the warm-up", k.peer, k.life, m.name, early, late, pct, len(ss))
 			t.Log(line)
-			if pct > 2 && (!m.count || late-early > 2) {
+			if pct > 2 && (!m.count || late-early > 2) && (m.count || late-early > slack) {
 				t.Errorf("growth beyond 2 %%: %s", line)
 			}
 		}
