@@ -38,13 +38,7 @@ SIZES="${SIZES:-1048576}"
 STORE_OPS="${STORE_OPS:-400}"
 TRIALS="${TRIALS:-3}"
 HOLDER_BYTES="${HOLDER_BYTES:-$((1 << 30))}"
-read -r -a MC_ENV <<< "${MOONCAKE_ENV-MC_TCP_ENABLE_CONNECTION_POOL=1}"
-PRIO=()
-[ -z "${RT_PRIO:-}" ] || PRIO=(chrt -r "$RT_PRIO")
-T="$(mktemp -d)"
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$T"; }
-trap cleanup EXIT
+. bench/mooncake_side.sh
 
 if [ -z "${KVFERRY_LIB:-}" ]; then
   make -s lib >/dev/null # always this tree's code

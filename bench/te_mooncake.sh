@@ -33,13 +33,7 @@ TE_OPS="${TE_OPS:-read write}"
 DURATION="${DURATION:-3}"
 PAIRS="${PAIRS:-3}"
 BUF="${BUF:-$((1 << 30))}"
-read -r -a MC_ENV <<< "${MOONCAKE_ENV-MC_TCP_ENABLE_CONNECTION_POOL=1}"
-PRIO=()
-[ -z "${RT_PRIO:-}" ] || PRIO=(chrt -r "$RT_PRIO")
-T="$(mktemp -d)"
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$T"; }
-trap cleanup EXIT
+. bench/mooncake_side.sh
 go build -o "$T/kvferry-bench" ./cmd/kvferry-bench # always this tree's code
 load() { cut -d' ' -f1-3 /proc/loadavg; }
 LOAD_START=$(load)
