@@ -68,7 +68,7 @@ test-go:
 	$(GO) vet ./...
 	$(NETNS) $(GO) test -race -tags invariants -timeout 15m ./...
 	$(NETNS) $(GO) test -run '^$$' -fuzz FuzzDecodeHeader -fuzztime 50000x ./engine/transport/tcp/tcpwire
-	$(NETNS) $(GO) test -run '^$$' -fuzz FuzzDecodeFrame -fuzztime 100000x ./engine/rpc
+	$(NETNS) $(GO) test -run '^$$' -fuzz FuzzDecodeFrame -fuzztime 100000x ./engine/rpc/rpcframe
 	$(NETNS) $(GO) test -run '^$$' -fuzz FuzzUnmarshal -fuzztime 100000x ./engine/descriptor
 	$(NETNS) $(GO) test -run '^$$' -fuzz '^FuzzFetch$$' -fuzztime 8000x ./engine/metadata
 	$(NETNS) $(GO) test -run '^$$' -fuzz '^FuzzClientReply$$' -fuzztime 8000x ./engine/metadata/http

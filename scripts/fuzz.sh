@@ -37,7 +37,7 @@ TARGETS="
 engine/transport/tcp/tcpwire FuzzDecodeHeader parser
 engine/transport/tcp/tcpwire FuzzDecodeStatus parser
 engine/transport/tcp FuzzServeConn state
-engine/rpc FuzzDecodeFrame parser
+engine/rpc/rpcframe FuzzDecodeFrame parser
 engine/notifywire FuzzDecodeNotify parser
 engine FuzzHandleRPC state
 engine/descriptor FuzzUnmarshal parser

@@ -106,25 +106,3 @@ func TestServerClient(t *testing.T) {
 	assert.Assert(t, errors.As(err, &ce) && ce.Stage == "dial")
 	assert.Assert(t, time.Since(start) < 3*time.Second)
 }
-
-func FuzzDecodeFrame(f *testing.F) {
-	f.Add(AppendFrame(nil, TypeProbe, []byte("{}")))
-	f.Add(AppendFrame(nil, TypeLegacy, []byte(`{"x":1}`)))
-	f.Add([]byte{1, 0, 0, 0, 0, 0, 0, 0, 9})
-	f.Fuzz(func(t *testing.T, data []byte) {
-		typ, body, n, err := DecodeFrame(data, 1<<16)
-		if err != nil {
-			if typ != 0 || body != nil || n != 0 {
-				t.Fatal("error with a result")
-			}
-			return
-		}
-		if n > len(data) {
-			t.Fatalf("used %d of %d bytes", n, len(data))
-		}
-		again := AppendFrame(nil, typ, body)
-		if !bytes.Equal(again, data[:n]) {
-			t.Fatalf("round trip: %x vs %x", again, data[:n])
-		}
-	})
-}
