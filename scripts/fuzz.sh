@@ -61,7 +61,7 @@ store/master FuzzService state
 store/master FuzzRestore state
 store/oplog/frame FuzzParseFrames parser
 store/oplog/frame FuzzParseSnapshot parser
-store/ha FuzzParseEndpoints parser
+store/ha/haaddr FuzzParseEndpoints parser
 agent/nixl/publicdata FuzzParsePublicData parser
 agent/nixl FuzzParseOptions parser
 agent/trtllm FuzzParseOptions parser

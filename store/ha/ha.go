@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -18,48 +17,32 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/kvferry/kvferry/internal/etcddial"
+	"github.com/kvferry/kvferry/store/ha/haaddr"
 )
 
 // Spec values.
 const (
 	// DefaultClusterID is Mooncake's default --cluster_id.
-	DefaultClusterID = "mooncake_cluster"
+	DefaultClusterID = haaddr.DefaultClusterID
 	// DefaultLeaseTTL is the TTL of the lease under which the leader's
 	// address is published (Mooncake's 5 s).
 	DefaultLeaseTTL = 5 * time.Second
 	// Scheme prefixes an etcd master address on the client side:
 	// "etcd://host1:2379;host2:2379".
-	Scheme = "etcd://"
+	Scheme = haaddr.Scheme
 )
 
 // ErrNoLeader means no master currently holds the leadership.
 var ErrNoLeader = errors.New("no store master leader")
 
 // MasterViewKey returns the etcd key where the leader of clusterID publishes
-// its address. An empty clusterID means DefaultClusterID; a trailing '/' is
-// dropped.
-func MasterViewKey(clusterID string) string {
-	if clusterID == "" {
-		clusterID = DefaultClusterID
-	}
-	return "mooncake-store/" + strings.TrimSuffix(clusterID, "/") + "/master_view"
-}
+// its address (haaddr.MasterViewKey).
+func MasterViewKey(clusterID string) string { return haaddr.MasterViewKey(clusterID) }
 
 // ParseEndpoints splits an etcd endpoint list as Mooncake writes it
-// ("etcd://h1:2379;h2:2379", "h1:2379,h2:2379") into client endpoints.
-func ParseEndpoints(s string) ([]string, error) {
-	s = strings.TrimPrefix(strings.TrimSpace(s), Scheme)
-	var out []string
-	for _, f := range strings.FieldsFunc(s, func(r rune) bool { return r == ';' || r == ',' || r == ' ' }) {
-		if f != "" {
-			out = append(out, f)
-		}
-	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("parse etcd endpoints %q: no endpoint", s)
-	}
-	return out, nil
-}
+// ("etcd://h1:2379;h2:2379", "h1:2379,h2:2379") into client endpoints
+// (haaddr.ParseEndpoints).
+func ParseEndpoints(s string) ([]string, error) { return haaddr.ParseEndpoints(s) }
 
 // Dial connects to etcd. The returned client must be closed.
 func Dial(endpoints []string, timeout time.Duration) (*clientv3.Client, error) {
