@@ -5,8 +5,6 @@ import (
 	"errors"
 	"strings"
 	"testing"
-
-	"gotest.tools/v3/assert"
 )
 
 // mooncakeTCP is a descriptor as Mooncake's TCP transport publishes it
@@ -22,29 +20,29 @@ const mooncakeRDMA = `{"name":"node1","protocol":"rdma","tcp_data_port":0,"tcp_p
 
 func TestDecodeMooncake(t *testing.T) {
 	s, err := Unmarshal([]byte(mooncakeTCP))
-	assert.NilError(t, err)
-	assert.Equal(t, s.Name, "10.0.0.5:15123")
-	assert.Equal(t, s.Protocol, "tcp")
-	assert.Equal(t, s.TCPDataPort, 16001)
-	assert.Equal(t, s.TCPProtoVersion, 2)
-	assert.DeepEqual(t, s.Buffers, []Buffer{{Name: "10.0.0.5:15123", Addr: 140234567913472, Length: 1 << 30}})
-	assert.Assert(t, s.Host == nil)
+	nilErr(t, err)
+	eq(t, s.Name, "10.0.0.5:15123")
+	eq(t, s.Protocol, "tcp")
+	eq(t, s.TCPDataPort, 16001)
+	eq(t, s.TCPProtoVersion, 2)
+	deepEq(t, s.Buffers, []Buffer{{Name: "10.0.0.5:15123", Addr: 140234567913472, Length: 1 << 30}})
+	check(t, s.Host == nil)
 	b, ok := s.Find(140234567913472+100, 4096)
-	assert.Assert(t, ok)
-	assert.Equal(t, b.Length, uint64(1<<30))
+	check(t, ok)
+	eq(t, b.Length, uint64(1<<30))
 	_, ok = s.Find(140234567913472+(1<<30)-1, 2)
-	assert.Assert(t, !ok, "range crossing the end")
+	check(t, !ok, "range crossing the end")
 
 	r, err := Unmarshal([]byte(mooncakeRDMA))
-	assert.NilError(t, err)
-	assert.Equal(t, r.Devices[0].Name, "mlx5_0")
-	assert.DeepEqual(t, r.Buffers[0].RKey, []uint32{17})
+	nilErr(t, err)
+	eq(t, r.Devices[0].Name, "mlx5_0")
+	deepEq(t, r.Buffers[0].RKey, []uint32{17})
 }
 
 func TestMissingProtoVersionMeansV1(t *testing.T) {
 	s, err := Unmarshal([]byte(`{"name":"a:1","protocol":"tcp","tcp_data_port":5,"buffers":[]}`))
-	assert.NilError(t, err)
-	assert.Equal(t, s.TCPProtoVersion, 1)
+	nilErr(t, err)
+	eq(t, s.TCPProtoVersion, 1)
 }
 
 func TestRejectionRules(t *testing.T) {
@@ -66,7 +64,7 @@ func TestRejectionRules(t *testing.T) {
 	}
 	for name, js := range bad {
 		_, err := Unmarshal([]byte(js))
-		assert.Assert(t, errors.Is(err, ErrMalformed), "%s: %v", name, err)
+		check(t, errors.Is(err, ErrMalformed), "%s: %v", name, err)
 	}
 }
 
@@ -75,39 +73,39 @@ func TestEncodeFieldsAsMooncake(t *testing.T) {
 		Timestamp: "2026-11-29 10:00:00.000000", Buffers: []Buffer{{Name: "127.0.0.1:15000", Addr: 4096, Length: 8192}},
 		Host: &Host{BootID: "b", PID: 7}, Transports: []string{"local", "tcp"}, Features: []string{FeatureNotifyBytes}}
 	b, err := Marshal(s)
-	assert.NilError(t, err)
+	nilErr(t, err)
 	var m map[string]any
-	assert.NilError(t, json.Unmarshal(b, &m))
+	nilErr(t, json.Unmarshal(b, &m))
 	for _, k := range []string{"name", "protocol", "tcp_data_port", "tcp_proto_version", "timestamp", "buffers"} {
 		_, ok := m[k]
-		assert.Assert(t, ok, "missing %s in %s", k, b)
+		check(t, ok, "missing %s in %s", k, b)
 	}
 	buf := m["buffers"].([]any)[0].(map[string]any)
-	assert.Equal(t, buf["addr"], float64(4096)) // a JSON number, not hex
+	eq(t, buf["addr"], float64(4096)) // a JSON number, not hex
 	_, hasRKey := buf["rkey"]
-	assert.Assert(t, !hasRKey, "tcp buffers carry no keys")
+	check(t, !hasRKey, "tcp buffers carry no keys")
 	back, err := Unmarshal(b)
-	assert.NilError(t, err)
-	assert.DeepEqual(t, back, s)
-	assert.Assert(t, back.Has(FeatureNotifyBytes))
+	nilErr(t, err)
+	deepEq(t, back, s)
+	check(t, back.Has(FeatureNotifyBytes))
 	mc, err := Unmarshal([]byte(mooncakeTCP))
-	assert.NilError(t, err)
-	assert.Assert(t, !mc.Has(FeatureNotifyBytes), "Mooncake announces no kvferry feature")
+	nilErr(t, err)
+	check(t, !mc.Has(FeatureNotifyBytes), "Mooncake announces no kvferry feature")
 }
 
 func TestRPCMetaAndNames(t *testing.T) {
 	m, err := UnmarshalRPCMeta([]byte(`{"ip_or_host_name":"10.1.2.3","rpc_port":15001}`))
-	assert.NilError(t, err)
-	assert.Equal(t, m.Addr(), "10.1.2.3:15001")
+	nilErr(t, err)
+	eq(t, m.Addr(), "10.1.2.3:15001")
 	_, err = UnmarshalRPCMeta([]byte(`{"ip_or_host_name":"","rpc_port":1}`))
-	assert.Assert(t, errors.Is(err, ErrMalformed))
+	check(t, errors.Is(err, ErrMalformed))
 	p, err := ParseP2PName("[::1]:15500")
-	assert.NilError(t, err)
-	assert.Equal(t, p.IPOrHostName, "::1")
-	assert.Equal(t, P2PName("::1", 15500), "[::1]:15500")
+	nilErr(t, err)
+	eq(t, p.IPOrHostName, "::1")
+	eq(t, P2PName("::1", 15500), "[::1]:15500")
 	for _, bad := range []string{"", "host", "host:", "host:0", "host:70000", ":15"} {
 		_, err := ParseP2PName(bad)
-		assert.Assert(t, err != nil, bad)
+		check(t, err != nil, bad)
 	}
 }
 
@@ -149,24 +147,24 @@ func TestFindContinues(t *testing.T) {
 		{Name: "cpu:0", Addr: 0x4000, Length: 0x1000, RKey: []uint32{4}},
 	}}
 	b, ok := s.Find(0x1800, 0x2000)
-	assert.Assert(t, ok)
-	assert.Equal(t, b.Addr, uint64(0x1000))
-	assert.Equal(t, b.Length, uint64(0x3000))
-	assert.DeepEqual(t, b.RKey, []uint32{1})
+	check(t, ok)
+	eq(t, b.Addr, uint64(0x1000))
+	eq(t, b.Length, uint64(0x3000))
+	deepEq(t, b.RKey, []uint32{1})
 	b, ok = s.Find(0x2800, 0x100)
-	assert.Assert(t, ok)
-	assert.DeepEqual(t, b.RKey, []uint32{2})
+	check(t, ok)
+	deepEq(t, b.RKey, []uint32{2})
 	_, ok = s.Find(0x3800, 0x1000) // into the next registration
-	assert.Assert(t, !ok)
+	check(t, !ok)
 	_, ok = s.Find(0x1000, 0x3001)
-	assert.Assert(t, !ok)
+	check(t, !ok)
 	// The flag travels in the JSON (and Mooncake's peers ignore it).
 	raw, err := json.Marshal(s.Buffers[1])
-	assert.NilError(t, err)
-	assert.Assert(t, strings.Contains(string(raw), `"kvferry_continues":true`), "%s", raw)
+	nilErr(t, err)
+	check(t, strings.Contains(string(raw), `"kvferry_continues":true`), "%s", raw)
 	raw, err = json.Marshal(s.Buffers[0])
-	assert.NilError(t, err)
-	assert.Assert(t, !strings.Contains(string(raw), "kvferry_continues"), "%s", raw)
+	nilErr(t, err)
+	check(t, !strings.Contains(string(raw), "kvferry_continues"), "%s", raw)
 }
 
 // TestChunks: a buffer's chunks round-trip, and ChunkAt finds the one
@@ -175,24 +173,24 @@ func TestChunks(t *testing.T) {
 	js := `{"name":"a","protocol":"tcp","buffers":[{"name":"cuda:0","addr":8192,"length":8192,"kvferry_share":"ipc",` +
 		`"kvferry_chunks":[{"addr":4096,"size":8192,"handle":"AB"},{"addr":12288,"size":4096,"handle":"CD"}]}]}`
 	s, err := Unmarshal([]byte(js))
-	assert.NilError(t, err)
+	nilErr(t, err)
 	b := s.Buffers[0]
-	assert.Equal(t, len(b.Chunks), 2)
+	eq(t, len(b.Chunks), 2)
 	for addr, want := range map[uint64]string{8192: "AB", 12287: "AB", 12288: "CD", 16383: "CD"} {
 		c, ok := b.ChunkAt(addr)
-		assert.Assert(t, ok)
-		assert.Equal(t, c.Handle, want, "%#x", addr)
+		check(t, ok)
+		eq(t, c.Handle, want, "%#x", addr)
 	}
 	_, ok := b.ChunkAt(16384)
-	assert.Assert(t, !ok)
+	check(t, !ok)
 	_, ok = b.ChunkAt(4095)
-	assert.Assert(t, !ok)
+	check(t, !ok)
 	c := s.Clone()
 	c.Buffers[0].Chunks[0].Handle = "EF"
-	assert.Equal(t, s.Buffers[0].Chunks[0].Handle, "AB")
+	eq(t, s.Buffers[0].Chunks[0].Handle, "AB")
 	out, err := Marshal(s)
-	assert.NilError(t, err)
-	assert.Assert(t, strings.Contains(string(out), `"kvferry_chunks":[{"addr":4096,"size":8192,"handle":"AB"}`), "%s", out)
+	nilErr(t, err)
+	check(t, strings.Contains(string(out), `"kvferry_chunks":[{"addr":4096,"size":8192,"handle":"AB"}`), "%s", out)
 }
 
 // TestDecodeMooncakeNVLink: descriptors of Mooncake's nvlink and
@@ -205,10 +203,10 @@ func TestDecodeMooncakeNVLink(t *testing.T) {
 		js := `{"name":"10.0.0.5:12001","protocol":"` + proto + `","tcp_data_port":0,"tcp_proto_version":2,` +
 			`"timestamp":"2026-11-29 10:11:12.123456","buffers":[{"name":"cuda:0","addr":140000000000000,"length":2097152,"shm_name":"` + h + `"}]}`
 		s, err := Unmarshal([]byte(js))
-		assert.NilError(t, err, proto)
-		assert.Equal(t, s.Protocol, proto)
+		nilErr(t, err, proto)
+		eq(t, s.Protocol, proto)
 		b := s.Buffers[0]
-		assert.Assert(t, b.GPU() && b.Share == "" && b.IPCOffset == 0 && b.Chunks == nil, "%+v", b)
-		assert.Equal(t, b.ShmName, h)
+		check(t, b.GPU() && b.Share == "" && b.IPCOffset == 0 && b.Chunks == nil, "%+v", b)
+		eq(t, b.ShmName, h)
 	}
 }
