@@ -4,29 +4,35 @@
 #
 #   scripts/fuzz.sh short   a few targets picked at random (the seed shows
 #                           which; FUZZ_SEED=N repeats it), briefly: make test
-#   scripts/fuzz.sh long    every target: parsers to FUZZ_PARSER_EXECS
-#                           executions (10 million; or FUZZ_PARSER_SECS of
-#                           running if that comes first, when set), stateful
-#                           targets (the master service, the mux and data-port
-#                           servers, the RPC dispatcher, restore, HTTP server,
-#                           C API) to FUZZ_STATE_EXECS (1 million) or
-#                           FUZZ_STATE_SECS (an hour) of running, whichever
-#                           comes first: make fuzz-long
+#   scripts/fuzz.sh long    every target to its budget: parsers to
+#                           FUZZ_PARSER_EXECS executions (10 million),
+#                           stateful targets (the master service, the mux and
+#                           data-port servers, the RPC dispatcher, restore,
+#                           HTTP server) to FUZZ_STATE_EXECS (1 million) or
+#                           FUZZ_STATE_SECS (an hour) of fuzzing, whichever
+#                           comes first, the C driver to FUZZ_CFUZZ_CALLS (a
+#                           million) calls per API: make fuzz-long
 #
-# Budgets are execution counts, never durations (see the Makefile's note on
-# go.dev/issue/75804); a target with a time budget (stateful ones, and
-# parsers when FUZZ_PARSER_SECS is set) gets its rate in a short calibration
-# run (20,000 executions; FUZZ_CALIBRATE_EXECS, 200,000, for parsers) times
-# its seconds, capped at its execution count; the calibration run's
-# executions and seconds count in the totals.
-# FUZZ_ONLY=REGEX limits the long form to the matching "package target"
-# lines, and FUZZ_CFUZZ_CALLS=0 leaves the C driver out.
-# The long form records target, executions, seconds, rate and corpus size
-# in build/fuzz-long.tsv and keeps each target's corpus in
-# build/fuzz-corpus/<package>/<target> (restored into Go's fuzz cache before
-# each run, so a cleaned cache loses nothing). Findings are failing inputs
-# Go writes to the package's testdata/fuzz/<target>: commit them with the
-# fix, and they run as regression tests in every go test.
+# The long form is resumable. build/fuzz-long-ledger.tsv holds, per target,
+# the executions and seconds of every long run so far (with the corpus kept
+# in build/fuzz-corpus/<package>/<target>, restored into Go's fuzz cache
+# before each run, so a cleaned cache loses nothing); a run gives each
+# target only what its budget still lacks, skips the targets that met it,
+# and ends by printing every target's cumulative executions, budget and
+# whether it is met. While a target runs, its ledger line and kept corpus
+# are brought up to date every FUZZ_LEDGER_EVERY seconds (10), so a run that
+# is killed keeps what it did but the last few seconds; SIGINT or SIGTERM
+# stops the running target and records it. Targets run most-lacking first
+# (the ledger's rate times what is missing; never-run targets first);
+# FUZZ_SLICE_SECS=N gives each at most N seconds in this run (a pass over
+# all of them), FUZZ_ONLY=REGEX limits the run to matching "package target"
+# lines, FUZZ_CFUZZ_CALLS=0 leaves the C driver out. Budgets are execution
+# counts given to go test, never durations (see the Makefile's note on
+# go.dev/issue/75804): a time limit stops the target from outside (SIGINT,
+# after which Go writes nothing but its summary). build/fuzz-long.tsv holds
+# this run's own counts. Findings are failing inputs Go writes to the
+# package's testdata/fuzz/<target>: commit them with the fix, and they run
+# as regression tests in every go test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode="${1:-short}"
@@ -86,11 +92,240 @@ run_target() {
 # last_execs log: the final execution count Go printed.
 last_execs() { { grep -o 'execs: [0-9]*' "$1" || true; } | tail -1 | awk '{print $2}'; }
 
-# median_rate log: the median of the rates Go printed for its 3 s
-# intervals (the last line, a partial interval, left out); empty if none.
-median_rate() {
-  { grep -o 'execs: [0-9]* ([0-9]*/sec)' "$1" || true; } | sed '$d' | sed 's/.*(\([0-9]*\)\/sec)/\1/' | sort -n |
-    awk '{ r[NR] = $1 } END { if (NR) print r[int((NR + 1) / 2)] }'
+ledger=${FUZZ_LEDGER:-build/fuzz-long-ledger.tsv}
+ledger_head='target	kind	executions	seconds	wall_seconds	runs	corpus	updated_utc'
+
+# ledger_get key: "executions seconds wall_seconds runs" of key so far
+# (zeros if none). seconds are fuzzing time as Go counts it (from the
+# start of its baseline run); wall_seconds add the test binary's build.
+ledger_get() {
+  awk -F'\t' -v k="$1" '$1 == k { e = $3; s = $4; w = $5; r = $6 } END { print e + 0, s + 0, w + 0, r + 0 }' "$ledger"
+}
+
+# ledger_put key kind executions seconds wall_seconds runs corpus: sets key's line
+# (written beside the ledger and renamed over it: a kill leaves the old or
+# the new ledger, never half of one).
+ledger_put() {
+  local tmp="$ledger.tmp.$$"
+  awk -F'\t' -v OFS='\t' -v k="$1" -v kind="$2" -v e="$3" -v s="$4" -v w="$5" -v r="$6" -v c="$7" -v u="$(date -u +%FT%TZ)" '
+    NR == 1 { print; next }
+    $1 == k { if (!done) print k, kind, e, s, w, r, c, u; done = 1; next }
+    { print }
+    END { if (!done) print k, kind, e, s, w, r, c, u }' "$ledger" > "$tmp"
+  mv -f "$tmp" "$ledger"
+}
+
+# budget_left kind executions seconds: "executions seconds" still lacking
+# (seconds: - for parsers, which have no time budget); both <= 0 or an
+# execution count <= 0 means met.
+budget_left() {
+  case "$1" in
+  parser) echo "$(( parser_execs - $2 )) -" ;;
+  state) echo "$(( state_execs - $2 )) $(( state_secs - $3 ))" ;;
+  cfuzz) echo "$(( cfuzz_calls - $2 )) -" ;;
+  esac
+}
+
+# is_met kind executions seconds
+is_met() {
+  local left secs
+  read -r left secs <<< "$(budget_left "$@")"
+  [ "$left" -le 0 ] || { [ "$secs" != - ] && [ "$secs" -le 0 ]; }
+}
+
+# shortfall_secs kind executions seconds: the seconds the target still
+# needs at its ledger rate (a large number for a target never run).
+shortfall_secs() {
+  local left secs need
+  read -r left secs <<< "$(budget_left "$@")"
+  if [ "$2" -le 0 ] || [ "$3" -le 0 ]; then echo 999999999; return; fi
+  need=$(( left * $3 / $2 ))
+  [ "$secs" != - ] && [ "$secs" -lt "$need" ] && need=$secs
+  echo "$need"
+}
+
+child=""
+stop_child() {
+  [ -n "$child" ] || return 0
+  kill -INT -- "-$child" 2>/dev/null || true
+  for _ in $(seq 60); do kill -0 -- "-$child" 2>/dev/null || break; sleep 1; done
+  kill -KILL -- "-$child" 2>/dev/null || true
+  wait "$child" 2>/dev/null || true
+  child=""
+}
+stopping=""
+on_signal() { stopping=1; }
+
+# last_secs log: the last elapsed time Go printed, in seconds.
+last_secs() {
+  { grep -o 'elapsed: [0-9hms.]*' "$1" || true; } | tail -1 | awk '{
+    t = $2; n = 0; v = 0
+    while (match(t, /^[0-9.]+[hms]/)) {
+      u = substr(t, RLENGTH, 1); x = substr(t, 1, RLENGTH - 1) + 0
+      v += (u == "h" ? 3600 : u == "m" ? 60 : 1) * x; t = substr(t, RLENGTH + 1)
+    }
+    printf "%d\n", v }'
+}
+
+# fuzz_one pkg target kind: runs one target for what its budget lacks
+# (FUZZ_SLICE_SECS at most), keeping the ledger and corpus up to date.
+fuzz_one() {
+  local pkg=$1 target=$2 kind=$3 key="$1 $2" e0 s0 w0 r0 left secs cap log start wall execs fsecs corpus rc=0 stopped=""
+  local keep="build/fuzz-corpus/$pkg/$target"
+  read -r e0 s0 w0 r0 <<< "$(ledger_get "$key")"
+  read -r left secs <<< "$(budget_left "$kind" "$e0" "$s0")"
+  cap=${FUZZ_SLICE_SECS:-0}
+  if [ "$secs" != - ] && { [ "$cap" -eq 0 ] || [ "$secs" -lt "$cap" ]; }; then cap=$secs; fi
+  if [ "$cap" -gt 0 ]; then
+    echo "=== $key: $e0 executions so far, $left to go, at most ${cap} s of fuzzing now"
+  else
+    echo "=== $key: $e0 executions so far, $left to go"
+  fi
+  mkdir -p "$keep" "$cache/$pkg/$target"
+  cp -n "$keep"/* "$cache/$pkg/$target/" 2>/dev/null || true
+  log=$(mktemp)
+  start=$(date +%s)
+  # In its own process group (setsid), so a stop reaches the test binary
+  # and its workers too. No -timeout: an hour of fuzzing is no hang.
+  setsid $NETNS go test -run '^$' -fuzz "^${target}\$" -fuzztime "${left}x" -timeout 0 -parallel "${FUZZ_PARALLEL:-2}" "./$pkg" > "$log" 2>&1 &
+  child=$!
+  while kill -0 "$child" 2>/dev/null; do
+    sleep "${FUZZ_LEDGER_EVERY:-10}" & wait $! || true
+    execs=$(last_execs "$log") fsecs=$(last_secs "$log") wall=$(( $(date +%s) - start ))
+    cp -n "$cache/$pkg/$target"/* "$keep/" 2>/dev/null || true
+    ledger_put "$key" "$kind" "$(( e0 + ${execs:-0} ))" "$(( s0 + ${fsecs:-0} ))" "$(( w0 + wall ))" "$(( r0 + 1 ))" "$(ls "$keep" | wc -l)"
+    if [ -n "$stopping" ] || { [ "$cap" -gt 0 ] && [ "${fsecs:-0}" -ge "$cap" ]; }; then
+      stopped=1
+      stop_child
+      break
+    fi
+  done
+  if [ -n "$child" ]; then wait "$child" || rc=$?; child=""; fi
+  execs=$(last_execs "$log") fsecs=$(last_secs "$log") wall=$(( $(date +%s) - start ))
+  cp -n "$cache/$pkg/$target"/* "$keep/" 2>/dev/null || true
+  corpus=$(ls "$keep" | wc -l)
+  ledger_put "$key" "$kind" "$(( e0 + ${execs:-0} ))" "$(( s0 + ${fsecs:-0} ))" "$(( w0 + wall ))" "$(( r0 + 1 ))" "$corpus"
+  printf '%s\t%s\t%s\t%s\t%s\n' "$key" "${execs:-0}" "${fsecs:-0}" "$(( ${execs:-0} / (${fsecs:-0} > 0 ? ${fsecs:-0} : 1) ))" "$corpus" >> "$tsv"
+  if grep -q 'no fuzz tests to fuzz' "$log"; then
+    cat "$log"; rm -f "$log"
+    echo "fuzz: $pkg has no fuzz target $target"
+    return 1
+  fi
+  # A run stopped from outside ends without a finding; a finding is a
+  # failing input Go wrote (or a failure it printed).
+  if grep -q -e 'Failing input written to' -e '^--- FAIL' "$log" || { [ -z "$stopped" ] && [ "$rc" -ne 0 ]; }; then
+    cat "$log"; rm -f "$log"
+    echo "FAIL $key (failing input under $pkg/testdata/fuzz/$target)"
+    return 1
+  fi
+  if [ -n "$stopped" ]; then
+    echo "stopped after ${fsecs:-0} s: ${execs:-0} executions"
+  else
+    tail -2 "$log"
+  fi
+  rm -f "$log"
+}
+
+# cfuzz_one api: the C driver over one API in chunks of FUZZ_CFUZZ_CHUNK
+# calls (it reports its count when it ends), each chunk recorded in the
+# ledger; a chunk cut short by a stop counts nothing.
+cfuzz_one() {
+  local api=$1 key="tests/cfuzz $1" e0 s0 w0 r0 left secs chunk log start elapsed calls arg="" rc cap=${FUZZ_SLICE_SECS:-0} t0
+  [ "$api" = store ] && arg=store
+  read -r e0 s0 w0 r0 <<< "$(ledger_get "$key")"
+  t0=$(date +%s)
+  r0=$(( r0 + 1 ))
+  echo "=== $key: $e0 calls so far"
+  while [ -z "$stopping" ] && ! is_met cfuzz "$e0" "$s0"; do
+    read -r left secs <<< "$(budget_left cfuzz "$e0" "$s0")"
+    chunk=${FUZZ_CFUZZ_CHUNK:-20000}
+    [ "$left" -lt "$chunk" ] && chunk=$left
+    log=$(mktemp)
+    start=$(date +%s)
+    KVFERRY_LOG_LEVEL=off setsid timeout 900 build/cfuzz build/lib/libkvferry.so.1 "$RANDOM" "$chunk" $arg > "$log" 2>&1 &
+    child=$!
+    rc=0
+    wait "$child" || rc=$?
+    if [ -n "$stopping" ]; then stop_child; rm -f "$log"; break; fi
+    child=""
+    if [ "$rc" -ne 0 ]; then cat "$log"; rm -f "$log"; echo "FAIL $key"; return 1; fi
+    elapsed=$(( $(date +%s) - start ))
+    calls=$(grep -o '^cfuzz: [0-9]*' "$log" | awk '{print $2}')
+    tail -1 "$log"
+    rm -f "$log"
+    e0=$(( e0 + ${calls:-0} )) s0=$(( s0 + elapsed )) w0=$(( w0 + elapsed ))
+    ledger_put "$key" cfuzz "$e0" "$s0" "$w0" "$r0" -
+    printf '%s\t%s\t%s\t%s\t-\n' "$key" "${calls:-0}" "$elapsed" "$(( ${calls:-0} / (elapsed > 0 ? elapsed : 1) ))" >> "$tsv"
+    [ "$cap" -gt 0 ] && [ $(( $(date +%s) - t0 )) -ge "$cap" ] && break
+  done
+  return 0
+}
+
+# summary: every target's totals, budget and whether it is met, and the
+# hours still needed at the ledger's rates.
+summary() {
+  local pkg target kind key e s w r budget met need total=0 unknown=0
+  printf '\n%-58s %6s %12s %8s %22s %s\n' target kind executions seconds budget met
+  while read -r pkg target kind; do
+    key="$pkg $target"
+    read -r e s w r <<< "$(ledger_get "$key")"
+    case "$kind" in
+    parser) budget="$parser_execs" ;;
+    state) budget="$state_execs or ${state_secs}s" ;;
+    cfuzz) budget="$cfuzz_calls" ;;
+    esac
+    if is_met "$kind" "$e" "$s"; then met=met; else
+      met="NOT met"
+      need=$(shortfall_secs "$kind" "$e" "$s")
+      if [ "$need" -ge 999999999 ]; then unknown=$(( unknown + 1 )); else total=$(( total + need )); fi
+    fi
+    printf '%-58s %6s %12s %8s %22s %s\n' "$key" "$kind" "$e" "$s" "$budget" "$met"
+  done < <(all_targets)
+  printf 'still needed at the ledger rates: %d.%d hours' $(( total / 3600 )) $(( total % 3600 * 10 / 3600 ))
+  [ "$unknown" -gt 0 ] && printf ' (and %d targets never run)' "$unknown"
+  echo
+}
+
+# all_targets: "package target kind" lines, the C driver's two APIs last.
+all_targets() {
+  { echo "$TARGETS"; [ "$cfuzz_calls" -le 0 ] || printf 'tests/cfuzz te cfuzz\ntests/cfuzz store cfuzz\n'; } |
+    grep . | grep -E -- "${FUZZ_ONLY:-.}" || true
+}
+
+long_form() {
+  parser_execs=${FUZZ_PARSER_EXECS:-10000000}
+  state_execs=${FUZZ_STATE_EXECS:-1000000}
+  state_secs=${FUZZ_STATE_SECS:-3600}
+  cfuzz_calls=${FUZZ_CFUZZ_CALLS:-1000000}
+  mkdir -p build/fuzz-corpus
+  [ -s "$ledger" ] || echo "$ledger_head" > "$ledger"
+  tsv=build/fuzz-long.tsv
+  printf 'target\texecutions\tseconds\texec_per_s\tcorpus\n' > "$tsv"
+  trap on_signal INT TERM
+  trap stop_child EXIT
+  echo "fuzz long: parsers ${parser_execs} executions, stateful ${state_execs} or ${state_secs} s, C driver ${cfuzz_calls} calls per API${FUZZ_SLICE_SECS:+, at most ${FUZZ_SLICE_SECS} s per target now}; ledger $ledger"
+  if [ "$cfuzz_calls" -gt 0 ] && all_targets | grep -q ' cfuzz$'; then
+    make -s lib headers
+    gcc -O1 -g -Wall -Wextra -Werror -std=gnu11 -Iinclude -o build/cfuzz tests/cfuzz/cfuzz.c -ldl -lpthread
+  fi
+  local pkg target kind e s w r order
+  # Most-lacking first: seconds still needed at the ledger rate.
+  order=$(all_targets | while read -r pkg target kind; do
+    read -r e s w r <<< "$(ledger_get "$pkg $target")"
+    is_met "$kind" "$e" "$s" && continue
+    printf '%s\t%s %s %s\n' "$(shortfall_secs "$kind" "$e" "$s")" "$pkg" "$target" "$kind"
+  done | sort -t"$(printf '\t')" -k1,1nr | cut -f2)
+  while read -r pkg target kind; do
+    [ -n "$pkg" ] || continue
+    [ -z "$stopping" ] || break
+    if [ "$kind" = cfuzz ]; then
+      cfuzz_one "$target" || exit 1
+    else
+      fuzz_one "$pkg" "$target" "$kind" || exit 1
+    fi
+  done <<< "$order"
+  summary
+  [ -z "$stopping" ] || echo "fuzz long: stopped by a signal; the ledger holds what ran"
 }
 
 case "$mode" in
@@ -108,87 +343,7 @@ short)
   done
   ;;
 long)
-  mkdir -p build/fuzz-corpus
-  tsv=build/fuzz-long.tsv
-  printf 'target\texecutions\tseconds\texec_per_s\tcorpus\n' > "$tsv"
-  parser_execs=${FUZZ_PARSER_EXECS:-10000000}
-  parser_secs=${FUZZ_PARSER_SECS:-}
-  state_execs=${FUZZ_STATE_EXECS:-1000000}
-  state_secs=${FUZZ_STATE_SECS:-3600}
-  echo "fuzz long: parsers ${parser_execs} executions${parser_secs:+ or ${parser_secs} s}, stateful ${state_execs} or ${state_secs} s"
-  echo "$TARGETS" | grep . | grep -E -- "${FUZZ_ONLY:-.}" | while read -r pkg target kind; do
-    keep="build/fuzz-corpus/$pkg/$target"
-    mkdir -p "$keep" "$cache/$pkg/$target"
-    cp -n "$keep"/* "$cache/$pkg/$target/" 2>/dev/null || true
-    execs=$parser_execs cal_execs=0 cal_secs=0
-    budget=$parser_secs cal=${FUZZ_CALIBRATE_EXECS:-200000} cap=$parser_execs
-    if [ "$kind" = state ]; then
-      budget=$state_secs cal=20000 cap=$state_execs
-    fi
-    if [ -n "$budget" ]; then
-      # Calibrate: the rate of a short run (Go's median rate over its 3 s
-      # intervals, else the run's wall clock, build included), times the
-      # time budget. The short run's executions count toward the total.
-      log=$(mktemp)
-      start=$(date +%s)
-      if ! run_target "$pkg" "$target" "$cal" > "$log"; then
-        cat "$log"
-        echo "FAIL $pkg $target (failing input under $pkg/testdata/fuzz/$target)"
-        exit 1
-      fi
-      cal_secs=$(( $(date +%s) - start ))
-      cal_execs=$(last_execs "$log")
-      rate=$(median_rate "$log")
-      [ -n "$rate" ] || rate=$(( ${cal_execs:-0} / (cal_secs > 0 ? cal_secs : 1) ))
-      rm -f "$log"
-      execs=$(( rate * budget ))
-      [ "$execs" -gt "$cap" ] && execs=$cap
-      execs=$(( execs - ${cal_execs:-0} ))
-      [ "$execs" -lt 0 ] && execs=0
-    fi
-    echo "=== $pkg $target: $(( execs + ${cal_execs:-0} )) executions"
-    done_execs=0 secs=0
-    if [ "$execs" -gt 0 ]; then
-      log=$(mktemp)
-      start=$(date +%s)
-      if ! run_target "$pkg" "$target" "$execs" > "$log"; then
-        cat "$log"
-        echo "FAIL $pkg $target (failing input under $pkg/testdata/fuzz/$target)"
-        exit 1
-      fi
-      secs=$(( $(date +%s) - start ))
-      done_execs=$(last_execs "$log")
-      tail -2 "$log"
-      rm -f "$log"
-    fi
-    done_execs=$(( ${done_execs:-0} + ${cal_execs:-0} ))
-    secs=$(( secs + cal_secs ))
-    cp -n "$cache/$pkg/$target"/* "$keep/" 2>/dev/null || true
-    corpus=$(ls "$keep" | wc -l)
-    printf '%s %s\t%s\t%s\t%s\t%s\n' "$pkg" "$target" "$done_execs" "$secs" "$(( done_execs / (secs > 0 ? secs : 1) ))" "$corpus" >> "$tsv"
-  done
-  # The C entry points: a million calls of each API (about an hour's worth
-  # on two loaded cores), FUZZ_CFUZZ_CALLS to change it; each run has a hang
-  # guard of three times FUZZ_STATE_SECS, at least 15 minutes.
-  cfuzz_calls=${FUZZ_CFUZZ_CALLS:-1000000}
-  cfuzz_timeout=$(( state_secs * 3 > 900 ? state_secs * 3 : 900 ))
-  if [ "$cfuzz_calls" -gt 0 ]; then
-    make -s lib headers
-    gcc -O1 -g -Wall -Wextra -Werror -std=gnu11 -Iinclude -o build/cfuzz tests/cfuzz/cfuzz.c -ldl -lpthread
-    for api in te store; do
-      arg=""
-      [ "$api" = store ] && arg=store
-      log=$(mktemp)
-      start=$(date +%s)
-      KVFERRY_LOG_LEVEL=off timeout "$cfuzz_timeout" build/cfuzz build/lib/libkvferry.so.1 "$RANDOM" "$cfuzz_calls" $arg | tee "$log"
-      secs=$(( $(date +%s) - start ))
-      calls=$(grep -o '^cfuzz: [0-9]*' "$log" | awk '{print $2}')
-      printf 'tests/cfuzz %s\t%s\t%s\t%s\t-\n' "$api" "${calls:-0}" "$secs" "$(( ${calls:-0} / (secs > 0 ? secs : 1) ))" >> "$tsv"
-      rm -f "$log"
-    done
-  fi
-  echo
-  cat "$tsv"
+  long_form
   ;;
 *)
   echo "usage: scripts/fuzz.sh short|long" >&2
