@@ -309,12 +309,13 @@ long_form() {
     gcc -O1 -g -Wall -Wextra -Werror -std=gnu11 -Iinclude -o build/cfuzz tests/cfuzz/cfuzz.c -ldl -lpthread
   fi
   local pkg target kind e s w r order
-  # Most-lacking first: seconds still needed at the ledger rate.
+  # Most-lacking first: seconds still needed at the ledger rate (targets
+  # never run first, in list order).
   order=$(all_targets | while read -r pkg target kind; do
     read -r e s w r <<< "$(ledger_get "$pkg $target")"
     is_met "$kind" "$e" "$s" && continue
     printf '%s\t%s %s %s\n' "$(shortfall_secs "$kind" "$e" "$s")" "$pkg" "$target" "$kind"
-  done | sort -t"$(printf '\t')" -k1,1nr | cut -f2)
+  done | sort -s -t"$(printf '\t')" -k1,1nr | cut -f2)
   while read -r pkg target kind; do
     [ -n "$pkg" ] || continue
     [ -z "$stopping" ] || break
