@@ -25,8 +25,10 @@
 # stops the running target and records it. Targets run most-lacking first
 # (the ledger's rate times what is missing; never-run targets first);
 # FUZZ_SLICE_SECS=N gives each at most N seconds in this run (a pass over
-# all of them), FUZZ_ONLY=REGEX limits the run to matching "package target"
-# lines, FUZZ_CFUZZ_CALLS=0 leaves the C driver out. Budgets are execution
+# all of them), FUZZ_ONLY=REGEX limits the run to the matching "package
+# target kind" lines and FUZZ_SKIP=REGEX leaves matching ones out (the C
+# driver's lines are "tests/cfuzz te cfuzz" and "tests/cfuzz store cfuzz"),
+# FUZZ_CFUZZ_CALLS=0 leaves the C driver out. Budgets are execution
 # counts given to go test, never durations (see the Makefile's note on
 # go.dev/issue/75804): a time limit stops the target from outside (SIGINT,
 # after which Go writes nothing but its summary). build/fuzz-long.tsv holds
@@ -289,7 +291,7 @@ summary() {
 # all_targets: "package target kind" lines, the C driver's two APIs last.
 all_targets() {
   { echo "$TARGETS"; [ "$cfuzz_calls" -le 0 ] || printf 'tests/cfuzz te cfuzz\ntests/cfuzz store cfuzz\n'; } |
-    grep . | grep -E -- "${FUZZ_ONLY:-.}" || true
+    grep . | grep -E -- "${FUZZ_ONLY:-.}" | grep -vE -- "${FUZZ_SKIP:-^$}" || true
 }
 
 long_form() {
