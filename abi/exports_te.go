@@ -507,7 +507,13 @@ func kvf_status(h C.uintptr_t, batch C.uint64_t, task C.size_t, out *C.struct_tr
 	}
 	st, err := e.TaskStatus(engine.BatchID(batch), int(task))
 	if err != nil {
+		engineFail(e, err)
 		return C.int(statusCode(err))
+	}
+	if st.Err != nil {
+		// Why it failed reaches kvferry_engine_last_error (the transport's
+		// reason arrives asynchronously: no call returned it before).
+		engineFail(e, fmt.Errorf("batch %d task %d %s: %w", batch, task, st.State, st.Err))
 	}
 	out.status = C.int(st.State)
 	out.transferred_bytes = C.uint64_t(st.TransferredBytes)
@@ -723,8 +729,10 @@ func kvf_batch_status(h C.uintptr_t, batch C.uint64_t, state *C.int, bytes *C.ui
 	}
 	bs, err := e.BatchStatus(engine.BatchID(batch))
 	if err != nil {
+		engineFail(e, err)
 		return C.int(resourceCode(err))
 	}
+	recordBatchErr(e, batch, bs)
 	putBatchStatus(bs, state, bytes, tasks)
 	return 0
 }
@@ -745,12 +753,26 @@ func kvf_batch_wait(h C.uintptr_t, batch C.uint64_t, timeoutMS C.int64_t, state 
 	bs, err := e.WaitLocked(ctx, engine.BatchID(batch))
 	putBatchStatus(bs, state, nil, nil)
 	if err != nil {
+		engineFail(e, err)
 		if errors.Is(err, engine.ErrTimeout) {
 			return errTimeout
 		}
 		return C.int(resourceCode(err))
 	}
+	recordBatchErr(e, batch, bs)
 	return 0
+}
+
+// recordBatchErr keeps why batch bs ended other than completed as the
+// engine's last error.
+func recordBatchErr(e *engine.Engine, batch C.uint64_t, bs engine.BatchStatus) {
+	if bs.State.Terminal() && bs.State != engine.StateCompleted {
+		if bs.Err != nil {
+			engineFail(e, fmt.Errorf("batch %d %s: %w", batch, bs.State, bs.Err))
+		} else {
+			engineFail(e, fmt.Errorf("batch %d %s, no reason recorded", batch, bs.State))
+		}
+	}
 }
 
 //export kvf_batch_cancel

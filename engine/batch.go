@@ -65,6 +65,9 @@ type TaskStatus struct {
 	State TaskState
 	// TransferredBytes is a lower bound of the bytes moved so far.
 	TransferredBytes uint64
+	// Err is why a task that ended other than completed did so (never nil
+	// then); nil otherwise.
+	Err error
 }
 
 // BatchStatus aggregates a batch.
@@ -140,7 +143,15 @@ func (t *task) finish() {
 }
 
 func (t *task) status() TaskStatus {
-	return TaskStatus{State: TaskState(t.state.Load()), TransferredBytes: t.transferred.Load()}
+	st := TaskStatus{State: TaskState(t.state.Load()), TransferredBytes: t.transferred.Load()}
+	if st.State.Terminal() && st.State != StateCompleted {
+		if p := t.err.Load(); p != nil {
+			st.Err = *p
+		} else {
+			st.Err = fmt.Errorf("task ended %s, no reason recorded", st.State) // setErr precedes every failure
+		}
+	}
+	return st
 }
 
 // pendingNotify is a notification to send once the batch completes.
@@ -297,7 +308,7 @@ func (b *batch) status(t *task) (TaskStatus, error) {
 		return st, nil
 	}
 	if p := b.notifyErr.Load(); p != nil {
-		st.State = StateFailed
+		st.State, st.Err = StateFailed, *p
 		return st, *p
 	}
 	return st, nil

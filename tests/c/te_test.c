@@ -436,6 +436,9 @@ static int run_fault(const char *seg_name, uint64_t remote, int pid, const char 
         reqs[i] = (struct transfer_request){OPCODE_WRITE, src + i * req_size, seg, remote + i * req_size, req_size};
     batch_id_t b = te.allocateBatchID(e, n);
     CHECK(te.submitTransfer(e, b, reqs, n) == 0, "submit 1 GiB");
+    char why[512] = "";
+    te.kvferry_engine_last_error(e, why, sizeof why);
+    CHECK(why[0] == 0, "no error recorded before the kill: %s", why);
     usleep(20000);
     kill(pid, SIGKILL);
     double t0 = now_s();
@@ -444,6 +447,11 @@ static int run_fault(const char *seg_name, uint64_t remote, int pid, const char 
     CHECK(bad >= 0, "every task terminal within the deadline");
     CHECK(bad > 0, "the kill must fail some tasks (all completed in %.3fs?)", dt);
     printf("target killed: %d of %zu tasks FAILED, all terminal %.3f s after the kill\n", bad, n, dt);
+    /* A FAILED task's reason (it arrived asynchronously, from the transport)
+     * is the engine's last error once getTransferStatus reported it. */
+    te.kvferry_engine_last_error(e, why, sizeof why);
+    CHECK(why[0] != 0, "a FAILED task left kvferry_engine_last_error empty");
+    printf("last error: %s\n", why);
     CHECK(te.freeBatchID(e, b) == 0, "free after failure");
     /* The engine keeps working with another peer. */
     struct transfer_request r = {OPCODE_WRITE, src, other, remote2, 8u << 20};

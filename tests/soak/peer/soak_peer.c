@@ -110,20 +110,33 @@ static uint8_t *map_buf(size_t n) {
 }
 
 /* One request of len bytes; 0 completed, 1 failed or not terminal within
- * 60 s (then the batch is cancelled, so its memory is ours again). */
-static int transfer(transfer_engine_t e, segment_id_t seg, int op, uint8_t *local, uint64_t remote, size_t len) {
+ * 60 s (then the batch is cancelled, so its memory is ours again). What
+ * failed goes to how (the call, the task's state and bytes moved); the
+ * reason is the engine's last error, which getTransferStatus sets for a
+ * task that did not complete. */
+static int transfer(transfer_engine_t e, segment_id_t seg, int op, uint8_t *local, uint64_t remote, size_t len, char *how, size_t hn) {
     batch_id_t b = te.allocateBatchID(e, 1);
-    if (b == INVALID_BATCH) return 1;
+    if (b == INVALID_BATCH) {
+        snprintf(how, hn, "allocateBatchID failed");
+        return 1;
+    }
     struct transfer_request req = {op, local, seg, remote, len};
-    int r = te.submitTransfer(e, b, &req, 1) == 0 ? 0 : 1;
+    int rc = te.submitTransfer(e, b, &req, 1);
+    int r = rc == 0 ? 0 : 1;
     int state = 0;
+    if (r) snprintf(how, hn, "submitTransfer = %d", rc);
     if (r == 0) {
-        if (te.kvferry_batch_wait(e, b, 60000, &state) != 0) {
+        double t0 = now_s();
+        if ((rc = te.kvferry_batch_wait(e, b, 60000, &state)) != 0) {
+            snprintf(how, hn, "kvferry_batch_wait = %d after %.3f s (state %d)", rc, now_s() - t0, state);
             te.kvferry_batch_cancel(e, b);
             r = 1;
         } else {
             struct transfer_status s;
-            r = te.getTransferStatus(e, b, 0, &s) == 0 && s.status == STATUS_COMPLETED ? 0 : 1;
+            rc = te.getTransferStatus(e, b, 0, &s);
+            r = rc == 0 && s.status == STATUS_COMPLETED ? 0 : 1;
+            if (r) snprintf(how, hn, "getTransferStatus = %d: status %d, %" PRIu64 " of %zu bytes, %.3f s", rc, s.status,
+                            (uint64_t)s.transferred_bytes, len, now_s() - t0);
         }
     }
     double end = now_s() + 60;
@@ -189,7 +202,7 @@ int main(int argc, char **argv) {
         tok = strtok_r(NULL, " \t\n", &save);
         uint64_t slot = tok ? strtoull(tok, NULL, 0) : 0;
         int te_ok = 0, te_fail = 0, st_ok = 0, st_fail = 0, st_rc = 0;
-        char st_err[512] = "", te_err[512] = "";
+        char st_err[512] = "", te_err[1024] = "";
         char failed[4096] = "";
         size_t flen = 0;
         while ((tok = strtok_r(NULL, " \t\n", &save))) {
@@ -198,14 +211,15 @@ int main(int argc, char **argv) {
             *eq = 0;
             uint64_t addr = strtoull(eq + 1, NULL, 0) + slot * XFER;
             int ok = 0;
+            char how[256] = "";
             const char *step = "openSegment";
             segment_id_t seg = te.openSegment(e, tok);
             if (seg >= 0 && (step = "registerLocalMemory", te.registerLocalMemory(e, scratch, SCRATCH, "cpu:0", 1) == 0)) {
                 uint8_t *src = scratch, *dst = scratch + XFER;
                 pattern(src, XFER, seed);
                 memset(dst, 0, XFER);
-                ok = (step = "write", transfer(e, seg, OPCODE_WRITE, src, addr, XFER) == 0) &&
-                     (step = "read", transfer(e, seg, OPCODE_READ, dst, addr, XFER) == 0) &&
+                ok = (step = "write", transfer(e, seg, OPCODE_WRITE, src, addr, XFER, how, sizeof how) == 0) &&
+                     (step = "read", transfer(e, seg, OPCODE_READ, dst, addr, XFER, how, sizeof how) == 0) &&
                      (step = "compare", memcmp(src, dst, XFER) == 0);
                 if (te.unregisterLocalMemory(e, scratch) != 0 && ok) {
                     step = "unregisterLocalMemory";
@@ -218,7 +232,7 @@ int main(int argc, char **argv) {
             } else {
                 te_fail++;
                 if (!te_err[0]) {
-                    int n = snprintf(te_err, sizeof te_err, "%s %s: ", tok, step);
+                    int n = snprintf(te_err, sizeof te_err, "%s %s: %s%s", tok, step, how, how[0] ? ": " : "");
                     if (n > 0 && (size_t)n < sizeof te_err) te.kvferry_engine_last_error(e, te_err + n, sizeof te_err - n);
                     for (char *c = te_err; *c; c++)
                         if (*c == '"' || *c == '\\' || (unsigned char)*c < 0x20) *c = '\'';
