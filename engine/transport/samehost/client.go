@@ -438,6 +438,9 @@ func (s *session) isDead() bool {
 	}
 }
 
+// ownerGone reports whether the session died or its owner process exited.
+func (s *session) ownerGone() bool { return s.isDead() || s.pidfd.exited() }
+
 // kill ends the session with err (the first reason wins).
 func (s *session) kill(err error) {
 	s.once.Do(func() {

@@ -80,10 +80,12 @@ func (t *CMA) SliceSize() uint64 { return t.cfg.CMASliceSize }
 // hold at most CMAInlineBytes together; it is copied here when one of the
 // CMAInlineSlots inline slots is free, and queued otherwise. The work Submit
 // then does is bounded by that size: a read of the owner's registration
-// mirror (giving up after about a millisecond of a table locked by its
-// writer), one process_vm_readv or process_vm_writev per direction (a
-// kernel copy of at most CMAInlineBytes, page faults included), and the
-// slices' completions. It never waits for the owner process or a socket.
+// mirror (a table its writer keeps locked for about a millisecond sends
+// the submission to the workers, which wait for the update to end, bounded
+// by the transfer timeout), one process_vm_readv or process_vm_writev per
+// direction (a kernel copy of at most CMAInlineBytes, page faults
+// included), and the slices' completions. It never waits for the owner
+// process or a socket.
 //
 // A larger submission of several slices is shared: the workers get all but
 // the last slices, which the submitting goroutine copies itself when an
@@ -266,7 +268,19 @@ func (w *cmaWorker) run(j job) {
 		w.res = append(w.res, lookupOK)
 		w.errs = append(w.errs, nil)
 	}
-	s.ctl.validate(w.rs, w.res)
+	if w.id >= w.t.cfg.Workers { // an inline copier, in Submit: bounded
+		s.ctl.validate(w.rs, w.res, inlineTableWait, nil)
+		if len(slices) > 0 && w.res[0] == lookupBusy {
+			// The owner is in the middle of an update of its table (its
+			// thread descheduled on a loaded host, say): a worker waits
+			// for it. The caller holds a reference and the submit lock.
+			slot.Store(0)
+			w.t.queue(s, slices, w.t.q)
+			return
+		}
+	} else {
+		s.ctl.validate(w.rs, w.res, w.t.cfg.Timeout, s.ownerGone)
+	}
 	for i, sl := range slices {
 		switch {
 		case sl.Canceled():
@@ -276,8 +290,11 @@ func (w *cmaWorker) run(j job) {
 				Err: fmt.Errorf("outside the owner's registered memory: %w", engine.ErrRejected)}
 		case w.res[i] == lookupOverflow:
 			w.errs[i] = fmt.Errorf("segment %q registered more regions than cma mirrors (%d): %w", s.peer, ctlEntries, engine.ErrNotSupported)
+		case w.res[i] == lookupBusy && s.ownerGone():
+			s.kill(fmt.Errorf("owner pid %d exited: %w", s.pid, ErrPeerGone))
+			w.errs[i] = s.deathErr()
 		case w.res[i] == lookupBusy:
-			w.errs[i] = fmt.Errorf("segment %q: registration table stayed locked: %w", s.peer, ErrPeerGone)
+			w.errs[i] = fmt.Errorf("segment %q: registration table stayed locked for %s: %w", s.peer, w.t.cfg.Timeout, ErrPeerGone)
 		}
 	}
 	w.copyOp(s, slices, engine.OpWrite)

@@ -110,15 +110,27 @@ const (
 	lookupOK lookupResult = iota
 	lookupMissing
 	lookupOverflow
-	lookupBusy // the table stayed locked (owner died while writing?)
+	lookupBusy // the table stayed locked past the wait, or its owner is gone
 )
 
+// inlineTableWait is how long a copy in the submitting goroutine waits for
+// a locked table before it hands the copy to the workers: Submit stays
+// bounded. An owner's update takes microseconds, but its thread can be
+// descheduled in the middle of one on a loaded host (or stopped at a
+// preemption point) for milliseconds.
+const inlineTableWait = time.Millisecond
+
 // validate checks every range of rs against the table under the seqlock and
-// writes one result per range into out. It gives up with lookupBusy after
-// about a millisecond of a locked table.
-func (c ctlView) validate(rs []rng, out []lookupResult) {
+// writes one result per range into out. A locked table (its owner is
+// writing) is read again, spinning at first, then yielding, then sleeping
+// up to tableNap between looks; validate gives up with lookupBusy once it
+// stayed locked for wait, or as soon as gone (nil: not asked; called only
+// while sleeping) reports the owner gone: an owner that died in the middle
+// of an update leaves the table locked for good.
+func (c ctlView) validate(rs []rng, out []lookupResult, wait time.Duration, gone func() bool) {
 	seq := c.word(ctlOffSeq)
-	var deadline time.Time
+	var start time.Time
+	nap := time.Duration(0)
 	for spins := 0; ; spins++ {
 		s1 := seq.Load()
 		if s1&1 == 0 {
@@ -138,19 +150,30 @@ func (c ctlView) validate(rs []rng, out []lookupResult) {
 				return
 			}
 		}
-		if spins > 64 {
-			if deadline.IsZero() {
-				deadline = time.Now().Add(time.Millisecond)
-			} else if time.Now().After(deadline) {
-				for i := range rs {
-					out[i] = lookupBusy
-				}
-				return
-			}
-			runtime.Gosched()
+		if spins <= 64 {
+			continue
 		}
+		now := time.Now()
+		if start.IsZero() {
+			start = now
+		}
+		if now.Sub(start) >= wait || (nap > 0 && gone != nil && gone()) {
+			for i := range rs {
+				out[i] = lookupBusy
+			}
+			return
+		}
+		if now.Sub(start) < inlineTableWait || wait <= inlineTableWait {
+			runtime.Gosched()
+			continue
+		}
+		nap = min(max(2*nap, 20*time.Microsecond), tableNap)
+		time.Sleep(nap)
 	}
 }
+
+// tableNap is the longest sleep between two looks at a locked table.
+const tableNap = time.Millisecond
 
 // contains reports whether [addr, addr+length) lies inside one of the first
 // n table rows.

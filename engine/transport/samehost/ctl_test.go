@@ -3,6 +3,7 @@ package samehost
 import (
 	"os"
 	"testing"
+	"time"
 
 	"gotest.tools/v3/assert"
 
@@ -52,27 +53,37 @@ func TestTable(t *testing.T) {
 	for i, tc := range cases {
 		rs[i] = rng{tc.addr, tc.n}
 	}
-	c.validate(rs, out)
+	c.validate(rs, out, time.Millisecond, nil)
 	for i, tc := range cases {
 		assert.Equal(t, out[i], tc.want, "case %d %#x+%d", i, tc.addr, tc.n)
 	}
 	// Removing the middle row: later rows move, the removed one is gone.
 	next := []entry{rows[0], rows[2]}
 	c.writeTable(rows, next)
-	c.validate([]rng{{0x10000, 1}, {0x20000, 0x8000}}, out[:2])
+	c.validate([]rng{{0x10000, 1}, {0x20000, 0x8000}}, out[:2], time.Millisecond, nil)
 	assert.DeepEqual(t, out[:2], []lookupResult{lookupMissing, lookupOK})
-	// A locked table (odd sequence) makes readers give up, not spin forever.
+	// A locked table (odd sequence) makes readers give up after their
+	// wait, not spin forever; sooner when its owner is gone.
 	c.word(ctlOffSeq).Add(1)
-	c.validate([]rng{{0x1000, 1}}, out[:1])
+	c.validate([]rng{{0x1000, 1}}, out[:1], time.Millisecond, nil)
 	assert.Equal(t, out[0], lookupBusy)
-	c.word(ctlOffSeq).Add(1)
+	began := time.Now()
+	c.validate([]rng{{0x1000, 1}}, out[:1], time.Minute, func() bool { return true })
+	assert.Equal(t, out[0], lookupBusy)
+	assert.Assert(t, time.Since(began) < 30*time.Second, "a gone owner's locked table held the reader %s", time.Since(began))
+	// A table unlocked within the wait (an owner descheduled while
+	// writing) is read.
+	unlocked := time.AfterFunc(20*time.Millisecond, func() { c.word(ctlOffSeq).Add(1) })
+	defer unlocked.Stop()
+	c.validate([]rng{{0x1000, 1}}, out[:1], time.Minute, func() bool { return false })
+	assert.Equal(t, out[0], lookupOK)
 	// Overflow.
 	big := make([]entry, ctlEntries+1)
 	for i := range big {
 		big[i] = entry{uint64(i+1) << 16, 4096}
 	}
 	c.writeTable(next, big)
-	c.validate([]rng{{1 << 16, 1}}, out[:1])
+	c.validate([]rng{{1 << 16, 1}}, out[:1], time.Millisecond, nil)
 	assert.Equal(t, out[0], lookupOverflow)
 }
 
@@ -102,7 +113,7 @@ func TestCopyNoAllocs(t *testing.T) {
 			w.res = append(w.res, lookupOK)
 			w.errs = append(w.errs, nil)
 		}
-		c.validate(w.rs, w.res)
+		c.validate(w.rs, w.res, time.Millisecond, nil)
 		w.copyOp(s, slices, engine.OpWrite)
 	}
 	run()

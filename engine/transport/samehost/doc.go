@@ -31,7 +31,9 @@
 //
 // For every batch a worker stores the current epoch in its slot, re-reads
 // the epoch (retrying if it moved), validates every range against the
-// mirror under a seqlock, copies with process_vm_readv/writev (up to 1024
+// mirror under a seqlock (a table its owner is writing is read again until
+// the update ends, bounded by the transfer timeout and the owner's life:
+// the owner's thread may be descheduled inside an update), copies with process_vm_readv/writev (up to 1024
 // ranges per call, resuming partial transfers), and clears its slot. A
 // small batch (Config.CMAInlineBytes, at most 1024 slices) skips the hand-off
 // to a worker: the submitting goroutine takes a free inline copier, whose

@@ -35,3 +35,17 @@ func TakeInlineCopiers(t *CMA) (giveBack func()) {
 		}
 	}
 }
+
+// LockMirror makes t's registration mirror read as being written (its
+// seqlock odd), as an owner whose thread is descheduled in the middle of an
+// update leaves it, and returns the function that ends the update. The
+// owner's own table updates wait meanwhile.
+func LockMirror(t *CMA) (unlock func()) {
+	n := t.node
+	n.mu.Lock()
+	n.ctl.word(ctlOffSeq).Add(1)
+	return func() {
+		n.ctl.word(ctlOffSeq).Add(1)
+		n.mu.Unlock()
+	}
+}

@@ -201,7 +201,7 @@ func (w *ipcWorker) run(j ipcJob) {
 		w.res = append(w.res, lookupOK)
 		w.errs = append(w.errs, nil)
 	}
-	s.ctl.validate(w.rs, w.res)
+	s.ctl.validate(w.rs, w.res, w.t.cfg.Timeout, s.ownerGone)
 	w.ops.reset()
 	w.held = w.held[:0]
 	for i, sl := range slices {
