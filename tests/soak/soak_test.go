@@ -328,9 +328,12 @@ func TestSoak(t *testing.T) {
 				}
 				if r["ok"] != true {
 					failed, _ := r["failed"].([]any)
-					for _, f := range failed {
+					for k, f := range failed {
 						j, _ := strconv.Atoi(strings.TrimPrefix(f.(string), "p"))
 						teFails++
+						if k == 0 { // every failure's reason, explained or not
+							t.Logf("%s: p%d -> %s failed: %v", time.Since(t0).Round(time.Second), i, f, r["te_err"])
+						}
 						if !excused(j, began) {
 							unexplained(began, fmt.Sprintf("%s: p%d -> %s failed with no restart to explain it (first failure: %v)", time.Since(t0).Round(time.Second), i, f, r["te_err"]))
 						}
