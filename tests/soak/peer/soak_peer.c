@@ -248,7 +248,9 @@ int main(int argc, char **argv) {
             mooncake_replicate_config_t cfg = {2, 0, 0, NULL, 0};
             int rc = st.mooncake_store_put(s, key, val, VAL, &cfg);
             int ok = rc == 0;
+            const char *sop = "put";
             if (ok) {
+                sop = "get";
                 memset(got, 0, VAL);
                 int64_t n = st.mooncake_store_get_into(s, key, got, VAL);
                 /* A read slower than the read lease (a loaded machine) is
@@ -257,18 +259,19 @@ int main(int argc, char **argv) {
                 ok = n == VAL && memcmp(val, got, VAL) == 0;
                 if (!ok) rc = n < 0 ? (int)n : -1000;
             }
-            st.mooncake_store_remove(s, key, 1);
             if (ok) {
                 st_ok++;
             } else {
                 st_fail++;
-                if (!st_err[0]) {
-                    st.kvferry_store_last_error(s, st_err, sizeof st_err);
+                if (!st_err[0]) { /* before the remove's error replaces it */
+                    int n = snprintf(st_err, sizeof st_err, "%s%s: ", sop, rc == -1000 ? " returned other bytes" : "");
+                    if (n > 0 && (size_t)n < sizeof st_err) st.kvferry_store_last_error(s, st_err + n, sizeof st_err - n);
                     for (char *c = st_err; *c; c++)
                         if (*c == '"' || *c == '\\' || (unsigned char)*c < 0x20) *c = '\'';
                     st_rc = rc;
                 }
             }
+            st.mooncake_store_remove(s, key, 1);
         }
         printf("{\"ok\":%s,\"te_ok\":%d,\"te_fail\":%d,\"failed\":[%s],\"te_err\":\"%s\",\"st_ok\":%d,\"st_fail\":%d,\"st_rc\":%d,\"st_err\":\"%s\"}\n",
                te_fail == 0 && st_fail == 0 ? "true" : "false", te_ok, te_fail, failed, te_err, st_ok, st_fail, st_rc, st_err);
