@@ -106,6 +106,7 @@ func TestNotificationFailureFailsBatch(t *testing.T) {
 	st, err := a.TaskStatus(id, 0)
 	assert.NilError(t, err)
 	assert.Equal(t, st.State, engine.StateFailed)
+	assert.ErrorContains(t, st.Err, "notification did not reach")
 	assert.NilError(t, a.FreeBatch(id))
 	assert.Assert(t, a.Metrics().NotifiesFailed >= 1)
 	assert.DeepEqual(t, b.Notifications(), []engine.Notification{{Name: "a", Msg: "fills the queue"}})
