@@ -36,8 +36,9 @@ func (j *jobs) add(key int, r *wire.Replica, d span, op engine.OpCode, target en
 }
 
 // runJobs runs the requests of j as one engine batch (one submission, one
-// wait) and returns which of them failed (nil: none).
-func (c *Client) runJobs(ctx context.Context, j *jobs) ([]bool, error) {
+// wait) and returns why each of them failed (nil: none failed; a nil entry:
+// that request completed).
+func (c *Client) runJobs(ctx context.Context, j *jobs) ([]error, error) {
 	if len(j.reqs) == 0 {
 		return nil, nil
 	}
@@ -54,11 +55,19 @@ func (c *Client) runJobs(ctx context.Context, j *jobs) ([]bool, error) {
 		_ = c.e.FreeBatch(id) // all done: no task to look at
 		return nil, nil
 	}
-	failed := make([]bool, len(j.reqs))
+	failed := make([]error, len(j.reqs))
 	for i := range j.reqs {
 		st, err := c.e.TaskStatus(id, i)
-		failed[i] = err != nil || st.State != engine.StateCompleted
-		if failed[i] {
+		switch {
+		case err != nil:
+			failed[i] = err
+		case st.State != engine.StateCompleted:
+			failed[i] = st.Err
+			if failed[i] == nil { // not terminal: the wait ended first
+				failed[i] = fmt.Errorf("task %s when the wait ended (%v)", st.State, werr)
+			}
+		}
+		if failed[i] != nil {
 			_ = c.e.RemoveSegment(j.reps[i].GetSegmentName())
 		}
 	}
@@ -222,8 +231,12 @@ func (c *Client) batchPut(ctx context.Context, keys []string, data []span, cfg R
 	}
 	failed, err := c.runJobs(ctx, &jobs)
 	for n, key := range jobs.keys {
-		if (err != nil || (failed != nil && failed[n])) && errs[key] == nil {
-			errs[key] = transferFail("put", keys[key], fmt.Errorf("write to %s failed", jobs.reps[n].GetSegmentName()))
+		if (err != nil || (failed != nil && failed[n] != nil)) && errs[key] == nil {
+			why := err
+			if why == nil {
+				why = failed[n]
+			}
+			errs[key] = transferFail("put", keys[key], fmt.Errorf("write to %s failed: %v", jobs.reps[n].GetSegmentName(), why))
 		}
 	}
 	// End the good ones, revoke the failed ones.
@@ -391,9 +404,13 @@ func (c *Client) batchGet(ctx context.Context, keys []string, bufs [][]Buffer) (
 	}
 	failed, err := c.runJobs(ctx, &jobs)
 	keyFailed := make(map[int]*wire.Replica)
+	keyWhy := make(map[int]error)
 	for j, key := range jobs.keys {
-		if err != nil || (failed != nil && failed[j]) {
+		if err != nil || (failed != nil && failed[j] != nil) {
 			keyFailed[key] = jobs.reps[j]
+			if keyWhy[key] = err; err == nil {
+				keyWhy[key] = failed[j]
+			}
 		}
 	}
 	for j, i := range jobs.keys {
@@ -417,7 +434,7 @@ func (c *Client) batchGet(ctx context.Context, keys []string, bufs [][]Buffer) (
 			}
 		}
 		if len(rest) == 0 {
-			errs[i] = transferFail("get", keys[i], fmt.Errorf("read from %s failed", bad.GetSegmentName()))
+			errs[i] = transferFail("get", keys[i], fmt.Errorf("read from %s failed: %v", bad.GetSegmentName(), keyWhy[i]))
 			continue
 		}
 		errs[i] = c.readAny(ctx, keys[i], rest, dests[i], n[i], start, lease)
