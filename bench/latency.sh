@@ -76,6 +76,7 @@ start_target() {
   env "${env[@]}" "${PRIO[@]}" "$BIN" --mode=target --protocol="$3" --buffer_size=$BUF --ready_file="$T/ready_$1" >"$T/$1.log" 2>&1 &
   pids+=($!)
   servers+=("target-$1 $!")
+  printf -v "PID_$1" '%s' "$!"
   printf -v "SEG_$1" '%s' "$(wait_ready "$T/ready_$1")"
 }
 
@@ -120,16 +121,47 @@ if want tcp; then
   # Mooncake's transfer_engine_bench beside kvferry-bench, when it is given.
   if [ -n "${MOONCAKE_TE_BENCH:-}" ]; then bench/te_mooncake.sh; echo; fi
 fi
+# proc_usage PID: "CPU_TICKS VOLUNTARY INVOLUNTARY" of PID, all its threads.
+proc_usage() {
+  echo "$(awk '{print $14 + $15}' "/proc/$1/stat") $(cat /proc/"$1"/task/*/status 2>/dev/null |
+    awk '/^voluntary_ctxt/ {v += $2} /^nonvoluntary_ctxt/ {n += $2} END {print v + 0, n + 0}')"
+}
+
+# notify_cost SPIN JSON BEFORE AFTER: one line of a notify row's cost.
+notify_cost() {
+  python3 - "$@" "$(getconf CLK_TCK)" <<'PY'
+import json, sys
+spin, r = sys.argv[1], json.loads(sys.argv[2])
+b, a, tck = list(map(int, sys.argv[3].split())), list(map(int, sys.argv[4].split())), int(sys.argv[5])
+n = r["batch_count"] + 200
+cpu_t = (a[0] - b[0]) / tck * 1e6 / n
+sp = "off" if spin == "0" else spin + " us"
+print(f"- spin {sp}: mean round trip {r['avg_batch_latency_us']:.1f} us; CPU initiator {r['cpu_us_per_op']:.1f} us + target {cpu_t:.1f} us; "
+      f"context switches initiator {r.get('ctx_switches_per_op', 0):.2f}, target {(a[1] - b[1]) / n:.2f} voluntary + {(a[2] - b[2]) / n:.2f} involuntary")
+PY
+}
+
 if want notify; then
+  cost=()
   echo "Notification round trip (ping to the peer, which sees it and answers; the pong seen), socket RPC (target <= 3x the spinning floor):"
   echo
   echo "$HEAD"
   for spin in "$SPIN_ON" ${SPIN_ALT:-} 0; do
     seg=SEG_tcp_on; [ "$spin" = 0 ] && seg=SEG_tcp_off; [ "$spin" = "${SPIN_ALT:-}" ] && seg=SEG_tcp_alt
+    pid=PID_${seg#SEG_}
+    before=$(proc_usage "${!pid}")
     out=$(KVFERRY_SPIN_US=$spin "${PRIO[@]}" "$BIN" --mode=initiator --operation=notify --segment_id="${!seg}" --duration="$DURATION" \
       --buffer_size=$BUF --json --quiet)
     row "notify round trip" "$spin" "$out"
+    cost+=("$(notify_cost "$spin" "$out" "$before" "$(proc_usage "${!pid}")")")
   done
+  echo
+  # What a round trip costs the two processes: the machine has two vCPUs, so
+  # CPU near twice the mean round trip means both are busy (the polls), and
+  # every context switch is a thread woken or a CPU handed over.
+  echo "CPU and context switches per round trip (initiator: its timed loop, getrusage; target: the whole run with its 200 untimed round trips, /proc):"
+  echo
+  printf '%s\n' "${cost[@]}"
   echo
 fi
 if want cma; then

@@ -111,6 +111,9 @@ type Result struct {
 	// what a request costs the initiator, less sensitive to other load on
 	// the machine than the throughput.
 	CPUPerOpUs float64 `json:"cpu_us_per_op"`
+	// CtxSwitchesPerOp is this process's context switches (voluntary and
+	// involuntary, all threads) per request; notify runs only.
+	CtxSwitchesPerOp float64 `json:"ctx_switches_per_op,omitempty"`
 }
 
 // cpuTime returns this process's user + system CPU time.
@@ -120,6 +123,16 @@ func cpuTime() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// ctxSwitches returns this process's context switches so far (voluntary
+// and involuntary, all threads).
+func ctxSwitches() int64 {
+	var ru unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return ru.Nvcsw + ru.Nivcsw
 }
 
 func main() {

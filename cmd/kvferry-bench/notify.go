@@ -80,6 +80,7 @@ func notifyPoint(ctx context.Context, e *engine.Engine, seg engine.SegmentID) (R
 		}
 	}
 	var n, latNanos uint64
+	cpu0, csw0 := cpuTime(), ctxSwitches()
 	start := time.Now()
 	end := start.Add(time.Duration(*duration) * time.Second)
 	for time.Now().Before(end) && ctx.Err() == nil {
@@ -92,10 +93,12 @@ func notifyPoint(ctx context.Context, e *engine.Engine, seg engine.SegmentID) (R
 		latNanos += uint64(d)
 		n++
 	}
-	elapsed := time.Since(start).Seconds()
+	elapsed, cpu, csw := time.Since(start).Seconds(), cpuTime()-cpu0, ctxSwitches()-csw0
 	r := Result{Operation: "notify", BlockSize: 0, BatchSize: 1, Threads: 1, Duration: elapsed, Batches: n,
 		OpsPerSec: float64(n) / elapsed, Transport: "rpc"}
 	if n > 0 {
+		r.CPUPerOpUs = float64(cpu) / 1e3 / float64(n)
+		r.CtxSwitchesPerOp = float64(csw) / float64(n)
 		r.AvgBatchUs = float64(latNanos) / float64(n) / 1e3
 		r.P50BatchUs, r.P99BatchUs = percentiles([]*samples{&lat})
 		if *samplesFile != "" {

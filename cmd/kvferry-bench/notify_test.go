@@ -1,0 +1,37 @@
+package main
+
+import (
+	"context"
+	"testing"
+
+	"gotest.tools/v3/assert"
+)
+
+// The notify run (--operation=notify) between two engines of this process,
+// one answering pings: every round trip is counted, and the result carries
+// the initiator's CPU and context switches per round trip beside the
+// latencies (bench/latency.sh prints them with the target's).
+func TestNotifyPointReportsCost(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	target, err := newEngine(ctx)
+	assert.NilError(t, err)
+	defer target.Close()
+	initiator, err := newEngine(ctx)
+	assert.NilError(t, err)
+	defer initiator.Close()
+	done := make(chan struct{})
+	go func() { defer close(done); echoNotifications(ctx, target) }()
+	defer func() { cancel(); <-done }()
+
+	seg, err := initiator.OpenSegment(ctx, target.SegmentName())
+	assert.NilError(t, err)
+	old := *duration
+	*duration = 1
+	defer func() { *duration = old }()
+	r, err := notifyPoint(ctx, initiator, seg)
+	assert.NilError(t, err)
+	assert.Assert(t, r.Batches > 0)
+	assert.Assert(t, r.P50BatchUs > 0 && r.P99BatchUs >= r.P50BatchUs, "p50 %v p99 %v", r.P50BatchUs, r.P99BatchUs)
+	assert.Assert(t, r.CPUPerOpUs > 0, "cpu per round trip %v", r.CPUPerOpUs)
+}
