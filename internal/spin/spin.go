@@ -29,6 +29,7 @@ import (
 	"io"
 	"net"
 	"runtime"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -100,6 +101,8 @@ type Reader struct {
 	// Shared makes each poll after the first offer the thread's CPU to
 	// other threads first (see the package comment).
 	Shared bool
+	// yields counts the offers (Yields).
+	yields atomic.Uint64
 
 	rc syscall.RawConn
 	fn func(fd uintptr) bool // the raw read, made once (a closure per call would be a heap allocation)
@@ -160,11 +163,21 @@ func (r *Reader) Read(b []byte, budget time.Duration, yield bool) (n int, err er
 		}
 		if r.Shared {
 			osYield()
+			r.yields.Add(1)
 		}
 		if yield {
 			runtime.Gosched()
 		}
 	}
+}
+
+// Yields reports how many times r's polls offered the thread's CPU to
+// other threads (Shared); 0 for nil.
+func (r *Reader) Yields() uint64 {
+	if r == nil {
+		return 0
+	}
+	return r.yields.Load()
 }
 
 // ErrWouldBlock is ReadNow's answer when nothing has arrived.
@@ -227,6 +240,16 @@ type polling struct {
 	r      *Reader
 	budget time.Duration
 	yield  bool
+}
+
+// Yields reports how many times the polls of rd, a reader from Reading
+// or ReadingShared, offered the thread's CPU to other threads; 0 for any
+// other reader.
+func Yields(rd io.Reader) uint64 {
+	if p, ok := rd.(*polling); ok {
+		return p.r.Yields()
+	}
+	return 0
 }
 
 func (p *polling) Read(b []byte) (int, error) {

@@ -197,3 +197,32 @@ func TestReadingShared(t *testing.T) {
 		assert.Equal(t, string(buf), "xyz")
 	}
 }
+
+// TestReaderYields: a shared poll offers its CPU between reads (counted),
+// a holding one never does.
+func TestReaderYields(t *testing.T) {
+	a, b := pipe(t)
+	buf := make([]byte, 4)
+	for _, shared := range []bool{false, true} {
+		r := NewReader(b)
+		r.Shared = shared
+		_, _, ok := r.Read(buf, 500*time.Microsecond, false) // nothing comes: polls the whole budget
+		assert.Assert(t, !ok)
+		if shared {
+			assert.Assert(t, r.Yields() > 0)
+		} else {
+			assert.Equal(t, r.Yields(), uint64(0))
+		}
+	}
+	assert.Equal(t, (*Reader)(nil).Yields(), uint64(0))
+	rs := ReadingShared(b, 500*time.Microsecond, false)
+	go func() {
+		time.Sleep(2 * time.Millisecond)
+		_, _ = a.Write([]byte("x"))
+	}()
+	_, err := rs.Read(buf)
+	assert.NilError(t, err)
+	assert.Assert(t, Yields(rs) > 0)
+	assert.Equal(t, Yields(Reading(b, time.Millisecond, false)), uint64(0))
+	assert.Equal(t, Yields(a), uint64(0))
+}

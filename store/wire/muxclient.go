@@ -55,7 +55,8 @@ type MuxClientConfig struct {
 	TLS *tls.Config
 	// SpinWait is how long the caller reading answers polls the socket
 	// before it blocks (0: never; spin.Budget normalises a configured
-	// value). Without TLS only.
+	// value). Without TLS only. The poll offers its CPU to other threads
+	// between reads (spin.ReadingShared): see newMuxConn.
 	SpinWait time.Duration
 }
 
@@ -304,9 +305,11 @@ type muxConn struct {
 		queue []byte // frames waiting for the writer
 		spare []byte // the other buffer of the pair
 	}
-	// r and fr belong to the reader role.
-	r  *bufio.Reader
-	fr frameReader
+	// r and fr belong to the reader role; r reads from poll, the socket
+	// polled (spin).
+	r    *bufio.Reader
+	poll io.Reader
+	fr   frameReader
 
 	mu struct {
 		sync.Mutex
@@ -317,8 +320,17 @@ type muxConn struct {
 
 func newMuxConn(c net.Conn, addr string, spinWait time.Duration) *muxConn {
 	// Callers read their own answers, and a caller may be a C thread: the
-	// poll does not yield.
-	mc := &muxConn{c: c, addr: addr, tok: make(chan struct{}, 1), r: bufio.NewReaderSize(spin.Reading(c, spinWait, false), muxBufBytes)}
+	// poll does not yield its P (runtime.Gosched). It does offer its CPU
+	// to other threads between reads (sched_yield: spin.ReadingShared),
+	// because the thread that must run for the answer to come may be
+	// queued behind it: a master on the same CPU as this client (the
+	// scheduler puts them together on a small loaded machine, and keeps
+	// them there for seconds) could not answer until the poll's budget
+	// ran out, and then its own poll for the next request held that CPU
+	// from this client the same way (a master round trip: about 20 us on
+	// two CPUs, 150-200 us on one, with holding polls).
+	poll := spin.ReadingShared(c, spinWait, false)
+	mc := &muxConn{c: c, addr: addr, tok: make(chan struct{}, 1), r: bufio.NewReaderSize(poll, muxBufBytes), poll: poll}
 	raw := c
 	if tc, ok := c.(*tls.Conn); ok { // the liveness peek looks at the socket under TLS
 		raw = tc.NetConn()

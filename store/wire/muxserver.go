@@ -195,16 +195,21 @@ func ServeMuxConnConfig(ctx context.Context, conn net.Conn, srv MasterServer, cf
 
 // serverReading returns the reader of a served connection: it polls the
 // socket for up to budget before a read that would block (spin.Reader),
-// without yielding (runtime.Gosched wakes an idle P each time, a thread
-// wake-up that takes the other vCPU of a small VM from the client whose
-// request is on its way), and only while fewer than maxServerSpinners()
-// connections of the process poll: a poller holds its P, so the others
-// block at once and leave the remaining Ps to the rest of the master.
+// without yielding its P (runtime.Gosched wakes an idle P each time, a
+// thread wake-up that takes the other vCPU of a small VM from the client
+// whose request is on its way), and only while fewer than
+// maxServerSpinners() connections of the process poll: a poller holds its
+// P, so the others block at once and leave the remaining Ps to the rest of
+// the master. Between reads the poll offers its CPU to other threads
+// (sched_yield, Reader.Shared): a client on the same CPU, whose next
+// request this poll waits for, would otherwise wait for the budget to run
+// out before it could send it.
 func serverReading(conn net.Conn, budget time.Duration) io.Reader {
 	pr := spin.NewReader(conn)
 	if pr == nil || budget <= 0 {
 		return conn
 	}
+	pr.Shared = true
 	return &serverPoll{c: conn, r: pr, budget: budget, limit: maxServerSpinners()}
 }
 

@@ -1,11 +1,14 @@
 package wire
 
 import (
+	"context"
 	"net"
 	"testing"
 	"time"
 
 	"gotest.tools/v3/assert"
+
+	"github.com/kvferry/kvferry/internal/spin"
 )
 
 // TestServerPollLimit: a served connection polls only while the process's
@@ -53,4 +56,58 @@ func TestServerPollLimit(t *testing.T) {
 	assert.Equal(t, read(), "two")
 	serverSpinners.Add(-p.limit)
 	assert.Equal(t, serverSpinners.Load(), before)
+}
+
+// TestMuxPollsShareCPU: both ends of a master connection poll offering
+// their CPU to other threads between reads (sched_yield), never holding
+// it: on a small machine the scheduler may put a client and its master on
+// one CPU, and a poll holding it keeps the very thread whose answer (or
+// next request) it waits for from running until its budget runs out (a
+// round trip of 150-200 us instead of about 20; README, store latency).
+// What is checked is that the polls offered the CPU while they waited, not
+// how long anything took.
+func TestMuxPollsShareCPU(t *testing.T) {
+	// The server's poll for the next request.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	assert.NilError(t, err)
+	defer ln.Close()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	assert.NilError(t, err)
+	defer c.Close()
+	s, err := ln.Accept()
+	assert.NilError(t, err)
+	defer s.Close()
+	r := serverReading(s, spin.Max)
+	p, ok := r.(*serverPoll)
+	assert.Assert(t, ok, "a socket is polled")
+	assert.Assert(t, p.r.Shared)
+	go func() {
+		time.Sleep(2 * time.Millisecond) // the request comes while the server polls
+		_, _ = c.Write([]byte("req"))
+	}()
+	buf := make([]byte, 8)
+	n, err := r.Read(buf)
+	assert.NilError(t, err)
+	assert.Equal(t, string(buf[:n]), "req")
+	assert.Assert(t, p.r.Yields() > 0, "the server's poll offered its CPU")
+
+	// The client's poll for its answer: the master answers a call late.
+	srv := startMuxServer(t, "127.0.0.1:0")
+	mcl := NewMuxClient(MuxClientConfig{Addr: srv.addr(), SpinWait: spin.Max})
+	defer mcl.Close()
+	ctx := ctxFor(t, 10*time.Second)
+	assert.NilError(t, mcl.Connect(ctx))
+	mcl.mu.Lock()
+	mc := mcl.mu.conn
+	mcl.mu.Unlock()
+	assert.Assert(t, mc != nil)
+	before := spin.Yields(mc.poll)
+	go func() {
+		<-srv.f.started
+		time.Sleep(2 * time.Millisecond) // the answer comes while the client polls
+		close(srv.f.block)
+	}()
+	_, err = mcl.ExistKey(context.WithoutCancel(ctx), &KeyRequest{Key: "block"})
+	assert.NilError(t, err)
+	assert.Assert(t, spin.Yields(mc.poll) > before, "the client's poll offered its CPU")
 }
