@@ -54,7 +54,7 @@ engine/metadata FuzzFetch state
 engine/metadata/http FuzzClientReply parser
 engine/metadata/http FuzzServerRoundTrip state
 engine/metadata/http FuzzJournalReplay state
-engine/metadata/open FuzzParse parser
+engine/metadata/connstr FuzzParse parser
 engine/peerauth FuzzServer state
 engine/transport/samehost FuzzWire parser
 engine/transport/samehost FuzzExportWire parser

@@ -6,13 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/kvferry/kvferry/engine/descriptor"
+	"github.com/kvferry/kvferry/engine/metadata/connstr"
 )
 
 // ErrConflict means the metadata service refused a write because another
@@ -577,14 +577,5 @@ func (b *KVBackend) republishAll() bool {
 
 // IsLoopbackOrLinkLocal reports whether host is an IP literal (or
 // "localhost") that other machines cannot reach: loopback, link-local or
-// unspecified. It serves the engine's start-up diagnostics.
-func IsLoopbackOrLinkLocal(host string) bool {
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip := net.ParseIP(strings.Trim(host, "[]"))
-	if ip == nil {
-		return false
-	}
-	return ip.IsLoopback() || ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() || ip.IsUnspecified()
-}
+// unspecified (connstr.IsLoopbackOrLinkLocal).
+func IsLoopbackOrLinkLocal(host string) bool { return connstr.IsLoopbackOrLinkLocal(host) }

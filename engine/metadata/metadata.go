@@ -11,6 +11,7 @@ import (
 	"errors"
 
 	"github.com/kvferry/kvferry/engine/descriptor"
+	"github.com/kvferry/kvferry/engine/metadata/connstr"
 )
 
 // Sentinel errors.
@@ -24,7 +25,7 @@ var (
 )
 
 // P2PHandshake is the connection string of the P2P mode.
-const P2PHandshake = "P2PHANDSHAKE"
+const P2PHandshake = connstr.P2PHandshake
 
 // Backend publishes the local segment and resolves remote ones. All methods
 // are safe for concurrent use; every call that can block honours ctx and

@@ -21,9 +21,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -34,11 +31,12 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/kvferry/kvferry/engine/metadata"
+	"github.com/kvferry/kvferry/engine/metadata/connstr"
 	"github.com/kvferry/kvferry/internal/etcddial"
 )
 
 // Scheme is the connection-string scheme of etcd.
-const Scheme = "etcd://"
+const Scheme = connstr.EtcdScheme
 
 // Defaults of Config.
 const (
@@ -101,7 +99,7 @@ func (c Config) Validate() error {
 		return errors.New("etcd config: no endpoints")
 	}
 	for _, ep := range c.Endpoints {
-		if err := checkEndpoint(ep); err != nil {
+		if err := connstr.CheckEtcdEndpoint(ep); err != nil {
 			return fmt.Errorf("etcd config: %w", err)
 		}
 	}
@@ -117,50 +115,9 @@ func (c Config) Validate() error {
 }
 
 // ParseEndpoints parses Mooncake's etcd connection string:
-// "etcd://h:p[,h:p…]" or the bare list "h:p[,h:p…]" (';' also separates).
-// Every endpoint must be host:port with a port in 1..65535.
-func ParseEndpoints(conn string) ([]string, error) {
-	list := strings.TrimPrefix(conn, Scheme)
-	if strings.Contains(list, "://") {
-		return nil, fmt.Errorf("etcd connection string %q: unexpected scheme", conn)
-	}
-	var eps []string
-	for _, ep := range strings.FieldsFunc(list, func(r rune) bool { return r == ',' || r == ';' }) {
-		ep = strings.TrimSpace(ep)
-		if ep == "" {
-			continue
-		}
-		if err := checkEndpoint(ep); err != nil {
-			return nil, fmt.Errorf("etcd connection string %q: %w", conn, err)
-		}
-		eps = append(eps, ep)
-	}
-	if len(eps) == 0 {
-		return nil, fmt.Errorf("etcd connection string %q: no endpoints", conn)
-	}
-	return eps, nil
-}
-
-func checkEndpoint(ep string) error {
-	hp := ep
-	if rest, ok := strings.CutPrefix(ep, "http://"); ok {
-		hp = rest
-	} else if rest, ok := strings.CutPrefix(ep, "https://"); ok {
-		hp = rest
-	}
-	host, port, err := net.SplitHostPort(hp)
-	if err != nil {
-		return fmt.Errorf("endpoint %q: want host:port: %w", ep, err)
-	}
-	n, err := strconv.Atoi(port)
-	if err != nil || n <= 0 || n > 65535 {
-		return fmt.Errorf("endpoint %q: bad port %q", ep, port)
-	}
-	if host == "" || strings.ContainsAny(host, "/ ?#@") {
-		return fmt.Errorf("endpoint %q: bad host %q", ep, host)
-	}
-	return nil
-}
+// "etcd://h:p[,h:p…]" or the bare list "h:p[,h:p…]" (';' also separates)
+// (connstr.ParseEtcdEndpoints).
+func ParseEndpoints(conn string) ([]string, error) { return connstr.ParseEtcdEndpoints(conn) }
 
 // Metrics is a snapshot of a KV's counters.
 type Metrics struct {

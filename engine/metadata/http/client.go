@@ -12,12 +12,12 @@ import (
 	nethttp "net/http"
 	"net/http/httptrace"
 	"net/url"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/kvferry/kvferry/engine/metadata"
+	"github.com/kvferry/kvferry/engine/metadata/connstr"
 	"github.com/kvferry/kvferry/engine/peerauth"
 )
 
@@ -88,29 +88,8 @@ func (c Config) Validate() error {
 }
 
 // ParseURL checks a metadata URL: scheme http or https, a host, no
-// fragment and no user information.
-func ParseURL(raw string) (*url.URL, error) {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return nil, fmt.Errorf("http metadata url %q: %w", raw, err)
-	}
-	switch {
-	case u.Scheme != "http" && u.Scheme != "https":
-		return nil, fmt.Errorf("http metadata url %q: scheme must be http or https", raw)
-	case u.Host == "" || u.Hostname() == "":
-		return nil, fmt.Errorf("http metadata url %q: no host", raw)
-	case u.Fragment != "" || strings.Contains(raw, "#"):
-		return nil, fmt.Errorf("http metadata url %q: fragments are not allowed", raw)
-	case u.User != nil:
-		return nil, fmt.Errorf("http metadata url %q: user information is not supported", raw)
-	}
-	if p := u.Port(); p != "" {
-		if n, err := strconv.Atoi(p); err != nil || n <= 0 || n > 65535 {
-			return nil, fmt.Errorf("http metadata url %q: bad port %q", raw, p)
-		}
-	}
-	return u, nil
-}
+// fragment and no user information (connstr.ParseHTTPURL).
+func ParseURL(raw string) (*url.URL, error) { return connstr.ParseHTTPURL(raw) }
 
 // StatusError is a reply other than 200.
 type StatusError struct {

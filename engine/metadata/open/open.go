@@ -8,13 +8,11 @@ package open
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"strings"
 
 	"github.com/kvferry/kvferry/engine/metadata"
+	"github.com/kvferry/kvferry/engine/metadata/connstr"
 	"github.com/kvferry/kvferry/engine/metadata/etcd"
 	mdhttp "github.com/kvferry/kvferry/engine/metadata/http"
 	"github.com/kvferry/kvferry/engine/peerauth"
@@ -23,118 +21,23 @@ import (
 
 // ErrBadConn is returned (wrapped) for a connection string that cannot be
 // used: empty, malformed, or naming an unsupported service.
-var ErrBadConn = errors.New("bad metadata connection string")
+var ErrBadConn = connstr.ErrBadConn
 
-// Kind names a metadata service type.
-type Kind string
+// Kind names a metadata service type (connstr.Kind).
+type Kind = connstr.Kind
 
 // Service kinds.
 const (
-	KindP2P  Kind = "p2p"
-	KindHTTP Kind = "http"
-	KindEtcd Kind = "etcd"
+	KindP2P  = connstr.KindP2P
+	KindHTTP = connstr.KindHTTP
+	KindEtcd = connstr.KindEtcd
 )
 
-// Conn is a parsed connection string.
-type Conn struct {
-	// Kind is the service type.
-	Kind Kind
-	// URL is the endpoint URL (KindHTTP).
-	URL string
-	// Endpoints lists etcd "host:port" endpoints (KindEtcd).
-	Endpoints []string
-}
+// Conn is a parsed connection string (connstr.Conn).
+type Conn = connstr.Conn
 
-// Hosts returns the hosts the connection reaches (none for P2P).
-func (c Conn) Hosts() []string {
-	switch c.Kind {
-	case KindHTTP:
-		if u, err := mdhttp.ParseURL(c.URL); err == nil {
-			return []string{u.Hostname()}
-		}
-	case KindEtcd:
-		hosts := make([]string, 0, len(c.Endpoints))
-		for _, ep := range c.Endpoints {
-			ep = strings.TrimPrefix(strings.TrimPrefix(ep, "http://"), "https://")
-			if h, _, err := net.SplitHostPort(ep); err == nil {
-				hosts = append(hosts, h)
-			}
-		}
-		return hosts
-	}
-	return nil
-}
-
-// Remote reports whether the metadata service may be on another machine:
-// it has a host that is not loopback. The engine warns when it advertises
-// a loopback or link-local address while Remote is true.
-func (c Conn) Remote() bool {
-	for _, h := range c.Hosts() {
-		if !metadata.IsLoopbackOrLinkLocal(h) {
-			return true
-		}
-	}
-	return false
-}
-
-// String returns the connection in its canonical form.
-func (c Conn) String() string {
-	switch c.Kind {
-	case KindP2P:
-		return metadata.P2PHandshake
-	case KindHTTP:
-		return c.URL
-	case KindEtcd:
-		return etcd.Scheme + strings.Join(c.Endpoints, ",")
-	}
-	return "<invalid>"
-}
-
-// Parse parses a connection string as Mooncake does: exactly
-// "P2PHANDSHAKE"; a "<scheme>://" prefix selects http, https or etcd; no
-// scheme means etcd. redis is recognised and refused (not implemented).
-func Parse(conn string) (Conn, error) {
-	s := strings.TrimSpace(conn)
-	if s == "" {
-		return Conn{}, fmt.Errorf("%w: empty (want %s, http://host:port/path or etcd://host:port)", ErrBadConn, metadata.P2PHandshake)
-	}
-	if s == metadata.P2PHandshake {
-		return Conn{Kind: KindP2P}, nil
-	}
-	if len(s) >= len(metadata.P2PHandshake) && strings.EqualFold(s[:len(metadata.P2PHandshake)], metadata.P2PHandshake) {
-		return Conn{}, fmt.Errorf("%w: %q: the P2P mode is spelled exactly %s", ErrBadConn, conn, metadata.P2PHandshake)
-	}
-	scheme, _, hasScheme := strings.Cut(s, "://")
-	if !hasScheme {
-		eps, err := etcd.ParseEndpoints(s)
-		if err != nil {
-			return Conn{}, fmt.Errorf("%w: %w", ErrBadConn, err)
-		}
-		return Conn{Kind: KindEtcd, Endpoints: eps}, nil
-	}
-	switch strings.ToLower(scheme) {
-	case "http", "https":
-		if scheme != "http" && scheme != "https" {
-			return Conn{}, fmt.Errorf("%w: %q: scheme must be lower case", ErrBadConn, conn)
-		}
-		if _, err := mdhttp.ParseURL(s); err != nil {
-			return Conn{}, fmt.Errorf("%w: %w", ErrBadConn, err)
-		}
-		return Conn{Kind: KindHTTP, URL: s}, nil
-	case "etcd":
-		if scheme != "etcd" {
-			return Conn{}, fmt.Errorf("%w: %q: scheme must be lower case", ErrBadConn, conn)
-		}
-		eps, err := etcd.ParseEndpoints(s)
-		if err != nil {
-			return Conn{}, fmt.Errorf("%w: %w", ErrBadConn, err)
-		}
-		return Conn{Kind: KindEtcd, Endpoints: eps}, nil
-	case "redis":
-		return Conn{}, fmt.Errorf("%w: %q: redis metadata is not supported (use etcd or http)", ErrBadConn, conn)
-	}
-	return Conn{}, fmt.Errorf("%w: %q: unknown scheme %q (want http, https or etcd)", ErrBadConn, conn, scheme)
-}
+// Parse parses a connection string as Mooncake does (connstr.Parse).
+func Parse(conn string) (Conn, error) { return connstr.Parse(conn) }
 
 // Options configures Open. The zero value works.
 type Options struct {

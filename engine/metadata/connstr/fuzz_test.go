@@ -1,4 +1,4 @@
-package open
+package connstr
 
 import "testing"
 
