@@ -252,7 +252,11 @@ func kvf_remove_segment(h C.uintptr_t, name *C.char) (rc C.int) {
 	if !ok || n == "" {
 		return errInvalidArgument
 	}
-	return C.int(resourceCode(e.RemoveSegment(n)))
+	if err := e.RemoveSegment(n); err != nil {
+		engineFail(e, err)
+		return C.int(resourceCode(err))
+	}
+	return 0
 }
 
 //export kvf_register
@@ -802,6 +806,7 @@ func kvf_segment_check(h C.uintptr_t, id C.int32_t, addr, length C.uint64_t) (rc
 	ctx, cancel := metaCtx(e)
 	defer cancel()
 	if err := e.CheckRange(ctx, engine.SegmentID(id), uint64(addr), uint64(length)); err != nil {
+		engineFail(e, err)
 		if errors.Is(err, engine.ErrUnknownSegment) {
 			return errInvalidArgument
 		}
