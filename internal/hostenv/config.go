@@ -83,6 +83,7 @@ func Set(name string) bool {
 //	KVFERRY_SHM_CHUNKS                shm staging chunks per session (1-64)
 //	KVFERRY_CMA_ALLOW_PTRACER         owner lets any same-user process ptrace it (yama ptrace_scope=1)
 //	KVFERRY_CMA_INLINE_BYTES          largest cma submission copied by the submitting thread (0 = never)
+//	KVFERRY_CMA_MAP                   "0": no memfd-backed memory mapped by same-host peers (cma copies with process_vm_*)
 //	MC_METADATA_CLUSTER_ID            metadata key prefix mooncake/<id>/
 //	KVFERRY_METADATA_REPUBLISH_SEC    how often http/etcd entries are written again
 //	KVFERRY_ETCD_LEASE_TTL_SEC        etcd lease TTL of an engine's entries
@@ -161,6 +162,7 @@ func StackConfig() stack.Config {
 	}
 	c.SameHost.AllowAnyPtracer = flag("KVFERRY_CMA_ALLOW_PTRACER")
 	c.SameHost.MooncakeNVLinkIPC = Set("MC_USE_NVLINK_IPC")
+	c.SameHost.NoMap = Set("KVFERRY_CMA_MAP") && !flag("KVFERRY_CMA_MAP")
 	if n, ok := integer("KVFERRY_CMA_INLINE_BYTES"); ok && n >= 0 && n <= 1<<30 {
 		c.SameHost.CMAInlineBytes = n
 		if n == 0 {

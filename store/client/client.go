@@ -24,7 +24,6 @@ import (
 	"github.com/kvferry/kvferry/engine"
 	"github.com/kvferry/kvferry/engine/peerauth"
 	"github.com/kvferry/kvferry/engine/stack"
-	"github.com/kvferry/kvferry/internal/cmem"
 	"github.com/kvferry/kvferry/internal/spin"
 	kvmetrics "github.com/kvferry/kvferry/metrics"
 	"github.com/kvferry/kvferry/store/ha"
@@ -50,7 +49,7 @@ type Client struct {
 	auth     *peerauth.Keys // the cluster key, or nil
 	tls      *tls.Config    // control-plane TLS toward the master, or nil
 
-	global   *cmem.Map // the mounted segment's memory (nil: none)
+	global   segmentMemory // the mounted segment's memory (nil: none)
 	segments []*wire.Segment
 	staging  *staging // nil with NoLocalBuffer
 
@@ -189,7 +188,7 @@ func New(ctx context.Context, cfg Config) (_ *Client, err error) {
 		c.staging = st
 	}
 	if cfg.GlobalSegmentSize > 0 {
-		m, err := mapSegment(cfg.GlobalSegmentSize, !cfg.LazySegment, !cfg.NoHugePages)
+		m, err := mapGlobal(cfg.GlobalSegmentSize, !cfg.LazySegment, !cfg.NoHugePages, !cfg.Stack.SameHost.NoMap)
 		if err != nil {
 			return nil, fmt.Errorf("store client: global segment: %w", err)
 		}
@@ -556,4 +555,13 @@ func (c *Client) switchLeader(old *masterConn) bool {
 	}
 	c.remount(mc)
 	return true
+}
+
+// segmentMemory is the lent segment's memory: anonymous (cmem.Map) or
+// memfd-backed (memfd.Map).
+type segmentMemory interface {
+	Addr() uintptr
+	Len() uint64
+	Bytes() []byte
+	Close() error
 }

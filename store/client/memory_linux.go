@@ -4,7 +4,23 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kvferry/kvferry/internal/cmem"
+	"github.com/kvferry/kvferry/internal/memfd"
 )
+
+// mapGlobal maps the lent segment. With shared it is memfd-backed
+// (internal/memfd): a same-host client that the kernel lets access this
+// process receives the memfd over its cma session, maps it once and copies
+// with memcpy, where it would otherwise make a process_vm_* call per
+// transfer that pins the pages it touches. Without shared, or where no
+// memfd can be made, it is anonymous memory (mapSegment).
+func mapGlobal(n uint64, populate, huge, shared bool) (segmentMemory, error) {
+	if shared {
+		if m, err := memfd.New("kvferry-segment", n, populate); err == nil {
+			return m, nil
+		}
+	}
+	return mapSegment(n, populate, huge)
+}
 
 // mapSegment maps n bytes of anonymous memory for the lent segment. With
 // huge it is advised for transparent huge pages (MADV_HUGEPAGE): readers

@@ -53,7 +53,7 @@ type base struct {
 
 	descs struct {
 		sync.Mutex
-		m map[*descriptor.Segment]string // owner socket ("" = not same host or not offered)
+		m map[*descriptor.Segment]peerInfo // owner socket ("" = not same host or not offered)
 	}
 	peers struct {
 		sync.Mutex
@@ -66,7 +66,7 @@ func (b *base) init(e *engine.Engine, name string, kind uint8, cfg Config) {
 	b.e, b.name, b.kind, b.cfg = e, name, kind, cfg.withDefaults(e)
 	b.log = e.Logger().With("transport", name)
 	b.ctx, b.cancel = context.WithCancel(context.Background())
-	b.descs.m = make(map[*descriptor.Segment]string)
+	b.descs.m = make(map[*descriptor.Segment]peerInfo)
 	b.peers.m = make(map[string]*peerEntry)
 	b.node = acquireNode(e, b.cfg)
 }
@@ -104,13 +104,17 @@ func (b *base) UnregisterRegions(rs []*engine.Region) { b.node.regionsRemoved(rs
 
 // ownerSock returns the socket of p's owner when p runs on this host (same
 // boot id and pid and user namespaces) and offers this transport.
-func (b *base) ownerSock(p *engine.Peer) string {
+func (b *base) ownerSock(p *engine.Peer) string { return b.ownerInfo(p).Sock }
+
+// ownerInfo returns what p's owner publishes for this transport (Sock
+// empty when p is not on this host or does not offer it).
+func (b *base) ownerInfo(p *engine.Peer) peerInfo {
 	if p.Local() {
-		return "" // the local transport serves the own segment
+		return peerInfo{} // the local transport serves the own segment
 	}
 	d := p.Descriptor()
 	if d == nil || d.Host == nil || !b.e.HostIdentity().SameHost(d.Host) {
-		return ""
+		return peerInfo{}
 	}
 	b.descs.Lock()
 	defer b.descs.Unlock()
@@ -121,14 +125,14 @@ func (b *base) ownerSock(p *engine.Peer) string {
 	if raw, ok := d.Extra[b.name]; ok {
 		if err := json.Unmarshal(raw, &info); err != nil || info.V != wireVersion ||
 			!strings.HasPrefix(info.Sock, "@kvferry-") || len(info.Sock) > 100 {
-			info.Sock = ""
+			info = peerInfo{}
 		}
 	}
 	if len(b.descs.m) >= 256 { // descriptors are replaced on refresh; forget old ones
 		clear(b.descs.m)
 	}
-	b.descs.m[d] = info.Sock
-	return info.Sock
+	b.descs.m[d] = info
+	return info
 }
 
 func (b *base) entry(sock string) *peerEntry {
@@ -298,6 +302,13 @@ func (b *base) dial(p *engine.Peer, sock string, pe *peerEntry) (*session, error
 		if err := probe(pid, r.probeAddr, r.nonce); err != nil {
 			return nil, err
 		}
+		if info := b.ownerInfo(p); info.Map != 0 && !b.cfg.NoMap {
+			// The owner maps out its memfd-backed memory to those who can
+			// read its key (hostmap.go); without it, process_vm only.
+			if key, err := peek(pid, info.Map); err == nil {
+				s.maps = newHostMaps(key)
+			}
+		}
 	case kindShm:
 		if len(fds) != 1 || r.chunks == 0 || r.chunks > maxChunks || r.chunkBytes < minChunkBytes || r.chunkBytes > maxChunkBytes {
 			return nil, fmt.Errorf("shm reply with %d fds, %d chunks of %d bytes: %w", len(fds), r.chunks, r.chunkBytes, errProtocol)
@@ -321,6 +332,11 @@ func (b *base) dial(p *engine.Peer, sock string, pe *peerEntry) (*session, error
 	s.opened.Store(true)
 	s.obs.Open.Add(1)
 	go s.runReader(&b.reads)
+	if s.maps != nil {
+		s.refs.Add(1) // the mapper's
+		b.reads.Add(1)
+		go s.runMapper(&b.reads)
+	}
 	return s, nil
 }
 
@@ -415,6 +431,10 @@ type session struct {
 	// nvlink
 	ipc *ipcMaps // mappings of the owner's device memory
 
+	// cma: mappings of the owner's memfd-backed memory (nil: the owner
+	// offers none, or mapping is off)
+	maps *hostMaps
+
 	// base and entry: the transport and the peer entry the session was
 	// dialed for, which forgets it when it dies.
 	base  *base
@@ -451,6 +471,7 @@ func (s *session) kill(err error) {
 		close(s.dead)
 		s.conn.Close()
 		s.ipc.retireAll()
+		s.maps.retire()
 	})
 }
 
@@ -478,6 +499,7 @@ func (s *session) release() {
 	if s.refs.Add(-1) != 0 {
 		return
 	}
+	s.maps.retire()
 	s.ctl.m.Close()
 	s.slots.Close()
 	s.unpinStaging()
@@ -498,6 +520,10 @@ func (s *session) runReader(wg *sync.WaitGroup) {
 	}()
 	if s.kind == kindIPC {
 		s.runExportReader()
+		return
+	}
+	if s.maps != nil {
+		s.runMapReader()
 		return
 	}
 	buf := make([]byte, respHeaderSize+maxEntries+1)

@@ -225,6 +225,8 @@ type cmaWorker struct {
 	owners []int              // slice index of each local iovec
 	lbase  []uintptr          // local address of each local iovec
 	rbase  []uintptr          // remote address of each local iovec
+	viaMap []bool             // slices copied through a mapping of the owner's memory
+	ops    []cmem.Op          // the memcpys of those
 }
 
 // runWorker copies queued jobs; owned by the transport, stopped by Close.
@@ -252,7 +254,8 @@ func (w *cmaWorker) run(j job) {
 		return
 	}
 	slot := slotWord(s.slots, w.id)
-	if _, err := s.enterEpoch(slot); err != nil {
+	ep, err := s.enterEpoch(slot)
+	if err != nil {
 		failAll(slices, err)
 		return
 	}
@@ -297,6 +300,10 @@ func (w *cmaWorker) run(j job) {
 			w.errs[i] = fmt.Errorf("segment %q: registration table stayed locked for %s: %w", s.peer, w.t.cfg.Timeout, ErrPeerGone)
 		}
 	}
+	w.viaMap = w.viaMap[:0]
+	if s.maps != nil {
+		w.copyMapped(s, slices, ep)
+	}
 	w.copyOp(s, slices, engine.OpWrite)
 	w.copyOp(s, slices, engine.OpRead)
 	slot.Store(0)
@@ -338,7 +345,7 @@ func (w *cmaWorker) copyOp(s *session, slices []*engine.Slice, op engine.OpCode)
 	}
 	w.liov, w.owners, w.lbase, w.rbase = reuse(w.liov, n), reuse(w.owners, n), reuse(w.lbase, n), reuse(w.rbase, n)
 	for i, sl := range slices {
-		if sl.Op != op || w.errs[i] != nil {
+		if sl.Op != op || w.errs[i] != nil || (i < len(w.viaMap) && w.viaMap[i]) {
 			continue
 		}
 		if sl.Pieces == nil {

@@ -85,6 +85,11 @@ type Config struct {
 	// under yama ptrace_scope=1. It lets any process of the same user
 	// ptrace this one; off by default (KVFERRY_CMA_ALLOW_PTRACER=1).
 	AllowAnyPtracer bool
+	// NoMap turns off mapping: an owner offers no memfd-backed memory to
+	// its cma initiators, and an initiator asks for none, copying every
+	// byte with process_vm_readv/writev (KVFERRY_CMA_MAP=0; a store client
+	// then lends anonymous memory).
+	NoMap bool
 	// MooncakeNVLinkIPC says that peers of Mooncake's nvlink transport
 	// publish legacy IPC handles even where every GPU supports fabric
 	// handles, as Mooncake does with MC_USE_NVLINK_IPC set.

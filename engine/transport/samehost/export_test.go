@@ -49,3 +49,14 @@ func LockMirror(t *CMA) (unlock func()) {
 		n.mu.Unlock()
 	}
 }
+
+// HostMaps returns how many regions of p's owner t's session maps now and
+// how many copies went through such mappings (-1, 0 without a session or
+// when the session maps nothing).
+func HostMaps(t *CMA, p *engine.Peer) (regions int, copies uint64) {
+	s := t.sessionFor(p, false)
+	if s == nil || s.maps == nil {
+		return -1, 0
+	}
+	return s.maps.count(), s.maps.copies.Load()
+}

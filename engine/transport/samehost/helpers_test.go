@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -28,6 +29,7 @@ import (
 	"github.com/kvferry/kvferry/engine/transport/samehost"
 	"github.com/kvferry/kvferry/internal/cmem"
 	"github.com/kvferry/kvferry/internal/hostenv"
+	"github.com/kvferry/kvferry/internal/memfd"
 	"github.com/kvferry/kvferry/internal/testutil"
 )
 
@@ -40,6 +42,7 @@ const (
 	// GPU children: the engine's metadata connection string.
 	metadataEnv = "KVFERRY_SAMEHOST_TEST_METADATA"
 	denyEnv     = "KVFERRY_SAMEHOST_TEST_DENY" // initiator: install a seccomp filter denying process_vm_*
+	memfdEnv    = "KVFERRY_SAMEHOST_TEST_MEMFD" // owner: the buffer is memfd-backed (internal/memfd)
 	maxXfer     = 64 << 20
 	refExtra    = 64 << 10
 	spareSize   = 1 << 20
@@ -99,7 +102,12 @@ func childMain(role string) int {
 		return 1
 	}
 	defer e.Close()
-	buf, err := cmem.MapAnon(size)
+	var buf testBuf
+	if os.Getenv(memfdEnv) != "" {
+		buf, err = memfd.New("kvferry-test", size, true)
+	} else {
+		buf, err = cmem.MapAnon(size)
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -141,7 +149,10 @@ func orNone(s string) string {
 }
 
 // ownerLoop serves "fill off len seed", "check off len seed" and "quit".
-func ownerLoop(e *engine.Engine, buf *cmem.Map, reply func(string, ...any)) int {
+//
+//	unreg   unregister the buffer, clear it, and after 100 ms say whether
+//	        it is still zero ("ok") or was written ("written")
+func ownerLoop(e *engine.Engine, buf testBuf, reply func(string, ...any)) int {
 	sc := bufio.NewScanner(os.Stdin)
 	for sc.Scan() {
 		f := strings.Fields(sc.Text())
@@ -159,11 +170,38 @@ func ownerLoop(e *engine.Engine, buf *cmem.Map, reply func(string, ...any)) int 
 			} else {
 				reply("bad")
 			}
+		case "checkbytes": // off hex
+			want, err := hex.DecodeString(f[2])
+			off := atou(f[1])
+			if err == nil && bytes.Equal(buf.Bytes()[off:off+uint64(len(want))], want) {
+				reply("ok")
+			} else {
+				reply("bad")
+			}
+		case "unreg":
+			if err := e.UnregisterMemory(buf.Addr()); err != nil {
+				reply("err %s", oneLine(err))
+				continue
+			}
+			clear(buf.Bytes())
+			time.Sleep(100 * time.Millisecond)
+			if bytes.Equal(buf.Bytes(), make([]byte, len(buf.Bytes()))) {
+				reply("ok")
+			} else {
+				reply("written")
+			}
 		case "quit":
 			return 0
 		}
 	}
 	return 0
+}
+
+// testBuf is a child's registered buffer: anonymous or memfd-backed.
+type testBuf interface {
+	Addr() uintptr
+	Len() uint64
+	Bytes() []byte
 }
 
 // initiatorLoop serves:
@@ -174,7 +212,7 @@ func ownerLoop(e *engine.Engine, buf *cmem.Map, reply func(string, ...any)) int 
 //	loop addr len            64 MiB writes until killed ("started" after the first)
 //	metrics                  slices per transport, cma submissions copied inline
 //	quit
-func initiatorLoop(e *engine.Engine, seg engine.SegmentID, buf *cmem.Map, reply func(string, ...any)) int {
+func initiatorLoop(e *engine.Engine, seg engine.SegmentID, buf testBuf, reply func(string, ...any)) int {
 	sc := bufio.NewScanner(os.Stdin)
 	ctx := context.Background()
 	for sc.Scan() {

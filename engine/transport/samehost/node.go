@@ -50,6 +50,11 @@ type node struct {
 	served, rejected atomic.Uint64
 	logs             ratelog.Every
 	guard            *peerauth.Guard // nil without a cluster key
+	// key proves to the owner that a cma initiator may read its memory
+	// (zero addr: the owner maps nothing out; hostmap.go); maps counts the
+	// memfds handed out.
+	key  mapKey
+	maps atomic.Uint64
 }
 
 // ownerSession is one initiator connection as the owner sees it.
@@ -63,6 +68,8 @@ type ownerSession struct {
 	staging *shmap // shm
 	gone    atomic.Bool
 	pinned  stagingPin // shm: the staging memory registered with the CUDA driver
+	wmu     sync.Mutex  // serializes writes: map replies and revokes
+	mapped  atomic.Bool // cma: asked for a mapping, so it hears of revoked epochs
 }
 
 // nodes holds the node of every engine of this process that installed a
@@ -124,7 +131,13 @@ func newNode(e *engine.Engine, cfg Config) *node {
 		return n
 	}
 	n.ln = ln
-	n.extra, _ = json.Marshal(peerInfo{Sock: n.sock, V: wireVersion})
+	info := peerInfo{Sock: n.sock, V: wireVersion}
+	if !cfg.NoMap {
+		if k, err := newMapKey(); err == nil {
+			n.key, info.Map = k, uint64(k.addr)
+		}
+	}
+	n.extra, _ = json.Marshal(info)
 	if cfg.AllowAnyPtracer {
 		if err := unix.Prctl(unix.PR_SET_PTRACER, unix.PR_SET_PTRACER_ANY, 0, 0, 0); err != nil {
 			n.log.Warn("prctl(PR_SET_PTRACER, ANY) failed", "err", err)
@@ -286,6 +299,7 @@ func (n *node) bumpEpochLocked() {
 		n.log.Error("a cma initiator still works in an old registration epoch; unregistered memory may still be written",
 			"segment", n.e.SegmentName(), "epoch", ep, "timeout", n.cfg.Timeout)
 	}
+	n.revokeLocked(ep)
 }
 
 // drainLocked waits until every slot of every live cma session is idle or
@@ -445,6 +459,10 @@ func (n *node) serve(c *net.UnixConn) {
 	case kindIPC:
 		n.serveExports(s, buf)
 	default:
+		if n.key.addr != 0 {
+			n.serveMaps(s, buf) // map requests until it goes away
+			break
+		}
 		// A cma initiator sends nothing more; a read ends when it goes away.
 		_, _ = c.Read(buf)
 	}
@@ -572,6 +590,7 @@ func (n *node) close() {
 	}
 	n.wg.Wait()
 	n.closeCtl()
+	n.key.free()
 }
 
 func (n *node) closeCtl() {
@@ -600,4 +619,8 @@ type peerInfo struct {
 	Sock string `json:"sock"`
 	// V is the session protocol version.
 	V int `json:"v"`
+	// Map, when not zero, is the owner-side address of the key a cma
+	// initiator reads with process_vm_readv to ask for mappings of
+	// memfd-backed memory (hostmap.go); absent from older owners.
+	Map uint64 `json:"map,omitempty"`
 }
