@@ -41,7 +41,7 @@ const (
 	bufEnv   = "KVFERRY_SAMEHOST_TEST_BUF"   // buffer size in bytes
 	// GPU children: the engine's metadata connection string.
 	metadataEnv = "KVFERRY_SAMEHOST_TEST_METADATA"
-	denyEnv     = "KVFERRY_SAMEHOST_TEST_DENY" // initiator: install a seccomp filter denying process_vm_*
+	denyEnv     = "KVFERRY_SAMEHOST_TEST_DENY"  // initiator: install a seccomp filter denying process_vm_*
 	memfdEnv    = "KVFERRY_SAMEHOST_TEST_MEMFD" // owner: the buffer is memfd-backed (internal/memfd)
 	maxXfer     = 64 << 20
 	refExtra    = 64 << 10

@@ -67,7 +67,7 @@ type ownerSession struct {
 	nslots  int
 	staging *shmap // shm
 	gone    atomic.Bool
-	pinned  stagingPin // shm: the staging memory registered with the CUDA driver
+	pinned  stagingPin  // shm: the staging memory registered with the CUDA driver
 	wmu     sync.Mutex  // serializes writes: map replies and revokes
 	mapped  atomic.Bool // cma: asked for a mapping, so it hears of revoked epochs
 }
