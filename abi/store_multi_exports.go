@@ -11,6 +11,7 @@ import "C"
 import (
 	"context"
 	"fmt"
+	"sync"
 	"unsafe"
 
 	"github.com/kvferry/kvferry/store/client"
@@ -21,10 +22,34 @@ import (
 // batch_put_from_multi_buffers and batch_get_into_multi_buffers), called
 // from store_c.c after the fork guard and the NULL checks.
 
+// multiLists is one multi-buffer call's view of its buffer arrays: the
+// flat list and each key's list over it. They are pooled: the store
+// client's calls are synchronous and keep nothing of the lists after they
+// return.
+type multiLists struct {
+	flat  []client.Buffer
+	lists [][]client.Buffer
+}
+
+var multiPool = sync.Pool{New: func() any { return new(multiLists) }}
+
+// maxPooledBuffers bounds the lists kept for reuse (a rare huge call does
+// not pin its arrays).
+const maxPooledBuffers = 1 << 14
+
+func (m *multiLists) release() {
+	if cap(m.flat) > maxPooledBuffers || cap(m.lists) > maxPooledBuffers {
+		return
+	}
+	clear(m.lists) // no references into flat from a pooled value
+	multiPool.Put(m)
+}
+
 // multiBuffers converts the flat buffer arrays of count keys: key i owns
 // counts[i] consecutive entries of bufs and sizes. A total over maxBatch
-// (or one that overflows) is INVALID_PARAMS.
-func multiBuffers(bufs *unsafe.Pointer, sizes *C.size_t, counts *C.size_t, count C.size_t) ([][]client.Buffer, error) {
+// (or one that overflows) is INVALID_PARAMS. The caller releases the lists
+// once the call is done with them.
+func multiBuffers(bufs *unsafe.Pointer, sizes *C.size_t, counts *C.size_t, count C.size_t) (*multiLists, error) {
 	cs := unsafe.Slice(counts, int(count))
 	var total uint64
 	for _, n := range cs {
@@ -36,20 +61,28 @@ func multiBuffers(bufs *unsafe.Pointer, sizes *C.size_t, counts *C.size_t, count
 	if total > 0 && (bufs == nil || sizes == nil) {
 		return nil, fmt.Errorf("multi-buffer batch: NULL buffers or sizes: %w", wire.ErrInvalidParams)
 	}
-	flat := make([]client.Buffer, total)
+	m := multiPool.Get().(*multiLists)
+	if uint64(cap(m.flat)) < total {
+		m.flat = make([]client.Buffer, total)
+	}
+	flat := m.flat[:total]
 	if total > 0 {
 		ps, ns := unsafe.Slice(bufs, int(total)), unsafe.Slice(sizes, int(total))
 		for i := range flat {
 			flat[i] = client.Buffer{Addr: uintptr(ps[i]), Size: uint64(ns[i])}
 		}
 	}
-	out := make([][]client.Buffer, count)
+	if cap(m.lists) < int(count) {
+		m.lists = make([][]client.Buffer, count)
+	}
+	out := m.lists[:count]
 	off := uint64(0)
 	for i, n := range cs {
 		out[i] = flat[off : off+uint64(n) : off+uint64(n)]
 		off += uint64(n)
 	}
-	return out, nil
+	m.lists = out
+	return m, nil
 }
 
 //export kvf_store_batch_put_multi
@@ -82,16 +115,17 @@ func kvf_store_batch_put_multi(h C.uintptr_t, keys **C.char, count C.size_t, buf
 	if groups != nil {
 		rcfg.GroupIDs = goKeys(groups, count)
 	}
-	lists, err := multiBuffers(bufs, sizes, counts, count)
+	ml, err := multiBuffers(bufs, sizes, counts, count)
 	if err != nil {
 		return fail(err)
 	}
+	defer ml.release()
 	ks := goKeys(keys, count)
 	var errs []error
 	if upsert != 0 {
-		errs = c.BatchUpsertFromMulti(context.Background(), ks, lists, rcfg)
+		errs = c.BatchUpsertFromMulti(context.Background(), ks, ml.lists, rcfg)
 	} else {
-		errs = c.BatchPutFromMulti(context.Background(), ks, lists, rcfg)
+		errs = c.BatchPutFromMulti(context.Background(), ks, ml.lists, rcfg)
 	}
 	for i := range out {
 		out[i] = C.int(s.fail(errs[i]))
@@ -112,9 +146,9 @@ func kvf_store_batch_get_multi(h C.uintptr_t, keys **C.char, count C.size_t, buf
 	}
 	out := unsafe.Slice(results, int(count))
 	c, err := s.ready()
-	var lists [][]client.Buffer
+	var ml *multiLists
 	if err == nil {
-		lists, err = multiBuffers(bufs, sizes, counts, count)
+		ml, err = multiBuffers(bufs, sizes, counts, count)
 	}
 	if err != nil {
 		code := C.int64_t(s.fail(err))
@@ -123,7 +157,8 @@ func kvf_store_batch_get_multi(h C.uintptr_t, keys **C.char, count C.size_t, buf
 		}
 		return 0
 	}
-	n, errs := c.BatchGetIntoMulti(context.Background(), goKeys(keys, count), lists)
+	defer ml.release()
+	n, errs := c.BatchGetIntoMulti(context.Background(), goKeys(keys, count), ml.lists)
 	for i := range out {
 		if errs[i] != nil {
 			out[i] = C.int64_t(s.fail(errs[i]))

@@ -14,15 +14,34 @@ package cmem
 
 typedef struct { uintptr_t dst, src; size_t n; } kvf_copy;
 
-static void kvf_memcpy(uintptr_t dst, uintptr_t src, size_t n) {
-	memcpy((void *)dst, (const void *)src, n);
+
+// kvf_copy_one copies n bytes (memmove: a local request may name
+// overlapping ranges). Where source and destination are not aligned alike
+// to 64 bytes and do not overlap, it copies in 2 KiB steps: glibc copies
+// blocks of a few KiB and more with rep movsb, which on the AMD EPYC of our
+// machines runs at 3-14 GB/s for such pairs (a block 8 or 16 bytes off its
+// peer: numpy's placement against a page-aligned segment) where the vector
+// loop that glibc uses below its rep movsb threshold keeps 20-35 GB/s
+// (bench in the commit message; aligned pairs are left to glibc).
+#define KVF_STEP 2048
+static void kvf_copy_one(uintptr_t dst, uintptr_t src, size_t n) {
+	if (n > KVF_STEP && ((dst - src) & 63) != 0 && (dst + n <= src || src + n <= dst)) {
+		while (n > KVF_STEP) {
+			memcpy((void *)dst, (const void *)src, KVF_STEP);
+			dst += KVF_STEP; src += KVF_STEP; n -= KVF_STEP;
+		}
+		memcpy((void *)dst, (const void *)src, n);
+		return;
+	}
+	memmove((void *)dst, (const void *)src, n);
 }
 
-// kvf_memcpy_batch folds many copies into one cgo crossing (memmove: a
-// local request may name overlapping ranges).
+// kvf_memcpy_batch folds many copies into one cgo crossing.
 static void kvf_memcpy_batch(const kvf_copy *c, size_t n) {
-	for (size_t i = 0; i < n; i++) memmove((void *)c[i].dst, (const void *)c[i].src, c[i].n);
+	for (size_t i = 0; i < n; i++) kvf_copy_one(c[i].dst, c[i].src, c[i].n);
 }
+
+static void kvf_memcpy(uintptr_t dst, uintptr_t src, size_t n) { kvf_copy_one(dst, src, n); }
 */
 import "C"
 

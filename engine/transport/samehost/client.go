@@ -205,7 +205,7 @@ func (b *base) sessionFor(p *engine.Peer, dial bool) *session {
 		b.forget(pe, s)
 		return nil
 	}
-	b.log.Info("same-host session opened", "peer", p.Name, "peer_pid", s.pid, "path", b.name, "why", b.why(s))
+	b.log.Info("same-host session opened", "peer", p.Name, "peer_pid", s.pid, "path", b.name, "why", b.why(s), "maps", s.maps != nil)
 	return s
 }
 
@@ -307,6 +307,8 @@ func (b *base) dial(p *engine.Peer, sock string, pe *peerEntry) (*session, error
 			// read its key (hostmap.go); without it, process_vm only.
 			if key, err := peek(pid, info.Map); err == nil {
 				s.maps = newHostMaps(key)
+			} else {
+				b.log.Info("cma: the owner's key cannot be read; its memory is not mapped", "peer", p.Name, "err", err)
 			}
 		}
 	case kindShm:
