@@ -131,3 +131,30 @@ func FuzzWire(f *testing.F) {
 		_, _, _, _ = decodeResp(b)
 	})
 }
+
+// The map messages (hostmap.go): known answers, round trips, rejects.
+func TestMapWire(t *testing.T) {
+	var qb [mapReqSize]byte
+	mapReq{seq: 1, addr: 0x1000, key: 0x0102030405060708}.encode(qb[:])
+	assert.Equal(t, hex.EncodeToString(qb[:]),
+		"6d66766b"+"00000000"+"0100000000000000"+"0010000000000000"+"0807060504030201")
+	q, err := decodeMapReq(qb[:])
+	assert.NilError(t, err)
+	assert.Equal(t, q, mapReq{seq: 1, addr: 0x1000, key: 0x0102030405060708})
+	_, err = decodeMapReq(qb[:mapReqSize-1])
+	assert.ErrorIs(t, err, errProtocol)
+
+	var rb [mapRespSize]byte
+	want := mapResp{status: statusOK, seq: 9, base: 0x7f0000000000, size: 1 << 30, offs: 4096}
+	want.encode(rb[:])
+	r, err := decodeMapResp(rb[:])
+	assert.NilError(t, err)
+	assert.Equal(t, r, want)
+	rb[0] ^= 1
+	_, err = decodeMapResp(rb[:])
+	assert.ErrorIs(t, err, errProtocol)
+
+	var vb [revokeSize]byte
+	encodeRevoke(vb[:], 7)
+	assert.Equal(t, hex.EncodeToString(vb[:]), "7266766b"+"00000000"+"0700000000000000")
+}
