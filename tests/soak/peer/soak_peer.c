@@ -110,10 +110,12 @@ static uint8_t *map_buf(size_t n) {
 }
 
 /* One request of len bytes; 0 completed, 1 failed or not terminal within
- * 60 s (then the batch is cancelled, so its memory is ours again). What
- * failed goes to how (the call, the task's state and bytes moved); the
- * reason is the engine's last error, which getTransferStatus sets for a
- * task that did not complete. */
+ * 60 s. A failed batch is cancelled: its memory is ours again and every
+ * task observed (a submit that failed leaves its task unobserved, and
+ * freeBatchID answers busy until it is). What failed goes to how: the call,
+ * the task's state and bytes moved, and the engine's last error at once
+ * (getTransferStatus sets it for a task that did not complete; a busy
+ * freeBatchID would replace it). */
 static int transfer(transfer_engine_t e, segment_id_t seg, int op, uint8_t *local, uint64_t remote, size_t len, char *how, size_t hn) {
     batch_id_t b = te.allocateBatchID(e, 1);
     if (b == INVALID_BATCH) {
@@ -129,7 +131,6 @@ static int transfer(transfer_engine_t e, segment_id_t seg, int op, uint8_t *loca
         double t0 = now_s();
         if ((rc = te.kvferry_batch_wait(e, b, 60000, &state)) != 0) {
             snprintf(how, hn, "kvferry_batch_wait = %d after %.3f s (state %d)", rc, now_s() - t0, state);
-            te.kvferry_batch_cancel(e, b);
             r = 1;
         } else {
             struct transfer_status s;
@@ -138,6 +139,14 @@ static int transfer(transfer_engine_t e, segment_id_t seg, int op, uint8_t *loca
             if (r) snprintf(how, hn, "getTransferStatus = %d: status %d, %" PRIu64 " of %zu bytes, %.3f s", rc, s.status,
                             (uint64_t)s.transferred_bytes, len, now_s() - t0);
         }
+    }
+    if (r) {
+        size_t n = strlen(how);
+        if (n + 2 < hn) {
+            snprintf(how + n, hn - n, ": ");
+            te.kvferry_engine_last_error(e, how + n + 2, hn - n - 2);
+        }
+        te.kvferry_batch_cancel(e, b);
     }
     double end = now_s() + 60;
     while (te.freeBatchID(e, b) == 4 && now_s() < end) usleep(1000);
@@ -211,7 +220,7 @@ int main(int argc, char **argv) {
             *eq = 0;
             uint64_t addr = strtoull(eq + 1, NULL, 0) + slot * XFER;
             int ok = 0;
-            char how[256] = "";
+            char how[768] = "";
             const char *step = "openSegment";
             segment_id_t seg = te.openSegment(e, tok);
             if (seg >= 0 && (step = "registerLocalMemory", te.registerLocalMemory(e, scratch, SCRATCH, "cpu:0", 1) == 0)) {
@@ -232,8 +241,9 @@ int main(int argc, char **argv) {
             } else {
                 te_fail++;
                 if (!te_err[0]) {
-                    int n = snprintf(te_err, sizeof te_err, "%s %s: %s%s", tok, step, how, how[0] ? ": " : "");
-                    if (n > 0 && (size_t)n < sizeof te_err) te.kvferry_engine_last_error(e, te_err + n, sizeof te_err - n);
+                    /* A transfer's how holds the last error of its failure. */
+                    int n = snprintf(te_err, sizeof te_err, "%s %s: %s", tok, step, how);
+                    if (!how[0] && n > 0 && (size_t)n < sizeof te_err) te.kvferry_engine_last_error(e, te_err + n, sizeof te_err - n);
                     for (char *c = te_err; *c; c++)
                         if (*c == '"' || *c == '\\' || (unsigned char)*c < 0x20) *c = '\'';
                 }
