@@ -146,10 +146,22 @@ shortfall_secs() {
   echo "$need"
 }
 
+# stop_child: ends the running target. SIGINT goes to the fuzzing
+# coordinator only (the test binary without -test.fuzzworker), which stops
+# its workers and exits: a worker that got the signal itself would die
+# first, and the coordinator would report a crash and write the input it
+# was running as a failing one. Before the coordinator exists (the build),
+# and for the C driver, the whole process group gets it.
 child=""
 stop_child() {
   [ -n "$child" ] || return 0
-  kill -INT -- "-$child" 2>/dev/null || true
+  local coord
+  coord=$(ps -e -o pid=,pgid=,args= | awk -v g="$child" '$2 == g && /-test\.fuzz=/ && !/-test\.fuzzworker/ { print $1 }')
+  if [ -n "$coord" ]; then
+    kill -INT $coord 2>/dev/null || true
+  else
+    kill -INT -- "-$child" 2>/dev/null || true
+  fi
   for _ in $(seq 60); do kill -0 -- "-$child" 2>/dev/null || break; sleep 1; done
   kill -KILL -- "-$child" 2>/dev/null || true
   wait "$child" 2>/dev/null || true
