@@ -17,15 +17,16 @@ typedef struct { uintptr_t dst, src; size_t n; } kvf_copy;
 
 // kvf_copy_one copies n bytes (memmove: a local request may name
 // overlapping ranges). Where source and destination are not aligned alike
-// to 64 bytes and do not overlap, it copies in 2 KiB steps: glibc copies
-// blocks of a few KiB and more with rep movsb, which on the AMD EPYC of our
-// machines runs at 3-14 GB/s for such pairs (a block 8 or 16 bytes off its
-// peer: numpy's placement against a page-aligned segment) where the vector
-// loop that glibc uses below its rep movsb threshold keeps 20-35 GB/s
-// (bench in the commit message; aligned pairs are left to glibc).
+// to 64 bytes and do not overlap, a copy of more than 8 KiB goes in 2 KiB
+// steps: glibc copies blocks of a few KiB and more with rep movsb, which on
+// the AMD EPYC of our machines runs at 3-14 GB/s for such pairs (a block 8
+// or 16 bytes off its peer: numpy's placement against a 64-byte aligned
+// store object) where the vector loop that glibc uses below its rep movsb
+// threshold keeps 20-35 GB/s. Blocks of 4-8 KiB measured better left to
+// glibc in the store's multi-buffer gets (bench/store_multi.sh ALIGN=16).
 #define KVF_STEP 2048
 static void kvf_copy_one(uintptr_t dst, uintptr_t src, size_t n) {
-	if (n > KVF_STEP && ((dst - src) & 63) != 0 && (dst + n <= src || src + n <= dst)) {
+	if (n > 4 * KVF_STEP && ((dst - src) & 63) != 0 && (dst + n <= src || src + n <= dst)) {
 		while (n > KVF_STEP) {
 			memcpy((void *)dst, (const void *)src, KVF_STEP);
 			dst += KVF_STEP; src += KVF_STEP; n -= KVF_STEP;
