@@ -182,6 +182,10 @@ type batch struct {
 
 	npollers atomic.Int32 // len(mu.pollers)
 
+	// awaited is set, before any slice is submitted, for a batch whose
+	// submitter waits for it right away (Transfer); read only.
+	awaited bool
+
 	mu struct {
 		sync.Mutex
 		tasks   []*task

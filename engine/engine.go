@@ -1456,6 +1456,9 @@ func (e *Engine) Transfer(ctx context.Context, reqs []Request) error {
 	if err != nil {
 		return err
 	}
+	if b, err := e.batch(id); err == nil {
+		b.awaited = true // before Submit: transports read it (Slice.SubmitterWaits)
+	}
 	serr := e.Submit(id, reqs)
 	if serr != nil && len(reqs) > 0 {
 		if bs, _ := e.BatchStatus(id); bs.Tasks == 0 { // refused as a whole (no transport, bad request)

@@ -190,6 +190,14 @@ func (s *Slice) LocalKind() MemoryKind {
 // has not yet put the slice on the wire completes it with ErrCanceled.
 func (s *Slice) Canceled() bool { return s.task.batch.canceled.Load() }
 
+// SubmitterWaits reports whether the goroutine that submitted the slice
+// waits for its batch right away (Engine.Transfer, the store's single
+// operations): a transport may then do blocking work for the slice on the
+// submitting goroutine (write a large payload itself) instead of handing
+// it to one of its own goroutines and waking it. For batches submitted
+// through the asynchronous API it is false: their submit must not block.
+func (s *Slice) SubmitterWaits() bool { return s.task != nil && s.task.batch.awaited }
+
 // Complete reports the slice's outcome: nil for success.
 func (s *Slice) Complete(err error) {
 	s.task.sliceDone(s, err)

@@ -134,6 +134,7 @@ type Transport struct {
 	logs         ratelog.Every
 	sent, failed atomic.Uint64
 	polled       atomic.Uint64 // slices read by their waiter (conn.Poll)
+	inlined      atomic.Uint64 // slices written by their submitter (lane.submit)
 	obs          *metrics.Server
 }
 
@@ -213,12 +214,16 @@ type Stats struct {
 	// SlicesPolled counts client-side slices whose answer the goroutine
 	// waiting for them read itself (engine.Poller), not the lane's reader.
 	SlicesPolled uint64
+	// SlicesInline counts client-side slices written by the goroutine that
+	// submitted them (Submit), not by the lane's writer.
+	SlicesInline uint64
 }
 
 // Stats returns the transport's counters.
 func (t *Transport) Stats() Stats {
 	s := Stats{SlicesSent: t.sent.Load(), SlicesFailed: t.failed.Load(), Served: t.srv.served.Load(), Rejected: t.srv.rejected.Load(),
-		ConnsRefused: t.srv.limit.Refused(), ServerConns: t.srv.limit.Open(), SlicesPolled: t.polled.Load()}
+		ConnsRefused: t.srv.limit.Refused(), ServerConns: t.srv.limit.Open(), SlicesPolled: t.polled.Load(),
+		SlicesInline: t.inlined.Load()}
 	t.peers.Lock()
 	for _, pc := range t.peers.m {
 		for _, l := range pc.lanes {
@@ -338,6 +343,13 @@ func (t *Transport) Endpoints() int {
 // first lane, so that concurrent small requests share system calls on both
 // sides; larger ones use as many lanes as give each at least 256 KiB, and
 // large ones are striped over every lane.
+//
+// A lane's share that puts little on the wire from here (READ headers,
+// small writes) is written by the submitter itself when the lane is idle.
+// When the submitter waits for the batch right away (Slice.SubmitterWaits)
+// it also writes the last share itself, however large, after handing the
+// others to their lanes' writers: the lanes still write in parallel, and
+// one writer goroutine fewer is woken (issue 18: a single 1 MiB store put).
 func (t *Transport) Submit(p *engine.Peer, slices []*engine.Slice) {
 	if t.closed.Load() {
 		failAll(slices, engine.ErrClosed)
@@ -359,17 +371,25 @@ func (t *Transport) Submit(p *engine.Peer, slices []*engine.Slice) {
 		start = int(pc.next.Add(1))
 	}
 	per := (len(slices) + n - 1) / n
-	for k := 0; k < n; k++ {
+	last := (len(slices) - 1) / per // the last share's index
+	waits := slices[0].SubmitterWaits()
+	for k := 0; k <= last; k++ {
 		lo, hi := k*per, min((k+1)*per, len(slices))
-		if lo >= hi {
-			break
-		}
-		var bytes uint64
-		for _, s := range slices[lo:hi] {
-			bytes += s.Length
-		}
-		pc.lanes[(start+k)%len(pc.lanes)].submit(slices[lo:hi], bytes)
+		share := slices[lo:hi]
+		pc.lanes[(start+k)%len(pc.lanes)].submit(share, wireBytes(share) <= inlineMaxBytes || (waits && k == last))
 	}
+}
+
+// wireBytes is what writing ss puts on the wire from this side: a header
+// per slice and the payloads of writes (a READ's payload comes back).
+func wireBytes(ss []*engine.Slice) uint64 {
+	n := uint64(len(ss)) * tcpwire.HeaderSize
+	for _, s := range ss {
+		if s.Op == engine.OpWrite {
+			n += s.Length
+		}
+	}
+	return n
 }
 
 func failAll(slices []*engine.Slice, err error) {
