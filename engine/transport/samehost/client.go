@@ -53,7 +53,7 @@ type base struct {
 
 	descs struct {
 		sync.Mutex
-		m map[*descriptor.Segment]peerInfo // owner socket ("" = not same host or not offered)
+		m map[*descriptor.Segment]peerInfo // what the owner publishes (Sock "": not same host or not offered)
 	}
 	peers struct {
 		sync.Mutex
