@@ -21,7 +21,10 @@
 // took 180-220 us with holding polls, 40-60 us with shared ones, and
 // about 110-130 us without polling). A request/answer exchange with one
 // poller per side (a transfer's lane reader and the peer's connection
-// reader) polls holding its CPU: there, nothing else needs it.
+// reader) polls holding its CPU: there, nothing else needs it. The store's
+// master connection shares: the scheduler may put the client and the
+// master on one CPU, where a holding poll keeps the other side from
+// running until its budget runs out (store/wire, newMuxConn).
 package spin
 
 import (
