@@ -573,3 +573,81 @@ func waitPending(t *testing.T, c *MuxClient, n int) {
 		}
 	}
 }
+
+// TestMuxSlowAnswerKeepsConnection: a master slow to answer (stuck in one
+// call) makes a short-deadline call (the heartbeat's Ping) time out, and
+// that alone must not take the connection for dead: the call in flight
+// with a long deadline gets its answer when the master gets to it. (The
+// soak saw a put fail with "connection lost: no answer for 1.027s" on a
+// loaded machine.)
+func TestMuxSlowAnswerKeepsConnection(t *testing.T) {
+	s := startMuxServer(t, "127.0.0.1:0")
+	c := NewMuxClient(MuxClientConfig{Addr: s.addr()})
+	defer c.Close()
+	ctx := ctxFor(t, 20*time.Second)
+	assert.NilError(t, c.Connect(ctx))
+
+	long := make(chan error, 1)
+	go func() {
+		_, err := c.ExistKey(ctx, &KeyRequest{Key: "block"})
+		long <- err
+	}()
+	<-s.f.started
+	// Longer than a heartbeat's deadline (1 s at Mooncake's default
+	// interval), shorter than muxStall.
+	wait := 1500 * time.Millisecond
+	assert.Assert(t, wait < muxStall)
+	short, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	_, err := c.Ping(short, &PingRequest{ClientId: "x"})
+	assert.Equal(t, CodeOf(err), ErrRPCTimeout, "got %v", err)
+	select {
+	case err := <-long:
+		t.Fatalf("the long call ended when a short one timed out: %v", err)
+	default:
+	}
+	close(s.f.block)
+	assert.NilError(t, <-long)
+	_, err = c.Ping(ctx, &PingRequest{ClientId: "x"})
+	assert.NilError(t, err)
+}
+
+// TestMuxStallTakesConnectionForDead: a connection on which requests wait
+// muxStall with no answer arriving is taken for dead, also when every
+// call that gives up is a short one started after the wait began (only
+// heartbeats): the calls in flight fail with RPC_FAIL, and the next call
+// dials a new connection.
+func TestMuxStallTakesConnectionForDead(t *testing.T) {
+	s := startMuxServer(t, "127.0.0.1:0")
+	c := NewMuxClient(MuxClientConfig{Addr: s.addr()})
+	defer c.Close()
+	ctx := ctxFor(t, 30*time.Second)
+	assert.NilError(t, c.Connect(ctx))
+
+	start := time.Now()
+	long := make(chan error, 1)
+	go func() {
+		_, err := c.ExistKey(ctx, &KeyRequest{Key: "block"})
+		long <- err
+	}()
+	<-s.f.started
+	var lerr error
+	for done := false; !done; {
+		short, cancel := context.WithTimeout(ctx, muxStall/3)
+		_, err := c.Ping(short, &PingRequest{ClientId: "x"})
+		cancel()
+		assert.Assert(t, err != nil, "a ping was answered by a master stuck in a call")
+		select {
+		case lerr = <-long:
+			done = true
+		default:
+			assert.Assert(t, time.Since(start) < 4*muxStall, "the connection was never taken for dead")
+		}
+	}
+	assert.Equal(t, CodeOf(lerr), ErrRPCFail, "got %v", lerr)
+	assert.ErrorContains(t, lerr, "no answer for")
+	assert.Assert(t, time.Since(start) >= muxStall, "taken for dead after %v", time.Since(start))
+	close(s.f.block)
+	_, err := c.Ping(ctx, &PingRequest{ClientId: "x"})
+	assert.NilError(t, err)
+}

@@ -27,10 +27,14 @@ import (
 const (
 	// DefaultMuxDialTimeout bounds a connection attempt, hello included.
 	DefaultMuxDialTimeout = 2 * time.Second
-	// muxStall is how long a call may wait without any answer arriving on
-	// its connection before the connection is taken for dead (the next call
-	// dials a new one).
-	muxStall = time.Second
+	// muxStall is how long a connection may go without any answer arriving
+	// while requests wait on it before a call that gives up takes it for
+	// dead (failing the calls in flight; the next call dials a new one). It
+	// is counted from the first request sent after the last answer, not
+	// from the call giving up: a master slow to answer one short-deadline
+	// call (the heartbeat's Ping) must not fail the others, and a
+	// connection that only heartbeats still reaches it.
+	muxStall = 3 * time.Second
 	// Buffers larger than this go back to the garbage collector, not to the
 	// pool.
 	muxPoolMaxBytes = 1 << 20
@@ -294,6 +298,10 @@ type muxConn struct {
 	failed   atomic.Bool
 	// lastRead is when the last answer arrived (Unix ns).
 	lastRead atomic.Int64
+	// silentSince is when the first request after the last answer was sent
+	// (Unix ns): with silentSince > lastRead the connection has been
+	// waiting, answerless, since then (noteSent, stalled).
+	silentSince atomic.Int64
 	// tok holds the reader role: receive it to read, send it back after.
 	tok chan struct{}
 	// w coalesces concurrent requests: while one caller writes, the others
@@ -592,6 +600,7 @@ func (c *MuxClient) invoke(ctx context.Context, m MuxMethod, in, out proto.Messa
 	mc.mu.pending[id] = p
 	mc.mu.Unlock()
 	sent := time.Now()
+	mc.noteSent(sent)
 	mc.send(frame)
 	putBuf(buf)
 
@@ -617,7 +626,7 @@ func (c *MuxClient) invoke(ctx context.Context, m MuxMethod, in, out proto.Messa
 			case errors.Is(rerr, os.ErrDeadlineExceeded) && ctx.Err() == nil && (deadline.IsZero() || time.Now().Before(deadline)):
 				// Spurious (a cancellation of another caller): read again.
 			case errors.Is(rerr, os.ErrDeadlineExceeded):
-				if err := c.giveUp(ctx, mc, id, p, sent, m); err != nil {
+				if err := c.giveUp(ctx, mc, id, p, m); err != nil {
 					return err
 				}
 				answered = true
@@ -625,7 +634,7 @@ func (c *MuxClient) invoke(ctx context.Context, m MuxMethod, in, out proto.Messa
 				mc.fail(rerr) // answers p
 			}
 		case <-ctx.Done():
-			if err := c.giveUp(ctx, mc, id, p, sent, m); err != nil {
+			if err := c.giveUp(ctx, mc, id, p, m); err != nil {
 				return err
 			}
 			answered = true
@@ -649,20 +658,46 @@ func (c *MuxClient) invoke(ctx context.Context, m MuxMethod, in, out proto.Messa
 
 // giveUp ends a call whose ctx is done: it returns the ctx error, or nil
 // when the answer came meanwhile (then it is in p). A connection on which
-// nothing arrived for muxStall is taken for dead.
-func (c *MuxClient) giveUp(ctx context.Context, mc *muxConn, id uint32, p *muxPending, sent time.Time, m MuxMethod) error {
+// requests waited muxStall with no answer arriving is taken for dead.
+func (c *MuxClient) giveUp(ctx context.Context, mc *muxConn, id uint32, p *muxPending, m MuxMethod) error {
 	if !mc.forget(id) {
 		<-p.done // answered meanwhile by another goroutine
 		return nil
 	}
-	if time.Since(sent) >= muxStall && mc.lastRead.Load() < sent.UnixNano() {
-		mc.fail(fmt.Errorf("no answer for %v", time.Since(sent).Round(time.Millisecond)))
+	if d, ok := mc.stalled(time.Now()); ok {
+		mc.fail(fmt.Errorf("no answer for %v", d.Round(time.Millisecond)))
 	}
 	pendingPool.Put(p)
 	if ctx.Err() == nil { // the read deadline passed before ctx noticed
 		return &StatusError{Code: ErrRPCTimeout, GRPC: codes.DeadlineExceeded, Message: m.Name() + ": " + context.DeadlineExceeded.Error()}
 	}
 	return ctxError(ctx, m.Name())
+}
+
+// noteSent opens a silence at t unless one is open: t is the first request
+// since the last answer.
+func (mc *muxConn) noteSent(t time.Time) {
+	ns := t.UnixNano()
+	for {
+		since := mc.silentSince.Load()
+		if since > mc.lastRead.Load() {
+			return
+		}
+		if mc.silentSince.CompareAndSwap(since, ns) {
+			return
+		}
+	}
+}
+
+// stalled reports how long requests have waited on the connection with no
+// answer arriving, and whether that is muxStall or more.
+func (mc *muxConn) stalled(now time.Time) (time.Duration, bool) {
+	since := mc.silentSince.Load()
+	if since <= mc.lastRead.Load() {
+		return 0, false
+	}
+	d := now.Sub(time.Unix(0, since))
+	return d, d >= muxStall
 }
 
 // Ping calls Master.Ping.
