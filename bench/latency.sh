@@ -6,8 +6,9 @@
 #   tcp     transfer engine over TCP, 4 KiB, batch 1, one thread, read and
 #           write (kvferry-bench, p50 and p99 of whole batches: allocate,
 #           submit, wait, free);
-#   notify  notification round trips (ping, the peer sees it and answers,
-#           the pong is seen), over the socket RPC;
+#   notify  notifications over the socket RPC: one sent until the peer's
+#           application sees it (the target's measure), and round trips
+#           (ping, the peer sees it and answers, the pong is seen);
 #   cma     the same-host path (process_vm_readv/writev), 4 KiB, batch 1;
 #   store   4 KiB put and get from a client without a segment to a holder
 #           in another process through a kvferry-master process, p50/p99
@@ -80,16 +81,19 @@ start_target() {
   printf -v "SEG_$1" '%s' "$(wait_ready "$T/ready_$1")"
 }
 
-# row LABEL SPIN JSON: one table row from a kvferry-bench JSON result.
+# row LABEL SPIN JSON [KIND]: one table row from a kvferry-bench JSON
+# result; KIND deliver takes a notify run's delivery times (one
+# notification sent until the peer's application sees it; no mean).
 row() {
-  python3 - "$1" "$2" "$3" "$FLOOR_SPIN_US" "$FLOOR_BLOCK_US" <<'PY'
+  python3 - "$1" "$2" "$3" "$FLOOR_SPIN_US" "$FLOOR_BLOCK_US" "${4:-batch}" <<'PY'
 import json, sys
 label, spin, r = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
-fs, fb = float(sys.argv[4]), float(sys.argv[5])
-p50, p99 = r["p50_batch_latency_us"], r["p99_batch_latency_us"]
+fs, fb, kind = float(sys.argv[4]), float(sys.argv[5]), sys.argv[6]
+p50, p99 = r[f"p50_{kind}_latency_us"], r[f"p99_{kind}_latency_us"]
+mean = f"{r['avg_batch_latency_us']:.1f}" if kind == "batch" else ""
 sp = "off" if spin == "0" else (spin + " us")
 fail = f" ({r['failed_batches']} FAILED)" if r.get("failed_batches") else ""
-print(f"| {label}{fail} | {sp} | {p50:.1f} | {p99:.1f} | {p99 / p50:.1f} | {r['avg_batch_latency_us']:.1f} | "
+print(f"| {label}{fail} | {sp} | {p50:.1f} | {p99:.1f} | {p99 / p50:.1f} | {mean} | "
       f"**{p50 / fs:.1f}x** / {p50 / fb:.2f}x | {r['ops_per_s']:.0f} |")
 PY
 }
@@ -143,7 +147,10 @@ PY
 
 if want notify; then
   cost=()
-  echo "Notification round trip (ping to the peer, which sees it and answers; the pong seen), socket RPC (target <= 3x the spinning floor):"
+  echo "Notifications over the socket RPC (target: sent until the peer's application sees it <= 3x the spinning floor). Two rows a run:"
+  echo "'notify sent -> seen' is one notification, from the sender's Notify call until the peer's getNotifs sees it (the ping's"
+  echo "send time in its message, the host's monotonic clock read again by the peer); 'notify round trip' is ping and pong, each"
+  echo "delivered and seen (twice that path, plus the peer's answer):"
   echo
   echo "$HEAD"
   for spin in "$SPIN_ON" ${SPIN_ALT:-} 0; do
@@ -152,6 +159,7 @@ if want notify; then
     before=$(proc_usage "${!pid}")
     out=$(KVFERRY_SPIN_US=$spin "${PRIO[@]}" "$BIN" --mode=initiator --operation=notify --segment_id="${!seg}" --duration="$DURATION" \
       --buffer_size=$BUF --json --quiet)
+    row "notify sent -> seen" "$spin" "$out" deliver
     row "notify round trip" "$spin" "$out"
     cost+=("$(notify_cost "$spin" "$out" "$before" "$(proc_usage "${!pid}")")")
   done

@@ -114,6 +114,11 @@ type Result struct {
 	// CtxSwitchesPerOp is this process's context switches (voluntary and
 	// involuntary, all threads) per request; notify runs only.
 	CtxSwitchesPerOp float64 `json:"ctx_switches_per_op,omitempty"`
+	// P50DeliverUs and P99DeliverUs are notify runs' delivery times of one
+	// notification: from the sender's Notify call until the peer's
+	// application sees it (both processes read the host's monotonic clock).
+	P50DeliverUs float64 `json:"p50_deliver_latency_us,omitempty"`
+	P99DeliverUs float64 `json:"p99_deliver_latency_us,omitempty"`
 }
 
 // cpuTime returns this process's user + system CPU time.

@@ -5,8 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/kvferry/kvferry/engine"
 )
@@ -17,10 +21,37 @@ import (
 // round trip is two notifications, each delivered and seen by the
 // receiving application (Notify returns once the peer accepted it); the
 // target answers every ping without being told to.
+//
+// The ping also carries the moment it was sent (CLOCK_MONOTONIC, which
+// every process of a host shares), and the target answers with how long
+// it took until its application saw it: the delivery of one notification
+// (send to the peer, the peer's application sees it), which is what the
+// latency target names, measured without the pong's way back.
 const (
-	notifyPing = "kvferry-bench-ping" // Msg: the sender's segment name
-	notifyPong = "kvferry-bench-pong"
+	notifyPing = "kvferry-bench-ping" // Msg: the sender's segment name, '\n', the send time in ns
+	notifyPong = "kvferry-bench-pong" // Msg: the ping's delivery time in ns
 )
+
+// monoNanos reads CLOCK_MONOTONIC: the same clock in every process of
+// this host, so one process can time what another saw.
+func monoNanos() int64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		return 0
+	}
+	return ts.Nano()
+}
+
+// parsePing splits a ping's message into the sender's segment name and
+// the time it was sent.
+func parsePing(msg string) (segment string, sent int64, ok bool) {
+	i := strings.LastIndexByte(msg, '\n')
+	if i < 0 {
+		return msg, 0, false
+	}
+	sent, err := strconv.ParseInt(msg[i+1:], 10, 64)
+	return msg[:i], sent, err == nil
+}
 
 // echoNotifications answers pings until ctx ends (a target's goroutine).
 func echoNotifications(ctx context.Context, e *engine.Engine) {
@@ -29,9 +60,15 @@ func echoNotifications(ctx context.Context, e *engine.Engine) {
 			if n.Name != notifyPing {
 				continue
 			}
-			seg, err := e.OpenSegment(ctx, n.Msg)
+			seen := monoNanos()
+			name, sent, ok := parsePing(n.Msg)
+			pong := engine.Notification{Name: notifyPong}
+			if ok {
+				pong.Msg = strconv.FormatInt(seen-sent, 10)
+			}
+			seg, err := e.OpenSegment(ctx, name)
 			if err == nil {
-				err = e.Notify(ctx, seg, engine.Notification{Name: notifyPong})
+				err = e.Notify(ctx, seg, pong)
 			}
 			if err != nil && ctx.Err() == nil {
 				fmt.Fprintln(os.Stderr, "kvferry-bench: answer a ping:", err)
@@ -43,11 +80,12 @@ func echoNotifications(ctx context.Context, e *engine.Engine) {
 // notifyPoint runs ping-pongs for --duration seconds (after 200 untimed
 // ones) with one thread, and reports them as batches of one.
 func notifyPoint(ctx context.Context, e *engine.Engine, seg engine.SegmentID) (Result, error) {
-	var lat samples
-	ping := engine.Notification{Name: notifyPing, Msg: e.SegmentName()}
+	var lat, deliver samples
+	timed := false // whether the round trips count
 	var mu sync.Mutex
 	pending := 0 // pongs received and not yet counted
 	one := func() error {
+		ping := engine.Notification{Name: notifyPing, Msg: e.SegmentName() + "\n" + strconv.FormatInt(monoNanos(), 10)}
 		if err := e.Notify(ctx, seg, ping); err != nil {
 			return err
 		}
@@ -67,8 +105,12 @@ func notifyPoint(ctx context.Context, e *engine.Engine, seg engine.SegmentID) (R
 			}
 			mu.Lock()
 			for _, n := range ns {
-				if n.Name == notifyPong {
-					pending++
+				if n.Name != notifyPong {
+					continue
+				}
+				pending++
+				if d, err := strconv.ParseInt(n.Msg, 10, 64); err == nil && timed {
+					deliver.add(time.Duration(d))
 				}
 			}
 			mu.Unlock()
@@ -80,6 +122,7 @@ func notifyPoint(ctx context.Context, e *engine.Engine, seg engine.SegmentID) (R
 		}
 	}
 	var n, latNanos uint64
+	timed = true
 	cpu0, csw0 := cpuTime(), ctxSwitches()
 	start := time.Now()
 	end := start.Add(time.Duration(*duration) * time.Second)
@@ -101,6 +144,7 @@ func notifyPoint(ctx context.Context, e *engine.Engine, seg engine.SegmentID) (R
 		r.CtxSwitchesPerOp = float64(csw) / float64(n)
 		r.AvgBatchUs = float64(latNanos) / float64(n) / 1e3
 		r.P50BatchUs, r.P99BatchUs = percentiles([]*samples{&lat})
+		r.P50DeliverUs, r.P99DeliverUs = percentiles([]*samples{&deliver})
 		if *samplesFile != "" {
 			if err := writeSamples(*samplesFile, []*samples{&lat}); err != nil {
 				return r, err
@@ -124,7 +168,7 @@ func notifyInitiator(ctx context.Context, e *engine.Engine) error {
 	if *jsonOut {
 		return json.NewEncoder(os.Stdout).Encode(r)
 	}
-	fmt.Printf("Test completed: duration %.2f, %d notification round trips, %.0f/s, avg %.1f us (p50 %.1f, p99 %.1f)\n",
-		r.Duration, r.Batches, r.OpsPerSec, r.AvgBatchUs, r.P50BatchUs, r.P99BatchUs)
+	fmt.Printf("Test completed: duration %.2f, %d notification round trips, %.0f/s, avg %.1f us (p50 %.1f, p99 %.1f); one notification sent and seen by the peer: p50 %.1f us, p99 %.1f\n",
+		r.Duration, r.Batches, r.OpsPerSec, r.AvgBatchUs, r.P50BatchUs, r.P99BatchUs, r.P50DeliverUs, r.P99DeliverUs)
 	return nil
 }

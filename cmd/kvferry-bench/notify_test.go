@@ -34,4 +34,20 @@ func TestNotifyPointReportsCost(t *testing.T) {
 	assert.Assert(t, r.Batches > 0)
 	assert.Assert(t, r.P50BatchUs > 0 && r.P99BatchUs >= r.P50BatchUs, "p50 %v p99 %v", r.P50BatchUs, r.P99BatchUs)
 	assert.Assert(t, r.CPUPerOpUs > 0, "cpu per round trip %v", r.CPUPerOpUs)
+	// One delivery is part of a round trip: never longer than it.
+	assert.Assert(t, r.P50DeliverUs > 0 && r.P50DeliverUs <= r.P50BatchUs, "delivery p50 %v, round trip p50 %v", r.P50DeliverUs, r.P50BatchUs)
+}
+
+// TestParsePing reads back what a ping carries, and refuses a message
+// without a send time.
+func TestParsePing(t *testing.T) {
+	name, sent, ok := parsePing("127.0.0.1:15000\n12345")
+	assert.Assert(t, ok)
+	assert.Equal(t, name, "127.0.0.1:15000")
+	assert.Equal(t, sent, int64(12345))
+	name, _, ok = parsePing("127.0.0.1:15000")
+	assert.Assert(t, !ok)
+	assert.Equal(t, name, "127.0.0.1:15000")
+	_, _, ok = parsePing("a\nb")
+	assert.Assert(t, !ok)
 }
