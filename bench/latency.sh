@@ -148,9 +148,9 @@ PY
 if want notify; then
   cost=()
   echo "Notifications over the socket RPC (target: sent until the peer's application sees it <= 3x the spinning floor). Two rows a run:"
-  echo "'notify sent -> seen' is one notification, from the sender's Notify call until the peer's getNotifs sees it (the ping's"
-  echo "send time in its message, the host's monotonic clock read again by the peer); 'notify round trip' is ping and pong, each"
-  echo "delivered and seen (twice that path, plus the peer's answer):"
+  echo "'notify sent -> seen' is one notification, from the sender's Notify call until the peer's getNotifs has seen it (the ping's"
+  echo "send time in its message, the host's monotonic clock read again by the peer); 'notify call' is the sender's Notify call, until"
+  echo "the peer's acceptance came back; 'notify round trip' is ping and pong, each delivered and seen (twice the first, plus the answer):"
   echo
   echo "$HEAD"
   for spin in "$SPIN_ON" ${SPIN_ALT:-} 0; do
@@ -160,6 +160,7 @@ if want notify; then
     out=$(KVFERRY_SPIN_US=$spin "${PRIO[@]}" "$BIN" --mode=initiator --operation=notify --segment_id="${!seg}" --duration="$DURATION" \
       --buffer_size=$BUF --json --quiet)
     row "notify sent -> seen" "$spin" "$out" deliver
+    row "notify call (sent -> accepted)" "$spin" "$out" accept
     row "notify round trip" "$spin" "$out"
     cost+=("$(notify_cost "$spin" "$out" "$before" "$(proc_usage "${!pid}")")")
   done

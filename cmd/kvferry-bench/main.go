@@ -116,9 +116,13 @@ type Result struct {
 	CtxSwitchesPerOp float64 `json:"ctx_switches_per_op,omitempty"`
 	// P50DeliverUs and P99DeliverUs are notify runs' delivery times of one
 	// notification: from the sender's Notify call until the peer's
-	// application sees it (both processes read the host's monotonic clock).
+	// application saw it (both processes read the host's monotonic clock).
 	P50DeliverUs float64 `json:"p50_deliver_latency_us,omitempty"`
 	P99DeliverUs float64 `json:"p99_deliver_latency_us,omitempty"`
+	// P50AcceptUs and P99AcceptUs are notify runs' Notify call times: until
+	// the peer's acceptance came back to the sender.
+	P50AcceptUs float64 `json:"p50_accept_latency_us,omitempty"`
+	P99AcceptUs float64 `json:"p99_accept_latency_us,omitempty"`
 }
 
 // cpuTime returns this process's user + system CPU time.

@@ -36,6 +36,7 @@ func TestNotifyPointReportsCost(t *testing.T) {
 	assert.Assert(t, r.CPUPerOpUs > 0, "cpu per round trip %v", r.CPUPerOpUs)
 	// One delivery is part of a round trip: never longer than it.
 	assert.Assert(t, r.P50DeliverUs > 0 && r.P50DeliverUs <= r.P50BatchUs, "delivery p50 %v, round trip p50 %v", r.P50DeliverUs, r.P50BatchUs)
+	assert.Assert(t, r.P50AcceptUs > 0 && r.P50AcceptUs <= r.P50BatchUs, "Notify call p50 %v, round trip p50 %v", r.P50AcceptUs, r.P50BatchUs)
 }
 
 // TestParsePing reads back what a ping carries, and refuses a message
