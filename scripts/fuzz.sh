@@ -56,8 +56,8 @@ engine/metadata/http FuzzServerRoundTrip state
 engine/metadata/http FuzzJournalReplay state
 engine/metadata/connstr FuzzParse parser
 engine/peerauth FuzzServer state
-engine/transport/samehost FuzzWire parser
-engine/transport/samehost FuzzExportWire parser
+engine/transport/samehost/shwire FuzzWire parser
+engine/transport/samehost/shwire FuzzExportWire parser
 engine/transport/rdma/handshake FuzzDecodeHandshake parser
 engine/transport/rdma/priority FuzzParseMatrix parser
 engine/transport/rdma/ibv FuzzParseGID parser

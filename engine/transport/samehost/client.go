@@ -18,6 +18,7 @@ import (
 	"github.com/kvferry/kvferry/engine"
 	"github.com/kvferry/kvferry/engine/descriptor"
 	"github.com/kvferry/kvferry/engine/peerauth"
+	"github.com/kvferry/kvferry/engine/transport/samehost/shwire"
 	"github.com/kvferry/kvferry/metrics"
 )
 
@@ -123,7 +124,7 @@ func (b *base) ownerInfo(p *engine.Peer) peerInfo {
 	}
 	var info peerInfo
 	if raw, ok := d.Extra[b.name]; ok {
-		if err := json.Unmarshal(raw, &info); err != nil || info.V != wireVersion ||
+		if err := json.Unmarshal(raw, &info); err != nil || info.V != shwire.Version ||
 			!strings.HasPrefix(info.Sock, "@kvferry-") || len(info.Sock) > 100 {
 			info = peerInfo{}
 		}
@@ -210,7 +211,7 @@ func (b *base) sessionFor(p *engine.Peer, dial bool) *session {
 }
 
 func (b *base) why(s *session) string {
-	if b.kind == kindCMA {
+	if b.kind == shwire.KindCMA {
 		return "same host, kernel allows process_vm_readv/writev to the peer"
 	}
 	return fmt.Sprintf("same host, staging through %d x %d bytes of shared memory", s.chunks, s.chunkBytes)
@@ -243,44 +244,44 @@ func (b *base) dial(p *engine.Peer, sock string, pe *peerEntry) (*session, error
 		return nil, fmt.Errorf("peer credentials: %w", err)
 	}
 	if want := p.Descriptor().Host.PID; pid != want {
-		return nil, fmt.Errorf("socket owned by pid %d, descriptor names pid %d: %w", pid, want, errProtocol)
+		return nil, fmt.Errorf("socket owned by pid %d, descriptor names pid %d: %w", pid, want, shwire.ErrProtocol)
 	}
 	s.pid = pid
 	if err := peerauth.Handshake(ctx, c, b.e.Auth(), peerauth.RoleSameHost, timeout); err != nil {
 		return nil, err
 	}
 	_ = c.SetDeadline(time.Now().Add(timeout))
-	h := hello{kind: b.kind}
+	h := shwire.Hello{Kind: b.kind}
 	switch b.kind {
-	case kindCMA:
-		h.slots = uint32(b.cfg.cmaSlots())
-	case kindIPC:
-		h.slots = uint32(b.cfg.Workers)
+	case shwire.KindCMA:
+		h.Slots = uint32(b.cfg.cmaSlots())
+	case shwire.KindIPC:
+		h.Slots = uint32(b.cfg.Workers)
 	default:
-		h.chunks, h.chunkBytes = uint32(b.cfg.ShmChunks), b.cfg.ShmChunkBytes
+		h.Chunks, h.ChunkBytes = uint32(b.cfg.ShmChunks), b.cfg.ShmChunkBytes
 	}
-	var hb [helloSize]byte
-	h.encode(hb[:])
+	var hb [shwire.HelloSize]byte
+	h.Encode(hb[:])
 	if _, err := c.Write(hb[:]); err != nil {
 		return nil, fmt.Errorf("hello: %w", err)
 	}
-	var rb [replySize + 1]byte
+	var rb [shwire.ReplySize + 1]byte
 	n, fds, err := recvFds(c, rb[:], 2)
 	if err != nil {
 		return nil, fmt.Errorf("hello reply: %w", err)
 	}
 	defer closeFds(fds)
-	r, err := decodeReply(rb[:n])
+	r, err := shwire.DecodeReply(rb[:n])
 	if err != nil {
 		return nil, err
 	}
-	if r.status != statusOK {
-		return nil, fmt.Errorf("owner refused the session (status %d): %w", r.status, ErrPeerGone)
+	if r.Status != shwire.StatusOK {
+		return nil, fmt.Errorf("owner refused the session (status %d): %w", r.Status, ErrPeerGone)
 	}
 	switch b.kind {
-	case kindCMA, kindIPC:
-		if len(fds) != 2 || r.slots != h.slots {
-			return nil, fmt.Errorf("cma reply with %d fds and %d slots: %w", len(fds), r.slots, errProtocol)
+	case shwire.KindCMA, shwire.KindIPC:
+		if len(fds) != 2 || r.Slots != h.Slots {
+			return nil, fmt.Errorf("cma reply with %d fds and %d slots: %w", len(fds), r.Slots, shwire.ErrProtocol)
 		}
 		ctl, err := mapFd(fds[0], ctlBytes, false)
 		if err != nil {
@@ -290,16 +291,16 @@ func (b *base) dial(p *engine.Peer, sock string, pe *peerEntry) (*session, error
 		if s.slots, err = mapFd(fds[1], slotBytes, true); err != nil {
 			return nil, err
 		}
-		s.nslots = int(r.slots)
-		if s.ctl.magic() != ctlMagic || s.ctl.nonce() != r.nonce {
-			return nil, fmt.Errorf("control page does not match the reply: %w", errProtocol)
+		s.nslots = int(r.Slots)
+		if s.ctl.magic() != ctlMagic || s.ctl.nonce() != r.Nonce {
+			return nil, fmt.Errorf("control page does not match the reply: %w", shwire.ErrProtocol)
 		}
 		s.pidfd = openPidfd(pid)
-		if b.kind == kindIPC {
+		if b.kind == shwire.KindIPC {
 			s.ipc = newIPCMaps(b.cfg.GPU, p.Name)
 			break
 		}
-		if err := probe(pid, r.probeAddr, r.nonce); err != nil {
+		if err := probe(pid, r.ProbeAddr, r.Nonce); err != nil {
 			return nil, err
 		}
 		if info := b.ownerInfo(p); info.Map != 0 && !b.cfg.NoMap {
@@ -311,11 +312,11 @@ func (b *base) dial(p *engine.Peer, sock string, pe *peerEntry) (*session, error
 				b.log.Info("cma: the owner's key cannot be read; its memory is not mapped", "peer", p.Name, "err", err)
 			}
 		}
-	case kindShm:
-		if len(fds) != 1 || r.chunks == 0 || r.chunks > maxChunks || r.chunkBytes < minChunkBytes || r.chunkBytes > maxChunkBytes {
-			return nil, fmt.Errorf("shm reply with %d fds, %d chunks of %d bytes: %w", len(fds), r.chunks, r.chunkBytes, errProtocol)
+	case shwire.KindShm:
+		if len(fds) != 1 || r.Chunks == 0 || r.Chunks > maxChunks || r.ChunkBytes < minChunkBytes || r.ChunkBytes > maxChunkBytes {
+			return nil, fmt.Errorf("shm reply with %d fds, %d chunks of %d bytes: %w", len(fds), r.Chunks, r.ChunkBytes, shwire.ErrProtocol)
 		}
-		s.chunks, s.chunkBytes = int(r.chunks), r.chunkBytes
+		s.chunks, s.chunkBytes = int(r.Chunks), r.ChunkBytes
 		if s.staging, err = mapFd(fds[0], uint64(s.chunks)*s.chunkBytes, true); err != nil {
 			return nil, err
 		}
@@ -324,7 +325,7 @@ func (b *base) dial(p *engine.Peer, sock string, pe *peerEntry) (*session, error
 			s.free <- uint32(i)
 		}
 		s.owner = make([]atomic.Int32, s.chunks)
-		s.status = make([][maxEntries]byte, s.chunks)
+		s.status = make([][shwire.MaxEntries]byte, s.chunks)
 		s.replies = b.replies
 	}
 	_ = c.SetDeadline(time.Time{})
@@ -371,7 +372,7 @@ func probe(pid int, addr, nonce uint64) error {
 		return fmt.Errorf("process_vm_readv of pid %d: %w: %w", pid, ErrPeerGone, err)
 	}
 	if n != 8 || v != nonce {
-		return fmt.Errorf("pid %d does not hold the owner's nonce: %w", pid, errProtocol)
+		return fmt.Errorf("pid %d does not hold the owner's nonce: %w", pid, shwire.ErrProtocol)
 	}
 	return nil
 }
@@ -423,10 +424,10 @@ type session struct {
 	staging    *shmap
 	chunks     int
 	chunkBytes uint64
-	free       chan uint32        // free chunk indices
-	owner      []atomic.Int32     // worker id + 1 that waits for each chunk
-	status     [][maxEntries]byte // per chunk: the entries' status from the last response
-	replies    []chan chunkReply  // the transport's per-worker reply queues
+	free       chan uint32               // free chunk indices
+	owner      []atomic.Int32            // worker id + 1 that waits for each chunk
+	status     [][shwire.MaxEntries]byte // per chunk: the entries' status from the last response
+	replies    []chan chunkReply         // the transport's per-worker reply queues
 	seq        atomic.Uint64
 	pinned     stagingPin // staging memory registered with the CUDA driver
 
@@ -520,7 +521,7 @@ func (s *session) runReader(wg *sync.WaitGroup) {
 			s.base.forget(s.entry, s)
 		}
 	}()
-	if s.kind == kindIPC {
+	if s.kind == shwire.KindIPC {
 		s.runExportReader()
 		return
 	}
@@ -528,36 +529,36 @@ func (s *session) runReader(wg *sync.WaitGroup) {
 		s.runMapReader()
 		return
 	}
-	buf := make([]byte, respHeaderSize+maxEntries+1)
+	buf := make([]byte, shwire.RespHeaderSize+shwire.MaxEntries+1)
 	for {
 		k, err := s.conn.Read(buf)
 		if err != nil {
 			s.kill(fmt.Errorf("%w: connection to the owner: %w", ErrPeerGone, err))
 			return
 		}
-		if s.kind != kindShm {
-			s.kill(fmt.Errorf("unexpected message from the owner: %w", errProtocol))
+		if s.kind != shwire.KindShm {
+			s.kill(fmt.Errorf("unexpected message from the owner: %w", shwire.ErrProtocol))
 			return
 		}
-		chunk, count, seq, err := decodeResp(buf[:k])
+		chunk, count, seq, err := shwire.DecodeResp(buf[:k])
 		if err == nil && int(chunk) >= s.chunks {
-			err = fmt.Errorf("response for chunk %d of %d: %w", chunk, s.chunks, errProtocol)
+			err = fmt.Errorf("response for chunk %d of %d: %w", chunk, s.chunks, shwire.ErrProtocol)
 		}
 		var w int32
 		if err == nil {
 			if w = s.owner[chunk].Load(); w <= 0 || int(w) > len(s.replies) {
-				err = fmt.Errorf("response for idle chunk %d: %w", chunk, errProtocol)
+				err = fmt.Errorf("response for idle chunk %d: %w", chunk, shwire.ErrProtocol)
 			}
 		}
 		if err != nil {
 			s.kill(err)
 			return
 		}
-		copy(s.status[chunk][:count], buf[respHeaderSize:k])
+		copy(s.status[chunk][:count], buf[shwire.RespHeaderSize:k])
 		select {
 		case s.replies[w-1] <- chunkReply{s: s, chunk: chunk, count: count, seq: seq}:
 		default:
-			s.kill(fmt.Errorf("reply queue of worker %d full: %w", w-1, errProtocol))
+			s.kill(fmt.Errorf("reply queue of worker %d full: %w", w-1, shwire.ErrProtocol))
 			return
 		}
 	}

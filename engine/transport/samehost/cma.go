@@ -8,6 +8,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kvferry/kvferry/engine"
+	"github.com/kvferry/kvferry/engine/transport/samehost/shwire"
 	"github.com/kvferry/kvferry/internal/cmem"
 )
 
@@ -37,7 +38,7 @@ var _ engine.Transport = (*CMA)(nil)
 // NewCMA starts the cma transport of e.
 func NewCMA(e *engine.Engine, cfg Config) *CMA {
 	t := &CMA{}
-	t.init(e, NameCMA, kindCMA, cfg)
+	t.init(e, NameCMA, shwire.KindCMA, cfg)
 	t.q = make(chan job, 1024)
 	if n := t.cfg.inlineSlots(); n > 0 {
 		t.inline = make(chan *cmaWorker, n)

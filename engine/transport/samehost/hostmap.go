@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kvferry/kvferry/engine"
+	"github.com/kvferry/kvferry/engine/transport/samehost/shwire"
 	"github.com/kvferry/kvferry/internal/cmem"
 	"github.com/kvferry/kvferry/internal/memfd"
 )
@@ -37,69 +38,10 @@ import (
 // process_vm_readv at dial time and sends it with every request. So the fd
 // grants nothing the initiator could not already do with process_vm_*.
 //
-// Messages (little endian), on the cma session once the initiator asks:
-//
-//	map request (initiator -> owner), mapReqSize bytes:
-//	  0 magic u32 ("kvfm")  4 reserved u32  8 seq u64  16 addr u64  24 key u64
-//	map reply (owner -> initiator), mapRespSize bytes, the fd as SCM_RIGHTS when status is statusOK:
-//	  0 magic u32  4 status u32  8 seq u64  16 base u64  24 size u64  32 offset u64 (of base in the file)
-//	revoke (owner -> initiator), revokeSize bytes: the epoch that ended mappings of older ones
-//	  0 magic u32 ("kvfr")  4 reserved u32  8 epoch u64
-const (
-	mapMagic    = 0x6b76666d // "kvfm"
-	revokeMagic = 0x6b766672 // "kvfr"
-	mapReqSize  = 32
-	mapRespSize = 40
-	revokeSize  = 16
-	// mapWant is how many map requests may wait for the mapper.
-	mapWant = 16
-)
+// The map request, map reply and revoke messages are in shwire.
 
-type mapReq struct{ seq, addr, key uint64 }
-
-func (r mapReq) encode(b []byte) {
-	binary.LittleEndian.PutUint32(b[0:], mapMagic)
-	binary.LittleEndian.PutUint32(b[4:], 0)
-	binary.LittleEndian.PutUint64(b[8:], r.seq)
-	binary.LittleEndian.PutUint64(b[16:], r.addr)
-	binary.LittleEndian.PutUint64(b[24:], r.key)
-}
-
-func decodeMapReq(b []byte) (mapReq, error) {
-	if len(b) != mapReqSize || binary.LittleEndian.Uint32(b) != mapMagic {
-		return mapReq{}, fmt.Errorf("map request of %d bytes: %w", len(b), errProtocol)
-	}
-	return mapReq{seq: binary.LittleEndian.Uint64(b[8:]), addr: binary.LittleEndian.Uint64(b[16:]), key: binary.LittleEndian.Uint64(b[24:])}, nil
-}
-
-type mapResp struct {
-	status           uint32
-	seq              uint64
-	base, size, offs uint64
-}
-
-func (r mapResp) encode(b []byte) {
-	binary.LittleEndian.PutUint32(b[0:], mapMagic)
-	binary.LittleEndian.PutUint32(b[4:], r.status)
-	binary.LittleEndian.PutUint64(b[8:], r.seq)
-	binary.LittleEndian.PutUint64(b[16:], r.base)
-	binary.LittleEndian.PutUint64(b[24:], r.size)
-	binary.LittleEndian.PutUint64(b[32:], r.offs)
-}
-
-func decodeMapResp(b []byte) (mapResp, error) {
-	if len(b) != mapRespSize || binary.LittleEndian.Uint32(b) != mapMagic {
-		return mapResp{}, fmt.Errorf("map reply of %d bytes: %w", len(b), errProtocol)
-	}
-	return mapResp{status: binary.LittleEndian.Uint32(b[4:]), seq: binary.LittleEndian.Uint64(b[8:]),
-		base: binary.LittleEndian.Uint64(b[16:]), size: binary.LittleEndian.Uint64(b[24:]), offs: binary.LittleEndian.Uint64(b[32:])}, nil
-}
-
-func encodeRevoke(b []byte, ep uint64) {
-	binary.LittleEndian.PutUint32(b[0:], revokeMagic)
-	binary.LittleEndian.PutUint32(b[4:], 0)
-	binary.LittleEndian.PutUint64(b[8:], ep)
-}
+// mapWant is how many map requests may wait for the mapper.
+const mapWant = 16
 
 // ---- owner ----
 
@@ -130,25 +72,25 @@ func (k *mapKey) free() {
 
 // serveMaps answers a cma initiator's map requests until it goes away.
 func (n *node) serveMaps(s *ownerSession, buf []byte) {
-	var out [mapRespSize]byte
+	var out [shwire.MapRespSize]byte
 	for {
 		k, err := s.c.Read(buf)
 		if err != nil {
 			return
 		}
-		req, err := decodeMapReq(buf[:k])
+		req, err := shwire.DecodeMapReq(buf[:k])
 		if err != nil || n.key.addr == 0 {
 			n.warn("map", "cma session: bad request, closing", "peer_pid", s.pid, "err", err)
 			return
 		}
-		if subtle.ConstantTimeCompare(binary.LittleEndian.AppendUint64(nil, req.key), binary.LittleEndian.AppendUint64(nil, n.key.val)) != 1 {
+		if subtle.ConstantTimeCompare(binary.LittleEndian.AppendUint64(nil, req.Key), binary.LittleEndian.AppendUint64(nil, n.key.val)) != 1 {
 			n.warn("mapkey", "cma session: map request without the owner's key, closing", "peer_pid", s.pid)
 			return
 		}
 		s.mapped.Store(true) // from now on it hears of revoked epochs
-		resp, fd := n.grantMap(req.addr)
-		resp.seq = req.seq
-		resp.encode(out[:])
+		resp, fd := n.grantMap(req.Addr)
+		resp.Seq = req.Seq
+		resp.Encode(out[:])
 		var oob []byte
 		if fd >= 0 {
 			oob = unix.UnixRights(fd)
@@ -169,13 +111,13 @@ func (n *node) serveMaps(s *ownerSession, buf []byte) {
 // memfd-backed host memory that may be served, a new fd of its memfd. A
 // refusal names the region too (when there is one), so that the initiator
 // does not ask again in this epoch.
-func (n *node) grantMap(a uint64) (mapResp, int) {
+func (n *node) grantMap(a uint64) (shwire.MapResp, int) {
 	pin := n.e.PinRemote(a, 1)
 	if pin == nil {
-		return mapResp{status: statusUnsupported}, -1
+		return shwire.MapResp{Status: shwire.StatusUnsupported}, -1
 	}
 	defer pin.Release()
-	r := mapResp{status: statusUnsupported, base: uint64(pin.Addr), size: pin.Length}
+	r := shwire.MapResp{Status: shwire.StatusUnsupported, Base: uint64(pin.Addr), Size: pin.Length}
 	if pin.Kind != engine.MemoryHost && pin.Kind != engine.MemoryPinned {
 		return r, -1
 	}
@@ -186,7 +128,7 @@ func (n *node) grantMap(a uint64) (mapResp, int) {
 		}
 		return r, -1
 	}
-	r.status, r.offs = statusOK, off
+	r.Status, r.Offs = shwire.StatusOK, off
 	n.maps.Add(1)
 	return r, fd
 }
@@ -196,8 +138,8 @@ func (n *node) grantMap(a uint64) (mapResp, int) {
 // take the message within a short deadline is closed (it then drops every
 // mapping, and dials again).
 func (n *node) revokeLocked(ep uint64) {
-	var b [revokeSize]byte
-	encodeRevoke(b[:], ep)
+	var b [shwire.RevokeSize]byte
+	shwire.EncodeRevoke(b[:], ep)
 	for s := range n.mu.sessions {
 		if !s.mapped.Load() || s.gone.Load() {
 			continue
@@ -233,7 +175,7 @@ type hostMaps struct {
 }
 
 type mapReply struct {
-	r  mapResp
+	r  shwire.MapResp
 	fd int
 }
 
@@ -383,8 +325,8 @@ func (s *session) runMapper(wg *sync.WaitGroup) {
 func (s *session) mapRegion(a, ep uint64) error {
 	hm := s.maps
 	hm.seq++
-	var b [mapReqSize]byte
-	mapReq{seq: hm.seq, addr: a, key: hm.key}.encode(b[:])
+	var b [shwire.MapReqSize]byte
+	shwire.MapReq{Seq: hm.seq, Addr: a, Key: hm.key}.Encode(b[:])
 	if _, err := s.conn.Write(b[:]); err != nil {
 		s.kill(fmt.Errorf("%w: map request: %w", ErrPeerGone, err))
 		return err
@@ -401,27 +343,27 @@ func (s *session) mapRegion(a, ep uint64) error {
 		s.kill(err)
 		return err
 	}
-	if r.r.seq != hm.seq {
+	if r.r.Seq != hm.seq {
 		closeFds([]int{r.fd})
-		err := fmt.Errorf("map reply %d for request %d: %w", r.r.seq, hm.seq, errProtocol)
+		err := fmt.Errorf("map reply %d for request %d: %w", r.r.Seq, hm.seq, shwire.ErrProtocol)
 		s.kill(err)
 		return err
 	}
-	m := &hostMap{base: r.r.base, size: r.r.size, ep: ep}
-	if r.r.status == statusOK {
+	m := &hostMap{base: r.r.Base, size: r.r.Size, ep: ep}
+	if r.r.Status == shwire.StatusOK {
 		defer unix.Close(r.fd)
-		if a < r.r.base || a-r.r.base >= r.r.size || r.r.base+r.r.size < r.r.base {
-			err := fmt.Errorf("owner granted %#x+%d for address %#x: %w", r.r.base, r.r.size, a, errProtocol)
+		if a < r.r.Base || a-r.r.Base >= r.r.Size || r.r.Base+r.r.Size < r.r.Base {
+			err := fmt.Errorf("owner granted %#x+%d for address %#x: %w", r.r.Base, r.r.Size, a, shwire.ErrProtocol)
 			s.kill(err)
 			return err
 		}
-		mb, local, err := mapFdRange(r.fd, r.r.offs, r.r.size)
+		mb, local, err := mapFdRange(r.fd, r.r.Offs, r.r.Size)
 		if err != nil { // kept as a refusal: asked again in the next epoch
 			s.base.log.Info("cma: cannot map the owner's shared memory; copies use process_vm", "peer", s.peer, "err", err)
 		}
 		m.b, m.local = mb, local
 	} else if m.size == 0 || a < m.base || a-m.base >= m.size {
-		return fmt.Errorf("owner refused to share %#x (status %d)", a, r.r.status)
+		return fmt.Errorf("owner refused to share %#x (status %d)", a, r.r.Status)
 	}
 	hm.mu.Lock()
 	defer hm.mu.Unlock()
@@ -436,7 +378,7 @@ func (s *session) mapRegion(a, ep uint64) error {
 		hm.mapped.Add(1)
 		return nil
 	}
-	return fmt.Errorf("owner does not share %#x+%d (status %d)", m.base, m.size, r.r.status)
+	return fmt.Errorf("owner does not share %#x+%d (status %d)", m.base, m.size, r.r.Status)
 }
 
 // mapFdRange maps size bytes of fd from offset off read-write and shared,
@@ -449,10 +391,10 @@ func mapFdRange(fd int, off, size uint64) ([]byte, uintptr, error) {
 	}
 	end := off + size
 	if size == 0 || end < off || st.Size < 0 || uint64(st.Size) < end {
-		return nil, 0, fmt.Errorf("shared memory holds %d bytes, want %d+%d: %w", st.Size, off, size, errProtocol)
+		return nil, 0, fmt.Errorf("shared memory holds %d bytes, want %d+%d: %w", st.Size, off, size, shwire.ErrProtocol)
 	}
 	if seals, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0); err != nil || seals&unix.F_SEAL_SHRINK == 0 {
-		return nil, 0, fmt.Errorf("shared memory is not sealed against shrinking: %w", errProtocol)
+		return nil, 0, fmt.Errorf("shared memory is not sealed against shrinking: %w", shwire.ErrProtocol)
 	}
 	page := off &^ 4095
 	b, err := unix.Mmap(fd, int64(page), int(end-page), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
@@ -474,21 +416,21 @@ func mapFdRange(fd int, off, size uint64) ([]byte, uintptr, error) {
 // runMapReader routes the owner's map replies to the mapper and its
 // revokes to the sweep; anything else, or a read error, ends the session.
 func (s *session) runMapReader() {
-	buf := make([]byte, mapRespSize+1)
+	buf := make([]byte, shwire.MapRespSize+1)
 	for {
 		k, fds, err := recvFds(s.conn, buf, 1)
 		if err != nil {
 			s.kill(fmt.Errorf("%w: connection to the owner: %w", ErrPeerGone, err))
 			return
 		}
-		if k == revokeSize && binary.LittleEndian.Uint32(buf) == revokeMagic && len(fds) == 0 {
-			s.maps.sweep(binary.LittleEndian.Uint64(buf[8:]))
+		if ep, err := shwire.DecodeRevoke(buf[:k]); err == nil && len(fds) == 0 {
+			s.maps.sweep(ep)
 			continue
 		}
-		r, err := decodeMapResp(buf[:k])
-		if err != nil || (r.status == statusOK) != (len(fds) == 1) {
+		r, err := shwire.DecodeMapResp(buf[:k])
+		if err != nil || (r.Status == shwire.StatusOK) != (len(fds) == 1) {
 			closeFds(fds)
-			s.kill(fmt.Errorf("bad map reply: %w", errProtocol))
+			s.kill(fmt.Errorf("bad map reply: %w", shwire.ErrProtocol))
 			return
 		}
 		fd := -1
@@ -499,7 +441,7 @@ func (s *session) runMapReader() {
 		case s.maps.replies <- mapReply{r: r, fd: fd}:
 		default:
 			closeFds(fds)
-			s.kill(fmt.Errorf("unexpected map reply: %w", errProtocol))
+			s.kill(fmt.Errorf("unexpected map reply: %w", shwire.ErrProtocol))
 			return
 		}
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/kvferry/kvferry/engine"
 	"github.com/kvferry/kvferry/engine/descriptor"
 	"github.com/kvferry/kvferry/engine/peerauth"
+	"github.com/kvferry/kvferry/engine/transport/samehost/shwire"
 	"github.com/kvferry/kvferry/internal/cmem"
 	"github.com/kvferry/kvferry/internal/netguard"
 	"github.com/kvferry/kvferry/internal/ratelog"
@@ -131,7 +132,7 @@ func newNode(e *engine.Engine, cfg Config) *node {
 		return n
 	}
 	n.ln = ln
-	info := peerInfo{Sock: n.sock, V: wireVersion}
+	info := peerInfo{Sock: n.sock, V: shwire.Version}
 	if !cfg.NoMap {
 		if k, err := newMapKey(); err == nil {
 			n.key, info.Map = k, uint64(k.addr)
@@ -307,7 +308,7 @@ func (n *node) bumpEpochLocked() {
 // (sessions are not unmapped while we read their slots).
 func (n *node) drainLocked(ep uint64, deadline time.Time) bool {
 	for s := range n.mu.sessions {
-		if s.kind != kindCMA && s.kind != kindIPC {
+		if s.kind != shwire.KindCMA && s.kind != shwire.KindIPC {
 			continue
 		}
 		for i := range s.nslots {
@@ -391,72 +392,72 @@ func (n *node) serve(c *net.UnixConn) {
 		return // counted and logged by the guard
 	}
 	_ = c.SetDeadline(time.Now().Add(n.e.Config().ConnectTimeout))
-	buf := make([]byte, maxReqSize+1)
+	buf := make([]byte, shwire.MaxReqSize+1)
 	k, err := c.Read(buf)
 	if err != nil {
 		return
 	}
-	h, err := decodeHello(buf[:k])
+	h, err := shwire.DecodeHello(buf[:k])
 	if err != nil {
 		n.warn("hello", "same-host session refused", "err", err)
 		return
 	}
-	s := &ownerSession{c: c, kind: h.kind}
+	s := &ownerSession{c: c, kind: h.Kind}
 	s.pid, s.uid, _ = peerCred(c)
-	var r reply
-	r.nonce = n.nonce
+	var r shwire.Reply
+	r.Nonce = n.nonce
 	var fds []int
-	switch h.kind {
-	case kindCMA, kindIPC:
-		if h.slots == 0 || h.slots > maxSlots {
-			n.refuse(c, statusUnsupported)
+	switch h.Kind {
+	case shwire.KindCMA, shwire.KindIPC:
+		if h.Slots == 0 || h.Slots > maxSlots {
+			n.refuse(c, shwire.StatusUnsupported)
 			return
 		}
 		m, fd, err := newMemfd("kvferry-slots", slotBytes, false)
 		if err != nil {
 			n.log.Warn("same-host session: no slot page", "err", err)
-			n.refuse(c, statusInternal)
+			n.refuse(c, shwire.StatusInternal)
 			return
 		}
 		defer unix.Close(fd)
-		s.slots, s.nslots = m, int(h.slots)
-		r.slots, r.probeAddr = h.slots, n.ctl.probeAddr()
+		s.slots, s.nslots = m, int(h.Slots)
+		r.Slots, r.ProbeAddr = h.Slots, n.ctl.probeAddr()
 		fds = []int{n.ctlFd, fd}
-	case kindShm:
-		chunks := min(max(int(h.chunks), 1), maxChunks)
-		cb := clampChunkBytes(h.chunkBytes)
+	case shwire.KindShm:
+		chunks := min(max(int(h.Chunks), 1), maxChunks)
+		cb := clampChunkBytes(h.ChunkBytes)
 		m, fd, err := newMemfd("kvferry-staging", uint64(chunks)*cb, false)
 		if err != nil {
 			n.log.Warn("same-host session: no staging memory", "err", err)
-			n.refuse(c, statusInternal)
+			n.refuse(c, shwire.StatusInternal)
 			return
 		}
 		defer unix.Close(fd)
 		s.staging = m
-		r.chunks, r.chunkBytes = uint32(chunks), cb
+		r.Chunks, r.ChunkBytes = uint32(chunks), cb
 		fds = []int{fd}
 	default:
-		n.refuse(c, statusUnsupported)
+		n.refuse(c, shwire.StatusUnsupported)
 		return
 	}
 	if !n.add(s) {
 		s.slots.Close()
 		s.staging.Close()
-		n.refuse(c, statusBusy)
+		n.refuse(c, shwire.StatusBusy)
 		return
 	}
 	defer n.remove(s)
-	var rb [replySize]byte
-	r.encode(rb[:])
+	var rb [shwire.ReplySize]byte
+	r.Encode(rb[:])
 	if _, _, err := c.WriteMsgUnix(rb[:], unix.UnixRights(fds...), nil); err != nil {
 		return
 	}
 	_ = c.SetDeadline(time.Time{})
-	n.log.Debug("same-host session opened", "transport", kindName(h.kind), "peer_pid", s.pid, "peer_uid", s.uid)
-	switch h.kind {
-	case kindShm:
-		n.serveShm(s, buf, r.chunks, r.chunkBytes)
-	case kindIPC:
+	n.log.Debug("same-host session opened", "transport", kindName(h.Kind), "peer_pid", s.pid, "peer_uid", s.uid)
+	switch h.Kind {
+	case shwire.KindShm:
+		n.serveShm(s, buf, r.Chunks, r.ChunkBytes)
+	case shwire.KindIPC:
 		n.serveExports(s, buf)
 	default:
 		if n.key.addr != 0 {
@@ -466,12 +467,12 @@ func (n *node) serve(c *net.UnixConn) {
 		// A cma initiator sends nothing more; a read ends when it goes away.
 		_, _ = c.Read(buf)
 	}
-	n.log.Debug("same-host session closed", "transport", kindName(h.kind), "peer_pid", s.pid)
+	n.log.Debug("same-host session closed", "transport", kindName(h.Kind), "peer_pid", s.pid)
 }
 
 func (n *node) refuse(c *net.UnixConn, status uint32) {
-	var rb [replySize]byte
-	reply{status: status}.encode(rb[:])
+	var rb [shwire.ReplySize]byte
+	shwire.Reply{Status: status}.Encode(rb[:])
 	_, _ = c.Write(rb[:])
 }
 
@@ -480,9 +481,9 @@ func (n *node) refuse(c *net.UnixConn, status uint32) {
 // or in a region being unregistered, is refused), then all pieces of a
 // request are copied with one C call.
 func (n *node) serveShm(s *ownerSession, buf []byte, chunks uint32, chunkBytes uint64) {
-	ops := make([]cmem.Op, 0, maxEntries)
-	pins := make([]*engine.Region, 0, maxEntries)
-	resp := make([]byte, respHeaderSize+maxEntries)
+	ops := make([]cmem.Op, 0, shwire.MaxEntries)
+	pins := make([]*engine.Region, 0, shwire.MaxEntries)
+	resp := make([]byte, shwire.RespHeaderSize+shwire.MaxEntries)
 	var dev devOps // pieces of device memory
 	var devIdx []int
 	for {
@@ -490,33 +491,33 @@ func (n *node) serveShm(s *ownerSession, buf []byte, chunks uint32, chunkBytes u
 		if err != nil {
 			return
 		}
-		chunk, count, seq, err := decodeReq(buf[:min(k, maxReqSize+1)])
+		chunk, count, seq, err := shwire.DecodeReq(buf[:min(k, shwire.MaxReqSize+1)])
 		if err == nil && chunk >= chunks {
-			err = fmt.Errorf("chunk %d of %d: %w", chunk, chunks, errProtocol)
+			err = fmt.Errorf("chunk %d of %d: %w", chunk, chunks, shwire.ErrProtocol)
 		}
 		if err != nil {
 			n.warn("request", "same-host session: bad request, closing", "peer_pid", s.pid, "err", err)
 			return
 		}
 		base := s.staging.addr() + uintptr(uint64(chunk)*chunkBytes)
-		st := resp[respHeaderSize : respHeaderSize+int(count)]
+		st := resp[shwire.RespHeaderSize : shwire.RespHeaderSize+int(count)]
 		for i := range int(count) {
-			e := reqEntryAt(buf, i)
-			if e.length == 0 || e.offset > chunkBytes || e.length > chunkBytes-e.offset ||
-				(e.op != uint8(engine.OpRead) && e.op != uint8(engine.OpWrite)) {
-				st[i] = entryBad
+			e := shwire.ReqEntryAt(buf, i)
+			if e.Length == 0 || e.Offset > chunkBytes || e.Length > chunkBytes-e.Offset ||
+				(e.Op != uint8(engine.OpRead) && e.Op != uint8(engine.OpWrite)) {
+				st[i] = shwire.EntryBad
 				continue
 			}
-			pin := n.e.PinRemote(e.addr, e.length)
+			pin := n.e.PinRemote(e.Addr, e.Length)
 			if pin == nil {
-				st[i] = entryRejected
+				st[i] = shwire.EntryRejected
 				n.rejected.Add(1)
 				n.logReject(s.pid, e)
 				continue
 			}
-			st[i] = entryOK
-			op := cmem.Op{Dst: uintptr(e.addr), Src: base + uintptr(e.offset), N: e.length}
-			if e.op == uint8(engine.OpRead) {
+			st[i] = shwire.EntryOK
+			op := cmem.Op{Dst: uintptr(e.Addr), Src: base + uintptr(e.Offset), N: e.Length}
+			if e.Op == uint8(engine.OpRead) {
 				op.Dst, op.Src = op.Src, op.Dst
 			}
 			if pin.Kind == engine.MemoryDevice {
@@ -532,7 +533,7 @@ func (n *node) serveShm(s *ownerSession, buf []byte, chunks uint32, chunkBytes u
 			if err := dev.copy(n.cfg.GPU, func() { s.pinStaging(n.cfg.GPU) }); err != nil {
 				n.log.Warn("shm: owner's device copy failed", "peer_pid", s.pid, "err", err)
 				for _, i := range devIdx {
-					st[i] = entryDevice
+					st[i] = shwire.EntryDevice
 				}
 			}
 			dev.reset()
@@ -544,15 +545,15 @@ func (n *node) serveShm(s *ownerSession, buf []byte, chunks uint32, chunkBytes u
 		n.served.Add(uint64(len(ops)))
 		ops, pins = ops[:0], pins[:0]
 		clear(pins[:cap(pins)])
-		putRespHeader(resp, chunk, count, seq)
-		if _, err := s.c.Write(resp[:respHeaderSize+int(count)]); err != nil {
+		shwire.PutRespHeader(resp, chunk, count, seq)
+		if _, err := s.c.Write(resp[:shwire.RespHeaderSize+int(count)]); err != nil {
 			return
 		}
 	}
 }
 
-func (n *node) logReject(pid int, e reqEntry) {
-	n.warn("reject", "shm request outside registered memory refused", "peer_pid", pid, "addr", e.addr, "bytes", e.length, "op", engine.OpCode(e.op))
+func (n *node) logReject(pid int, e shwire.ReqEntry) {
+	n.warn("reject", "shm request outside registered memory refused", "peer_pid", pid, "addr", e.Addr, "bytes", e.Length, "op", engine.OpCode(e.Op))
 }
 
 // warn logs at Warn, at most one line per kind every few seconds.
@@ -603,11 +604,11 @@ func (n *node) closeCtl() {
 
 func kindName(k uint8) string {
 	switch k {
-	case kindCMA:
+	case shwire.KindCMA:
 		return NameCMA
-	case kindShm:
+	case shwire.KindShm:
 		return NameShm
-	case kindIPC:
+	case shwire.KindIPC:
 		return NameNVLink
 	}
 	return "unknown"

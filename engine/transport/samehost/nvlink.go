@@ -1,7 +1,6 @@
 package samehost
 
 import (
-	"encoding/hex"
 	"fmt"
 	"sort"
 	"sync"
@@ -12,6 +11,7 @@ import (
 	"github.com/kvferry/kvferry/engine"
 	"github.com/kvferry/kvferry/engine/descriptor"
 	"github.com/kvferry/kvferry/engine/gpu"
+	"github.com/kvferry/kvferry/engine/transport/samehost/shwire"
 	"github.com/kvferry/kvferry/internal/cuda"
 )
 
@@ -65,7 +65,7 @@ type ipcJob struct {
 // NewNVLink starts the nvlink transport of e.
 func NewNVLink(e *engine.Engine, cfg Config) *NVLink {
 	t := &NVLink{}
-	t.init(e, NameNVLink, kindIPC, cfg)
+	t.init(e, NameNVLink, shwire.KindIPC, cfg)
 	t.foreign.legacyOnly = t.cfg.MooncakeNVLinkIPC
 	t.q = make(chan ipcJob, 1024)
 	for i := range t.cfg.Workers {
@@ -315,7 +315,7 @@ type ipcMaps struct {
 }
 
 type exportReply struct {
-	r  exportResp
+	r  shwire.ExportResp
 	fd int
 }
 
@@ -404,8 +404,8 @@ func (im *ipcMaps) open(s *session, dev int, b descriptor.Buffer, share engine.S
 				return err
 			}
 			defer unix.Close(fd)
-			if r.base != c.Addr || r.size != c.Size {
-				return fmt.Errorf("owner exported %#x+%d for its allocation %#x+%d: %w", r.base, r.size, c.Addr, c.Size, errProtocol)
+			if r.Base != c.Addr || r.Size != c.Size {
+				return fmt.Errorf("owner exported %#x+%d for its allocation %#x+%d: %w", r.Base, r.Size, c.Addr, c.Size, shwire.ErrProtocol)
 			}
 			return m.MapFD(off, c.Size, fd)
 		})
@@ -415,14 +415,14 @@ func (im *ipcMaps) open(s *session, dev int, b descriptor.Buffer, share engine.S
 			return nil, err
 		}
 		defer unix.Close(fd)
-		if a < r.base || a-r.base >= r.size {
-			return nil, fmt.Errorf("owner exported %#x+%d for address %#x: %w", r.base, r.size, a, errProtocol)
+		if a < r.Base || a-r.Base >= r.Size {
+			return nil, fmt.Errorf("owner exported %#x+%d for address %#x: %w", r.Base, r.Size, a, shwire.ErrProtocol)
 		}
-		local, err := d.ImportFD(dev, fd, r.size)
+		local, err := d.ImportFD(dev, fd, r.Size)
 		if err != nil {
 			return nil, fmt.Errorf("map the owner's exported memory: %w", err)
 		}
-		return &ipcMapping{kind: engine.SharePosixFD, dev: dev, remoteBase: r.base, size: r.size, localBase: local}, nil
+		return &ipcMapping{kind: engine.SharePosixFD, dev: dev, remoteBase: r.Base, size: r.Size, localBase: local}, nil
 	case share&engine.ShareFabric != 0 && len(b.Chunks) > 0:
 		return im.openChunks(d, dev, b, engine.ShareFabric, func(m *cuda.SharedMapping, off uint64, c descriptor.Chunk) error {
 			h, err := parseHandle(c.Handle)
@@ -474,13 +474,12 @@ func (im *ipcMaps) openChunks(d *cuda.Driver, dev int, b descriptor.Buffer, kind
 	return &ipcMapping{kind: kind, dev: dev, remoteBase: first.Addr, size: span, localBase: m.Addr(), shared: m}, nil
 }
 
+// parseHandle reads a descriptor's 64-byte handle in hex.
 func parseHandle(shm string) ([64]byte, error) {
-	var h [64]byte
-	raw, err := hex.DecodeString(shm)
-	if err != nil || len(raw) != len(h) {
-		return h, fmt.Errorf("shm_name %q is not a 64-byte handle: %w", shm, engine.ErrInvalidArgument)
+	h, err := shwire.ParseHandle(shm)
+	if err != nil {
+		return h, fmt.Errorf("%w: %w", err, engine.ErrInvalidArgument)
 	}
-	copy(h[:], raw)
 	return h, nil
 }
 
@@ -571,39 +570,39 @@ func (im *ipcMaps) count() int {
 
 // requestExport asks the owner for the POSIX fd of the VMM allocation
 // holding its address a.
-func (s *session) requestExport(a uint64) (exportResp, int, error) {
+func (s *session) requestExport(a uint64) (shwire.ExportResp, int, error) {
 	im := s.ipc
 	im.req.Lock()
 	defer im.req.Unlock()
 	im.seq++
-	var b [exportReqSize]byte
-	exportReq{seq: im.seq, addr: a}.encode(b[:])
+	var b [shwire.ExportReqSize]byte
+	shwire.ExportReq{Seq: im.seq, Addr: a}.Encode(b[:])
 	if _, err := s.conn.Write(b[:]); err != nil {
 		s.kill(fmt.Errorf("%w: export request: %w", ErrPeerGone, err))
-		return exportResp{}, -1, s.deathErr()
+		return shwire.ExportResp{}, -1, s.deathErr()
 	}
 	t := time.NewTimer(exportTimeout)
 	defer t.Stop()
 	select {
 	case r := <-im.replies:
-		if r.r.seq != im.seq {
+		if r.r.Seq != im.seq {
 			if r.fd >= 0 {
 				unix.Close(r.fd)
 			}
-			err := fmt.Errorf("export reply %d for request %d: %w", r.r.seq, im.seq, errProtocol)
+			err := fmt.Errorf("export reply %d for request %d: %w", r.r.Seq, im.seq, shwire.ErrProtocol)
 			s.kill(err)
-			return exportResp{}, -1, err
+			return shwire.ExportResp{}, -1, err
 		}
-		if r.r.status != statusOK {
-			return exportResp{}, -1, fmt.Errorf("owner refused to export %#x (status %d): %w", a, r.r.status, engine.ErrRejected)
+		if r.r.Status != shwire.StatusOK {
+			return shwire.ExportResp{}, -1, fmt.Errorf("owner refused to export %#x (status %d): %w", a, r.r.Status, engine.ErrRejected)
 		}
 		return r.r, r.fd, nil
 	case <-s.dead:
-		return exportResp{}, -1, s.deathErr()
+		return shwire.ExportResp{}, -1, s.deathErr()
 	case <-t.C:
 		err := fmt.Errorf("segment %q: no export reply within %s: %w", s.peer, exportTimeout, ErrPeerGone)
 		s.kill(err)
-		return exportResp{}, -1, err
+		return shwire.ExportResp{}, -1, err
 	}
 }
 
@@ -613,17 +612,17 @@ const exportTimeout = 10 * time.Second
 // runExportReader routes the owner's export replies (with their fds) to
 // requestExport; any other message or a read error ends the session.
 func (s *session) runExportReader() {
-	buf := make([]byte, exportRespSize+1)
+	buf := make([]byte, shwire.ExportRespSize+1)
 	for {
 		n, fds, err := recvFds(s.conn, buf, 1)
 		if err != nil {
 			s.kill(fmt.Errorf("%w: connection to the owner: %w", ErrPeerGone, err))
 			return
 		}
-		r, err := decodeExportResp(buf[:n])
-		if err != nil || (r.status == statusOK) != (len(fds) == 1) {
+		r, err := shwire.DecodeExportResp(buf[:n])
+		if err != nil || (r.Status == shwire.StatusOK) != (len(fds) == 1) {
 			closeFds(fds)
-			s.kill(fmt.Errorf("bad export reply: %w", errProtocol))
+			s.kill(fmt.Errorf("bad export reply: %w", shwire.ErrProtocol))
 			return
 		}
 		fd := -1
@@ -636,7 +635,7 @@ func (s *session) runExportReader() {
 			if fd >= 0 {
 				unix.Close(fd)
 			}
-			s.kill(fmt.Errorf("unexpected export reply: %w", errProtocol))
+			s.kill(fmt.Errorf("unexpected export reply: %w", shwire.ErrProtocol))
 			return
 		}
 	}
@@ -648,26 +647,26 @@ func (s *session) runExportReader() {
 // away: the address must lie in a registered region of device memory that
 // may be shared as a POSIX fd.
 func (n *node) serveExports(s *ownerSession, buf []byte) {
-	var out [exportRespSize]byte
+	var out [shwire.ExportRespSize]byte
 	for {
 		k, err := s.c.Read(buf)
 		if err != nil {
 			return
 		}
-		req, err := decodeExportReq(buf[:k])
+		req, err := shwire.DecodeExportReq(buf[:k])
 		if err != nil {
 			n.log.Warn("nvlink session: bad request, closing", "peer_pid", s.pid, "err", err)
 			return
 		}
-		resp := exportResp{seq: req.seq, status: statusUnsupported}
+		resp := shwire.ExportResp{Seq: req.Seq, Status: shwire.StatusUnsupported}
 		fd := -1
-		if r, f, err := n.export(req.addr); err == nil {
+		if r, f, err := n.export(req.Addr); err == nil {
 			resp, fd = r, f
-			resp.seq = req.seq
+			resp.Seq = req.Seq
 		} else {
-			n.log.Info("nvlink export refused", "peer_pid", s.pid, "addr", req.addr, "err", err)
+			n.log.Info("nvlink export refused", "peer_pid", s.pid, "addr", req.Addr, "err", err)
 		}
-		resp.encode(out[:])
+		resp.Encode(out[:])
 		var oob []byte
 		if fd >= 0 {
 			oob = unix.UnixRights(fd)
@@ -682,27 +681,27 @@ func (n *node) serveExports(s *ownerSession, buf []byte) {
 	}
 }
 
-func (n *node) export(a uint64) (exportResp, int, error) {
+func (n *node) export(a uint64) (shwire.ExportResp, int, error) {
 	pin := n.e.Pin(a, 1)
 	if pin == nil {
-		return exportResp{}, -1, fmt.Errorf("%#x is not registered: %w", a, engine.ErrRejected)
+		return shwire.ExportResp{}, -1, fmt.Errorf("%#x is not registered: %w", a, engine.ErrRejected)
 	}
 	defer pin.Release()
 	if pin.Kind != engine.MemoryDevice || pin.Share&engine.SharePosixFD == 0 {
-		return exportResp{}, -1, fmt.Errorf("%#x is %s memory that is not shareable as a file descriptor: %w", a, pin.Kind, engine.ErrNotSupported)
+		return shwire.ExportResp{}, -1, fmt.Errorf("%#x is %s memory that is not shareable as a file descriptor: %w", a, pin.Kind, engine.ErrNotSupported)
 	}
 	if n.cfg.GPU == nil {
-		return exportResp{}, -1, gpu.ErrNoGPU
+		return shwire.ExportResp{}, -1, gpu.ErrNoGPU
 	}
 	d, err := n.cfg.GPU.Driver()
 	if err != nil {
-		return exportResp{}, -1, err
+		return shwire.ExportResp{}, -1, err
 	}
 	fd, base, size, err := d.ExportFD(a)
 	if err != nil {
-		return exportResp{}, -1, err
+		return shwire.ExportResp{}, -1, err
 	}
-	return exportResp{status: statusOK, base: base, size: size, device: uint32(pin.Device)}, fd, nil
+	return shwire.ExportResp{Status: shwire.StatusOK, Base: base, Size: size, Device: uint32(pin.Device)}, fd, nil
 }
 
 // ---- helpers ----

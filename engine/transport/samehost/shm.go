@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/kvferry/kvferry/engine"
+	"github.com/kvferry/kvferry/engine/transport/samehost/shwire"
 	"github.com/kvferry/kvferry/internal/cmem"
 )
 
@@ -25,7 +26,7 @@ var _ engine.Transport = (*Shm)(nil)
 // NewShm starts the shm transport of e.
 func NewShm(e *engine.Engine, cfg Config) *Shm {
 	t := &Shm{}
-	t.init(e, NameShm, kindShm, cfg)
+	t.init(e, NameShm, shwire.KindShm, cfg)
 	t.q = make(chan job, 1024)
 	t.replies = make([]chan chunkReply, t.cfg.Workers)
 	for i := range t.replies {
@@ -97,7 +98,7 @@ type shmWorker struct {
 // runWorker copies queued jobs; owned by the transport, stopped by Close.
 func (t *Shm) runWorker(id int) {
 	defer t.work.Done()
-	w := &shmWorker{t: t, id: id, replies: t.replies[id], timer: time.NewTimer(time.Hour), msg: make([]byte, maxReqSize)}
+	w := &shmWorker{t: t, id: id, replies: t.replies[id], timer: time.NewTimer(time.Hour), msg: make([]byte, shwire.MaxReqSize)}
 	w.timer.Stop()
 	for i := range w.pieces {
 		w.pieces[i] = make([]piece, 0, 16)
@@ -152,7 +153,7 @@ func (w *shmWorker) send(s *session, slices []*engine.Slice) error {
 			continue
 		}
 		for off := uint64(0); off < sl.Length; {
-			if cur >= 0 && (used == s.chunkBytes || len(w.pieces[cur]) == maxEntries) {
+			if cur >= 0 && (used == s.chunkBytes || len(w.pieces[cur]) == shwire.MaxEntries) {
 				if err := w.flush(s, cur); err != nil {
 					return err
 				}
@@ -245,7 +246,7 @@ func (w *shmWorker) flush(s *session, c int) error {
 				w.ops = append(w.ops, op)
 			}
 		}
-		putReqEntry(w.msg[reqHeaderSize+k*reqEntrySize:], reqEntry{op: uint8(p.op), offset: p.offset, addr: p.addr, length: p.length})
+		shwire.PutReqEntry(w.msg[shwire.ReqHeaderSize+k*shwire.ReqEntrySize:], shwire.ReqEntry{Op: uint8(p.op), Offset: p.offset, Addr: p.addr, Length: p.length})
 	}
 	cmem.CopyBatch(w.ops)
 	if err := w.gpu.copy(w.t.cfg.GPU, s.pinStaging(w.t.cfg.GPU)); err != nil {
@@ -253,10 +254,10 @@ func (w *shmWorker) flush(s *session, c int) error {
 	}
 	seq := s.seq.Add(1)
 	w.seqs[c] = seq
-	putReqHeader(w.msg, uint32(c), uint32(len(ps)), seq)
+	shwire.PutReqHeader(w.msg, uint32(c), uint32(len(ps)), seq)
 	s.owner[c].Store(int32(w.id + 1))
 	w.inflight++
-	if _, err := s.conn.Write(w.msg[:reqHeaderSize+len(ps)*reqEntrySize]); err != nil {
+	if _, err := s.conn.Write(w.msg[:shwire.ReqHeaderSize+len(ps)*shwire.ReqEntrySize]); err != nil {
 		s.kill(fmt.Errorf("%w: send to the owner: %w", ErrPeerGone, err))
 		return s.deathErr()
 	}
@@ -269,7 +270,7 @@ func (w *shmWorker) handle(s *session, slices []*engine.Slice, r chunkReply) err
 	c := r.chunk
 	ps := w.pieces[c]
 	if len(ps) == 0 || r.seq != w.seqs[c] || int(r.count) != len(ps) {
-		err := fmt.Errorf("response for chunk %d does not match the request: %w", c, errProtocol)
+		err := fmt.Errorf("response for chunk %d does not match the request: %w", c, shwire.ErrProtocol)
 		s.kill(err)
 		return err
 	}
@@ -278,7 +279,7 @@ func (w *shmWorker) handle(s *session, slices []*engine.Slice, r chunkReply) err
 	w.ops = w.ops[:0]
 	w.gpu.reset()
 	for k, p := range ps {
-		if p.op == engine.OpRead && st[k] == entryOK {
+		if p.op == engine.OpRead && st[k] == shwire.EntryOK {
 			op := cmem.Op{Dst: p.local, Src: base + uintptr(p.offset), N: p.length}
 			if p.dev >= 0 {
 				w.gpu.add(int(p.dev), op)
@@ -292,15 +293,15 @@ func (w *shmWorker) handle(s *session, slices []*engine.Slice, r chunkReply) err
 	for k, p := range ps {
 		var err error
 		switch st[k] {
-		case entryOK:
+		case shwire.EntryOK:
 			if p.op == engine.OpRead && p.dev >= 0 && devErr != nil {
 				err = fmt.Errorf("shm: copy into device memory: %w", devErr)
 			}
-		case entryDevice:
+		case shwire.EntryDevice:
 			sl := slices[p.slice]
 			err = &engine.TransferError{Op: sl.Op, Peer: s.peer, Transport: NameShm, Addr: p.addr, Length: p.length,
 				Err: fmt.Errorf("the owner's device copy failed: %w", engine.ErrRejected)}
-		case entryRejected:
+		case shwire.EntryRejected:
 			sl := slices[p.slice]
 			err = &engine.TransferError{Op: sl.Op, Peer: s.peer, Transport: NameShm, Addr: p.addr, Length: p.length,
 				Err: fmt.Errorf("outside the owner's registered memory: %w", engine.ErrRejected)}

@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/kvferry/kvferry/engine/transport/samehost/shwire"
 	"github.com/kvferry/kvferry/internal/cmem"
 )
 
@@ -62,10 +63,10 @@ func mapFd(fd int, size uint64, writable bool) (*shmap, error) {
 		return nil, fmt.Errorf("stat shared memory: %w", err)
 	}
 	if st.Size < 0 || uint64(st.Size) < size {
-		return nil, fmt.Errorf("shared memory holds %d bytes, want %d: %w", st.Size, size, errProtocol)
+		return nil, fmt.Errorf("shared memory holds %d bytes, want %d: %w", st.Size, size, shwire.ErrProtocol)
 	}
 	if seals, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0); err == nil && seals&unix.F_SEAL_SHRINK == 0 {
-		return nil, fmt.Errorf("shared memory is not sealed against shrinking: %w", errProtocol)
+		return nil, fmt.Errorf("shared memory is not sealed against shrinking: %w", shwire.ErrProtocol)
 	}
 	return mmapShared(fd, size, writable)
 }
@@ -142,7 +143,7 @@ func recvFds(c *net.UnixConn, b []byte, max int) (int, []int, error) {
 	}
 	if flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 {
 		closeFds(fds)
-		return 0, nil, fmt.Errorf("truncated message: %w", errProtocol)
+		return 0, nil, fmt.Errorf("truncated message: %w", shwire.ErrProtocol)
 	}
 	return n, fds, nil
 }
