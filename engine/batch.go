@@ -181,6 +181,9 @@ type batch struct {
 	notifyErr atomic.Pointer[error]
 
 	npollers atomic.Int32 // len(mu.pollers)
+	// waitOffers counts the answers offered to the waiter to block for
+	// (Slice.WaitWith): far answers, not worth a spin.
+	waitOffers atomic.Int32
 
 	// awaited is set, before any slice is submitted, for a batch whose
 	// submitter waits for it right away (Transfer); read only.
@@ -190,9 +193,12 @@ type batch struct {
 		sync.Mutex
 		tasks   []*task
 		pollers []Poller // read the answers of slices in flight (PollWith)
-		notify  *pendingNotify
-		waitCh  chan struct{} // closed when the batch is idle (waitIdle)
-		freed   bool
+		// parked: the waiter stopped blocking in WaitPollers and parks
+		// (waitPolled); WaitWith refuses from then on.
+		parked bool
+		notify *pendingNotify
+		waitCh chan struct{} // closed when the batch is idle (waitIdle)
+		freed  bool
 	}
 }
 

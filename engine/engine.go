@@ -1375,7 +1375,8 @@ func (e *Engine) BatchStatus(id BatchID) (BatchStatus, error) {
 // (ctx without deadline: the configured transfer timeout applies). It
 // returns the aggregate status; ErrTimeout when the deadline passed first.
 // Before it parks it polls for up to SpinBudget, letting other goroutines
-// run in between (see WaitLocked).
+// run in between (see WaitLocked), and blocks in the kernel for answers a
+// transport offered it to block for (WaitPoller: then it does not spin).
 func (e *Engine) Wait(ctx context.Context, id BatchID) (BatchStatus, error) {
 	return e.wait(ctx, id, true)
 }
@@ -1393,13 +1394,20 @@ func (e *Engine) wait(ctx context.Context, id BatchID, yield bool) (BatchStatus,
 	if err != nil {
 		return BatchStatus{}, err
 	}
-	if spin.Until(e.SpinBudget(), yield, b.settled) {
+	// An answer offered to block for is far (a large payload): no spin.
+	if b.waitOffers.Load() == 0 && spin.Until(e.SpinBudget(), yield, b.settled) {
+		return b.aggregate(), nil
+	}
+	if b.idle() {
 		return b.aggregate(), nil
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, e.cfg.TransferTimeout)
 		defer cancel()
+	}
+	if b.waitPolled(ctx) {
+		return b.aggregate(), nil
 	}
 	if err := b.waitIdle(ctx); err != nil {
 		bs := b.aggregate()

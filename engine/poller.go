@@ -1,5 +1,10 @@
 package engine
 
+import (
+	"context"
+	"time"
+)
+
 // A Poller reads, on the calling goroutine and without blocking, the
 // answers that have already arrived for slices a transport has in flight,
 // and completes their slices. A transport offers one for a slice whose
@@ -16,14 +21,97 @@ type Poller interface {
 	Poll()
 }
 
+// A WaitPoller is a Poller whose answers the waiting goroutine may also
+// block for in the kernel, once its spin budget has passed: a transport
+// offers one for a slice whose answer is far (a large payload) but whose
+// submitter waits for it right away (Slice.SubmitterWaits). The waiter
+// then reads the answer itself when it comes, woken by the kernel, instead
+// of parking until the transport's reader goroutine, itself woken by the
+// runtime's network poller, has read it and woken the waiter: on a small
+// loaded VM each of those wake-ups costs tens to hundreds of microseconds
+// (issue 18: a single 1 MiB store put or get).
+type WaitPoller interface {
+	Poller
+	// PollWait blocks the calling thread for up to d until more of the
+	// answers offered to waiters have arrived, then reads what it can as
+	// Poll does. It reports false at once when it has nothing offered to
+	// wait for (the transport's reader took over, the connection failed):
+	// the waiter then parks as usual.
+	PollWait(d time.Duration) bool
+}
+
+// pollWaitSlice bounds one PollWait: how late a waiter notices that its
+// context ended, or that the transport's reader finished the batch while
+// the waiter blocked (the reader does so only when the waiter did not come
+// within its fallback delay).
+const pollWaitSlice = time.Millisecond
+
+// waitPolled blocks in the batch's WaitPollers until the batch is idle
+// (true), or until none has anything to wait for or ctx ended (false: the
+// caller parks as usual).
+func (b *batch) waitPolled(ctx context.Context) bool {
+	for {
+		b.mu.Lock()
+		ps := b.mu.pollers
+		b.mu.Unlock()
+		waited := false
+		for _, p := range ps {
+			if wp, ok := p.(WaitPoller); ok && wp.PollWait(pollWaitSlice) {
+				waited = true
+				break
+			}
+		}
+		b.poll()
+		if b.idle() {
+			return true
+		}
+		if waited && ctx.Err() == nil {
+			continue
+		}
+		// Parking: from now on a transport must not leave an answer to
+		// this waiter (WaitWith), unless one was offered meanwhile.
+		b.mu.Lock()
+		more := len(b.mu.pollers) > len(ps) && ctx.Err() == nil
+		if !more {
+			b.mu.parked = true
+		}
+		b.mu.Unlock()
+		if !more {
+			return false
+		}
+	}
+}
+
 // PollWith tells the engine that p reads s's answer when polled (see
 // Poller). Call it before the slice can complete.
 func (s *Slice) PollWith(p Poller) { s.task.batch.addPoller(p) }
+
+// WaitWith tells the engine that the goroutine waiting for s's batch may
+// block in p for s's answer (see WaitPoller); call it before the slice can
+// complete. It reports false when that waiter has already parked: the
+// transport must then see to the answer itself, without delay.
+func (s *Slice) WaitWith(p WaitPoller) bool { return s.task.batch.addPollerUnlessParked(p) }
 
 // addPoller adds p to the batch's pollers (once).
 func (b *batch) addPoller(p Poller) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.addPollerLocked(p)
+}
+
+// addPollerUnlessParked is addPoller unless the waiter parked (false).
+func (b *batch) addPollerUnlessParked(p Poller) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.mu.parked {
+		return false
+	}
+	b.addPollerLocked(p)
+	b.waitOffers.Add(1)
+	return true
+}
+
+func (b *batch) addPollerLocked(p Poller) {
 	for _, q := range b.mu.pollers {
 		if q == p {
 			return

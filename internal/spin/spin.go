@@ -210,6 +210,46 @@ func (r *Reader) ReadNow(b []byte) (int, error) {
 	return 0, r.errno
 }
 
+// Wait blocks the calling thread in the kernel (ppoll(2)) until the
+// socket has something to read (or has failed or hung up: a read then
+// reports it), or until d has passed; it reports whether the socket became
+// readable, false after d or when it cannot wait (nil, d <= 0, a closed
+// connection). It consumes nothing and, unlike Read, may be called while
+// another goroutine reads through r.
+//
+// Why: a goroutine that parks in the netpoller for an answer is woken by
+// whichever thread polls the network and, when it is locked to its thread
+// (a C thread calling in through cgo), handed on to its own thread: two
+// thread wake-ups where a thread blocked in ppoll pays one, the kernel
+// waking it directly (issue 18). d bounds the wait because the runtime
+// cannot interrupt it: a deadline set on the connection, or its Close,
+// takes effect only when Wait returns.
+func (r *Reader) Wait(d time.Duration) bool {
+	if r == nil || d <= 0 {
+		return false
+	}
+	ready := false
+	ts := syscall.NsecToTimespec(int64(d))
+	err := r.rc.Control(func(fd uintptr) {
+		pfd := pollFd{fd: int32(fd), events: pollIn}
+		// Blocking: Syscall6, so that the runtime may hand the thread's
+		// P to others meanwhile.
+		n, _, errno := syscall.Syscall6(syscall.SYS_PPOLL, uintptr(unsafe.Pointer(&pfd)), 1, uintptr(unsafe.Pointer(&ts)), 0, 0, 0)
+		ready = errno == 0 && n > 0
+	})
+	return err == nil && ready
+}
+
+// pollFd is struct pollfd of poll(2).
+type pollFd struct {
+	fd      int32
+	events  int16
+	revents int16
+}
+
+// pollIn is POLLIN.
+const pollIn = 0x1
+
 // osYield offers this thread's CPU to another runnable thread
 // (sched_yield). It cannot block (no entersyscall needed) and keeps the
 // thread's P, so C threads may call it too.

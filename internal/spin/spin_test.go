@@ -226,3 +226,30 @@ func TestReaderYields(t *testing.T) {
 	assert.Equal(t, Yields(Reading(b, time.Millisecond, false)), uint64(0))
 	assert.Equal(t, Yields(a), uint64(0))
 }
+
+// Wait blocks in the kernel until the socket is readable or its time is
+// up, consuming nothing.
+func TestReaderWait(t *testing.T) {
+	a, b := pipe(t)
+	r := NewReader(b)
+	assert.Assert(t, !r.Wait(time.Millisecond), "nothing sent")
+	assert.Assert(t, !r.Wait(0))
+	assert.Assert(t, !(*Reader)(nil).Wait(time.Second))
+	go func() {
+		time.Sleep(time.Millisecond)
+		_, _ = a.Write([]byte("x"))
+	}()
+	assert.Assert(t, r.Wait(5*time.Second))
+	assert.Assert(t, r.Wait(time.Second), "still readable: Wait consumed nothing")
+	buf := make([]byte, 4)
+	n, err, ok := r.Read(buf, time.Second, false)
+	assert.Assert(t, ok)
+	assert.NilError(t, err)
+	assert.Equal(t, string(buf[:n]), "x")
+	// The peer's close makes the socket readable (the read reports EOF);
+	// a local close makes Wait refuse.
+	a.Close()
+	assert.Assert(t, r.Wait(5*time.Second))
+	b.Close()
+	assert.Assert(t, !r.Wait(time.Second))
+}

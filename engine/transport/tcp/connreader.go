@@ -77,6 +77,14 @@ func (cr *connReader) fill(n int) error {
 
 func (cr *connReader) buffered() int { return cr.w - cr.r }
 
+// take moves what is buffered, up to len(dst), into dst and returns how
+// much it moved.
+func (cr *connReader) take(dst []byte) int {
+	n := copy(dst, cr.buf[cr.r:cr.w])
+	cr.discard(n)
+	return n
+}
+
 // peek returns the next n bytes (n <= len(buf)) without consuming them,
 // reading more from the connection as needed.
 func (cr *connReader) peek(n int) ([]byte, error) {

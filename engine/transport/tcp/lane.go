@@ -132,10 +132,20 @@ type conn struct {
 	role   sync.Mutex
 	wanted atomic.Bool   // the reader goroutine waits for role
 	cur    *engine.Slice // taken from inflight, its response not read yet
-	rcause error         // why reading failed: the slices after fail with it
-	exited bool          // the reader goroutine is gone: nobody reads any more
-	dead   atomic.Bool
-	stager *cuda.Stager // the reader's, for READs into device memory (gpu.go)
+	// What of cur's response was read (a waiter reads a large READ's
+	// payload as it arrives, the reader resumes where it stopped): its
+	// status frame, and payload bytes.
+	hdone bool
+	got   uint64
+	// waitOffer tells whether the slice last offered on the idle
+	// connection was a large one, whose waiter blocks for its answer
+	// (PollWait), with the reader not kicked for it; the reader clears it
+	// when it takes over.
+	waitOffer atomic.Bool
+	rcause    error // why reading failed: the slices after fail with it
+	exited    bool  // the reader goroutine is gone: nobody reads any more
+	dead      atomic.Bool
+	stager    *cuda.Stager // the reader's, for READs into device memory (gpu.go)
 	// cause is why the writer gave the connection up (a stalled write is a
 	// timeout, not a dropped connection), so that the reader fails the
 	// slices in flight with it instead of retrying them.
@@ -436,8 +446,12 @@ func (l *lane) writeChunk(cs *conn, chunk []*engine.Slice) {
 	v1done := l.w.v1done[:0]
 	sent, queued := 0, false
 	// A single small slice written by its submitter on an idle connection
-	// is offered to its waiter, which then reads the answer itself.
-	offer := l.w.inline && len(chunk) == 1 && cs.pending.Load() == 0 && l.pollable(cs, chunk[0])
+	// is offered to its waiter, which then reads the answer itself; so is
+	// a large one whose submitter waits for it (whoever writes it), and
+	// that waiter blocks in the kernel for the answer (PollWait).
+	offer := len(chunk) == 1 && cs.pending.Load() == 0 && l.pollable(cs, chunk[0])
+	long := offer && !small(l, chunk[0])
+	offer = offer && (l.w.inline || long)
 	for i, s := range chunk {
 		if s.Canceled() {
 			s.Complete(engine.ErrCanceled)
@@ -449,10 +463,26 @@ func (l *lane) writeChunk(cs *conn, chunk []*engine.Slice) {
 			bufs = appendLocal(bufs, s)
 		}
 		if l.v2 || s.Op == engine.OpRead {
-			if offer {
-				s.PollWith(cs)
+			if long {
+				// Counted in pending before it is offered: a waiter that
+				// finds it offered but not yet queued kicks the reader
+				// (Poll), it does not park on a slice nobody reads. The
+				// waiter may already have parked: then the reader reads
+				// it, woken as for any other slice.
+				cs.pending.Add(1)
+				cs.waitOffer.Store(true)
+				if !s.WaitWith(cs) {
+					cs.waitOffer.Store(false)
+					offer, long = false, false
+				}
+				cs.queue(s)
+			} else {
+				if offer {
+					cs.waitOffer.Store(false)
+					s.PollWith(cs)
+				}
+				cs.push(s)
 			}
-			cs.push(s)
 			queued = true
 		} else {
 			v1done = append(v1done, s)
@@ -468,7 +498,9 @@ func (l *lane) writeChunk(cs *conn, chunk []*engine.Slice) {
 	// answers of the first are read while the rest is written.
 	kickLate := queued && !offer && len(chunk) == 1 && chunk[0].Op == engine.OpWrite && chunk[0].Length > largePayload
 	if queued && !kickLate {
-		if offer {
+		if long {
+			cs.fallback.Reset(waitFallback)
+		} else if offer {
 			cs.fallback.Reset(l.t.e.SpinBudget())
 		} else {
 			cs.kickReader()
@@ -555,6 +587,11 @@ func (l *lane) writeAll(c net.Conn, bufs net.Buffers) error {
 // when the window is full it wakes the reader to make room.
 func (cs *conn) push(s *engine.Slice) {
 	cs.pending.Add(1)
+	cs.queue(s)
+}
+
+// queue is push for a slice already counted in pending.
+func (cs *conn) queue(s *engine.Slice) {
 	select {
 	case cs.inflight <- s:
 	default:
@@ -585,6 +622,7 @@ func (l *lane) runReader(cs *conn) {
 		cs.wanted.Store(true) // pollers stand back (a TryLock loop would starve Lock)
 		cs.role.Lock()
 		cs.wanted.Store(false)
+		cs.waitOffer.Store(false) // the reader reads what is queued: waiters park
 		if l.readQueued(cs) {
 			cs.exited = true
 			cs.role.Unlock()
@@ -633,6 +671,7 @@ func (l *lane) finish(cs *conn, s *engine.Slice) {
 			s.Complete(nil)
 		}
 	}
+	cs.hdone, cs.got = false, 0
 	cs.pending.Add(-1)
 }
 
@@ -650,11 +689,46 @@ func (l *lane) responseSize(s *engine.Slice) int {
 }
 
 // pollable reports whether s's response may be read by a poller: polling
-// is on, the socket can be read without blocking, the response fits the
-// read-ahead buffer easily and lands in host memory.
+// is on, the socket can be read without blocking, the response lands in
+// host memory, and either it is small (it fits the read-ahead buffer
+// easily) or its submitter waits for it (Slice.SubmitterWaits: the waiter
+// blocks for it, PollWait) and a READ's payload lands in one buffer.
 func (l *lane) pollable(cs *conn, s *engine.Slice) bool {
-	return l.t.e.SpinBudget() > 0 && cs.rd.canPoll() && s.LocalKind() != engine.MemoryDevice &&
-		s.Length <= HeaderBatchBytes/2 && l.responseSize(s) <= HeaderBatchBytes/2
+	if l.t.e.SpinBudget() <= 0 || !cs.rd.canPoll() || s.LocalKind() == engine.MemoryDevice {
+		return false
+	}
+	return small(l, s) || (s.SubmitterWaits() && (s.Op == engine.OpWrite || s.Pieces == nil))
+}
+
+// small reports whether s moves little: its payload and its response fit
+// the read-ahead buffer easily.
+func small(l *lane, s *engine.Slice) bool {
+	return s.Length <= HeaderBatchBytes/2 && l.responseSize(s) <= HeaderBatchBytes/2
+}
+
+// waitFallback is how long the reader leaves a large slice offered to its
+// waiter (waitOffer) before it reads the answer itself: the waiter blocks
+// for it in the kernel and pushes this out while it does (PollWait), so
+// the reader comes only for a waiter that went away or was kept from the
+// CPU that long.
+const waitFallback = 4 * time.Millisecond
+
+// PollWait blocks the calling thread in the kernel (ppoll) for up to d
+// until more answers arrive on the connection, then reads them as Poll
+// does (engine.WaitPoller); false when nothing large is offered to a
+// waiter here.
+func (cs *conn) PollWait(d time.Duration) bool {
+	if !cs.waitOffer.Load() || cs.dead.Load() || cs.pending.Load() == 0 {
+		return false
+	}
+	cs.Poll()
+	if !cs.waitOffer.Load() || cs.pending.Load() == 0 {
+		return true // all read, or the reader took over: the waiter looks again
+	}
+	cs.fallback.Reset(d + waitFallback)
+	cs.rd.poll.Wait(d)
+	cs.Poll()
+	return true
 }
 
 // Poll reads the responses that have already arrived, in order, without
@@ -699,7 +773,13 @@ func (cs *conn) Poll() {
 			cs.kickReader()
 			return
 		}
-		switch err := cs.rd.fill(l.responseSize(s)); {
+		var err error
+		if small(l, s) {
+			err = cs.rd.fill(l.responseSize(s))
+		} else {
+			err = l.pollLarge(cs, s)
+		}
+		switch {
 		case err == spin.ErrWouldBlock:
 			return
 		case err != nil:
@@ -712,9 +792,48 @@ func (cs *conn) Poll() {
 	}
 }
 
+// errNotOK stops a poller at a status frame that is not OK: the reader
+// reads it again and reports it.
+var errNotOK = errors.New("tcp: status not OK")
+
+// pollLarge reads what has arrived of the response of s, a large slice
+// (a WRITE's status frame, a READ's status frame and payload), without
+// blocking: nil once all of it is read (the payload into s's buffer, the
+// status frame left buffered for readResponse), spin.ErrWouldBlock while
+// more is to come; what it read counts in cs.hdone and cs.got. The caller
+// holds cs.role.
+func (l *lane) pollLarge(cs *conn, s *engine.Slice) error {
+	if s.Op == engine.OpWrite {
+		return cs.rd.fill(l.responseSize(s))
+	}
+	if l.v2 && !cs.hdone {
+		if err := cs.rd.fill(tcpwire.StatusSize); err != nil {
+			return err
+		}
+		b, _ := cs.rd.peek(tcpwire.StatusSize) // buffered: no read
+		if code, err := tcpwire.DecodeStatus(b); err != nil || code != tcpwire.StatusOK {
+			return errNotOK
+		}
+		cs.rd.discard(tcpwire.StatusSize)
+		cs.hdone = true
+	}
+	dst := cmem.Bytes(s.Local, s.Length)
+	cs.got += uint64(cs.rd.take(dst[cs.got:]))
+	for cs.got < s.Length {
+		n, err := cs.rd.poll.ReadNow(dst[cs.got:])
+		cs.got += uint64(n)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// readResponse reads s's response (what a poller has not read of it
+// already: cs.hdone, cs.got), blocking.
 func (l *lane) readResponse(cs *conn, s *engine.Slice) error {
 	_ = cs.c.SetReadDeadline(time.Now().Add(l.t.cfg.StatusTimeout))
-	if l.v2 {
+	if l.v2 && !cs.hdone {
 		b, err := cs.rd.peek(tcpwire.StatusSize)
 		if err != nil {
 			return l.classify(err)
@@ -733,7 +852,7 @@ func (l *lane) readResponse(cs *conn, s *engine.Slice) error {
 			return l.readStaged(cs, s)
 		}
 		if s.Pieces == nil {
-			if err := cs.rd.readFull(cmem.Bytes(s.Local, s.Length)); err != nil {
+			if err := cs.rd.readFull(cmem.Bytes(s.Local, s.Length)[cs.got:]); err != nil {
 				return l.classify(err)
 			}
 			return nil

@@ -100,3 +100,59 @@ func TestOfferedSliceCompletesWithoutWaiter(t *testing.T) {
 	}
 	assert.Equal(t, tr.Stats().SlicesPolled, polled, "nobody polled, yet a poller read")
 }
+
+// Large transfers whose submitter waits (Transfer) are read by the waiter
+// too, blocking in the kernel for the answers (engine.WaitPoller): 1 MiB
+// WRITEs and READs striped over the lanes move the right bytes, and the
+// waiter read answers itself; with polling off nothing is polled.
+func TestWaiterReadsLargeAnswers(t *testing.T) {
+	const size = 1 << 20
+	for _, spin := range []time.Duration{50 * time.Microsecond, -1} {
+		a, _, seg, src, dst := pollPair(t, spin, 4*size)
+		ctx := context.Background()
+		for i := range 20 {
+			off := uint64(i%2) * size
+			copy(src.Bytes()[off:off+size], bytes.Repeat([]byte{byte(i), 3, 5, 7}, size/4))
+			w := engine.Request{Op: engine.OpWrite, Source: src.Addr() + uintptr(off), Target: seg, TargetOffset: uint64(dst.Addr()) + off, Length: size}
+			assert.NilError(t, a.Transfer(ctx, []engine.Request{w}))
+			assert.Assert(t, bytes.Equal(src.Bytes()[off:off+size], dst.Bytes()[off:off+size]), "spin %v, write %d", spin, i)
+			r := w
+			r.Source = src.Addr() + uintptr(2*size+off)
+			r.Op = engine.OpRead
+			assert.NilError(t, a.Transfer(ctx, []engine.Request{r}))
+			assert.Assert(t, bytes.Equal(cmem.Bytes(r.Source, size), dst.Bytes()[off:off+size]), "spin %v, read %d", spin, i)
+		}
+		polled := a.Transport("tcp").(*tcp.Transport).Stats().SlicesPolled
+		t.Logf("spin %v: %d of 80 slices read by their waiter", spin, polled)
+		if spin > 0 {
+			assert.Assert(t, polled > 0)
+		} else {
+			assert.Equal(t, polled, uint64(0))
+		}
+	}
+}
+
+// A large slice offered to a waiter that leaves at once (its context is
+// already done) completes all the same: the lane's reader reads the
+// answer after the fallback delay, the batch ends, and the lane serves
+// the next transfer.
+func TestOfferedLargeSliceCompletesWhenWaiterLeaves(t *testing.T) {
+	const size = 1 << 20
+	a, _, seg, src, dst := pollPair(t, 50*time.Microsecond, 2*size)
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	copy(src.Bytes()[:size], bytes.Repeat([]byte{9, 8, 7, 6}, size/4))
+	for _, op := range []engine.OpCode{engine.OpWrite, engine.OpRead} {
+		req := engine.Request{Op: op, Source: src.Addr(), Target: seg, TargetOffset: uint64(dst.Addr()), Length: size}
+		if op == engine.OpRead {
+			req.Source += size
+		}
+		// The canceled wait returns (an error, unless the answers were
+		// all in before it looked) once the batch ended: Cancel waits for
+		// what is in flight.
+		_ = a.Transfer(done, []engine.Request{req})
+		assert.NilError(t, a.Transfer(context.Background(), []engine.Request{req}))
+	}
+	assert.Assert(t, bytes.Equal(src.Bytes()[:size], dst.Bytes()[:size]))
+	assert.Assert(t, bytes.Equal(src.Bytes()[size:], dst.Bytes()[:size]))
+}
