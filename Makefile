@@ -74,7 +74,7 @@ test-go:
 	$(NETNS) $(GO) test -run '^$$' -fuzz '^FuzzClientReply$$' -fuzztime 8000x ./engine/metadata/http
 	$(NETNS) $(GO) test -run '^$$' -fuzz '^FuzzParsePublicData$$' -fuzztime 15000x ./agent/nixl/publicdata
 	$(NETNS) $(GO) test -run '^$$' -fuzz '^FuzzServer$$' -fuzztime 20000x ./engine/peerauth
-	$(NETNS) $(GO) test -run '^$$' -fuzz '^FuzzCheckShape$$' -fuzztime 20000x ./store/wire
+	$(NETNS) $(GO) test -run '^$$' -fuzz '^FuzzCheckShape$$' -fuzztime 20000x ./store/wire/shape
 	$(NETNS) $(GO) test -run '^$$' -fuzz '^FuzzJournalReplay$$' -fuzztime 20000x ./engine/metadata/http
 	scripts/fuzz.sh short
 

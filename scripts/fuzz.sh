@@ -63,7 +63,7 @@ engine/transport/rdma/priority FuzzParseMatrix parser
 engine/transport/rdma/ibv FuzzParseGID parser
 store/wire FuzzMessages parser
 store/wire FuzzParseMuxError parser
-store/wire FuzzCheckShape parser
+store/wire/shape FuzzCheckShape parser
 store/wire FuzzServeMuxConn state
 store/master FuzzService state
 store/master FuzzRestore state

@@ -1,14 +1,16 @@
 package wire
 
 import (
+	"errors"
 	"fmt"
 
 	"google.golang.org/grpc/encoding"
 	grpcproto "google.golang.org/grpc/encoding/proto"
 	"google.golang.org/grpc/mem"
-	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/kvferry/kvferry/store/wire/shape"
 )
 
 // Request limits of the store master (MasterConfig and kvferry-master
@@ -58,64 +60,18 @@ func (l RequestLimits) withDefaults() RequestLimits {
 
 // CheckShape counts the fields a protobuf message of type md would decode
 // to, nested messages and packed elements included, without decoding it,
-// and fails once the count passes maxElements. It bounds what decoding
-// may allocate: an empty string costs two bytes on the wire and a few
-// dozen once decoded.
+// and fails once the count passes maxElements (shape.Check): over the
+// limit is ErrRequestLimit, bytes that are no message ErrInvalidParams.
 func CheckShape(md protoreflect.MessageDescriptor, b []byte, maxElements int) error {
-	n := 0
-	if err := checkShape(md, b, &n, maxElements, 0); err != nil {
-		return fmt.Errorf("%s: %w", md.Name(), err)
+	err := shape.Check(md, b, maxElements)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, shape.ErrLimit):
+		return fmt.Errorf("%w: %w", err, ErrRequestLimit)
+	default:
+		return fmt.Errorf("%w: %w", err, ErrInvalidParams)
 	}
-	return nil
-}
-
-func checkShape(md protoreflect.MessageDescriptor, b []byte, n *int, limit, depth int) error {
-	if depth > 32 {
-		return fmt.Errorf("nested too deep: %w", ErrRequestLimit)
-	}
-	for len(b) > 0 {
-		num, typ, k := protowire.ConsumeTag(b)
-		if k < 0 {
-			return fmt.Errorf("malformed tag: %w", ErrInvalidParams)
-		}
-		b = b[k:]
-		k = protowire.ConsumeFieldValue(num, typ, b)
-		if k < 0 {
-			return fmt.Errorf("malformed field %d: %w", num, ErrInvalidParams)
-		}
-		val := b[:k]
-		b = b[k:]
-		if *n++; *n > limit {
-			return fmt.Errorf("more than %d elements: %w", limit, ErrRequestLimit)
-		}
-		if typ != protowire.BytesType {
-			continue
-		}
-		fd := md.Fields().ByNumber(num)
-		if fd == nil {
-			continue // unknown fields are kept as bytes
-		}
-		v, _ := protowire.ConsumeBytes(val)
-		switch {
-		case fd.Kind() == protoreflect.MessageKind:
-			if err := checkShape(fd.Message(), v, n, limit, depth+1); err != nil {
-				return err
-			}
-		case fd.IsList() && fd.Kind() != protoreflect.StringKind && fd.Kind() != protoreflect.BytesKind:
-			// Packed scalars: every varint ends in a byte below 0x80;
-			// fixed-width ones are at least 4 bytes each.
-			c := 0
-			for _, x := range v {
-				if x < 0x80 {
-					c++
-				}
-			}
-			if *n += c; *n > limit {
-				return fmt.Errorf("more than %d elements: %w", limit, ErrRequestLimit)
-			}
-		}
-	}
-	return nil
 }
 
 // Check applies the key and list limits to a decoded request.

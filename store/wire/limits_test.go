@@ -34,26 +34,3 @@ func TestRequestLimitsCheck(t *testing.T) {
 	assert.Assert(t, errors.Is(l.Check(&PutCommitRequest{Key: "k", Replicas: make([]*GrantedReplica, maxListItems+1)}), ErrRequestLimit))
 	assert.NilError(t, l.Check(&PingRequest{ClientId: strings.Repeat("x", 100)}))
 }
-
-// FuzzCheckShape: any bytes give an answer without a panic, and a message
-// that passes with limit n decodes to no more than n elements' worth.
-func FuzzCheckShape(f *testing.F) {
-	b, _ := proto.Marshal(&BatchPutStartRequest{ClientId: "c", Keys: []string{"a"}, Sizes: []uint64{1},
-		Config: &ReplicateConfig{PreferredSegments: []string{"s"}}})
-	f.Add(b)
-	f.Add([]byte{0x12, 0x00, 0x12, 0x00})
-	f.Add([]byte{0x1a, 0x03, 0x01, 0x02, 0x03})
-	md := (&BatchPutStartRequest{}).ProtoReflect().Descriptor()
-	f.Fuzz(func(t *testing.T, data []byte) {
-		if err := CheckShape(md, data, 64); err != nil {
-			return
-		}
-		var m BatchPutStartRequest
-		if proto.Unmarshal(data, &m) != nil {
-			return
-		}
-		if n := len(m.GetKeys()) + len(m.GetSizes()) + len(m.GetConfig().GetPreferredSegments()); n > 64 {
-			t.Fatalf("passed with %d elements", n)
-		}
-	})
-}
