@@ -71,7 +71,7 @@ store/oplog/frame FuzzParseFrames parser
 store/oplog/frame FuzzParseSnapshot parser
 store/ha/haaddr FuzzParseEndpoints parser
 agent/nixl/publicdata FuzzParsePublicData parser
-agent/nixl FuzzParseOptions parser
+agent/nixl/nixlopt FuzzParseOptions parser
 agent/trtllm FuzzParseOptions parser
 "
 
