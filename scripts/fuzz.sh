@@ -72,7 +72,7 @@ store/oplog/frame FuzzParseSnapshot parser
 store/ha/haaddr FuzzParseEndpoints parser
 agent/nixl/publicdata FuzzParsePublicData parser
 agent/nixl/nixlopt FuzzParseOptions parser
-agent/trtllm FuzzParseOptions parser
+agent/trtllm/trtllmopt FuzzParseOptions parser
 "
 
 NETNS=scripts/in-netns.sh
