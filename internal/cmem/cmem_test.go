@@ -64,12 +64,51 @@ func testCopyBatch(t *testing.T) {
 	}
 }
 
+// TestCopyBatchStreaming covers batches large enough for streaming stores
+// (KVF_NT_BYTES), one copy and many, misaligned, with the bytes around
+// each destination untouched.
+func TestCopyBatchStreaming(t *testing.T) {
+	const n = 24 << 20
+	src, err := MapAnon(n)
+	assert.NilError(t, err)
+	defer src.Close()
+	dst, err := MapAnon(n)
+	assert.NilError(t, err)
+	defer dst.Close()
+	for i := range src.Bytes() {
+		src.Bytes()[i] = byte(i*13 + i>>9)
+	}
+	check := func(ops []Op) {
+		for _, op := range ops {
+			d := op.Dst - dst.Addr()
+			s := op.Src - src.Addr()
+			assert.Assert(t, bytes.Equal(dst.Bytes()[d:d+uintptr(op.N)], src.Bytes()[s:s+uintptr(op.N)]), "op %+v", op)
+			assert.Equal(t, dst.Bytes()[d-1], byte(0))
+			assert.Equal(t, dst.Bytes()[d+uintptr(op.N)], byte(0))
+		}
+	}
+	clear(dst.Bytes())
+	one := []Op{{Dst: dst.Addr() + 16, Src: src.Addr() + 8, N: 9<<20 + 77}}
+	CopyBatch(one)
+	check(one)
+	clear(dst.Bytes())
+	Copy(one[0].Dst, one[0].Src, one[0].N)
+	check(one)
+	clear(dst.Bytes())
+	var many []Op
+	for i := uintptr(0); i < 300; i++ { // 300 x 32 KiB + 5: past the threshold
+		many = append(many, Op{Dst: dst.Addr() + 64 + i*(32<<10+128) + i%7, Src: src.Addr() + i*(32<<10) + 16, N: 32<<10 + 5})
+	}
+	CopyBatch(many)
+	check(many)
+}
+
 // BenchmarkCopyMisaligned copies 16 blocks a call between a source 64-byte
 // aligned and a destination 8 or 16 bytes past a page boundary (numpy's
 // placement), with the vector copy and without it (glibc's memcpy, in 2 KiB
 // steps above 8 KiB): `go test -bench CopyMisaligned ./internal/cmem`.
 func BenchmarkCopyMisaligned(b *testing.B) {
-	const region = 8 << 20
+	const region = 33 << 20 // 16 blocks of the largest size
 	src, err := MapAnonPopulate(region)
 	assert.NilError(b, err)
 	defer src.Close()
@@ -77,7 +116,7 @@ func BenchmarkCopyMisaligned(b *testing.B) {
 	assert.NilError(b, err)
 	defer dst.Close()
 	defer setVectorCopy(cpu.X86.HasAVX2)
-	for _, size := range []uint64{4 << 10, 32 << 10, 256 << 10} {
+	for _, size := range []uint64{4 << 10, 32 << 10, 256 << 10, 2 << 20} {
 		for _, off := range []uintptr{8, 16} {
 			ops := make([]Op, 16)
 			for i := range ops {
