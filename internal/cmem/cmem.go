@@ -43,27 +43,22 @@ __attribute__((target("avx2"))) static void kvf_copy_vec(char *d, const char *s,
 	char *dd = d + a;
 	const char *ss = s + a;
 	size_t m = n - a;
-	if (nt) {
-		for (; m >= 128; dd += 128, ss += 128, m -= 128) {
-			__m256i x0 = _mm256_loadu_si256((const __m256i *)ss);
-			__m256i x1 = _mm256_loadu_si256((const __m256i *)(ss + 32));
-			__m256i x2 = _mm256_loadu_si256((const __m256i *)(ss + 64));
-			__m256i x3 = _mm256_loadu_si256((const __m256i *)(ss + 96));
-			_mm256_stream_si256((__m256i *)dd, x0);
-			_mm256_stream_si256((__m256i *)(dd + 32), x1);
-			_mm256_stream_si256((__m256i *)(dd + 64), x2);
-			_mm256_stream_si256((__m256i *)(dd + 96), x3);
-		}
-	}
 	for (; m >= 128; dd += 128, ss += 128, m -= 128) {
 		__m256i x0 = _mm256_loadu_si256((const __m256i *)ss);
 		__m256i x1 = _mm256_loadu_si256((const __m256i *)(ss + 32));
 		__m256i x2 = _mm256_loadu_si256((const __m256i *)(ss + 64));
 		__m256i x3 = _mm256_loadu_si256((const __m256i *)(ss + 96));
-		_mm256_store_si256((__m256i *)dd, x0);
-		_mm256_store_si256((__m256i *)(dd + 32), x1);
-		_mm256_store_si256((__m256i *)(dd + 64), x2);
-		_mm256_store_si256((__m256i *)(dd + 96), x3);
+		if (nt) { // the compiler unswitches the loop on nt
+			_mm256_stream_si256((__m256i *)dd, x0);
+			_mm256_stream_si256((__m256i *)(dd + 32), x1);
+			_mm256_stream_si256((__m256i *)(dd + 64), x2);
+			_mm256_stream_si256((__m256i *)(dd + 96), x3);
+		} else {
+			_mm256_store_si256((__m256i *)dd, x0);
+			_mm256_store_si256((__m256i *)(dd + 32), x1);
+			_mm256_store_si256((__m256i *)(dd + 64), x2);
+			_mm256_store_si256((__m256i *)(dd + 96), x3);
+		}
 	}
 	for (; m >= 32; dd += 32, ss += 32, m -= 32)
 		_mm256_store_si256((__m256i *)dd, _mm256_loadu_si256((const __m256i *)ss));

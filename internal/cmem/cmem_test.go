@@ -26,17 +26,23 @@ func TestCopyBatch(t *testing.T) {
 	}
 }
 
-func testCopyBatch(t *testing.T) {
-	const n = 1 << 20
+// copyMaps maps a source of n patterned bytes and a zeroed destination of
+// n bytes, unmapped when the test ends.
+func copyMaps(t *testing.T, n uint64) (src, dst *Map) {
 	src, err := MapAnon(n)
 	assert.NilError(t, err)
-	defer src.Close()
-	dst, err := MapAnon(n)
+	t.Cleanup(func() { src.Close() })
+	dst, err = MapAnon(n)
 	assert.NilError(t, err)
-	defer dst.Close()
+	t.Cleanup(func() { dst.Close() })
 	for i := range src.Bytes() {
 		src.Bytes()[i] = byte(i*7 + i>>8)
 	}
+	return src, dst
+}
+
+func testCopyBatch(t *testing.T) {
+	src, dst := copyMaps(t, 1<<20)
 	for _, size := range []uint64{1, 63, 64, 127, 128, 129, 161, 2047, 2048, 2049, 4096, 8193, 32<<10 + 5, 256 << 10} {
 		for _, so := range []uintptr{0, 8, 16, 63} {
 			for _, do := range []uintptr{0, 1, 7, 8, 16, 31, 33, 40, 48, 63} {
@@ -68,16 +74,7 @@ func testCopyBatch(t *testing.T) {
 // (KVF_NT_BYTES), one copy and many, misaligned, with the bytes around
 // each destination untouched.
 func TestCopyBatchStreaming(t *testing.T) {
-	const n = 24 << 20
-	src, err := MapAnon(n)
-	assert.NilError(t, err)
-	defer src.Close()
-	dst, err := MapAnon(n)
-	assert.NilError(t, err)
-	defer dst.Close()
-	for i := range src.Bytes() {
-		src.Bytes()[i] = byte(i*13 + i>>9)
-	}
+	src, dst := copyMaps(t, 24<<20)
 	check := func(ops []Op) {
 		for _, op := range ops {
 			d := op.Dst - dst.Addr()
