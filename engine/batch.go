@@ -181,9 +181,9 @@ type batch struct {
 	notifyErr atomic.Pointer[error]
 
 	npollers atomic.Int32 // len(mu.pollers)
-	// waitOffers counts the answers offered to the waiter to block for
-	// (Slice.WaitWith): far answers, not worth a spin.
-	waitOffers atomic.Int32
+	// waitOffered is set once an answer was offered to the waiter to
+	// block for (Slice.WaitWith): a far answer, not worth a spin.
+	waitOffered atomic.Bool
 
 	// awaited is set, before any slice is submitted, for a batch whose
 	// submitter waits for it right away (Transfer); read only.

@@ -1395,7 +1395,7 @@ func (e *Engine) wait(ctx context.Context, id BatchID, yield bool) (BatchStatus,
 		return BatchStatus{}, err
 	}
 	// An answer offered to block for is far (a large payload): no spin.
-	if b.waitOffers.Load() == 0 && spin.Until(e.SpinBudget(), yield, b.settled) {
+	if !b.waitOffered.Load() && spin.Until(e.SpinBudget(), yield, b.settled) {
 		return b.aggregate(), nil
 	}
 	if b.idle() {

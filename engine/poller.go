@@ -107,7 +107,7 @@ func (b *batch) addPollerUnlessParked(p Poller) bool {
 		return false
 	}
 	b.addPollerLocked(p)
-	b.waitOffers.Add(1)
+	b.waitOffered.Store(true)
 	return true
 }
 

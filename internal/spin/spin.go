@@ -36,6 +36,8 @@ import (
 	"syscall"
 	"time"
 	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // Default is the budget when none is configured (KVFERRY_SPIN_US).
@@ -229,26 +231,16 @@ func (r *Reader) Wait(d time.Duration) bool {
 		return false
 	}
 	ready := false
-	ts := syscall.NsecToTimespec(int64(d))
+	ts := unix.NsecToTimespec(int64(d))
 	err := r.rc.Control(func(fd uintptr) {
-		pfd := pollFd{fd: int32(fd), events: pollIn}
-		// Blocking: Syscall6, so that the runtime may hand the thread's
-		// P to others meanwhile.
-		n, _, errno := syscall.Syscall6(syscall.SYS_PPOLL, uintptr(unsafe.Pointer(&pfd)), 1, uintptr(unsafe.Pointer(&ts)), 0, 0, 0)
-		ready = errno == 0 && n > 0
+		// unix.Ppoll blocks as a system call (Syscall6), so the runtime
+		// may hand the thread's P to others meanwhile.
+		pfd := [1]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		n, err := unix.Ppoll(pfd[:], &ts, nil)
+		ready = err == nil && n > 0
 	})
 	return err == nil && ready
 }
-
-// pollFd is struct pollfd of poll(2).
-type pollFd struct {
-	fd      int32
-	events  int16
-	revents int16
-}
-
-// pollIn is POLLIN.
-const pollIn = 0x1
 
 // osYield offers this thread's CPU to another runnable thread
 // (sched_yield). It cannot block (no entersyscall needed) and keeps the
