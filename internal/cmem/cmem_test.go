@@ -134,3 +134,43 @@ func BenchmarkCopyMisaligned(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkCopyPieces copies one 32 MiB batch (streaming stores) from a
+// source 16 bytes past a page boundary (numpy's placement) into a 64-byte
+// aligned destination, as a multi-buffer store put does: 16 blocks of
+// 2 MiB (the single-buffer call), 1,024 blocks of 32 KiB cut from the same
+// contiguous source, and 1,024 blocks of 32 KiB strided 512 KiB apart (the
+// per-layer KV blocks of 16 keys): `go test -bench CopyPieces ./internal/cmem`.
+// The ratio against the 2 MiB blocks is what the piece count and the layout
+// cost.
+func BenchmarkCopyPieces(b *testing.B) {
+	const keys, pieces, piece = 16, 64, 32 << 10
+	const obj = pieces * piece
+	src, err := MapAnonPopulate(2*keys*obj + 4096)
+	assert.NilError(b, err)
+	defer src.Close()
+	dst, err := MapAnonPopulate(keys * obj)
+	assert.NilError(b, err)
+	defer dst.Close()
+	at := src.Addr() + 16
+	var whole, cut, strided []Op
+	for k := uintptr(0); k < keys; k++ {
+		d := dst.Addr() + k*obj
+		whole = append(whole, Op{Dst: d, Src: at + k*obj, N: obj})
+		for l := uintptr(0); l < pieces; l++ {
+			cut = append(cut, Op{Dst: d + l*piece, Src: at + k*obj + l*piece, N: piece})
+			strided = append(strided, Op{Dst: d + l*piece, Src: at + (l*keys+k)*piece, N: piece})
+		}
+	}
+	for _, c := range []struct {
+		name string
+		ops  []Op
+	}{{"16x2MiB", whole}, {"1024x32KiB-contiguous", cut}, {"1024x32KiB-strided", strided}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.SetBytes(keys * obj)
+			for b.Loop() {
+				CopyBatch(c.ops)
+			}
+		})
+	}
+}
