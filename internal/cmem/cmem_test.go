@@ -98,6 +98,24 @@ func TestCopyBatchStreaming(t *testing.T) {
 	}
 	CopyBatch(many)
 	check(many)
+	// Past the threshold, pairs aligned alike stream too; every size class
+	// of the copy's ends (partial lines, a last whole line, none) at
+	// destination offsets in a line both alike and not.
+	clear(dst.Bytes())
+	var mixed []Op
+	at := uintptr(64)
+	for i := 0; len(mixed) < 400 || at < 9<<20; i++ {
+		size := []uint64{1, 64, 127, 128, 129, 191, 192, 255, 4096 + 13, 32 << 10, 200 << 10}[i%11]
+		do := []uintptr{0, 1, 16, 33, 63}[i%5]
+		so := []uintptr{0, 16, 63}[i%3]
+		if i%2 == 0 {
+			so = do // aligned alike
+		}
+		mixed = append(mixed, Op{Dst: dst.Addr() + at + do, Src: src.Addr() + at + so, N: size})
+		at += uintptr(size) + 256
+	}
+	CopyBatch(mixed)
+	check(mixed)
 }
 
 // BenchmarkCopyMisaligned copies 16 blocks a call between a source 64-byte
