@@ -1,11 +1,13 @@
 package tcp
 
 import (
+	"fmt"
 	"io"
 	"net"
 	"time"
 
 	"github.com/kvferry/kvferry/internal/cmem"
+	"github.com/kvferry/kvferry/internal/fdconn"
 	"github.com/kvferry/kvferry/internal/spin"
 )
 
@@ -39,6 +41,35 @@ func newConnReader(c net.Conn, budget time.Duration) (*connReader, error) {
 		cr.poll = spin.NewReader(c)
 	}
 	return cr, nil
+}
+
+// detach takes c's socket out of the runtime's network poller
+// (internal/fdconn) when its answers are polled (budget > 0): a polled
+// socket in the poller's epoll set wakes the runtime's idle thread at
+// every segment that arrives, for nothing. Other connections (TLS, polling
+// off) stay as they are. On failure c is closed.
+func detach(c net.Conn, budget time.Duration) (net.Conn, error) {
+	tc, ok := c.(*net.TCPConn)
+	if !ok || budget <= 0 {
+		return c, nil
+	}
+	fc, err := fdconn.Detach(tc)
+	if err != nil {
+		c.Close()
+		return nil, fmt.Errorf("tcp: %w", err)
+	}
+	return fc, nil
+}
+
+// writeBuffers writes v to c as one writev where c can (net.Buffers'
+// WriteTo does so only for the net package's own connections).
+func writeBuffers(c net.Conn, v *net.Buffers) (int64, error) {
+	if bw, ok := c.(interface {
+		WriteBuffers(*net.Buffers) (int64, error)
+	}); ok {
+		return bw.WriteBuffers(v)
+	}
+	return v.WriteTo(c)
 }
 
 // read reads into b, polling first.

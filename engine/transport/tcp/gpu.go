@@ -110,7 +110,7 @@ func (l *lane) writeStaged(cs *conn, s *engine.Slice) {
 			bufs = net.Buffers{hdr[:], b}
 		}
 		_ = cs.c.SetWriteDeadline(time.Now().Add(l.t.cfg.StatusTimeout))
-		if _, err := bufs.WriteTo(cs.c); err != nil {
+		if _, err := writeBuffers(cs.c, &bufs); err != nil {
 			sockErr = err
 			return err
 		}
@@ -228,7 +228,7 @@ func (s *server) serveDevice(c net.Conn, rd *connReader, st **cuda.Stager, h tcp
 			bufs = net.Buffers{status[:], b}
 		}
 		_ = c.SetWriteDeadline(time.Now().Add(timeout))
-		if _, err := bufs.WriteTo(c); err != nil {
+		if _, err := writeBuffers(c, &bufs); err != nil {
 			sockErr = err
 			return err
 		}

@@ -195,6 +195,10 @@ func (l *lane) dial() (*conn, error) {
 		}
 		return nil, fmt.Errorf("connect to %s: %w", l.addr, err)
 	}
+	if c, err = detach(c, l.t.e.SpinBudget()); err != nil {
+		l.obs.DialErrors.Add(1)
+		return nil, fmt.Errorf("connect to %s: %w", l.addr, err)
+	}
 	rd, err := newConnReader(c, l.t.e.SpinBudget())
 	if err != nil {
 		c.Close()
@@ -573,7 +577,7 @@ func (l *lane) writeAll(c net.Conn, bufs net.Buffers) error {
 		}
 		_ = c.SetWriteDeadline(time.Now().Add(l.t.cfg.StatusTimeout))
 		l.w.piece = piece // WriteTo consumes its receiver; a field does not escape
-		_, err := l.w.piece.WriteTo(c)
+		_, err := writeBuffers(c, &l.w.piece)
 		clear(piece)
 		l.w.piece = piece[:0]
 		if err != nil {

@@ -48,6 +48,22 @@ func (s *server) track(c net.Conn, add bool) bool {
 	return true
 }
 
+// retrack replaces tracked connection old with c (the same connection,
+// detached: detach); false when the server closed meanwhile.
+func (s *server) retrack(old, c net.Conn) bool {
+	if old == c {
+		return true
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.conns, old)
+	if s.conns == nil {
+		return false
+	}
+	s.conns[c] = struct{}{}
+	return true
+}
+
 // runAccept accepts until the listener closes.
 func (s *server) runAccept() {
 	defer s.wg.Done()
@@ -85,8 +101,6 @@ func (s *server) runAccept() {
 		go func() {
 			defer s.wg.Done()
 			defer release()
-			defer s.track(c, false)
-			defer c.Close()
 			s.serveConn(c)
 		}()
 	}
@@ -165,7 +179,7 @@ func (b *respBatch) flush(c net.Conn, timeout time.Duration) error {
 		}
 	}
 	iov := b.iov
-	_, err := iov.WriteTo(c)
+	_, err := writeBuffers(c, &iov)
 	for i, stop := range b.stops {
 		stop()
 		b.stops[i] = nil
@@ -190,7 +204,12 @@ func (b *respBatch) release() {
 // Responses are batched: they are written when the server would block
 // waiting for the next header (or the batch is full), so pipelined requests
 // get their status frames and READ payloads in one writev.
+// c is tracked (server.close closes it); serveConn closes it and drops it.
 func (s *server) serveConn(c net.Conn) {
+	defer func() {
+		s.track(c, false)
+		c.Close()
+	}()
 	if tc, ok := c.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 	}
@@ -198,6 +217,16 @@ func (s *server) serveConn(c net.Conn) {
 		s.t.obs.Refused(metrics.RefusedAuth)
 		return // counted and logged by the guard
 	}
+	dc, err := detach(c, s.t.e.SpinBudget())
+	if err != nil {
+		s.t.log.Debug("tcp server: detach from the network poller", "peer", c.RemoteAddr().String(), "err", err)
+		return
+	}
+	if !s.retrack(c, dc) {
+		dc.Close()
+		return // the server closes
+	}
+	c = dc
 	rd, err := newConnReader(c, s.t.e.SpinBudget())
 	if err != nil {
 		s.t.log.Error("tcp server: no read buffer", "err", err)
