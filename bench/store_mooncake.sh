@@ -24,6 +24,13 @@
 # with a different one each trial, so that they see the same load; the
 # table gives the medians and kvferry / Mooncake.
 #
+# Before the rows, the floor of each value size (bench/pingpong.c between
+# two processes, spinning and blocking reads): one TCP stream carrying the
+# value one way and 8 bytes back (a put's shape) or 16 bytes out and the
+# value back (a get's), one round trip per operation with no master call.
+# An operation over TCP cannot beat it; the line also gives what 2x
+# Mooncake's p50 asks for against it.
+#
 # Environment: SIZES (bytes, default "1048576"), STORE_OPS (operations per phase
 # at 1 MiB, scaled to the same bytes at other sizes; default 400), TRIALS
 # (default 3), HOLDER_BYTES (default 1 GiB), MOONCAKE_ENV (default
@@ -46,6 +53,19 @@ if [ -z "${KVFERRY_LIB:-}" ]; then
 fi
 go build -o "$T/kvferry-master" ./cmd/kvferry-master
 cc -O2 -Wall -std=gnu11 -Iinclude -o "$T/store_c_bench" bench/store_c_bench.c -ldl
+cc -O2 -o "$T/pingpong" bench/pingpong.c
+FLOORS="$T/floors"
+: > "$FLOORS"
+# floor SIZE: one measurement of each shape and mode, appended to FLOORS.
+floor() {
+  local n=$((200 * 1048576 / $1)) shape
+  [ "$n" -le 20000 ] || n=20000
+  for shape in "put $1 8" "get 16 $1"; do
+    set -- $shape
+    echo "$1 ${2}x$3 spin $("${PRIO[@]}" "$T/pingpong" -s -q "$2" -r "$3" -n "$n" -w 50)" >> "$FLOORS"
+    echo "$1 ${2}x$3 block $("${PRIO[@]}" "$T/pingpong" -q "$2" -r "$3" -n "$n" -w 50)" >> "$FLOORS"
+  done
+}
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 load() { cut -d' ' -f1-3 /proc/loadavg; }
 LOAD_START=$(load)
@@ -102,6 +122,7 @@ for size in $SIZES; do
   ops=$((STORE_OPS * 1048576 / size))
   [ "$ops" -ge 1 ] || ops=1
   for trial in $(seq 1 "$TRIALS"); do
+    floor "$size" # beside each trial: the floor moves with the machine's load
     for k in 0 1 2; do
       s=${systems[$(((trial - 1 + k) % 3))]}
       client "$s" "$size" "$ops" "$s-$size-$trial" > "$R/${size}_${trial}.$s.json" 2> "$R/${size}_${trial}.$s.err" ||
@@ -111,9 +132,14 @@ for size in $SIZES; do
   done
 done
 
-python3 - "$R" "$TRIALS" "$SIZES" "$LOAD_START" "$(load)" "$(nproc)" "${MOONCAKE_ENV-MC_TCP_ENABLE_CONNECTION_POOL=1}" "${RT_PRIO:-}" <<'PY'
+python3 - "$R" "$TRIALS" "$SIZES" "$LOAD_START" "$(load)" "$(nproc)" "${MOONCAKE_ENV-MC_TCP_ENABLE_CONNECTION_POOL=1}" "${RT_PRIO:-}" "$FLOORS" <<'PY'
 import json, statistics, sys
-R, trials, sizes, load0, load1, ncpu, mcenv, prio = sys.argv[1:9]
+R, trials, sizes, load0, load1, ncpu, mcenv, prio, floors = sys.argv[1:10]
+floor = {}  # (op, size) -> {mode: [p50 us of each trial]}
+for line in open(floors):
+    op, shape, mode, js = line.split(" ", 3)
+    size = max(int(v) for v in shape.split("x"))
+    floor.setdefault((op, size), {}).setdefault(mode, []).append(json.loads(js)["p50_us"])
 trials = int(trials)
 med = statistics.median
 systems = ("kvferry_tcp", "kvferry_auto", "mooncake")
@@ -124,6 +150,7 @@ print()
 print("| op | value | Mooncake GB/s | p50 us | kvferry TCP GB/s | p50 us | vs Mooncake | kvferry same-host GB/s | p50 us | vs Mooncake | range of trial ratios (TCP; same-host) |")
 print("|---|---|---|---|---|---|---|---|---|---|---|")
 errs = []
+floor_lines = []
 for size in map(int, sizes.split()):
     runs = {s: [json.load(open(f"{R}/{size}_{t}.{s}.json")) for t in range(1, trials + 1)] for s in systems}
     for s in systems:
@@ -134,12 +161,25 @@ for size in map(int, sizes.split()):
     for op in ("put", "get"):
         gb = {s: med(r[op + "_gb_per_s"] for r in runs[s]) for s in systems}
         p50 = {s: med(r[op + "_p50_us"] for r in runs[s]) for s in systems}
+        f = {m: med(v) for m, v in floor[(op, size)].items()}
+        best = min(f.values())
+        ft = floor[(op, size)]
+        floor_lines.append(f"- {op} {size >> 10} KiB: one-stream floor p50 {f['spin']:.0f} us spinning, {f['block']:.0f} us "
+                           f"blocking (medians of the trials; trials {min(min(v) for v in ft.values()):.0f}-"
+                           f"{max(max(v) for v in ft.values()):.0f} us; {size / best / 1e3:.2f} GB/s at best); kvferry TCP p50 {p50['kvferry_tcp'] / best:.2f}x it, "
+                           f"Mooncake {p50['mooncake'] / best:.2f}x; 2x Mooncake's p50 is {p50['mooncake'] / 2:.0f} us = "
+                           f"{p50['mooncake'] / 2 / best:.2f}x the floor")
         rt = [a[op + "_gb_per_s"] / m[op + "_gb_per_s"] for a, m in zip(runs["kvferry_tcp"], runs["mooncake"])]
         ra = [a[op + "_gb_per_s"] / m[op + "_gb_per_s"] for a, m in zip(runs["kvferry_auto"], runs["mooncake"])]
         v = f"{size >> 20} MiB" if size >= 1 << 20 else f"{size >> 10} KiB"
         print(f"| {op} | {v} | {gb['mooncake']:.2f} | {p50['mooncake']:.0f} | {gb['kvferry_tcp']:.2f} | {p50['kvferry_tcp']:.0f} | "
               f"**{gb['kvferry_tcp'] / gb['mooncake']:.2f}x** | {gb['kvferry_auto']:.2f} | {p50['kvferry_auto']:.0f} | "
               f"**{gb['kvferry_auto'] / gb['mooncake']:.2f}x** | {min(rt):.2f}-{max(rt):.2f}; {min(ra):.2f}-{max(ra):.2f} |")
+print()
+print("Floor (bench/pingpong.c, one TCP stream between two processes, one round trip per operation, no master call, "
+      "measured before each trial):")
+for line in floor_lines:
+    print(line)
 print()
 for e in errs:
     print("ERRORS:", e)
