@@ -767,6 +767,20 @@ func kvf_batch_wait(h C.uintptr_t, batch C.uint64_t, timeoutMS C.int64_t, state 
 	return 0
 }
 
+//export kvf_batch_await
+func kvf_batch_await(h C.uintptr_t, batch C.uint64_t) (rc C.int) {
+	defer recoverResource(&rc)
+	e, err := lookupEngine(uintptr(h))
+	if err != nil {
+		return C.int(resourceCode(err))
+	}
+	if err := e.Await(engine.BatchID(batch)); err != nil {
+		engineFail(e, err)
+		return C.int(resourceCode(err))
+	}
+	return 0
+}
+
 // recordBatchErr keeps why batch bs ended other than completed as the
 // engine's last error.
 func recordBatchErr(e *engine.Engine, batch C.uint64_t, bs engine.BatchStatus) {

@@ -206,6 +206,11 @@ KVF_API int kvferry_batch_wait(transfer_engine_t engine, batch_id_t batch_id, in
     return kvf_batch_wait(H(engine), batch_id, timeout_ms, state);
 }
 
+KVF_API int kvferry_batch_await(transfer_engine_t engine, batch_id_t batch_id) {
+    if (kvf_forked()) return KVFERRY_ERR_FORKED;
+    return kvf_batch_await(H(engine), batch_id);
+}
+
 KVF_API int kvferry_batch_cancel(transfer_engine_t engine, batch_id_t batch_id) {
     if (kvf_forked()) return KVFERRY_ERR_FORKED;
     return kvf_batch_cancel(H(engine), batch_id);

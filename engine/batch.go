@@ -185,9 +185,9 @@ type batch struct {
 	// block for (Slice.WaitWith): a far answer, not worth a spin.
 	waitOffered atomic.Bool
 
-	// awaited is set, before any slice is submitted, for a batch whose
-	// submitter waits for it right away (Transfer); read only.
-	awaited bool
+	// awaited is set for a batch whose submitter waits for it right away
+	// (Transfer, Await); slices submitted after it is set see it.
+	awaited atomic.Bool
 
 	mu struct {
 		sync.Mutex

@@ -1457,6 +1457,23 @@ func (e *Engine) FreeBatch(id BatchID) error {
 	return nil
 }
 
+// Await declares that the caller waits for batch id (Wait, WaitLocked)
+// right after each of its submissions that follow: the transports may then
+// leave that batch's I/O to the two calls' own thread, with no hand-off to
+// their goroutines (TCP: the submitter writes the last lane's share itself,
+// however large, and the waiter reads a large answer itself, blocked in
+// the kernel). A batch declared so and then not waited for still
+// completes, only later: the transports read such answers themselves after
+// a few milliseconds. Transfer declares its batch.
+func (e *Engine) Await(id BatchID) error {
+	b, err := e.batch(id)
+	if err != nil {
+		return err
+	}
+	b.awaited.Store(true)
+	return nil
+}
+
 // Transfer runs reqs as one batch and waits for it (ctx bounds the wait; no
 // deadline means the transfer timeout). On a timeout the batch is canceled.
 func (e *Engine) Transfer(ctx context.Context, reqs []Request) error {
@@ -1464,9 +1481,7 @@ func (e *Engine) Transfer(ctx context.Context, reqs []Request) error {
 	if err != nil {
 		return err
 	}
-	if b, err := e.batch(id); err == nil {
-		b.awaited = true // before Submit: transports read it (Slice.SubmitterWaits)
-	}
+	_ = e.Await(id) // before Submit: transports read it (Slice.SubmitterWaits)
 	serr := e.Submit(id, reqs)
 	if serr != nil && len(reqs) > 0 {
 		if bs, _ := e.BatchStatus(id); bs.Tasks == 0 { // refused as a whole (no transport, bad request)

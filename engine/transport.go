@@ -196,7 +196,7 @@ func (s *Slice) Canceled() bool { return s.task.batch.canceled.Load() }
 // submitting goroutine (write a large payload itself) instead of handing
 // it to one of its own goroutines and waking it. For batches submitted
 // through the asynchronous API it is false: their submit must not block.
-func (s *Slice) SubmitterWaits() bool { return s.task != nil && s.task.batch.awaited }
+func (s *Slice) SubmitterWaits() bool { return s.task != nil && s.task.batch.awaited.Load() }
 
 // Complete reports the slice's outcome: nil for success.
 func (s *Slice) Complete(err error) {

@@ -27,7 +27,7 @@
 extern "C" {
 #endif
 
-#define KVFERRY_API_VERSION 7
+#define KVFERRY_API_VERSION 8
 
 /* Error codes (negative). The first group has Mooncake's values. */
 #define KVFERRY_OK 0
@@ -99,9 +99,20 @@ int kvferry_batch_status(transfer_engine_t engine, batch_id_t batch_id,
 /* Blocks until every task of the batch is terminal or timeout_ms passes
  * (timeout_ms < 0: the engine's configured transfer timeout). Fills *state
  * as kvferry_batch_status does. Returns 0 when the batch is terminal,
- * KVFERRY_ERR_TIMEOUT when the deadline passed first. Never spins. */
+ * KVFERRY_ERR_TIMEOUT when the deadline passed first. Polls for up to
+ * KVFERRY_SPIN_US before it parks (never with KVFERRY_SPIN_US=-1). */
 int kvferry_batch_wait(transfer_engine_t engine, batch_id_t batch_id,
                        int64_t timeout_ms, int *state);
+
+/* (API version 8.) Declares that the caller calls kvferry_batch_wait on the
+ * batch right after each of its submissions that follow: the engine may
+ * then do the batch's I/O on the calling thread (over TCP the submit call
+ * writes a large request's last stripe itself, and the wait reads a large
+ * answer itself, blocked in the kernel), with no hand-off to the
+ * engine's own threads. A batch declared so and then not waited for still
+ * completes, a few milliseconds later. Call it after allocateBatchID and
+ * before submitTransfer. Returns 0 or a negative code (unknown batch). */
+int kvferry_batch_await(transfer_engine_t engine, batch_id_t batch_id);
 
 /* Cancels the batch: requests not yet on the wire are dropped, requests in
  * flight are awaited (bounded by the transfer timeout), every unfinished task

@@ -68,6 +68,7 @@ var (
 	hugePages       = flag.Bool("hugepages", false, "Ask for transparent huge pages on the buffers (madvise MADV_HUGEPAGE)")
 	useVRAM         = flag.Bool("use_vram", false, "Allocate the buffer in GPU memory (CUDA driver; RDMA then needs GPUDirect)")
 	gpuID           = flag.Int("gpu_id", 0, "GPU of the buffer with --use_vram")
+	awaitBatches    = flag.Bool("await", false, "Declare each batch awaited before submitting it (kvferry_batch_await, what the Python sync calls do): the submitting thread may do its I/O")
 	samplesFile     = flag.String("samples_file", "", "Append every batch latency, in the order measured, to this file (lines: thread, nanoseconds)")
 )
 
@@ -114,6 +115,8 @@ type Result struct {
 	// CtxSwitchesPerOp is this process's context switches (voluntary and
 	// involuntary, all threads) per request; notify runs only.
 	CtxSwitchesPerOp float64 `json:"ctx_switches_per_op,omitempty"`
+	// Awaited says each batch was declared awaited (--await).
+	Awaited bool `json:"awaited,omitempty"`
 	// P50DeliverUs and P99DeliverUs are notify runs' delivery times of one
 	// notification: from the sender's Notify call until the peer's
 	// application saw it (both processes read the host's monotonic clock).
@@ -418,6 +421,9 @@ func runPoint(ctx context.Context, e *engine.Engine, buf region, seg engine.Segm
 					failed.Add(1)
 					return
 				}
+				if *awaitBatches {
+					_ = e.Await(id) // the batch was just allocated: it exists
+				}
 				if err := e.Submit(id, reqs); err != nil {
 					failed.Add(1)
 				}
@@ -455,7 +461,7 @@ func runPoint(ctx context.Context, e *engine.Engine, buf region, seg engine.Segm
 	bytes := n * perBatch
 	r := Result{Operation: *operation, BlockSize: pt.block, BatchSize: pt.batch, Threads: pt.threads, Duration: elapsed,
 		Batches: n, Bytes: bytes, GBps: float64(bytes) / elapsed / 1e9, OpsPerSec: float64(n) * float64(pt.batch) / elapsed,
-		Transport: e.ChooseTransport(seg), Failed: failed.Load()}
+		Transport: e.ChooseTransport(seg), Failed: failed.Load(), Awaited: *awaitBatches}
 	if n > 0 {
 		r.CPUPerOpUs = float64(cpu) / 1e3 / (float64(n) * float64(pt.batch))
 		r.AvgBatchUs = float64(latNanos.Load()) / float64(n) / 1e3

@@ -167,6 +167,7 @@ _PROTOTYPES = {
     "kvferry_batch_status": (
         c_int, [_V, c_uint64, POINTER(c_int), POINTER(c_uint64), POINTER(c_size_t)]),
     "kvferry_batch_wait": (c_int, [_V, c_uint64, c_int64, POINTER(c_int)]),
+    "kvferry_batch_await": (c_int, [_V, c_uint64]),  # API version 8
     "kvferry_batch_cancel": (c_int, [_V, c_uint64]),
     # kvferry.h, GPU memory (API version 6)
     "kvferry_cuda_malloc": (_V, [ctypes.c_ssize_t, c_int, _V]),

@@ -577,8 +577,9 @@ class TransferEngine:
             r.length = lengths[i]
         return arr
 
-    def _submit(self, target, buffers, peers, lengths, opcode, notify):
-        """Allocate and submit one batch; returns (batch id, total bytes) or (0, 0)."""
+    def _submit(self, target, buffers, peers, lengths, opcode, notify, awaited=False):
+        """Allocate and submit one batch; returns (batch id, total bytes) or (0, 0).
+        awaited: the caller waits for it at once (kvferry_batch_await)."""
         if not self._h:
             return 0, 0
         seg = self._open(target)
@@ -589,6 +590,8 @@ class TransferEngine:
         bid = lib.allocateBatchID(self._h, max(n, 1))
         if bid in (0, _lib.INVALID_BATCH):
             return 0, 0
+        if awaited:
+            lib.kvferry_batch_await(self._h, bid)  # a hint: a failure changes nothing
         if notify is not None:
             m, keep = _notify_msg(notify)
             rc = lib.submitTransferWithNotify(self._h, bid, reqs, n, m)
@@ -623,7 +626,11 @@ class TransferEngine:
 
     def _sync(self, target, buffers, peers, lengths, opcode, notify):
         start = time.monotonic_ns()
-        bid, total = self._submit(target, buffers, peers, lengths, opcode, notify)
+        # Reads are declared awaited: the waiting thread reads the answers
+        # itself (kvferry-bench --await: 14-33 % less CPU per 1 MiB read);
+        # single large writes measured no better that way.
+        bid, total = self._submit(target, buffers, peers, lengths, opcode, notify,
+                                  awaited=int(opcode) == TransferOpcode.Read)
         if not bid:
             return -1
         state = self._wait(bid, start + self._timeout_ns + total)

@@ -40,6 +40,7 @@
     X(kvferry_api_version)                            \
     X(kvferry_batch_status)                           \
     X(kvferry_batch_wait)                             \
+    X(kvferry_batch_await)                            \
     X(kvferry_batch_cancel)                           \
     X(kvferry_engine_last_error)                      \
     X(kvferry_metrics_text)

@@ -201,6 +201,7 @@ static void test_bad_input(transfer_engine_t e, segment_id_t seg, uint8_t *local
         CHECK(te.submitTransfer(x, 1, &req, 1) != 0, "submit on bad engine");
         CHECK(te.getTransferStatus(x, 1, 0, &st) != 0, "status on bad engine");
         CHECK(te.freeBatchID(x, 1) != 0, "free on bad engine");
+        CHECK(te.kvferry_batch_await(x, 1) < 0, "await on bad engine");
         CHECK(te.getLocalIpAndPort(x, buf, sizeof buf) < 0, "ip on bad engine");
         int n = 5;
         CHECK(te.getNotifsFromEngine(x, &n) == NULL && n == 0, "notifs on bad engine");
@@ -219,6 +220,7 @@ static void test_bad_input(transfer_engine_t e, segment_id_t seg, uint8_t *local
     CHECK(te.getNicLoadStats(e, NULL, NULL) == -1, "nic stats NULL");
     CHECK(te.registerLocalMemoryBatch(e, NULL, 3, "*") == -1, "batch register NULL list");
     CHECK(te.kvferry_batch_status(e, 987654321, NULL, NULL, NULL) < 0, "status of unknown batch");
+    CHECK(te.kvferry_batch_await(e, 987654321) < 0, "await of unknown batch");
 
     /* Registration rules. */
     CHECK(te.registerLocalMemory(e, local, 0, "*", 1) == -1, "zero length register");
@@ -386,6 +388,28 @@ static int run_initiator(const char *seg_name, uint64_t remote) {
     int state = -1;
     CHECK(te.kvferry_batch_wait(e, b, 30000, &state) == 0 && state == STATUS_COMPLETED, "batch wait");
     CHECK(te.freeBatchID(e, b) == 0, "free after wait");
+    /* Awaited batches (the submit writes a large request itself, the wait
+     * reads the answer): slot 5 of the peer gets slot 3's bytes, is read
+     * back and compared, then gets its own bytes again. */
+    const struct { int op; uint8_t *local; } steps[3] = {
+        {OPCODE_WRITE, src + 3 * req_size}, {OPCODE_READ, back}, {OPCODE_WRITE, src + 5 * req_size}};
+    memset(back, 0, req_size);
+    for (int k = 0; k < 3; k++) {
+        struct transfer_request one = {steps[k].op, steps[k].local, seg, remote + 5 * req_size, req_size};
+        b = te.allocateBatchID(e, 1);
+        CHECK(te.kvferry_batch_await(e, b) == 0, "await");
+        CHECK(te.submitTransfer(e, b, &one, 1) == 0, "awaited submit (step %d)", k);
+        state = -1;
+        CHECK(te.kvferry_batch_wait(e, b, 30000, &state) == 0 && state == STATUS_COMPLETED, "awaited wait (step %d)", k);
+        CHECK(te.freeBatchID(e, b) == 0, "free after awaited wait");
+        if (k == 1) CHECK(memcmp(back, src + 3 * req_size, req_size) == 0, "awaited write and read moved the bytes");
+    }
+    b = te.allocateBatchID(e, n);
+    CHECK(te.kvferry_batch_await(e, b) == 0, "await a batch of n");
+    CHECK(te.submitTransfer(e, b, reqs, n) == 0, "awaited submit of n");
+    state = -1;
+    CHECK(te.kvferry_batch_wait(e, b, 30000, &state) == 0 && state == STATUS_COMPLETED, "awaited wait of n");
+    CHECK(te.freeBatchID(e, b) == 0, "free after awaited wait of n");
     b = te.allocateBatchID(e, n);
     CHECK(te.submitTransfer(e, b, reqs, n) == 0, "submit for cancel");
     CHECK(te.kvferry_batch_cancel(e, b) == 0, "cancel");

@@ -315,6 +315,7 @@ static void op_submit(void) {
     transfer_engine_t e = pick_engine();
     batch_id_t b = pick_batch();
     int rc;
+    if (chance(30)) rc_ok("kvferry_batch_await", CALL("kvferry_batch_await", te.kvferry_batch_await(e, b)));
     if (chance(70)) {
         rc = CALL("submitTransfer", te.submitTransfer(e, b, chance(95) ? req : NULL, n));
     } else {

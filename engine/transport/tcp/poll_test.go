@@ -156,3 +156,69 @@ func TestOfferedLargeSliceCompletesWhenWaiterLeaves(t *testing.T) {
 	assert.Assert(t, bytes.Equal(src.Bytes()[:size], dst.Bytes()[:size]))
 	assert.Assert(t, bytes.Equal(src.Bytes()[size:], dst.Bytes()[:size]))
 }
+
+// A batch declared awaited (Engine.Await, kvferry_batch_await) before its
+// submission is read by its waiter like a Transfer's: 1 MiB READs
+// submitted and waited for through AllocateBatch, Submit and Wait are
+// read by the waiter only when declared, and move the right bytes.
+func TestAwaitedBatchIsReadByItsWaiter(t *testing.T) {
+	const size = 1 << 20
+	a, _, seg, src, dst := pollPair(t, 50*time.Microsecond, 2*size)
+	tr := a.Transport("tcp").(*tcp.Transport)
+	ctx := context.Background()
+	assert.Assert(t, a.Await(engine.BatchID(987654321)) != nil, "an unknown batch")
+	for _, awaited := range []bool{false, true} {
+		before := tr.Stats().SlicesPolled
+		for i := range 20 {
+			copy(dst.Bytes()[:size], bytes.Repeat([]byte{byte(i), 1, 2, 3}, size/4))
+			id, err := a.AllocateBatch(1)
+			assert.NilError(t, err)
+			if awaited {
+				assert.NilError(t, a.Await(id))
+			}
+			assert.NilError(t, a.Submit(id, []engine.Request{{Op: engine.OpRead, Source: src.Addr() + size, Target: seg,
+				TargetOffset: uint64(dst.Addr()), Length: size}}))
+			bs, err := a.Wait(ctx, id)
+			assert.NilError(t, err)
+			assert.Equal(t, bs.State, engine.StateCompleted)
+			assert.NilError(t, a.FreeBatch(id))
+			assert.Assert(t, bytes.Equal(src.Bytes()[size:], dst.Bytes()[:size]), "awaited %v, read %d", awaited, i)
+		}
+		polled := tr.Stats().SlicesPolled - before
+		t.Logf("awaited %v: %d of 40 slices read by their waiter", awaited, polled)
+		if awaited {
+			assert.Assert(t, polled > 0)
+		} else {
+			assert.Equal(t, polled, uint64(0), "a large slice nobody declared awaited was offered to its waiter")
+		}
+	}
+}
+
+// A batch declared awaited that nobody waits for completes all the same
+// (the lane's reader reads its answer after the fallback delay): its
+// notification shows it.
+func TestAwaitedBatchCompletesWithoutWaiter(t *testing.T) {
+	const size = 1 << 20
+	a, b, seg, src, dst := pollPair(t, 50*time.Microsecond, 2*size)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for i := range 5 {
+		id, err := a.AllocateBatch(1)
+		assert.NilError(t, err)
+		assert.NilError(t, a.Await(id))
+		name := fmt.Sprint("awaited-", i)
+		assert.NilError(t, a.SubmitWithNotify(id, []engine.Request{{Op: engine.OpRead, Source: src.Addr() + size, Target: seg,
+			TargetOffset: uint64(dst.Addr()), Length: size}}, engine.Notification{Name: name}))
+		for seen := false; !seen; {
+			ns := b.WaitNotifications(ctx)
+			assert.NilError(t, ctx.Err(), "the awaited batch never completed without its waiter")
+			for _, n := range ns {
+				seen = seen || n.Name == name
+			}
+		}
+		bs, err := a.Wait(ctx, id)
+		assert.NilError(t, err)
+		assert.Equal(t, bs.State, engine.StateCompleted)
+		assert.NilError(t, a.FreeBatch(id))
+	}
+}
