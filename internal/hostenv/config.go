@@ -76,6 +76,7 @@ func Set(name string) bool {
 //	KVFERRY_TCP_STRIPE_SIZE, MC_SLICE_SIZE  stripe size in bytes
 //	MC_TCP_STATUS_TIMEOUT_SEC         seconds to wait for a status frame
 //	MC_TCP_PROTO                      "1" forces legacy framing
+//	KVFERRY_TCP_MAX_POLLED_CONNS      server connections outside the network poller (each holds a thread waiting)
 //	KVFERRY_ALLOW_UNREGISTERED        accept unregistered local sources
 //	KVFERRY_LOCAL_WORKERS             copy goroutines of the same-process transport
 //	KVFERRY_SAMEHOST_WORKERS          copy goroutines of each same-host transport (cma, shm)
@@ -144,6 +145,9 @@ func StackConfig() stack.Config {
 	}
 	if v, ok := str("MC_TCP_PROTO"); ok && strings.TrimSpace(v) == "1" {
 		c.TCP.ProtoVersion = 1
+	}
+	if n, ok := integer("KVFERRY_TCP_MAX_POLLED_CONNS"); ok && n > 0 && n <= 1<<20 {
+		c.TCP.MaxPolledConns = int(n)
 	}
 	c.Engine.AllowUnregisteredSource = flag("KVFERRY_ALLOW_UNREGISTERED")
 	c.Engine.NoRequestMetrics = !RequestMetrics()

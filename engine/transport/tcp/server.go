@@ -32,6 +32,7 @@ type server struct {
 
 	rejected atomic.Uint64
 	served   atomic.Uint64
+	detached atomic.Int64 // open connections outside the network poller
 }
 
 func (s *server) track(c net.Conn, add bool) bool {
@@ -217,7 +218,18 @@ func (s *server) serveConn(c net.Conn) {
 		s.t.obs.Refused(metrics.RefusedAuth)
 		return // counted and logged by the guard
 	}
-	dc, err := detach(c, s.t.e.SpinBudget())
+	// Outside the network poller a waiting connection holds a thread:
+	// beyond the cap, connections stay in the poller (still polled).
+	budget := s.t.e.SpinBudget()
+	if s.detached.Add(1) > int64(s.t.cfg.MaxPolledConns) {
+		budget = 0
+	}
+	dc, err := detach(c, budget)
+	if err != nil || dc == c {
+		s.detached.Add(-1) // not detached
+	} else {
+		defer s.detached.Add(-1)
+	}
 	if err != nil {
 		s.t.log.Debug("tcp server: detach from the network poller", "peer", c.RemoteAddr().String(), "err", err)
 		return

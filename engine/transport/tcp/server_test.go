@@ -165,3 +165,45 @@ func waitServerConns(t *testing.T, n *node, want int) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestPolledServerConnsCapped: the server runs at most MaxPolledConns of
+// its connections outside the network poller (each holds a thread while it
+// waits); the others are served through the poller and move the same
+// bytes, 4 KiB and 1 MiB each way over every lane of three peers.
+func TestPolledServerConnsCapped(t *testing.T) {
+	srv := newNode(t, tcp.Config{MaxPolledConns: 2}, 4<<20)
+	const size = 1 << 20
+	for i := range 3 {
+		p := newNode(t, tcp.Config{}, 4<<20)
+		seg, err := p.e.OpenSegment(context.Background(), srv.e.SegmentName())
+		assert.NilError(t, err)
+		src := p.mem.Bytes()
+		for j := range src[:2*size] {
+			src[j] = byte(i*7 + j*13)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		// A batch of four 1 MiB requests uses every lane.
+		var reqs []engine.Request
+		for k := range 4 {
+			reqs = append(reqs, engine.Request{Op: engine.OpWrite, Source: p.mem.Addr() + uintptr(k%2)*size, Target: seg,
+				TargetOffset: uint64(srv.mem.Addr()) + uint64(k)*size, Length: size})
+		}
+		assert.NilError(t, p.e.Transfer(ctx, reqs))
+		for k := range 4 {
+			reqs[k].Op, reqs[k].Source = engine.OpRead, p.mem.Addr()+2*size+uintptr(k%2)*size
+			reqs[k].Length = size
+		}
+		assert.NilError(t, p.e.Transfer(ctx, reqs[2:]))
+		small := engine.Request{Op: engine.OpRead, Source: p.mem.Addr() + 2*size, Target: seg, TargetOffset: uint64(srv.mem.Addr()) + 4096, Length: 4096}
+		assert.NilError(t, p.e.Transfer(ctx, []engine.Request{small}))
+		cancel()
+		assert.Assert(t, bytes.Equal(src[2*size:2*size+4096], src[4096:8192]), "peer %d: small read", i)
+		assert.Assert(t, bytes.Equal(src[2*size+4096:3*size], src[4096:size]), "peer %d: read back", i)
+		assert.Assert(t, bytes.Equal(src[3*size:4*size], src[size:2*size]), "peer %d: read back", i)
+		st := srv.t.Stats()
+		assert.Assert(t, st.ServerConnsPolled <= 2, "%d connections outside the poller, cap 2", st.ServerConnsPolled)
+		t.Logf("peer %d: %d server connections, %d outside the poller", i, st.ServerConns, st.ServerConnsPolled)
+	}
+	st := srv.t.Stats()
+	assert.Assert(t, st.ServerConns > 2 && st.ServerConnsPolled == 2, "%d server connections, %d outside the poller", st.ServerConns, st.ServerConnsPolled)
+}

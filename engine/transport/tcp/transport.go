@@ -37,6 +37,9 @@ const (
 	DefaultMaxConnsPerIP = 256
 	DefaultIdleTimeout   = 5 * time.Minute
 	DefaultHeaderTimeout = 10 * time.Second
+	// DefaultMaxPolledConns bounds the server connections served outside
+	// the network poller at once (Config.MaxPolledConns).
+	DefaultMaxPolledConns = 256
 	// stripeMinBytes is the least a lane gets from one submission before
 	// the next lane is used.
 	stripeMinBytes = 256 << 10
@@ -75,6 +78,12 @@ type Config struct {
 	// HeaderTimeout bounds the arrival of the rest of a request header
 	// once its first byte came (default DefaultHeaderTimeout).
 	HeaderTimeout time.Duration
+	// MaxPolledConns caps the server connections that run outside the
+	// runtime's network poller while polling is on (internal/fdconn):
+	// each holds an OS thread while it waits for a request. Connections
+	// over the cap are served through the poller, their reads still
+	// polled (default DefaultMaxPolledConns).
+	MaxPolledConns int
 }
 
 func (c Config) withDefaults(e *engine.Engine) Config {
@@ -110,6 +119,9 @@ func (c Config) withDefaults(e *engine.Engine) Config {
 	}
 	if c.HeaderTimeout <= 0 {
 		c.HeaderTimeout = DefaultHeaderTimeout
+	}
+	if c.MaxPolledConns <= 0 {
+		c.MaxPolledConns = DefaultMaxPolledConns
 	}
 	return c
 }
@@ -217,13 +229,16 @@ type Stats struct {
 	// SlicesInline counts client-side slices written by the goroutine that
 	// submitted them (Submit), not by the lane's writer.
 	SlicesInline uint64
+	// ServerConnsPolled is the number of open server connections running
+	// outside the network poller (at most Config.MaxPolledConns).
+	ServerConnsPolled int
 }
 
 // Stats returns the transport's counters.
 func (t *Transport) Stats() Stats {
 	s := Stats{SlicesSent: t.sent.Load(), SlicesFailed: t.failed.Load(), Served: t.srv.served.Load(), Rejected: t.srv.rejected.Load(),
 		ConnsRefused: t.srv.limit.Refused(), ServerConns: t.srv.limit.Open(), SlicesPolled: t.polled.Load(),
-		SlicesInline: t.inlined.Load()}
+		SlicesInline: t.inlined.Load(), ServerConnsPolled: int(t.srv.detached.Load())}
 	t.peers.Lock()
 	for _, pc := range t.peers.m {
 		for _, l := range pc.lanes {
