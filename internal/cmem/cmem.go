@@ -129,7 +129,8 @@ __attribute__((target("avx2"))) static void kvf_copy_stream(char *d, const char 
 // 64 x 32 KiB page-aligned blocks ran at 6.5-7.6 GB/s through it against
 // 12-13 with misaligned ones here. Misaligned pairs: 16-19 GB/s where
 // cached stores gave 12-15 for 32 KiB-2 MiB blocks on our EPYC. Below it
-// the destination is better left cached.
+// the destination is better left cached, unless the caller knows it will
+// not be read here soon (stream: CopyBatchStreaming).
 #define KVF_NT_BYTES (8u << 20)
 
 static void kvf_copy_one(uintptr_t dst, uintptr_t src, size_t n, int nt, const kvf_copy *next) {
@@ -168,10 +169,10 @@ static void kvf_fence(int nt) {
 }
 
 // kvf_memcpy_batch folds many copies into one cgo crossing.
-static void kvf_memcpy_batch(const kvf_copy *c, size_t n) {
+static void kvf_memcpy_batch(const kvf_copy *c, size_t n, int stream) {
 	size_t total = 0;
 	for (size_t i = 0; i < n; i++) total += c[i].n;
-	int nt = kvf_have_avx2 && total >= KVF_NT_BYTES;
+	int nt = kvf_have_avx2 && (stream || total >= KVF_NT_BYTES);
 	for (size_t i = 0; i < n; i++) kvf_copy_one(c[i].dst, c[i].src, c[i].n, nt, i + 1 < n ? &c[i + 1] : NULL);
 	kvf_fence(nt);
 }
@@ -242,7 +243,17 @@ func CopyBatch(ops []Op) {
 		return
 	}
 	// Op has the layout of kvf_copy: three 8-byte fields.
-	C.kvf_memcpy_batch((*C.kvf_copy)(unsafe.Pointer(&ops[0])), C.size_t(len(ops)))
+	C.kvf_memcpy_batch((*C.kvf_copy)(unsafe.Pointer(&ops[0])), C.size_t(len(ops)), 0)
+}
+
+// CopyBatchStreaming is CopyBatch with streaming stores whatever the
+// batch's size (where the CPU has AVX2): for destinations this process will
+// not read again soon.
+func CopyBatchStreaming(ops []Op) {
+	if len(ops) == 0 {
+		return
+	}
+	C.kvf_memcpy_batch((*C.kvf_copy)(unsafe.Pointer(&ops[0])), C.size_t(len(ops)), 1)
 }
 
 // Malloc allocates n bytes with C malloc; the memory is not zeroed.

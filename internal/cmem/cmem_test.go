@@ -116,6 +116,17 @@ func TestCopyBatchStreaming(t *testing.T) {
 	}
 	CopyBatch(mixed)
 	check(mixed)
+	// CopyBatchStreaming streams whatever the batch's size: a small batch
+	// of the same size classes and offsets, and a lone small copy.
+	clear(dst.Bytes())
+	small := mixed[:40]
+	CopyBatchStreaming(small)
+	check(small)
+	clear(dst.Bytes())
+	CopyBatchStreaming(one[:0])
+	lone := []Op{{Dst: dst.Addr() + 4096 + 3, Src: src.Addr() + 8, N: 4096 + 61}}
+	CopyBatchStreaming(lone)
+	check(lone)
 }
 
 // BenchmarkCopyMisaligned copies 16 blocks a call between a source 64-byte
@@ -162,30 +173,80 @@ func BenchmarkCopyMisaligned(b *testing.B) {
 // The ratio against the 2 MiB blocks is what the piece count and the layout
 // cost.
 func BenchmarkCopyPieces(b *testing.B) {
-	const keys, pieces, piece = 16, 64, 32 << 10
-	const obj = pieces * piece
-	src, err := MapAnonPopulate(2*keys*obj + 4096)
+	b.Run("64x32KiB", func(b *testing.B) { benchPieces(b, 64, 32<<10, 16) })
+	b.Run("16x4KiB", func(b *testing.B) { benchPieces(b, 16, 4<<10, 0) })
+	b.Run("16x4KiB-colddst", func(b *testing.B) { benchPiecesCold(b, 16, 4<<10) })
+}
+
+func benchPiecesCold(b *testing.B, pieces, piece uintptr) {
+	const keys = 16
+	obj := pieces * piece
+	src, err := MapAnonPopulate(uint64(2*keys*obj + 4096))
 	assert.NilError(b, err)
 	defer src.Close()
-	dst, err := MapAnonPopulate(keys * obj)
+	const span = 512 << 20
+	dst, err := MapAnonPopulate(span)
 	assert.NilError(b, err)
 	defer dst.Close()
-	at := src.Addr() + 16
+	at := src.Addr()
+	for _, c := range []struct {
+		name    string
+		strided bool
+		stream  bool
+	}{{"whole", false, false}, {"strided", true, false}, {"whole-nt", false, true}, {"strided-nt", true, true}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.SetBytes(int64(keys * obj))
+			var ops []Op
+			base := uintptr(0)
+			for b.Loop() {
+				ops = ops[:0]
+				d0 := dst.Addr() + base
+				base = (base + keys*obj) % (span - keys*obj)
+				for k := uintptr(0); k < keys; k++ {
+					d := d0 + k*obj
+					if !c.strided {
+						ops = append(ops, Op{Dst: d, Src: at + k*obj, N: uint64(obj)})
+						continue
+					}
+					for l := uintptr(0); l < pieces; l++ {
+						ops = append(ops, Op{Dst: d + l*piece, Src: at + (l*keys+k)*piece, N: uint64(piece)})
+					}
+				}
+				if c.stream {
+					CopyBatchStreaming(ops)
+				} else {
+					CopyBatch(ops)
+				}
+			}
+		})
+	}
+}
+
+func benchPieces(b *testing.B, pieces, piece, off uintptr) {
+	const keys = 16
+	obj := pieces * piece
+	src, err := MapAnonPopulate(uint64(2*keys*obj + 4096))
+	assert.NilError(b, err)
+	defer src.Close()
+	dst, err := MapAnonPopulate(uint64(keys * obj))
+	assert.NilError(b, err)
+	defer dst.Close()
+	at := src.Addr() + off
 	var whole, cut, strided []Op
 	for k := uintptr(0); k < keys; k++ {
 		d := dst.Addr() + k*obj
-		whole = append(whole, Op{Dst: d, Src: at + k*obj, N: obj})
+		whole = append(whole, Op{Dst: d, Src: at + k*obj, N: uint64(obj)})
 		for l := uintptr(0); l < pieces; l++ {
-			cut = append(cut, Op{Dst: d + l*piece, Src: at + k*obj + l*piece, N: piece})
-			strided = append(strided, Op{Dst: d + l*piece, Src: at + (l*keys+k)*piece, N: piece})
+			cut = append(cut, Op{Dst: d + l*piece, Src: at + k*obj + l*piece, N: uint64(piece)})
+			strided = append(strided, Op{Dst: d + l*piece, Src: at + (l*keys+k)*piece, N: uint64(piece)})
 		}
 	}
 	for _, c := range []struct {
 		name string
 		ops  []Op
-	}{{"16x2MiB", whole}, {"1024x32KiB-contiguous", cut}, {"1024x32KiB-strided", strided}} {
+	}{{"whole", whole}, {"contiguous", cut}, {"strided", strided}} {
 		b.Run(c.name, func(b *testing.B) {
-			b.SetBytes(keys * obj)
+			b.SetBytes(int64(keys * obj))
 			for b.Loop() {
 				CopyBatch(c.ops)
 			}
