@@ -86,19 +86,27 @@ func TestOfferedSliceCompletesWithoutWaiter(t *testing.T) {
 		name := fmt.Sprint("done-", i)
 		assert.NilError(t, a.SubmitWithNotify(id, []engine.Request{{Op: engine.OpRead, Source: src.Addr() + 8192, Target: seg,
 			TargetOffset: uint64(dst.Addr()), Length: 4096}}, engine.Notification{Name: name}))
-		for seen := false; !seen; {
-			ns := b.WaitNotifications(ctx)
-			assert.NilError(t, ctx.Err(), "the batch never completed without a waiter")
-			for _, n := range ns {
-				seen = seen || n.Name == name
-			}
-		}
-		bs, err := a.Wait(ctx, id)
-		assert.NilError(t, err)
-		assert.Equal(t, bs.State, engine.StateCompleted)
-		assert.NilError(t, a.FreeBatch(id))
+		completesUnwaited(ctx, t, a, b, id, name)
 	}
 	assert.Equal(t, tr.Stats().SlicesPolled, polled, "nobody polled, yet a poller read")
+}
+
+// completesUnwaited waits, without asking a for it, until b has the
+// notification name that batch id of a sends once complete, then checks
+// that the batch completed and frees it.
+func completesUnwaited(ctx context.Context, t *testing.T, a, b *engine.Engine, id engine.BatchID, name string) {
+	t.Helper()
+	for seen := false; !seen; {
+		ns := b.WaitNotifications(ctx)
+		assert.NilError(t, ctx.Err(), "batch %d never completed without a waiter", id)
+		for _, n := range ns {
+			seen = seen || n.Name == name
+		}
+	}
+	bs, err := a.Wait(ctx, id)
+	assert.NilError(t, err)
+	assert.Equal(t, bs.State, engine.StateCompleted)
+	assert.NilError(t, a.FreeBatch(id))
 }
 
 // Large transfers whose submitter waits (Transfer) are read by the waiter
@@ -209,16 +217,6 @@ func TestAwaitedBatchCompletesWithoutWaiter(t *testing.T) {
 		name := fmt.Sprint("awaited-", i)
 		assert.NilError(t, a.SubmitWithNotify(id, []engine.Request{{Op: engine.OpRead, Source: src.Addr() + size, Target: seg,
 			TargetOffset: uint64(dst.Addr()), Length: size}}, engine.Notification{Name: name}))
-		for seen := false; !seen; {
-			ns := b.WaitNotifications(ctx)
-			assert.NilError(t, ctx.Err(), "the awaited batch never completed without its waiter")
-			for _, n := range ns {
-				seen = seen || n.Name == name
-			}
-		}
-		bs, err := a.Wait(ctx, id)
-		assert.NilError(t, err)
-		assert.Equal(t, bs.State, engine.StateCompleted)
-		assert.NilError(t, a.FreeBatch(id))
+		completesUnwaited(ctx, t, a, b, id, name)
 	}
 }
