@@ -15,15 +15,15 @@ type FabricHandle struct{ Data [64]byte }
 
 // allocProp is CUmemAllocationProp (32 bytes).
 type allocProp struct {
-	typ           int32 // CU_MEM_ALLOCATION_TYPE_PINNED = 1
-	handleTypes   int32 // CUmemAllocationHandleType bits
-	locType       int32 // CU_MEM_LOCATION_TYPE_DEVICE = 1
-	locID         int32
-	win32Meta     uintptr
-	compression   uint8
-	gdrCapable    uint8
-	usage         uint16
-	reservedFlags [4]uint8
+	typ         int32 // CU_MEM_ALLOCATION_TYPE_PINNED = 1
+	handleTypes int32 // CUmemAllocationHandleType bits
+	locType     int32 // CU_MEM_LOCATION_TYPE_DEVICE = 1
+	locID       int32
+	_           uintptr // win32HandleMetaData
+	_           uint8   // compressionType
+	gdrCapable  uint8
+	_           uint16   // usage
+	_           [4]uint8 // reserved
 }
 
 // accessDesc is CUmemAccessDesc (12 bytes).

@@ -48,14 +48,6 @@ type target struct {
 	keys   *peerauth.Keys
 }
 
-// peer names an attacker as the table prints it.
-func (x *target) peer() string {
-	if x.keys == nil {
-		return "any peer"
-	}
-	return "authenticated peer"
-}
-
 func header(write bool, addr, size uint64) []byte {
 	var b [tcpwire.HeaderSize]byte
 	tcpwire.Header{Size: size, Addr: addr, Write: write, V2: true}.Encode(&b)

@@ -741,9 +741,11 @@ func (ep *endpoint) passive(peer *handshake.Desc, g gidChoice) (*handshake.Desc,
 	defer ep.mu.Unlock()
 	if peer.IsReadyAck() {
 		if ep.state != epWaitAck && ep.state != epConnected {
+			//lint:ignore ST1005 Mooncake's own text: it goes back to the peer in the handshake reply
 			return nil, nil, fmt.Errorf("Received RDMA ready ACK for unconnected endpoint")
 		}
 		if !slices.Equal(ep.peerQPNs, peer.QPNum) {
+			//lint:ignore ST1005 Mooncake's own text: it goes back to the peer in the handshake reply
 			return nil, nil, fmt.Errorf("Received stale RDMA ready ACK with mismatched peer QP numbers")
 		}
 		ep.markConnected()
@@ -764,6 +766,7 @@ func (ep *endpoint) passive(peer *handshake.Desc, g gidChoice) (*handshake.Desc,
 		return nil, nil, errReconnect
 	}
 	if peer.LocalGID == "" {
+		//lint:ignore ST1005 Mooncake's own text: it goes back to the peer in the handshake reply
 		return nil, nil, fmt.Errorf("Peer nic not found in that server: %s", ep.peerPath)
 	}
 	if err := ep.setupQPs(g, peer.LocalGID, peer.LocalLID, peer.QPNum); err != nil {

@@ -301,6 +301,7 @@ func (t *Transport) peerInfo(d *descriptor.Segment) *peerInfo {
 func (t *Transport) peerNIC(ctx context.Context, peerPath string) (gid string, lid uint16, err error) {
 	server, nicName, ok := handshake.SplitNICPath(peerPath)
 	if !ok {
+		//lint:ignore ST1005 Mooncake's own text: it goes back to the peer in the handshake reply
 		return "", 0, fmt.Errorf("Parse peer nic path failed: %s", peerPath)
 	}
 	t.peers.Lock()
@@ -327,8 +328,10 @@ func (t *Transport) peerNIC(ctx context.Context, peerPath string) (gid string, l
 		}
 	}
 	if err != nil {
+		//lint:ignore ST1005 Mooncake's own text: it goes back to the peer in the handshake reply
 		return "", 0, fmt.Errorf("Peer nic not found in that server: %s (descriptor of %q: %v)", peerPath, server, err)
 	}
+	//lint:ignore ST1005 Mooncake's own text: it goes back to the peer in the handshake reply
 	return "", 0, fmt.Errorf("Peer nic not found in that server: %s", peerPath)
 }
 

@@ -556,16 +556,6 @@ func (im *ipcMaps) retireAll() {
 	}
 }
 
-// Mappings returns how many of the owner's allocations are mapped now.
-func (im *ipcMaps) count() int {
-	if im == nil {
-		return 0
-	}
-	im.mu.Lock()
-	defer im.mu.Unlock()
-	return len(im.ms)
-}
-
 // ---- export requests (initiator) ----
 
 // requestExport asks the owner for the POSIX fd of the VMM allocation
