@@ -238,22 +238,19 @@ type Op struct {
 }
 
 // CopyBatch performs every copy of ops in one cgo crossing.
-func CopyBatch(ops []Op) {
-	if len(ops) == 0 {
-		return
-	}
-	// Op has the layout of kvf_copy: three 8-byte fields.
-	C.kvf_memcpy_batch((*C.kvf_copy)(unsafe.Pointer(&ops[0])), C.size_t(len(ops)), 0)
-}
+func CopyBatch(ops []Op) { copyBatch(ops, 0) }
 
 // CopyBatchStreaming is CopyBatch with streaming stores whatever the
 // batch's size (where the CPU has AVX2): for destinations this process will
 // not read again soon.
-func CopyBatchStreaming(ops []Op) {
+func CopyBatchStreaming(ops []Op) { copyBatch(ops, 1) }
+
+func copyBatch(ops []Op, stream C.int) {
 	if len(ops) == 0 {
 		return
 	}
-	C.kvf_memcpy_batch((*C.kvf_copy)(unsafe.Pointer(&ops[0])), C.size_t(len(ops)), 1)
+	// Op has the layout of kvf_copy: three 8-byte fields.
+	C.kvf_memcpy_batch((*C.kvf_copy)(unsafe.Pointer(&ops[0])), C.size_t(len(ops)), stream)
 }
 
 // Malloc allocates n bytes with C malloc; the memory is not zeroed.
