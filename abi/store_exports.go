@@ -192,6 +192,14 @@ func storeEnv(cfg *client.Config) {
 	if v, ok := hostenv.Getenv("KVFERRY_STORE_HUGEPAGES"); ok && strings.TrimSpace(v) == "0" {
 		cfg.NoHugePages = true
 	}
+	if v, ok := hostenv.Getenv("KVFERRY_STORE_SPECULATIVE_GETS"); ok && strings.TrimSpace(v) == "0" {
+		cfg.NoSpeculativeGets = true
+	}
+	if v, ok := hostenv.Getenv("KVFERRY_STORE_SPECULATIVE_GET_MAX"); ok {
+		if n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64); err == nil && n > 0 {
+			cfg.SpeculativeGetMax = n
+		}
+	}
 	if v, ok := hostenv.Getenv("MC_STORE_LOCAL_HOT_CACHE_SIZE"); ok {
 		if n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64); err == nil {
 			cfg.HotCacheBytes = n

@@ -110,6 +110,7 @@ func (c *Client) batchPutFrom(ctx context.Context, keys []string, addrs []uintpt
 func (c *Client) batchPut(ctx context.Context, keys []string, data []span, cfg ReplicateConfig, upsert bool) []error {
 	for _, k := range keys {
 		c.hot.invalidate(k)
+		c.hints.drop(k)
 	}
 	errs := make([]error, len(keys))
 	sizes := make([]uint64, len(keys))
@@ -381,7 +382,7 @@ func (c *Client) batchGet(ctx context.Context, keys []string, bufs [][]Buffer) (
 			continue
 		}
 		if keyStart != start { // promoted: read it now, under its new lease
-			errs[i] = c.readAny(ctx, k, reps, d, size, keyStart, lease)
+			_, errs[i] = c.readAny(ctx, k, reps, d, size, keyStart, lease)
 			continue
 		}
 		if len(reps) == 0 {
@@ -389,12 +390,12 @@ func (c *Client) batchGet(ctx context.Context, keys []string, bufs [][]Buffer) (
 			continue
 		}
 		if reps[0].GetSegmentName() == c.segName || !d.registered(c.e) {
-			errs[i] = c.readAny(ctx, k, reps, d, size, start, lease)
+			_, errs[i] = c.readAny(ctx, k, reps, d, size, start, lease)
 			continue
 		}
 		ids, err := c.open(ctx, reps[:1])
 		if err != nil {
-			errs[i] = c.readAny(ctx, k, reps[1:], d, size, start, lease)
+			_, errs[i] = c.readAny(ctx, k, reps[1:], d, size, start, lease)
 			continue
 		}
 		if jobs.reqs == nil {
@@ -437,7 +438,7 @@ func (c *Client) batchGet(ctx context.Context, keys []string, bufs [][]Buffer) (
 			errs[i] = transferFail("get", keys[i], fmt.Errorf("read from %s failed: %v", bad.GetSegmentName(), keyWhy[i]))
 			continue
 		}
-		errs[i] = c.readAny(ctx, keys[i], rest, dests[i], n[i], start, lease)
+		_, errs[i] = c.readAny(ctx, keys[i], rest, dests[i], n[i], start, lease)
 	}
 	for i := range errs {
 		if errs[i] != nil {

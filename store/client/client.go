@@ -68,6 +68,7 @@ type Client struct {
 	grants  grantPool
 	disk    *ssd.Store // the disk tier (tier.go); nil without one
 	hot     *hotCache  // the local hot cache (hotcache.go); nil when off
+	hints   *hints     // where keys were last seen (spec.go); nil when off
 	tasks   *tasks     // the task loop's workers; nil without a segment or tier
 }
 
@@ -115,6 +116,7 @@ func New(ctx context.Context, cfg Config) (_ *Client, err error) {
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.hot = newHotCache(cfg.HotCacheBytes, cfg.HotCacheAdmission)
+	c.hints = newHints(cfg.NoSpeculativeGets, cfg.SpeculativeGetMax)
 	defer func() {
 		if err != nil {
 			c.teardown()
@@ -349,6 +351,7 @@ func (c *Client) teardown() {
 		c.tasks.wg.Wait()
 	}
 	c.hot.clear()
+	c.hints.clear()
 	if mc := c.conn.Swap(nil); mc != nil && mc.closer != nil {
 		mc.closer.Close()
 	}

@@ -636,6 +636,7 @@ func (c *Client) putGranted(ctx context.Context, mc *masterConn, key string, dat
 		c.grants.committed(mc, slots, sent, resp.GetGrantGeneration())
 		c.metrics.grantPuts.Add(1)
 		cfg.ver.set(resp.GetVersion())
+		c.hintPut(key, data.size, reps, resp)
 		return true, nil
 	}
 	err = c.rpcErr(err)

@@ -128,6 +128,17 @@ func (h *hotCache) offer(key string, uid, size uint64, d span) {
 	h.touchLocked(e)
 }
 
+// holds reports whether the cache has key's incarnation uid.
+func (h *hotCache) holds(key string, uid uint64) bool {
+	if h == nil {
+		return false
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	e, ok := h.entries[key]
+	return ok && e.uid == uid
+}
+
 // invalidate drops key (this client put, upserted or removed it).
 func (h *hotCache) invalidate(key string) {
 	if h == nil {

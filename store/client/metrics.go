@@ -23,6 +23,8 @@ type metrics struct {
 	offloads, diskLoads       atomic.Uint64
 	promotions                atomic.Uint64
 	stagedBytes               atomic.Uint64
+	specReads, specHits       atomic.Uint64
+	specMisses                atomic.Uint64
 }
 
 // Metrics is a snapshot of a client's counters since New.
@@ -75,6 +77,10 @@ type Metrics struct {
 	// StagedBytes counts bytes copied through the staging buffer (data in
 	// memory the engine cannot use directly: unregistered or Go memory).
 	StagedBytes uint64
+	// SpecReads counts speculative gets started (spec.go); SpecHits those
+	// whose bytes the master's answer confirmed, SpecMisses those read
+	// again (another replica, the key gone, a failed or late read).
+	SpecReads, SpecHits, SpecMisses uint64
 }
 
 // Metrics returns a snapshot.
@@ -90,6 +96,7 @@ func (c *Client) Metrics() Metrics {
 		GrantLapses: m.grantLapses.Load(),
 		Offloads:    m.offloads.Load(), DiskLoads: m.diskLoads.Load(), Promotions: m.promotions.Load(),
 		StagedBytes: m.stagedBytes.Load(),
+		SpecReads:   m.specReads.Load(), SpecHits: m.specHits.Load(), SpecMisses: m.specMisses.Load(),
 	}
 }
 

@@ -194,6 +194,7 @@ func (c *Client) put(ctx context.Context, key string, data span, cfg ReplicateCo
 	data = c.gpuSpan(data)
 	c.metrics.puts.Add(1)
 	c.hot.invalidate(key)
+	c.hints.drop(key)
 	start := time.Now()
 	defer func() {
 		c.obs.PutDuration.Observe(data.size, time.Since(start))
@@ -444,7 +445,7 @@ func (c *Client) transfer(ctx context.Context, reqs []engine.Request, reps []*wi
 // Get returns a copy of the object stored under key.
 func (c *Client) Get(ctx context.Context, key string) ([]byte, error) {
 	var out []byte
-	_, err := c.get(ctx, key, func(size uint64) (span, error) {
+	_, err := c.get(ctx, key, false, func(size uint64) (span, error) {
 		out = make([]byte, size)
 		return goSpan(out), nil
 	})
@@ -457,7 +458,7 @@ func (c *Client) Get(ctx context.Context, key string) ([]byte, error) {
 // GetBytes reads the object stored under key into buf and returns its size.
 // A buf shorter than the object is INVALID_PARAMS and nothing is read.
 func (c *Client) GetBytes(ctx context.Context, key string, buf []byte) (uint64, error) {
-	return c.get(ctx, key, func(size uint64) (span, error) {
+	return c.get(ctx, key, false, func(size uint64) (span, error) {
 		if uint64(len(buf)) < size {
 			return span{}, fmt.Errorf("get %q: object of %d bytes, buffer of %d: %w", key, size, len(buf), wire.ErrInvalidParams)
 		}
@@ -467,10 +468,11 @@ func (c *Client) GetBytes(ctx context.Context, key string, buf []byte) (uint64, 
 
 // GetInto reads the object stored under key into size bytes of C memory at
 // addr and returns the object's size. A buffer smaller than the object is
-// INVALID_PARAMS and nothing is written. Registered memory (RegisterBuffer)
-// is filled without a copy.
+// INVALID_PARAMS and nothing is written, except by a speculative read of
+// the key's earlier incarnation (spec.go), which a failed get may leave
+// behind. Registered memory (RegisterBuffer) is filled without a copy.
 func (c *Client) GetInto(ctx context.Context, key string, addr uintptr, size uint64) (uint64, error) {
-	return c.get(ctx, key, func(objSize uint64) (span, error) {
+	return c.get(ctx, key, true, func(objSize uint64) (span, error) {
 		if size < objSize {
 			return span{}, fmt.Errorf("get %q: object of %d bytes, buffer of %d: %w", key, objSize, size, wire.ErrInvalidParams)
 		}
@@ -481,7 +483,10 @@ func (c *Client) GetInto(ctx context.Context, key string, addr uintptr, size uin
 	})
 }
 
-func (c *Client) get(ctx context.Context, key string, dest func(size uint64) (span, error)) (n uint64, err error) {
+// get reads key into the span dest returns for its size; with mayGuess,
+// dest has no side effects and may be called for a guessed size (a
+// speculative get, spec.go).
+func (c *Client) get(ctx context.Context, key string, mayGuess bool, dest func(size uint64) (span, error)) (n uint64, err error) {
 	c.metrics.gets.Add(1)
 	began := time.Now()
 	defer func() {
@@ -496,6 +501,10 @@ func (c *Client) get(ctx context.Context, key string, dest func(size uint64) (sp
 		return 0, fmt.Errorf("get: empty key: %w", wire.ErrInvalidParams)
 	}
 	start := time.Now()
+	var spec *speculation
+	if mayGuess {
+		spec = c.speculate(ctx, key, dest) // spec.go
+	}
 	var resp *wire.GetReplicaListResponse
 	err = c.readCall(func(mc *masterConn) error {
 		rctx, cancel := c.rpcCtx(ctx)
@@ -505,9 +514,23 @@ func (c *Client) get(ctx context.Context, key string, dest func(size uint64) (sp
 		return c.rpcErr(err)
 	})
 	if err != nil {
+		c.drop(spec)
+		if wire.CodeOf(err) == wire.ErrObjectNotFound {
+			c.hints.drop(key)
+		}
 		return 0, fmt.Errorf("get %q: %w", key, err)
 	}
 	size := resp.GetSize()
+	lease := time.Duration(resp.GetLeaseTtlMs()) * time.Millisecond
+	if spec != nil {
+		if spec.matches(resp) {
+			if c.keep(ctx, spec, start, lease) {
+				return size, nil
+			}
+		} else {
+			c.drop(spec)
+		}
+	}
 	d, err := dest(size)
 	if err != nil {
 		return 0, err
@@ -516,43 +539,45 @@ func (c *Client) get(ctx context.Context, key string, dest func(size uint64) (sp
 	if c.hot.read(key, resp.GetUid(), size, d) {
 		return size, nil
 	}
-	lease := time.Duration(resp.GetLeaseTtlMs()) * time.Millisecond
 	reps, err := c.memoryReplicas(ctx, key, resp.GetReplicas(), &start)
 	if err != nil {
 		return 0, err
 	}
-	if err := c.readAny(ctx, key, reps, d, size, start, lease); err != nil {
+	from, err := c.readAny(ctx, key, reps, d, size, start, lease)
+	if err != nil {
 		return 0, err
 	}
-	if len(reps) > 0 && reps[0].GetSegmentName() != c.segName {
+	if from.GetSegmentName() != c.segName {
 		c.hot.offer(key, resp.GetUid(), size, d)
+		c.hints.set(key, hintOf(resp, from))
 	}
 	return size, nil
 }
 
-// readAny reads from the first replica that answers (ours first) and
-// checks that the lease granted at start still held when the read ended.
+// readAny reads from the first replica that answers (ours first), which
+// it returns, and checks that the lease granted at start still held when
+// the read ended.
 func (c *Client) readAny(ctx context.Context, key string, reps []*wire.Replica, d span, size uint64,
-	start time.Time, lease time.Duration) error {
+	start time.Time, lease time.Duration) (*wire.Replica, error) {
 	if len(reps) == 0 {
-		return fmt.Errorf("get %q: %w", key, wire.ErrReplicaIsNotReady)
+		return nil, fmt.Errorf("get %q: %w", key, wire.ErrReplicaIsNotReady)
 	}
 	var lastErr error
-	done := false
+	var from *wire.Replica
 	for _, r := range c.readOrder(reps) {
 		if lastErr = c.readReplica(ctx, r, d, size); lastErr == nil {
-			done = true
+			from = r
 			break
 		}
 		c.log.Debug("replica read failed", "key", key, "segment", r.GetSegmentName(), "err", lastErr)
 	}
-	if !done {
-		return transferFail("get", key, lastErr)
+	if from == nil {
+		return nil, transferFail("get", key, lastErr)
 	}
 	if lease > 0 && time.Since(start) > lease {
-		return fmt.Errorf("get %q: read took %v, lease %v: %w", key, time.Since(start), lease, wire.ErrLeaseExpired)
+		return nil, fmt.Errorf("get %q: read took %v, lease %v: %w", key, time.Since(start), lease, wire.ErrLeaseExpired)
 	}
-	return nil
+	return from, nil
 }
 
 // readOrder returns the memory replicas of reps (disk replicas are read
@@ -675,6 +700,7 @@ func (c *Client) GetSize(ctx context.Context, key string) (uint64, error) {
 // OBJECT_HAS_LEASE unless force.
 func (c *Client) Remove(ctx context.Context, key string, force bool) error {
 	c.hot.invalidate(key)
+	c.hints.drop(key)
 	mc, err := c.master()
 	if err != nil {
 		return err
@@ -692,6 +718,7 @@ func (c *Client) Remove(ctx context.Context, key string, force bool) error {
 func (c *Client) BatchRemove(ctx context.Context, keys []string, force bool) ([]error, error) {
 	for _, k := range keys {
 		c.hot.invalidate(k)
+		c.hints.drop(k)
 	}
 	mc, err := c.master()
 	if err != nil {
@@ -722,6 +749,7 @@ func errorsOf(codes []int32, n int) []error {
 // syntax, unanchored) and returns how many it removed.
 func (c *Client) RemoveByRegex(ctx context.Context, pattern string, force bool) (int64, error) {
 	c.hot.clear()
+	c.hints.clear()
 	mc, err := c.master()
 	if err != nil {
 		return 0, err
@@ -739,6 +767,7 @@ func (c *Client) RemoveByRegex(ctx context.Context, pattern string, force bool) 
 // how many it removed.
 func (c *Client) RemoveAll(ctx context.Context, force bool) (int64, error) {
 	c.hot.clear()
+	c.hints.clear()
 	mc, err := c.master()
 	if err != nil {
 		return 0, err

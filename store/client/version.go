@@ -114,7 +114,7 @@ func (c *Client) getVersioned(ctx context.Context, key string, minVersion uint64
 	if err != nil {
 		return 0, 0, err
 	}
-	if err := c.readAny(ctx, key, reps, d, size, start, time.Duration(resp.GetLeaseTtlMs())*time.Millisecond); err != nil {
+	if _, err := c.readAny(ctx, key, reps, d, size, start, time.Duration(resp.GetLeaseTtlMs())*time.Millisecond); err != nil {
 		return 0, 0, err
 	}
 	return resp.GetVersion(), size, nil

@@ -326,7 +326,7 @@ func (s *Service) putCommitLocked(clientID string, id objectKey, size uint64, cf
 		off := reps[i].Addr - g.seg.info.Base
 		g.take(off, need)
 		s.mu.granted -= need
-		r := &replica{seg: g.seg, off: off, size: size}
+		r := s.newReplicaLocked(g.seg, off, size)
 		g.seg.replicas[r] = struct{}{}
 		out[i] = r
 	}

@@ -68,9 +68,15 @@ func replicasToWire(rs []Replica) []*wire.Replica {
 	out := make([]*wire.Replica, len(rs))
 	for i, r := range rs {
 		out[i] = &wire.Replica{SegmentName: r.SegmentName, Address: r.Addr, Size: r.Size,
-			Status: r.Status, SegmentId: r.SegmentID, Protocol: r.Protocol, Kind: r.Kind, FilePath: r.FilePath}
+			Status: r.Status, SegmentId: r.SegmentID, Protocol: r.Protocol, Kind: r.Kind, FilePath: r.FilePath, Tag: r.Tag}
 	}
 	return out
+}
+
+// replicaListToWire is the answer naming l, from svc.
+func replicaListToWire(svc *Service, l ReplicaList) *wire.GetReplicaListResponse {
+	return &wire.GetReplicaListResponse{Replicas: replicasToWire(l.Replicas), Size: l.Size,
+		LeaseTtlMs: uint64(l.LeaseTTL / time.Millisecond), Uid: l.UID, Version: l.Version, ViewVersion: svc.ViewVersion()}
 }
 
 func configFromWire(c *wire.ReplicateConfig) ReplicateConfig {
@@ -209,8 +215,7 @@ func (g *handlers) PromoteObject(ctx context.Context, req *wire.KeyRequest) (*wi
 	if err != nil {
 		return nil, err
 	}
-	return &wire.GetReplicaListResponse{Replicas: replicasToWire(l.Replicas), Size: l.Size,
-		LeaseTtlMs: uint64(l.LeaseTTL / time.Millisecond), Uid: l.UID, Version: l.Version}, nil
+	return replicaListToWire(svc, l), nil
 }
 
 func (g *handlers) CreateTask(_ context.Context, req *wire.CreateTaskRequest) (*wire.CreateTaskResponse, error) {
@@ -267,8 +272,7 @@ func (g *handlers) GetReplicaList(_ context.Context, req *wire.KeyRequest) (*wir
 	if err != nil {
 		return nil, err
 	}
-	return &wire.GetReplicaListResponse{Replicas: replicasToWire(l.Replicas), Size: l.Size,
-		LeaseTtlMs: uint64(l.LeaseTTL / time.Millisecond), Uid: l.UID, Version: l.Version}, nil
+	return replicaListToWire(svc, l), nil
 }
 
 func (g *handlers) BatchGetReplicaList(_ context.Context, req *wire.BatchKeyRequest) (*wire.BatchGetReplicaListResponse, error) {
@@ -453,12 +457,13 @@ func (g *handlers) PutCommit(_ context.Context, req *wire.PutCommitRequest) (*wi
 	}
 	cfg := configFromWire(req.GetConfig())
 	cfg.Versioned, cfg.ExpectedVersion = req.GetVersioned(), req.GetExpectedVersion()
-	gen, version, err := svc.PutCommitVersion(req.GetClientId(), req.GetTenantId(), req.GetKey(), req.GetSize(), cfg,
+	c, err := svc.PutCommitVersion(req.GetClientId(), req.GetTenantId(), req.GetKey(), req.GetSize(), cfg,
 		req.GetUpsert(), reps)
 	if err != nil {
 		return nil, err
 	}
-	return &wire.PutCommitResponse{GrantGeneration: gen, Version: version}, nil
+	return &wire.PutCommitResponse{GrantGeneration: c.Gen, Version: c.Version, Uid: c.UID, ReplicaTags: c.Tags,
+		ViewVersion: svc.ViewVersion()}, nil
 }
 
 func (g *handlers) WaitObject(ctx context.Context, req *wire.WaitObjectRequest) (*wire.GetReplicaListResponse, error) {
@@ -470,8 +475,7 @@ func (g *handlers) WaitObject(ctx context.Context, req *wire.WaitObjectRequest) 
 	if err != nil {
 		return nil, err
 	}
-	return &wire.GetReplicaListResponse{Replicas: replicasToWire(l.Replicas), Size: l.Size,
-		LeaseTtlMs: uint64(l.LeaseTTL / time.Millisecond), Uid: l.UID, Version: l.Version}, nil
+	return replicaListToWire(svc, l), nil
 }
 
 func (g *handlers) ReturnGrants(_ context.Context, req *wire.ReturnGrantsRequest) (*wire.ReturnGrantsResponse, error) {

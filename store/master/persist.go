@@ -400,7 +400,8 @@ func (s *Service) attachRestoredLocked(seg *segment) {
 			if !same || !seg.alloc.reserve(p.off, alignedLen(p.size)) {
 				continue
 			}
-			r := &replica{seg: seg, off: p.off, size: p.size, obj: o}
+			r := s.newReplicaLocked(seg, p.off, p.size)
+			r.obj = o
 			seg.replicas[r] = struct{}{}
 			s.mu.used += alignedLen(p.size)
 			o.replicas = append(o.replicas, r)

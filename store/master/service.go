@@ -46,6 +46,8 @@ type Replica struct {
 	// of segment SegmentName's client, under directory FilePath).
 	Kind     wire.ReplicaKind
 	FilePath string
+	// Tag names a memory replica (replica.tag); 0 for disk replicas.
+	Tag uint64
 }
 
 // ReplicaList is the answer to GetReplicaList.
@@ -197,6 +199,20 @@ type replica struct {
 	off  uint64 // offset from seg base
 	size uint64
 	obj  *object // nil once detached (discarded)
+	// tag names this replica among every replica and object incarnation
+	// this instance made (newReplicaLocked): a replica placed again at the
+	// same address, even of the same incarnation, has another. A client
+	// that reads a replica before the master named it (a speculative get,
+	// store/client spec.go) trusts what it read only if the answer names
+	// the same tag.
+	tag uint64
+}
+
+// newReplicaLocked returns a replica of size bytes at off in seg, with a
+// fresh tag.
+func (s *Service) newReplicaLocked(seg *segment, off, size uint64) *replica {
+	s.mu.lastUID++
+	return &replica{seg: seg, off: off, size: size, tag: s.mu.lastUID}
 }
 
 type object struct {
@@ -677,6 +693,7 @@ func (o *object) descriptors() []Replica {
 			Size:        r.size,
 			Status:      st,
 			Protocol:    r.seg.info.Protocol,
+			Tag:         r.tag,
 		}
 	}
 	for _, d := range o.disk {
@@ -887,7 +904,7 @@ func (s *Service) placeLocked(size uint64, n int, preferred []string) []*replica
 		if !ok {
 			return false
 		}
-		r := &replica{seg: seg, off: off, size: size}
+		r := s.newReplicaLocked(seg, off, size)
 		seg.replicas[r] = struct{}{}
 		s.mu.used += alignedLen(size)
 		out = append(out, r)

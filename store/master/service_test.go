@@ -610,3 +610,51 @@ func TestGrantIDsDifferAcrossInstances(t *testing.T) {
 	_, err := svcs[1].PutCommit("w", "", "k", 100, ReplicateConfig{}, false, []GrantedReplica{{GrantID: ids[1], Addr: 1 << 20}})
 	assert.NilError(t, err)
 }
+
+// TestReplicaTags: every replica the master places has a tag of its own,
+// so a client that read a replica before the master named it can tell it
+// from a replica placed later at the same address (store/client spec.go):
+// a remove and a new put of the same key and size lands at the same
+// address here, with another uid and another tag; a put through a grant
+// reports the tags it published.
+func TestReplicaTags(t *testing.T) {
+	clock := newFakeClock()
+	svc, err := NewService(Config{Clock: clock, ClientTTL: time.Hour}, 7)
+	assert.NilError(t, err)
+	// Room for one object: the second lands where the first was.
+	assert.NilError(t, svc.MountSegment("h", SegmentInfo{ID: "s", Name: "n", Base: 1 << 20, Size: 4096}))
+	put := func() ReplicaList {
+		t.Helper()
+		_, err := svc.PutStart("w", "", "k", 4096, ReplicateConfig{}, false)
+		assert.NilError(t, err)
+		assert.NilError(t, svc.PutEnd("w", "", "k"))
+		l, err := svc.GetReplicaList("", "k")
+		assert.NilError(t, err)
+		assert.Equal(t, len(l.Replicas), 1)
+		assert.Assert(t, l.Replicas[0].Tag != 0)
+		return l
+	}
+	a := put()
+	again, err := svc.GetReplicaList("", "k")
+	assert.NilError(t, err)
+	assert.Equal(t, again.Replicas[0].Tag, a.Replicas[0].Tag) // the same replica
+	assert.NilError(t, svc.Remove("", "k", true))
+	clock.Advance(time.Minute) // past the removed replica's discard delay
+	svc.Tick()
+	b := put()
+	assert.Equal(t, b.Replicas[0].Addr, a.Replicas[0].Addr)
+	assert.Assert(t, b.UID != a.UID)
+	assert.Assert(t, b.Replicas[0].Tag != a.Replicas[0].Tag)
+
+	assert.NilError(t, svc.MountSegment("h", SegmentInfo{ID: "s2", Name: "n2", Base: 4 << 20, Size: 1 << 20}))
+	assert.NilError(t, svc.ReMountSegments("w", nil))
+	gs, _, err := svc.AcquireGrants("w", 1, 4096, nil, nil)
+	assert.NilError(t, err)
+	c, err := svc.PutCommitVersion("w", "", "g", 4096, ReplicateConfig{}, false, []GrantedReplica{{GrantID: gs[0].ID, Addr: gs[0].Addr}})
+	assert.NilError(t, err)
+	l, err := svc.GetReplicaList("", "g")
+	assert.NilError(t, err)
+	assert.Equal(t, c.UID, l.UID)
+	assert.DeepEqual(t, c.Tags, []uint64{l.Replicas[0].Tag})
+	assert.Assert(t, c.Tags[0] != b.Replicas[0].Tag)
+}

@@ -399,7 +399,7 @@ func (s *Service) allocOnLocked(name string, size uint64) *replica {
 			continue
 		}
 		if off, ok := seg.alloc.alloc(size); ok {
-			r := &replica{seg: seg, off: off, size: size}
+			r := s.newReplicaLocked(seg, off, size)
 			seg.replicas[r] = struct{}{}
 			s.mu.used += alignedLen(size)
 			return r
@@ -497,7 +497,7 @@ func (s *Service) placeOneLocked(size uint64, exclude []string) *replica {
 		if !ok {
 			return false
 		}
-		out = &replica{seg: seg, off: off, size: size}
+		out = s.newReplicaLocked(seg, off, size)
 		seg.replicas[out] = struct{}{}
 		s.mu.used += alignedLen(size)
 		return true

@@ -89,16 +89,16 @@ func (s *Service) PutEndVersion(clientID, tenant, key string) (_ uint64, err err
 	return s.versionOfLocked(id), nil
 }
 
-// PutCommitVersion is PutCommit returning also the version published.
+// PutCommitVersion is PutCommit returning what it published (Committed).
 func (s *Service) PutCommitVersion(clientID, tenant, key string, size uint64, cfg ReplicateConfig, upsert bool,
-	reps []GrantedReplica) (gen, version uint64, err error) {
+	reps []GrantedReplica) (c Committed, err error) {
 	id, err := objectKeyOf(tenant, key)
 	if err != nil {
-		return 0, 0, fmt.Errorf("put commit %q: %w", key, err)
+		return c, fmt.Errorf("put commit %q: %w", key, err)
 	}
 	g, err := groupOf(cfg)
 	if err != nil {
-		return 0, 0, fmt.Errorf("put commit %q: %w", key, err)
+		return c, fmt.Errorf("put commit %q: %w", key, err)
 	}
 	now := s.clock.Now()
 	defer s.durable(&err)
@@ -106,12 +106,27 @@ func (s *Service) PutCommitVersion(clientID, tenant, key string, size uint64, cf
 	defer s.mu.Unlock()
 	defer s.checkLocked()
 	s.mu.counters.commits++
-	gen, err = s.putCommitLocked(clientID, id, size, cfg, g, upsert, reps, now)
+	c.Gen, err = s.putCommitLocked(clientID, id, size, cfg, g, upsert, reps, now)
 	if err != nil {
 		s.mu.counters.commitFails++
-		return gen, 0, err
+		return c, err
 	}
-	return gen, s.versionOfLocked(id), nil
+	if o, ok := s.mu.objects[id]; ok && o.complete {
+		c.Version, c.UID = o.version, o.uid
+		c.Tags = make([]uint64, len(o.replicas))
+		for i, r := range o.replicas {
+			c.Tags[i] = r.tag
+		}
+	}
+	return c, nil
+}
+
+// Committed is what PutCommitVersion published: the client's grant
+// generation, the object's version and uid, and the tags of its replicas
+// in the order of the request's.
+type Committed struct {
+	Gen, Version, UID uint64
+	Tags              []uint64
 }
 
 // WaitObject returns the replica list of the object once its version is

@@ -1124,7 +1124,10 @@ type Replica struct {
 	// holder's disk tier: PromoteObject brings it into memory).
 	Kind ReplicaKind `protobuf:"varint,7,opt,name=kind,proto3,enum=kvferry.store.v1.ReplicaKind" json:"kind,omitempty"`
 	// file_path is the LOCAL_DISK replica's file on the holder.
-	FilePath      string `protobuf:"bytes,8,opt,name=file_path,json=filePath,proto3" json:"file_path,omitempty"`
+	FilePath string `protobuf:"bytes,8,opt,name=file_path,json=filePath,proto3" json:"file_path,omitempty"`
+	// tag names this memory replica among all the master instance made: a
+	// replica placed again at the same address has another (0: unnamed).
+	Tag           uint64 `protobuf:"varint,9,opt,name=tag,proto3" json:"tag,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1215,6 +1218,13 @@ func (x *Replica) GetFilePath() string {
 	return ""
 }
 
+func (x *Replica) GetTag() uint64 {
+	if x != nil {
+		return x.Tag
+	}
+	return 0
+}
+
 type GetReplicaListResponse struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Replicas []*Replica             `protobuf:"bytes,1,rep,name=replicas,proto3" json:"replicas,omitempty"`
@@ -1226,7 +1236,10 @@ type GetReplicaListResponse struct {
 	// an upsert) give the key another one (a client's hot cache keys on it).
 	Uid uint64 `protobuf:"varint,4,opt,name=uid,proto3" json:"uid,omitempty"`
 	// version is the object's version (monotonic per key; version.go).
-	Version       uint64 `protobuf:"varint,5,opt,name=version,proto3" json:"version,omitempty"`
+	Version uint64 `protobuf:"varint,5,opt,name=version,proto3" json:"version,omitempty"`
+	// view_version is the answering master instance's (PingResponse): a
+	// replica tag means something only with the view it came in.
+	ViewVersion   uint64 `protobuf:"varint,6,opt,name=view_version,json=viewVersion,proto3" json:"view_version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1292,6 +1305,13 @@ func (x *GetReplicaListResponse) GetUid() uint64 {
 func (x *GetReplicaListResponse) GetVersion() uint64 {
 	if x != nil {
 		return x.Version
+	}
+	return 0
+}
+
+func (x *GetReplicaListResponse) GetViewVersion() uint64 {
+	if x != nil {
+		return x.ViewVersion
 	}
 	return 0
 }
@@ -3026,7 +3046,13 @@ type PutCommitResponse struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	GrantGeneration uint64                 `protobuf:"varint,1,opt,name=grant_generation,json=grantGeneration,proto3" json:"grant_generation,omitempty"`
 	// version is the version the object was published at.
-	Version       uint64 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	Version uint64 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	// uid is the incarnation published, replica_tags the tags of its
+	// replicas in the order of the request's, view_version the master
+	// instance's (GetReplicaListResponse).
+	Uid           uint64   `protobuf:"varint,3,opt,name=uid,proto3" json:"uid,omitempty"`
+	ReplicaTags   []uint64 `protobuf:"varint,4,rep,packed,name=replica_tags,json=replicaTags,proto3" json:"replica_tags,omitempty"`
+	ViewVersion   uint64   `protobuf:"varint,5,opt,name=view_version,json=viewVersion,proto3" json:"view_version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3071,6 +3097,27 @@ func (x *PutCommitResponse) GetGrantGeneration() uint64 {
 func (x *PutCommitResponse) GetVersion() uint64 {
 	if x != nil {
 		return x.Version
+	}
+	return 0
+}
+
+func (x *PutCommitResponse) GetUid() uint64 {
+	if x != nil {
+		return x.Uid
+	}
+	return 0
+}
+
+func (x *PutCommitResponse) GetReplicaTags() []uint64 {
+	if x != nil {
+		return x.ReplicaTags
+	}
+	return nil
+}
+
+func (x *PutCommitResponse) GetViewVersion() uint64 {
+	if x != nil {
+		return x.ViewVersion
 	}
 	return 0
 }
@@ -4044,7 +4091,7 @@ const file_wire_proto_rawDesc = "" +
 	"\x10ExistKeyResponse\x12\x16\n" +
 	"\x06exists\x18\x01 \x01(\bR\x06exists\"1\n" +
 	"\x15BatchExistKeyResponse\x12\x18\n" +
-	"\aresults\x18\x01 \x03(\x05R\aresults\"\x9e\x02\n" +
+	"\aresults\x18\x01 \x03(\x05R\aresults\"\xb0\x02\n" +
 	"\aReplica\x12!\n" +
 	"\fsegment_name\x18\x01 \x01(\tR\vsegmentName\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\x04R\aaddress\x12\x12\n" +
@@ -4054,14 +4101,16 @@ const file_wire_proto_rawDesc = "" +
 	"segment_id\x18\x05 \x01(\tR\tsegmentId\x12\x1a\n" +
 	"\bprotocol\x18\x06 \x01(\tR\bprotocol\x121\n" +
 	"\x04kind\x18\a \x01(\x0e2\x1d.kvferry.store.v1.ReplicaKindR\x04kind\x12\x1b\n" +
-	"\tfile_path\x18\b \x01(\tR\bfilePath\"\xb1\x01\n" +
+	"\tfile_path\x18\b \x01(\tR\bfilePath\x12\x10\n" +
+	"\x03tag\x18\t \x01(\x04R\x03tag\"\xd4\x01\n" +
 	"\x16GetReplicaListResponse\x125\n" +
 	"\breplicas\x18\x01 \x03(\v2\x19.kvferry.store.v1.ReplicaR\breplicas\x12 \n" +
 	"\flease_ttl_ms\x18\x02 \x01(\x04R\n" +
 	"leaseTtlMs\x12\x12\n" +
 	"\x04size\x18\x03 \x01(\x04R\x04size\x12\x10\n" +
 	"\x03uid\x18\x04 \x01(\x04R\x03uid\x12\x18\n" +
-	"\aversion\x18\x05 \x01(\x04R\aversion\"|\n" +
+	"\aversion\x18\x05 \x01(\x04R\aversion\x12!\n" +
+	"\fview_version\x18\x06 \x01(\x04R\vviewVersion\"|\n" +
 	"\x11WaitObjectRequest\x12\x1b\n" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x1f\n" +
@@ -4177,10 +4226,13 @@ const file_wire_proto_rawDesc = "" +
 	"\breplicas\x18\x06 \x03(\v2 .kvferry.store.v1.GrantedReplicaR\breplicas\x12\x1b\n" +
 	"\ttenant_id\x18\a \x01(\tR\btenantId\x12\x1c\n" +
 	"\tversioned\x18\b \x01(\bR\tversioned\x12)\n" +
-	"\x10expected_version\x18\t \x01(\x04R\x0fexpectedVersion\"X\n" +
+	"\x10expected_version\x18\t \x01(\x04R\x0fexpectedVersion\"\xb0\x01\n" +
 	"\x11PutCommitResponse\x12)\n" +
 	"\x10grant_generation\x18\x01 \x01(\x04R\x0fgrantGeneration\x12\x18\n" +
-	"\aversion\x18\x02 \x01(\x04R\aversion\"O\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion\x12\x10\n" +
+	"\x03uid\x18\x03 \x01(\x04R\x03uid\x12!\n" +
+	"\freplica_tags\x18\x04 \x03(\x04R\vreplicaTags\x12!\n" +
+	"\fview_version\x18\x05 \x01(\x04R\vviewVersion\"O\n" +
 	"\x13ReturnGrantsRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x1b\n" +
 	"\tgrant_ids\x18\x02 \x03(\x04R\bgrantIds\"\x16\n" +
