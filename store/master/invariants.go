@@ -15,7 +15,8 @@ import (
 // exactly, so no two live objects overlap and objects plus grants never
 // exceed a segment; every count (used, granted, capacity) matches; every
 // object's replicas are indexed in their segments; every grant is indexed
-// by its client and segment. Without the tag it compiles to nothing.
+// by its client and segment; every replica has a tag no other has. Without
+// the tag it compiles to nothing.
 func (s *Service) checkLocked() {
 	if !invariants.Enabled {
 		return
@@ -32,6 +33,7 @@ type owned struct {
 
 func (s *Service) verifyLocked() error {
 	var used, capacity, granted uint64
+	tags := make(map[uint64]bool)
 	for _, seg := range s.mu.order {
 		if seg.unmounted || s.mu.segments[seg.info.ID] != seg {
 			return fmt.Errorf("segment %q in order but not mounted", seg.info.ID)
@@ -43,6 +45,10 @@ func (s *Service) verifyLocked() error {
 			if r.seg != seg {
 				return fmt.Errorf("replica in segment %q points at %q", seg.info.ID, r.seg.info.ID)
 			}
+			if r.tag == 0 || tags[r.tag] {
+				return fmt.Errorf("replica at %q+%d: tag %d zero or not its own", seg.info.ID, r.off, r.tag)
+			}
+			tags[r.tag] = true
 			what := "discarded replica"
 			if r.obj != nil {
 				what = "replica of " + r.obj.id.String()
