@@ -37,6 +37,7 @@ var (
 	sLocalSeg  = storeFlags.Uint64("local_segment", 0, "run, latency: bytes the runner itself lends (with -master=embedded: single-process mode)")
 	sSegHuge   = storeFlags.Bool("segment_hugepages", true, "advise the lent memory for transparent huge pages (the store's default)")
 	sRPC       = storeFlags.String("master_rpc", "auto", "how to call a remote master: auto (mux, else gRPC), mux or grpc")
+	sSpec      = storeFlags.Bool("speculative_gets", true, "read a hinted replica during the master round trip (the store's default; store/client spec.go)")
 	sRedisAt   = storeFlags.String("redis", "127.0.0.1:6379", "redis: the redis-server address")
 	sCPUProf   = storeFlags.String("cpuprofile", "", "write a Go CPU profile of the whole run to this file")
 	sQuiet     = storeFlags.Bool("quiet", false, "no progress on stderr")
@@ -124,6 +125,7 @@ func newStoreClient(segmentBytes uint64) (*client.Client, error) {
 		GlobalSegmentSize: segmentBytes,
 		NoHugePages:       !*sSegHuge,
 		MasterRPC:         *sRPC,
+		NoSpeculativeGets: !*sSpec,
 	})
 }
 
