@@ -137,16 +137,13 @@ type Config struct {
 	// same incarnation of the key. 0 (the default): off.
 	HotCacheBytes uint64
 	// NoSpeculativeGets turns speculative gets off (spec.go): by default a
-	// get of a key this client put or read before, of at most
-	// SpeculativeGetMax bytes, reads the replica it knows of while it asks
-	// the master, and keeps the bytes when the master names that same
-	// replica. KVFERRY_STORE_SPECULATIVE_GETS=0 sets it.
+	// get of a key this client put or read before reads the replica it
+	// knows of while the master answers, and keeps the bytes when the
+	// master names that same replica. KVFERRY_STORE_SPECULATIVE_GETS=0
+	// sets it.
 	NoSpeculativeGets bool
-	// SpeculativeGetMax is the largest value a get reads speculatively
-	// (default 256 KiB; KVFERRY_STORE_SPECULATIVE_GET_MAX). Larger values
-	// are read after the answer: on a host whose cores are busy, a large
-	// read in flight during the master round trip slows the master's
-	// answer by more than it overlaps.
+	// SpeculativeGetMax, when not 0, is the largest value a get reads
+	// speculatively (KVFERRY_STORE_SPECULATIVE_GET_MAX, bytes).
 	SpeculativeGetMax uint64
 	// HotCacheAdmission is the number of remote reads of a key that
 	// admits it (MC_STORE_LOCAL_HOT_ADMISSION_THRESHOLD, default 2).

@@ -509,8 +509,20 @@ func (c *Client) get(ctx context.Context, key string, mayGuess bool, dest func(s
 	err = c.readCall(func(mc *masterConn) error {
 		rctx, cancel := c.rpcCtx(ctx)
 		defer cancel()
+		req := &wire.KeyRequest{TenantId: c.tenant, Key: key}
+		if mux, ok := mc.mc.(*wire.MuxClient); ok && spec != nil && !spec.waited {
+			// Ask, read the value while the master answers, then read
+			// the answer (most often there by then).
+			call, err := mux.StartGetReplicaList(rctx, req)
+			if err != nil {
+				return c.rpcErr(err)
+			}
+			c.waitBefore(ctx, spec)
+			resp = new(wire.GetReplicaListResponse)
+			return c.rpcErr(call.Wait(resp))
+		}
 		var err error
-		resp, err = mc.mc.GetReplicaList(rctx, &wire.KeyRequest{TenantId: c.tenant, Key: key})
+		resp, err = mc.mc.GetReplicaList(rctx, req)
 		return c.rpcErr(err)
 	})
 	if err != nil {

@@ -36,12 +36,6 @@ import (
 // maxHints bounds the hints kept (one per key).
 const maxHints = 16384
 
-// DefaultSpeculativeGetMax is Config.SpeculativeGetMax's default. On this
-// project's 2-vCPU test machine, speculation took the median 64 KiB get
-// from 118 to 51 us and the 256 KiB one from 216 to 204 us, and made the
-// 1 MiB one 7 % slower (bench/store.sh rows, alternating runs).
-const DefaultSpeculativeGetMax = 256 << 10
-
 // hint is where a key's incarnation was last seen.
 type hint struct {
 	view, uid, size uint64
@@ -51,7 +45,7 @@ type hint struct {
 
 // hints maps keys to their hints. Safe for concurrent use; nil when off.
 type hints struct {
-	max uint64 // the largest value hinted
+	max uint64 // the largest value hinted; 0: any
 	mu  sync.Mutex
 	m   map[string]hint
 }
@@ -59,9 +53,6 @@ type hints struct {
 func newHints(off bool, max uint64) *hints {
 	if off {
 		return nil
-	}
-	if max == 0 {
-		max = DefaultSpeculativeGetMax
 	}
 	return &hints{max: max, m: make(map[string]hint)}
 }
@@ -82,7 +73,7 @@ func (h *hints) set(key string, v hint) {
 	if h == nil {
 		return
 	}
-	if v.tag == 0 || v.view == 0 || v.size > h.max {
+	if v.tag == 0 || v.view == 0 || (h.max > 0 && v.size > h.max) {
 		h.drop(key)
 		return
 	}
@@ -143,14 +134,21 @@ func (c *Client) hintPut(key string, size uint64, reps []*wire.Replica, resp *wi
 type speculation struct {
 	h     hint
 	batch engine.BatchID
+	// waited: the read ended (wait), with st and err.
+	waited bool
+	st     engine.BatchStatus
+	err    error
 }
 
 // speculate starts reading key's hinted replica into the destination dest
 // gives for the hinted size; nil when there is no hint or the get does not
-// qualify (see above). The caller ends it with keep or drop.
+// qualify (see above). The getter then starts its master call, waits for
+// the read (waitBefore: it reads the value itself, engine.Await, as a
+// plain read does) and only then for the answer, which has most often
+// come meanwhile; it ends the speculation with keep or drop.
 func (c *Client) speculate(ctx context.Context, key string, dest func(size uint64) (span, error)) *speculation {
 	h, ok := c.hints.get(key)
-	if !ok || h.seg == c.segName || c.hot.holds(key, h.uid) {
+	if !ok || h.seg == c.segName || c.hot.holds(key, h.uid) || !c.startsCalls() {
 		return nil
 	}
 	d, err := dest(h.size)
@@ -171,6 +169,7 @@ func (c *Client) speculate(ctx context.Context, key string, dest func(size uint6
 	if err != nil {
 		return nil
 	}
+	_ = c.e.Await(batch) // before Submit: the transports read it
 	if err := c.e.Submit(batch, reqs); err != nil {
 		if bs, _ := c.e.BatchStatus(batch); bs.Tasks == 0 {
 			_ = c.e.FreeBatch(batch)
@@ -181,6 +180,39 @@ func (c *Client) speculate(ctx context.Context, key string, dest func(size uint6
 	}
 	c.metrics.specReads.Add(1)
 	return &speculation{h: h, batch: batch}
+}
+
+// wait waits for s's read to end; keep and drop wait again if it did not
+// within ctx.
+func (c *Client) wait(ctx context.Context, s *speculation) {
+	if s == nil || s.waited {
+		return
+	}
+	st, err := c.e.Wait(ctx, s.batch)
+	if err != nil && ctx.Err() != nil {
+		return
+	}
+	s.st, s.err, s.waited = st, err, true
+}
+
+// waitBefore waits for s's read before the getter reads the master's
+// answer to a started call, for at most the RPC timeout: a read that takes
+// longer (a holder that stopped answering) waits for the answer first.
+func (c *Client) waitBefore(ctx context.Context, s *speculation) {
+	wctx, cancel := context.WithTimeout(ctx, c.cfg.RPCTimeout)
+	defer cancel()
+	c.wait(wctx, s)
+}
+
+// startsCalls reports whether the master connection starts calls whose
+// answers are read later (mux).
+func (c *Client) startsCalls() bool {
+	mc, err := c.master()
+	if err != nil {
+		return false
+	}
+	_, ok := mc.mc.(*wire.MuxClient)
+	return ok
 }
 
 // matches reports whether resp names the incarnation and replica s read.
@@ -200,7 +232,8 @@ func (s *speculation) matches(resp *wire.GetReplicaListResponse) bool {
 // keep waits for s's read, which the answer confirmed; true when it
 // completed within the lease granted at start (else the get reads again).
 func (c *Client) keep(ctx context.Context, s *speculation, start time.Time, lease time.Duration) bool {
-	bs, err := c.e.Wait(ctx, s.batch)
+	c.wait(ctx, s)
+	bs, err := s.st, s.err
 	if err != nil {
 		c.drop(s)
 		return false

@@ -108,8 +108,8 @@ func TestSpeculativeGet(t *testing.T) {
 	assert.Equal(t, specCounts(s.user), [3]uint64{6, 3, 3})
 }
 
-// TestSpeculativeGetSkipped: values over the limit, reads into Go memory
-// and a client with speculation off read after the answer only.
+// TestSpeculativeGetSkipped: values over a configured limit, reads into
+// Go memory and a client with speculation off read after the answer only.
 func TestSpeculativeGetSkipped(t *testing.T) {
 	s := newSpecSetup(t, client.Config{SpeculativeGetMax: 32 << 10})
 	big, small := pattern(64<<10, 4), pattern(32<<10, 5)

@@ -558,31 +558,64 @@ func WithMuxSession(ctx context.Context, session uint64) context.Context {
 
 // invoke sends in as method and decodes the answer into out.
 func (c *MuxClient) invoke(ctx context.Context, m MuxMethod, in, out proto.Message) error {
+	call, err := c.start(ctx, m, in)
+	if err != nil {
+		return err
+	}
+	return call.wait(out)
+}
+
+// MuxCall is a call sent whose answer is still to be read (Wait). Calls
+// in flight on a connection are answered in any order; each caller reads
+// its own when it waits.
+type MuxCall struct {
+	c   *MuxClient
+	ctx context.Context
+	mc  *muxConn
+	id  uint32
+	p   *muxPending
+	m   MuxMethod
+}
+
+// StartGetReplicaList sends a GetReplicaList request and returns without
+// waiting for the answer, which Wait reads: the caller can do other work
+// during the round trip (store/client's speculative gets read a value).
+// ctx bounds the call until Wait returns.
+func (c *MuxClient) StartGetReplicaList(ctx context.Context, in *KeyRequest) (*MuxCall, error) {
+	return c.start(ctx, MuxGetReplicaList, in)
+}
+
+// Wait reads the answer of the call into out (the message type of its
+// method's answer). Call it once.
+func (call *MuxCall) Wait(out proto.Message) error { return call.wait(out) }
+
+// start sends in as method.
+func (c *MuxClient) start(ctx context.Context, m MuxMethod, in proto.Message) (*MuxCall, error) {
 	pinned, isPinned := ctx.Value(muxSessionKey{}).(uint64)
 	if isPinned {
 		c.mu.Lock()
 		cur := c.mu.conn
 		c.mu.Unlock()
 		if cur == nil || cur.failed.Load() || cur.session != pinned {
-			return rpcFail("store master %s: connection %d gone", c.cfg.Addr, pinned)
+			return nil, rpcFail("store master %s: connection %d gone", c.cfg.Addr, pinned)
 		}
 	}
 	mc, err := c.conn(ctx)
 	if err != nil {
 		if errors.Is(err, ErrMuxRefused) {
-			return rpcFail("store master %s: %v", c.cfg.Addr, err)
+			return nil, rpcFail("store master %s: %v", c.cfg.Addr, err)
 		}
-		return err
+		return nil, err
 	}
 	if isPinned && mc.session != pinned {
-		return rpcFail("store master %s: connection %d gone", c.cfg.Addr, pinned)
+		return nil, rpcFail("store master %s: connection %d gone", c.cfg.Addr, pinned)
 	}
 	buf := bufPool.Get().(*[]byte)
 	frame, err := proto.MarshalOptions{}.MarshalAppend(append((*buf)[:0], make([]byte, MuxHeaderBytes)...), in)
 	*buf = frame
 	if err != nil || len(frame)-MuxHeaderBytes > MaxMuxBody {
 		putBuf(buf)
-		return &StatusError{Code: ErrInvalidParams, GRPC: codes.Internal,
+		return nil, &StatusError{Code: ErrInvalidParams, GRPC: codes.Internal,
 			Message: fmt.Sprintf("encode %s request (%d bytes): %v", m.Name(), len(frame)-MuxHeaderBytes, err)}
 	}
 	id := mc.nextID.Add(1)
@@ -595,7 +628,7 @@ func (c *MuxClient) invoke(ctx context.Context, m MuxMethod, in, out proto.Messa
 		mc.mu.Unlock()
 		putBuf(buf)
 		pendingPool.Put(p)
-		return rpcFail("store master %s: connection lost: %v", c.cfg.Addr, err)
+		return nil, rpcFail("store master %s: connection lost: %v", c.cfg.Addr, err)
 	}
 	mc.mu.pending[id] = p
 	mc.mu.Unlock()
@@ -603,6 +636,12 @@ func (c *MuxClient) invoke(ctx context.Context, m MuxMethod, in, out proto.Messa
 	mc.noteSent(sent)
 	mc.send(frame)
 	putBuf(buf)
+	return &MuxCall{c: c, ctx: ctx, mc: mc, id: id, p: p, m: m}, nil
+}
+
+// wait reads the call's answer into out.
+func (call *MuxCall) wait(out proto.Message) error {
+	c, ctx, mc, id, p, m := call.c, call.ctx, call.mc, call.id, call.p, call.m
 
 	deadline, _ := ctx.Deadline()
 	if ctx.Done() != nil {
