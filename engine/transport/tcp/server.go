@@ -344,6 +344,7 @@ func (s *server) serveConn(c net.Conn) {
 			out.addPayload(mem, pin)
 		}
 		s.served.Add(1)
+		rd.afterRequest(h.Size)
 		if h.Write {
 			s.t.obs.Served(1, h.Size)
 		} else {
