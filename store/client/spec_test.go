@@ -3,6 +3,8 @@ package client_test
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -130,4 +132,71 @@ func TestSpeculativeGetSkipped(t *testing.T) {
 	off.get(t, "k", small)
 	off.get(t, "k", small)
 	assert.Equal(t, specCounts(off.user), [3]uint64{0, 0, 0})
+}
+
+// TestSpeculativeGetRace: while another client removes and puts a key
+// again and again (new incarnations, in a holder so small that their
+// memory is reused at once, under a 1 ms read lease), a reader whose hints
+// keep going stale never returns anything but a whole value, and never one
+// older than the last put that had completed before its get began.
+func TestSpeculativeGetRace(t *testing.T) {
+	ctx := ctxT(t, 60*time.Second)
+	srv := startMaster(t, master.Config{DefaultKVLeaseTTL: time.Millisecond})
+	_ = newClient(t, client.Config{MasterServerAddr: srv.Addr(), GlobalSegmentSize: 256 << 10})
+	writer := newClient(t, client.Config{MasterServerAddr: srv.Addr()})
+	reader := newClient(t, client.Config{MasterServerAddr: srv.Addr()})
+	const size = 32 << 10
+	value := func(seed uint64) []byte {
+		b := pattern(size, byte(seed))
+		binary.LittleEndian.PutUint64(b, seed)
+		return b
+	}
+	dst := cbuf(t, size)
+	assert.NilError(t, reader.RegisterBuffer(dst.Addr(), dst.Len()))
+
+	var done atomic.Uint64 // the last seed whose put returned
+	stop := make(chan struct{})
+	werr := make(chan error, 1)
+	go func() {
+		defer close(werr)
+		for seed := uint64(1); ; seed++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			_ = writer.Remove(ctx, "k", true)
+			if err := writer.Put(ctx, "k", value(seed), client.ReplicateConfig{}); err != nil {
+				if code(err) == wire.ErrNoAvailableHandle {
+					continue // the removed one's memory is not free yet
+				}
+				werr <- err
+				return
+			}
+			done.Store(seed)
+		}
+	}()
+	got := 0
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); {
+		floor := done.Load()
+		n, err := reader.GetInto(ctx, "k", dst.Addr(), size)
+		if err != nil {
+			c := code(err)
+			assert.Assert(t, c == wire.ErrObjectNotFound || c == wire.ErrReplicaIsNotReady || c == wire.ErrLeaseExpired,
+				"get: %v", err)
+			continue
+		}
+		assert.Equal(t, n, uint64(size))
+		b := dst.Bytes()[:size]
+		seed := binary.LittleEndian.Uint64(b)
+		assert.Assert(t, bytes.Equal(b, value(seed)), "a torn or foreign value (seed %d)", seed)
+		assert.Assert(t, seed >= floor, "seed %d older than the completed put %d", seed, floor)
+		got++
+	}
+	close(stop)
+	assert.NilError(t, <-werr)
+	m := reader.Metrics()
+	t.Logf("puts %d, gets %d, speculative reads %d, kept %d, read again %d", done.Load(), got, m.SpecReads, m.SpecHits, m.SpecMisses)
+	assert.Assert(t, got > 0 && m.SpecReads > 0, "no speculation happened")
+	assert.Equal(t, m.SpecReads, m.SpecHits+m.SpecMisses)
 }
