@@ -20,7 +20,10 @@
 # on the client), kvferry with its default transport selection (the
 # same-host path between the two processes), Mooncake (TCP: its only
 # transport here; MOONCAKE_ENV is set for its processes, by default its TCP
-# connection pool on). Each trial runs the three back to back, starting
+# connection pool on), and kvferry over TCP with speculative gets off
+# (KVFERRY_STORE_SPECULATIVE_GETS=0: the gets read keys the same client
+# put, which by default read their replica during the master round trip;
+# store/client spec.go). Each trial runs the four back to back, starting
 # with a different one each trial, so that they see the same load; the
 # table gives the medians and kvferry / Mooncake.
 #
@@ -110,6 +113,7 @@ start_holder mc_holder "$MOONCAKE_STORE_LIB" "$MC_MASTER" "${MC_ENV[@]}"
 client() {
   case $1 in
     kvferry_tcp) env MC_FORCE_TCP=1 "${PRIO[@]}" timeout 300 "$T/store_c_bench" run "$KVFERRY_LIB" "$KV_MASTER" "$2" "$3" "$4" ;;
+    kvferry_tcp_nospec) env MC_FORCE_TCP=1 KVFERRY_STORE_SPECULATIVE_GETS=0 "${PRIO[@]}" timeout 300 "$T/store_c_bench" run "$KVFERRY_LIB" "$KV_MASTER" "$2" "$3" "$4" ;;
     kvferry_auto) "${PRIO[@]}" timeout 300 "$T/store_c_bench" run "$KVFERRY_LIB" "$KV_MASTER" "$2" "$3" "$4" ;;
     mooncake) env "${MC_ENV[@]}" "${PRIO[@]}" timeout 300 "$T/store_c_bench" run "$MOONCAKE_STORE_LIB" "$MC_MASTER" "$2" "$3" "$4" ;;
   esac
@@ -117,14 +121,14 @@ client() {
 
 R="$T/results"
 mkdir -p "$R"
-systems=(kvferry_tcp kvferry_auto mooncake)
+systems=(kvferry_tcp kvferry_auto mooncake kvferry_tcp_nospec)
 for size in $SIZES; do
   ops=$((STORE_OPS * 1048576 / size))
   [ "$ops" -ge 1 ] || ops=1
   for trial in $(seq 1 "$TRIALS"); do
     floor "$size" # beside each trial: the floor moves with the machine's load
-    for k in 0 1 2; do
-      s=${systems[$(((trial - 1 + k) % 3))]}
+    for k in 0 1 2 3; do
+      s=${systems[$(((trial - 1 + k) % 4))]}
       client "$s" "$size" "$ops" "$s-$size-$trial" > "$R/${size}_${trial}.$s.json" 2> "$R/${size}_${trial}.$s.err" ||
         { echo "$s client failed (size $size, trial $trial):" >&2; tail -20 "$R/${size}_${trial}.$s.err" >&2; exit 1; }
       sleep 1 # removed objects' leases (kvferry-master: 500 ms) expire and free their space
@@ -142,7 +146,7 @@ for line in open(floors):
     floor.setdefault((op, size), {}).setdefault(mode, []).append(json.loads(js)["p50_us"])
 trials = int(trials)
 med = statistics.median
-systems = ("kvferry_tcp", "kvferry_auto", "mooncake")
+systems = ("kvferry_tcp", "kvferry_auto", "mooncake", "kvferry_tcp_nospec")
 print("Store: one client (lends nothing), holder in another process, master in a third; put_from / get_into of a "
       "registered buffer through store_c.h (bench/store_c_bench.c), the same loop for both libraries; medians of "
       f"{trials} trials, systems alternating:")
@@ -151,6 +155,7 @@ print("| op | value | Mooncake GB/s | p50 us | kvferry TCP GB/s | p50 us | vs Mo
 print("|---|---|---|---|---|---|---|---|---|---|---|")
 errs = []
 floor_lines = []
+nospec_lines = []
 for size in map(int, sizes.split()):
     runs = {s: [json.load(open(f"{R}/{size}_{t}.{s}.json")) for t in range(1, trials + 1)] for s in systems}
     for s in systems:
@@ -172,9 +177,18 @@ for size in map(int, sizes.split()):
         rt = [a[op + "_gb_per_s"] / m[op + "_gb_per_s"] for a, m in zip(runs["kvferry_tcp"], runs["mooncake"])]
         ra = [a[op + "_gb_per_s"] / m[op + "_gb_per_s"] for a, m in zip(runs["kvferry_auto"], runs["mooncake"])]
         v = f"{size >> 20} MiB" if size >= 1 << 20 else f"{size >> 10} KiB"
+        if op == "get":
+            rn = [a[op + "_gb_per_s"] / m[op + "_gb_per_s"] for a, m in zip(runs["kvferry_tcp_nospec"], runs["mooncake"])]
+            nospec_lines.append(f"- get {v}: {gb['kvferry_tcp_nospec']:.2f} GB/s, p50 {p50['kvferry_tcp_nospec']:.0f} us, "
+                                f"**{gb['kvferry_tcp_nospec'] / gb['mooncake']:.2f}x** Mooncake (trials {min(rn):.2f}-{max(rn):.2f})")
         print(f"| {op} | {v} | {gb['mooncake']:.2f} | {p50['mooncake']:.0f} | {gb['kvferry_tcp']:.2f} | {p50['kvferry_tcp']:.0f} | "
               f"**{gb['kvferry_tcp'] / gb['mooncake']:.2f}x** | {gb['kvferry_auto']:.2f} | {p50['kvferry_auto']:.0f} | "
               f"**{gb['kvferry_auto'] / gb['mooncake']:.2f}x** | {min(rt):.2f}-{max(rt):.2f}; {min(ra):.2f}-{max(ra):.2f} |")
+print()
+print("kvferry TCP with speculative gets off (KVFERRY_STORE_SPECULATIVE_GETS=0; the gets above read keys the same "
+      "client put, so by default they read the replica during the master round trip):")
+for line in nospec_lines:
+    print(line)
 print()
 print("Floor (bench/pingpong.c, one TCP stream between two processes, one round trip per operation, no master call, "
       "measured before each trial):")
