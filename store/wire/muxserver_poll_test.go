@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
 	"gotest.tools/v3/assert"
 
 	"github.com/kvferry/kvferry/internal/spin"
@@ -110,4 +111,33 @@ func TestMuxPollsShareCPU(t *testing.T) {
 	_, err = mcl.ExistKey(context.WithoutCancel(ctx), &KeyRequest{Key: "block"})
 	assert.NilError(t, err)
 	assert.Assert(t, spin.Yields(mc.poll) > before, "the client's poll offered its CPU")
+}
+
+// TestServerPollAfterLargePut: after a put of a large object the wait for
+// the next request lasts eight budgets, after anything else one.
+func TestServerPollAfterLargePut(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	assert.NilError(t, err)
+	defer ln.Close()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	assert.NilError(t, err)
+	defer c.Close()
+	const budget = 50 * time.Microsecond
+	p := serverReading(c, budget).(*serverPoll)
+	for _, tc := range []struct {
+		req  proto.Message
+		want time.Duration
+	}{
+		{&PutCommitRequest{Size: 1 << 20}, 8 * budget},
+		{&KeyRequest{Key: "k"}, budget},
+		{&PutStartRequest{Size: largePutBytes}, 8 * budget},
+		{&PutStartRequest{Size: largePutBytes - 1}, budget},
+		{&BatchPutStartRequest{Sizes: []uint64{32 << 10, 32 << 10}}, 8 * budget},
+		{&PutCommitRequest{Size: 4096}, budget},
+	} {
+		p.after(tc.req)
+		assert.Equal(t, p.budget, tc.want, "%T", tc.req)
+	}
+	var none *serverPoll
+	none.after(&PutCommitRequest{Size: 1 << 20}) // a connection that does not poll
 }
