@@ -147,8 +147,15 @@ func TestMetadataRestart(t *testing.T) {
 			b.do("check %d %d %d", late, mib, 0x5a)
 
 			svc.Start(t)
+			// Each engine publishes again on its own (with a new lease
+			// after a wipe): wait for every one's entries.
 			took := waitFor(t, 30*time.Second, "entries back", func() bool {
-				return svc.Has(t, metadata.SegmentKey("", "node-c")) && svc.Has(t, metadata.RPCMetaKey("", "node-b"))
+				for _, n := range []string{"node-a", "node-b", "node-c"} {
+					if !svc.Has(t, metadata.SegmentKey("", n)) || !svc.Has(t, metadata.RPCMetaKey("", n)) {
+						return false
+					}
+				}
+				return true
 			})
 			t.Logf("entries back %v after the restart", took)
 			cid := a.u64(a.do("open node-c"), "id")
