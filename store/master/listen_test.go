@@ -13,6 +13,7 @@ import (
 	"gotest.tools/v3/assert"
 
 	"github.com/kvferry/kvferry/internal/spin"
+	"github.com/kvferry/kvferry/internal/testutil"
 	"github.com/kvferry/kvferry/store/wire"
 )
 
@@ -107,18 +108,11 @@ func refuseCases(t *testing.T, addr string) {
 // keeps the socket's raw form, so the mux server can poll for requests
 // (without it the master never spun, whatever its spin budget).
 func TestLimitedConnPolls(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	assert.NilError(t, err)
-	defer ln.Close()
-	c, err := net.Dial("tcp", ln.Addr().String())
-	assert.NilError(t, err)
-	defer c.Close()
-	s, err := ln.Accept()
-	assert.NilError(t, err)
+	c, s := testutil.TCPPair(t)
 	released := 0
 	lc := &limitedConn{Conn: s, release: func() { released++ }}
 	assert.Assert(t, spin.NewReader(lc) != nil)
-	_, err = c.Write([]byte("x"))
+	_, err := c.Write([]byte("x"))
 	assert.NilError(t, err)
 	var b [1]byte
 	n, rerr, ok := spin.NewReader(lc).Read(b[:], 5*time.Second, false)

@@ -10,22 +10,14 @@ import (
 	"gotest.tools/v3/assert"
 
 	"github.com/kvferry/kvferry/internal/spin"
+	"github.com/kvferry/kvferry/internal/testutil"
 )
 
 // TestServerPollLimit: a served connection polls only while the process's
 // pollers are under the limit, and reads (blocking) either way; the count
 // is given back.
 func TestServerPollLimit(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	assert.NilError(t, err)
-	defer ln.Close()
-	c, err := net.Dial("tcp", ln.Addr().String())
-	assert.NilError(t, err)
-	defer c.Close()
-	s, err := ln.Accept()
-	assert.NilError(t, err)
-	defer s.Close()
-
+	c, s := testutil.TCPPair(t)
 	r := serverReading(s, time.Millisecond)
 	p, ok := r.(*serverPoll)
 	assert.Assert(t, ok, "a socket is polled")
@@ -43,7 +35,7 @@ func TestServerPollLimit(t *testing.T) {
 		return string(buf[:n])
 	}
 	before := serverSpinners.Load()
-	_, err = c.Write([]byte("one"))
+	_, err := c.Write([]byte("one"))
 	assert.NilError(t, err)
 	assert.Equal(t, read(), "one")
 	assert.Equal(t, serverSpinners.Load(), before)
@@ -117,12 +109,7 @@ func TestMuxPollsShareCPU(t *testing.T) {
 // the next request lasts as long as moving it at 1 GB/s, within 8 and 20
 // budgets; after anything else one budget.
 func TestServerPollAfterLargePut(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	assert.NilError(t, err)
-	defer ln.Close()
-	c, err := net.Dial("tcp", ln.Addr().String())
-	assert.NilError(t, err)
-	defer c.Close()
+	c, _ := testutil.TCPPair(t)
 	const budget = 50 * time.Microsecond
 	p := serverReading(c, budget).(*serverPoll)
 	for _, tc := range []struct {

@@ -1,23 +1,19 @@
 package tcp
 
 import (
-	"net"
 	"testing"
 	"time"
 
 	"gotest.tools/v3/assert"
+
+	"github.com/kvferry/kvferry/internal/testutil"
 )
 
 // TestAfterRequest: after a large request a server connection waits for
 // the next one yielding its CPU for four budgets, after a small one
 // holding it for the configured budget; without polling nothing changes.
 func TestAfterRequest(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	assert.NilError(t, err)
-	defer ln.Close()
-	c, err := net.Dial("tcp", ln.Addr().String())
-	assert.NilError(t, err)
-	defer c.Close()
+	c, _ := testutil.TCPPair(t)
 	const budget = 50 * time.Microsecond
 	cr, err := newConnReader(c, budget)
 	assert.NilError(t, err)
