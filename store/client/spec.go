@@ -233,11 +233,11 @@ func (s *speculation) matches(resp *wire.GetReplicaListResponse) bool {
 // completed within the lease granted at start (else the get reads again).
 func (c *Client) keep(ctx context.Context, s *speculation, start time.Time, lease time.Duration) bool {
 	c.wait(ctx, s)
-	bs, err := s.st, s.err
-	if err != nil {
+	if !s.waited || s.err != nil { // ctx ended first, or the wait failed
 		c.drop(s)
 		return false
 	}
+	bs := s.st
 	_ = c.e.FreeBatch(s.batch)
 	if bs.State != engine.StateCompleted || (lease > 0 && time.Since(start) > lease) {
 		c.metrics.specMisses.Add(1)

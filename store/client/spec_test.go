@@ -108,6 +108,15 @@ func TestSpeculativeGet(t *testing.T) {
 	assert.NilError(t, s.writer.Put(s.ctx, "own", v2, client.ReplicateConfig{}))
 	s.get(t, "own", v2)
 	assert.Equal(t, specCounts(s.user), [3]uint64{6, 3, 3})
+
+	// A get whose context has ended fails, and leaves no read behind.
+	cctx, cancel := context.WithCancel(s.ctx)
+	cancel()
+	_, err = s.user.GetInto(cctx, "own", s.dstAddr, uint64(len(s.dst)))
+	assert.Assert(t, err != nil)
+	m := s.user.Metrics()
+	assert.Equal(t, m.SpecReads, m.SpecHits+m.SpecMisses)
+	s.get(t, "own", v2)
 }
 
 // TestSpeculativeGetSkipped: values over a configured limit, reads into
