@@ -517,7 +517,7 @@ func (c *Client) get(ctx context.Context, key string, mayGuess bool, dest func(s
 			if err != nil {
 				return c.rpcErr(err)
 			}
-			c.waitBefore(ctx, spec)
+			c.wait(rctx, spec) // bounded by the RPC timeout
 			resp = new(wire.GetReplicaListResponse)
 			return c.rpcErr(call.Wait(resp))
 		}

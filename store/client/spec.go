@@ -143,9 +143,11 @@ type speculation struct {
 // speculate starts reading key's hinted replica into the destination dest
 // gives for the hinted size; nil when there is no hint or the get does not
 // qualify (see above). The getter then starts its master call, waits for
-// the read (waitBefore: it reads the value itself, engine.Await, as a
-// plain read does) and only then for the answer, which has most often
-// come meanwhile; it ends the speculation with keep or drop.
+// the read under the call's context (it reads the value itself,
+// engine.Await, as a plain read does; a read that outlasts the RPC timeout,
+// a holder that stopped answering, waits for the answer first) and only
+// then for the answer, which has most often come meanwhile; it ends the
+// speculation with keep or drop.
 func (c *Client) speculate(ctx context.Context, key string, dest func(size uint64) (span, error)) *speculation {
 	h, ok := c.hints.get(key)
 	if !ok || h.seg == c.segName || c.hot.holds(key, h.uid) || !c.startsCalls() {
@@ -193,15 +195,6 @@ func (c *Client) wait(ctx context.Context, s *speculation) {
 		return
 	}
 	s.st, s.err, s.waited = st, err, true
-}
-
-// waitBefore waits for s's read before the getter reads the master's
-// answer to a started call, for at most the RPC timeout: a read that takes
-// longer (a holder that stopped answering) waits for the answer first.
-func (c *Client) waitBefore(ctx context.Context, s *speculation) {
-	wctx, cancel := context.WithTimeout(ctx, c.cfg.RPCTimeout)
-	defer cancel()
-	c.wait(wctx, s)
 }
 
 // startsCalls reports whether the master connection starts calls whose
