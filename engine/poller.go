@@ -29,7 +29,9 @@ type Poller interface {
 // of parking until the transport's reader goroutine, itself woken by the
 // runtime's network poller, has read it and woken the waiter: on a small
 // loaded VM each of those wake-ups costs tens to hundreds of microseconds
-// (issue 18: a single 1 MiB store put or get).
+// (issue 18: a single 1 MiB store put or get). A transport offers one with
+// SpinThenWaitWith for a small answer its submitter waits for: the waiter
+// spins first, then blocks in the kernel rather than parking.
 type WaitPoller interface {
 	Poller
 	// PollWait blocks the calling thread for up to d until more of the
@@ -90,7 +92,18 @@ func (s *Slice) PollWith(p Poller) { s.task.batch.addPoller(p) }
 // block in p for s's answer (see WaitPoller); call it before the slice can
 // complete. It reports false when that waiter has already parked: the
 // transport must then see to the answer itself, without delay.
-func (s *Slice) WaitWith(p WaitPoller) bool { return s.task.batch.addPollerUnlessParked(p) }
+func (s *Slice) WaitWith(p WaitPoller) bool { return s.task.batch.addPollerUnlessParked(p, true) }
+
+// SpinThenWaitWith is WaitWith for a slice whose answer is near (a small
+// request): the waiter first polls for it for its spin budget, as for a
+// Poller, and only then blocks in p for it instead of parking. A locked
+// waiter (a C caller) that parks is woken through a timer that the
+// runtime's network poller rounds to a millisecond; one that blocks in p is
+// woken by the kernel when the answer comes. It reports false when the
+// waiter has already parked, as WaitWith does.
+func (s *Slice) SpinThenWaitWith(p WaitPoller) bool {
+	return s.task.batch.addPollerUnlessParked(p, false)
+}
 
 // addPoller adds p to the batch's pollers (once).
 func (b *batch) addPoller(p Poller) {
@@ -99,15 +112,18 @@ func (b *batch) addPoller(p Poller) {
 	b.addPollerLocked(p)
 }
 
-// addPollerUnlessParked is addPoller unless the waiter parked (false).
-func (b *batch) addPollerUnlessParked(p Poller) bool {
+// addPollerUnlessParked is addPoller unless the waiter parked (false). A
+// far answer also tells the waiter not to spin before it blocks in p.
+func (b *batch) addPollerUnlessParked(p Poller, far bool) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.mu.parked {
 		return false
 	}
 	b.addPollerLocked(p)
-	b.waitOffered.Store(true)
+	if far {
+		b.waitOffered.Store(true)
+	}
 	return true
 }
 

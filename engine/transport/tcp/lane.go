@@ -138,9 +138,9 @@ type conn struct {
 	hdone bool
 	got   uint64
 	// waitOffer tells whether the slice last offered on the idle
-	// connection was a large one, whose waiter blocks for its answer
-	// (PollWait), with the reader not kicked for it; the reader clears it
-	// when it takes over.
+	// connection was a large one, or a small one its submitter waits for,
+	// whose waiter blocks for its answer (PollWait), with the reader not
+	// kicked for it; the reader clears it when it takes over.
 	waitOffer atomic.Bool
 	rcause    error // why reading failed: the slices after fail with it
 	exited    bool  // the reader goroutine is gone: nobody reads any more
@@ -456,6 +456,13 @@ func (l *lane) writeChunk(cs *conn, chunk []*engine.Slice) {
 	offer := len(chunk) == 1 && cs.pending.Load() == 0 && l.pollable(cs, chunk[0])
 	long := offer && !small(l, chunk[0])
 	offer = offer && (l.w.inline || long)
+	// A small one whose submitter waits is offered the same way: its
+	// waiter polls for it for its spin budget, then blocks in the kernel
+	// for it too (SpinThenWaitWith) instead of parking until the reader,
+	// woken by the network poller, has read it. A locked waiter (a C
+	// caller) that parks is woken through a timer the network poller
+	// rounds to a millisecond.
+	awaited := offer && !long && chunk[0].SubmitterWaits()
 	for i, s := range chunk {
 		if s.Canceled() {
 			s.Complete(engine.ErrCanceled)
@@ -467,7 +474,7 @@ func (l *lane) writeChunk(cs *conn, chunk []*engine.Slice) {
 			bufs = appendLocal(bufs, s)
 		}
 		if l.v2 || s.Op == engine.OpRead {
-			if long {
+			if long || awaited {
 				// Counted in pending before it is offered: a waiter that
 				// finds it offered but not yet queued kicks the reader
 				// (Poll), it does not park on a slice nobody reads. The
@@ -475,9 +482,15 @@ func (l *lane) writeChunk(cs *conn, chunk []*engine.Slice) {
 				// it, woken as for any other slice.
 				cs.pending.Add(1)
 				cs.waitOffer.Store(true)
-				if !s.WaitWith(cs) {
+				var took bool
+				if long {
+					took = s.WaitWith(cs)
+				} else {
+					took = s.SpinThenWaitWith(cs)
+				}
+				if !took {
 					cs.waitOffer.Store(false)
-					offer, long = false, false
+					offer, long, awaited = false, false, false
 				}
 				cs.queue(s)
 			} else {
@@ -504,6 +517,8 @@ func (l *lane) writeChunk(cs *conn, chunk []*engine.Slice) {
 	if queued && !kickLate {
 		if long {
 			cs.fallback.Reset(waitFallback)
+		} else if awaited {
+			cs.fallback.Reset(l.t.e.SpinBudget() + waitFallback)
 		} else if offer {
 			cs.fallback.Reset(l.t.e.SpinBudget())
 		} else {
@@ -710,8 +725,8 @@ func small(l *lane, s *engine.Slice) bool {
 	return s.Length <= HeaderBatchBytes/2 && l.responseSize(s) <= HeaderBatchBytes/2
 }
 
-// waitFallback is how long the reader leaves a large slice offered to its
-// waiter (waitOffer) before it reads the answer itself: the waiter blocks
+// waitFallback is how long the reader leaves a slice offered to its
+// waiter to block for (waitOffer) before it reads the answer itself: the waiter blocks
 // for it in the kernel and pushes this out while it does (PollWait), so
 // the reader comes only for a waiter that went away or was kept from the
 // CPU that long.
@@ -719,8 +734,8 @@ const waitFallback = 4 * time.Millisecond
 
 // PollWait blocks the calling thread in the kernel (ppoll) for up to d
 // until more answers arrive on the connection, then reads them as Poll
-// does (engine.WaitPoller); false when nothing large is offered to a
-// waiter here.
+// does (engine.WaitPoller); false when nothing is offered to a waiter to
+// block for here.
 func (cs *conn) PollWait(d time.Duration) bool {
 	if !cs.waitOffer.Load() || cs.dead.Load() || cs.pending.Load() == 0 {
 		return false

@@ -210,13 +210,38 @@ func TestAwaitedBatchCompletesWithoutWaiter(t *testing.T) {
 	a, b, seg, src, dst := pollPair(t, 50*time.Microsecond, 2*size)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	for i := range 5 {
-		id, err := a.AllocateBatch(1)
-		assert.NilError(t, err)
-		assert.NilError(t, a.Await(id))
-		name := fmt.Sprint("awaited-", i)
-		assert.NilError(t, a.SubmitWithNotify(id, []engine.Request{{Op: engine.OpRead, Source: src.Addr() + size, Target: seg,
-			TargetOffset: uint64(dst.Addr()), Length: size}}, engine.Notification{Name: name}))
-		completesUnwaited(ctx, t, a, b, id, name)
+	for _, n := range []uint64{4096, size} {
+		for i := range 5 {
+			id, err := a.AllocateBatch(1)
+			assert.NilError(t, err)
+			assert.NilError(t, a.Await(id))
+			name := fmt.Sprint("awaited-", n, "-", i)
+			assert.NilError(t, a.SubmitWithNotify(id, []engine.Request{{Op: engine.OpRead, Source: src.Addr() + size, Target: seg,
+				TargetOffset: uint64(dst.Addr()), Length: n}}, engine.Notification{Name: name}))
+			completesUnwaited(ctx, t, a, b, id, name)
+		}
 	}
+}
+
+// A small answer its submitter waits for that comes after the waiter's
+// spin budget is still read by the waiter, which blocks in the kernel for
+// it (SpinThenWaitWith), rather than by the lane's reader after a hand-off:
+// with a 1 µs budget every answer comes late, and most are read by their
+// waiter (timing decides how many: a waiter kept from the CPU past the
+// fallback delay leaves its answer to the reader).
+func TestAwaitedSmallAnswerAfterSpinIsReadByWaiter(t *testing.T) {
+	a, _, seg, src, dst := pollPair(t, time.Microsecond, 1<<20)
+	tr := a.Transport("tcp").(*tcp.Transport)
+	ctx := context.Background()
+	before := tr.Stats().SlicesPolled
+	const n = 40
+	for i := range n {
+		copy(dst.Bytes()[:4096], bytes.Repeat([]byte{byte(i), 5}, 2048))
+		r := engine.Request{Op: engine.OpRead, Source: src.Addr() + 8192, Target: seg, TargetOffset: uint64(dst.Addr()), Length: 4096}
+		assert.NilError(t, a.Transfer(ctx, []engine.Request{r}))
+		assert.Assert(t, bytes.Equal(src.Bytes()[8192:8192+4096], dst.Bytes()[:4096]), "read %d", i)
+	}
+	polled := tr.Stats().SlicesPolled - before
+	t.Logf("%d of %d late small answers read by their waiter", polled, n)
+	assert.Assert(t, polled > n/2, "%d of %d late small answers read by their waiter", polled, n)
 }
