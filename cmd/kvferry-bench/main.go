@@ -31,6 +31,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -68,6 +69,7 @@ var (
 	hugePages       = flag.Bool("hugepages", false, "Ask for transparent huge pages on the buffers (madvise MADV_HUGEPAGE)")
 	useVRAM         = flag.Bool("use_vram", false, "Allocate the buffer in GPU memory (CUDA driver; RDMA then needs GPUDirect)")
 	gpuID           = flag.Int("gpu_id", 0, "GPU of the buffer with --use_vram")
+	lockedWaits     = flag.Bool("locked", false, "Submit and wait from goroutines locked to their threads, as every C caller of the library is (kvferry_batch_wait: Engine.WaitLocked)")
 	awaitBatches    = flag.Bool("await", false, "Declare each batch awaited before submitting it (kvferry_batch_await, what the Python sync calls do): the submitting thread may do its I/O")
 	samplesFile     = flag.String("samples_file", "", "Append every batch latency, in the order measured, to this file (lines: thread, nanoseconds)")
 )
@@ -115,6 +117,8 @@ type Result struct {
 	// CtxSwitchesPerOp is this process's context switches (voluntary and
 	// involuntary, all threads) per request; notify runs only.
 	CtxSwitchesPerOp float64 `json:"ctx_switches_per_op,omitempty"`
+	// Locked says the batches were waited for from locked threads (--locked).
+	Locked bool `json:"locked,omitempty"`
 	// Awaited says each batch was declared awaited (--await).
 	Awaited bool `json:"awaited,omitempty"`
 	// P50DeliverUs and P99DeliverUs are notify runs' delivery times of one
@@ -409,6 +413,12 @@ func runPoint(ctx context.Context, e *engine.Engine, buf region, seg engine.Segm
 		lat[t] = &samples{}
 		go func(t int) {
 			defer wg.Done()
+			wait := e.Wait
+			if *lockedWaits {
+				runtime.LockOSThread()
+				defer runtime.UnlockOSThread()
+				wait = e.WaitLocked
+			}
 			reqs := make([]engine.Request, pt.batch)
 			for i := range reqs {
 				off := pt.block * uint64(i*pt.threads+t)
@@ -427,7 +437,7 @@ func runPoint(ctx context.Context, e *engine.Engine, buf region, seg engine.Segm
 				if err := e.Submit(id, reqs); err != nil {
 					failed.Add(1)
 				}
-				bs, err := e.Wait(ctx, id)
+				bs, err := wait(ctx, id)
 				if err != nil || bs.State != engine.StateCompleted {
 					failed.Add(1)
 					if err != nil {
@@ -461,7 +471,7 @@ func runPoint(ctx context.Context, e *engine.Engine, buf region, seg engine.Segm
 	bytes := n * perBatch
 	r := Result{Operation: *operation, BlockSize: pt.block, BatchSize: pt.batch, Threads: pt.threads, Duration: elapsed,
 		Batches: n, Bytes: bytes, GBps: float64(bytes) / elapsed / 1e9, OpsPerSec: float64(n) * float64(pt.batch) / elapsed,
-		Transport: e.ChooseTransport(seg), Failed: failed.Load(), Awaited: *awaitBatches}
+		Transport: e.ChooseTransport(seg), Failed: failed.Load(), Awaited: *awaitBatches, Locked: *lockedWaits}
 	if n > 0 {
 		r.CPUPerOpUs = float64(cpu) / 1e3 / (float64(n) * float64(pt.batch))
 		r.AvgBatchUs = float64(latNanos.Load()) / float64(n) / 1e3

@@ -61,13 +61,54 @@ func Budget(d time.Duration) time.Duration {
 }
 
 // Until calls done until it reports true or budget has passed, and returns
-// its last answer. With yield, other goroutines of this P run between
-// polls (runtime.Gosched). A goroutine locked to its thread (every C
-// thread calling in through cgo is, for the length of the call) must not
-// yield: its Gosched hands the thread's P away and back, two thread
-// wake-ups, the very cost the poll is there to avoid.
+// its last answer. With yield, the poll lets other work run between polls:
+// with one P the other goroutines of this P (runtime.Gosched), with more
+// other threads (sched_yield, which keeps the P: the other Ps run this P's
+// other goroutines, woken for them as they became runnable). A Gosched
+// with several Ps wakes an idle P's thread every time, to run whatever it
+// queued; on a small VM those wake-ups take a vCPU from the peer's poller
+// and stretch the tail (with sched_yield the p99 of a batch-1 4 KiB
+// transfer between two processes on the 2-vCPU VM here fell by a fifth to
+// a third, issue 18; see yielder). A goroutine locked to its thread
+// (every C thread calling in through cgo is, for the length of the call)
+// must not yield to goroutines: its Gosched hands the thread's P away and
+// back, two thread wake-ups, the very cost the poll is there to avoid.
 func Until(budget time.Duration, yield bool, done func() bool) bool {
 	return until(budget, yield, false, done)
+}
+
+// yielding is how a poll lets other work run between its polls.
+type yielding uint8
+
+const (
+	yieldNone   yielding = iota // it does not
+	yieldP                      // other goroutines of this P (runtime.Gosched)
+	yieldThread                 // other threads (sched_yield; the P stays)
+)
+
+// yielder is how a poll asked to yield does: with a single P only
+// runtime.Gosched runs the goroutines the poll waits for; with more, the
+// other Ps do, and a Gosched would only wake one of their threads each
+// time (runtime.wakep), two context switches per poll.
+func yielder(yield bool) yielding {
+	switch {
+	case !yield:
+		return yieldNone
+	case runtime.GOMAXPROCS(0) > 1:
+		return yieldThread
+	}
+	return yieldP
+}
+
+// between lets other work run between two polls: y's, and other threads
+// first for a shared poll.
+func between(y yielding, shared bool) {
+	if shared || y == yieldThread {
+		osYield()
+	}
+	if y == yieldP {
+		runtime.Gosched()
+	}
 }
 
 // UntilShared is Until offering the thread's CPU to other threads before
@@ -83,14 +124,10 @@ func until(budget time.Duration, yield, shared bool, done func() bool) bool {
 	if budget <= 0 {
 		return false
 	}
+	y := yielder(yield)
 	start := time.Now()
 	for {
-		if yield {
-			runtime.Gosched()
-		}
-		if shared {
-			osYield()
-		}
+		between(y, shared)
 		if done() {
 			return true
 		}
@@ -149,6 +186,7 @@ func (r *Reader) Read(b []byte, budget time.Duration, yield bool) (n int, err er
 	r.buf = b
 	defer func() { r.buf = nil }()
 	var start time.Time
+	var y yielding
 	for i := 0; ; i++ {
 		if cerr := r.rc.Read(r.fn); cerr != nil {
 			return 0, nil, false
@@ -163,15 +201,13 @@ func (r *Reader) Read(b []byte, budget time.Duration, yield bool) (n int, err er
 		}
 		if i == 0 {
 			start = time.Now()
+			y = yielder(yield)
 		} else if time.Since(start) >= budget {
 			return 0, nil, false
 		}
+		between(y, r.Shared)
 		if r.Shared {
-			osYield()
 			r.yields.Add(1)
-		}
-		if yield {
-			runtime.Gosched()
 		}
 	}
 }

@@ -3,6 +3,7 @@ package spin
 import (
 	"io"
 	"net"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -27,6 +28,25 @@ func TestUntil(t *testing.T) {
 		calls := 0
 		assert.Assert(t, !Until(time.Millisecond, yield, func() bool { calls++; return false }))
 		assert.Assert(t, calls > 1)
+	}
+}
+
+// A yielding poll hands its P to the goroutines it waits for when there is
+// only one P (a sched_yield would not run them: the poll would last until
+// the runtime preempts it, 10 ms), and yields its thread, keeping the P,
+// when there are more.
+func TestUntilYieldsToGoroutinesOnOneP(t *testing.T) {
+	assert.Equal(t, yielder(false), yieldNone)
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
+	assert.Equal(t, yielder(true), yieldThread)
+	runtime.GOMAXPROCS(1)
+	assert.Equal(t, yielder(true), yieldP)
+	for _, shared := range []bool{false, true} {
+		for i := range 20 {
+			var set atomic.Bool
+			go set.Store(true)
+			assert.Assert(t, until(5*time.Millisecond, true, shared, set.Load), "shared %v, try %d: the goroutine polled for never ran", shared, i)
+		}
 	}
 }
 
