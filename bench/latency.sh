@@ -113,6 +113,8 @@ if want tcp; then
   echo "$HEAD"
   python3 -c 'import sys; p50, p99 = map(float, sys.argv[1:]); print(f"| floor, spinning (bench/pingpong.c) | | {p50:.1f} | {p99:.1f} | {p99 / p50:.1f} | | 1.0x | |")' \
     "$FLOOR_SPIN_US" "$FLOOR_SPIN_P99_US"
+  python3 -c 'import sys; p50, p99, fs = map(float, sys.argv[1:]); print(f"| floor, spinning, Go runtime (bench/gofloor) | | {p50:.1f} | {p99:.1f} | {p99 / p50:.1f} | | {p50 / fs:.1f}x | |")' \
+    "$FLOOR_GO_SPIN_US" "$FLOOR_GO_SPIN_P99_US" "$FLOOR_SPIN_US"
   for op in read write; do
     for spin in "$SPIN_ON" ${SPIN_ALT:-} 0; do
       seg=SEG_tcp_on; [ "$spin" = 0 ] && seg=SEG_tcp_off; [ "$spin" = "${SPIN_ALT:-}" ] && seg=SEG_tcp_alt
@@ -120,6 +122,12 @@ if want tcp; then
         --block_size=4096 --batch_size=1 --threads=1 --duration="$DURATION" --buffer_size=$BUF --json --quiet)
       row "tcp $op 4 KiB" "$spin" "$out"
     done
+    # The synchronous calls' way (Python's transfer_sync_*, C callers that
+    # declare the batch awaited): the waiter reads the answer itself, from a
+    # goroutine locked to its thread as a C caller's is.
+    out=$(KVFERRY_SPIN_US=$SPIN_ON MC_FORCE_TCP=1 "${PRIO[@]}" "$BIN" --mode=initiator --protocol=tcp --segment_id="$SEG_tcp_on" --operation=$op \
+      --block_size=4096 --batch_size=1 --threads=1 --duration="$DURATION" --buffer_size=$BUF --json --quiet --await --locked)
+    row "tcp $op 4 KiB, awaited, locked waiter" "$SPIN_ON" "$out"
   done
   echo
   # Mooncake's transfer_engine_bench beside kvferry-bench, when it is given.
