@@ -33,7 +33,9 @@ func setup() error {
 	setupOnce.Do(func() {
 		logger = hostenv.Logger()
 		nixlLogger = hostenv.NIXLLogger()
-		if n := hostenv.MaxProcs(); n < runtime.NumCPU() {
+		// A cap, never a raise: a host that set GOMAXPROCS lower (or a
+		// container's CPU limit, which the runtime follows) keeps it.
+		if n := hostenv.MaxProcs(); n < runtime.GOMAXPROCS(0) {
 			runtime.GOMAXPROCS(n)
 		}
 		// A second copy of the library (a second Go runtime) in this
