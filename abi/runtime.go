@@ -33,9 +33,7 @@ func setup() error {
 	setupOnce.Do(func() {
 		logger = hostenv.Logger()
 		nixlLogger = hostenv.NIXLLogger()
-		// A cap, never a raise: a host that set GOMAXPROCS lower (or a
-		// container's CPU limit, which the runtime follows) keeps it.
-		if n := hostenv.MaxProcs(); n < runtime.GOMAXPROCS(0) {
+		if n, ok := cappedProcs(hostenv.MaxProcs(), runtime.GOMAXPROCS(0)); ok {
 			runtime.GOMAXPROCS(n)
 		}
 		// A second copy of the library (a second Go runtime) in this
@@ -57,6 +55,17 @@ func setup() error {
 		startMetricsListener()
 	})
 	return setupErr
+}
+
+// cappedProcs is the GOMAXPROCS to set for the cap limit when the runtime
+// has current, and whether to set it: a cap, never a raise, so that a host
+// that set GOMAXPROCS lower (or a container's CPU limit, which the runtime
+// follows) keeps it.
+func cappedProcs(limit, current int) (int, bool) {
+	if limit > 0 && limit < current {
+		return limit, true
+	}
+	return current, false
 }
 
 // recovered converts a panic into errPanic; use as
