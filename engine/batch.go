@@ -247,6 +247,10 @@ func (b *batch) sendNotify(n *pendingNotify) {
 		done(b.e.notifyPeer(b.e.ctx, n.peer, n.msg))
 		return
 	}
+	if b.e.notifyDirect(n.peer, n.msg) {
+		done(nil)
+		return
+	}
 	b.e.enqueueNotify(n.peer, &outNotify{n: n.msg, done: done})
 }
 

@@ -102,6 +102,10 @@ type Engine struct {
 		q      []Notification
 		budget notifyBudget  // bytes of q
 		wake   chan struct{} // closed by the next deliver; made by WaitNotifications
+		// sources hold the notifications that came the direct way
+		// (directnotify.go); parked counts the threads sleeping for one.
+		sources []NotifySource
+		parked  int
 	}
 	lastErr atomic.Pointer[string]
 	hooks   rpcHooks // transports' RPC handlers (hooks.go)
@@ -886,9 +890,20 @@ func (e *Engine) handleRPC(ctx context.Context, t rpc.Type, body []byte, peer ne
 
 // deliver queues n, received from the address peer ("" for this engine),
 // unless that would pass a cap on count or bytes (in total or from peer).
+// What came the direct way before it is queued first.
 func (e *Engine) deliver(n Notification, peer string) bool {
 	e.inbox.Lock()
 	defer e.inbox.Unlock()
+	e.drainSourcesLocked()
+	if !e.admitLocked(n, peer) {
+		return false
+	}
+	e.wakeLocked()
+	return true
+}
+
+// admitLocked queues n from peer unless that would pass a cap.
+func (e *Engine) admitLocked(n Notification, peer string) bool {
 	why := "notifications in total"
 	if len(e.inbox.q) < e.cfg.NotifyQueueLimit {
 		why = e.inbox.budget.admit(&e.cfg, peer, len(n.Name)+len(n.Msg))
@@ -902,17 +917,22 @@ func (e *Engine) deliver(n Notification, peer string) bool {
 	}
 	e.inbox.q = append(e.inbox.q, n)
 	e.metrics.notifiesReceived.Add(1)
-	if e.inbox.wake != nil {
+	return true
+}
+
+// wakeLocked wakes WaitNotifications when something is queued.
+func (e *Engine) wakeLocked() {
+	if e.inbox.wake != nil && len(e.inbox.q) > 0 {
 		close(e.inbox.wake)
 		e.inbox.wake = nil
 	}
-	return true
 }
 
 // Notifications drains and returns the received notifications, oldest first.
 func (e *Engine) Notifications() []Notification {
 	e.inbox.Lock()
 	defer e.inbox.Unlock()
+	e.drainSourcesLocked()
 	q := e.inbox.q
 	e.inbox.q = nil
 	e.inbox.budget.reset()
@@ -941,22 +961,42 @@ func (e *Engine) waitNotifications(ctx context.Context, yield bool) []Notificati
 	spin.UntilShared(e.SpinBudget(), yield, e.notified)
 	for {
 		e.inbox.Lock()
+		e.drainSourcesLocked()
+		if len(e.inbox.q) == 0 && len(e.inbox.sources) > 0 {
+			// Announce the sleep, then look once more: a sender either sees
+			// the announcement (and wakes us) or published before this look.
+			e.parkLocked(true)
+			e.drainSourcesLocked()
+			if len(e.inbox.q) > 0 {
+				e.parkLocked(false)
+			}
+		}
 		if q := e.inbox.q; len(q) > 0 {
 			e.inbox.q = nil
 			e.inbox.budget.reset()
 			e.inbox.Unlock()
 			return q
 		}
+		parked := len(e.inbox.sources) > 0
 		if e.inbox.wake == nil {
 			e.inbox.wake = make(chan struct{})
 		}
 		wake := e.inbox.wake
 		e.inbox.Unlock()
+		var done bool
 		select {
 		case <-wake:
 		case <-ctx.Done():
-			return nil
+			done = true
 		case <-e.ctx.Done():
+			done = true
+		}
+		if parked {
+			e.inbox.Lock()
+			e.parkLocked(false)
+			e.inbox.Unlock()
+		}
+		if done {
 			return nil
 		}
 	}
@@ -975,6 +1015,9 @@ func (e *Engine) Notify(ctx context.Context, target SegmentID, n Notification) e
 	}
 	if p.Local() {
 		return e.notifyPeer(ctx, p, n)
+	}
+	if e.notifyDirect(p, n) {
+		return nil
 	}
 	return e.sendNotify(ctx, p, n)
 }

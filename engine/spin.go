@@ -29,5 +29,5 @@ func (e *Engine) callRPC(ctx context.Context, p *Peer, t rpc.Type, body []byte) 
 func (e *Engine) notified() bool {
 	e.inbox.Lock()
 	defer e.inbox.Unlock()
-	return len(e.inbox.q) > 0
+	return len(e.inbox.q) > 0 || e.sourcesPendingLocked()
 }

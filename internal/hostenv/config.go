@@ -167,6 +167,7 @@ func StackConfig() stack.Config {
 	c.SameHost.AllowAnyPtracer = flag("KVFERRY_CMA_ALLOW_PTRACER")
 	c.SameHost.MooncakeNVLinkIPC = Set("MC_USE_NVLINK_IPC")
 	c.SameHost.NoMap = Set("KVFERRY_CMA_MAP") && !flag("KVFERRY_CMA_MAP")
+	c.SameHost.NoNotifyRing = Set("KVFERRY_NOTIFY_RING") && !flag("KVFERRY_NOTIFY_RING")
 	if n, ok := integer("KVFERRY_CMA_INLINE_BYTES"); ok && n >= 0 && n <= 1<<30 {
 		c.SameHost.CMAInlineBytes = n
 		if n == 0 {

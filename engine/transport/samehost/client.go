@@ -255,6 +255,9 @@ func (b *base) dial(p *engine.Peer, sock string, pe *peerEntry) (*session, error
 	switch b.kind {
 	case shwire.KindCMA:
 		h.Slots = uint32(b.cfg.cmaSlots())
+		if !b.cfg.NoNotifyRing {
+			h.Flags |= shwire.FlagNotifyRing
+		}
 	case shwire.KindIPC:
 		h.Slots = uint32(b.cfg.Workers)
 	default:
@@ -266,7 +269,7 @@ func (b *base) dial(p *engine.Peer, sock string, pe *peerEntry) (*session, error
 		return nil, fmt.Errorf("hello: %w", err)
 	}
 	var rb [shwire.ReplySize + 1]byte
-	n, fds, err := recvFds(c, rb[:], 2)
+	n, fds, err := recvFds(c, rb[:], 3)
 	if err != nil {
 		return nil, fmt.Errorf("hello reply: %w", err)
 	}
@@ -280,8 +283,14 @@ func (b *base) dial(p *engine.Peer, sock string, pe *peerEntry) (*session, error
 	}
 	switch b.kind {
 	case shwire.KindCMA, shwire.KindIPC:
-		if len(fds) != 2 || r.Slots != h.Slots {
+		ringFd := len(fds) == 3 && h.Flags&shwire.FlagNotifyRing != 0
+		if (len(fds) != 2 && !ringFd) || r.Slots != h.Slots {
 			return nil, fmt.Errorf("cma reply with %d fds and %d slots: %w", len(fds), r.Slots, shwire.ErrProtocol)
+		}
+		if ringFd {
+			if s.ring, err = attachRing(fds[2]); err != nil {
+				return nil, err
+			}
 		}
 		ctl, err := mapFd(fds[0], ctlBytes, false)
 		if err != nil {
@@ -437,6 +446,8 @@ type session struct {
 	// cma: mappings of the owner's memfd-backed memory (nil: the owner
 	// offers none, or mapping is off)
 	maps *hostMaps
+	// cma: the owner's notification ring (nil: none; notify.go)
+	ring *initRing
 
 	// base and entry: the transport and the peer entry the session was
 	// dialed for, which forgets it when it dies.
@@ -503,6 +514,9 @@ func (s *session) release() {
 		return
 	}
 	s.maps.retire()
+	if s.ring != nil {
+		s.ring.m.Close()
+	}
 	s.ctl.m.Close()
 	s.slots.Close()
 	s.unpinStaging()

@@ -90,6 +90,10 @@ type Config struct {
 	// byte with process_vm_readv/writev (KVFERRY_CMA_MAP=0; a store client
 	// then lends anonymous memory).
 	NoMap bool
+	// NoNotifyRing turns off notification rings (notify.go): an owner
+	// offers none and an initiator asks for none, so every notification
+	// goes by the notify RPC (KVFERRY_NOTIFY_RING=0).
+	NoNotifyRing bool
 	// MooncakeNVLinkIPC says that peers of Mooncake's nvlink transport
 	// publish legacy IPC handles even where every GPU supports fabric
 	// handles, as Mooncake does with MC_USE_NVLINK_IPC set.

@@ -78,6 +78,10 @@ func (n *node) serveMaps(s *ownerSession, buf []byte) {
 		if err != nil {
 			return
 		}
+		if shwire.IsWake(buf[:k]) {
+			n.e.WakeNotificationWaiters()
+			continue
+		}
 		req, err := shwire.DecodeMapReq(buf[:k])
 		if err != nil || n.key.addr == 0 {
 			n.warn("map", "cma session: bad request, closing", "peer_pid", s.pid, "err", err)

@@ -71,6 +71,7 @@ type ownerSession struct {
 	pinned  stagingPin  // shm: the staging memory registered with the CUDA driver
 	wmu     sync.Mutex  // serializes writes: map replies and revokes
 	mapped  atomic.Bool // cma: asked for a mapping, so it hears of revoked epochs
+	ring    *ownerRing  // cma: the notification ring (nil: none; notify.go)
 }
 
 // nodes holds the node of every engine of this process that installed a
@@ -423,6 +424,15 @@ func (n *node) serve(c *net.UnixConn) {
 		s.slots, s.nslots = m, int(h.Slots)
 		r.Slots, r.ProbeAddr = h.Slots, n.ctl.probeAddr()
 		fds = []int{n.ctlFd, fd}
+		if h.Kind == shwire.KindCMA && h.Flags&shwire.FlagNotifyRing != 0 && !n.cfg.NoNotifyRing {
+			if ring, rfd, err := n.newOwnerRing(s); err != nil {
+				n.log.Warn("same-host session: no notification ring; notifications come by RPC", "err", err)
+			} else {
+				defer unix.Close(rfd)
+				s.ring = ring
+				fds = append(fds, rfd)
+			}
+		}
 	case shwire.KindShm:
 		chunks := min(max(int(h.Chunks), 1), maxChunks)
 		cb := clampChunkBytes(h.ChunkBytes)
@@ -443,6 +453,9 @@ func (n *node) serve(c *net.UnixConn) {
 	if !n.add(s) {
 		s.slots.Close()
 		s.staging.Close()
+		if s.ring != nil {
+			s.ring.m.Close()
+		}
 		n.refuse(c, shwire.StatusBusy)
 		return
 	}
@@ -453,6 +466,13 @@ func (n *node) serve(c *net.UnixConn) {
 		return
 	}
 	_ = c.SetDeadline(time.Time{})
+	if s.ring != nil {
+		n.e.AddNotifySource(s.ring)
+		defer func() {
+			n.e.RemoveNotifySource(s.ring) // takes what the ring still holds
+			s.ring.m.Close()
+		}()
+	}
 	n.log.Debug("same-host session opened", "transport", kindName(h.Kind), "peer_pid", s.pid, "peer_uid", s.uid)
 	switch h.Kind {
 	case shwire.KindShm:
@@ -464,8 +484,15 @@ func (n *node) serve(c *net.UnixConn) {
 			n.serveMaps(s, buf) // map requests until it goes away
 			break
 		}
-		// A cma initiator sends nothing more; a read ends when it goes away.
-		_, _ = c.Read(buf)
+		// A cma initiator sends nothing more but wake messages; a read
+		// ends when it goes away.
+		for {
+			k, err := c.Read(buf)
+			if err != nil || !shwire.IsWake(buf[:k]) {
+				break
+			}
+			n.e.WakeNotificationWaiters()
+		}
 	}
 	n.log.Debug("same-host session closed", "transport", kindName(h.Kind), "peer_pid", s.pid)
 }

@@ -18,13 +18,15 @@ import (
 //
 // hello (initiator -> owner), HelloSize bytes:
 //
-//	0  magic u32   4 version u16   6 kind u8   7 reserved
+//	0  magic u32   4 version u16   6 kind u8   7 flags u8 (FlagNotifyRing)
 //	8  slots u32   (cma: worker slots wanted)
 //	12 chunks u32  (shm: staging chunks wanted)
 //	16 chunkBytes u64 (shm: bytes per chunk wanted)
 //
 // reply (owner -> initiator), ReplySize bytes, plus SCM_RIGHTS:
-// cma: [control page fd, slot page fd]; shm: [staging fd]:
+// cma: [control page fd, slot page fd] and, when the hello asked for it
+// and the owner offers one, the notification ring's fd third (an owner
+// that ignores the flag sends two); shm: [staging fd]:
 //
 //	0  magic u32   4 status u32
 //	8  nonce u64   16 probeAddr u64
@@ -49,6 +51,11 @@ const (
 	KindCMA = 1
 	KindShm = 2
 	KindIPC = 3 // nvlink: the cma pages (no probe), then export requests
+
+	// FlagNotifyRing in a cma hello asks for a notification ring
+	// (samehost/nring): the initiator writes notifications into it and
+	// sends a wake message when the owner's application sleeps.
+	FlagNotifyRing = 1
 
 	HelloSize      = 24
 	ReplySize      = 40
@@ -77,6 +84,7 @@ var ErrProtocol = errors.New("same-host session protocol error")
 // Hello opens a session (initiator -> owner).
 type Hello struct {
 	Kind       uint8
+	Flags      uint8
 	Slots      uint32
 	Chunks     uint32
 	ChunkBytes uint64
@@ -87,7 +95,7 @@ func (h Hello) Encode(b []byte) {
 	binary.LittleEndian.PutUint32(b[0:], Magic)
 	binary.LittleEndian.PutUint16(b[4:], Version)
 	b[6] = h.Kind
-	b[7] = 0
+	b[7] = h.Flags
 	binary.LittleEndian.PutUint32(b[8:], h.Slots)
 	binary.LittleEndian.PutUint32(b[12:], h.Chunks)
 	binary.LittleEndian.PutUint64(b[16:], h.ChunkBytes)
@@ -101,7 +109,7 @@ func DecodeHello(b []byte) (Hello, error) {
 	if v := binary.LittleEndian.Uint16(b[4:]); v != Version {
 		return Hello{}, fmt.Errorf("hello version %d: %w", v, ErrProtocol)
 	}
-	return Hello{Kind: b[6], Slots: binary.LittleEndian.Uint32(b[8:]), Chunks: binary.LittleEndian.Uint32(b[12:]),
+	return Hello{Kind: b[6], Flags: b[7], Slots: binary.LittleEndian.Uint32(b[8:]), Chunks: binary.LittleEndian.Uint32(b[12:]),
 		ChunkBytes: binary.LittleEndian.Uint64(b[16:])}, nil
 }
 
@@ -358,3 +366,22 @@ func ParseHandle(shm string) ([64]byte, error) {
 	copy(h[:], raw)
 	return h, nil
 }
+
+// The wake message (cma initiator -> owner), WakeSize bytes: the initiator
+// wrote a notification into the ring while the owner's application slept
+// for one.
+//
+//	0  magic u32   4 reserved u32
+const (
+	WakeMagic = 0x776b766b // "kvkw"
+	WakeSize  = 8
+)
+
+// EncodeWake writes a wake message into b (WakeSize bytes).
+func EncodeWake(b []byte) {
+	binary.LittleEndian.PutUint32(b[0:], WakeMagic)
+	binary.LittleEndian.PutUint32(b[4:], 0)
+}
+
+// IsWake reports whether b is a wake message.
+func IsWake(b []byte) bool { return len(b) == WakeSize && binary.LittleEndian.Uint32(b) == WakeMagic }
