@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/kvferry/kvferry/engine"
+	"github.com/kvferry/kvferry/internal/spin"
 )
 
 // validate checks a descriptor list pair and builds the requests into
@@ -176,6 +177,10 @@ func (a *Agent) Check(h Xfer) error {
 	}
 	bs, err := a.e.BatchStatus(x.batch)
 	if err == nil && bs.State == engine.StateWaiting {
+		// Callers poll this in a loop (nixlbench, NIXL's own examples):
+		// give the CPU to the threads that move the data meanwhile, or on
+		// a host whose every CPU polls they wait for a time slice.
+		spin.YieldThread()
 		return ErrInProgress
 	}
 	a.finish(x, bs, err)

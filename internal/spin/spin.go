@@ -278,6 +278,10 @@ func (r *Reader) Wait(d time.Duration) bool {
 	return err == nil && ready
 }
 
+// YieldThread offers this thread's CPU to another runnable thread, as a
+// poll that found nothing does (osYield). C threads may call it.
+func YieldThread() { osYield() }
+
 // osYield offers this thread's CPU to another runnable thread
 // (sched_yield). It cannot block (no entersyscall needed) and keeps the
 // thread's P, so C threads may call it too.

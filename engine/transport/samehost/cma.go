@@ -31,6 +31,8 @@ type CMA struct {
 	// shared counts the submissions split between the workers and the
 	// submitting goroutine.
 	shared atomic.Uint64
+	// ringed counts the notifications written into owners' rings.
+	ringed atomic.Uint64
 }
 
 var _ engine.Transport = (*CMA)(nil)
@@ -64,6 +66,10 @@ func (t *CMA) Reaches(p *engine.Peer) bool {
 // Inlined returns the number of submissions copied by the goroutine that
 // submitted them.
 func (t *CMA) Inlined() uint64 { return t.inlined.Load() }
+
+// RingNotified returns how many notifications went into owners' rings
+// (notify.go) instead of the notify RPC.
+func (t *CMA) RingNotified() uint64 { return t.ringed.Load() }
 
 // Shared returns how many submissions the submitting goroutine copied a
 // share of, beside the workers.

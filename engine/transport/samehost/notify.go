@@ -1,7 +1,6 @@
 package samehost
 
 import (
-	"errors"
 	"fmt"
 	"sync"
 
@@ -126,11 +125,15 @@ func (t *CMA) NotifyDirect(p *engine.Peer, n engine.Notification) bool {
 	wake := ok && ir.r.Parked()
 	ir.mu.Unlock()
 	if err != nil {
-		if errors.Is(err, nring.ErrBroken) {
+		if err != nring.ErrBroken { //nolint:errorlint // the bare sentinel: broken before, logged then
 			t.log.Warn("cma: the owner's notification ring is malformed; notifications to it go by RPC", "peer", p.Name, "err", err)
 		}
 		return false
 	}
+	if !ok {
+		return false // full, or too large: the RPC takes it
+	}
+	t.ringed.Add(1)
 	if wake {
 		var b [shwire.WakeSize]byte
 		shwire.EncodeWake(b[:])
