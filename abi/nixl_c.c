@@ -35,6 +35,11 @@ KVF_API void kvferry_nixl_destroy(kvferry_nixl_t nixl) {
     kvf_nixl_destroy(nixl);
 }
 
+KVF_API void kvferry_nixl_backend_name(const char *name, size_t name_len) {
+    if (kvf_forked()) return;
+    kvf_nixl_backend_name((char *)name, name_len);
+}
+
 KVF_API int64_t kvferry_nixl_conn_info(kvferry_nixl_t nixl, char *buf, size_t len) {
     if (kvf_forked()) return FORKED;
     return kvf_nixl_conn_info(nixl, buf, len);

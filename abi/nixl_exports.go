@@ -195,6 +195,28 @@ func nixlCreateFailed(name string, err error) C.int {
 	return C.int(nixlCode(err))
 }
 
+// warnedBackendNames holds the backend names already warned about.
+var warnedBackendNames sync.Map
+
+//export kvf_nixl_backend_name
+func kvf_nixl_backend_name(name *C.char, n C.size_t) {
+	defer func() {
+		if r := recover(); r != nil {
+			_ = panicked(r)
+		}
+	}()
+	s, ok := bytesArg(name, n)
+	if !ok || s == nixl.BackendName {
+		return
+	}
+	if _, seen := warnedBackendNames.LoadOrStore(s, true); seen {
+		return
+	}
+	_ = setup() // the logger
+	nixlLogger.Warn("this KVFERRY plugin was loaded as backend "+s+", from a copy or link under another file name: "+
+		"NIXL names a backend after libplugin_<NAME>.so; install it as libplugin_KVFERRY.so", "backend", s)
+}
+
 //export kvf_nixl_destroy
 func kvf_nixl_destroy(h C.kvferry_nixl_t) {
 	defer func() {

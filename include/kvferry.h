@@ -406,6 +406,12 @@ int kvferry_nixl_create(const char *agent, size_t agent_len,
  * the engine becomes invalid. A second call is harmless. */
 void kvferry_nixl_destroy(kvferry_nixl_t nixl);
 
+/* Tells the library the backend name NIXL created this backend under: NIXL
+ * names a backend after its plugin's file name, so a copy or symlink of the
+ * plugin under another name loads as another backend. A name other than
+ * "KVFERRY" is logged once per name as a warning. */
+void kvferry_nixl_backend_name(const char *name, size_t name_len);
+
 /* Copies min(len, size) bytes of the connection info (the engine's segment
  * name) into buf and returns its size, or a negative status. */
 int64_t kvferry_nixl_conn_info(kvferry_nixl_t nixl, char *buf, size_t len);

@@ -100,6 +100,7 @@ class Engine final : public BackendEngine {
 public:
     explicit Engine(const InitParams *p) : BackendEngine(p) {
         try {
+            kvferry_nixl_backend_name(p->type.data(), p->type.size());
             std::vector<const char *> keys, values;
             for (const auto &kv : *p->customParams) {
                 keys.push_back(kv.first.c_str());

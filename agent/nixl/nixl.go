@@ -91,3 +91,7 @@ var (
 	// failure. NIXL_IN_PROG.
 	ErrInProgress = errors.New("transfer in progress")
 )
+
+// BackendName is the name NIXL knows this backend by: the NAME of its
+// plugin file libplugin_NAME.so.
+const BackendName = "KVFERRY"

@@ -123,13 +123,14 @@ public:
     std::map<std::string, std::vector<Rmd>> remotes;
 
     // createBackend (specs/nixl.md §3.3). Returns the status.
-    Status create(PluginTable *t, const std::string &agent, const Params &params, bool progThread) {
+    Status create(PluginTable *t, const std::string &agent, const Params &params, bool progThread,
+                  const std::string &backendType = "KVFERRY") {
         name = agent;
         table = t;
         Params p = params;
         InitParams init;
         init.localAgent = agent;
-        init.type = "KVFERRY";
+        init.type = backendType;
         init.customParams = &p;
         init.enableProgTh = progThread;
         init.pthrDelay = 100;
@@ -137,7 +138,7 @@ public:
         eng = t->create_engine(&init);
         if (!eng) return KVFNIXL_ERR_BACKEND;
         if (eng->getInitErr()) return KVFNIXL_ERR_BACKEND;
-        if (eng->getType() != "KVFERRY") return KVFNIXL_ERR_MISMATCH;
+        if (eng->getType() != backendType) return KVFNIXL_ERR_MISMATCH;
         if (eng->supportsRemote()) {
             if (!eng->supportsNotif()) return KVFNIXL_ERR_BACKEND;
             Status s = eng->getConnInfo(conn);

@@ -651,6 +651,24 @@ static int runBadParam(const char *path) {
     return failures ? 1 : 0;
 }
 
+// A plugin NIXL loaded under another file name (libplugin_BOGUS.so) is
+// created as backend BOGUS: it works, and says so (run.sh checks the log).
+static int runBogusName(const char *path) {
+    Plugin pl;
+    if (!pl.load(path)) return 2;
+    for (int i = 0; i < 2; i++) { // warned once per name
+        Agent a;
+        CHECK(a.create(pl.table, "bogus" + std::to_string(i), params(), false, "BOGUS") == KVFNIXL_SUCCESS,
+              "creation under another backend name failed");
+        a.destroy();
+    }
+    Agent k;
+    CHECK(k.create(pl.table, "plain", params(), false) == KVFNIXL_SUCCESS, "creation as KVFERRY failed");
+    k.destroy();
+    pl.unload();
+    return failures ? 1 : 0;
+}
+
 // ---- VRAM ----
 
 static int runVram(const char *path, const char *libcuda, const std::string &transport) {
@@ -735,7 +753,7 @@ static int runVram(const char *path, const char *libcuda, const std::string &tra
 int main(int argc, char **argv) {
     setvbuf(stderr, nullptr, _IONBF, 0);
     if (argc < 3) {
-        fprintf(stderr, "usage: nixl_test single|target|initiator|fault|badparam|vram <plugin> ...\n");
+        fprintf(stderr, "usage: nixl_test single|target|initiator|fault|badparam|bogusname|vram <plugin> ...\n");
         return 2;
     }
     std::string mode = argv[1];
@@ -750,6 +768,8 @@ int main(int argc, char **argv) {
         rc = runVram(argv[2], argv[3], argc == 5 ? argv[4] : "auto");
     } else if (mode == "badparam" && argc == 3) {
         rc = runBadParam(argv[2]);
+    } else if (mode == "bogusname" && argc == 3) {
+        rc = runBogusName(argv[2]);
     } else if (mode == "fault" && (argc == 5 || argc == 6)) {
         rc = runFault(argv[2], argv[3], static_cast<pid_t>(std::stol(argv[4])), argc == 6 ? argv[5] : "auto");
     }

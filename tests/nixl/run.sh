@@ -34,6 +34,14 @@ if grep -q num_workers "$OUT/badparam.err"; then
   echo "an ignored key was logged at the default level" >&2; exit 1
 fi
 
+echo "--- a plugin loaded under another file name warns once, naming the backend"
+ln -s "$(readlink -f "$PLUGIN")" "$OUT/libplugin_BOGUS.so"
+env -u KVFERRY_LOG_LEVEL -u MC_LOG_LEVEL -u NIXL_LOG_LEVEL -u KVFERRY_LOG_FILE \
+  "$OUT/nixl_test" bogusname "$OUT/libplugin_BOGUS.so" 2>"$OUT/bogus.err"
+if [ "$(grep -c 'loaded as backend BOGUS,' "$OUT/bogus.err")" != 1 ] || grep -q 'loaded as backend KVFERRY' "$OUT/bogus.err"; then
+  echo "no single warning naming backend BOGUS:" >&2; cat "$OUT/bogus.err" >&2; exit 1
+fi
+
 for tr in auto tcp; do
   echo "--- two agents in one process ($tr)"
   timeout 300 "$OUT/nixl_test" single "$PLUGIN" "$tr"
