@@ -4,7 +4,7 @@
 // table (post_send, post_recv, poll_cq, req_notify_cq) that verbs.h's
 // inline functions call. Built by the tests into libibverbs.so.1 and loaded
 // through KVFERRY_IBVERBS_LIB. Compiled against the shim's own declaration
-// of the verbs ABI (verbs_abi.h, on the include path), so no rdma-core
+// of the verbs ABI (engine/transport/rdma/ibv/verbs_abi.h), so no rdma-core
 // header is needed.
 //
 // Model: every process that opens a device is a host with that NIC. Its
@@ -68,7 +68,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "verbs_abi.h"
+/* The shim's declaration of the verbs ABI, by a path relative to this file,
+ * so every builder (fakeverbs.Build, tests/python) needs no -I. */
+#include "../../../../engine/transport/rdma/ibv/verbs_abi.h"
 
 #define MAXDEV 8
 #define MAXSGE 4
