@@ -1,11 +1,13 @@
 // Package ibv is kvferry's one binding of libibverbs: a thin C shim
 // (shim.c) that opens libibverbs.so.1 with dlopen at run time (never at
 // link time, so the library loads on hosts without rdma-core) and Go
-// wrappers over it. The verbs that verbs.h makes static inline (post_send,
-// post_recv, poll_cq, req_notify_cq) are compiled into the shim from
-// Debian's libibverbs-dev headers and reach the provider through the
-// context's ops table. The shim keeps no state beyond the table of entry
-// points; all logic lives in the RDMA transport.
+// wrappers over it. The shim is compiled against our own declaration of the
+// verbs ABI (verbs_abi.h, compared with rdma-core's verbs.h by
+// layout_test.go), so building needs no rdma-core headers. The verbs that
+// verbs.h makes static inline (post_send, post_recv, poll_cq, req_notify_cq)
+// are written out in the shim and reach the provider through the context's
+// ops table. The shim keeps no state beyond the table of entry points; all
+// logic lives in the RDMA transport.
 //
 // KVFERRY_IBVERBS_LIB names another library to open (tests load a fake
 // provider built under tests/rdma this way).

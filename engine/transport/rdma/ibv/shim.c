@@ -10,60 +10,47 @@
 #pragma GCC visibility push(hidden)
 
 // The entry points, resolved once by kvf_ibv_load (Go serializes the call).
+// Their types are verbs_abi.h's, checked against rdma-core's prototypes by
+// the layout test.
 static struct {
 	void *handle;
-	struct ibv_device **(*get_device_list)(int *);
-	void (*free_device_list)(struct ibv_device **);
-	const char *(*get_device_name)(struct ibv_device *);
-	struct ibv_context *(*open_device)(struct ibv_device *);
-	int (*close_device)(struct ibv_context *);
-	int (*query_device)(struct ibv_context *, struct ibv_device_attr *);
-	int (*query_port)(struct ibv_context *, uint8_t, struct _compat_ibv_port_attr *);
-	int (*query_gid)(struct ibv_context *, uint8_t, int, union ibv_gid *);
-	int (*query_gid_ex)(struct ibv_context *, uint32_t, uint32_t, struct ibv_gid_entry *, uint32_t, size_t);
-	struct ibv_pd *(*alloc_pd)(struct ibv_context *);
-	int (*dealloc_pd)(struct ibv_pd *);
-	struct ibv_mr *(*reg_mr)(struct ibv_pd *, void *, size_t, int);
-	struct ibv_mr *(*reg_mr_iova2)(struct ibv_pd *, void *, size_t, uint64_t, unsigned int);
-	struct ibv_mr *(*reg_dmabuf_mr)(struct ibv_pd *, uint64_t, size_t, uint64_t, int, int);
-	int (*dereg_mr)(struct ibv_mr *);
-	struct ibv_comp_channel *(*create_comp_channel)(struct ibv_context *);
-	int (*destroy_comp_channel)(struct ibv_comp_channel *);
-	struct ibv_cq *(*create_cq)(struct ibv_context *, int, void *, struct ibv_comp_channel *, int);
-	int (*destroy_cq)(struct ibv_cq *);
-	int (*get_cq_event)(struct ibv_comp_channel *, struct ibv_cq **, void **);
-	void (*ack_cq_events)(struct ibv_cq *, unsigned int);
-	struct ibv_qp *(*create_qp)(struct ibv_pd *, struct ibv_qp_init_attr *);
-	int (*modify_qp)(struct ibv_qp *, struct ibv_qp_attr *, int);
-	int (*query_qp)(struct ibv_qp *, struct ibv_qp_attr *, int, struct ibv_qp_init_attr *);
-	int (*destroy_qp)(struct ibv_qp *);
-	int (*get_async_event)(struct ibv_context *, struct ibv_async_event *);
-	void (*ack_async_event)(struct ibv_async_event *);
+	kvf_ibv_get_device_list_fn get_device_list;
+	kvf_ibv_free_device_list_fn free_device_list;
+	kvf_ibv_get_device_name_fn get_device_name;
+	kvf_ibv_open_device_fn open_device;
+	kvf_ibv_close_device_fn close_device;
+	kvf_ibv_query_device_fn query_device;
+	kvf_ibv_query_port_fn query_port;
+	kvf_ibv_query_gid_fn query_gid;
+	kvf_ibv_query_gid_ex_fn query_gid_ex;
+	kvf_ibv_alloc_pd_fn alloc_pd;
+	kvf_ibv_dealloc_pd_fn dealloc_pd;
+	kvf_ibv_reg_mr_fn reg_mr;
+	kvf_ibv_reg_mr_iova2_fn reg_mr_iova2;
+	kvf_ibv_reg_dmabuf_mr_fn reg_dmabuf_mr;
+	kvf_ibv_dereg_mr_fn dereg_mr;
+	kvf_ibv_create_comp_channel_fn create_comp_channel;
+	kvf_ibv_destroy_comp_channel_fn destroy_comp_channel;
+	kvf_ibv_create_cq_fn create_cq;
+	kvf_ibv_destroy_cq_fn destroy_cq;
+	kvf_ibv_get_cq_event_fn get_cq_event;
+	kvf_ibv_ack_cq_events_fn ack_cq_events;
+	kvf_ibv_create_qp_fn create_qp;
+	kvf_ibv_modify_qp_fn modify_qp;
+	kvf_ibv_query_qp_fn query_qp;
+	kvf_ibv_destroy_qp_fn destroy_qp;
+	kvf_ibv_get_async_event_fn get_async_event;
+	kvf_ibv_ack_async_event_fn ack_async_event;
 } T;
 
-// The exported libibverbs names that verbs.h's inline functions call. They
-// are hidden definitions inside our library (no symbol of libibverbs is
-// ever left undefined) that jump through the table.
-int (ibv_query_port)(struct ibv_context *c, uint8_t p, struct _compat_ibv_port_attr *a) {
-	return T.query_port(c, p, a);
-}
-int _ibv_query_gid_ex(struct ibv_context *c, uint32_t p, uint32_t i, struct ibv_gid_entry *e, uint32_t f, size_t sz) {
-	if (!T.query_gid_ex) return EOPNOTSUPP;
-	return T.query_gid_ex(c, p, i, e, f, sz);
-}
-struct ibv_mr *(ibv_reg_mr)(struct ibv_pd *pd, void *addr, size_t length, int access) {
-	return T.reg_mr(pd, addr, length, access);
-}
-struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova, unsigned int access) {
-	if (!T.reg_mr_iova2) {
-		// Libraries before IBVERBS_1.8: only iova == addr, no optional flags.
-		if (iova != (uintptr_t)addr) { errno = EOPNOTSUPP; return NULL; }
-		return T.reg_mr(pd, addr, length, (int)(access & ~IBV_ACCESS_OPTIONAL_RANGE));
-	}
-	return T.reg_mr_iova2(pd, addr, length, iova, access);
-}
-
 #pragma GCC visibility pop
+
+// The extended context around ctx, or NULL when the provider allocated a
+// plain one (verbs.h's verbs_get_ctx).
+static struct verbs_context *ext_ctx(struct ibv_context *ctx) {
+	if (ctx->abi_compat != KVF_VERBS_ABI_IS_EXTENDED) return NULL;
+	return (struct verbs_context *)((char *)ctx - offsetof(struct verbs_context, context));
+}
 
 static void *sym(const char *name) { return dlsym(T.handle, name); }
 
@@ -154,8 +141,15 @@ struct ibv_context *kvf_ibv_open(const char *name) {
 
 int kvf_ibv_close(struct ibv_context *ctx) { return T.close_device(ctx); }
 int kvf_ibv_query_device(struct ibv_context *ctx, struct ibv_device_attr *attr) { return T.query_device(ctx, attr); }
+// As verbs.h's inline ibv_query_port: the extended context's query_port
+// when the provider's verbs_context reaches that far and sets it, else the
+// exported call over a zeroed struct.
 int kvf_ibv_query_port(struct ibv_context *ctx, uint8_t port, struct ibv_port_attr *attr) {
-	return ibv_query_port(ctx, port, attr); // verbs.h inline: extended op or the exported call
+	struct verbs_context *v = ext_ctx(ctx);
+	if (v && v->sz >= sizeof(*v) - offsetof(struct verbs_context, query_port) && v->query_port)
+		return v->query_port(ctx, port, attr, sizeof(*attr));
+	memset(attr, 0, sizeof(*attr));
+	return T.query_port(ctx, port, (struct _compat_ibv_port_attr *)attr);
 }
 int kvf_ibv_query_gid(struct ibv_context *ctx, uint8_t port, int index, uint8_t gid[16]) {
 	union ibv_gid g;
@@ -165,7 +159,8 @@ int kvf_ibv_query_gid(struct ibv_context *ctx, uint8_t port, int index, uint8_t 
 }
 int kvf_ibv_query_gid_type(struct ibv_context *ctx, uint8_t port, int index, uint32_t *type, uint32_t *ifindex) {
 	struct ibv_gid_entry e;
-	int rc = ibv_query_gid_ex(ctx, port, index, &e, 0);
+	if (!T.query_gid_ex) return EOPNOTSUPP;
+	int rc = T.query_gid_ex(ctx, port, index, &e, 0, sizeof(e));
 	if (rc == 0) {
 		*type = e.gid_type;
 		*ifindex = e.ndev_ifindex;
@@ -176,8 +171,14 @@ int kvf_ibv_async_fd(struct ibv_context *ctx) { return ctx->async_fd; }
 int kvf_ibv_num_comp_vectors(struct ibv_context *ctx) { return ctx->num_comp_vectors; }
 struct ibv_pd *kvf_ibv_alloc_pd(struct ibv_context *ctx) { return T.alloc_pd(ctx); }
 int kvf_ibv_dealloc_pd(struct ibv_pd *pd) { return T.dealloc_pd(pd); }
+// As verbs.h's ibv_reg_mr with access flags not known at compile time:
+// ibv_reg_mr_iova2 with iova == addr, so that optional flags (relaxed
+// ordering) are allowed; libraries before IBVERBS_1.8 lack it, and get the
+// plain call without the optional flags.
 struct ibv_mr *kvf_ibv_reg_mr(struct ibv_pd *pd, uint64_t addr, uint64_t length, int access) {
-	return ibv_reg_mr(pd, (void *)(uintptr_t)addr, length, access);
+	void *p = (void *)(uintptr_t)addr;
+	if (!T.reg_mr_iova2) return T.reg_mr(pd, p, length, access & ~IBV_ACCESS_OPTIONAL_RANGE);
+	return T.reg_mr_iova2(pd, p, length, addr, (unsigned int)access);
 }
 struct ibv_mr *kvf_ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, uint64_t length, uint64_t iova, int fd, int access) {
 	if (!T.reg_dmabuf_mr) { errno = EOPNOTSUPP; return NULL; }
@@ -193,7 +194,7 @@ struct ibv_cq *kvf_ibv_create_cq(struct ibv_context *ctx, int cqe, struct ibv_co
 	return T.create_cq(ctx, cqe, NULL, ch, vector);
 }
 int kvf_ibv_destroy_cq(struct ibv_cq *cq) { return T.destroy_cq(cq); }
-int kvf_ibv_req_notify_cq(struct ibv_cq *cq) { return ibv_req_notify_cq(cq, 0); }
+int kvf_ibv_req_notify_cq(struct ibv_cq *cq) { return cq->context->ops.req_notify_cq(cq, 0); }
 
 // Takes one completion event from the (non-blocking) channel and
 // acknowledges it: 1 when there was one, 0 when none, -errno on error.
@@ -211,7 +212,7 @@ int kvf_ibv_get_cq_event(struct ibv_comp_channel *ch) {
 int kvf_ibv_poll_cq(struct ibv_cq *cq, int n, struct kvf_wc *out) {
 	struct ibv_wc wc[64];
 	if (n > 64) n = 64;
-	int got = ibv_poll_cq(cq, n, wc);
+	int got = cq->context->ops.poll_cq(cq, n, wc);
 	for (int i = 0; i < got; i++) {
 		out[i].wr_id = wc[i].wr_id;
 		out[i].status = wc[i].status;
@@ -329,7 +330,7 @@ int kvf_ibv_post_send(struct ibv_qp *qp, const struct kvf_wr *w, int n, int *bad
 		wr[i].wr.rdma.rkey = w[i].rkey;
 	}
 	struct ibv_send_wr *b = NULL;
-	int rc = ibv_post_send(qp, wr, &b);
+	int rc = qp->context->ops.post_send(qp, wr, &b);
 	*bad = rc ? (b ? (int)(b - wr) : 0) : n;
 	return rc;
 }
@@ -349,7 +350,7 @@ int kvf_ibv_post_recv(struct ibv_qp *qp, const struct kvf_recv *w, int n, int *b
 		wr[i].num_sge = w[i].length ? 1 : 0;
 	}
 	struct ibv_recv_wr *b = NULL;
-	int rc = ibv_post_recv(qp, wr, &b);
+	int rc = qp->context->ops.post_recv(qp, wr, &b);
 	*bad = rc ? (b ? (int)(b - wr) : 0) : n;
 	return rc;
 }

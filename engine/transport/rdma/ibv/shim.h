@@ -1,8 +1,9 @@
 /* The kvferry libibverbs shim: libibverbs.so.1 is opened at run time with
- * dlopen, never linked. The header is compiled against rdma-core's verbs.h
- * (Debian's libibverbs-dev); the functions verbs.h makes static inline
- * (post_send, post_recv, poll_cq, req_notify_cq, query_port, reg_mr) compile
- * into the shim and reach the provider through the context's ops table.
+ * dlopen, never linked, and compiled against our own declaration of the
+ * verbs ABI (verbs_abi.h), so no rdma-core header is needed to build. What
+ * verbs.h makes static inline (post_send, post_recv, poll_cq, req_notify_cq,
+ * the extended query_port, reg_mr's choice of entry point) is written out
+ * in shim.c and reaches the provider through the context's ops table.
  * Every function is a thin translation of one verbs call: the only state is
  * the table of entry points filled once by kvf_ibv_load. */
 #ifndef KVFERRY_IBV_SHIM_H
@@ -14,13 +15,11 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <linux/types.h>
 #include <sys/types.h>
 
-/* Only verbs.h's own declarations become hidden: the names its inline
- * functions call are defined inside the shim (shim.c). */
+#include "verbs_abi.h"
+
 #pragma GCC visibility push(hidden)
-#include <infiniband/verbs.h>
 
 /* One RDMA work request of a chain posted with one doorbell. */
 struct kvf_wr {

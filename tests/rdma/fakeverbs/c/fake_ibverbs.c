@@ -3,7 +3,9 @@
 // shim in engine/transport/rdma/ibv opens, and its contexts carry an ops
 // table (post_send, post_recv, poll_cq, req_notify_cq) that verbs.h's
 // inline functions call. Built by the tests into libibverbs.so.1 and loaded
-// through KVFERRY_IBVERBS_LIB.
+// through KVFERRY_IBVERBS_LIB. Compiled against the shim's own declaration
+// of the verbs ABI (engine/transport/rdma/ibv/verbs_abi.h), so no rdma-core
+// header is needed.
 //
 // Model: every process that opens a device is a host with that NIC. Its
 // GID (index 1; index 0 is a null entry) encodes the process id, the
@@ -53,7 +55,6 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <infiniband/verbs.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -66,6 +67,10 @@
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
+
+/* The shim's declaration of the verbs ABI, by a path relative to this file,
+ * so every builder (fakeverbs.Build, tests/python) needs no -I. */
+#include "../../../../engine/transport/rdma/ibv/verbs_abi.h"
 
 #define MAXDEV 8
 #define MAXSGE 4
