@@ -49,7 +49,7 @@ fi
 if [ -z "${NICS:-}" ]; then
   NICS=$(ls /sys/class/infiniband 2>/dev/null | tr '\n' ' ')
 fi
-[ -n "$NICS" ] || { echo "no RDMA NIC (/sys/class/infiniband is empty); see README 'RDMA'"; exit 1; }
+[ -n "$NICS" ] || { echo "no RDMA NIC (/sys/class/infiniband is empty); see docs/guide/rdma.md"; exit 1; }
 GIDARG=()
 [ -n "${GID_INDEX:-}" ] && { GIDARG=(-x "$GID_INDEX"); export MC_GID_INDEX="$GID_INDEX"; }
 PEER="${PEER:-}"

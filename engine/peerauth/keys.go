@@ -12,7 +12,7 @@
 // round trip per connection and nothing per request. It authenticates the
 // peers, not each later byte: where the network itself is hostile (an
 // attacker who can inject into an established TCP stream) the control
-// plane can add TLS (README, Security).
+// plane can add TLS (docs/guide/security.md).
 //
 // Key rotation: a key file may hold two keys, one per line. A node proves
 // with the first key its peer also holds and accepts either, so a cluster

@@ -26,7 +26,8 @@ func mapGlobal(n uint64, populate, huge, shared bool) (segmentMemory, error) {
 // huge it is advised for transparent huge pages (MADV_HUGEPAGE): readers
 // and writers in other processes of the host copy it with process_vm_*,
 // which pins the owner's pages one page at a time, so 2 MiB pages make
-// those copies markedly cheaper (README, same-host table). With populate
+// those copies markedly cheaper (docs/reports/benchmarks.md, "Same host,
+// two processes"). With populate
 // every page is faulted in now. A kernel without THP keeps 4 KiB pages.
 func mapSegment(n uint64, populate, huge bool) (*cmem.Map, error) {
 	if !huge {

@@ -56,7 +56,8 @@ func TestServerPollLimit(t *testing.T) {
 // it: on a small machine the scheduler may put a client and its master on
 // one CPU, and a poll holding it keeps the very thread whose answer (or
 // next request) it waits for from running until its budget runs out (a
-// round trip of 150-200 us instead of about 20; README, store latency).
+// round trip of 150-200 us instead of about 20; docs/reports/benchmarks.md,
+// "Store single operations").
 // What is checked is that the polls offered the CPU while they waited, not
 // how long anything took.
 func TestMuxPollsShareCPU(t *testing.T) {

@@ -354,7 +354,8 @@ func buildFakes() {
 
 // ---- results ----
 
-// result is one row of the fault table (README).
+// result is one row of the fault table (docs/reports/reliability.md,
+// "Network faults").
 type result struct {
 	Path       string  `json:"path"`
 	Fault      string  `json:"fault"`

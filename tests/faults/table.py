@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Renders the fault suite's results (JSON lines from KVFERRY_FAULTS_RESULTS)
-as the markdown table of the README: one row per (fault, path)."""
+as the markdown table of docs/reports/reliability.md ("Network faults"): one
+row per (fault, path)."""
 import json
 import sys
 

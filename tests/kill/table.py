@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Renders the kill matrix's results (JSON lines from KVFERRY_KILL_RESULTS)
-as the markdown table of the README: one row per (victim, entry point)."""
+as the markdown table of docs/reports/reliability.md ("Kill matrix"): one row
+per (victim, entry point)."""
 import json
 import sys
 
