@@ -375,6 +375,10 @@ func (c *Client) batchGet(ctx context.Context, keys []string, bufs [][]Buffer) (
 		if c.hot.read(k, res.GetUid(), size, d) {
 			continue
 		}
+		if served, err := c.readOwnDisk(k, res.GetUid(), size, res.GetReplicas(), d); served {
+			errs[i] = err
+			continue
+		}
 		keyStart := start
 		reps, err := c.memoryReplicas(ctx, k, res.GetReplicas(), &keyStart)
 		if err != nil {

@@ -67,9 +67,12 @@ type Client struct {
 	obs     *kvmetrics.StoreClient
 	grants  grantPool
 	disk    *ssd.Store // the disk tier (tier.go); nil without one
-	hot     *hotCache  // the local hot cache (hotcache.go); nil when off
-	hints   *hints     // where keys were last seen (spec.go); nil when off
-	tasks   *tasks     // the task loop's workers; nil without a segment or tier
+	// diskLogAt is when a failed disk-replica read was last logged
+	// (UnixNano; tier.go logDiskFailure).
+	diskLogAt atomic.Int64
+	hot       *hotCache // the local hot cache (hotcache.go); nil when off
+	hints     *hints    // where keys were last seen (spec.go); nil when off
+	tasks     *tasks    // the task loop's workers; nil without a segment or tier
 }
 
 // masterConn is one connection to a master: mux, gRPC, or (closer nil) an

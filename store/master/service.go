@@ -138,6 +138,9 @@ type Service struct {
 		// pressureUntil: clients are asked to return idle grants until then
 		// (an allocation failed or eviction ran).
 		pressureUntil time.Time
+		// skippedForFiles: the last eviction round passed over objects
+		// whose disk file was not written yet (tier.go).
+		skippedForFiles bool
 
 		// awaiting: logged segments not remounted since a restart, by id;
 		// restoreUntil: when those still awaited are dropped (persist.go).
@@ -802,14 +805,33 @@ func (s *Service) putStartLocked(clientID string, id objectKey, size uint64, cfg
 		s.mu.counters.putStartFails++
 		return nil, fmt.Errorf("put start %v: %w", id, s.remountFencedErrLocked(now))
 	}
+	awaiting := false // eviction passed over objects whose files are being written
 	if len(reps) == 0 && s.fitsSomeSegmentLocked(size) {
 		// Allocation failure triggers eviction (specs/mooncake.md §7.4); we
 		// evict synchronously and try once more.
 		need := mulSat(alignedLen(size), uint64(n))
 		target := max(uint64(s.cfg.EvictionRatio*float64(s.mu.capacity)), need)
-		if s.evictLocked(target, now) > 0 {
+		// What one round frees may lie in pieces too small for the
+		// object (objects of mixed sizes): a few more rounds then.
+		for round := 0; len(reps) == 0 && round < maxEvictRounds; round++ {
+			freed := s.evictLocked(target, now)
+			awaiting = awaiting || s.mu.skippedForFiles
+			if freed == 0 {
+				break
+			}
 			reps = s.placeLocked(size, n, cfg.PreferredSegments)
 		}
+	}
+	if len(reps) == 0 && awaiting {
+		// Memory holds objects that eviction may take only once their
+		// disk files are written: the client asks again (backpressure,
+		// bounded by its RPC timeout; tier.go).
+		s.mu.counters.putStartFails++
+		s.mu.counters.offloadWaits++
+		s.mu.pressureUntil = now.Add(s.cfg.GrantLease)
+		s.scheduleOffloadsLocked(now)
+		return nil, fmt.Errorf("put start %v: %d bytes: memory holds objects whose disk files are still being written: %w",
+			id, size, wire.ErrUnavailableInStatus)
 	}
 	if len(reps) == 0 {
 		s.mu.counters.putStartFails++
@@ -822,6 +844,9 @@ func (s *Service) putStartLocked(clientID string, id objectKey, size uint64, cfg
 	s.mu.processing[id] = o
 	return o.descriptors(), nil
 }
+
+// maxEvictRounds bounds the eviction rounds one allocation may run.
+const maxEvictRounds = 8
 
 // claimKeyLocked makes way for a new object under id: an existing object
 // is OBJECT_ALREADY_EXISTS (objects are immutable) unless upsert, which
@@ -1319,6 +1344,7 @@ func (s *Service) evictLocked(target uint64, now time.Time) uint64 {
 		return 0
 	}
 	s.mu.counters.evictionRounds++
+	s.mu.skippedForFiles = false
 	var freed uint64
 	n := 0
 	// Pass 0: objects with a disk replica lose only their memory (they
@@ -1333,6 +1359,17 @@ func (s *Service) evictLocked(target uint64, now time.Time) uint64 {
 			softPinned := o.softPinExpiry.After(now)
 			if o.hardPin || o.leaseEnd().After(now) || o.busyUntil.After(now) ||
 				(pass == 0) != (len(o.disk) > 0) || pass > 0 && softPinned != (pass == 2) {
+				if pass > 0 && o.offloading {
+					s.mu.skippedForFiles = true // its file is being written
+				}
+				o = next
+				continue
+			}
+			if pass > 0 && o.group == nil && s.awaitingFileLocked(o, now) {
+				// Its disk file is being (or about to be) written: it must
+				// not go before it is durable (tier.go).
+				s.mu.counters.evictSkippedForFiles++
+				s.mu.skippedForFiles = true
 				o = next
 				continue
 			}
@@ -1345,7 +1382,10 @@ func (s *Service) evictLocked(target uint64, now time.Time) uint64 {
 				for next != nil && next.group == g {
 					next = next.next
 				}
-				if pass > 0 && !groupLeasedLocked(g, now) {
+				if pass > 0 && !groupLeasedLocked(g, now) && s.groupAwaitingFilesLocked(g, now) {
+					s.mu.counters.evictSkippedForFiles++
+					s.mu.skippedForFiles = true
+				} else if pass > 0 && !groupLeasedLocked(g, now) {
 					for _, m := range evictableMembers(g, now, pass == 2) {
 						freed += alignedLen(m.size) * uint64(len(m.replicas))
 						n++

@@ -204,6 +204,11 @@ func (s *Service) endTaskLocked(t *task, err error, fileBytes uint64, now time.T
 	}
 	t.err = err
 	close(t.done)
+	if t.kind == wire.TaskKind_TASK_KIND_OFFLOAD {
+		// Keep the writers busy: the next offloads go out now, not at the
+		// next maintenance round (puts may be waiting for the room).
+		s.scheduleOffloadsLocked(now)
+	}
 	if u := t.user; u != nil {
 		u.left--
 		u.updated = now

@@ -44,6 +44,9 @@ const (
 	maxOffloadsPerClient = 8
 	// offloadScan bounds the LRU entries looked at per scheduling round.
 	offloadScan = 4096
+	// offloadWalk bounds the LRU entries walked per round, those only on
+	// disk included.
+	offloadWalk = 16 * offloadScan
 )
 
 // DiskSegmentInfo describes a client's disk tier.
@@ -224,12 +227,13 @@ func (s *Service) scheduleOffloadsLocked(now time.Time) {
 	if len(full) == 0 {
 		return
 	}
-	scanned := 0
-	for o := s.mu.lru.head; o != nil && scanned < offloadScan && len(full) > 0; o = o.next {
-		scanned++
-		if o.offloading || len(o.disk) > 0 || now.Before(o.noOffloadUntil) {
-			continue
+	scanned, walked := 0, 0
+	for o := s.mu.lru.head; o != nil && scanned < offloadScan && walked < offloadWalk && len(full) > 0; o = o.next {
+		walked++
+		if o.offloading || len(o.disk) > 0 || len(o.replicas) == 0 || now.Before(o.noOffloadUntil) {
+			continue // (objects only on disk do not count against the scan)
 		}
+		scanned++
 		for _, r := range o.replicas {
 			c := s.mu.clients[r.seg.info.ClientID]
 			n, ok := full[c]
@@ -254,6 +258,49 @@ func (s *Service) scheduleOffloadsLocked(now time.Time) {
 			break
 		}
 	}
+}
+
+// awaitingFileLocked reports whether o, a complete object with memory
+// replicas and no disk replica, is to be written to a disk tier soon: an
+// offload is in flight, or one of its replicas lies in the segment of a
+// client whose disk tier has room for it (and no offload of o failed
+// lately). Eviction never drops such an object: once its file is written
+// eviction drops only its memory (pass 0), and until then a put that needs
+// the room is asked to retry (backpressure, putStartLocked). An object no
+// disk tier can take (none mounted, full, or failing) is evicted as
+// without the tier.
+func (s *Service) awaitingFileLocked(o *object, now time.Time) bool {
+	if len(o.disk) > 0 || !o.complete || len(o.replicas) == 0 {
+		return false
+	}
+	if o.offloading {
+		return true
+	}
+	if now.Before(o.noOffloadUntil) {
+		return false
+	}
+	need := diskFileBytes(o.size)
+	for _, r := range o.replicas {
+		if r.seg == nil {
+			continue
+		}
+		c := s.mu.clients[r.seg.info.ClientID]
+		if c != nil && c.disk != nil && !c.disk.unmounted && c.disk.used+need <= c.disk.info.Capacity {
+			return true
+		}
+	}
+	return false
+}
+
+// groupAwaitingFilesLocked reports whether a member of g awaits its file
+// (a group is evicted as a whole).
+func (s *Service) groupAwaitingFilesLocked(g *objGroup, now time.Time) bool {
+	for m := range g.members {
+		if s.awaitingFileLocked(m, now) {
+			return true
+		}
+	}
+	return false
 }
 
 // dropMemoryLocked takes an object that has a disk replica out of memory

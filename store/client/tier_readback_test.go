@@ -1,0 +1,146 @@
+package client_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"gotest.tools/v3/assert"
+
+	"github.com/kvferry/kvferry/store/client"
+	"github.com/kvferry/kvferry/store/master"
+)
+
+// The disk tier under a real read pattern (issue 32): a holder with a small
+// memory segment and a disk tier takes several times its memory in
+// objects, as fast as it can put them, under the master's defaults (a read
+// lease of 10 s, so memory soon holds nothing but leased objects), then
+// reads every object back once. Every put that was acknowledged must read
+// back intact, whatever the order and whoever reads.
+
+const (
+	rbSeg = 4 << 20   // the holder's memory
+	rbObj = 128 << 10 // one object: 32 fit in memory
+)
+
+func rbKey(i int) string { return fmt.Sprintf("rb%04d", i) }
+
+func rbVal(i int) []byte { return pattern(rbObj-(i%7)*512, byte(i)) }
+
+// rbSetup starts a master with default settings and a holder with a disk
+// tier in dir.
+func rbSetup(t *testing.T, dir string) (*master.Server, *client.Client) {
+	t.Helper()
+	srv := startMaster(t, master.Config{})
+	holder := newClient(t, client.Config{MasterServerAddr: srv.Addr(), GlobalSegmentSize: rbSeg, SSDOffloadPath: dir,
+		SSDCapacity: 256 << 20})
+	return srv, holder
+}
+
+// rbPut puts objects [from, to) at full speed; every put must be
+// acknowledged.
+func rbPut(ctx context.Context, t *testing.T, c *client.Client, from, to int) {
+	t.Helper()
+	for i := from; i < to; i++ {
+		assert.NilError(t, c.Put(ctx, rbKey(i), rbVal(i), client.ReplicateConfig{}), "put %s", rbKey(i))
+	}
+}
+
+// rbCheck reads each object of order once, with Get and, every other one,
+// with GetInto into C memory, and checks its bytes.
+func rbCheck(ctx context.Context, t *testing.T, c *client.Client, order []int) {
+	t.Helper()
+	buf := cbuf(t, rbObj)
+	for j, i := range order {
+		want := rbVal(i)
+		if j%2 == 0 {
+			got, err := c.Get(ctx, rbKey(i))
+			assert.NilError(t, err, "get %s (read %d of %d)", rbKey(i), j, len(order))
+			assert.Assert(t, bytes.Equal(got, want), "get %s: wrong bytes (%d of %d)", rbKey(i), len(got), len(want))
+			continue
+		}
+		n, err := c.GetInto(ctx, rbKey(i), buf.Addr(), rbObj)
+		assert.NilError(t, err, "get into %s (read %d of %d)", rbKey(i), j, len(order))
+		assert.Equal(t, n, uint64(len(want)))
+		assert.Assert(t, bytes.Equal(buf.Bytes()[:n], want), "get into %s: wrong bytes", rbKey(i))
+	}
+}
+
+func seq(n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = i
+	}
+	return out
+}
+
+// TestSSDReadBack: 4x and 16x memory in objects, put as a burst, read in
+// order and in a random order, by the holder.
+func TestSSDReadBack(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		factor int
+		random bool
+	}{
+		{"4x-sequential", 4, false},
+		{"4x-random", 4, true},
+		{"16x-sequential", 16, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := ctxT(t, 120*time.Second)
+			srv, holder := rbSetup(t, t.TempDir())
+			n := tc.factor * rbSeg / rbObj
+			t.Cleanup(func() {
+				if t.Failed() {
+					t.Logf("master: %+v", srv.Service().Metrics())
+				}
+			})
+			rbPut(ctx, t, holder, 0, n)
+			m := srv.Service().Metrics()
+			t.Logf("%d objects put: %d on disk, %d evicted from memory, %d offload waits", n, m.DiskObjects,
+				m.EvictedObjectsTotal, m.OffloadWaitsTotal)
+			assert.Assert(t, m.EvictedObjectsTotal > 0, "nothing was evicted: the test did not exceed memory")
+			order := seq(n)
+			if tc.random {
+				rand.New(rand.NewPCG(1, 2)).Shuffle(n, func(i, j int) { order[i], order[j] = order[j], order[i] })
+			}
+			rbCheck(ctx, t, holder, order)
+			rbCheck(ctx, t, holder, order) // again: nothing was lost to the first pass
+			assert.Assert(t, holder.Metrics().DiskReads > 0)
+		})
+	}
+}
+
+// TestSSDReadWhilePutting: reads of the objects put so far (the oldest
+// ones, on disk only by then) run while puts go on; then everything reads
+// back.
+func TestSSDReadWhilePutting(t *testing.T) {
+	ctx := ctxT(t, 120*time.Second)
+	_, holder := rbSetup(t, t.TempDir())
+	n := 4 * rbSeg / rbObj
+	rbPut(ctx, t, holder, 0, n/2) // twice the memory: the first ones are on disk only
+	var wg sync.WaitGroup
+	wg.Add(1)
+	errs := make(chan error, 1)
+	go func() {
+		defer wg.Done()
+		for i := n / 2; i < n; i++ {
+			if err := holder.Put(ctx, rbKey(i), rbVal(i), client.ReplicateConfig{}); err != nil {
+				errs <- fmt.Errorf("put %s: %w", rbKey(i), err)
+				return
+			}
+		}
+	}()
+	rbCheck(ctx, t, holder, seq(n/4))
+	wg.Wait()
+	select {
+	case err := <-errs:
+		t.Fatal(err)
+	default:
+	}
+	rbCheck(ctx, t, holder, seq(n))
+}
