@@ -23,7 +23,7 @@ type metrics struct {
 	offloads, diskLoads       atomic.Uint64
 	promotions                atomic.Uint64
 	diskReads, diskReadBytes  atomic.Uint64
-	putWaits                  atomic.Uint64
+	putWaits, promoteWaits    atomic.Uint64
 	stagedBytes               atomic.Uint64
 	specReads, specHits       atomic.Uint64
 	specMisses                atomic.Uint64
@@ -85,6 +85,9 @@ type Metrics struct {
 	// memory waiting for disk-tier writers (backpressure), or a new HA
 	// leader's fence.
 	PutWaits uint64
+	// PromoteWaits counts the times a read asked for a promotion again
+	// because the holder's memory had no room yet.
+	PromoteWaits uint64
 	// StagedBytes counts bytes copied through the staging buffer (data in
 	// memory the engine cannot use directly: unregistered or Go memory).
 	StagedBytes uint64

@@ -204,6 +204,12 @@ func (c *Client) put(ctx context.Context, key string, data span, cfg ReplicateCo
 			c.metrics.putBytes.Add(data.size)
 		}
 	}()
+	return c.putOne(ctx, key, data, cfg, upsert)
+}
+
+// putOne is put without its metrics (batchPut asks it for the keys the
+// master could not allocate yet).
+func (c *Client) putOne(ctx context.Context, key string, data span, cfg ReplicateConfig, upsert bool) error {
 	if key == "" || data.size == 0 || !data.valid() {
 		return fmt.Errorf("put %q (%d bytes): %w", key, data.size, wire.ErrInvalidParams)
 	}

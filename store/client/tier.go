@@ -293,15 +293,40 @@ func (c *Client) copyReplica(t *wire.Task) error {
 
 // promote asks the master to bring key back into memory from a disk
 // replica and returns its memory replicas.
+//
+// A holder whose memory has no room yet (NO_AVAILABLE_HANDLE: it holds
+// leased objects; promoted copies are leased briefly) is asked again,
+// after pauses that grow from allocRetryMin to allocRetry, until
+// RPCTimeout has passed.
 func (c *Client) promote(ctx context.Context, key string) ([]*wire.Replica, error) {
 	var resp *wire.GetReplicaListResponse
-	err := c.readCall(func(mc *masterConn) error {
-		rctx, cancel := context.WithTimeout(ctx, c.cfg.RPCTimeout+promoteWait)
-		defer cancel()
-		var err error
-		resp, err = mc.mc.PromoteObject(rctx, &wire.KeyRequest{TenantId: c.tenant, Key: key})
-		return c.rpcErr(err)
-	})
+	deadline := time.Now().Add(c.cfg.RPCTimeout)
+	pause := allocRetryMin
+	var err error
+	for {
+		err = c.readCall(func(mc *masterConn) error {
+			rctx, cancel := context.WithTimeout(ctx, c.cfg.RPCTimeout+promoteWait)
+			defer cancel()
+			var err error
+			resp, err = mc.mc.PromoteObject(rctx, &wire.KeyRequest{TenantId: c.tenant, Key: key})
+			return c.rpcErr(err)
+		})
+		if wire.CodeOf(err) != wire.ErrNoAvailableHandle || !time.Now().Add(pause).Before(deadline) {
+			break
+		}
+		c.metrics.promoteWaits.Add(1)
+		t := time.NewTimer(pause)
+		pause = min(2*pause, allocRetry)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("get %q: promote from disk: %w", key, err)
+		case <-c.ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("get %q: promote from disk: %w", key, err)
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("get %q: promote from disk: %w", key, err)
 	}

@@ -144,3 +144,83 @@ func TestSSDReadWhilePutting(t *testing.T) {
 	}
 	rbCheck(ctx, t, holder, seq(n))
 }
+
+// TestSSDSecondReader: a client without memory or disk of its own reads
+// every object the holder put (4x its memory): objects only on the
+// holder's disk come through a promotion into the holder's memory, whose
+// copies are leased briefly, so that memory full of promoted copies makes
+// the next promotion wait, not fail.
+func TestSSDSecondReader(t *testing.T) {
+	ctx := ctxT(t, 120*time.Second)
+	srv, holder := rbSetup(t, t.TempDir())
+	user := newClient(t, client.Config{MasterServerAddr: srv.Addr()})
+	n := 4 * rbSeg / rbObj
+	rbPut(ctx, t, holder, 0, n)
+	t0 := time.Now()
+	rbCheck(ctx, t, user, seq(n))
+	um := user.Metrics()
+	t.Logf("second reader: %d objects in %v, %d promotions, %d promotion waits", n, time.Since(t0).Round(time.Millisecond),
+		um.Promotions, um.PromoteWaits)
+	assert.Assert(t, um.Promotions > 0)
+	assert.Equal(t, um.GetErrors, uint64(0))
+}
+
+// TestSSDHolderRestart: the holder closes in the middle of the puts and
+// comes back on the same directory (a new process would do the same):
+// everything acknowledged before the close that reached its disk, and
+// everything after, reads back. Close waits for the writers of its disk
+// tier, so nothing acknowledged is lost to it.
+func TestSSDHolderRestart(t *testing.T) {
+	ctx := ctxT(t, 120*time.Second)
+	dir := t.TempDir()
+	srv, holder := rbSetup(t, dir)
+	n := 4 * rbSeg / rbObj
+	rbPut(ctx, t, holder, 0, n/2)
+	assert.NilError(t, holder.Close())
+	holder2 := newClient(t, client.Config{MasterServerAddr: srv.Addr(), GlobalSegmentSize: rbSeg, SSDOffloadPath: dir,
+		SSDCapacity: 256 << 20})
+	rbPut(ctx, t, holder2, n/2, n)
+	order := seq(n)
+	rand.New(rand.NewPCG(3, 4)).Shuffle(n, func(i, j int) { order[i], order[j] = order[j], order[i] })
+	rbCheck(ctx, t, holder2, order)
+}
+
+// TestSSDSlowDirectory: a burst of puts at full speed into a holder whose
+// disk writes are slow (every file takes 5 ms more: a throttled
+// directory). Puts wait for the writers (backpressure) instead of losing
+// acknowledged objects to eviction.
+func TestSSDSlowDirectory(t *testing.T) {
+	ctx := ctxT(t, 120*time.Second)
+	srv, holder := rbSetup(t, t.TempDir())
+	tier, err := holder.DiskTier()
+	assert.NilError(t, err)
+	tier.SetWriteHook(func(uint64) { time.Sleep(5 * time.Millisecond) })
+	n := 4 * rbSeg / rbObj
+	t0 := time.Now()
+	rbPut(ctx, t, holder, 0, n)
+	took := time.Since(t0)
+	m, hm := srv.Service().Metrics(), holder.Metrics()
+	t.Logf("%d puts in %v: %d offload waits at the master, %d put retries, %d evictions skipped for files",
+		n, took.Round(time.Millisecond), m.OffloadWaitsTotal, hm.PutWaits, m.EvictSkippedForFilesTotal)
+	assert.Assert(t, m.OffloadWaitsTotal > 0, "the writers never held the puts back")
+	assert.Assert(t, hm.PutWaits > 0)
+	// Batch puts of 16 objects from C memory, as fast as they go: keys
+	// the master cannot allocate yet are put again alone.
+	const batch = 16
+	buf := cbuf(t, batch*rbObj)
+	for first := n; first < 2*n; first += batch {
+		keys := make([]string, batch)
+		addrs := make([]uintptr, batch)
+		sizes := make([]uint64, batch)
+		for j := range batch {
+			v := rbVal(first + j)
+			keys[j], addrs[j], sizes[j] = rbKey(first+j), buf.Addr()+uintptr(j*rbObj), uint64(len(v))
+			copy(buf.Bytes()[j*rbObj:], v)
+		}
+		for j, err := range holder.BatchPutFrom(ctx, keys, addrs, sizes, client.ReplicateConfig{}) {
+			assert.NilError(t, err, "batch put %s", keys[j])
+		}
+	}
+	tier.SetWriteHook(nil)
+	rbCheck(ctx, t, holder, seq(2*n))
+}

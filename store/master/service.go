@@ -672,7 +672,18 @@ func (s *Service) getLocked(id objectKey, now time.Time) (ReplicaList, error) {
 }
 
 func (s *Service) leaseLocked(o *object, now time.Time) {
-	exp := now.Add(s.cfg.DefaultKVLeaseTTL)
+	s.leaseForLocked(o, now, s.cfg.DefaultKVLeaseTTL)
+}
+
+// leaseForLocked grants o a read lease of ttl. An object only on disk gets
+// none: no memory of it needs protecting (a file is replaced by rename, and
+// a reader holds it open), and a lease would keep the memory a promotion
+// then gives it for the full ttl.
+func (s *Service) leaseForLocked(o *object, now time.Time, ttl time.Duration) {
+	if len(o.replicas) == 0 {
+		return
+	}
+	exp := now.Add(ttl)
 	if exp.After(o.leaseExpiry) {
 		o.leaseExpiry = exp
 	}

@@ -345,18 +345,37 @@ func (s *Service) PromoteObject(ctx context.Context, tenant, key string) (Replic
 	s.checkLocked()
 	s.mu.Unlock()
 	s.flushLog()
-	if t != nil {
-		select {
-		case <-t.done:
-		case <-ctx.Done():
-			return ReplicaList{}, fmt.Errorf("promote %v: %v: %w", id, ctx.Err(), wire.ErrRPCTimeout)
-		}
-		if t.err != nil {
-			return ReplicaList{}, fmt.Errorf("promote %v: %w", id, t.err)
-		}
+	if t == nil {
+		return s.GetReplicaList(tenant, key)
 	}
-	return s.GetReplicaList(tenant, key)
+	select {
+	case <-t.done:
+	case <-ctx.Done():
+		return ReplicaList{}, fmt.Errorf("promote %v: %v: %w", id, ctx.Err(), wire.ErrRPCTimeout)
+	}
+	if t.err != nil {
+		return ReplicaList{}, fmt.Errorf("promote %v: %w", id, t.err)
+	}
+	// The copy in memory is a cache of the file for this read: it is
+	// leased for promotedLease only, so that a reader going through many
+	// objects on disk does not fill memory with leased copies that no
+	// further promotion could evict.
+	now = s.clock.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	o, ok = s.mu.objects[id]
+	if !ok || !o.complete || len(o.replicas) == 0 {
+		return ReplicaList{}, fmt.Errorf("promote %v: evicted or removed right after its load: %w", id, wire.ErrReplicaIsNotReady)
+	}
+	ttl := min(s.cfg.DefaultKVLeaseTTL, promotedLease)
+	s.mu.counters.gets++
+	s.mu.counters.getHits++
+	s.leaseForLocked(o, now, ttl)
+	return ReplicaList{Size: o.size, Replicas: o.descriptors(), LeaseTTL: ttl, UID: o.uid, Version: o.version}, nil
 }
+
+// promotedLease is the read lease of an object promoted for a read.
+const promotedLease = 2 * time.Second
 
 // startLoadLocked allocates space for o in the memory segment of one of
 // its disk holders and hands that holder a LOAD task.
