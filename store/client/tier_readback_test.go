@@ -13,6 +13,7 @@ import (
 
 	"github.com/kvferry/kvferry/store/client"
 	"github.com/kvferry/kvferry/store/master"
+	"github.com/kvferry/kvferry/store/wire"
 )
 
 // The disk tier under a real read pattern (issue 32): a holder with a small
@@ -223,4 +224,48 @@ func TestSSDSlowDirectory(t *testing.T) {
 	}
 	tier.SetWriteHook(nil)
 	rbCheck(ctx, t, holder, seq(2*n))
+}
+
+// TestSSDTombstones: while the holder of the only copies (files) is away,
+// one object is removed and another replaced and then removed; a third is
+// left alone. The returning holder deletes the two stale files instead of
+// offering them, and still serves the third.
+func TestSSDTombstones(t *testing.T) {
+	ctx := ctxT(t, 120*time.Second)
+	dir := t.TempDir()
+	srv := startMaster(t, master.Config{ClientTTL: 500 * time.Millisecond})
+	cfg := client.Config{MasterServerAddr: srv.Addr(), GlobalSegmentSize: rbSeg, SSDOffloadPath: dir, SSDCapacity: 256 << 20}
+	holder := newClient(t, cfg)
+	n := 2 * rbSeg / rbObj
+	rbPut(ctx, t, holder, 0, n) // rb0000.. are on the holder's disk only by now
+	// (The user lends memory for the upsert below, after the puts: they
+	// all went to the holder's segment.)
+	user := newClient(t, client.Config{MasterServerAddr: srv.Addr(), GlobalSegmentSize: rbSeg})
+	client.StopHeartbeatForTest(holder) // it dies: its segment and disk tier go with it
+	waitUntil(t, "the holder's expiry", func() bool { return len(srv.Service().DiskSegments()) == 0 })
+
+	assert.NilError(t, user.Remove(ctx, rbKey(0), false))
+	assert.NilError(t, user.Upsert(ctx, rbKey(1), []byte("new"), client.ReplicateConfig{}))
+	assert.NilError(t, user.Remove(ctx, rbKey(1), true))
+	_, err := user.Get(ctx, rbKey(0))
+	assert.Equal(t, code(err), wire.ErrObjectNotFound)
+
+	holder2 := newClient(t, cfg)
+	tier, err := holder2.DiskTier()
+	assert.NilError(t, err)
+	for i := range 2 {
+		_, err := user.Get(ctx, rbKey(i))
+		assert.Equal(t, code(err), wire.ErrObjectNotFound, "%s came back from a stale file", rbKey(i))
+	}
+	waitUntil(t, "the stale files deleted", func() bool {
+		for _, e := range tier.Entries() {
+			if e.Key == rbKey(0) || e.Key == rbKey(1) {
+				return false
+			}
+		}
+		return true
+	})
+	got, err := holder2.Get(ctx, rbKey(2))
+	assert.NilError(t, err)
+	assert.Assert(t, bytes.Equal(got, rbVal(2)))
 }

@@ -138,6 +138,11 @@ type Service struct {
 		// pressureUntil: clients are asked to return idle grants until then
 		// (an allocation failed or eviction ran).
 		pressureUntil time.Time
+		// awayFiles are the objects whose file is on a disk tier that is
+		// unmounted (its holder away), with the file's uid; tombstones
+		// the files of those removed or replaced meanwhile, which the
+		// returning holder must delete, not offer (tier.go).
+		awayFiles, tombstones map[objectKey]uint64
 		// skippedForFiles: the last eviction round passed over objects
 		// whose disk file was not written yet (tier.go).
 		skippedForFiles bool
@@ -898,6 +903,7 @@ func (s *Service) newObjectLocked(clientID string, id objectKey, size uint64, re
 	for _, r := range reps {
 		r.obj = o
 	}
+	s.supersedeAwayLocked(id) // a file of an earlier object under id is stale now
 	s.mu.objects[id] = o
 	s.chargeLocked(o)
 	s.joinGroupLocked(o, gid)
@@ -929,6 +935,7 @@ func (s *Service) replaceLocked(o *object, now time.Time) {
 		s.mu.counters.zombiePuts++
 	}
 	s.dropObjectLocked(o, release, now)
+	s.supersedeAwayLocked(o.id)
 }
 
 // placeLocked allocates up to n replicas of size bytes on distinct segment
@@ -1136,6 +1143,12 @@ func (s *Service) BatchRemove(tenant string, keys []string, force bool) []error 
 func (s *Service) removeLocked(id objectKey, force bool, now time.Time) error {
 	o, ok := s.mu.objects[id]
 	if !ok {
+		if s.supersedeAwayLocked(id) {
+			// Known only as a file on a disk tier that is away: it is
+			// gone for good (the holder deletes the file on its return).
+			s.mu.counters.removes++
+			return nil
+		}
 		return fmt.Errorf("remove %v: %w", id, wire.ErrObjectNotFound)
 	}
 	if lease := o.leaseEnd(); !force && lease.After(now) {
@@ -1145,6 +1158,7 @@ func (s *Service) removeLocked(id objectKey, force bool, now time.Time) error {
 		return fmt.Errorf("remove %v: %w", id, wire.ErrReplicaIsNotReady)
 	}
 	s.dropObjectLocked(o, o.leaseEnd(), now)
+	s.supersedeAwayLocked(id)
 	s.mu.counters.removes++
 	return nil
 }
@@ -1191,9 +1205,21 @@ func (s *Service) removeMatching(tenant string, match func(string) bool, force b
 	}
 	for _, o := range victims {
 		s.dropObjectLocked(o, o.leaseEnd(), now)
+		s.supersedeAwayLocked(o.id)
 	}
-	s.mu.counters.removes += uint64(len(victims))
-	return int64(len(victims))
+	n := int64(len(victims))
+	var away []objectKey
+	for id := range s.mu.awayFiles {
+		if id.tenant == tenant && match(id.key) && s.mu.objects[id] == nil {
+			away = append(away, id)
+		}
+	}
+	for _, id := range away {
+		s.supersedeAwayLocked(id)
+		n++
+	}
+	s.mu.counters.removes += uint64(n)
+	return n
 }
 
 // ---------------------------------------------------------------------------

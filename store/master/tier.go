@@ -28,9 +28,12 @@ import (
 // with MountDiskSegment: an object the master still has under the same
 // version (uid) gains the disk replica; one it no longer knows (dropped
 // with the dead client, or a master restart) comes back from disk; a file
-// of a version that was replaced meanwhile is deleted. One consequence: an
-// object removed while its only disk holder was down comes back when the
-// holder does (the master keeps no tombstones).
+// of a version that was replaced meanwhile is deleted. While a holder is
+// away the master remembers which objects its files hold (awayFiles); a
+// remove or an upsert of one of them meanwhile (or a new put of its key)
+// leaves a tombstone, and the returning holder is told to delete that file
+// instead of offering it. Tombstones live in the master's memory only: a
+// master restarted while a holder is away does not have them.
 //
 // Disk replicas are not in the operation log: after a master restart the
 // holders announce them again, like memory segments are remounted.
@@ -128,6 +131,14 @@ func (s *Service) MountDiskSegment(clientID string, info DiskSegmentInfo, entrie
 			drop = append(drop, i)
 			continue
 		}
+		if uid, ok := s.mu.awayFiles[id]; ok && uid == e.UID {
+			delete(s.mu.awayFiles, id) // its holder is back
+		}
+		if uid, ok := s.mu.tombstones[id]; ok && uid == e.UID {
+			delete(s.mu.tombstones, id)
+			drop = append(drop, i) // removed or replaced while its holder was away
+			continue
+		}
 		o, ok := s.mu.objects[id]
 		switch {
 		case ok && o.complete && o.uid == e.UID && o.size == e.Size:
@@ -176,8 +187,40 @@ func (s *Service) unmountDiskLocked(d *diskSeg) {
 			s.forgetObjectLocked(o)
 		}
 	}
+	if s.mu.awayFiles == nil {
+		s.mu.awayFiles = make(map[objectKey]uint64)
+	}
+	for o := range d.reps {
+		if len(s.mu.awayFiles) >= maxAwayFiles {
+			s.log.Warn("disk tier: too many files of away holders to track; a remove meanwhile may not reach them",
+				"limit", maxAwayFiles)
+			break
+		}
+		s.mu.awayFiles[o.id] = o.uid
+	}
 	clear(d.reps)
 	s.log.Info("disk segment unmounted", "client", d.info.ClientID, "segment", d.info.Name)
+}
+
+// maxAwayFiles bounds awayFiles and tombstones (each).
+const maxAwayFiles = 1 << 20
+
+// supersedeAwayLocked records that the file of id on an away disk tier, if
+// any, is stale (its object was removed or replaced): the holder deletes
+// it when it mounts its tier again. It reports whether there was one.
+func (s *Service) supersedeAwayLocked(id objectKey) bool {
+	uid, ok := s.mu.awayFiles[id]
+	if !ok {
+		return false
+	}
+	delete(s.mu.awayFiles, id)
+	if s.mu.tombstones == nil {
+		s.mu.tombstones = make(map[objectKey]uint64)
+	}
+	if len(s.mu.tombstones) < maxAwayFiles {
+		s.mu.tombstones[id] = uid
+	}
+	return true
 }
 
 // dropDiskReplicasLocked deletes o's files (o is being removed).
