@@ -27,6 +27,7 @@ import logging
 import os
 import re
 import threading
+import time
 import weakref
 from ctypes import byref, c_char_p, c_int, c_int64, c_size_t, c_uint64, c_void_p
 
@@ -884,17 +885,33 @@ class MooncakeDistributedStore:
         return n, p.value
 
     def get(self, key):
-        """Return the object under key as bytes, or b"" on a miss or failure."""
+        """Return the object under key as bytes, or b"" on a miss or failure
+        (Mooncake's contract). A failure other than a miss is logged, once
+        per error code and minute, with its cause; get_buffer and get_into
+        answer the code itself."""
         key = _key(key)
         if not self._h:
             return b""
         n, p = self._get_alloc(key)
         if n < 0 or not p:
+            self._log_get_failure(key, n)
             return b""
         try:
             return ctypes.string_at(p, n)
         finally:
             lib.kvferry_store_free(p)
+
+    def _log_get_failure(self, key, code):
+        """Log a failed get of an existing object (not a miss), at most once
+        per code and _GET_LOG_INTERVAL seconds."""
+        if code >= 0 or code == ErrorCode.OBJECT_NOT_FOUND:
+            return
+        now = time.monotonic()
+        last = _get_logged.get(code)
+        if last is not None and now - last < _GET_LOG_INTERVAL:
+            return
+        _get_logged[code] = now
+        log.warning("get %r failed: %s: %s", key, _name(code), _last_error(self._h))
 
     def get_batch(self, keys):
         """Return list[bytes] (b"" for each miss)."""
@@ -1700,6 +1717,11 @@ def _copy_into(dst, data):
         if not dst.flags.c_contiguous:
             raise ValueError("destination array must be contiguous")
         dst.reshape(-1).view(np.uint8)[:] = data
+
+
+# When each failed-get code was last logged (MooncakeDistributedStore.get).
+_get_logged = {}
+_GET_LOG_INTERVAL = 60.0
 
 
 def _last_error(h):

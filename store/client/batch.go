@@ -177,6 +177,7 @@ func (c *Client) batchPut(ctx context.Context, keys []string, data []span, cfg R
 		return c.countPutErrs(errs, sizes)
 	}
 	results := resp.GetResults()
+	var later []int // keys the master could not allocate yet
 	started := make([]bool, len(keys))
 	pieces := 0 // engine requests per replica of all keys
 	for _, d := range data {
@@ -189,6 +190,12 @@ func (c *Client) batchPut(ctx context.Context, keys []string, data []span, cfg R
 			continue
 		}
 		res := results[n]
+		if wire.Code(res.GetCode()) == wire.ErrUnavailableInStatus {
+			// Not now (the disk tier's writers are behind, or a new
+			// leader's fence): put alone below, asking again.
+			later = append(later, i)
+			continue
+		}
 		if res.GetCode() != 0 {
 			err := wire.ErrorOf(res.GetCode())
 			if !upsert && wire.CodeOf(err) == wire.ErrObjectAlreadyExists {
@@ -276,6 +283,9 @@ func (c *Client) batchPut(ctx context.Context, keys []string, data []span, cfg R
 				}
 			}
 		}
+	}
+	for _, i := range later {
+		errs[i] = c.putOne(ctx, keys[i], data[i], cfg.forKeys([]int{i}), upsert)
 	}
 	return c.countPutErrs(errs, sizes)
 }
@@ -373,6 +383,10 @@ func (c *Client) batchGet(ctx context.Context, keys []string, bufs [][]Buffer) (
 		d := c.gpuSpan(prefixSpan(bufs[i], size))
 		dests[i] = d
 		if c.hot.read(k, res.GetUid(), size, d) {
+			continue
+		}
+		if served, err := c.readOwnDisk(k, res.GetUid(), size, res.GetReplicas(), d); served {
+			errs[i] = err
 			continue
 		}
 		keyStart := start

@@ -67,9 +67,12 @@ type Client struct {
 	obs     *kvmetrics.StoreClient
 	grants  grantPool
 	disk    *ssd.Store // the disk tier (tier.go); nil without one
-	hot     *hotCache  // the local hot cache (hotcache.go); nil when off
-	hints   *hints     // where keys were last seen (spec.go); nil when off
-	tasks   *tasks     // the task loop's workers; nil without a segment or tier
+	// diskLogAt is when a failed disk-replica read was last logged
+	// (UnixNano; tier.go logDiskFailure).
+	diskLogAt atomic.Int64
+	hot       *hotCache // the local hot cache (hotcache.go); nil when off
+	hints     *hints    // where keys were last seen (spec.go); nil when off
+	tasks     *tasks    // the task loop's workers; nil without a segment or tier
 }
 
 // masterConn is one connection to a master: mux, gRPC, or (closer nil) an
@@ -324,10 +327,11 @@ func (c *Client) Close() error {
 		cancel()
 		for _, seg := range c.segments {
 			timeout, req := min(c.cfg.RPCTimeout, 2*time.Second), &wire.UnmountSegmentRequest{ClientId: c.clientID, SegmentId: seg.GetId()}
-			if c.cfg.DrainOnClose > 0 {
+			if grace := c.closeGrace(); grace > 0 {
 				// Graceful: the master moves this segment's objects
-				// elsewhere first (the task loop still runs).
-				timeout, req.Graceful, req.GraceMs = c.cfg.DrainOnClose+timeout, true, uint64(c.cfg.DrainOnClose/time.Millisecond)
+				// elsewhere first, or writes them to the disk tier (the
+				// task loop still runs).
+				timeout, req.Graceful, req.GraceMs = grace+timeout, true, uint64(grace/time.Millisecond)
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), timeout)
 			_, err := mc.mc.UnmountSegment(ctx, req)
@@ -340,6 +344,17 @@ func (c *Client) Close() error {
 	c.teardown()
 	c.log.Info("store client closed", "segment", c.segName)
 	return nil
+}
+
+// closeGrace is how long Close lets the master drain the segment:
+// DrainOnClose, or with a disk tier at least RPCTimeout, so that objects
+// acknowledged but not yet written to disk are written before the memory
+// goes (issue 32: nothing acknowledged is lost to a burst).
+func (c *Client) closeGrace() time.Duration {
+	if c.disk != nil {
+		return max(c.cfg.DrainOnClose, c.cfg.RPCTimeout)
+	}
+	return c.cfg.DrainOnClose
 }
 
 // teardown releases everything New may have acquired.

@@ -22,6 +22,8 @@ type metrics struct {
 	grantLapses               atomic.Uint64
 	offloads, diskLoads       atomic.Uint64
 	promotions                atomic.Uint64
+	diskReads, diskReadBytes  atomic.Uint64
+	putWaits, promoteWaits    atomic.Uint64
 	stagedBytes               atomic.Uint64
 	specReads, specHits       atomic.Uint64
 	specMisses                atomic.Uint64
@@ -74,6 +76,18 @@ type Metrics struct {
 	Offloads   uint64
 	DiskLoads  uint64
 	Promotions uint64
+	// DiskReads counts reads served straight from this client's own disk
+	// tier into the caller's buffer (an object whose only replica is a
+	// file here; tier.go), DiskReadBytes their bytes.
+	DiskReads, DiskReadBytes uint64
+	// PutWaits counts the times a put asked the master again because it
+	// could not allocate yet (UNAVAILABLE_IN_CURRENT_STATUS): most often
+	// memory waiting for disk-tier writers (backpressure), or a new HA
+	// leader's fence.
+	PutWaits uint64
+	// PromoteWaits counts the times a read asked for a promotion again
+	// because the holder's memory had no room yet.
+	PromoteWaits uint64
 	// StagedBytes counts bytes copied through the staging buffer (data in
 	// memory the engine cannot use directly: unregistered or Go memory).
 	StagedBytes uint64
@@ -95,6 +109,8 @@ func (c *Client) Metrics() Metrics {
 		GrantAcquires: m.grantAcquires.Load(), GrantReturns: m.grantReturns.Load(),
 		GrantLapses: m.grantLapses.Load(),
 		Offloads:    m.offloads.Load(), DiskLoads: m.diskLoads.Load(), Promotions: m.promotions.Load(),
+		DiskReads: m.diskReads.Load(), DiskReadBytes: m.diskReadBytes.Load(),
+		PutWaits:    m.putWaits.Load(),
 		StagedBytes: m.stagedBytes.Load(),
 		SpecReads:   m.specReads.Load(), SpecHits: m.specHits.Load(), SpecMisses: m.specMisses.Load(),
 	}

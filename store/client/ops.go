@@ -204,6 +204,12 @@ func (c *Client) put(ctx context.Context, key string, data span, cfg ReplicateCo
 			c.metrics.putBytes.Add(data.size)
 		}
 	}()
+	return c.putOne(ctx, key, data, cfg, upsert)
+}
+
+// putOne is put without its metrics (batchPut asks it for the keys the
+// master could not allocate yet).
+func (c *Client) putOne(ctx context.Context, key string, data span, cfg ReplicateConfig, upsert bool) error {
 	if key == "" || data.size == 0 || !data.valid() {
 		return fmt.Errorf("put %q (%d bytes): %w", key, data.size, wire.ErrInvalidParams)
 	}
@@ -255,22 +261,30 @@ func (c *Client) put(ctx context.Context, key string, data span, cfg ReplicateCo
 
 // allocCall runs an allocating master call fn (PutStart). A master that
 // cannot allocate yet (UNAVAILABLE_IN_CURRENT_STATUS: a new HA leader
-// waiting out its predecessor's put grants, or a master that no longer
-// leads while the heartbeat finds the new one) is asked again every
-// allocRetry until RPCTimeout has passed; *mc is the connection of the
-// last try. fn returns the converted error (rpcErr).
+// waiting out its predecessor's put grants, a master that no longer leads
+// while the heartbeat finds the new one, or memory that holds only objects
+// whose disk-tier files are still being written: backpressure) is asked
+// again, after pauses that grow from allocRetryMin to allocRetry, until
+// RPCTimeout has passed; *mc is the connection of the last try. fn returns
+// the converted error (rpcErr).
 func (c *Client) allocCall(ctx context.Context, mc **masterConn, fn func(mc *masterConn) error) error {
 	deadline := time.Now().Add(c.cfg.RPCTimeout)
+	pause := allocRetryMin
 	for {
 		err := fn(*mc)
-		if wire.CodeOf(err) != wire.ErrUnavailableInStatus || !time.Now().Add(allocRetry).Before(deadline) {
+		if wire.CodeOf(err) != wire.ErrUnavailableInStatus || !time.Now().Add(pause).Before(deadline) {
 			return err
 		}
+		c.metrics.putWaits.Add(1)
+		t := time.NewTimer(pause)
+		pause = min(2*pause, allocRetry)
 		select {
-		case <-time.After(allocRetry):
+		case <-t.C:
 		case <-ctx.Done():
+			t.Stop()
 			return err
 		case <-c.ctx.Done():
+			t.Stop()
 			return err
 		}
 		next, merr := c.master()
@@ -281,8 +295,12 @@ func (c *Client) allocCall(ctx context.Context, mc **masterConn, fn func(mc *mas
 	}
 }
 
-// allocRetry is the pause between tries of allocCall.
-const allocRetry = 100 * time.Millisecond
+// allocRetryMin and allocRetry are the first and the longest pause
+// between tries of allocCall.
+const (
+	allocRetryMin = time.Millisecond
+	allocRetry    = 100 * time.Millisecond
+)
 
 // writeBound limits a put's writes into space it may use only until a
 // deadline that can move (put grants): check returns that deadline, or an
@@ -549,6 +567,12 @@ func (c *Client) get(ctx context.Context, key string, mayGuess bool, dest func(s
 	}
 	d = c.gpuSpan(d)
 	if c.hot.read(key, resp.GetUid(), size, d) {
+		return size, nil
+	}
+	if served, err := c.readOwnDisk(key, resp.GetUid(), size, resp.GetReplicas(), d); served {
+		if err != nil {
+			return 0, err
+		}
 		return size, nil
 	}
 	reps, err := c.memoryReplicas(ctx, key, resp.GetReplicas(), &start)

@@ -293,15 +293,40 @@ func (c *Client) copyReplica(t *wire.Task) error {
 
 // promote asks the master to bring key back into memory from a disk
 // replica and returns its memory replicas.
+//
+// A holder whose memory has no room yet (NO_AVAILABLE_HANDLE: it holds
+// leased objects; promoted copies are leased briefly) is asked again,
+// after pauses that grow from allocRetryMin to allocRetry, until
+// RPCTimeout has passed.
 func (c *Client) promote(ctx context.Context, key string) ([]*wire.Replica, error) {
 	var resp *wire.GetReplicaListResponse
-	err := c.readCall(func(mc *masterConn) error {
-		rctx, cancel := context.WithTimeout(ctx, c.cfg.RPCTimeout+promoteWait)
-		defer cancel()
-		var err error
-		resp, err = mc.mc.PromoteObject(rctx, &wire.KeyRequest{TenantId: c.tenant, Key: key})
-		return c.rpcErr(err)
-	})
+	deadline := time.Now().Add(c.cfg.RPCTimeout)
+	pause := allocRetryMin
+	var err error
+	for {
+		err = c.readCall(func(mc *masterConn) error {
+			rctx, cancel := context.WithTimeout(ctx, c.cfg.RPCTimeout+promoteWait)
+			defer cancel()
+			var err error
+			resp, err = mc.mc.PromoteObject(rctx, &wire.KeyRequest{TenantId: c.tenant, Key: key})
+			return c.rpcErr(err)
+		})
+		if wire.CodeOf(err) != wire.ErrNoAvailableHandle || !time.Now().Add(pause).Before(deadline) {
+			break
+		}
+		c.metrics.promoteWaits.Add(1)
+		t := time.NewTimer(pause)
+		pause = min(2*pause, allocRetry)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("get %q: promote from disk: %w", key, err)
+		case <-c.ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("get %q: promote from disk: %w", key, err)
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("get %q: promote from disk: %w", key, err)
 	}
@@ -334,8 +359,105 @@ func (c *Client) memoryReplicas(ctx context.Context, key string, reps []*wire.Re
 	mem, err := c.promote(ctx, key)
 	if err == nil {
 		*start = asked
+	} else {
+		c.logDiskFailure(key, err)
 	}
 	return mem, err
+}
+
+// The read path of a disk replica (issue 32).
+//
+// An object whose only replicas are files is read from the file whenever
+// the file lies in this client's own disk tier: straight into the caller's
+// buffer (host memory, one contiguous range), or through one temporary
+// buffer (GPU memory, several buffers). Promotion into memory is not asked
+// for then: it cannot decide whether the read succeeds (memory may be full
+// of leased objects), and it would cost a second copy. A reader whose disk
+// replica lies on another client asks for a promotion (the holder reads
+// the file into its own memory; PromoteObject); when the holder's memory
+// cannot take it the read fails with the master's code
+// (NO_AVAILABLE_HANDLE), never with an empty value. Mooncake serves such
+// reads with a client-to-client RPC (the holder reads the file into a
+// buffer of its own and the reader pulls it with the transfer engine);
+// kvferry has no client-to-client RPC yet.
+
+// ownDiskReplica returns the complete LOCAL_DISK replica of reps that is a
+// file of this client's disk tier, when reps has no memory replica; nil
+// otherwise.
+func (c *Client) ownDiskReplica(reps []*wire.Replica) *wire.Replica {
+	if c.disk == nil {
+		return nil
+	}
+	var own *wire.Replica
+	for _, r := range reps {
+		switch {
+		case r.GetKind() == wire.ReplicaKind_REPLICA_KIND_MEMORY && r.GetStatus() == wire.ReplicaStatus_REPLICA_STATUS_COMPLETE:
+			return nil
+		case r.GetKind() == wire.ReplicaKind_REPLICA_KIND_LOCAL_DISK && r.GetSegmentId() == c.disk.ID() &&
+			r.GetStatus() == wire.ReplicaStatus_REPLICA_STATUS_COMPLETE:
+			own = r
+		}
+	}
+	return own
+}
+
+// readOwnDisk reads key (version uid, size bytes) from this client's disk
+// tier into d, when reps says its only replicas are files and one is
+// here. served is false when the object is not such a one (the caller
+// reads it from memory, or asks for a promotion).
+func (c *Client) readOwnDisk(key string, uid, size uint64, reps []*wire.Replica, d span) (served bool, err error) {
+	if c.ownDiskReplica(reps) == nil {
+		return false, nil
+	}
+	if err := c.readFile(key, uid, size, d); err != nil {
+		c.logDiskFailure(key, err)
+		return true, fmt.Errorf("get %q: read from the disk tier: %w", key, err)
+	}
+	c.metrics.diskReads.Add(1)
+	c.metrics.diskReadBytes.Add(size)
+	return true, nil
+}
+
+// readFile reads the file of key into d: into d's memory when it is one
+// range of host memory, else through a temporary buffer.
+func (c *Client) readFile(key string, uid, size uint64, d span) error {
+	if d.size < size {
+		return fmt.Errorf("buffer of %d bytes for %d: %w", d.size, size, wire.ErrInvalidParams)
+	}
+	tenant, err := wire.TenantID(c.tenant)
+	if err != nil {
+		return err
+	}
+	switch {
+	case d.gpu == nil && d.parts == nil && d.buf != nil:
+		return c.disk.Read(tenant, key, uid, d.buf[:size])
+	case d.gpu == nil && d.parts == nil && d.addr != 0:
+		return c.disk.Read(tenant, key, uid, cmem.Bytes(d.addr, size))
+	}
+	m, err := cmem.MapAnon(size)
+	if err != nil {
+		return fmt.Errorf("temporary buffer of %d bytes: %v: %w", size, err, wire.ErrInternal)
+	}
+	defer m.Close()
+	if err := c.disk.Read(tenant, key, uid, m.Bytes()[:size]); err != nil {
+		return err
+	}
+	return d.copyFrom(0, m.Addr(), size)
+}
+
+// diskLogInterval is how often a failing disk-replica read is logged (the
+// others are counted in GetErrors).
+const diskLogInterval = 10 * time.Second
+
+// logDiskFailure logs, at most once per diskLogInterval, that an existing
+// object could not be served from its disk replica, with the cause.
+func (c *Client) logDiskFailure(key string, err error) {
+	now := time.Now().UnixNano()
+	last := c.diskLogAt.Load()
+	if now-last < int64(diskLogInterval) || !c.diskLogAt.CompareAndSwap(last, now) {
+		return
+	}
+	c.log.Warn("disk replica not served", "key", key, "code", wire.CodeOf(err), "err", err)
 }
 
 // ErrNoDiskTier is returned by DiskTier on a client without one.

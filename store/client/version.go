@@ -110,6 +110,12 @@ func (c *Client) getVersioned(ctx context.Context, key string, minVersion uint64
 		return 0, 0, err
 	}
 	d = c.gpuSpan(d)
+	if served, err := c.readOwnDisk(key, resp.GetUid(), size, resp.GetReplicas(), d); served {
+		if err != nil {
+			return 0, 0, err
+		}
+		return resp.GetVersion(), size, nil
+	}
 	reps, err := c.memoryReplicas(ctx, key, resp.GetReplicas(), &start)
 	if err != nil {
 		return 0, 0, err

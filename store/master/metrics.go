@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvferry/kvferry/metrics"
+	"github.com/kvferry/kvferry/store/wire"
 )
 
 // counters are the monotonic counts kept under Service.mu.
@@ -32,6 +33,8 @@ type counters struct {
 	tasks, taskFailures      uint64
 	offloads, offloadedBytes uint64
 	promotions               uint64
+	offloadWaits             uint64 // puts refused while memory awaited its files
+	evictSkippedForFiles     uint64 // objects eviction passed over: their file is not written yet
 }
 
 // Metrics is a point-in-time snapshot of the master.
@@ -115,6 +118,16 @@ type Metrics struct {
 	OffloadsTotal       uint64
 	OffloadedBytesTotal uint64
 	PromotionsTotal     uint64
+	// OffloadQueue is the number of OFFLOAD tasks handed out and not yet
+	// done (the disk tiers' writers' queue).
+	OffloadQueue int
+	// OffloadWaitsTotal counts puts answered UNAVAILABLE_IN_CURRENT_STATUS
+	// because memory held nothing eviction may take but objects whose disk
+	// files were still being written (the client asks again; tier.go).
+	OffloadWaitsTotal uint64
+	// EvictSkippedForFilesTotal counts objects eviction passed over
+	// because their disk file was not written yet.
+	EvictSkippedForFilesTotal uint64
 }
 
 // Metrics returns a snapshot.
@@ -123,47 +136,54 @@ func (s *Service) Metrics() Metrics {
 	defer s.mu.Unlock()
 	c := s.mu.counters
 	m := Metrics{
-		Clients:              len(s.mu.clients),
-		Segments:             len(s.mu.segments),
-		Objects:              len(s.mu.objects),
-		ProcessingObjects:    len(s.mu.processing),
-		CapacityBytes:        s.mu.capacity,
-		UsedBytes:            s.mu.used,
-		MountsTotal:          c.mounts,
-		UnmountsTotal:        c.unmounts,
-		PutStartsTotal:       c.putStarts,
-		PutStartFailsTotal:   c.putStartFails,
-		PutEndsTotal:         c.putEnds,
-		PutRevokesTotal:      c.putRevokes,
-		GetsTotal:            c.gets,
-		GetHitsTotal:         c.getHits,
-		ExistsTotal:          c.exists,
-		RemovesTotal:         c.removes,
-		EvictionRoundsTotal:  c.evictionRounds,
-		EvictedObjectsTotal:  c.evictedObjects,
-		EvictedBytesTotal:    c.evictedBytes,
-		ExpiredClientsTotal:  c.expiredClients,
-		ZombiePutsTotal:      c.zombiePuts,
-		NoSpaceTotal:         c.noSpace,
-		Grants:               len(s.mu.grants),
-		GrantedBytes:         s.mu.granted,
-		GrantRequestsTotal:   c.grantRequests,
-		GrantsTotal:          c.grants,
-		GrantReturnsTotal:    c.grantReturns,
-		GrantsTakenBackTotal: c.grantsTakenBack,
-		PutCommitsTotal:      c.commits,
-		PutCommitFailsTotal:  c.commitFails,
-		TasksTotal:           c.tasks,
-		TaskFailuresTotal:    c.taskFailures,
-		OffloadsTotal:        c.offloads,
-		OffloadedBytesTotal:  c.offloadedBytes,
-		PromotionsTotal:      c.promotions,
+		Clients:                   len(s.mu.clients),
+		Segments:                  len(s.mu.segments),
+		Objects:                   len(s.mu.objects),
+		ProcessingObjects:         len(s.mu.processing),
+		CapacityBytes:             s.mu.capacity,
+		UsedBytes:                 s.mu.used,
+		MountsTotal:               c.mounts,
+		UnmountsTotal:             c.unmounts,
+		PutStartsTotal:            c.putStarts,
+		PutStartFailsTotal:        c.putStartFails,
+		PutEndsTotal:              c.putEnds,
+		PutRevokesTotal:           c.putRevokes,
+		GetsTotal:                 c.gets,
+		GetHitsTotal:              c.getHits,
+		ExistsTotal:               c.exists,
+		RemovesTotal:              c.removes,
+		EvictionRoundsTotal:       c.evictionRounds,
+		EvictedObjectsTotal:       c.evictedObjects,
+		EvictedBytesTotal:         c.evictedBytes,
+		ExpiredClientsTotal:       c.expiredClients,
+		ZombiePutsTotal:           c.zombiePuts,
+		NoSpaceTotal:              c.noSpace,
+		Grants:                    len(s.mu.grants),
+		GrantedBytes:              s.mu.granted,
+		GrantRequestsTotal:        c.grantRequests,
+		GrantsTotal:               c.grants,
+		GrantReturnsTotal:         c.grantReturns,
+		GrantsTakenBackTotal:      c.grantsTakenBack,
+		PutCommitsTotal:           c.commits,
+		PutCommitFailsTotal:       c.commitFails,
+		TasksTotal:                c.tasks,
+		TaskFailuresTotal:         c.taskFailures,
+		OffloadsTotal:             c.offloads,
+		OffloadedBytesTotal:       c.offloadedBytes,
+		PromotionsTotal:           c.promotions,
+		OffloadWaitsTotal:         c.offloadWaits,
+		EvictSkippedForFilesTotal: c.evictSkippedForFiles,
 	}
 	for _, cl := range s.mu.clients {
 		if d := cl.disk; d != nil {
 			m.DiskCapacityBytes += d.info.Capacity
 			m.DiskUsedBytes += d.used
 			m.DiskObjects += len(d.reps)
+		}
+	}
+	for _, t := range s.mu.tasks {
+		if t.kind == wire.TaskKind_TASK_KIND_OFFLOAD {
+			m.OffloadQueue++
 		}
 	}
 	now := s.clock.Now()
@@ -269,6 +289,9 @@ func newCollector(s *Server) *collector {
 		f(metrics.MasterDiskCapacity, u(func(m *Metrics) uint64 { return m.DiskCapacityBytes })),
 		f(metrics.MasterDiskUsed, u(func(m *Metrics) uint64 { return m.DiskUsedBytes })),
 		f(metrics.MasterDiskObjects, i(func(m *Metrics) int { return m.DiskObjects })),
+		f(metrics.MasterOffloadQueue, i(func(m *Metrics) int { return m.OffloadQueue })),
+		f(metrics.MasterOffloadWaits, u(func(m *Metrics) uint64 { return m.OffloadWaitsTotal })),
+		f(metrics.MasterEvictSkippedForFiles, u(func(m *Metrics) uint64 { return m.EvictSkippedForFilesTotal })),
 		f(metrics.MasterTasks, u(func(m *Metrics) uint64 { return m.TasksTotal })),
 		f(metrics.MasterTaskFailures, u(func(m *Metrics) uint64 { return m.TaskFailuresTotal })),
 		f(metrics.MasterOffloads, u(func(m *Metrics) uint64 { return m.OffloadsTotal })),

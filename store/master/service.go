@@ -138,6 +138,14 @@ type Service struct {
 		// pressureUntil: clients are asked to return idle grants until then
 		// (an allocation failed or eviction ran).
 		pressureUntil time.Time
+		// awayFiles are the objects whose file is on a disk tier that is
+		// unmounted (its holder away), with the file's uid; tombstones
+		// the files of those removed or replaced meanwhile, which the
+		// returning holder must delete, not offer (tier.go).
+		awayFiles, tombstones map[objectKey]uint64
+		// skippedForFiles: the last eviction round passed over objects
+		// whose disk file was not written yet (tier.go).
+		skippedForFiles bool
 
 		// awaiting: logged segments not remounted since a restart, by id;
 		// restoreUntil: when those still awaited are dropped (persist.go).
@@ -669,7 +677,18 @@ func (s *Service) getLocked(id objectKey, now time.Time) (ReplicaList, error) {
 }
 
 func (s *Service) leaseLocked(o *object, now time.Time) {
-	exp := now.Add(s.cfg.DefaultKVLeaseTTL)
+	s.leaseForLocked(o, now, s.cfg.DefaultKVLeaseTTL)
+}
+
+// leaseForLocked grants o a read lease of ttl. An object only on disk gets
+// none: no memory of it needs protecting (a file is replaced by rename, and
+// a reader holds it open), and a lease would keep the memory a promotion
+// then gives it for the full ttl.
+func (s *Service) leaseForLocked(o *object, now time.Time, ttl time.Duration) {
+	if len(o.replicas) == 0 {
+		return
+	}
+	exp := now.Add(ttl)
 	if exp.After(o.leaseExpiry) {
 		o.leaseExpiry = exp
 	}
@@ -802,14 +821,33 @@ func (s *Service) putStartLocked(clientID string, id objectKey, size uint64, cfg
 		s.mu.counters.putStartFails++
 		return nil, fmt.Errorf("put start %v: %w", id, s.remountFencedErrLocked(now))
 	}
+	awaiting := false // eviction passed over objects whose files are being written
 	if len(reps) == 0 && s.fitsSomeSegmentLocked(size) {
 		// Allocation failure triggers eviction (specs/mooncake.md §7.4); we
 		// evict synchronously and try once more.
 		need := mulSat(alignedLen(size), uint64(n))
 		target := max(uint64(s.cfg.EvictionRatio*float64(s.mu.capacity)), need)
-		if s.evictLocked(target, now) > 0 {
+		// What one round frees may lie in pieces too small for the
+		// object (objects of mixed sizes): a few more rounds then.
+		for round := 0; len(reps) == 0 && round < maxEvictRounds; round++ {
+			freed := s.evictLocked(target, now)
+			awaiting = awaiting || s.mu.skippedForFiles
+			if freed == 0 {
+				break
+			}
 			reps = s.placeLocked(size, n, cfg.PreferredSegments)
 		}
+	}
+	if len(reps) == 0 && awaiting {
+		// Memory holds objects that eviction may take only once their
+		// disk files are written: the client asks again (backpressure,
+		// bounded by its RPC timeout; tier.go).
+		s.mu.counters.putStartFails++
+		s.mu.counters.offloadWaits++
+		s.mu.pressureUntil = now.Add(s.cfg.GrantLease)
+		s.scheduleOffloadsLocked(now)
+		return nil, fmt.Errorf("put start %v: %d bytes: memory holds objects whose disk files are still being written: %w",
+			id, size, wire.ErrUnavailableInStatus)
 	}
 	if len(reps) == 0 {
 		s.mu.counters.putStartFails++
@@ -822,6 +860,9 @@ func (s *Service) putStartLocked(clientID string, id objectKey, size uint64, cfg
 	s.mu.processing[id] = o
 	return o.descriptors(), nil
 }
+
+// maxEvictRounds bounds the eviction rounds one allocation may run.
+const maxEvictRounds = 8
 
 // claimKeyLocked makes way for a new object under id: an existing object
 // is OBJECT_ALREADY_EXISTS (objects are immutable) unless upsert, which
@@ -862,6 +903,7 @@ func (s *Service) newObjectLocked(clientID string, id objectKey, size uint64, re
 	for _, r := range reps {
 		r.obj = o
 	}
+	s.supersedeAwayLocked(id) // a file of an earlier object under id is stale now
 	s.mu.objects[id] = o
 	s.chargeLocked(o)
 	s.joinGroupLocked(o, gid)
@@ -893,6 +935,7 @@ func (s *Service) replaceLocked(o *object, now time.Time) {
 		s.mu.counters.zombiePuts++
 	}
 	s.dropObjectLocked(o, release, now)
+	s.supersedeAwayLocked(o.id)
 }
 
 // placeLocked allocates up to n replicas of size bytes on distinct segment
@@ -1100,6 +1143,12 @@ func (s *Service) BatchRemove(tenant string, keys []string, force bool) []error 
 func (s *Service) removeLocked(id objectKey, force bool, now time.Time) error {
 	o, ok := s.mu.objects[id]
 	if !ok {
+		if s.supersedeAwayLocked(id) {
+			// Known only as a file on a disk tier that is away: it is
+			// gone for good (the holder deletes the file on its return).
+			s.mu.counters.removes++
+			return nil
+		}
 		return fmt.Errorf("remove %v: %w", id, wire.ErrObjectNotFound)
 	}
 	if lease := o.leaseEnd(); !force && lease.After(now) {
@@ -1109,6 +1158,7 @@ func (s *Service) removeLocked(id objectKey, force bool, now time.Time) error {
 		return fmt.Errorf("remove %v: %w", id, wire.ErrReplicaIsNotReady)
 	}
 	s.dropObjectLocked(o, o.leaseEnd(), now)
+	s.supersedeAwayLocked(id)
 	s.mu.counters.removes++
 	return nil
 }
@@ -1155,9 +1205,21 @@ func (s *Service) removeMatching(tenant string, match func(string) bool, force b
 	}
 	for _, o := range victims {
 		s.dropObjectLocked(o, o.leaseEnd(), now)
+		s.supersedeAwayLocked(o.id)
 	}
-	s.mu.counters.removes += uint64(len(victims))
-	return int64(len(victims))
+	n := int64(len(victims))
+	var away []objectKey
+	for id := range s.mu.awayFiles {
+		if id.tenant == tenant && match(id.key) && s.mu.objects[id] == nil {
+			away = append(away, id)
+		}
+	}
+	for _, id := range away {
+		s.supersedeAwayLocked(id)
+		n++
+	}
+	s.mu.counters.removes += uint64(n)
+	return n
 }
 
 // ---------------------------------------------------------------------------
@@ -1319,6 +1381,7 @@ func (s *Service) evictLocked(target uint64, now time.Time) uint64 {
 		return 0
 	}
 	s.mu.counters.evictionRounds++
+	s.mu.skippedForFiles = false
 	var freed uint64
 	n := 0
 	// Pass 0: objects with a disk replica lose only their memory (they
@@ -1333,6 +1396,17 @@ func (s *Service) evictLocked(target uint64, now time.Time) uint64 {
 			softPinned := o.softPinExpiry.After(now)
 			if o.hardPin || o.leaseEnd().After(now) || o.busyUntil.After(now) ||
 				(pass == 0) != (len(o.disk) > 0) || pass > 0 && softPinned != (pass == 2) {
+				if pass > 0 && o.offloading {
+					s.mu.skippedForFiles = true // its file is being written
+				}
+				o = next
+				continue
+			}
+			if pass > 0 && o.group == nil && s.awaitingFileLocked(o, now) {
+				// Its disk file is being (or about to be) written: it must
+				// not go before it is durable (tier.go).
+				s.mu.counters.evictSkippedForFiles++
+				s.mu.skippedForFiles = true
 				o = next
 				continue
 			}
@@ -1345,7 +1419,10 @@ func (s *Service) evictLocked(target uint64, now time.Time) uint64 {
 				for next != nil && next.group == g {
 					next = next.next
 				}
-				if pass > 0 && !groupLeasedLocked(g, now) {
+				if pass > 0 && !groupLeasedLocked(g, now) && s.groupAwaitingFilesLocked(g, now) {
+					s.mu.counters.evictSkippedForFiles++
+					s.mu.skippedForFiles = true
+				} else if pass > 0 && !groupLeasedLocked(g, now) {
 					for _, m := range evictableMembers(g, now, pass == 2) {
 						freed += alignedLen(m.size) * uint64(len(m.replicas))
 						n++

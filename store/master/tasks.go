@@ -204,6 +204,11 @@ func (s *Service) endTaskLocked(t *task, err error, fileBytes uint64, now time.T
 	}
 	t.err = err
 	close(t.done)
+	if t.kind == wire.TaskKind_TASK_KIND_OFFLOAD {
+		// Keep the writers busy: the next offloads go out now, not at the
+		// next maintenance round (puts may be waiting for the room).
+		s.scheduleOffloadsLocked(now)
+	}
 	if u := t.user; u != nil {
 		u.left--
 		u.updated = now
@@ -435,8 +440,10 @@ func (s *Service) QueryTask(id string) (TaskInfo, error) {
 // Graceful unmount (drain)
 
 // DrainSegment moves the objects whose only memory replica is on segment
-// segmentID of clientID to other segments (MOVE tasks to the holder), waits
-// for them up to grace, and then unmounts the segment. Nothing new is
+// segmentID of clientID to other segments (MOVE tasks to the holder), or,
+// when the holder has a disk tier with room, writes them to it (OFFLOAD
+// tasks: they stay readable from disk), waits for them up to grace, and
+// then unmounts the segment. Nothing new is
 // placed on the segment meanwhile. Objects that found no room elsewhere or
 // whose move failed are dropped with the segment, as by UnmountSegment.
 func (s *Service) DrainSegment(ctx context.Context, clientID, segmentID string, grace time.Duration) (err error) {
@@ -451,9 +458,15 @@ func (s *Service) DrainSegment(ctx context.Context, clientID, segmentID string, 
 	holder := s.mu.clients[clientID]
 	var waits []chan struct{}
 	moved := 0
+	offloads := 0
 	for r := range seg.replicas {
 		o := r.obj
-		if o == nil || !o.complete || len(o.replicas) > 1 {
+		if o == nil || !o.complete || len(o.replicas) > 1 || len(o.disk) > 0 {
+			continue // (an object with a file stays readable from it)
+		}
+		if ch := s.flushToDiskLocked(holder, o, seg.info.Base+r.off, now); ch != nil {
+			waits = append(waits, ch)
+			offloads++
 			continue
 		}
 		dst := s.placeOneLocked(o.size, []string{seg.info.Name})
@@ -469,7 +482,7 @@ func (s *Service) DrainSegment(ctx context.Context, clientID, segmentID string, 
 	s.checkLocked()
 	s.mu.Unlock()
 	s.flushLog()
-	s.log.Info("draining segment", "segment", seg.info.Name, "id", segmentID, "moves", moved)
+	s.log.Info("draining segment", "segment", seg.info.Name, "id", segmentID, "moves", moved, "offloads", offloads)
 	timer := time.NewTimer(grace)
 	defer timer.Stop()
 wait:
@@ -483,6 +496,32 @@ wait:
 		}
 	}
 	return s.UnmountSegment(clientID, segmentID)
+}
+
+// flushToDiskLocked makes sure o, whose only memory replica is at src in a
+// segment of holder, gets a file on holder's disk tier: it returns the
+// done channel of the offload in flight or of a new one, or nil when the
+// tier cannot take it (none, full, or o's offload failed lately).
+func (s *Service) flushToDiskLocked(holder *clientState, o *object, src uint64, now time.Time) chan struct{} {
+	if holder == nil || holder.disk == nil || holder.disk.unmounted || !s.awaitingFileLocked(o, now) {
+		return nil
+	}
+	if o.offloading {
+		for _, t := range holder.tasks {
+			if t.kind == wire.TaskKind_TASK_KIND_OFFLOAD && t.obj == o {
+				return t.done
+			}
+		}
+		return nil // offloaded by another holder of a replica
+	}
+	d := holder.disk
+	need := diskFileBytes(o.size)
+	d.used += need
+	o.offloading = true
+	t := &task{client: holder, kind: wire.TaskKind_TASK_KIND_OFFLOAD, obj: o, oid: o.id, uid: o.uid, size: o.size,
+		src: src, disk: d, reserved: need}
+	s.queueTaskLocked(t, now)
+	return t.done
 }
 
 // placeOneLocked allocates one replica of size bytes on a segment not

@@ -28,9 +28,12 @@ import (
 // with MountDiskSegment: an object the master still has under the same
 // version (uid) gains the disk replica; one it no longer knows (dropped
 // with the dead client, or a master restart) comes back from disk; a file
-// of a version that was replaced meanwhile is deleted. One consequence: an
-// object removed while its only disk holder was down comes back when the
-// holder does (the master keeps no tombstones).
+// of a version that was replaced meanwhile is deleted. While a holder is
+// away the master remembers which objects its files hold (awayFiles); a
+// remove or an upsert of one of them meanwhile (or a new put of its key)
+// leaves a tombstone, and the returning holder is told to delete that file
+// instead of offering it. Tombstones live in the master's memory only: a
+// master restarted while a holder is away does not have them.
 //
 // Disk replicas are not in the operation log: after a master restart the
 // holders announce them again, like memory segments are remounted.
@@ -44,6 +47,9 @@ const (
 	maxOffloadsPerClient = 8
 	// offloadScan bounds the LRU entries looked at per scheduling round.
 	offloadScan = 4096
+	// offloadWalk bounds the LRU entries walked per round, those only on
+	// disk included.
+	offloadWalk = 16 * offloadScan
 )
 
 // DiskSegmentInfo describes a client's disk tier.
@@ -125,6 +131,14 @@ func (s *Service) MountDiskSegment(clientID string, info DiskSegmentInfo, entrie
 			drop = append(drop, i)
 			continue
 		}
+		if uid, ok := s.mu.awayFiles[id]; ok && uid == e.UID {
+			delete(s.mu.awayFiles, id) // its holder is back
+		}
+		if uid, ok := s.mu.tombstones[id]; ok && uid == e.UID {
+			delete(s.mu.tombstones, id)
+			drop = append(drop, i) // removed or replaced while its holder was away
+			continue
+		}
 		o, ok := s.mu.objects[id]
 		switch {
 		case ok && o.complete && o.uid == e.UID && o.size == e.Size:
@@ -173,8 +187,40 @@ func (s *Service) unmountDiskLocked(d *diskSeg) {
 			s.forgetObjectLocked(o)
 		}
 	}
+	if s.mu.awayFiles == nil {
+		s.mu.awayFiles = make(map[objectKey]uint64)
+	}
+	for o := range d.reps {
+		if len(s.mu.awayFiles) >= maxAwayFiles {
+			s.log.Warn("disk tier: too many files of away holders to track; a remove meanwhile may not reach them",
+				"limit", maxAwayFiles)
+			break
+		}
+		s.mu.awayFiles[o.id] = o.uid
+	}
 	clear(d.reps)
 	s.log.Info("disk segment unmounted", "client", d.info.ClientID, "segment", d.info.Name)
+}
+
+// maxAwayFiles bounds awayFiles and tombstones (each).
+const maxAwayFiles = 1 << 20
+
+// supersedeAwayLocked records that the file of id on an away disk tier, if
+// any, is stale (its object was removed or replaced): the holder deletes
+// it when it mounts its tier again. It reports whether there was one.
+func (s *Service) supersedeAwayLocked(id objectKey) bool {
+	uid, ok := s.mu.awayFiles[id]
+	if !ok {
+		return false
+	}
+	delete(s.mu.awayFiles, id)
+	if s.mu.tombstones == nil {
+		s.mu.tombstones = make(map[objectKey]uint64)
+	}
+	if len(s.mu.tombstones) < maxAwayFiles {
+		s.mu.tombstones[id] = uid
+	}
+	return true
 }
 
 // dropDiskReplicasLocked deletes o's files (o is being removed).
@@ -224,12 +270,13 @@ func (s *Service) scheduleOffloadsLocked(now time.Time) {
 	if len(full) == 0 {
 		return
 	}
-	scanned := 0
-	for o := s.mu.lru.head; o != nil && scanned < offloadScan && len(full) > 0; o = o.next {
-		scanned++
-		if o.offloading || len(o.disk) > 0 || now.Before(o.noOffloadUntil) {
-			continue
+	scanned, walked := 0, 0
+	for o := s.mu.lru.head; o != nil && scanned < offloadScan && walked < offloadWalk && len(full) > 0; o = o.next {
+		walked++
+		if o.offloading || len(o.disk) > 0 || len(o.replicas) == 0 || now.Before(o.noOffloadUntil) {
+			continue // (objects only on disk do not count against the scan)
 		}
+		scanned++
 		for _, r := range o.replicas {
 			c := s.mu.clients[r.seg.info.ClientID]
 			n, ok := full[c]
@@ -254,6 +301,49 @@ func (s *Service) scheduleOffloadsLocked(now time.Time) {
 			break
 		}
 	}
+}
+
+// awaitingFileLocked reports whether o, a complete object with memory
+// replicas and no disk replica, is to be written to a disk tier soon: an
+// offload is in flight, or one of its replicas lies in the segment of a
+// client whose disk tier has room for it (and no offload of o failed
+// lately). Eviction never drops such an object: once its file is written
+// eviction drops only its memory (pass 0), and until then a put that needs
+// the room is asked to retry (backpressure, putStartLocked). An object no
+// disk tier can take (none mounted, full, or failing) is evicted as
+// without the tier.
+func (s *Service) awaitingFileLocked(o *object, now time.Time) bool {
+	if len(o.disk) > 0 || !o.complete || len(o.replicas) == 0 {
+		return false
+	}
+	if o.offloading {
+		return true
+	}
+	if now.Before(o.noOffloadUntil) {
+		return false
+	}
+	need := diskFileBytes(o.size)
+	for _, r := range o.replicas {
+		if r.seg == nil {
+			continue
+		}
+		c := s.mu.clients[r.seg.info.ClientID]
+		if c != nil && c.disk != nil && !c.disk.unmounted && c.disk.used+need <= c.disk.info.Capacity {
+			return true
+		}
+	}
+	return false
+}
+
+// groupAwaitingFilesLocked reports whether a member of g awaits its file
+// (a group is evicted as a whole).
+func (s *Service) groupAwaitingFilesLocked(g *objGroup, now time.Time) bool {
+	for m := range g.members {
+		if s.awaitingFileLocked(m, now) {
+			return true
+		}
+	}
+	return false
 }
 
 // dropMemoryLocked takes an object that has a disk replica out of memory
@@ -298,18 +388,37 @@ func (s *Service) PromoteObject(ctx context.Context, tenant, key string) (Replic
 	s.checkLocked()
 	s.mu.Unlock()
 	s.flushLog()
-	if t != nil {
-		select {
-		case <-t.done:
-		case <-ctx.Done():
-			return ReplicaList{}, fmt.Errorf("promote %v: %v: %w", id, ctx.Err(), wire.ErrRPCTimeout)
-		}
-		if t.err != nil {
-			return ReplicaList{}, fmt.Errorf("promote %v: %w", id, t.err)
-		}
+	if t == nil {
+		return s.GetReplicaList(tenant, key)
 	}
-	return s.GetReplicaList(tenant, key)
+	select {
+	case <-t.done:
+	case <-ctx.Done():
+		return ReplicaList{}, fmt.Errorf("promote %v: %v: %w", id, ctx.Err(), wire.ErrRPCTimeout)
+	}
+	if t.err != nil {
+		return ReplicaList{}, fmt.Errorf("promote %v: %w", id, t.err)
+	}
+	// The copy in memory is a cache of the file for this read: it is
+	// leased for promotedLease only, so that a reader going through many
+	// objects on disk does not fill memory with leased copies that no
+	// further promotion could evict.
+	now = s.clock.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	o, ok = s.mu.objects[id]
+	if !ok || !o.complete || len(o.replicas) == 0 {
+		return ReplicaList{}, fmt.Errorf("promote %v: evicted or removed right after its load: %w", id, wire.ErrReplicaIsNotReady)
+	}
+	ttl := min(s.cfg.DefaultKVLeaseTTL, promotedLease)
+	s.mu.counters.gets++
+	s.mu.counters.getHits++
+	s.leaseForLocked(o, now, ttl)
+	return ReplicaList{Size: o.size, Replicas: o.descriptors(), LeaseTTL: ttl, UID: o.uid, Version: o.version}, nil
 }
+
+// promotedLease is the read lease of an object promoted for a read.
+const promotedLease = 2 * time.Second
 
 // startLoadLocked allocates space for o in the memory segment of one of
 // its disk holders and hands that holder a LOAD task.

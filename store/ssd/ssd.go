@@ -26,6 +26,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/kvferry/kvferry/internal/cmem"
@@ -82,6 +83,19 @@ type Store struct {
 	used  uint64
 
 	bufs sync.Pool // *cmem.Map of chunk bytes, page aligned
+
+	writeHook atomic.Pointer[func(bytes uint64)] // SetWriteHook
+}
+
+// SetWriteHook makes every file write call f with the file's length first,
+// on the writing goroutine (nil: none). Tests use it to slow the writers
+// down (a throttled directory); f must return.
+func (s *Store) SetWriteHook(f func(bytes uint64)) {
+	if f == nil {
+		s.writeHook.Store(nil)
+		return
+	}
+	s.writeHook.Store(&f)
 }
 
 // Config configures a Store.
@@ -342,6 +356,9 @@ func (s *Store) Write(tenant, key string, uid uint64, data []byte) (uint64, erro
 	}
 	s.used += fb // reserved
 	s.mu.Unlock()
+	if f := s.writeHook.Load(); f != nil {
+		(*f)(fb)
+	}
 	err := s.writeFile(tenant, key, uid, data)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -456,8 +473,14 @@ func (s *Store) readFile(tenant, key string, uid uint64, dst []byte) error {
 			if h, err = decodeHeader(part); err != nil {
 				return err
 			}
-			if h.uid != uid || h.size != uint64(len(dst)) || h.tenant != tenant || h.key != key {
+			if h.tenant != tenant || h.key != key {
 				return fmt.Errorf("%w: header names another object", errTorn)
+			}
+			if h.uid != uid || h.size != uint64(len(dst)) {
+				// Another version of the key replaced the file since the
+				// index was read (a concurrent Write renamed it into
+				// place): not this version, but no corruption either.
+				return fmt.Errorf("ssd: read %q version %d: the file holds version %d: %w", key, uid, h.uid, wire.ErrObjectNotFound)
 			}
 			part = part[headerLen:]
 		}

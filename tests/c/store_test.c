@@ -52,6 +52,7 @@
     X(kvferry_store_set_tenant)         \
     X(kvferry_store_batch_put_from_multi) \
     X(kvferry_store_batch_get_into_multi) \
+    X(kvferry_store_set_ssd_offload)    \
     X(kvferry_metrics_text)
 
 static struct {
@@ -462,6 +463,66 @@ static void test_embedded(void) {
     api.mooncake_store_destroy(s);
 }
 
+/* The disk tier under a real read pattern (issue 32): a store with a
+ * 4 MiB segment and a disk tier puts 4x its memory in 128 KiB objects as
+ * fast as it can, reads each back (in order, then backwards), and, after
+ * a restart on the same directory with a new embedded master, reads
+ * everything again: every put that returned 0 reads back intact. */
+static mooncake_store_t new_ssd_store(const char *dir) {
+    mooncake_store_t s = api.mooncake_store_create();
+    if (!s || api.kvferry_store_set_ssd_offload(s, dir, 256 << 20) != 0) {
+        fprintf(stderr, "disk tier in %s failed\n", dir);
+        exit(2);
+    }
+    int rc = api.mooncake_store_setup(s, "127.0.0.1", "P2PHANDSHAKE", 4 << 20, 4 << 20, "tcp", "", "");
+    if (rc != 0) {
+        fprintf(stderr, "mooncake_store_setup with a disk tier = %d\n", rc);
+        exit(2);
+    }
+    return s;
+}
+
+static void check_ssd_reads(mooncake_store_t s, int n, int backwards, uint8_t *out, size_t obj) {
+    for (int j = 0; j < n; j++) {
+        int i = backwards ? n - 1 - j : j;
+        char key[32];
+        snprintf(key, sizeof key, "ssd%d", i);
+        int64_t got = api.mooncake_store_get_into(s, key, out, obj);
+        CHECK(got == (int64_t)(obj - (size_t)(i % 7) * 512), "get_into %s = %" PRId64, key, got);
+        CHECK(got > 0 && same(out, (size_t)got, (unsigned)i), "%s: wrong bytes", key);
+    }
+}
+
+static void test_ssd(void) {
+    char dir[] = "/tmp/kvferry-cssd-XXXXXX";
+    if (!mkdtemp(dir)) {
+        CHECK(0, "mkdtemp");
+        return;
+    }
+    const size_t obj = 128 << 10;
+    const int n = 4 * (4 << 20) / (int)obj;
+    uint8_t *b = malloc(obj), *out = malloc(obj);
+    mooncake_store_t s = new_ssd_store(dir);
+    for (int i = 0; i < n; i++) {
+        char key[32];
+        snprintf(key, sizeof key, "ssd%d", i);
+        size_t len = obj - (size_t)(i % 7) * 512;
+        fill(b, len, (unsigned)i);
+        CHECK(api.mooncake_store_put(s, key, b, len, NULL) == 0, "put %s", key);
+    }
+    check_ssd_reads(s, n, 0, out, obj);
+    check_ssd_reads(s, n, 1, out, obj);
+    api.mooncake_store_destroy(s);
+    s = new_ssd_store(dir);
+    check_ssd_reads(s, n, 0, out, obj);
+    api.mooncake_store_destroy(s);
+    free(b);
+    free(out);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK(system(cmd) == 0, "%s", cmd);
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) {
         fprintf(stderr, "usage: store_test holder|client|embedded <lib> ...\n");
@@ -488,6 +549,7 @@ int main(int argc, char **argv) {
         test_multi(argv[3]);
     } else if (strcmp(argv[1], "embedded") == 0) {
         test_embedded();
+        test_ssd();
     } else {
         fprintf(stderr, "bad arguments\n");
         return 2;
