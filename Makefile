@@ -29,7 +29,7 @@ HEADERS := $(wildcard include/*.h)
 NETNS   := scripts/in-netns.sh
 BINS    := $(patsubst cmd/%,%,$(wildcard cmd/*))
 
-.PHONY: all lib bins headers test test-go test-suites lint demo demo-c bench bench-ssd clean FORCE
+.PHONY: all lib bins headers mod-download test test-go test-suites lint demo demo-c bench bench-ssd clean FORCE
 
 all: lib bins headers
 
@@ -64,7 +64,12 @@ bins: FORCE
 # machine (go.dev/issue/75804), although no input failed.
 test: all test-go test-suites
 
-test-go:
+# The suites run in a network namespace with only loopback: every module
+# they build with is fetched first (a fresh machine has none cached).
+mod-download:
+	$(GO) mod download
+
+test-go: mod-download
 	$(GO) vet ./...
 	$(NETNS) $(GO) test -race -tags invariants -timeout 15m ./...
 	$(NETNS) $(GO) test -run '^$$' -fuzz FuzzDecodeHeader -fuzztime 50000x ./engine/transport/tcp/tcpwire
@@ -78,7 +83,7 @@ test-go:
 	$(NETNS) $(GO) test -run '^$$' -fuzz '^FuzzJournalReplay$$' -fuzztime 20000x ./engine/metadata/http
 	scripts/fuzz.sh short
 
-test-suites: all
+test-suites: all mod-download
 	@tests/run.sh
 
 .PHONY: faults fuzz-long kill-matrix soak asan
