@@ -276,15 +276,7 @@ func (c *Client) allocCall(ctx context.Context, mc **masterConn, fn func(mc *mas
 			return err
 		}
 		c.metrics.putWaits.Add(1)
-		t := time.NewTimer(pause)
-		pause = min(2*pause, allocRetry)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return err
-		case <-c.ctx.Done():
-			t.Stop()
+		if !c.pause(ctx, &pause) {
 			return err
 		}
 		next, merr := c.master()
@@ -293,6 +285,21 @@ func (c *Client) allocCall(ctx context.Context, mc **masterConn, fn func(mc *mas
 		}
 		*mc = next
 	}
+}
+
+// pause sleeps for *d, then doubles it up to allocRetry; false when ctx
+// or the client ended first.
+func (c *Client) pause(ctx context.Context, d *time.Duration) bool {
+	t := time.NewTimer(*d)
+	defer t.Stop()
+	*d = min(2**d, allocRetry)
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+	case <-c.ctx.Done():
+	}
+	return false
 }
 
 // allocRetryMin and allocRetry are the first and the longest pause

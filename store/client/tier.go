@@ -315,16 +315,8 @@ func (c *Client) promote(ctx context.Context, key string) ([]*wire.Replica, erro
 			break
 		}
 		c.metrics.promoteWaits.Add(1)
-		t := time.NewTimer(pause)
-		pause = min(2*pause, allocRetry)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return nil, fmt.Errorf("get %q: promote from disk: %w", key, err)
-		case <-c.ctx.Done():
-			t.Stop()
-			return nil, fmt.Errorf("get %q: promote from disk: %w", key, err)
+		if !c.pause(ctx, &pause) {
+			break
 		}
 	}
 	if err != nil {
