@@ -65,8 +65,11 @@ bins: FORCE
 test: all test-go test-suites
 
 # The suites run in a network namespace with only loopback: every module
-# they build with is fetched first (a fresh machine has none cached).
+# they build with is fetched first (a fresh machine has none cached), and
+# the Debian packages they need are installed, or the exact command to
+# install them is printed (scripts/test-deps.sh).
 mod-download:
+	scripts/test-deps.sh ensure
 	$(GO) mod download
 
 test-go: mod-download

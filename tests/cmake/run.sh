@@ -4,7 +4,7 @@
 # another with pkg-config, and run both.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-command -v cmake >/dev/null || { echo "cmake missing (installed by .ci/run)"; exit 1; }
+command -v cmake >/dev/null || { echo "cmake missing (make test installs it: scripts/test-deps.sh)"; exit 1; }
 T="$(mktemp -d)"
 trap 'rm -rf "$T"' EXIT
 cmake -S . -B "$T/b" -DCMAKE_INSTALL_PREFIX="$T/inst" >/dev/null

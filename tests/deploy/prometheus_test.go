@@ -163,7 +163,7 @@ func TestCluster(t *testing.T) {
 func checkPrometheus(t *testing.T, c *cluster) {
 	for _, tool := range []string{"prometheus", "promtool"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			t.Fatalf("%s missing (Debian package prometheus; .ci/run installs it)", tool)
+			t.Fatalf("%s missing (Debian package prometheus; make test installs it: scripts/test-deps.sh)", tool)
 		}
 	}
 	deploy := filepath.Join(root, "deploy")
