@@ -509,7 +509,7 @@ func kvf_status(h C.uintptr_t, batch C.uint64_t, task C.size_t, out *C.struct_tr
 	if uint64(task) > 1<<31 {
 		return stInvalidArgument
 	}
-	st, err := e.TaskStatus(engine.BatchID(batch), int(task))
+	st, err := e.PollTaskStatus(engine.BatchID(batch), int(task))
 	if err != nil {
 		engineFail(e, err)
 		return C.int(statusCode(err))
@@ -731,7 +731,7 @@ func kvf_batch_status(h C.uintptr_t, batch C.uint64_t, state *C.int, bytes *C.ui
 	if err != nil {
 		return C.int(resourceCode(err))
 	}
-	bs, err := e.BatchStatus(engine.BatchID(batch))
+	bs, err := e.PollBatchStatus(engine.BatchID(batch))
 	if err != nil {
 		engineFail(e, err)
 		return C.int(resourceCode(err))

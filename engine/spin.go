@@ -31,3 +31,27 @@ func (e *Engine) notified() bool {
 	defer e.inbox.Unlock()
 	return len(e.inbox.q) > 0 || e.sourcesPendingLocked()
 }
+
+// PollBatchStatus is BatchStatus for a caller that polls it in a loop (C
+// callers of getTransferStatus, NIXL's checkXfer): while the batch waits,
+// the call gives the thread's CPU away once (sched_yield), so that on a
+// host whose every CPU polls the threads that move the data and deliver
+// the notification still run. It costs a system call per poll that finds
+// the batch running, and nothing otherwise.
+func (e *Engine) PollBatchStatus(id BatchID) (BatchStatus, error) {
+	bs, err := e.BatchStatus(id)
+	if err == nil && bs.State == StateWaiting {
+		spin.YieldThread()
+	}
+	return bs, err
+}
+
+// PollTaskStatus is TaskStatus as PollBatchStatus is BatchStatus: a task
+// not yet terminal yields the thread's CPU once.
+func (e *Engine) PollTaskStatus(id BatchID, i int) (TaskStatus, error) {
+	st, err := e.TaskStatus(id, i)
+	if err == nil && !st.State.Terminal() {
+		spin.YieldThread()
+	}
+	return st, err
+}

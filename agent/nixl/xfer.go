@@ -6,7 +6,6 @@ import (
 	"slices"
 
 	"github.com/kvferry/kvferry/engine"
-	"github.com/kvferry/kvferry/internal/spin"
 )
 
 // validate checks a descriptor list pair and builds the requests into
@@ -175,12 +174,11 @@ func (a *Agent) Check(h Xfer) error {
 	if x.batch == 0 {
 		return x.last
 	}
-	bs, err := a.e.BatchStatus(x.batch)
+	// Callers poll this in a loop (nixlbench, NIXL's own examples): a poll
+	// that finds the transfer running gives the CPU to the threads that move
+	// the data, or on a host whose every CPU polls they wait for a slice.
+	bs, err := a.e.PollBatchStatus(x.batch)
 	if err == nil && bs.State == engine.StateWaiting {
-		// Callers poll this in a loop (nixlbench, NIXL's own examples):
-		// give the CPU to the threads that move the data meanwhile, or on
-		// a host whose every CPU polls they wait for a time slice.
-		spin.YieldThread()
 		return ErrInProgress
 	}
 	a.finish(x, bs, err)
