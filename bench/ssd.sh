@@ -3,7 +3,10 @@
 # directory in the same run: write and read-back throughput of 4 MiB
 # objects (offload writer pool, checksums verified) over one file written
 # and read in 4 MiB O_DIRECT blocks. fio, when installed, runs the same
-# sequential job as a second baseline.
+# sequential job as a second baseline. Then a prefix scan (issue 32): a
+# client with 64 MiB of memory (KVFERRY_SSD_SCAN_MIB) and its disk tier in
+# the directory takes 4x that in 4 MiB objects and reads them once in put
+# order, against a sequential read of the same volume in the same directory.
 #   bench/ssd.sh [DIR ...]    (default: /var/tmp, and /dev/shm)
 #   KVFERRY_SSD_BENCH_MIB=1024 sets the volume.
 set -euo pipefail
@@ -14,6 +17,8 @@ echo "load: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores"
 for d in "${dirs[@]}"; do
   [ -d "$d" ] || continue
   KVFERRY_SSD_BENCH_DIR="$d" go test -count=1 -run '^TestBenchSequential$' ./store/ssd -v 2>&1 \
+    | grep -v '^=== RUN\|^--- \|^PASS\|^ok'
+  KVFERRY_SSD_BENCH_DIR="$d" go test -count=1 -run '^TestBenchPrefixScan$' ./store/client -v 2>&1 \
     | grep -v '^=== RUN\|^--- \|^PASS\|^ok'
   if command -v fio >/dev/null; then
     mib=${KVFERRY_SSD_BENCH_MIB:-1024}
