@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"syscall"
 	"testing"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 
 	"github.com/kvferry/kvferry/store/client"
 	"github.com/kvferry/kvferry/store/master"
+	"github.com/kvferry/kvferry/store/ssd"
 )
 
 // TestBenchPrefixScan (issue 32, bench/ssd.sh runs it): a holder with
@@ -77,28 +77,8 @@ func TestBenchPrefixScan(t *testing.T) {
 
 	// The baseline: one file of the same size in the same directory,
 	// written, then read in 4 MiB blocks.
-	flags := 0
-	if tier.Direct() {
-		flags = syscall.O_DIRECT
-	}
-	base := filepath.Join(work, "baseline")
-	f, err := os.OpenFile(base, os.O_CREATE|os.O_WRONLY|os.O_TRUNC|flags, 0o644)
+	_, seqRead, _, err := ssd.SequentialBaseline(work, b, n)
 	assert.NilError(t, err)
-	for range n {
-		_, err := f.Write(b)
-		assert.NilError(t, err)
-	}
-	assert.NilError(t, f.Close())
-	f, err = os.OpenFile(base, os.O_RDONLY|flags, 0)
-	assert.NilError(t, err)
-	t0 = time.Now()
-	for i := range n {
-		_, err := f.ReadAt(b, int64(i)*obj)
-		assert.NilError(t, err)
-	}
-	seqRead := time.Since(t0)
-	f.Close()
-	os.Remove(base)
 
 	mbs := func(d time.Duration) float64 { return float64(total) / d.Seconds() / (1 << 20) }
 	fmt.Printf("prefix scan 4x memory (%d objects of %d MiB): %.0f MiB/s\n", n, obj>>20, mbs(scan))

@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -47,42 +46,10 @@ func TestBenchSequential(t *testing.T) {
 	defer os.RemoveAll(work)
 
 	// Baseline: one file, sequential 4 MiB blocks, O_DIRECT when it works.
-	direct := probeDirect(work)
-	flags := 0
-	if direct {
-		flags = syscall.O_DIRECT
-	}
-	base := filepath.Join(work, "baseline")
-	f, err := os.OpenFile(base, os.O_CREATE|os.O_WRONLY|os.O_TRUNC|flags, 0o644)
+	baseWrite, baseRead, direct, err := SequentialBaseline(work, src.Bytes(), n)
 	if err != nil {
 		t.Fatal(err)
 	}
-	start := time.Now()
-	for range n {
-		if _, err := f.Write(src.Bytes()); err != nil {
-			t.Fatal(err)
-		}
-	}
-	baseWrite := time.Since(start)
-	f.Close()
-	f, err = os.OpenFile(base, os.O_RDONLY|flags, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dst, err := cmem.MapAnonPopulate(uint64(obj))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dst.Close()
-	start = time.Now()
-	for i := range n {
-		if _, err := f.ReadAt(dst.Bytes(), int64(i)*obj); err != nil {
-			t.Fatal(err)
-		}
-	}
-	baseRead := time.Since(start)
-	f.Close()
-	os.Remove(base)
 
 	// The tier: the same bytes as objects, offload writers in parallel.
 	s, err := Open(Config{Dir: filepath.Join(work, "tier"), Capacity: uint64(2 * total)})
