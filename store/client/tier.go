@@ -295,7 +295,8 @@ func (c *Client) copyReplica(t *wire.Task) error {
 // replica and returns its memory replicas.
 //
 // A holder whose memory has no room yet (NO_AVAILABLE_HANDLE: it holds
-// leased objects; promoted copies are leased briefly) is asked again,
+// leased objects; promoted copies are leased briefly), or whose loaded copy
+// was evicted before the master leased it (REPLICA_IS_NOT_READY), is asked again,
 // after pauses that grow from allocRetryMin to allocRetry, until
 // RPCTimeout has passed.
 func (c *Client) promote(ctx context.Context, key string) ([]*wire.Replica, error) {
@@ -311,7 +312,10 @@ func (c *Client) promote(ctx context.Context, key string) ([]*wire.Replica, erro
 			resp, err = mc.mc.PromoteObject(rctx, &wire.KeyRequest{TenantId: c.tenant, Key: key})
 			return c.rpcErr(err)
 		})
-		if wire.CodeOf(err) != wire.ErrNoAvailableHandle || !time.Now().Add(pause).Before(deadline) {
+		// No room yet, or the loaded copy was evicted before the master
+		// leased it to us (another promotion needed the room): ask again.
+		code := wire.CodeOf(err)
+		if (code != wire.ErrNoAvailableHandle && code != wire.ErrReplicaIsNotReady) || !time.Now().Add(pause).Before(deadline) {
 			break
 		}
 		c.metrics.promoteWaits.Add(1)
