@@ -1,7 +1,9 @@
 /* The layout check of verbs_abi.h (layout_test.go builds this twice).
  *
  * Built with -DKVF_LAYOUT_OURS it includes only verbs_abi.h; built without,
- * it includes rdma-core's <infiniband/verbs.h>, and verbs_abi.h's function
+ * the test force-includes rdma-core's infiniband/verbs.h from the command
+ * line (cc -include: no file of ours names that header, so nothing of the
+ * build needs it), and this file adds verbs_abi.h's function
  * types on top, which it checks against rdma-core's prototypes at compile
  * time. Either way it prints one line per size, alignment, member offset
  * and size and constant value of verbs_abi.h; the test compares the two
@@ -21,7 +23,9 @@
 #define R(t, ours, theirs) \
 	printf("offset %s.%s %zu\n", #t, #theirs, offsetof(t, ours));
 #else
-#include <infiniband/verbs.h>
+#ifndef INFINIBAND_VERBS_H
+#error "build with -include infiniband/verbs.h (layout_test.go does)"
+#endif
 #define KVF_VERBS_FN_ONLY
 #include "verbs_abi.h"
 #define ABI_IS_EXTENDED __VERBS_ABI_IS_EXTENDED
