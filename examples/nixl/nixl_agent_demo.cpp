@@ -145,7 +145,26 @@ double transfer(Agent &a, XferOp op, uint8_t *local, const AgentMD &remote, cons
     return dt;
 }
 
-int initiator(const char *plugin, const std::string &dir) {
+// The target process, and its exit status once it is reaped.
+struct Child {
+    pid_t pid;
+    int status = 0;
+    bool reaped = false;
+
+    // Waits for it to exit (kWaitS at most, then kills it).
+    void wait() {
+        for (double end = now_s() + kWaitS; !reaped && waitpid(pid, &status, WNOHANG) == 0; usleep(10000)) {
+            if (now_s() > end) {
+                kill(pid, SIGKILL);
+                waitpid(pid, &status, 0);
+                break;
+            }
+        }
+        reaped = true;
+    }
+};
+
+int initiator(const char *plugin, const std::string &dir, Child &target) {
     Plugin pl;
     Agent a;
     // No progress thread: the backend progresses on its own either way.
@@ -178,6 +197,9 @@ int initiator(const char *plugin, const std::string &dir) {
         printf("[initiator] READ 16 x 1 MiB back: %.2f ms, %.2f GB/s, %s\n", r * 1e3, kBlocks * kBlock / r / 1e9,
                same ? "all bytes match" : "MISMATCH");
     a.eng->genNotif("target", "bye");
+    // Let the target tear down first: its agent tells this one when the
+    // memory this one read from goes away.
+    target.wait();
     a.destroy();
     pl.unload();
     return ok && answer == "ok" && same ? 0 : 1;
@@ -202,15 +224,11 @@ int main(int argc, char **argv) {
         return 1;
     }
     if (pid == 0) _exit(target(plugin, dir));
-    int rc = initiator(plugin, dir);
-    int status = 0;
-    for (double end = now_s() + kWaitS; waitpid(pid, &status, WNOHANG) == 0; usleep(10000)) {
-        if (now_s() > end) {
-            kill(pid, SIGKILL);
-            waitpid(pid, &status, 0);
-            break;
-        }
-    }
+    Child target{pid};
+    int rc = initiator(plugin, dir, target);
+    if (!target.reaped) kill(pid, SIGKILL); // the initiator gave up early
+    target.wait();
+    int status = target.status;
     for (const char *f : {"/target.md", "/initiator.md"}) unlink((dir + f).c_str());
     rmdir(dir.c_str());
     bool targetOK = WIFEXITED(status) && WEXITSTATUS(status) == 0;
