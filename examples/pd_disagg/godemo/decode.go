@@ -52,11 +52,15 @@ func decode(o options) error {
 	if err != nil {
 		return err
 	}
-	defer unix.Munmap(dst)
 	clear(dst)
 	if err := e.RegisterMemory(addrOf(dst), uint64(len(dst)), "cpu:0", true); err != nil {
 		return err
 	}
+	defer func() { // whichever registration it still has, then the memory
+		_ = e.UnregisterMemory(addrOf(dst))
+		_ = c.UnregisterBuffer(addrOf(dst))
+		_ = unix.Munmap(dst)
+	}()
 	if err := c.Put(ctx, readyKey(o.request), []byte("1"), client.ReplicateConfig{}); err != nil {
 		return err
 	}
@@ -206,9 +210,6 @@ func decode(o options) error {
 			}
 		}
 		if err := verify("store pass: "); err != nil {
-			return err
-		}
-		if err := c.UnregisterBuffer(addrOf(dst)); err != nil {
 			return err
 		}
 	}
