@@ -118,6 +118,7 @@
 #define MAXDEV 8
 #define MAXSGE 4
 #define MAXINLINE 256 /* the device's max_inline_data */
+#define MININLINE 64  /* what every QP gets */
 #define MAXWR 16384
 #define DROP (-1) /* responder silently dropped the packet */
 #define RNR (-2)  /* responder had no receive posted */
@@ -602,7 +603,9 @@ static struct ibv_qp *create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *a, u
 	q->max_recv = srq ? 1 : (a->cap.max_recv_wr ? a->cap.max_recv_wr : 1);
 	q->max_sge = a->cap.max_send_sge ? a->cap.max_send_sge : 1;
 	q->max_recv_sge = srq ? 0 : (a->cap.max_recv_sge ? a->cap.max_recv_sge : 1);
-	q->max_inline = a->cap.max_inline_data;
+	/* Like a real provider, the grant covers what its send WQEs hold
+	 * anyway, even when less (or none) was asked for. */
+	q->max_inline = a->cap.max_inline_data > MININLINE ? a->cap.max_inline_data : MININLINE;
 	q->sq = calloc(q->max_send, sizeof(struct fwr));
 	q->rq = calloc(q->max_recv, sizeof(struct frecv));
 	if (!q->sq || !q->rq) {
@@ -631,6 +634,7 @@ static struct ibv_qp *create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *a, u
 	q->is_ex = is_ex;
 	q->send_ops = send_ops;
 	if (is_ex) wrx_init(q);
+	a->cap.max_inline_data = q->max_inline;
 	a->cap.max_recv_wr = srq ? 0 : q->max_recv;
 	a->cap.max_recv_sge = q->max_recv_sge;
 	a->cap.max_send_sge = q->max_sge;
@@ -1323,6 +1327,7 @@ static int rd_full(int fd, void *p, size_t n) {
 		ssize_t r = read(fd, b, n);
 		if (r <= 0) {
 			if (r < 0 && errno == EINTR) continue;
+			if (r == 0) errno = ECONNRESET; /* the peer closed */
 			return -1;
 		}
 		b += r;
@@ -1371,8 +1376,14 @@ static int take_recv(struct fqp *q, struct frecv *out) {
 }
 
 /* serve executes request r from a peer's QP on this context: the
- * completion status for the requester (or DROP, RNR). */
-static int serve(struct fctx *c, const struct req *r) {
+ * completion status for the requester (or DROP, RNR). When the request
+ * consumes a receive, the status is sent on fd (the ACK) before the
+ * receive's completion is written, as a NIC acknowledges what it placed
+ * without waiting for the program: a peer that exits as soon as it sees
+ * its last receive must not leave the sender's last SEND unacknowledged.
+ * *acked tells whether it was sent. */
+static int serve(struct fctx *c, const struct req *r, int fd, int *acked) {
+	*acked = 0;
 	if (!atomic_load(&c->d->port_up)) return DROP;
 	pthread_mutex_lock(&G);
 	struct fqp *q = NULL;
@@ -1449,6 +1460,9 @@ static int serve(struct fctx *c, const struct req *r) {
 		}
 	}
 	if (use_recv && (status == IBV_WC_SUCCESS || rstatus != IBV_WC_SUCCESS)) {
+		int32_t ack = status;
+		*acked = 1;
+		if (wr_full(fd, &ack, sizeof(ack)) != 0) *acked = -1;
 		struct ibv_wc wc;
 		memset(&wc, 0, sizeof(wc));
 		wc.wr_id = rv.wr_id;
@@ -1477,8 +1491,9 @@ static void *conn_main(void *arg) {
 	struct conn *k = arg;
 	struct req r;
 	while (rd_full(k->fd, &r, sizeof(r)) == 0) {
-		int32_t st = r.nsge > MAXSGE ? IBV_WC_REM_INV_REQ_ERR : serve(k->c, &r);
-		if (wr_full(k->fd, &st, sizeof(st)) != 0) break;
+		int acked = 0;
+		int32_t st = r.nsge > MAXSGE ? IBV_WC_REM_INV_REQ_ERR : serve(k->c, &r, k->fd, &acked);
+		if (acked < 0 || (!acked && wr_full(k->fd, &st, sizeof(st)) != 0)) break;
 	}
 	close(k->fd);
 	free(k);
@@ -1519,6 +1534,25 @@ static void lid_path(char *out, size_t n, unsigned lid) { snprintf(out, n, "%s/l
 static void msleep(int ms) {
 	struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
 	nanosleep(&ts, NULL);
+}
+
+/* no_ack waits what q's transport would wait for an ACK that never comes
+ * (timeout and retries, us microseconds), or until q is destroyed, then
+ * returns the completion status of a request that was never acknowledged:
+ * as on a real fabric, a peer that went away (its QP destroyed, its
+ * process gone) fails the sender only after the retries. */
+static int no_ack(struct fqp *q, long us) {
+	struct timespec start, now;
+	clock_gettime(CLOCK_MONOTONIC, &start);
+	for (;;) {
+		pthread_mutex_lock(&q->mu);
+		int dead = q->dead;
+		pthread_mutex_unlock(&q->mu);
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		long el = (now.tv_sec - start.tv_sec) * 1000000L + (now.tv_nsec - start.tv_nsec) / 1000;
+		if (dead || el >= us) return IBV_WC_RETRY_EXC_ERR;
+		msleep(us - el < 5000 ? (int)((us - el + 999) / 1000) : 5);
+	}
 }
 
 /* Runs one WR of q (not holding any lock); returns its completion status. */
@@ -1589,20 +1623,21 @@ static int execute(struct fqp *q, const struct fwr *w, int fd_in, int *fd_out) {
 			if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
 				if (fd >= 0) close(fd);
 				*fd_out = -1;
-				msleep(20);
-				return IBV_WC_RETRY_EXC_ERR;
+				return no_ack(q, tmo_us); /* no such port on the fabric */
 			}
 			struct timeval tv = {tmo_us / 1000000, tmo_us % 1000000};
 			setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 		}
 		int32_t st;
 		if (wr_full(fd, &r, sizeof(r)) != 0 || rd_full(fd, &st, sizeof(st)) != 0) {
+			/* The peer went away (or, past SO_RCVTIMEO, stopped answering). */
+			int timed_out = errno == EAGAIN || errno == EWOULDBLOCK;
 			close(fd);
 			*fd_out = -1;
-			return IBV_WC_RETRY_EXC_ERR;
+			return timed_out ? IBV_WC_RETRY_EXC_ERR : no_ack(q, tmo_us);
 		}
 		*fd_out = fd;
-		if (st == DROP) return IBV_WC_RETRY_EXC_ERR;
+		if (st == DROP) return no_ack(q, tmo_us); /* no QP there to acknowledge */
 		if (st == RNR) {
 			if (rnr >= 200) return IBV_WC_RNR_RETRY_EXC_ERR;
 			msleep(1);
