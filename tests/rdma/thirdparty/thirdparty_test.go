@@ -165,29 +165,38 @@ func (f *fake) pair(t *testing.T, name, portFlag string, args ...string) (server
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), deadline)
 	defer cancel()
-	port := freePort(t)
 	what := name + " " + strings.Join(args, " ")
-	srv := f.start(t, ctx, name, append(args, portFlag, port)...)
-	var srvErr error
-	srvDone := false
-	for !listening(port) && !srvDone {
-		select {
-		case srvErr = <-srv.done:
-			srvDone = true
-		case <-ctx.Done():
-			t.Fatalf("%s: the server never listened on port %s:\n%s", what, port, srv.out.String())
-		case <-time.After(10 * time.Millisecond):
+	var srv *proc
+	var port string
+	// The port was free when chosen: another test may take it before the
+	// server binds it, so a server that exits before listening is retried.
+	for try := 0; srv == nil; try++ {
+		port = freePort(t)
+		p := f.start(t, ctx, name, append(args, portFlag, port)...)
+		for srv == nil {
+			if listening(port) {
+				srv = p
+				break
+			}
+			select {
+			case err := <-p.done:
+				if try == 2 {
+					t.Fatalf("%s: the server exited (%v) before listening:\n%s", what, err, p.out.String())
+				}
+			case <-ctx.Done():
+				t.Fatalf("%s: the server never listened on port %s:\n%s", what, port, p.out.String())
+			case <-time.After(10 * time.Millisecond):
+				continue
+			}
+			break
 		}
-	}
-	if srvDone {
-		t.Fatalf("%s: the server exited (%v) before listening:\n%s", what, srvErr, srv.out.String())
 	}
 	cli := f.start(t, ctx, name, append(args, portFlag, port, "127.0.0.1")...)
 	var wg sync.WaitGroup
 	var cliErr error
 	wg.Add(1)
 	go func() { defer wg.Done(); cliErr = <-cli.done }()
-	srvErr = <-srv.done
+	srvErr := <-srv.done
 	wg.Wait()
 	server, client = srv.out.String(), cli.out.String()
 	assert.NilError(t, srvErr, "%s server:\n%s\nclient:\n%s", what, server, client)

@@ -58,18 +58,24 @@
 // There is no sysfs: ibv_read_sysfs_file answers for the fake devices'
 // ibdev_path (/sys/class/infiniband/<name>: node_type, node_guid,
 // sys_image_guid, fw_ver, hca_type, hw_rev, board_id, ports/1/state,
-// ports/1/link_layer, ports/1/lid, ports/1/gids/<i>,
-// ports/1/gid_attrs/types/<i>) and reads the real file for anything else.
+// ports/1/link_layer, ports/1/gid_attrs/types/<i>; not the LID and GIDs,
+// which belong to each opened context) and reads the real file for any
+// other directory.
 //
 // Where third-party programs showed the fake diverging from real verbs,
 // and what changed, is listed in docs/reports/fakes.md. In short: no
-// symbol versions (the loader refused every program); no extended context
-// (ibv_create_qp_ex failed, so perftest could not create a QP); no
-// ibv_wr_* API, SRQ, inline data or address of ibv_qp_ex; ibv_query_qp
-// answered zeroes (rc_pingpong read max_inline_data from it); the null
-// GID entry answered by _ibv_query_gid_ex instead of ENODATA, and
-// ibv_query_gid failing with a positive errno instead of -1; node GUIDs
-// in host order; no sysfs answers; no LID addressing.
+// symbol versions and missing entry points (the loader refused every
+// program, and perftest's provider libraries need rdma-core's private
+// interface); no extended context (ibv_create_qp_ex failed, so perftest
+// could not create a QP); no ibv_qp_ex and ibv_wr_* calls, no SRQ; inline
+// data neither granted nor copied at post time; ibv_query_qp answering
+// zeroes; the empty GID entry answered by _ibv_query_gid_ex instead of
+// ENODATA, and ibv_query_gid failing with a positive errno instead of -1;
+// node GUIDs in host order; no sysfs answers; no LID addressing; an absent
+// peer failing the sender at once instead of after the transport's
+// retries, and the ACK sent only after the receive's completion; a busy
+// ibv_poll_cq starving the fake's threads; objects in use destroyed
+// without EBUSY (which hid kvferry deallocating PDs before their MRs).
 //
 // Environment: FAKEVERBS_DEVICES (comma list, default "fake_mlx5_0"; empty:
 // no device), FAKEVERBS_DIR (socket directory, default /tmp),
