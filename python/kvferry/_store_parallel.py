@@ -358,7 +358,7 @@ def _write_at(ptr, data):
 
 
 def _tensor_code(tensor):
-    if not _tensor.is_tensor(tensor):
+    if not (_tensor.is_tensor(tensor) or _is_cuda(tensor)):
         raise TypeError("tensor must be a torch.Tensor or numpy.ndarray, not %s" % type(tensor).__name__)
     return _tensor.dtype_code(tensor)
 
@@ -636,7 +636,8 @@ class _ParallelMixin:
             return [_INVALID] * len(keys)
         return self._batch_put_ptrs(keys, ptrs, sizes, config, upsert) if keys else []
 
-    def _batch_from(self, keys, buffer_ptrs, sizes, parallelisms, config, writer_partitions, upsert, ctx):
+    def _batch_with_parallelism_from(self, keys, buffer_ptrs, sizes, parallelisms, config, writer_partitions, upsert,
+                                     ctx):
         ptrs, szs = _ints(buffer_ptrs, "buffer_ptrs"), _ints(sizes, "sizes")
         if len(szs) != len(ptrs):
             return [_INVALID] * len(_keys(keys))
@@ -648,14 +649,14 @@ class _ParallelMixin:
     def batch_put_tensor_with_parallelism_from(self, keys, buffer_ptrs, sizes, parallelisms=None, config=None,
                                                writer_partitions=None):
         """put_tensor_with_parallelism_from for several buffers; list[int]."""
-        return self._batch_from(keys, buffer_ptrs, sizes, parallelisms, config, writer_partitions, False,
+        return self._batch_with_parallelism_from(keys, buffer_ptrs, sizes, parallelisms, config, writer_partitions, False,
                                 "batch_put_tensor_with_parallelism_from")
 
     def batch_upsert_tensor_with_parallelism_from(self, keys, buffer_ptrs, sizes, parallelisms=None, config=None,
                                                   writer_partitions=None):
         """batch_put_tensor_with_parallelism_from that replaces existing
         objects."""
-        return self._batch_from(keys, buffer_ptrs, sizes, parallelisms, config, writer_partitions, True,
+        return self._batch_with_parallelism_from(keys, buffer_ptrs, sizes, parallelisms, config, writer_partitions, True,
                                 "batch_upsert_tensor_with_parallelism_from")
 
     # ---- reading ----
