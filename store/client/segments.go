@@ -240,7 +240,7 @@ func (c *Client) segmentList() []*wire.Segment {
 // drainLocalDiskSegment: a planned shutdown stops being named as a holder
 // of offloaded objects before it stops serving them), then waits out grace
 // (bounded by ctx). The tier is not announced again by later remounts.
-// Without a disk tier it does nothing.
+// Without a disk tier, or drained already, it does nothing.
 func (c *Client) DrainDiskSegment(ctx context.Context, grace time.Duration) error {
 	if c.disk == nil {
 		c.log.Warn("drain disk segment: no disk tier")
@@ -250,7 +250,9 @@ func (c *Client) DrainDiskSegment(ctx context.Context, grace time.Duration) erro
 	if err != nil {
 		return err
 	}
-	c.diskDrained.Store(true)
+	if c.diskDrained.Swap(true) {
+		return nil // drained already
+	}
 	if err := c.unmountAtMaster(ctx, mc, c.disk.ID(), 0); err != nil {
 		c.diskDrained.Store(false)
 		return err

@@ -124,6 +124,7 @@ func TestDrainDiskSegment(t *testing.T) {
 		SSDOffloadPath: t.TempDir(), SSDCapacity: 64 << 20})
 	assert.Equal(t, len(srv.Service().DiskSegments()), 1)
 	assert.NilError(t, c.DrainDiskSegment(ctx, 10*time.Millisecond))
+	assert.NilError(t, c.DrainDiskSegment(ctx, 0)) // drained already: nothing to do
 	assert.Equal(t, len(srv.Service().DiskSegments()), 0)
 	client.RemountForTest(c)
 	assert.Equal(t, len(srv.Service().DiskSegments()), 0)
