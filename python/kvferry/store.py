@@ -23,7 +23,12 @@ classes:
   registration, and ``MooncakeHostMemAllocator``;
 - ``_store_multi``: multi-buffer puts and gets;
 - ``_store_tensors``: tensor objects, host and CUDA;
-- ``_store_tp``: tensor-parallel shards;
+- ``_store_parallel``: unified parallel tensor IO (``ParallelAxis``,
+  ``TensorParallelism``, ``ReadTarget``, ``*_with_parallelism*``);
+- ``_store_tp``: tensor-parallel shards, lowered onto ``_store_parallel``;
+- ``_store_segments``: segments mounted after setup, the huge-page
+  allocator's addresses, ``MooncakeDistributedNoFRegister``;
+- ``_safetensors``: the safetensors codec and the store's safetensors calls;
 - ``_store_versioned``: versioned publish and subscribe;
 - ``_store_replicas``: replica descriptors, copy and move tasks;
 - ``_store_client``: ``MooncakeDistributedStore`` itself;
@@ -37,6 +42,8 @@ from ._store_args import log  # noqa: F401
 from ._store_async import MooncakeDistributedStoreAsync
 from ._store_client import MooncakeDistributedStore
 from ._store_core import MooncakeHostMemAllocator
+from ._store_parallel import ParallelAxis, ReadTarget, TensorParallelism
+from ._store_segments import MooncakeDistributedNoFRegister, get_alloc_func_addr, get_free_func_addr
 from ._store_tensors import (  # noqa: F401  (Mooncake's module-level helpers)
     _deserialize_tensor,
     _serialize_tensor,
@@ -75,4 +82,10 @@ __all__ = [
     "BufferHandle",
     "ErrorCode",
     "MooncakeHostMemAllocator",
+    "ParallelAxis",
+    "TensorParallelism",
+    "ReadTarget",
+    "MooncakeDistributedNoFRegister",
+    "get_alloc_func_addr",
+    "get_free_func_addr",
 ]

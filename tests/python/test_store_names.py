@@ -28,6 +28,13 @@ STORE_ALL = [
     "BufferHandle",
     "ErrorCode",
     "MooncakeHostMemAllocator",
+    # issue 42
+    "ParallelAxis",
+    "TensorParallelism",
+    "ReadTarget",
+    "MooncakeDistributedNoFRegister",
+    "get_alloc_func_addr",
+    "get_free_func_addr",
 ]
 STORE_OTHER = ["ReplicateConfigC", "byref", "c_char_p", "c_int", "c_int64", "c_size_t",
                "c_uint64", "c_void_p", "lib", "log"]
