@@ -7,7 +7,7 @@ cd "$(dirname "$0")/../.."
 LIB="${KVFERRY_LIB_DIR:-$PWD/build/lib}/libtransfer_engine.so"
 OUT="$(mktemp -d)"
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$OUT"' EXIT
-CFLAGS="-O2 -g -Wall -Wextra -Werror -std=gnu11 -Iinclude ${KVFERRY_SAN_CFLAGS:-}"
+CFLAGS="-O2 -g -Wall -Wextra -Werror -std=gnu11 -Iinclude -Itests/c ${KVFERRY_SAN_CFLAGS:-}"
 gcc $CFLAGS -o "$OUT/te_test" tests/c/te_test.c -ldl
 gcc $CFLAGS -o "$OUT/abi_layout" tests/c/abi_layout.c
 "$OUT/abi_layout"

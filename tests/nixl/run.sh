@@ -11,7 +11,7 @@ PLUGIN="$LIBDIR/nixl/libplugin_KVFERRY.so"
 [ -e "$PLUGIN" ] || { echo "no $PLUGIN (run make first)" >&2; exit 1; }
 OUT="$(mktemp -d)"
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$OUT"' EXIT
-g++ -std=c++20 -O2 -g -Wall -Wextra -Werror -Iplugin -Itests/nixl ${KVFERRY_SAN_CFLAGS:-} -o "$OUT/nixl_test" tests/nixl/nixl_test.cpp -ldl
+g++ -std=c++20 -O2 -g -Wall -Wextra -Werror -Iplugin -Itests/nixl -Itests/c ${KVFERRY_SAN_CFLAGS:-} -o "$OUT/nixl_test" tests/nixl/nixl_test.cpp -ldl
 g++ -std=c++20 -Wall -Werror -Iplugin -o "$OUT/abi_probe" tests/nixl/abi_probe.cpp
 
 echo "--- ABI layout (plugin/nixl_abi.h against specs/nixl.md section 2)"

@@ -34,7 +34,7 @@ for f in libtransfer_engine.so trtllm/libtensorrt_llm_mooncake_wrapper.so; do
   [ -e "$LIBDIR/$f" ] || { echo "missing $LIBDIR/$f (run make lib)" >&2; exit 1; }
 done
 
-CFLAGS="-O2 -g -Wall -Wextra -Werror -std=gnu11 -Iinclude ${KVFERRY_SAN_CFLAGS:-}"
+CFLAGS="-O2 -g -Wall -Wextra -Werror -std=gnu11 -Iinclude -Itests/c ${KVFERRY_SAN_CFLAGS:-}"
 mkdir -p "$OUT/stub"
 gcc $CFLAGS -shared -fPIC -o "$OUT/stub/libtransfer_engine.so" tests/trtllm/te_stub.c
 gcc $CFLAGS -o "$OUT/route_b" tests/trtllm/route_b.c -L"$OUT/stub" -ltransfer_engine -lpthread
@@ -57,7 +57,7 @@ echo "--- route B over TCP (MC_FORCE_TCP=1, as TensorRT-LLM's CI runs Mooncake; 
 route_b b2 2 64 MC_FORCE_TCP=1
 echo "route B passed"
 
-CXXFLAGS="-std=c++17 -O2 -g -Wall -Wextra -Werror -Iinclude -Iplugin ${KVFERRY_SAN_CFLAGS:-}"
+CXXFLAGS="-std=c++17 -O2 -g -Wall -Wextra -Werror -Iinclude -Iplugin -Itests/c ${KVFERRY_SAN_CFLAGS:-}"
 g++ $CXXFLAGS -o "$OUT/agent_test" tests/trtllm/agent_test.cpp -ldl -lpthread
 
 # Over TCP (a peer on another host), so that a stopped or killed peer is seen
