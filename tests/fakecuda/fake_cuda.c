@@ -34,8 +34,15 @@
 //     naming the exporter's pid, the backing memfd's number, the offset and
 //     the size, which the fake verbs provider (tests/rdma/fakeverbs) maps in
 //     ibv_reg_dmabuf_mr.
-//   - Streams run their copies, event markers and host functions in order
-//     on a worker thread each; events complete when the worker reaches them.
+//   - Streams run their copies, memsets, event markers, host functions and
+//     callbacks in order on a worker thread each; events complete (and take
+//     their time stamp) when the worker reaches them, and outlive
+//     cuEventDestroy until their queued uses have run. The legacy default
+//     stream (0, CU_STREAM_LEGACY) synchronizes with the blocking streams
+//     (flags 0, and the per-thread default stream CU_STREAM_PER_THREAD) as
+//     on a GPU: work on one waits for the work queued before on the other;
+//     synchronous copies and memsets run after the work queued before on
+//     those streams. Non-blocking streams (flags 1) take no part.
 //   - The current context is per thread (a stack): calls that need one fail
 //     with CUDA_ERROR_INVALID_CONTEXT without it, and an async copy on a
 //     stream of another context fails, so a binding that forgets to keep
@@ -57,9 +64,19 @@
 // sleeps), as on a real GPU where pageable copies are the slow ones.
 // In-process tests use the fakecuda_* control functions instead.
 //
+//   - It passes for an H100 to programs written for the real driver (numba's
+//     CUDA binding runs on it, tests/python/test_numba.py): the attributes
+//     of one, a UUID per device, CUDA_VISIBLE_DEVICES, primary-context
+//     state, flags and reset, memory info that follows the allocations.
+//     Every entry point numba binds exists; the device-code ones (modules,
+//     kernels, the JIT linker) fail with CUDA_ERROR_NOT_SUPPORTED or
+//     CUDA_ERROR_INVALID_HANDLE, as the fake runs no device code.
+//
 // Other settings: FAKECUDA_DEVICES (default 2), FAKECUDA_ARENA_MB (per
 // device, default 64), FAKECUDA_DRIVER_VERSION (default 12080; below
 // 12000 cuGetProcAddress_v2 reports itself missing), FAKECUDA_NO_VMM=1.
+// CUDA_VISIBLE_DEVICES selects and orders the devices, as with the real
+// driver; the suites built on the fake clear it.
 
 #define _GNU_SOURCE
 #include <errno.h>
