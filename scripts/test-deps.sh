@@ -3,6 +3,7 @@
 # .ci/run. Building needs only Go and a C compiler; these are for the tests:
 # cmake (the CMake consumer test), etcd (cluster metadata and HA), iperf3 and
 # redis (baselines some suites print), numpy and torch (the Python suites),
+# numba (its CUDA driver binding runs on the fake libcuda, test_numba.py),
 # libibverbs-dev (the verbs layout check), protobuf-compiler, nftables and
 # iptables (the network fault suite), prometheus (the deploy suite).
 #
@@ -18,7 +19,7 @@ set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 
 PKGS="build-essential pkg-config cmake etcd-server etcd-client iperf3 redis-server redis-tools
-      python3 python3-numpy python3-torch python3-setuptools python3-pip python3-venv iproute2 libibverbs-dev
+      python3 python3-numpy python3-numba python3-torch python3-setuptools python3-pip python3-venv iproute2 libibverbs-dev
       protobuf-compiler python3-pyflakes prometheus nftables iptables"
 
 missing=""
