@@ -5,7 +5,8 @@
 # redis (baselines some suites print), numpy and torch (the Python suites),
 # libibverbs-dev (the verbs layout check), ibverbs-utils and perftest
 # (rdma-core's and perftest's programs, run on the fake verbs provider by
-# tests/rdma/thirdparty), protobuf-compiler, nftables and iptables (the
+# tests/rdma/thirdparty), numba (its CUDA driver binding runs on the fake
+# libcuda, test_numba.py), protobuf-compiler, nftables and iptables (the
 # network fault suite), prometheus (the deploy suite).
 #
 #   scripts/test-deps.sh check     list what is missing; exit 1 if anything is
@@ -20,7 +21,7 @@ set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 
 PKGS="build-essential pkg-config cmake etcd-server etcd-client iperf3 redis-server redis-tools
-      python3 python3-numpy python3-torch python3-setuptools python3-pip python3-venv iproute2 libibverbs-dev
+      python3 python3-numpy python3-numba python3-torch python3-setuptools python3-pip python3-venv iproute2 libibverbs-dev
       ibverbs-utils perftest protobuf-compiler python3-pyflakes prometheus nftables iptables"
 
 missing=""

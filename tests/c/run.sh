@@ -67,6 +67,7 @@ gpu() { # label, env...
   wait
 }
 FAKECUDA="$(tests/fakecuda/build.sh "$OUT/fakecuda")"
+unset CUDA_VISIBLE_DEVICES # the fake honours it as the driver does; the suites want all its devices
 gcc $CFLAGS -o "$OUT/te_gpu_test" tests/c/te_gpu_test.c -ldl
 gpu "auto: CUDA IPC"
 gpu "tcp, staged" MC_FORCE_TCP=1

@@ -67,6 +67,7 @@ for tr in auto tcp; do
 done
 
 FAKECUDA="$(tests/fakecuda/build.sh "$OUT/fakecuda")"
+unset CUDA_VISIBLE_DEVICES # the fake honours it as the driver does; the suites want all its devices
 for tr in auto tcp; do
   echo "--- VRAM_SEG on the fake CUDA driver ($tr)"
   KVFERRY_CUDA_LIB="$FAKECUDA" timeout 120 "$OUT/nixl_test" vram "$PLUGIN" "$FAKECUDA" "$tr"

@@ -82,6 +82,7 @@ fi
 echo "route A passed"
 
 FAKECUDA="$(tests/fakecuda/build.sh "$OUT/fakecuda")"
+unset CUDA_VISIBLE_DEVICES # the fake honours it as the driver does; the suites want all its devices
 for tr in auto tcp; do
   echo "--- route A: kVRAM on the fake CUDA driver ($tr)"
   force=""

@@ -35,9 +35,12 @@ func Source() string {
 
 // Build compiles the fake (once per process; the file is cached in the
 // temporary directory under a name derived from its source) and returns
-// the path of libcuda.so.1.
+// the path of libcuda.so.1. It clears CUDA_VISIBLE_DEVICES in this process
+// (and so in the children it starts): the fake honours it as the real
+// driver does, and the tests want all of the fake's devices.
 func Build() (string, error) {
 	build.once.Do(func() {
+		os.Unsetenv("CUDA_VISIBLE_DEVICES")
 		src, err := os.ReadFile(Source())
 		if err != nil {
 			build.err = fmt.Errorf("fake cuda source: %w", err)
