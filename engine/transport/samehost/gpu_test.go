@@ -32,7 +32,7 @@ type gpuBufs struct {
 const gpuBufBytes = 8 << 20
 
 func gpuStack(lib string) stack.Config {
-	cfg := hostenv.StackConfig() // KVFERRY_TRANSPORT, KVFERRY_CUDA_LIB in children
+	cfg := stack.ConfigFromEnv(hostenv.Lookup) // KVFERRY_TRANSPORT, KVFERRY_CUDA_LIB in children
 	cfg.Engine.LocalServerName = "127.0.0.1"
 	cfg.Engine.TransferTimeout = 5 * time.Second
 	cfg.AutoDiscover = true

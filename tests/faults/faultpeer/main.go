@@ -2,8 +2,8 @@
 // its network namespaces. It has two jobs:
 //
 //	faultpeer engine [flags]   a transfer engine (engine/stack, configured
-//	                           from the environment by internal/hostenv as
-//	                           the library is) answering commands on stdin
+//	                           from the environment by stack.ConfigFromEnv
+//	                           as the library is) answering commands on stdin
 //	faultpeer netem [flags]    the user-space network emulator of
 //	                           tests/faults/netem on one NFQUEUE
 //
@@ -119,7 +119,7 @@ func engineMain(args []string) error {
 	conn := fs.String("metadata", "", "metadata connection string (default P2PHANDSHAKE)")
 	_ = fs.Parse(args)
 
-	cfg := hostenv.StackConfig()
+	cfg := stack.ConfigFromEnv(hostenv.Lookup)
 	cfg.Engine.LocalServerName = *name
 	cfg.Engine.MetadataConn = *conn
 	cfg.AutoDiscover = true
