@@ -23,7 +23,8 @@ import (
 // target replica is added and the source replica dropped (its memory is
 // freed once no read lease or task covers it). At most MaxConcurrency
 // units are in flight; the next one is handed out as soon as one ends,
-// and the maintenance tick (Tick) plans again every MaintenanceInterval.
+// and the maintenance tick (Tick) goes on down the queue, or plans again
+// once it is done (at most every second while planning starts nothing).
 //
 // A unit goes to the least used (by fraction) target segment that takes
 // allocations and does not hold a replica of the object yet: one of the
@@ -64,6 +65,10 @@ const (
 	// maxDrainJobs bounds the jobs kept for QueryDrainJob; finished ones
 	// older than userTaskRetention go first.
 	maxDrainJobs = 1024
+	// drainReplan is how long a job whose last full round could start
+	// nothing waits before the next (a full round walks and sorts every
+	// replica of its segments).
+	drainReplan = time.Second
 )
 
 // DrainJobRequest is what CreateDrainJob drains (Mooncake's
@@ -125,15 +130,17 @@ type drainJob struct {
 
 	succeeded, failed, blocked, dropped uint64
 	migrated                            uint64
+	started                             uint64 // copies handed out
 	// lost: replicas that left with an unmounted segment before they moved.
 	lost int
 
 	active  map[drainUnit]*task
 	retries map[drainUnit]int
 	// queue are the units the last full round found, next the first not
-	// tried yet (planDrainLocked).
-	queue []drainItem
-	next  int
+	// tried yet (planDrainLocked); nextFull: no full round before it.
+	queue    []drainItem
+	next     int
+	nextFull time.Time
 }
 
 func (j *drainJob) terminal() bool {
@@ -316,10 +323,16 @@ func (s *Service) forgetDrainJobsLocked(now time.Time) {
 	}
 }
 
-// runDrainJobsLocked plans every running job (Tick).
+// runDrainJobsLocked plans every running job (Tick): down its queue
+// while it has one, else a full round (at most every drainReplan while
+// rounds start nothing).
 func (s *Service) runDrainJobsLocked(now time.Time) {
 	for _, j := range s.mu.drainJobs {
-		if !j.terminal() {
+		switch {
+		case j.terminal():
+		case j.next < len(j.queue):
+			s.planDrainLocked(j, now, false)
+		case !now.Before(j.nextFull):
 			s.planDrainLocked(j, now, true)
 		}
 	}
@@ -347,6 +360,7 @@ func (s *Service) planDrainLocked(j *drainJob, now time.Time, full bool) {
 		return
 	}
 	var remaining, dead uint64
+	clear(j.queue)
 	j.queue, j.next = j.queue[:0], 0
 	for _, seg := range j.segs {
 		if seg.unmounted {
@@ -376,9 +390,13 @@ func (s *Service) planDrainLocked(j *drainJob, now time.Time, full bool) {
 			seg.drained = true // emptied: DRAINED even while the job goes on
 		}
 	}
-	dropped := j.dropped
+	dropped, started := j.dropped, j.started
 	blocked := s.fillDrainLocked(j, now)
 	remaining -= j.dropped - dropped // (dropped at once by the fill)
+	j.nextFull = time.Time{}
+	if j.dropped == dropped && j.started == started && len(j.active) < j.maxConc {
+		j.nextFull = now.Add(drainReplan) // free slots, and nothing could take one
+	}
 	for _, it := range j.queue[j.next:] {
 		// Not tried (no free slot): blocked if it could not start anyway.
 		if o := it.u.obj; !o.complete || o.busyTasks > 0 {
@@ -457,6 +475,7 @@ func (s *Service) startDrainUnitLocked(j *drainJob, u drainUnit, r *replica, now
 		src: u.seg.info.Base + r.off, dst: dst, dropSource: r, drain: j, drainSrc: u.seg}
 	s.queueTaskLocked(t, now)
 	j.active[u] = t
+	j.started++
 	return true
 }
 
@@ -529,7 +548,8 @@ func (s *Service) drainTaskDoneLocked(t *task, err error, now time.Time) {
 		return
 	}
 	s.planDrainLocked(j, now, false)
-	if len(j.active) == 0 {
+	j.nextFull = time.Time{} // (what the last full round found may have changed)
+	if len(j.active) == 0 && j.next >= len(j.queue) {
 		s.planDrainLocked(j, now, true)
 	}
 }
