@@ -732,7 +732,7 @@ int64_t kvferry_store_get_versioned(mooncake_store_t store, const char *key, uin
 /* Mooncake's QueryTask: the task's type, status, creation and last update
  * times (ms since the epoch), the client it was assigned to and its
  * message (both NUL-ended, truncated to their buffers). Any output pointer
- * may be NULL. -709 (OBJECT_NO_REPLICATION_TASK) for an unknown id. */
+ * may be NULL. -1400 (TASK_NOT_FOUND) for an unknown id. */
 int kvferry_store_query_task(mooncake_store_t store, const char *task_id, int *type,
                              int *status, int64_t *created_ms, int64_t *updated_ms,
                              char *assigned_client, size_t assigned_len, char *message,

@@ -273,7 +273,25 @@ var (
 	MasterOffloads             = def(CompMaster, "kvferry_store_master_offloads_total", Counter, "Objects written to disk tiers.")
 	MasterOffloadedBytes       = def(CompMaster, "kvferry_store_master_offloaded_bytes_total", Counter, "Bytes written to disk tiers.")
 	MasterPromotions           = def(CompMaster, "kvferry_store_master_promotions_total", Counter, "Objects loaded back into memory from disk tiers.")
-	MasterRPCDuration          = def(CompMaster, "kvferry_store_master_rpc_duration_seconds", HistogramKind,
+	MasterDiskTierCapacity     = def(CompMaster, "kvferry_store_master_disk_tier_capacity_bytes", Gauge,
+		"Size of each mounted disk tier (its client's transfer-engine segment name; folded into \"other\" beyond a cap).", "segment")
+	MasterDiskTierUsed = def(CompMaster, "kvferry_store_master_disk_tier_used_bytes", Gauge,
+		"Bytes of each disk tier taken by files and offloads in flight.", "segment")
+	MasterDiskTierObjects = def(CompMaster, "kvferry_store_master_disk_tier_objects", Gauge,
+		"Disk replicas on each disk tier.", "segment")
+	MasterDiskTierQueue = def(CompMaster, "kvferry_store_master_disk_tier_offload_queue", Gauge,
+		"OFFLOAD tasks handed to each disk tier's writers and not yet done.", "segment")
+	MasterMemoryHits = def(CompMaster, "kvferry_store_master_memory_hits_total", Counter,
+		"GetReplicaList answers whose first replica is in memory (CalcCacheStats).")
+	MasterDiskHits = def(CompMaster, "kvferry_store_master_disk_hits_total", Counter,
+		"GetReplicaList answers for objects only on disk tiers (CalcCacheStats).")
+	MasterDrainJobs = def(CompMaster, "kvferry_store_master_drain_jobs", Gauge,
+		"Drain jobs not ended (created, planning or running).")
+	MasterDrainMoved = def(CompMaster, "kvferry_store_master_drain_moved_total", Counter,
+		"Replicas drain jobs moved off their segments (or dropped as one too many).")
+	MasterDrainMovedBytes = def(CompMaster, "kvferry_store_master_drain_moved_bytes_total", Counter,
+		"Bytes of the replicas drain jobs moved.")
+	MasterRPCDuration = def(CompMaster, "kvferry_store_master_rpc_duration_seconds", HistogramKind,
 		"Time to serve a master RPC (gRPC or mux), by method.", "method")
 	MasterRPCErrors = def(CompMaster, "kvferry_store_master_rpc_errors_total", Counter,
 		"Master RPCs answered with an error code, by method.", "method")

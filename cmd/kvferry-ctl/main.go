@@ -8,7 +8,8 @@
 //	kvferry-ctl [global flags] links                   per-peer links of processes (from --metrics)
 //	kvferry-ctl [global flags] top                     refreshing per-peer throughput (from --metrics)
 //	kvferry-ctl [global flags] objects                 store objects (from the master's admin port)
-//	kvferry-ctl [global flags] usage                   per-segment store use
+//	kvferry-ctl [global flags] usage                   per-segment store use, disk tiers included
+//	kvferry-ctl [global flags] drain create|query|wait|cancel ...   drain jobs (move replicas off segments)
 //	kvferry-ctl [global flags] master                  the serving master (HA: the leader in etcd)
 //
 // Global flags: --metadata (P2PHANDSHAKE, http://host:port/metadata or
@@ -50,7 +51,7 @@ func main() {
 }
 
 const usage = `usage: kvferry-ctl [flags] COMMAND [args]
-commands: segments, transports, buffers, probe, links, top, objects, usage, master
+commands: segments, transports, buffers, probe, links, top, objects, usage, drain, master
 flags:`
 
 func run(args []string, out io.Writer) error {
@@ -99,10 +100,12 @@ func run(args []string, out io.Writer) error {
 		return cmdObjects(ctx, o, rest)
 	case "usage":
 		return cmdUsage(ctx, o, rest)
+	case "drain":
+		return cmdDrain(ctx, o, rest)
 	case "master":
 		return cmdMaster(ctx, o, rest)
 	}
-	return fmt.Errorf("unknown command %q (segments, transports, buffers, probe, links, top, objects, usage, master)", cmd)
+	return fmt.Errorf("unknown command %q (segments, transports, buffers, probe, links, top, objects, usage, drain, master)", cmd)
 }
 
 // emit prints v as JSON with --json, else the table rows (header first).

@@ -88,8 +88,9 @@ func cmdObjects(ctx context.Context, o *options, args []string) error {
 	return o.emit(objs, []string{"KEY", "SIZE", "REPLICAS", "SEGMENTS"}, rows)
 }
 
-// cmdUsage prints each mounted segment's capacity and use from the
-// master's metrics.
+// cmdUsage prints each mounted segment's capacity, use and state, and
+// each disk tier's capacity, use, files and writers' queue, from the
+// master's metrics (and its segment status endpoint).
 func cmdUsage(ctx context.Context, o *options, args []string) error {
 	if len(args) > 0 {
 		return fmt.Errorf("usage takes no arguments")
@@ -104,45 +105,79 @@ func cmdUsage(ctx context.Context, o *options, args []string) error {
 		return err
 	}
 	type seg struct {
+		Tier     string  `json:"tier"`
 		Segment  string  `json:"segment"`
 		Capacity float64 `json:"capacity_bytes"`
 		Used     float64 `json:"used_bytes"`
 		Ratio    float64 `json:"used_ratio"`
+		// Status is the memory segment's state (OK, DRAINING, DRAINED).
+		Status string `json:"status,omitempty"`
+		// Objects and OffloadQueue are a disk tier's files and the
+		// OFFLOAD tasks its writers have not finished.
+		Objects      *float64 `json:"objects,omitempty"`
+		OffloadQueue *float64 `json:"offload_queue,omitempty"`
 	}
-	by := map[string]*seg{}
-	for name, set := range map[string]func(*seg, float64){
-		"kvferry_store_master_segment_capacity_bytes": func(s *seg, v float64) { s.Capacity = v },
-		"kvferry_store_master_segment_used_bytes":     func(s *seg, v float64) { s.Used = v },
-	} {
-		if mf := mfs[name]; mf != nil {
-			for _, m := range mf.GetMetric() {
-				n := labels(m)["segment"]
-				if by[n] == nil {
-					by[n] = &seg{Segment: n}
+	read := func(tier string, sets map[string]func(*seg, float64)) []seg {
+		by := map[string]*seg{}
+		for name, set := range sets {
+			if mf := mfs[name]; mf != nil {
+				for _, m := range mf.GetMetric() {
+					n := labels(m)["segment"]
+					if by[n] == nil {
+						by[n] = &seg{Tier: tier, Segment: n}
+					}
+					set(by[n], value(m))
 				}
-				set(by[n], value(m))
 			}
 		}
-	}
-	var list []seg
-	for _, s := range by {
-		if s.Capacity > 0 {
-			s.Ratio = s.Used / s.Capacity
+		var list []seg
+		for _, s := range by {
+			if s.Capacity > 0 {
+				s.Ratio = s.Used / s.Capacity
+			}
+			list = append(list, *s)
 		}
-		list = append(list, *s)
+		sort.Slice(list, func(i, j int) bool { return list[i].Segment < list[j].Segment })
+		return list
 	}
-	sort.Slice(list, func(i, j int) bool { return list[i].Segment < list[j].Segment })
+	list := read("memory", map[string]func(*seg, float64){
+		"kvferry_store_master_segment_capacity_bytes": func(s *seg, v float64) { s.Capacity = v },
+		"kvferry_store_master_segment_used_bytes":     func(s *seg, v float64) { s.Used = v },
+	})
+	for i := range list {
+		if list[i].Segment != "other" {
+			list[i].Status = o.segmentStatus(ctx, list[i].Segment)
+		}
+	}
+	disks := read("disk", map[string]func(*seg, float64){
+		"kvferry_store_master_disk_tier_capacity_bytes": func(s *seg, v float64) { s.Capacity = v },
+		"kvferry_store_master_disk_tier_used_bytes":     func(s *seg, v float64) { s.Used = v },
+		"kvferry_store_master_disk_tier_objects":        func(s *seg, v float64) { s.Objects = &v },
+		"kvferry_store_master_disk_tier_offload_queue":  func(s *seg, v float64) { s.OffloadQueue = &v },
+	})
 	var rows [][]string
 	var capSum, usedSum float64
 	for _, s := range list {
 		capSum += s.Capacity
 		usedSum += s.Used
-		rows = append(rows, []string{s.Segment, bytesName(s.Capacity), bytesName(s.Used), fmt.Sprintf("%.1f%%", 100*s.Ratio)})
+		rows = append(rows, []string{s.Tier, s.Segment, bytesName(s.Capacity), bytesName(s.Used),
+			fmt.Sprintf("%.1f%%", 100*s.Ratio), s.Status, "-", "-"})
 	}
 	if len(list) > 1 && !o.json {
-		rows = append(rows, []string{"total", bytesName(capSum), bytesName(usedSum), fmt.Sprintf("%.1f%%", 100*usedSum/max(capSum, 1))})
+		rows = append(rows, []string{"memory", "total", bytesName(capSum), bytesName(usedSum),
+			fmt.Sprintf("%.1f%%", 100*usedSum/max(capSum, 1)), "", "", ""})
 	}
-	return o.emit(list, []string{"SEGMENT", "CAPACITY", "USED", "USE"}, rows)
+	num := func(p *float64) string {
+		if p == nil {
+			return "-"
+		}
+		return fmt.Sprint(*p)
+	}
+	for _, s := range disks {
+		rows = append(rows, []string{s.Tier, s.Segment, bytesName(s.Capacity), bytesName(s.Used),
+			fmt.Sprintf("%.1f%%", 100*s.Ratio), "-", num(s.Objects), num(s.OffloadQueue)})
+	}
+	return o.emit(append(list, disks...), []string{"TIER", "SEGMENT", "CAPACITY", "USED", "USE", "STATUS", "FILES", "QUEUE"}, rows)
 }
 
 // cmdMaster shows the serving master: under HA (--master etcd://...) the

@@ -181,6 +181,8 @@ func parse(args []string) (*options, error) {
 	fs.IntVar(&cfg.MaxBatchKeys, "max_batch_keys", 0, "most keys in one batch call (kvferry; default 65536)")
 	fs.Float64Var(&cfg.OffloadWatermark, "ssd_offload_watermark", master.DefaultOffloadWatermark,
 		"segment usage above which objects go to their client's disk tier (clients with ssd_offload_path)")
+	fs.Var(secDuration{&cfg.DrainStallTimeout}, "drain_stall_timeout_sec",
+		"seconds a drain job may move nothing, with nothing in flight, before it fails (kvferry; default 60)")
 	tenantQuota := fs.String("tenant_quota", "", "tenant quotas, \"tenant=bytes[:objects],...\" (bytes may end in k, m, g or t; 0: no limit)")
 	spinUS := fs.Int("spin_us", spinDefaultUS(), "microseconds a connection polls for the next request before it blocks (kvferry; 0: never; default KVFERRY_SPIN_US, else 50)")
 	level := fs.String("log_level", "info", "log level: debug, info, warn or error")

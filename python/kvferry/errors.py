@@ -61,6 +61,9 @@ class ErrorCode(enum.IntEnum):
     FILE_INVALID_HANDLE = -1106
     BUCKET_NOT_FOUND = -1200
     BUCKET_ALREADY_EXISTS = -1201
+    TASK_NOT_FOUND = -1400
+    TASK_PENDING_LIMIT_EXCEEDED = -1401
+    JOB_NOT_FOUND = -1402
 
 
 class TransferError(enum.IntEnum):

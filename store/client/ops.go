@@ -3,7 +3,6 @@ package client
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/kvferry/kvferry/engine"
@@ -898,14 +897,7 @@ func (c *Client) ReplicaDescs(ctx context.Context, keys []string) ([]KeyReplicas
 	}
 	out := make([]KeyReplicas, len(keys))
 	for i, r := range res {
-		out[i] = KeyReplicas{Err: wire.ErrorOf(r.GetCode()), Size: r.GetSize(), Replicas: []ReplicaDesc{}}
-		for _, rep := range r.GetReplicas() {
-			out[i].Replicas = append(out[i].Replicas, ReplicaDesc{
-				SegmentName: rep.GetSegmentName(), Address: rep.GetAddress(), Size: rep.GetSize(),
-				Status: strings.TrimPrefix(rep.GetStatus().String(), "REPLICA_STATUS_"), Protocol: rep.GetProtocol(),
-				Disk: rep.GetKind() == wire.ReplicaKind_REPLICA_KIND_LOCAL_DISK, FilePath: rep.GetFilePath(),
-			})
-		}
+		out[i] = KeyReplicas{Err: wire.ErrorOf(r.GetCode()), Size: r.GetSize(), Replicas: replicaDescsOf(r.GetReplicas())}
 	}
 	return out, nil
 }

@@ -220,7 +220,7 @@ func TestCopyMoveDrain(t *testing.T) {
 	_, err = user.CreateMoveTask(ctx, "k", a.Hostname(), cc.Hostname())
 	assert.Equal(t, code(err), wire.ErrReplicaNotFound)
 	_, err = user.QueryTask(ctx, "no-such-task")
-	assert.Equal(t, code(err), wire.ErrObjectNoReplicationTask)
+	assert.Equal(t, code(err), wire.ErrTaskNotFound)
 
 	// Drain: objects only b holds move out before it leaves.
 	for i := range 4 {

@@ -14,7 +14,8 @@ import (
 // tools use (specs/mooncake.md §7.8): /metrics (Prometheus text from the
 // private registry), /health, /role, /leader, /get_all_segments (one segment
 // name per line), /get_all_keys (one key per line) and /query_key?key=.
-// The key endpoints take an optional tenant_id= (default "default").
+// The key endpoints take an optional tenant_id= (default "default"). The
+// drain job and segment status endpoints are in admin_drain.go.
 func (s *Server) adminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
@@ -121,6 +122,7 @@ func (s *Server) adminHandler() http.Handler {
 		}
 		writeJSON(w, http.StatusOK, map[string]any{"success": true, "data": data})
 	})
+	s.drainHandlers(mux)
 	return mux
 }
 

@@ -145,6 +145,11 @@ type Config struct {
 	// TaskTimeout is how long a client has to finish a task (offload,
 	// load, copy; default 30 s).
 	TaskTimeout time.Duration
+	// DrainStallTimeout ends a drain job (drain.go) as FAILED once it has
+	// had nothing in flight and moved nothing for this long, while replicas
+	// remain that it cannot move (no room on the targets, puts in
+	// progress); default 1 min.
+	DrainStallTimeout time.Duration
 	// Clock is the time source; nil means the real clock.
 	Clock Clock
 	// Logger receives state changes (mounts, expiries, evictions); nil
@@ -289,6 +294,9 @@ func (c Config) withDefaults() Config {
 	if c.TaskTimeout == 0 {
 		c.TaskTimeout = DefaultTaskTimeout
 	}
+	if c.DrainStallTimeout == 0 {
+		c.DrainStallTimeout = DefaultDrainStallTimeout
+	}
 	if c.Clock == nil {
 		c.Clock = realClock{}
 	}
@@ -336,8 +344,8 @@ func (c Config) Validate() error {
 	if c.RestoreWindow < 0 || c.SnapshotRecords < 0 || c.SnapshotInterval < 0 || c.PersistTimeout < 0 {
 		return errors.New("config: RestoreWindow, SnapshotRecords, SnapshotInterval and PersistTimeout must be positive")
 	}
-	if c.MaintenanceInterval < 0 {
-		return errors.New("config: MaintenanceInterval must be positive")
+	if c.MaintenanceInterval < 0 || c.DrainStallTimeout < 0 {
+		return errors.New("config: MaintenanceInterval and DrainStallTimeout must be positive")
 	}
 	switch c.AllocationStrategy {
 	case StrategyRandom, StrategyFreeRatioFirst:

@@ -1,6 +1,7 @@
 package master
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -108,6 +109,10 @@ func FuzzService(f *testing.F) {
 	f.Add([]byte("put a lot of things and then evict them all, remove, tick, expire"))
 	f.Add([]byte{1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 9, 9, 9, 12, 12, 12, 3, 3, 3})
 	f.Add([]byte{0, 0, 0, 1, 14, 0, 15, 3, 15, 6, 16, 0, 14, 1, 8, 0, 15, 3, 9, 7, 9, 7, 13, 0, 14, 3})
+	// Drain jobs: mounts, puts, a job, tasks done and failed, ticks, a
+	// cancel, an unmount mid-drain.
+	f.Add([]byte{0, 0, 0, 1, 0, 2, 1, 0, 3, 0, 1, 1, 3, 1, 1, 5, 3, 5, 17, 0, 9, 0, 18, 0, 18, 3, 9, 1, 18, 1,
+		17, 1, 9, 0, 18, 4, 8, 1, 9, 2, 19, 0, 17, 2, 9, 0, 18, 2, 9, 7})
 	f.Fuzz(func(t *testing.T, ops []byte) {
 		clock := newFakeClock()
 		s, err := NewService(Config{Clock: clock, Seed: 3, DefaultKVLeaseTTL: 2 * time.Second,
@@ -116,8 +121,9 @@ func FuzzService(f *testing.F) {
 			t.Fatal(err)
 		}
 		clients := []string{"c0", "c1", "c2"}
+		var jobs []string
 		for i := 0; i+1 < len(ops); i += 2 {
-			op, arg := ops[i]%17, int(ops[i+1])
+			op, arg := ops[i]%20, int(ops[i+1])
 			c := clients[arg%len(clients)]
 			key := fmt.Sprintf("k%d", arg%17)
 			tenant := []string{"", "t1", wire.DefaultTenant}[arg/17%3] // "" and "default" are one
@@ -168,6 +174,40 @@ func FuzzService(f *testing.F) {
 				}
 				s.mu.Unlock()
 				s.ReturnGrants(c, append(ids, uint64(arg)))
+			case 17:
+				req := DrainJobRequest{Segments: []string{c}, MaxConcurrency: arg % 3}
+				if arg%4 == 1 {
+					req.Segments = append(req.Segments, clients[(arg+1)%len(clients)])
+				}
+				if arg%5 == 2 {
+					req.Targets = []string{clients[(arg+2)%len(clients)]}
+				}
+				if id, err := s.CreateDrainJob(req); err == nil {
+					jobs = append(jobs, id)
+				}
+			case 18:
+				// c reports the tasks it was handed: all done, or every
+				// other one failed.
+				s.mu.Lock()
+				var done []TaskResult
+				if cs, ok := s.mu.clients[c]; ok {
+					for i, tk := range cs.tasks {
+						if tk.sent {
+							r := TaskResult{ID: tk.id, FileBytes: diskFileBytes(tk.size)}
+							if arg%2 == 1 && i%2 == 0 {
+								r.Err = wire.ErrTransferFail
+							}
+							done = append(done, r)
+						}
+					}
+				}
+				s.mu.Unlock()
+				_, _ = s.FetchTasks(context.Background(), c, done, 0, 0)
+			case 19:
+				if len(jobs) > 0 {
+					_ = s.CancelDrainJob(jobs[arg%len(jobs)])
+					_, _ = s.QueryDrainJob(jobs[arg%len(jobs)])
+				}
 			}
 			checkInvariants(t, s)
 		}

@@ -167,3 +167,33 @@ func (c inProcess) QueryTask(ctx context.Context, in *wire.QueryTaskRequest, _ .
 func (c inProcess) WaitObject(ctx context.Context, in *wire.WaitObjectRequest, _ ...grpc.CallOption) (*wire.GetReplicaListResponse, error) {
 	return answer(c.g.WaitObject(ctx, in))
 }
+
+// GetReplicaListByRegex calls the handler directly.
+func (c inProcess) GetReplicaListByRegex(ctx context.Context, in *wire.GetReplicaListByRegexRequest, _ ...grpc.CallOption) (*wire.GetReplicaListByRegexResponse, error) {
+	return answer(c.g.GetReplicaListByRegex(ctx, in))
+}
+
+// BatchQueryIp calls the handler directly.
+func (c inProcess) BatchQueryIp(ctx context.Context, in *wire.BatchQueryIpRequest, _ ...grpc.CallOption) (*wire.BatchQueryIpResponse, error) {
+	return answer(c.g.BatchQueryIp(ctx, in))
+}
+
+// CalcCacheStats calls the handler directly.
+func (c inProcess) CalcCacheStats(ctx context.Context, in *wire.CalcCacheStatsRequest, _ ...grpc.CallOption) (*wire.CalcCacheStatsResponse, error) {
+	return answer(c.g.CalcCacheStats(ctx, in))
+}
+
+// CreateDrainJob calls the handler directly.
+func (c inProcess) CreateDrainJob(ctx context.Context, in *wire.CreateDrainJobRequest, _ ...grpc.CallOption) (*wire.CreateDrainJobResponse, error) {
+	return answer(c.g.CreateDrainJob(ctx, in))
+}
+
+// QueryDrainJob calls the handler directly.
+func (c inProcess) QueryDrainJob(ctx context.Context, in *wire.DrainJobIdRequest, _ ...grpc.CallOption) (*wire.QueryJobResponse, error) {
+	return answer(c.g.QueryDrainJob(ctx, in))
+}
+
+// CancelDrainJob calls the handler directly.
+func (c inProcess) CancelDrainJob(ctx context.Context, in *wire.DrainJobIdRequest, _ ...grpc.CallOption) (*wire.CancelDrainJobResponse, error) {
+	return answer(c.g.CancelDrainJob(ctx, in))
+}

@@ -1,6 +1,8 @@
 package master
 
 import (
+	"cmp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -19,6 +21,8 @@ type counters struct {
 	putStarts, putStartFails uint64
 	putEnds, putRevokes      uint64
 	gets, getHits, exists    uint64
+	memHits, diskHits        uint64 // getHits by the kind of the first replica
+	drainMoved, drainBytes   uint64 // drain units ended well, bytes moved
 	removes                  uint64
 	evictionRounds           uint64
 	evictedObjects           uint64
@@ -128,6 +132,27 @@ type Metrics struct {
 	// EvictSkippedForFilesTotal counts objects eviction passed over
 	// because their disk file was not written yet.
 	EvictSkippedForFilesTotal uint64
+	// DiskTiers lists the mounted disk tiers, by their client's segment
+	// name.
+	DiskTiers []DiskTierUsage
+
+	// MemoryHitsTotal and DiskHitsTotal count GetReplicaList answers by
+	// the kind of their first replica (CalcCacheStats).
+	MemoryHitsTotal, DiskHitsTotal uint64
+	// DrainJobs counts drain jobs not ended; DrainMovedTotal the units
+	// they ended well, DrainMovedBytesTotal the bytes they moved.
+	DrainJobs                             int
+	DrainMovedTotal, DrainMovedBytesTotal uint64
+}
+
+// DiskTierUsage is one mounted disk tier's size and use.
+type DiskTierUsage struct {
+	// Name is its client's transfer-engine segment name, ID the tier's.
+	Name, ID                 string
+	CapacityBytes, UsedBytes uint64
+	Objects                  int
+	// OffloadQueue is the OFFLOAD tasks handed to its writers, not done.
+	OffloadQueue int
 }
 
 // Metrics returns a snapshot.
@@ -173,17 +198,36 @@ func (s *Service) Metrics() Metrics {
 		PromotionsTotal:           c.promotions,
 		OffloadWaitsTotal:         c.offloadWaits,
 		EvictSkippedForFilesTotal: c.evictSkippedForFiles,
+		MemoryHitsTotal:           c.memHits,
+		DiskHitsTotal:             c.diskHits,
+		DrainMovedTotal:           c.drainMoved,
+		DrainMovedBytesTotal:      c.drainBytes,
 	}
+	tiers := map[*diskSeg]int{}
 	for _, cl := range s.mu.clients {
 		if d := cl.disk; d != nil {
 			m.DiskCapacityBytes += d.info.Capacity
 			m.DiskUsedBytes += d.used
 			m.DiskObjects += len(d.reps)
+			tiers[d] = len(m.DiskTiers)
+			m.DiskTiers = append(m.DiskTiers, DiskTierUsage{Name: d.info.Name, ID: d.info.ID,
+				CapacityBytes: d.info.Capacity, UsedBytes: d.used, Objects: len(d.reps)})
 		}
 	}
 	for _, t := range s.mu.tasks {
 		if t.kind == wire.TaskKind_TASK_KIND_OFFLOAD {
 			m.OffloadQueue++
+			if i, ok := tiers[t.disk]; ok {
+				m.DiskTiers[i].OffloadQueue++
+			}
+		}
+	}
+	slices.SortFunc(m.DiskTiers, func(a, b DiskTierUsage) int {
+		return cmp.Or(strings.Compare(a.Name, b.Name), strings.Compare(a.ID, b.ID))
+	})
+	for _, j := range s.mu.drainJobs {
+		if !j.terminal() {
+			m.DrainJobs++
 		}
 	}
 	now := s.clock.Now()
@@ -236,6 +280,8 @@ type collector struct {
 	s     *Server
 	descs []metricDesc
 	segs  *metrics.Folder
+	// disks folds disk tier labels past SegmentLabelCap into "other".
+	disks *metrics.Folder
 	// tenants folds tenant labels past SegmentLabelCap into "other".
 	tenants *metrics.Folder
 }
@@ -252,7 +298,7 @@ func newCollector(s *Server) *collector {
 	i := func(p func(*Metrics) int) func(*Metrics) float64 {
 		return func(m *Metrics) float64 { return float64(p(m)) }
 	}
-	return &collector{s: s, segs: metrics.NewFolder(SegmentLabelCap), tenants: metrics.NewFolder(SegmentLabelCap), descs: []metricDesc{
+	return &collector{s: s, segs: metrics.NewFolder(SegmentLabelCap), disks: metrics.NewFolder(SegmentLabelCap), tenants: metrics.NewFolder(SegmentLabelCap), descs: []metricDesc{
 		f(metrics.MasterClients, i(func(m *Metrics) int { return m.Clients })),
 		f(metrics.MasterSegments, i(func(m *Metrics) int { return m.Segments })),
 		f(metrics.MasterObjects, i(func(m *Metrics) int { return m.Objects })),
@@ -297,6 +343,11 @@ func newCollector(s *Server) *collector {
 		f(metrics.MasterOffloads, u(func(m *Metrics) uint64 { return m.OffloadsTotal })),
 		f(metrics.MasterOffloadedBytes, u(func(m *Metrics) uint64 { return m.OffloadedBytesTotal })),
 		f(metrics.MasterPromotions, u(func(m *Metrics) uint64 { return m.PromotionsTotal })),
+		f(metrics.MasterMemoryHits, u(func(m *Metrics) uint64 { return m.MemoryHitsTotal })),
+		f(metrics.MasterDiskHits, u(func(m *Metrics) uint64 { return m.DiskHitsTotal })),
+		f(metrics.MasterDrainJobs, i(func(m *Metrics) int { return m.DrainJobs })),
+		f(metrics.MasterDrainMoved, u(func(m *Metrics) uint64 { return m.DrainMovedTotal })),
+		f(metrics.MasterDrainMovedBytes, u(func(m *Metrics) uint64 { return m.DrainMovedBytesTotal })),
 	}}
 }
 
@@ -346,9 +397,32 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- metrics.MasterSegmentCapacity.Value(float64(segs[l].capacity), l)
 		ch <- metrics.MasterSegmentUsed.Value(float64(segs[l].used), l)
 	}
+	type tier struct{ capacity, used, objects, queue float64 }
+	tiers := map[string]*tier{}
+	var torder []string
+	for _, d := range m.DiskTiers {
+		l := c.disks.Label(d.Name)
+		x := tiers[l]
+		if x == nil {
+			x = new(tier)
+			tiers[l] = x
+			torder = append(torder, l)
+		}
+		x.capacity += float64(d.CapacityBytes)
+		x.used += float64(d.UsedBytes)
+		x.objects += float64(d.Objects)
+		x.queue += float64(d.OffloadQueue)
+	}
+	for _, l := range torder {
+		x := tiers[l]
+		ch <- metrics.MasterDiskTierCapacity.Value(x.capacity, l)
+		ch <- metrics.MasterDiskTierUsed.Value(x.used, l)
+		ch <- metrics.MasterDiskTierObjects.Value(x.objects, l)
+		ch <- metrics.MasterDiskTierQueue.Value(x.queue, l)
+	}
 	type tu struct{ objects, bytes, qb, qo, refused float64 }
 	tenants := map[string]*tu{}
-	var torder []string
+	torder = nil
 	for _, u := range svc.TenantUsage() {
 		l := c.tenants.Label(u.Tenant)
 		x := tenants[l]

@@ -158,6 +158,8 @@ type Service struct {
 		lastTask  uint64
 		userTasks map[string]*userTask
 		lastUID   uint64
+		// drainJobs are the drain jobs, by id (drain.go).
+		drainJobs map[string]*drainJob
 
 		// Versions (version.go): the last one handed out, and the
 		// WaitObject calls waiting for a key.
@@ -197,9 +199,14 @@ type segment struct {
 	// fenced: mounted by a client of a previous master instance while the
 	// remount fence lasts; nothing is allocated in it until then.
 	fenced bool
-	// draining: a graceful unmount moves its objects out; nothing new is
-	// placed in it.
+	// draining: a graceful unmount or a drain job moves its objects out;
+	// nothing new is placed in it. leaving: the graceful unmount's. job:
+	// the drain job that moves its replicas out (drain.go), and drained:
+	// a job emptied it (it waits to be unmounted; statusLocked).
 	draining bool
+	leaving  bool
+	job      *drainJob
+	drained  bool
 }
 
 type replica struct {
@@ -323,6 +330,7 @@ func newService(cfg Config, viewVersion uint64, fence startFence) (*Service, err
 	s.mu.grants = make(map[uint64]*grant)
 	s.mu.tasks = make(map[uint64]*task)
 	s.mu.userTasks = make(map[string]*userTask)
+	s.mu.drainJobs = make(map[string]*drainJob)
 	s.mu.versionWaiters = make(map[objectKey][]chan struct{})
 	s.mu.tenants = make(map[string]*tenantState)
 	s.mu.lastUID = rand.Uint64() >> 1
@@ -532,6 +540,9 @@ func (s *Service) unmountLocked(seg *segment, now time.Time) {
 	s.mu.order = slices.DeleteFunc(s.mu.order, func(x *segment) bool { return x == seg })
 	s.mu.capacity -= seg.info.Size
 	s.mu.used -= seg.alloc.used
+	if seg.job != nil {
+		seg.job.segmentGoneLocked(seg)
+	}
 	dropped := 0
 	for r := range seg.replicas {
 		o := r.obj
@@ -678,6 +689,11 @@ func (s *Service) getLocked(id objectKey, now time.Time) (ReplicaList, error) {
 		return ReplicaList{}, fmt.Errorf("get replica list %v: %w", id, wire.ErrReplicaIsNotReady)
 	}
 	s.mu.counters.getHits++
+	if len(o.replicas) > 0 {
+		s.mu.counters.memHits++ // (CalcCacheStats: by the first replica's kind)
+	} else {
+		s.mu.counters.diskHits++
+	}
 	s.leaseLocked(o, now)
 	return ReplicaList{Size: o.size, Replicas: o.descriptors(), LeaseTTL: s.cfg.DefaultKVLeaseTTL, UID: o.uid,
 		Version: o.version}, nil
@@ -1328,6 +1344,7 @@ func (s *Service) Tick() {
 	s.expireRestoredLocked(now)
 	s.expireTasksLocked(now)
 	s.scheduleOffloadsLocked(now)
+	s.runDrainJobsLocked(now)
 
 	// Release discarded replicas whose time has come.
 	kept := s.mu.discarded[:0]

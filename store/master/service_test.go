@@ -58,6 +58,8 @@ type ddHarness struct {
 	// grantBase is the service's grant id counter at start (random): the
 	// files name grants by their id less grantBase (1, 2, ...).
 	grantBase uint64
+	// jobs are the drain jobs the file created, by the name it gave them.
+	jobs map[string]string
 }
 
 // grantID turns a grant number of a file into the service's id.
@@ -167,6 +169,8 @@ func (h *ddHarness) runCmd(t *testing.T, d *testutil.TestData) string {
 			GrantLease:                 argDur(t, d, "grant-lease", 0),
 			MaxGrantsPerClient:         int(argUint(t, d, "max-grants", 0)),
 			DisableGrants:              d.HasArg("no-grants"),
+			TaskTimeout:                argDur(t, d, "task-timeout", 0),
+			DrainStallTimeout:          argDur(t, d, "drain-stall", 0),
 		}
 		fence := fenceNone
 		switch {
@@ -181,6 +185,7 @@ func (h *ddHarness) runCmd(t *testing.T, d *testutil.TestData) string {
 		}
 		h.svc = svc
 		h.grantBase = svc.mu.lastGrant
+		h.jobs = map[string]string{}
 		return "ok"
 
 	case "mount":
@@ -398,6 +403,10 @@ func (h *ddHarness) runCmd(t *testing.T, d *testutil.TestData) string {
 	case "state":
 		return h.state()
 
+	case "get-regex", "query-ip", "cache-stats", "drain", "drain-query", "drain-cancel", "segment-status",
+		"tasks", "mount-disk":
+		return h.runQueryCmd(t, d, client, tenant)
+
 	case "metrics":
 		m := h.svc.Metrics()
 		return fmt.Sprintf("clients=%d segments=%d objects=%d processing=%d capacity=%d used=%d discarded=%d\n"+
@@ -419,8 +428,12 @@ func (h *ddHarness) state() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "capacity=%d used=%d\n", s.mu.capacity, s.mu.used)
 	for _, seg := range s.mu.order {
-		fmt.Fprintf(&b, "segment %s %s client=%s used=%d/%d\n", seg.info.ID, seg.info.Name,
-			seg.info.ClientID, seg.alloc.used, seg.info.Size)
+		st := ""
+		if s := seg.statusLocked(); s != SegmentOK {
+			st = " " + s.String()
+		}
+		fmt.Fprintf(&b, "segment %s %s client=%s used=%d/%d%s\n", seg.info.ID, seg.info.Name,
+			seg.info.ClientID, seg.alloc.used, seg.info.Size, st)
 	}
 	// Objects of the default tenant print as their key, others as
 	// tenant/key.

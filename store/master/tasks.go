@@ -62,6 +62,10 @@ type task struct {
 	user     *userTask
 	// dropSource (MOVE): the replica dropped once the copy succeeded.
 	dropSource *replica
+	// drain is the drain job whose unit (obj, uid, drainSrc) this COPY
+	// moves (drain.go).
+	drain    *drainJob
+	drainSrc *segment
 }
 
 // userTask is a copy or move task a user created (CreateTask, QueryTask).
@@ -208,6 +212,9 @@ func (s *Service) endTaskLocked(t *task, err error, fileBytes uint64, now time.T
 		// Keep the writers busy: the next offloads go out now, not at the
 		// next maintenance round (puts may be waiting for the room).
 		s.scheduleOffloadsLocked(now)
+	}
+	if t.drain != nil {
+		s.drainTaskDoneLocked(t, err, now)
 	}
 	if u := t.user; u != nil {
 		u.left--
@@ -403,10 +410,7 @@ func (s *Service) allocOnLocked(name string, size uint64) *replica {
 		if seg.fenced || seg.draining {
 			continue
 		}
-		if off, ok := seg.alloc.alloc(size); ok {
-			r := s.newReplicaLocked(seg, off, size)
-			seg.replicas[r] = struct{}{}
-			s.mu.used += alignedLen(size)
+		if r := s.allocInLocked(seg, size); r != nil {
 			return r
 		}
 	}
@@ -430,7 +434,7 @@ func (s *Service) QueryTask(id string) (TaskInfo, error) {
 	defer s.mu.Unlock()
 	u, ok := s.mu.userTasks[id]
 	if !ok {
-		return TaskInfo{}, fmt.Errorf("query task %q: %w", id, wire.ErrObjectNoReplicationTask)
+		return TaskInfo{}, fmt.Errorf("query task %q: %w", id, wire.ErrTaskNotFound)
 	}
 	return TaskInfo{ID: u.id, Kind: u.kind, Status: u.status, Created: u.created, Updated: u.updated,
 		AssignedClient: u.assigned, Message: u.message}, nil
@@ -454,7 +458,7 @@ func (s *Service) DrainSegment(ctx context.Context, clientID, segmentID string, 
 		s.mu.Unlock()
 		return s.UnmountSegment(clientID, segmentID) // its error
 	}
-	seg.draining = true
+	seg.draining, seg.leaving = true, true
 	holder := s.mu.clients[clientID]
 	var waits []chan struct{}
 	moved := 0

@@ -52,6 +52,9 @@ const (
 	ErrUnavailableInStatus      Code = -1010
 	ErrUnavailableInMode        Code = -1011
 	ErrNotSupported             Code = -1012
+	ErrTaskNotFound             Code = -1400
+	ErrTaskPendingLimitExceeded Code = -1401
+	ErrJobNotFound              Code = -1402
 )
 
 // codeNames holds Mooncake's name of every Code this package knows.
@@ -95,6 +98,9 @@ var codeNames = map[Code]string{
 	ErrUnavailableInStatus:      "UNAVAILABLE_IN_CURRENT_STATUS",
 	ErrUnavailableInMode:        "UNAVAILABLE_IN_CURRENT_MODE",
 	ErrNotSupported:             "NOT_SUPPORTED",
+	ErrTaskNotFound:             "TASK_NOT_FOUND",
+	ErrTaskPendingLimitExceeded: "TASK_PENDING_LIMIT_EXCEEDED",
+	ErrJobNotFound:              "JOB_NOT_FOUND",
 }
 
 // Codes returns every Code this package knows, OK included, in no order.

@@ -164,6 +164,17 @@ func (l RequestLimits) Check(req proto.Message) error {
 			return err
 		}
 		return list("targets", len(r.GetTargets()))
+	case *GetReplicaListByRegexRequest:
+		return key(r.GetPattern())
+	case *BatchQueryIpRequest:
+		return keys(r.GetClientIds())
+	case *CreateDrainJobRequest:
+		if err := list("segments", len(r.GetSegments())); err != nil {
+			return err
+		}
+		return list("target segments", len(r.GetTargetSegments()))
+	case *DrainJobIdRequest:
+		return key(r.GetJobId())
 	}
 	return nil
 }

@@ -33,4 +33,10 @@ func TestRequestLimitsCheck(t *testing.T) {
 	assert.Assert(t, errors.Is(l.Check(&BatchRemoveRequest{Keys: []string{strings.Repeat("k", 9)}}), ErrRequestLimit))
 	assert.Assert(t, errors.Is(l.Check(&PutCommitRequest{Key: "k", Replicas: make([]*GrantedReplica, maxListItems+1)}), ErrRequestLimit))
 	assert.NilError(t, l.Check(&PingRequest{ClientId: strings.Repeat("x", 100)}))
+	assert.Assert(t, errors.Is(l.Check(&GetReplicaListByRegexRequest{Pattern: strings.Repeat("a", 9)}), ErrRequestLimit))
+	assert.Assert(t, errors.Is(l.Check(&BatchQueryIpRequest{ClientIds: []string{"a", "b", "c"}}), ErrRequestLimit))
+	assert.Assert(t, errors.Is(l.Check(&CreateDrainJobRequest{Segments: make([]string, maxListItems+1)}), ErrRequestLimit))
+	assert.Assert(t, errors.Is(l.Check(&CreateDrainJobRequest{TargetSegments: make([]string, maxListItems+1)}), ErrRequestLimit))
+	assert.Assert(t, errors.Is(l.Check(&DrainJobIdRequest{JobId: strings.Repeat("j", 9)}), ErrRequestLimit))
+	assert.NilError(t, l.Check(&CreateDrainJobRequest{Segments: []string{"a:1", "b:2"}}))
 }

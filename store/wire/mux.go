@@ -59,34 +59,40 @@ type MuxMethod uint16
 
 // Mux methods, one per Master rpc.
 const (
-	MuxPing                MuxMethod = 1
-	MuxMountSegment        MuxMethod = 2
-	MuxReMountSegments     MuxMethod = 3
-	MuxUnmountSegment      MuxMethod = 4
-	MuxExistKey            MuxMethod = 5
-	MuxBatchExistKey       MuxMethod = 6
-	MuxGetReplicaList      MuxMethod = 7
-	MuxBatchGetReplicaList MuxMethod = 8
-	MuxPutStart            MuxMethod = 9
-	MuxBatchPutStart       MuxMethod = 10
-	MuxPutEnd              MuxMethod = 11
-	MuxBatchPutEnd         MuxMethod = 12
-	MuxRemove              MuxMethod = 13
-	MuxBatchRemove         MuxMethod = 14
-	MuxRemoveByRegex       MuxMethod = 15
-	MuxRemoveAll           MuxMethod = 16
-	MuxListSegments        MuxMethod = 17
-	MuxListKeys            MuxMethod = 18
-	MuxAcquireGrants       MuxMethod = 19
-	MuxPutCommit           MuxMethod = 20
-	MuxReturnGrants        MuxMethod = 21
-	MuxMountDiskSegment    MuxMethod = 22
-	MuxFetchTasks          MuxMethod = 23
-	MuxPromoteObject       MuxMethod = 24
-	MuxCreateTask          MuxMethod = 25
-	MuxQueryTask           MuxMethod = 26
-	MuxWaitObject          MuxMethod = 27
-	muxMethodEnd           MuxMethod = 28
+	MuxPing                  MuxMethod = 1
+	MuxMountSegment          MuxMethod = 2
+	MuxReMountSegments       MuxMethod = 3
+	MuxUnmountSegment        MuxMethod = 4
+	MuxExistKey              MuxMethod = 5
+	MuxBatchExistKey         MuxMethod = 6
+	MuxGetReplicaList        MuxMethod = 7
+	MuxBatchGetReplicaList   MuxMethod = 8
+	MuxPutStart              MuxMethod = 9
+	MuxBatchPutStart         MuxMethod = 10
+	MuxPutEnd                MuxMethod = 11
+	MuxBatchPutEnd           MuxMethod = 12
+	MuxRemove                MuxMethod = 13
+	MuxBatchRemove           MuxMethod = 14
+	MuxRemoveByRegex         MuxMethod = 15
+	MuxRemoveAll             MuxMethod = 16
+	MuxListSegments          MuxMethod = 17
+	MuxListKeys              MuxMethod = 18
+	MuxAcquireGrants         MuxMethod = 19
+	MuxPutCommit             MuxMethod = 20
+	MuxReturnGrants          MuxMethod = 21
+	MuxMountDiskSegment      MuxMethod = 22
+	MuxFetchTasks            MuxMethod = 23
+	MuxPromoteObject         MuxMethod = 24
+	MuxCreateTask            MuxMethod = 25
+	MuxQueryTask             MuxMethod = 26
+	MuxWaitObject            MuxMethod = 27
+	MuxGetReplicaListByRegex MuxMethod = 28
+	MuxBatchQueryIp          MuxMethod = 29
+	MuxCalcCacheStats        MuxMethod = 30
+	MuxCreateDrainJob        MuxMethod = 31
+	MuxQueryDrainJob         MuxMethod = 32
+	MuxCancelDrainJob        MuxMethod = 33
+	muxMethodEnd             MuxMethod = 34
 )
 
 // MuxHeader is a decoded frame header.
@@ -275,4 +281,16 @@ var muxCalls = [muxMethodEnd]muxCall{
 		serveFn(MasterServer.QueryTask), false},
 	MuxWaitObject: {Master_WaitObject_FullMethodName, func() proto.Message { return new(WaitObjectRequest) },
 		serveFn(MasterServer.WaitObject), true},
+	MuxGetReplicaListByRegex: {Master_GetReplicaListByRegex_FullMethodName, func() proto.Message { return new(GetReplicaListByRegexRequest) },
+		serveFn(MasterServer.GetReplicaListByRegex), false},
+	MuxBatchQueryIp: {Master_BatchQueryIp_FullMethodName, func() proto.Message { return new(BatchQueryIpRequest) },
+		serveFn(MasterServer.BatchQueryIp), false},
+	MuxCalcCacheStats: {Master_CalcCacheStats_FullMethodName, func() proto.Message { return new(CalcCacheStatsRequest) },
+		serveFn(MasterServer.CalcCacheStats), false},
+	MuxCreateDrainJob: {Master_CreateDrainJob_FullMethodName, func() proto.Message { return new(CreateDrainJobRequest) },
+		serveFn(MasterServer.CreateDrainJob), false},
+	MuxQueryDrainJob: {Master_QueryDrainJob_FullMethodName, func() proto.Message { return new(DrainJobIdRequest) },
+		serveFn(MasterServer.QueryDrainJob), false},
+	MuxCancelDrainJob: {Master_CancelDrainJob_FullMethodName, func() proto.Message { return new(DrainJobIdRequest) },
+		serveFn(MasterServer.CancelDrainJob), false},
 }

@@ -53,7 +53,8 @@ func TestMuxMethodValues(t *testing.T) {
 	names := []string{"Ping", "MountSegment", "ReMountSegments", "UnmountSegment", "ExistKey", "BatchExistKey",
 		"GetReplicaList", "BatchGetReplicaList", "PutStart", "BatchPutStart", "PutEnd", "BatchPutEnd", "Remove",
 		"BatchRemove", "RemoveByRegex", "RemoveAll", "ListSegments", "ListKeys", "AcquireGrants", "PutCommit",
-		"ReturnGrants", "MountDiskSegment", "FetchTasks", "PromoteObject", "CreateTask", "QueryTask", "WaitObject"}
+		"ReturnGrants", "MountDiskSegment", "FetchTasks", "PromoteObject", "CreateTask", "QueryTask", "WaitObject",
+		"GetReplicaListByRegex", "BatchQueryIp", "CalcCacheStats", "CreateDrainJob", "QueryDrainJob", "CancelDrainJob"}
 	assert.Equal(t, len(names), len(Master_ServiceDesc.Methods))
 	for i, n := range names {
 		m := MuxMethod(i + 1)
@@ -61,7 +62,7 @@ func TestMuxMethodValues(t *testing.T) {
 		assert.Equal(t, Master_ServiceDesc.Methods[i].MethodName, n)
 	}
 	assert.Equal(t, MuxMethod(0).Name(), "")
-	assert.Equal(t, MuxMethod(28).Name(), "")
+	assert.Equal(t, MuxMethod(34).Name(), "")
 }
 
 func TestParseMuxHeaderErrors(t *testing.T) {

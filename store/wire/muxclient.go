@@ -985,3 +985,57 @@ func (c *MuxClient) WaitObject(ctx context.Context, in *WaitObjectRequest, _ ...
 	}
 	return out, nil
 }
+
+// GetReplicaListByRegex calls the master over the connection.
+func (c *MuxClient) GetReplicaListByRegex(ctx context.Context, in *GetReplicaListByRegexRequest, _ ...grpc.CallOption) (*GetReplicaListByRegexResponse, error) {
+	out := new(GetReplicaListByRegexResponse)
+	if err := c.invoke(ctx, MuxGetReplicaListByRegex, in, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// BatchQueryIp calls the master over the connection.
+func (c *MuxClient) BatchQueryIp(ctx context.Context, in *BatchQueryIpRequest, _ ...grpc.CallOption) (*BatchQueryIpResponse, error) {
+	out := new(BatchQueryIpResponse)
+	if err := c.invoke(ctx, MuxBatchQueryIp, in, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// CalcCacheStats calls the master over the connection.
+func (c *MuxClient) CalcCacheStats(ctx context.Context, in *CalcCacheStatsRequest, _ ...grpc.CallOption) (*CalcCacheStatsResponse, error) {
+	out := new(CalcCacheStatsResponse)
+	if err := c.invoke(ctx, MuxCalcCacheStats, in, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// CreateDrainJob calls the master over the connection.
+func (c *MuxClient) CreateDrainJob(ctx context.Context, in *CreateDrainJobRequest, _ ...grpc.CallOption) (*CreateDrainJobResponse, error) {
+	out := new(CreateDrainJobResponse)
+	if err := c.invoke(ctx, MuxCreateDrainJob, in, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// QueryDrainJob calls the master over the connection.
+func (c *MuxClient) QueryDrainJob(ctx context.Context, in *DrainJobIdRequest, _ ...grpc.CallOption) (*QueryJobResponse, error) {
+	out := new(QueryJobResponse)
+	if err := c.invoke(ctx, MuxQueryDrainJob, in, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// CancelDrainJob calls the master over the connection.
+func (c *MuxClient) CancelDrainJob(ctx context.Context, in *DrainJobIdRequest, _ ...grpc.CallOption) (*CancelDrainJobResponse, error) {
+	out := new(CancelDrainJobResponse)
+	if err := c.invoke(ctx, MuxCancelDrainJob, in, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}

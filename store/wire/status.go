@@ -36,6 +36,9 @@ var grpcCodes = map[Code]codes.Code{
 	ErrUnavailableInStatus:      codes.Unavailable,
 	ErrUnavailableInMode:        codes.Unimplemented,
 	ErrNotSupported:             codes.Unimplemented,
+	ErrTaskNotFound:             codes.NotFound,
+	ErrTaskPendingLimitExceeded: codes.ResourceExhausted,
+	ErrJobNotFound:              codes.NotFound,
 }
 
 // StatusError is a store error received over gRPC.

@@ -348,6 +348,109 @@ func (TaskStatus) EnumDescriptor() ([]byte, []int) {
 	return file_wire_proto_rawDescGZIP(), []int{5}
 }
 
+// JobType follows Mooncake's JobType.
+type JobType int32
+
+const (
+	JobType_JOB_TYPE_DRAIN JobType = 0
+)
+
+// Enum value maps for JobType.
+var (
+	JobType_name = map[int32]string{
+		0: "JOB_TYPE_DRAIN",
+	}
+	JobType_value = map[string]int32{
+		"JOB_TYPE_DRAIN": 0,
+	}
+)
+
+func (x JobType) Enum() *JobType {
+	p := new(JobType)
+	*p = x
+	return p
+}
+
+func (x JobType) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (JobType) Descriptor() protoreflect.EnumDescriptor {
+	return file_wire_proto_enumTypes[6].Descriptor()
+}
+
+func (JobType) Type() protoreflect.EnumType {
+	return &file_wire_proto_enumTypes[6]
+}
+
+func (x JobType) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use JobType.Descriptor instead.
+func (JobType) EnumDescriptor() ([]byte, []int) {
+	return file_wire_proto_rawDescGZIP(), []int{6}
+}
+
+// JobStatus follows Mooncake's JobStatus.
+type JobStatus int32
+
+const (
+	JobStatus_JOB_STATUS_CREATED   JobStatus = 0
+	JobStatus_JOB_STATUS_PLANNING  JobStatus = 1
+	JobStatus_JOB_STATUS_RUNNING   JobStatus = 2
+	JobStatus_JOB_STATUS_SUCCEEDED JobStatus = 3
+	JobStatus_JOB_STATUS_FAILED    JobStatus = 4
+	JobStatus_JOB_STATUS_CANCELED  JobStatus = 5
+)
+
+// Enum value maps for JobStatus.
+var (
+	JobStatus_name = map[int32]string{
+		0: "JOB_STATUS_CREATED",
+		1: "JOB_STATUS_PLANNING",
+		2: "JOB_STATUS_RUNNING",
+		3: "JOB_STATUS_SUCCEEDED",
+		4: "JOB_STATUS_FAILED",
+		5: "JOB_STATUS_CANCELED",
+	}
+	JobStatus_value = map[string]int32{
+		"JOB_STATUS_CREATED":   0,
+		"JOB_STATUS_PLANNING":  1,
+		"JOB_STATUS_RUNNING":   2,
+		"JOB_STATUS_SUCCEEDED": 3,
+		"JOB_STATUS_FAILED":    4,
+		"JOB_STATUS_CANCELED":  5,
+	}
+)
+
+func (x JobStatus) Enum() *JobStatus {
+	p := new(JobStatus)
+	*p = x
+	return p
+}
+
+func (x JobStatus) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (JobStatus) Descriptor() protoreflect.EnumDescriptor {
+	return file_wire_proto_enumTypes[7].Descriptor()
+}
+
+func (JobStatus) Type() protoreflect.EnumType {
+	return &file_wire_proto_enumTypes[7]
+}
+
+func (x JobStatus) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use JobStatus.Descriptor instead.
+func (JobStatus) EnumDescriptor() ([]byte, []int) {
+	return file_wire_proto_rawDescGZIP(), []int{7}
+}
+
 // ErrorDetail rides in the gRPC status of a failed call.
 type ErrorDetail struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -4039,6 +4142,817 @@ func (x *QueryTaskResponse) GetMessage() string {
 	return ""
 }
 
+type GetReplicaListByRegexRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// pattern is an RE2 regular expression, searched in each key.
+	Pattern string `protobuf:"bytes,1,opt,name=pattern,proto3" json:"pattern,omitempty"`
+	// tenant_id is the namespace of the keys ("" is "default"; tenant.go).
+	TenantId      string `protobuf:"bytes,2,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetReplicaListByRegexRequest) Reset() {
+	*x = GetReplicaListByRegexRequest{}
+	mi := &file_wire_proto_msgTypes[59]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetReplicaListByRegexRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetReplicaListByRegexRequest) ProtoMessage() {}
+
+func (x *GetReplicaListByRegexRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_wire_proto_msgTypes[59]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetReplicaListByRegexRequest.ProtoReflect.Descriptor instead.
+func (*GetReplicaListByRegexRequest) Descriptor() ([]byte, []int) {
+	return file_wire_proto_rawDescGZIP(), []int{59}
+}
+
+func (x *GetReplicaListByRegexRequest) GetPattern() string {
+	if x != nil {
+		return x.Pattern
+	}
+	return ""
+}
+
+func (x *GetReplicaListByRegexRequest) GetTenantId() string {
+	if x != nil {
+		return x.TenantId
+	}
+	return ""
+}
+
+// KeyReplicaList is one object GetReplicaListByRegex matched.
+type KeyReplicaList struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Key      string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Replicas []*Replica             `protobuf:"bytes,2,rep,name=replicas,proto3" json:"replicas,omitempty"`
+	Size     uint64                 `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
+	// uid and version are as in GetReplicaListResponse.
+	Uid           uint64 `protobuf:"varint,4,opt,name=uid,proto3" json:"uid,omitempty"`
+	Version       uint64 `protobuf:"varint,5,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeyReplicaList) Reset() {
+	*x = KeyReplicaList{}
+	mi := &file_wire_proto_msgTypes[60]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeyReplicaList) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeyReplicaList) ProtoMessage() {}
+
+func (x *KeyReplicaList) ProtoReflect() protoreflect.Message {
+	mi := &file_wire_proto_msgTypes[60]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeyReplicaList.ProtoReflect.Descriptor instead.
+func (*KeyReplicaList) Descriptor() ([]byte, []int) {
+	return file_wire_proto_rawDescGZIP(), []int{60}
+}
+
+func (x *KeyReplicaList) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *KeyReplicaList) GetReplicas() []*Replica {
+	if x != nil {
+		return x.Replicas
+	}
+	return nil
+}
+
+func (x *KeyReplicaList) GetSize() uint64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *KeyReplicaList) GetUid() uint64 {
+	if x != nil {
+		return x.Uid
+	}
+	return 0
+}
+
+func (x *KeyReplicaList) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+type GetReplicaListByRegexResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// objects are sorted by key.
+	Objects    []*KeyReplicaList `protobuf:"bytes,1,rep,name=objects,proto3" json:"objects,omitempty"`
+	LeaseTtlMs uint64            `protobuf:"varint,2,opt,name=lease_ttl_ms,json=leaseTtlMs,proto3" json:"lease_ttl_ms,omitempty"`
+	// view_version is the answering master instance's (PingResponse).
+	ViewVersion   uint64 `protobuf:"varint,3,opt,name=view_version,json=viewVersion,proto3" json:"view_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetReplicaListByRegexResponse) Reset() {
+	*x = GetReplicaListByRegexResponse{}
+	mi := &file_wire_proto_msgTypes[61]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetReplicaListByRegexResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetReplicaListByRegexResponse) ProtoMessage() {}
+
+func (x *GetReplicaListByRegexResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_wire_proto_msgTypes[61]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetReplicaListByRegexResponse.ProtoReflect.Descriptor instead.
+func (*GetReplicaListByRegexResponse) Descriptor() ([]byte, []int) {
+	return file_wire_proto_rawDescGZIP(), []int{61}
+}
+
+func (x *GetReplicaListByRegexResponse) GetObjects() []*KeyReplicaList {
+	if x != nil {
+		return x.Objects
+	}
+	return nil
+}
+
+func (x *GetReplicaListByRegexResponse) GetLeaseTtlMs() uint64 {
+	if x != nil {
+		return x.LeaseTtlMs
+	}
+	return 0
+}
+
+func (x *GetReplicaListByRegexResponse) GetViewVersion() uint64 {
+	if x != nil {
+		return x.ViewVersion
+	}
+	return 0
+}
+
+type BatchQueryIpRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ClientIds     []string               `protobuf:"bytes,1,rep,name=client_ids,json=clientIds,proto3" json:"client_ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchQueryIpRequest) Reset() {
+	*x = BatchQueryIpRequest{}
+	mi := &file_wire_proto_msgTypes[62]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchQueryIpRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchQueryIpRequest) ProtoMessage() {}
+
+func (x *BatchQueryIpRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_wire_proto_msgTypes[62]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchQueryIpRequest.ProtoReflect.Descriptor instead.
+func (*BatchQueryIpRequest) Descriptor() ([]byte, []int) {
+	return file_wire_proto_rawDescGZIP(), []int{62}
+}
+
+func (x *BatchQueryIpRequest) GetClientIds() []string {
+	if x != nil {
+		return x.ClientIds
+	}
+	return nil
+}
+
+// ClientIps are the hosts of one client's mounted segments.
+type ClientIps struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	ClientId string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	// ips are distinct and sorted.
+	Ips           []string `protobuf:"bytes,2,rep,name=ips,proto3" json:"ips,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClientIps) Reset() {
+	*x = ClientIps{}
+	mi := &file_wire_proto_msgTypes[63]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClientIps) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClientIps) ProtoMessage() {}
+
+func (x *ClientIps) ProtoReflect() protoreflect.Message {
+	mi := &file_wire_proto_msgTypes[63]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClientIps.ProtoReflect.Descriptor instead.
+func (*ClientIps) Descriptor() ([]byte, []int) {
+	return file_wire_proto_rawDescGZIP(), []int{63}
+}
+
+func (x *ClientIps) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *ClientIps) GetIps() []string {
+	if x != nil {
+		return x.Ips
+	}
+	return nil
+}
+
+type BatchQueryIpResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// clients are in the order of the request's ids.
+	Clients       []*ClientIps `protobuf:"bytes,1,rep,name=clients,proto3" json:"clients,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchQueryIpResponse) Reset() {
+	*x = BatchQueryIpResponse{}
+	mi := &file_wire_proto_msgTypes[64]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchQueryIpResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchQueryIpResponse) ProtoMessage() {}
+
+func (x *BatchQueryIpResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_wire_proto_msgTypes[64]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchQueryIpResponse.ProtoReflect.Descriptor instead.
+func (*BatchQueryIpResponse) Descriptor() ([]byte, []int) {
+	return file_wire_proto_rawDescGZIP(), []int{64}
+}
+
+func (x *BatchQueryIpResponse) GetClients() []*ClientIps {
+	if x != nil {
+		return x.Clients
+	}
+	return nil
+}
+
+type CalcCacheStatsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CalcCacheStatsRequest) Reset() {
+	*x = CalcCacheStatsRequest{}
+	mi := &file_wire_proto_msgTypes[65]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CalcCacheStatsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CalcCacheStatsRequest) ProtoMessage() {}
+
+func (x *CalcCacheStatsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_wire_proto_msgTypes[65]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CalcCacheStatsRequest.ProtoReflect.Descriptor instead.
+func (*CalcCacheStatsRequest) Descriptor() ([]byte, []int) {
+	return file_wire_proto_rawDescGZIP(), []int{65}
+}
+
+// CalcCacheStatsResponse is Mooncake's CacheHitStatDict: hits of
+// GetReplicaList answers by the kind of their first replica, the objects
+// cached now with a memory and with a disk replica, and those divided
+// (rounded to two decimals; they may exceed 1, as Mooncake's do).
+type CalcCacheStatsResponse struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	MemoryHits     uint64                 `protobuf:"varint,1,opt,name=memory_hits,json=memoryHits,proto3" json:"memory_hits,omitempty"`
+	SsdHits        uint64                 `protobuf:"varint,2,opt,name=ssd_hits,json=ssdHits,proto3" json:"ssd_hits,omitempty"`
+	MemoryTotal    uint64                 `protobuf:"varint,3,opt,name=memory_total,json=memoryTotal,proto3" json:"memory_total,omitempty"`
+	SsdTotal       uint64                 `protobuf:"varint,4,opt,name=ssd_total,json=ssdTotal,proto3" json:"ssd_total,omitempty"`
+	MemoryHitRate  float64                `protobuf:"fixed64,5,opt,name=memory_hit_rate,json=memoryHitRate,proto3" json:"memory_hit_rate,omitempty"`
+	SsdHitRate     float64                `protobuf:"fixed64,6,opt,name=ssd_hit_rate,json=ssdHitRate,proto3" json:"ssd_hit_rate,omitempty"`
+	OverallHitRate float64                `protobuf:"fixed64,7,opt,name=overall_hit_rate,json=overallHitRate,proto3" json:"overall_hit_rate,omitempty"`
+	// valid_get_rate is the share of GetReplicaList calls that found the
+	// object readable.
+	ValidGetRate  float64 `protobuf:"fixed64,8,opt,name=valid_get_rate,json=validGetRate,proto3" json:"valid_get_rate,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CalcCacheStatsResponse) Reset() {
+	*x = CalcCacheStatsResponse{}
+	mi := &file_wire_proto_msgTypes[66]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CalcCacheStatsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CalcCacheStatsResponse) ProtoMessage() {}
+
+func (x *CalcCacheStatsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_wire_proto_msgTypes[66]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CalcCacheStatsResponse.ProtoReflect.Descriptor instead.
+func (*CalcCacheStatsResponse) Descriptor() ([]byte, []int) {
+	return file_wire_proto_rawDescGZIP(), []int{66}
+}
+
+func (x *CalcCacheStatsResponse) GetMemoryHits() uint64 {
+	if x != nil {
+		return x.MemoryHits
+	}
+	return 0
+}
+
+func (x *CalcCacheStatsResponse) GetSsdHits() uint64 {
+	if x != nil {
+		return x.SsdHits
+	}
+	return 0
+}
+
+func (x *CalcCacheStatsResponse) GetMemoryTotal() uint64 {
+	if x != nil {
+		return x.MemoryTotal
+	}
+	return 0
+}
+
+func (x *CalcCacheStatsResponse) GetSsdTotal() uint64 {
+	if x != nil {
+		return x.SsdTotal
+	}
+	return 0
+}
+
+func (x *CalcCacheStatsResponse) GetMemoryHitRate() float64 {
+	if x != nil {
+		return x.MemoryHitRate
+	}
+	return 0
+}
+
+func (x *CalcCacheStatsResponse) GetSsdHitRate() float64 {
+	if x != nil {
+		return x.SsdHitRate
+	}
+	return 0
+}
+
+func (x *CalcCacheStatsResponse) GetOverallHitRate() float64 {
+	if x != nil {
+		return x.OverallHitRate
+	}
+	return 0
+}
+
+func (x *CalcCacheStatsResponse) GetValidGetRate() float64 {
+	if x != nil {
+		return x.ValidGetRate
+	}
+	return 0
+}
+
+// CreateDrainJobRequest follows Mooncake's CreateDrainJobRequest.
+type CreateDrainJobRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// segments are the transfer-engine names of the segments to empty.
+	Segments []string `protobuf:"bytes,1,rep,name=segments,proto3" json:"segments,omitempty"`
+	// target_segments restrict where replicas go (empty: any other).
+	TargetSegments []string `protobuf:"bytes,2,rep,name=target_segments,json=targetSegments,proto3" json:"target_segments,omitempty"`
+	// max_concurrency is the units in flight at once (absent: 4; 0 is
+	// INVALID_PARAMS, as in Mooncake; capped at 1024).
+	MaxConcurrency *uint32 `protobuf:"varint,3,opt,name=max_concurrency,json=maxConcurrency,proto3,oneof" json:"max_concurrency,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *CreateDrainJobRequest) Reset() {
+	*x = CreateDrainJobRequest{}
+	mi := &file_wire_proto_msgTypes[67]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateDrainJobRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateDrainJobRequest) ProtoMessage() {}
+
+func (x *CreateDrainJobRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_wire_proto_msgTypes[67]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateDrainJobRequest.ProtoReflect.Descriptor instead.
+func (*CreateDrainJobRequest) Descriptor() ([]byte, []int) {
+	return file_wire_proto_rawDescGZIP(), []int{67}
+}
+
+func (x *CreateDrainJobRequest) GetSegments() []string {
+	if x != nil {
+		return x.Segments
+	}
+	return nil
+}
+
+func (x *CreateDrainJobRequest) GetTargetSegments() []string {
+	if x != nil {
+		return x.TargetSegments
+	}
+	return nil
+}
+
+func (x *CreateDrainJobRequest) GetMaxConcurrency() uint32 {
+	if x != nil && x.MaxConcurrency != nil {
+		return *x.MaxConcurrency
+	}
+	return 0
+}
+
+type CreateDrainJobResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	JobId         string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateDrainJobResponse) Reset() {
+	*x = CreateDrainJobResponse{}
+	mi := &file_wire_proto_msgTypes[68]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateDrainJobResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateDrainJobResponse) ProtoMessage() {}
+
+func (x *CreateDrainJobResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_wire_proto_msgTypes[68]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateDrainJobResponse.ProtoReflect.Descriptor instead.
+func (*CreateDrainJobResponse) Descriptor() ([]byte, []int) {
+	return file_wire_proto_rawDescGZIP(), []int{68}
+}
+
+func (x *CreateDrainJobResponse) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+type DrainJobIdRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	JobId         string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DrainJobIdRequest) Reset() {
+	*x = DrainJobIdRequest{}
+	mi := &file_wire_proto_msgTypes[69]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrainJobIdRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrainJobIdRequest) ProtoMessage() {}
+
+func (x *DrainJobIdRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_wire_proto_msgTypes[69]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrainJobIdRequest.ProtoReflect.Descriptor instead.
+func (*DrainJobIdRequest) Descriptor() ([]byte, []int) {
+	return file_wire_proto_rawDescGZIP(), []int{69}
+}
+
+func (x *DrainJobIdRequest) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+// QueryJobResponse follows Mooncake's QueryJobResponse.
+type QueryJobResponse struct {
+	state                protoimpl.MessageState `protogen:"open.v1"`
+	Id                   string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Type                 JobType                `protobuf:"varint,2,opt,name=type,proto3,enum=kvferry.store.v1.JobType" json:"type,omitempty"`
+	Status               JobStatus              `protobuf:"varint,3,opt,name=status,proto3,enum=kvferry.store.v1.JobStatus" json:"status,omitempty"`
+	CreatedAtMsEpoch     int64                  `protobuf:"varint,4,opt,name=created_at_ms_epoch,json=createdAtMsEpoch,proto3" json:"created_at_ms_epoch,omitempty"`
+	LastUpdatedAtMsEpoch int64                  `protobuf:"varint,5,opt,name=last_updated_at_ms_epoch,json=lastUpdatedAtMsEpoch,proto3" json:"last_updated_at_ms_epoch,omitempty"`
+	Segments             []string               `protobuf:"bytes,6,rep,name=segments,proto3" json:"segments,omitempty"`
+	SucceededUnits       uint64                 `protobuf:"varint,7,opt,name=succeeded_units,json=succeededUnits,proto3" json:"succeeded_units,omitempty"`
+	FailedUnits          uint64                 `protobuf:"varint,8,opt,name=failed_units,json=failedUnits,proto3" json:"failed_units,omitempty"`
+	BlockedUnits         uint64                 `protobuf:"varint,9,opt,name=blocked_units,json=blockedUnits,proto3" json:"blocked_units,omitempty"`
+	ActiveUnits          uint64                 `protobuf:"varint,10,opt,name=active_units,json=activeUnits,proto3" json:"active_units,omitempty"`
+	MigratedBytes        uint64                 `protobuf:"varint,11,opt,name=migrated_bytes,json=migratedBytes,proto3" json:"migrated_bytes,omitempty"`
+	Message              string                 `protobuf:"bytes,12,opt,name=message,proto3" json:"message,omitempty"`
+	// dropped_units counts the succeeded units that dropped a replica the
+	// object had on a segment not drained (a kvferry addition).
+	DroppedUnits  uint64 `protobuf:"varint,13,opt,name=dropped_units,json=droppedUnits,proto3" json:"dropped_units,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueryJobResponse) Reset() {
+	*x = QueryJobResponse{}
+	mi := &file_wire_proto_msgTypes[70]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueryJobResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueryJobResponse) ProtoMessage() {}
+
+func (x *QueryJobResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_wire_proto_msgTypes[70]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueryJobResponse.ProtoReflect.Descriptor instead.
+func (*QueryJobResponse) Descriptor() ([]byte, []int) {
+	return file_wire_proto_rawDescGZIP(), []int{70}
+}
+
+func (x *QueryJobResponse) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *QueryJobResponse) GetType() JobType {
+	if x != nil {
+		return x.Type
+	}
+	return JobType_JOB_TYPE_DRAIN
+}
+
+func (x *QueryJobResponse) GetStatus() JobStatus {
+	if x != nil {
+		return x.Status
+	}
+	return JobStatus_JOB_STATUS_CREATED
+}
+
+func (x *QueryJobResponse) GetCreatedAtMsEpoch() int64 {
+	if x != nil {
+		return x.CreatedAtMsEpoch
+	}
+	return 0
+}
+
+func (x *QueryJobResponse) GetLastUpdatedAtMsEpoch() int64 {
+	if x != nil {
+		return x.LastUpdatedAtMsEpoch
+	}
+	return 0
+}
+
+func (x *QueryJobResponse) GetSegments() []string {
+	if x != nil {
+		return x.Segments
+	}
+	return nil
+}
+
+func (x *QueryJobResponse) GetSucceededUnits() uint64 {
+	if x != nil {
+		return x.SucceededUnits
+	}
+	return 0
+}
+
+func (x *QueryJobResponse) GetFailedUnits() uint64 {
+	if x != nil {
+		return x.FailedUnits
+	}
+	return 0
+}
+
+func (x *QueryJobResponse) GetBlockedUnits() uint64 {
+	if x != nil {
+		return x.BlockedUnits
+	}
+	return 0
+}
+
+func (x *QueryJobResponse) GetActiveUnits() uint64 {
+	if x != nil {
+		return x.ActiveUnits
+	}
+	return 0
+}
+
+func (x *QueryJobResponse) GetMigratedBytes() uint64 {
+	if x != nil {
+		return x.MigratedBytes
+	}
+	return 0
+}
+
+func (x *QueryJobResponse) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *QueryJobResponse) GetDroppedUnits() uint64 {
+	if x != nil {
+		return x.DroppedUnits
+	}
+	return 0
+}
+
+type CancelDrainJobResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelDrainJobResponse) Reset() {
+	*x = CancelDrainJobResponse{}
+	mi := &file_wire_proto_msgTypes[71]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelDrainJobResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelDrainJobResponse) ProtoMessage() {}
+
+func (x *CancelDrainJobResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_wire_proto_msgTypes[71]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelDrainJobResponse.ProtoReflect.Descriptor instead.
+func (*CancelDrainJobResponse) Descriptor() ([]byte, []int) {
+	return file_wire_proto_rawDescGZIP(), []int{71}
+}
+
 var File_wire_proto protoreflect.FileDescriptor
 
 const file_wire_proto_rawDesc = "" +
@@ -4301,7 +5215,66 @@ const file_wire_proto_rawDesc = "" +
 	"\x13created_at_ms_epoch\x18\x04 \x01(\x03R\x10createdAtMsEpoch\x126\n" +
 	"\x18last_updated_at_ms_epoch\x18\x05 \x01(\x03R\x14lastUpdatedAtMsEpoch\x12'\n" +
 	"\x0fassigned_client\x18\x06 \x01(\tR\x0eassignedClient\x12\x18\n" +
-	"\amessage\x18\a \x01(\tR\amessage*a\n" +
+	"\amessage\x18\a \x01(\tR\amessage\"U\n" +
+	"\x1cGetReplicaListByRegexRequest\x12\x18\n" +
+	"\apattern\x18\x01 \x01(\tR\apattern\x12\x1b\n" +
+	"\ttenant_id\x18\x02 \x01(\tR\btenantId\"\x99\x01\n" +
+	"\x0eKeyReplicaList\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x125\n" +
+	"\breplicas\x18\x02 \x03(\v2\x19.kvferry.store.v1.ReplicaR\breplicas\x12\x12\n" +
+	"\x04size\x18\x03 \x01(\x04R\x04size\x12\x10\n" +
+	"\x03uid\x18\x04 \x01(\x04R\x03uid\x12\x18\n" +
+	"\aversion\x18\x05 \x01(\x04R\aversion\"\xa0\x01\n" +
+	"\x1dGetReplicaListByRegexResponse\x12:\n" +
+	"\aobjects\x18\x01 \x03(\v2 .kvferry.store.v1.KeyReplicaListR\aobjects\x12 \n" +
+	"\flease_ttl_ms\x18\x02 \x01(\x04R\n" +
+	"leaseTtlMs\x12!\n" +
+	"\fview_version\x18\x03 \x01(\x04R\vviewVersion\"4\n" +
+	"\x13BatchQueryIpRequest\x12\x1d\n" +
+	"\n" +
+	"client_ids\x18\x01 \x03(\tR\tclientIds\":\n" +
+	"\tClientIps\x12\x1b\n" +
+	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x10\n" +
+	"\x03ips\x18\x02 \x03(\tR\x03ips\"M\n" +
+	"\x14BatchQueryIpResponse\x125\n" +
+	"\aclients\x18\x01 \x03(\v2\x1b.kvferry.store.v1.ClientIpsR\aclients\"\x17\n" +
+	"\x15CalcCacheStatsRequest\"\xae\x02\n" +
+	"\x16CalcCacheStatsResponse\x12\x1f\n" +
+	"\vmemory_hits\x18\x01 \x01(\x04R\n" +
+	"memoryHits\x12\x19\n" +
+	"\bssd_hits\x18\x02 \x01(\x04R\assdHits\x12!\n" +
+	"\fmemory_total\x18\x03 \x01(\x04R\vmemoryTotal\x12\x1b\n" +
+	"\tssd_total\x18\x04 \x01(\x04R\bssdTotal\x12&\n" +
+	"\x0fmemory_hit_rate\x18\x05 \x01(\x01R\rmemoryHitRate\x12 \n" +
+	"\fssd_hit_rate\x18\x06 \x01(\x01R\n" +
+	"ssdHitRate\x12(\n" +
+	"\x10overall_hit_rate\x18\a \x01(\x01R\x0eoverallHitRate\x12$\n" +
+	"\x0evalid_get_rate\x18\b \x01(\x01R\fvalidGetRate\"\x9e\x01\n" +
+	"\x15CreateDrainJobRequest\x12\x1a\n" +
+	"\bsegments\x18\x01 \x03(\tR\bsegments\x12'\n" +
+	"\x0ftarget_segments\x18\x02 \x03(\tR\x0etargetSegments\x12,\n" +
+	"\x0fmax_concurrency\x18\x03 \x01(\rH\x00R\x0emaxConcurrency\x88\x01\x01B\x12\n" +
+	"\x10_max_concurrency\"/\n" +
+	"\x16CreateDrainJobResponse\x12\x15\n" +
+	"\x06job_id\x18\x01 \x01(\tR\x05jobId\"*\n" +
+	"\x11DrainJobIdRequest\x12\x15\n" +
+	"\x06job_id\x18\x01 \x01(\tR\x05jobId\"\x83\x04\n" +
+	"\x10QueryJobResponse\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12-\n" +
+	"\x04type\x18\x02 \x01(\x0e2\x19.kvferry.store.v1.JobTypeR\x04type\x123\n" +
+	"\x06status\x18\x03 \x01(\x0e2\x1b.kvferry.store.v1.JobStatusR\x06status\x12-\n" +
+	"\x13created_at_ms_epoch\x18\x04 \x01(\x03R\x10createdAtMsEpoch\x126\n" +
+	"\x18last_updated_at_ms_epoch\x18\x05 \x01(\x03R\x14lastUpdatedAtMsEpoch\x12\x1a\n" +
+	"\bsegments\x18\x06 \x03(\tR\bsegments\x12'\n" +
+	"\x0fsucceeded_units\x18\a \x01(\x04R\x0esucceededUnits\x12!\n" +
+	"\ffailed_units\x18\b \x01(\x04R\vfailedUnits\x12#\n" +
+	"\rblocked_units\x18\t \x01(\x04R\fblockedUnits\x12!\n" +
+	"\factive_units\x18\n" +
+	" \x01(\x04R\vactiveUnits\x12%\n" +
+	"\x0emigrated_bytes\x18\v \x01(\x04R\rmigratedBytes\x12\x18\n" +
+	"\amessage\x18\f \x01(\tR\amessage\x12#\n" +
+	"\rdropped_units\x18\r \x01(\x04R\fdroppedUnits\"\x18\n" +
+	"\x16CancelDrainJobResponse*a\n" +
 	"\fClientStatus\x12\x1b\n" +
 	"\x17CLIENT_STATUS_UNDEFINED\x10\x00\x12\x14\n" +
 	"\x10CLIENT_STATUS_OK\x10\x01\x12\x1e\n" +
@@ -4332,7 +5305,16 @@ const file_wire_proto_rawDesc = "" +
 	"\x13TASK_STATUS_PENDING\x10\x00\x12\x1a\n" +
 	"\x16TASK_STATUS_PROCESSING\x10\x01\x12\x17\n" +
 	"\x13TASK_STATUS_SUCCESS\x10\x02\x12\x16\n" +
-	"\x12TASK_STATUS_FAILED\x10\x032\x8c\x13\n" +
+	"\x12TASK_STATUS_FAILED\x10\x03*\x1d\n" +
+	"\aJobType\x12\x12\n" +
+	"\x0eJOB_TYPE_DRAIN\x10\x00*\x9e\x01\n" +
+	"\tJobStatus\x12\x16\n" +
+	"\x12JOB_STATUS_CREATED\x10\x00\x12\x17\n" +
+	"\x13JOB_STATUS_PLANNING\x10\x01\x12\x16\n" +
+	"\x12JOB_STATUS_RUNNING\x10\x02\x12\x18\n" +
+	"\x14JOB_STATUS_SUCCEEDED\x10\x03\x12\x15\n" +
+	"\x11JOB_STATUS_FAILED\x10\x04\x12\x17\n" +
+	"\x13JOB_STATUS_CANCELED\x10\x052\xea\x17\n" +
 	"\x06Master\x12E\n" +
 	"\x04Ping\x12\x1d.kvferry.store.v1.PingRequest\x1a\x1e.kvferry.store.v1.PingResponse\x12]\n" +
 	"\fMountSegment\x12%.kvferry.store.v1.MountSegmentRequest\x1a&.kvferry.store.v1.MountSegmentResponse\x12f\n" +
@@ -4363,7 +5345,13 @@ const file_wire_proto_rawDesc = "" +
 	"CreateTask\x12#.kvferry.store.v1.CreateTaskRequest\x1a$.kvferry.store.v1.CreateTaskResponse\x12T\n" +
 	"\tQueryTask\x12\".kvferry.store.v1.QueryTaskRequest\x1a#.kvferry.store.v1.QueryTaskResponse\x12[\n" +
 	"\n" +
-	"WaitObject\x12#.kvferry.store.v1.WaitObjectRequest\x1a(.kvferry.store.v1.GetReplicaListResponseB'Z%github.com/kvferry/kvferry/store/wireb\x06proto3"
+	"WaitObject\x12#.kvferry.store.v1.WaitObjectRequest\x1a(.kvferry.store.v1.GetReplicaListResponse\x12x\n" +
+	"\x15GetReplicaListByRegex\x12..kvferry.store.v1.GetReplicaListByRegexRequest\x1a/.kvferry.store.v1.GetReplicaListByRegexResponse\x12]\n" +
+	"\fBatchQueryIp\x12%.kvferry.store.v1.BatchQueryIpRequest\x1a&.kvferry.store.v1.BatchQueryIpResponse\x12c\n" +
+	"\x0eCalcCacheStats\x12'.kvferry.store.v1.CalcCacheStatsRequest\x1a(.kvferry.store.v1.CalcCacheStatsResponse\x12c\n" +
+	"\x0eCreateDrainJob\x12'.kvferry.store.v1.CreateDrainJobRequest\x1a(.kvferry.store.v1.CreateDrainJobResponse\x12X\n" +
+	"\rQueryDrainJob\x12#.kvferry.store.v1.DrainJobIdRequest\x1a\".kvferry.store.v1.QueryJobResponse\x12_\n" +
+	"\x0eCancelDrainJob\x12#.kvferry.store.v1.DrainJobIdRequest\x1a(.kvferry.store.v1.CancelDrainJobResponseB'Z%github.com/kvferry/kvferry/store/wireb\x06proto3"
 
 var (
 	file_wire_proto_rawDescOnce sync.Once
@@ -4377,161 +5365,193 @@ func file_wire_proto_rawDescGZIP() []byte {
 	return file_wire_proto_rawDescData
 }
 
-var file_wire_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_wire_proto_msgTypes = make([]protoimpl.MessageInfo, 59)
+var file_wire_proto_enumTypes = make([]protoimpl.EnumInfo, 8)
+var file_wire_proto_msgTypes = make([]protoimpl.MessageInfo, 72)
 var file_wire_proto_goTypes = []any{
-	(ClientStatus)(0),                   // 0: kvferry.store.v1.ClientStatus
-	(ReplicaStatus)(0),                  // 1: kvferry.store.v1.ReplicaStatus
-	(SoftPinAction)(0),                  // 2: kvferry.store.v1.SoftPinAction
-	(ReplicaKind)(0),                    // 3: kvferry.store.v1.ReplicaKind
-	(TaskKind)(0),                       // 4: kvferry.store.v1.TaskKind
-	(TaskStatus)(0),                     // 5: kvferry.store.v1.TaskStatus
-	(*ErrorDetail)(nil),                 // 6: kvferry.store.v1.ErrorDetail
-	(*PingRequest)(nil),                 // 7: kvferry.store.v1.PingRequest
-	(*PingResponse)(nil),                // 8: kvferry.store.v1.PingResponse
-	(*Segment)(nil),                     // 9: kvferry.store.v1.Segment
-	(*MountSegmentRequest)(nil),         // 10: kvferry.store.v1.MountSegmentRequest
-	(*MountSegmentResponse)(nil),        // 11: kvferry.store.v1.MountSegmentResponse
-	(*ReMountSegmentsRequest)(nil),      // 12: kvferry.store.v1.ReMountSegmentsRequest
-	(*ReMountSegmentsResponse)(nil),     // 13: kvferry.store.v1.ReMountSegmentsResponse
-	(*UnmountSegmentRequest)(nil),       // 14: kvferry.store.v1.UnmountSegmentRequest
-	(*UnmountSegmentResponse)(nil),      // 15: kvferry.store.v1.UnmountSegmentResponse
-	(*KeyRequest)(nil),                  // 16: kvferry.store.v1.KeyRequest
-	(*BatchKeyRequest)(nil),             // 17: kvferry.store.v1.BatchKeyRequest
-	(*ExistKeyResponse)(nil),            // 18: kvferry.store.v1.ExistKeyResponse
-	(*BatchExistKeyResponse)(nil),       // 19: kvferry.store.v1.BatchExistKeyResponse
-	(*Replica)(nil),                     // 20: kvferry.store.v1.Replica
-	(*GetReplicaListResponse)(nil),      // 21: kvferry.store.v1.GetReplicaListResponse
-	(*WaitObjectRequest)(nil),           // 22: kvferry.store.v1.WaitObjectRequest
-	(*ReplicaListResult)(nil),           // 23: kvferry.store.v1.ReplicaListResult
-	(*BatchGetReplicaListResponse)(nil), // 24: kvferry.store.v1.BatchGetReplicaListResponse
-	(*ReplicateConfig)(nil),             // 25: kvferry.store.v1.ReplicateConfig
-	(*PutStartRequest)(nil),             // 26: kvferry.store.v1.PutStartRequest
-	(*PutStartResponse)(nil),            // 27: kvferry.store.v1.PutStartResponse
-	(*BatchPutStartRequest)(nil),        // 28: kvferry.store.v1.BatchPutStartRequest
-	(*PutStartResult)(nil),              // 29: kvferry.store.v1.PutStartResult
-	(*BatchPutStartResponse)(nil),       // 30: kvferry.store.v1.BatchPutStartResponse
-	(*PutEndRequest)(nil),               // 31: kvferry.store.v1.PutEndRequest
-	(*PutEndResponse)(nil),              // 32: kvferry.store.v1.PutEndResponse
-	(*BatchPutEndRequest)(nil),          // 33: kvferry.store.v1.BatchPutEndRequest
-	(*BatchCodesResponse)(nil),          // 34: kvferry.store.v1.BatchCodesResponse
-	(*RemoveRequest)(nil),               // 35: kvferry.store.v1.RemoveRequest
-	(*RemoveResponse)(nil),              // 36: kvferry.store.v1.RemoveResponse
-	(*BatchRemoveRequest)(nil),          // 37: kvferry.store.v1.BatchRemoveRequest
-	(*RemoveByRegexRequest)(nil),        // 38: kvferry.store.v1.RemoveByRegexRequest
-	(*RemoveAllRequest)(nil),            // 39: kvferry.store.v1.RemoveAllRequest
-	(*CountResponse)(nil),               // 40: kvferry.store.v1.CountResponse
-	(*ListSegmentsRequest)(nil),         // 41: kvferry.store.v1.ListSegmentsRequest
-	(*ListSegmentsResponse)(nil),        // 42: kvferry.store.v1.ListSegmentsResponse
-	(*ListKeysRequest)(nil),             // 43: kvferry.store.v1.ListKeysRequest
-	(*ListKeysResponse)(nil),            // 44: kvferry.store.v1.ListKeysResponse
-	(*AcquireGrantsRequest)(nil),        // 45: kvferry.store.v1.AcquireGrantsRequest
-	(*Grant)(nil),                       // 46: kvferry.store.v1.Grant
-	(*AcquireGrantsResponse)(nil),       // 47: kvferry.store.v1.AcquireGrantsResponse
-	(*GrantedReplica)(nil),              // 48: kvferry.store.v1.GrantedReplica
-	(*PutCommitRequest)(nil),            // 49: kvferry.store.v1.PutCommitRequest
-	(*PutCommitResponse)(nil),           // 50: kvferry.store.v1.PutCommitResponse
-	(*ReturnGrantsRequest)(nil),         // 51: kvferry.store.v1.ReturnGrantsRequest
-	(*ReturnGrantsResponse)(nil),        // 52: kvferry.store.v1.ReturnGrantsResponse
-	(*DiskSegment)(nil),                 // 53: kvferry.store.v1.DiskSegment
-	(*DiskEntry)(nil),                   // 54: kvferry.store.v1.DiskEntry
-	(*MountDiskSegmentRequest)(nil),     // 55: kvferry.store.v1.MountDiskSegmentRequest
-	(*MountDiskSegmentResponse)(nil),    // 56: kvferry.store.v1.MountDiskSegmentResponse
-	(*Task)(nil),                        // 57: kvferry.store.v1.Task
-	(*TaskResult)(nil),                  // 58: kvferry.store.v1.TaskResult
-	(*FetchTasksRequest)(nil),           // 59: kvferry.store.v1.FetchTasksRequest
-	(*FetchTasksResponse)(nil),          // 60: kvferry.store.v1.FetchTasksResponse
-	(*CreateTaskRequest)(nil),           // 61: kvferry.store.v1.CreateTaskRequest
-	(*CreateTaskResponse)(nil),          // 62: kvferry.store.v1.CreateTaskResponse
-	(*QueryTaskRequest)(nil),            // 63: kvferry.store.v1.QueryTaskRequest
-	(*QueryTaskResponse)(nil),           // 64: kvferry.store.v1.QueryTaskResponse
+	(ClientStatus)(0),                     // 0: kvferry.store.v1.ClientStatus
+	(ReplicaStatus)(0),                    // 1: kvferry.store.v1.ReplicaStatus
+	(SoftPinAction)(0),                    // 2: kvferry.store.v1.SoftPinAction
+	(ReplicaKind)(0),                      // 3: kvferry.store.v1.ReplicaKind
+	(TaskKind)(0),                         // 4: kvferry.store.v1.TaskKind
+	(TaskStatus)(0),                       // 5: kvferry.store.v1.TaskStatus
+	(JobType)(0),                          // 6: kvferry.store.v1.JobType
+	(JobStatus)(0),                        // 7: kvferry.store.v1.JobStatus
+	(*ErrorDetail)(nil),                   // 8: kvferry.store.v1.ErrorDetail
+	(*PingRequest)(nil),                   // 9: kvferry.store.v1.PingRequest
+	(*PingResponse)(nil),                  // 10: kvferry.store.v1.PingResponse
+	(*Segment)(nil),                       // 11: kvferry.store.v1.Segment
+	(*MountSegmentRequest)(nil),           // 12: kvferry.store.v1.MountSegmentRequest
+	(*MountSegmentResponse)(nil),          // 13: kvferry.store.v1.MountSegmentResponse
+	(*ReMountSegmentsRequest)(nil),        // 14: kvferry.store.v1.ReMountSegmentsRequest
+	(*ReMountSegmentsResponse)(nil),       // 15: kvferry.store.v1.ReMountSegmentsResponse
+	(*UnmountSegmentRequest)(nil),         // 16: kvferry.store.v1.UnmountSegmentRequest
+	(*UnmountSegmentResponse)(nil),        // 17: kvferry.store.v1.UnmountSegmentResponse
+	(*KeyRequest)(nil),                    // 18: kvferry.store.v1.KeyRequest
+	(*BatchKeyRequest)(nil),               // 19: kvferry.store.v1.BatchKeyRequest
+	(*ExistKeyResponse)(nil),              // 20: kvferry.store.v1.ExistKeyResponse
+	(*BatchExistKeyResponse)(nil),         // 21: kvferry.store.v1.BatchExistKeyResponse
+	(*Replica)(nil),                       // 22: kvferry.store.v1.Replica
+	(*GetReplicaListResponse)(nil),        // 23: kvferry.store.v1.GetReplicaListResponse
+	(*WaitObjectRequest)(nil),             // 24: kvferry.store.v1.WaitObjectRequest
+	(*ReplicaListResult)(nil),             // 25: kvferry.store.v1.ReplicaListResult
+	(*BatchGetReplicaListResponse)(nil),   // 26: kvferry.store.v1.BatchGetReplicaListResponse
+	(*ReplicateConfig)(nil),               // 27: kvferry.store.v1.ReplicateConfig
+	(*PutStartRequest)(nil),               // 28: kvferry.store.v1.PutStartRequest
+	(*PutStartResponse)(nil),              // 29: kvferry.store.v1.PutStartResponse
+	(*BatchPutStartRequest)(nil),          // 30: kvferry.store.v1.BatchPutStartRequest
+	(*PutStartResult)(nil),                // 31: kvferry.store.v1.PutStartResult
+	(*BatchPutStartResponse)(nil),         // 32: kvferry.store.v1.BatchPutStartResponse
+	(*PutEndRequest)(nil),                 // 33: kvferry.store.v1.PutEndRequest
+	(*PutEndResponse)(nil),                // 34: kvferry.store.v1.PutEndResponse
+	(*BatchPutEndRequest)(nil),            // 35: kvferry.store.v1.BatchPutEndRequest
+	(*BatchCodesResponse)(nil),            // 36: kvferry.store.v1.BatchCodesResponse
+	(*RemoveRequest)(nil),                 // 37: kvferry.store.v1.RemoveRequest
+	(*RemoveResponse)(nil),                // 38: kvferry.store.v1.RemoveResponse
+	(*BatchRemoveRequest)(nil),            // 39: kvferry.store.v1.BatchRemoveRequest
+	(*RemoveByRegexRequest)(nil),          // 40: kvferry.store.v1.RemoveByRegexRequest
+	(*RemoveAllRequest)(nil),              // 41: kvferry.store.v1.RemoveAllRequest
+	(*CountResponse)(nil),                 // 42: kvferry.store.v1.CountResponse
+	(*ListSegmentsRequest)(nil),           // 43: kvferry.store.v1.ListSegmentsRequest
+	(*ListSegmentsResponse)(nil),          // 44: kvferry.store.v1.ListSegmentsResponse
+	(*ListKeysRequest)(nil),               // 45: kvferry.store.v1.ListKeysRequest
+	(*ListKeysResponse)(nil),              // 46: kvferry.store.v1.ListKeysResponse
+	(*AcquireGrantsRequest)(nil),          // 47: kvferry.store.v1.AcquireGrantsRequest
+	(*Grant)(nil),                         // 48: kvferry.store.v1.Grant
+	(*AcquireGrantsResponse)(nil),         // 49: kvferry.store.v1.AcquireGrantsResponse
+	(*GrantedReplica)(nil),                // 50: kvferry.store.v1.GrantedReplica
+	(*PutCommitRequest)(nil),              // 51: kvferry.store.v1.PutCommitRequest
+	(*PutCommitResponse)(nil),             // 52: kvferry.store.v1.PutCommitResponse
+	(*ReturnGrantsRequest)(nil),           // 53: kvferry.store.v1.ReturnGrantsRequest
+	(*ReturnGrantsResponse)(nil),          // 54: kvferry.store.v1.ReturnGrantsResponse
+	(*DiskSegment)(nil),                   // 55: kvferry.store.v1.DiskSegment
+	(*DiskEntry)(nil),                     // 56: kvferry.store.v1.DiskEntry
+	(*MountDiskSegmentRequest)(nil),       // 57: kvferry.store.v1.MountDiskSegmentRequest
+	(*MountDiskSegmentResponse)(nil),      // 58: kvferry.store.v1.MountDiskSegmentResponse
+	(*Task)(nil),                          // 59: kvferry.store.v1.Task
+	(*TaskResult)(nil),                    // 60: kvferry.store.v1.TaskResult
+	(*FetchTasksRequest)(nil),             // 61: kvferry.store.v1.FetchTasksRequest
+	(*FetchTasksResponse)(nil),            // 62: kvferry.store.v1.FetchTasksResponse
+	(*CreateTaskRequest)(nil),             // 63: kvferry.store.v1.CreateTaskRequest
+	(*CreateTaskResponse)(nil),            // 64: kvferry.store.v1.CreateTaskResponse
+	(*QueryTaskRequest)(nil),              // 65: kvferry.store.v1.QueryTaskRequest
+	(*QueryTaskResponse)(nil),             // 66: kvferry.store.v1.QueryTaskResponse
+	(*GetReplicaListByRegexRequest)(nil),  // 67: kvferry.store.v1.GetReplicaListByRegexRequest
+	(*KeyReplicaList)(nil),                // 68: kvferry.store.v1.KeyReplicaList
+	(*GetReplicaListByRegexResponse)(nil), // 69: kvferry.store.v1.GetReplicaListByRegexResponse
+	(*BatchQueryIpRequest)(nil),           // 70: kvferry.store.v1.BatchQueryIpRequest
+	(*ClientIps)(nil),                     // 71: kvferry.store.v1.ClientIps
+	(*BatchQueryIpResponse)(nil),          // 72: kvferry.store.v1.BatchQueryIpResponse
+	(*CalcCacheStatsRequest)(nil),         // 73: kvferry.store.v1.CalcCacheStatsRequest
+	(*CalcCacheStatsResponse)(nil),        // 74: kvferry.store.v1.CalcCacheStatsResponse
+	(*CreateDrainJobRequest)(nil),         // 75: kvferry.store.v1.CreateDrainJobRequest
+	(*CreateDrainJobResponse)(nil),        // 76: kvferry.store.v1.CreateDrainJobResponse
+	(*DrainJobIdRequest)(nil),             // 77: kvferry.store.v1.DrainJobIdRequest
+	(*QueryJobResponse)(nil),              // 78: kvferry.store.v1.QueryJobResponse
+	(*CancelDrainJobResponse)(nil),        // 79: kvferry.store.v1.CancelDrainJobResponse
 }
 var file_wire_proto_depIdxs = []int32{
 	0,  // 0: kvferry.store.v1.PingResponse.status:type_name -> kvferry.store.v1.ClientStatus
-	9,  // 1: kvferry.store.v1.MountSegmentRequest.segment:type_name -> kvferry.store.v1.Segment
-	9,  // 2: kvferry.store.v1.ReMountSegmentsRequest.segments:type_name -> kvferry.store.v1.Segment
+	11, // 1: kvferry.store.v1.MountSegmentRequest.segment:type_name -> kvferry.store.v1.Segment
+	11, // 2: kvferry.store.v1.ReMountSegmentsRequest.segments:type_name -> kvferry.store.v1.Segment
 	1,  // 3: kvferry.store.v1.Replica.status:type_name -> kvferry.store.v1.ReplicaStatus
 	3,  // 4: kvferry.store.v1.Replica.kind:type_name -> kvferry.store.v1.ReplicaKind
-	20, // 5: kvferry.store.v1.GetReplicaListResponse.replicas:type_name -> kvferry.store.v1.Replica
-	20, // 6: kvferry.store.v1.ReplicaListResult.replicas:type_name -> kvferry.store.v1.Replica
-	23, // 7: kvferry.store.v1.BatchGetReplicaListResponse.results:type_name -> kvferry.store.v1.ReplicaListResult
+	22, // 5: kvferry.store.v1.GetReplicaListResponse.replicas:type_name -> kvferry.store.v1.Replica
+	22, // 6: kvferry.store.v1.ReplicaListResult.replicas:type_name -> kvferry.store.v1.Replica
+	25, // 7: kvferry.store.v1.BatchGetReplicaListResponse.results:type_name -> kvferry.store.v1.ReplicaListResult
 	2,  // 8: kvferry.store.v1.ReplicateConfig.soft_pin:type_name -> kvferry.store.v1.SoftPinAction
-	25, // 9: kvferry.store.v1.PutStartRequest.config:type_name -> kvferry.store.v1.ReplicateConfig
-	20, // 10: kvferry.store.v1.PutStartResponse.replicas:type_name -> kvferry.store.v1.Replica
-	25, // 11: kvferry.store.v1.BatchPutStartRequest.config:type_name -> kvferry.store.v1.ReplicateConfig
-	20, // 12: kvferry.store.v1.PutStartResult.replicas:type_name -> kvferry.store.v1.Replica
-	29, // 13: kvferry.store.v1.BatchPutStartResponse.results:type_name -> kvferry.store.v1.PutStartResult
-	9,  // 14: kvferry.store.v1.ListSegmentsResponse.segments:type_name -> kvferry.store.v1.Segment
-	46, // 15: kvferry.store.v1.AcquireGrantsResponse.grants:type_name -> kvferry.store.v1.Grant
-	25, // 16: kvferry.store.v1.PutCommitRequest.config:type_name -> kvferry.store.v1.ReplicateConfig
-	48, // 17: kvferry.store.v1.PutCommitRequest.replicas:type_name -> kvferry.store.v1.GrantedReplica
-	53, // 18: kvferry.store.v1.MountDiskSegmentRequest.segment:type_name -> kvferry.store.v1.DiskSegment
-	54, // 19: kvferry.store.v1.MountDiskSegmentRequest.entries:type_name -> kvferry.store.v1.DiskEntry
+	27, // 9: kvferry.store.v1.PutStartRequest.config:type_name -> kvferry.store.v1.ReplicateConfig
+	22, // 10: kvferry.store.v1.PutStartResponse.replicas:type_name -> kvferry.store.v1.Replica
+	27, // 11: kvferry.store.v1.BatchPutStartRequest.config:type_name -> kvferry.store.v1.ReplicateConfig
+	22, // 12: kvferry.store.v1.PutStartResult.replicas:type_name -> kvferry.store.v1.Replica
+	31, // 13: kvferry.store.v1.BatchPutStartResponse.results:type_name -> kvferry.store.v1.PutStartResult
+	11, // 14: kvferry.store.v1.ListSegmentsResponse.segments:type_name -> kvferry.store.v1.Segment
+	48, // 15: kvferry.store.v1.AcquireGrantsResponse.grants:type_name -> kvferry.store.v1.Grant
+	27, // 16: kvferry.store.v1.PutCommitRequest.config:type_name -> kvferry.store.v1.ReplicateConfig
+	50, // 17: kvferry.store.v1.PutCommitRequest.replicas:type_name -> kvferry.store.v1.GrantedReplica
+	55, // 18: kvferry.store.v1.MountDiskSegmentRequest.segment:type_name -> kvferry.store.v1.DiskSegment
+	56, // 19: kvferry.store.v1.MountDiskSegmentRequest.entries:type_name -> kvferry.store.v1.DiskEntry
 	4,  // 20: kvferry.store.v1.Task.kind:type_name -> kvferry.store.v1.TaskKind
-	58, // 21: kvferry.store.v1.FetchTasksRequest.done:type_name -> kvferry.store.v1.TaskResult
-	57, // 22: kvferry.store.v1.FetchTasksResponse.tasks:type_name -> kvferry.store.v1.Task
+	60, // 21: kvferry.store.v1.FetchTasksRequest.done:type_name -> kvferry.store.v1.TaskResult
+	59, // 22: kvferry.store.v1.FetchTasksResponse.tasks:type_name -> kvferry.store.v1.Task
 	4,  // 23: kvferry.store.v1.CreateTaskRequest.kind:type_name -> kvferry.store.v1.TaskKind
 	4,  // 24: kvferry.store.v1.QueryTaskResponse.type:type_name -> kvferry.store.v1.TaskKind
 	5,  // 25: kvferry.store.v1.QueryTaskResponse.status:type_name -> kvferry.store.v1.TaskStatus
-	7,  // 26: kvferry.store.v1.Master.Ping:input_type -> kvferry.store.v1.PingRequest
-	10, // 27: kvferry.store.v1.Master.MountSegment:input_type -> kvferry.store.v1.MountSegmentRequest
-	12, // 28: kvferry.store.v1.Master.ReMountSegments:input_type -> kvferry.store.v1.ReMountSegmentsRequest
-	14, // 29: kvferry.store.v1.Master.UnmountSegment:input_type -> kvferry.store.v1.UnmountSegmentRequest
-	16, // 30: kvferry.store.v1.Master.ExistKey:input_type -> kvferry.store.v1.KeyRequest
-	17, // 31: kvferry.store.v1.Master.BatchExistKey:input_type -> kvferry.store.v1.BatchKeyRequest
-	16, // 32: kvferry.store.v1.Master.GetReplicaList:input_type -> kvferry.store.v1.KeyRequest
-	17, // 33: kvferry.store.v1.Master.BatchGetReplicaList:input_type -> kvferry.store.v1.BatchKeyRequest
-	26, // 34: kvferry.store.v1.Master.PutStart:input_type -> kvferry.store.v1.PutStartRequest
-	28, // 35: kvferry.store.v1.Master.BatchPutStart:input_type -> kvferry.store.v1.BatchPutStartRequest
-	31, // 36: kvferry.store.v1.Master.PutEnd:input_type -> kvferry.store.v1.PutEndRequest
-	33, // 37: kvferry.store.v1.Master.BatchPutEnd:input_type -> kvferry.store.v1.BatchPutEndRequest
-	35, // 38: kvferry.store.v1.Master.Remove:input_type -> kvferry.store.v1.RemoveRequest
-	37, // 39: kvferry.store.v1.Master.BatchRemove:input_type -> kvferry.store.v1.BatchRemoveRequest
-	38, // 40: kvferry.store.v1.Master.RemoveByRegex:input_type -> kvferry.store.v1.RemoveByRegexRequest
-	39, // 41: kvferry.store.v1.Master.RemoveAll:input_type -> kvferry.store.v1.RemoveAllRequest
-	41, // 42: kvferry.store.v1.Master.ListSegments:input_type -> kvferry.store.v1.ListSegmentsRequest
-	43, // 43: kvferry.store.v1.Master.ListKeys:input_type -> kvferry.store.v1.ListKeysRequest
-	45, // 44: kvferry.store.v1.Master.AcquireGrants:input_type -> kvferry.store.v1.AcquireGrantsRequest
-	49, // 45: kvferry.store.v1.Master.PutCommit:input_type -> kvferry.store.v1.PutCommitRequest
-	51, // 46: kvferry.store.v1.Master.ReturnGrants:input_type -> kvferry.store.v1.ReturnGrantsRequest
-	55, // 47: kvferry.store.v1.Master.MountDiskSegment:input_type -> kvferry.store.v1.MountDiskSegmentRequest
-	59, // 48: kvferry.store.v1.Master.FetchTasks:input_type -> kvferry.store.v1.FetchTasksRequest
-	16, // 49: kvferry.store.v1.Master.PromoteObject:input_type -> kvferry.store.v1.KeyRequest
-	61, // 50: kvferry.store.v1.Master.CreateTask:input_type -> kvferry.store.v1.CreateTaskRequest
-	63, // 51: kvferry.store.v1.Master.QueryTask:input_type -> kvferry.store.v1.QueryTaskRequest
-	22, // 52: kvferry.store.v1.Master.WaitObject:input_type -> kvferry.store.v1.WaitObjectRequest
-	8,  // 53: kvferry.store.v1.Master.Ping:output_type -> kvferry.store.v1.PingResponse
-	11, // 54: kvferry.store.v1.Master.MountSegment:output_type -> kvferry.store.v1.MountSegmentResponse
-	13, // 55: kvferry.store.v1.Master.ReMountSegments:output_type -> kvferry.store.v1.ReMountSegmentsResponse
-	15, // 56: kvferry.store.v1.Master.UnmountSegment:output_type -> kvferry.store.v1.UnmountSegmentResponse
-	18, // 57: kvferry.store.v1.Master.ExistKey:output_type -> kvferry.store.v1.ExistKeyResponse
-	19, // 58: kvferry.store.v1.Master.BatchExistKey:output_type -> kvferry.store.v1.BatchExistKeyResponse
-	21, // 59: kvferry.store.v1.Master.GetReplicaList:output_type -> kvferry.store.v1.GetReplicaListResponse
-	24, // 60: kvferry.store.v1.Master.BatchGetReplicaList:output_type -> kvferry.store.v1.BatchGetReplicaListResponse
-	27, // 61: kvferry.store.v1.Master.PutStart:output_type -> kvferry.store.v1.PutStartResponse
-	30, // 62: kvferry.store.v1.Master.BatchPutStart:output_type -> kvferry.store.v1.BatchPutStartResponse
-	32, // 63: kvferry.store.v1.Master.PutEnd:output_type -> kvferry.store.v1.PutEndResponse
-	34, // 64: kvferry.store.v1.Master.BatchPutEnd:output_type -> kvferry.store.v1.BatchCodesResponse
-	36, // 65: kvferry.store.v1.Master.Remove:output_type -> kvferry.store.v1.RemoveResponse
-	34, // 66: kvferry.store.v1.Master.BatchRemove:output_type -> kvferry.store.v1.BatchCodesResponse
-	40, // 67: kvferry.store.v1.Master.RemoveByRegex:output_type -> kvferry.store.v1.CountResponse
-	40, // 68: kvferry.store.v1.Master.RemoveAll:output_type -> kvferry.store.v1.CountResponse
-	42, // 69: kvferry.store.v1.Master.ListSegments:output_type -> kvferry.store.v1.ListSegmentsResponse
-	44, // 70: kvferry.store.v1.Master.ListKeys:output_type -> kvferry.store.v1.ListKeysResponse
-	47, // 71: kvferry.store.v1.Master.AcquireGrants:output_type -> kvferry.store.v1.AcquireGrantsResponse
-	50, // 72: kvferry.store.v1.Master.PutCommit:output_type -> kvferry.store.v1.PutCommitResponse
-	52, // 73: kvferry.store.v1.Master.ReturnGrants:output_type -> kvferry.store.v1.ReturnGrantsResponse
-	56, // 74: kvferry.store.v1.Master.MountDiskSegment:output_type -> kvferry.store.v1.MountDiskSegmentResponse
-	60, // 75: kvferry.store.v1.Master.FetchTasks:output_type -> kvferry.store.v1.FetchTasksResponse
-	21, // 76: kvferry.store.v1.Master.PromoteObject:output_type -> kvferry.store.v1.GetReplicaListResponse
-	62, // 77: kvferry.store.v1.Master.CreateTask:output_type -> kvferry.store.v1.CreateTaskResponse
-	64, // 78: kvferry.store.v1.Master.QueryTask:output_type -> kvferry.store.v1.QueryTaskResponse
-	21, // 79: kvferry.store.v1.Master.WaitObject:output_type -> kvferry.store.v1.GetReplicaListResponse
-	53, // [53:80] is the sub-list for method output_type
-	26, // [26:53] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	22, // 26: kvferry.store.v1.KeyReplicaList.replicas:type_name -> kvferry.store.v1.Replica
+	68, // 27: kvferry.store.v1.GetReplicaListByRegexResponse.objects:type_name -> kvferry.store.v1.KeyReplicaList
+	71, // 28: kvferry.store.v1.BatchQueryIpResponse.clients:type_name -> kvferry.store.v1.ClientIps
+	6,  // 29: kvferry.store.v1.QueryJobResponse.type:type_name -> kvferry.store.v1.JobType
+	7,  // 30: kvferry.store.v1.QueryJobResponse.status:type_name -> kvferry.store.v1.JobStatus
+	9,  // 31: kvferry.store.v1.Master.Ping:input_type -> kvferry.store.v1.PingRequest
+	12, // 32: kvferry.store.v1.Master.MountSegment:input_type -> kvferry.store.v1.MountSegmentRequest
+	14, // 33: kvferry.store.v1.Master.ReMountSegments:input_type -> kvferry.store.v1.ReMountSegmentsRequest
+	16, // 34: kvferry.store.v1.Master.UnmountSegment:input_type -> kvferry.store.v1.UnmountSegmentRequest
+	18, // 35: kvferry.store.v1.Master.ExistKey:input_type -> kvferry.store.v1.KeyRequest
+	19, // 36: kvferry.store.v1.Master.BatchExistKey:input_type -> kvferry.store.v1.BatchKeyRequest
+	18, // 37: kvferry.store.v1.Master.GetReplicaList:input_type -> kvferry.store.v1.KeyRequest
+	19, // 38: kvferry.store.v1.Master.BatchGetReplicaList:input_type -> kvferry.store.v1.BatchKeyRequest
+	28, // 39: kvferry.store.v1.Master.PutStart:input_type -> kvferry.store.v1.PutStartRequest
+	30, // 40: kvferry.store.v1.Master.BatchPutStart:input_type -> kvferry.store.v1.BatchPutStartRequest
+	33, // 41: kvferry.store.v1.Master.PutEnd:input_type -> kvferry.store.v1.PutEndRequest
+	35, // 42: kvferry.store.v1.Master.BatchPutEnd:input_type -> kvferry.store.v1.BatchPutEndRequest
+	37, // 43: kvferry.store.v1.Master.Remove:input_type -> kvferry.store.v1.RemoveRequest
+	39, // 44: kvferry.store.v1.Master.BatchRemove:input_type -> kvferry.store.v1.BatchRemoveRequest
+	40, // 45: kvferry.store.v1.Master.RemoveByRegex:input_type -> kvferry.store.v1.RemoveByRegexRequest
+	41, // 46: kvferry.store.v1.Master.RemoveAll:input_type -> kvferry.store.v1.RemoveAllRequest
+	43, // 47: kvferry.store.v1.Master.ListSegments:input_type -> kvferry.store.v1.ListSegmentsRequest
+	45, // 48: kvferry.store.v1.Master.ListKeys:input_type -> kvferry.store.v1.ListKeysRequest
+	47, // 49: kvferry.store.v1.Master.AcquireGrants:input_type -> kvferry.store.v1.AcquireGrantsRequest
+	51, // 50: kvferry.store.v1.Master.PutCommit:input_type -> kvferry.store.v1.PutCommitRequest
+	53, // 51: kvferry.store.v1.Master.ReturnGrants:input_type -> kvferry.store.v1.ReturnGrantsRequest
+	57, // 52: kvferry.store.v1.Master.MountDiskSegment:input_type -> kvferry.store.v1.MountDiskSegmentRequest
+	61, // 53: kvferry.store.v1.Master.FetchTasks:input_type -> kvferry.store.v1.FetchTasksRequest
+	18, // 54: kvferry.store.v1.Master.PromoteObject:input_type -> kvferry.store.v1.KeyRequest
+	63, // 55: kvferry.store.v1.Master.CreateTask:input_type -> kvferry.store.v1.CreateTaskRequest
+	65, // 56: kvferry.store.v1.Master.QueryTask:input_type -> kvferry.store.v1.QueryTaskRequest
+	24, // 57: kvferry.store.v1.Master.WaitObject:input_type -> kvferry.store.v1.WaitObjectRequest
+	67, // 58: kvferry.store.v1.Master.GetReplicaListByRegex:input_type -> kvferry.store.v1.GetReplicaListByRegexRequest
+	70, // 59: kvferry.store.v1.Master.BatchQueryIp:input_type -> kvferry.store.v1.BatchQueryIpRequest
+	73, // 60: kvferry.store.v1.Master.CalcCacheStats:input_type -> kvferry.store.v1.CalcCacheStatsRequest
+	75, // 61: kvferry.store.v1.Master.CreateDrainJob:input_type -> kvferry.store.v1.CreateDrainJobRequest
+	77, // 62: kvferry.store.v1.Master.QueryDrainJob:input_type -> kvferry.store.v1.DrainJobIdRequest
+	77, // 63: kvferry.store.v1.Master.CancelDrainJob:input_type -> kvferry.store.v1.DrainJobIdRequest
+	10, // 64: kvferry.store.v1.Master.Ping:output_type -> kvferry.store.v1.PingResponse
+	13, // 65: kvferry.store.v1.Master.MountSegment:output_type -> kvferry.store.v1.MountSegmentResponse
+	15, // 66: kvferry.store.v1.Master.ReMountSegments:output_type -> kvferry.store.v1.ReMountSegmentsResponse
+	17, // 67: kvferry.store.v1.Master.UnmountSegment:output_type -> kvferry.store.v1.UnmountSegmentResponse
+	20, // 68: kvferry.store.v1.Master.ExistKey:output_type -> kvferry.store.v1.ExistKeyResponse
+	21, // 69: kvferry.store.v1.Master.BatchExistKey:output_type -> kvferry.store.v1.BatchExistKeyResponse
+	23, // 70: kvferry.store.v1.Master.GetReplicaList:output_type -> kvferry.store.v1.GetReplicaListResponse
+	26, // 71: kvferry.store.v1.Master.BatchGetReplicaList:output_type -> kvferry.store.v1.BatchGetReplicaListResponse
+	29, // 72: kvferry.store.v1.Master.PutStart:output_type -> kvferry.store.v1.PutStartResponse
+	32, // 73: kvferry.store.v1.Master.BatchPutStart:output_type -> kvferry.store.v1.BatchPutStartResponse
+	34, // 74: kvferry.store.v1.Master.PutEnd:output_type -> kvferry.store.v1.PutEndResponse
+	36, // 75: kvferry.store.v1.Master.BatchPutEnd:output_type -> kvferry.store.v1.BatchCodesResponse
+	38, // 76: kvferry.store.v1.Master.Remove:output_type -> kvferry.store.v1.RemoveResponse
+	36, // 77: kvferry.store.v1.Master.BatchRemove:output_type -> kvferry.store.v1.BatchCodesResponse
+	42, // 78: kvferry.store.v1.Master.RemoveByRegex:output_type -> kvferry.store.v1.CountResponse
+	42, // 79: kvferry.store.v1.Master.RemoveAll:output_type -> kvferry.store.v1.CountResponse
+	44, // 80: kvferry.store.v1.Master.ListSegments:output_type -> kvferry.store.v1.ListSegmentsResponse
+	46, // 81: kvferry.store.v1.Master.ListKeys:output_type -> kvferry.store.v1.ListKeysResponse
+	49, // 82: kvferry.store.v1.Master.AcquireGrants:output_type -> kvferry.store.v1.AcquireGrantsResponse
+	52, // 83: kvferry.store.v1.Master.PutCommit:output_type -> kvferry.store.v1.PutCommitResponse
+	54, // 84: kvferry.store.v1.Master.ReturnGrants:output_type -> kvferry.store.v1.ReturnGrantsResponse
+	58, // 85: kvferry.store.v1.Master.MountDiskSegment:output_type -> kvferry.store.v1.MountDiskSegmentResponse
+	62, // 86: kvferry.store.v1.Master.FetchTasks:output_type -> kvferry.store.v1.FetchTasksResponse
+	23, // 87: kvferry.store.v1.Master.PromoteObject:output_type -> kvferry.store.v1.GetReplicaListResponse
+	64, // 88: kvferry.store.v1.Master.CreateTask:output_type -> kvferry.store.v1.CreateTaskResponse
+	66, // 89: kvferry.store.v1.Master.QueryTask:output_type -> kvferry.store.v1.QueryTaskResponse
+	23, // 90: kvferry.store.v1.Master.WaitObject:output_type -> kvferry.store.v1.GetReplicaListResponse
+	69, // 91: kvferry.store.v1.Master.GetReplicaListByRegex:output_type -> kvferry.store.v1.GetReplicaListByRegexResponse
+	72, // 92: kvferry.store.v1.Master.BatchQueryIp:output_type -> kvferry.store.v1.BatchQueryIpResponse
+	74, // 93: kvferry.store.v1.Master.CalcCacheStats:output_type -> kvferry.store.v1.CalcCacheStatsResponse
+	76, // 94: kvferry.store.v1.Master.CreateDrainJob:output_type -> kvferry.store.v1.CreateDrainJobResponse
+	78, // 95: kvferry.store.v1.Master.QueryDrainJob:output_type -> kvferry.store.v1.QueryJobResponse
+	79, // 96: kvferry.store.v1.Master.CancelDrainJob:output_type -> kvferry.store.v1.CancelDrainJobResponse
+	64, // [64:97] is the sub-list for method output_type
+	31, // [31:64] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_wire_proto_init() }
@@ -4539,13 +5559,14 @@ func file_wire_proto_init() {
 	if File_wire_proto != nil {
 		return
 	}
+	file_wire_proto_msgTypes[67].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_wire_proto_rawDesc), len(file_wire_proto_rawDesc)),
-			NumEnums:      6,
-			NumMessages:   59,
+			NumEnums:      8,
+			NumMessages:   72,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -25,33 +25,39 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Master_Ping_FullMethodName                = "/kvferry.store.v1.Master/Ping"
-	Master_MountSegment_FullMethodName        = "/kvferry.store.v1.Master/MountSegment"
-	Master_ReMountSegments_FullMethodName     = "/kvferry.store.v1.Master/ReMountSegments"
-	Master_UnmountSegment_FullMethodName      = "/kvferry.store.v1.Master/UnmountSegment"
-	Master_ExistKey_FullMethodName            = "/kvferry.store.v1.Master/ExistKey"
-	Master_BatchExistKey_FullMethodName       = "/kvferry.store.v1.Master/BatchExistKey"
-	Master_GetReplicaList_FullMethodName      = "/kvferry.store.v1.Master/GetReplicaList"
-	Master_BatchGetReplicaList_FullMethodName = "/kvferry.store.v1.Master/BatchGetReplicaList"
-	Master_PutStart_FullMethodName            = "/kvferry.store.v1.Master/PutStart"
-	Master_BatchPutStart_FullMethodName       = "/kvferry.store.v1.Master/BatchPutStart"
-	Master_PutEnd_FullMethodName              = "/kvferry.store.v1.Master/PutEnd"
-	Master_BatchPutEnd_FullMethodName         = "/kvferry.store.v1.Master/BatchPutEnd"
-	Master_Remove_FullMethodName              = "/kvferry.store.v1.Master/Remove"
-	Master_BatchRemove_FullMethodName         = "/kvferry.store.v1.Master/BatchRemove"
-	Master_RemoveByRegex_FullMethodName       = "/kvferry.store.v1.Master/RemoveByRegex"
-	Master_RemoveAll_FullMethodName           = "/kvferry.store.v1.Master/RemoveAll"
-	Master_ListSegments_FullMethodName        = "/kvferry.store.v1.Master/ListSegments"
-	Master_ListKeys_FullMethodName            = "/kvferry.store.v1.Master/ListKeys"
-	Master_AcquireGrants_FullMethodName       = "/kvferry.store.v1.Master/AcquireGrants"
-	Master_PutCommit_FullMethodName           = "/kvferry.store.v1.Master/PutCommit"
-	Master_ReturnGrants_FullMethodName        = "/kvferry.store.v1.Master/ReturnGrants"
-	Master_MountDiskSegment_FullMethodName    = "/kvferry.store.v1.Master/MountDiskSegment"
-	Master_FetchTasks_FullMethodName          = "/kvferry.store.v1.Master/FetchTasks"
-	Master_PromoteObject_FullMethodName       = "/kvferry.store.v1.Master/PromoteObject"
-	Master_CreateTask_FullMethodName          = "/kvferry.store.v1.Master/CreateTask"
-	Master_QueryTask_FullMethodName           = "/kvferry.store.v1.Master/QueryTask"
-	Master_WaitObject_FullMethodName          = "/kvferry.store.v1.Master/WaitObject"
+	Master_Ping_FullMethodName                  = "/kvferry.store.v1.Master/Ping"
+	Master_MountSegment_FullMethodName          = "/kvferry.store.v1.Master/MountSegment"
+	Master_ReMountSegments_FullMethodName       = "/kvferry.store.v1.Master/ReMountSegments"
+	Master_UnmountSegment_FullMethodName        = "/kvferry.store.v1.Master/UnmountSegment"
+	Master_ExistKey_FullMethodName              = "/kvferry.store.v1.Master/ExistKey"
+	Master_BatchExistKey_FullMethodName         = "/kvferry.store.v1.Master/BatchExistKey"
+	Master_GetReplicaList_FullMethodName        = "/kvferry.store.v1.Master/GetReplicaList"
+	Master_BatchGetReplicaList_FullMethodName   = "/kvferry.store.v1.Master/BatchGetReplicaList"
+	Master_PutStart_FullMethodName              = "/kvferry.store.v1.Master/PutStart"
+	Master_BatchPutStart_FullMethodName         = "/kvferry.store.v1.Master/BatchPutStart"
+	Master_PutEnd_FullMethodName                = "/kvferry.store.v1.Master/PutEnd"
+	Master_BatchPutEnd_FullMethodName           = "/kvferry.store.v1.Master/BatchPutEnd"
+	Master_Remove_FullMethodName                = "/kvferry.store.v1.Master/Remove"
+	Master_BatchRemove_FullMethodName           = "/kvferry.store.v1.Master/BatchRemove"
+	Master_RemoveByRegex_FullMethodName         = "/kvferry.store.v1.Master/RemoveByRegex"
+	Master_RemoveAll_FullMethodName             = "/kvferry.store.v1.Master/RemoveAll"
+	Master_ListSegments_FullMethodName          = "/kvferry.store.v1.Master/ListSegments"
+	Master_ListKeys_FullMethodName              = "/kvferry.store.v1.Master/ListKeys"
+	Master_AcquireGrants_FullMethodName         = "/kvferry.store.v1.Master/AcquireGrants"
+	Master_PutCommit_FullMethodName             = "/kvferry.store.v1.Master/PutCommit"
+	Master_ReturnGrants_FullMethodName          = "/kvferry.store.v1.Master/ReturnGrants"
+	Master_MountDiskSegment_FullMethodName      = "/kvferry.store.v1.Master/MountDiskSegment"
+	Master_FetchTasks_FullMethodName            = "/kvferry.store.v1.Master/FetchTasks"
+	Master_PromoteObject_FullMethodName         = "/kvferry.store.v1.Master/PromoteObject"
+	Master_CreateTask_FullMethodName            = "/kvferry.store.v1.Master/CreateTask"
+	Master_QueryTask_FullMethodName             = "/kvferry.store.v1.Master/QueryTask"
+	Master_WaitObject_FullMethodName            = "/kvferry.store.v1.Master/WaitObject"
+	Master_GetReplicaListByRegex_FullMethodName = "/kvferry.store.v1.Master/GetReplicaListByRegex"
+	Master_BatchQueryIp_FullMethodName          = "/kvferry.store.v1.Master/BatchQueryIp"
+	Master_CalcCacheStats_FullMethodName        = "/kvferry.store.v1.Master/CalcCacheStats"
+	Master_CreateDrainJob_FullMethodName        = "/kvferry.store.v1.Master/CreateDrainJob"
+	Master_QueryDrainJob_FullMethodName         = "/kvferry.store.v1.Master/QueryDrainJob"
+	Master_CancelDrainJob_FullMethodName        = "/kvferry.store.v1.Master/CancelDrainJob"
 )
 
 // MasterClient is the client API for Master service.
@@ -129,6 +135,22 @@ type MasterClient interface {
 	// WaitObject answers an object's replica list once its version is at
 	// least min_version (versioned publish, a kvferry extension).
 	WaitObject(ctx context.Context, in *WaitObjectRequest, opts ...grpc.CallOption) (*GetReplicaListResponse, error)
+	// Queries of Mooncake's master (master queries.go). GetReplicaListByRegex
+	// answers the readable replicas of every object whose key matches (RE2,
+	// unanchored) and grants each a lease; INVALID_PARAMS for a bad pattern,
+	// BUFFER_OVERFLOW past 65536 matches. BatchQueryIp answers the hosts of
+	// the named clients' mounted segments (unknown clients and clients
+	// without segments are left out). CalcCacheStats answers the cache hit
+	// statistics.
+	GetReplicaListByRegex(ctx context.Context, in *GetReplicaListByRegexRequest, opts ...grpc.CallOption) (*GetReplicaListByRegexResponse, error)
+	BatchQueryIp(ctx context.Context, in *BatchQueryIpRequest, opts ...grpc.CallOption) (*BatchQueryIpResponse, error)
+	CalcCacheStats(ctx context.Context, in *CalcCacheStatsRequest, opts ...grpc.CallOption) (*CalcCacheStatsResponse, error)
+	// Drain jobs (Mooncake's CreateDrainJob, QueryDrainJob, CancelDrainJob;
+	// master drain.go): move every replica off a set of segments, as a job
+	// with an id. Unknown ids are JOB_NOT_FOUND.
+	CreateDrainJob(ctx context.Context, in *CreateDrainJobRequest, opts ...grpc.CallOption) (*CreateDrainJobResponse, error)
+	QueryDrainJob(ctx context.Context, in *DrainJobIdRequest, opts ...grpc.CallOption) (*QueryJobResponse, error)
+	CancelDrainJob(ctx context.Context, in *DrainJobIdRequest, opts ...grpc.CallOption) (*CancelDrainJobResponse, error)
 }
 
 type masterClient struct {
@@ -409,6 +431,66 @@ func (c *masterClient) WaitObject(ctx context.Context, in *WaitObjectRequest, op
 	return out, nil
 }
 
+func (c *masterClient) GetReplicaListByRegex(ctx context.Context, in *GetReplicaListByRegexRequest, opts ...grpc.CallOption) (*GetReplicaListByRegexResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetReplicaListByRegexResponse)
+	err := c.cc.Invoke(ctx, Master_GetReplicaListByRegex_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *masterClient) BatchQueryIp(ctx context.Context, in *BatchQueryIpRequest, opts ...grpc.CallOption) (*BatchQueryIpResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(BatchQueryIpResponse)
+	err := c.cc.Invoke(ctx, Master_BatchQueryIp_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *masterClient) CalcCacheStats(ctx context.Context, in *CalcCacheStatsRequest, opts ...grpc.CallOption) (*CalcCacheStatsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CalcCacheStatsResponse)
+	err := c.cc.Invoke(ctx, Master_CalcCacheStats_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *masterClient) CreateDrainJob(ctx context.Context, in *CreateDrainJobRequest, opts ...grpc.CallOption) (*CreateDrainJobResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CreateDrainJobResponse)
+	err := c.cc.Invoke(ctx, Master_CreateDrainJob_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *masterClient) QueryDrainJob(ctx context.Context, in *DrainJobIdRequest, opts ...grpc.CallOption) (*QueryJobResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(QueryJobResponse)
+	err := c.cc.Invoke(ctx, Master_QueryDrainJob_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *masterClient) CancelDrainJob(ctx context.Context, in *DrainJobIdRequest, opts ...grpc.CallOption) (*CancelDrainJobResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CancelDrainJobResponse)
+	err := c.cc.Invoke(ctx, Master_CancelDrainJob_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MasterServer is the server API for Master service.
 // All implementations must embed UnimplementedMasterServer
 // for forward compatibility.
@@ -484,6 +566,22 @@ type MasterServer interface {
 	// WaitObject answers an object's replica list once its version is at
 	// least min_version (versioned publish, a kvferry extension).
 	WaitObject(context.Context, *WaitObjectRequest) (*GetReplicaListResponse, error)
+	// Queries of Mooncake's master (master queries.go). GetReplicaListByRegex
+	// answers the readable replicas of every object whose key matches (RE2,
+	// unanchored) and grants each a lease; INVALID_PARAMS for a bad pattern,
+	// BUFFER_OVERFLOW past 65536 matches. BatchQueryIp answers the hosts of
+	// the named clients' mounted segments (unknown clients and clients
+	// without segments are left out). CalcCacheStats answers the cache hit
+	// statistics.
+	GetReplicaListByRegex(context.Context, *GetReplicaListByRegexRequest) (*GetReplicaListByRegexResponse, error)
+	BatchQueryIp(context.Context, *BatchQueryIpRequest) (*BatchQueryIpResponse, error)
+	CalcCacheStats(context.Context, *CalcCacheStatsRequest) (*CalcCacheStatsResponse, error)
+	// Drain jobs (Mooncake's CreateDrainJob, QueryDrainJob, CancelDrainJob;
+	// master drain.go): move every replica off a set of segments, as a job
+	// with an id. Unknown ids are JOB_NOT_FOUND.
+	CreateDrainJob(context.Context, *CreateDrainJobRequest) (*CreateDrainJobResponse, error)
+	QueryDrainJob(context.Context, *DrainJobIdRequest) (*QueryJobResponse, error)
+	CancelDrainJob(context.Context, *DrainJobIdRequest) (*CancelDrainJobResponse, error)
 	mustEmbedUnimplementedMasterServer()
 }
 
@@ -574,6 +672,24 @@ func (UnimplementedMasterServer) QueryTask(context.Context, *QueryTaskRequest) (
 }
 func (UnimplementedMasterServer) WaitObject(context.Context, *WaitObjectRequest) (*GetReplicaListResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method WaitObject not implemented")
+}
+func (UnimplementedMasterServer) GetReplicaListByRegex(context.Context, *GetReplicaListByRegexRequest) (*GetReplicaListByRegexResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetReplicaListByRegex not implemented")
+}
+func (UnimplementedMasterServer) BatchQueryIp(context.Context, *BatchQueryIpRequest) (*BatchQueryIpResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method BatchQueryIp not implemented")
+}
+func (UnimplementedMasterServer) CalcCacheStats(context.Context, *CalcCacheStatsRequest) (*CalcCacheStatsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CalcCacheStats not implemented")
+}
+func (UnimplementedMasterServer) CreateDrainJob(context.Context, *CreateDrainJobRequest) (*CreateDrainJobResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CreateDrainJob not implemented")
+}
+func (UnimplementedMasterServer) QueryDrainJob(context.Context, *DrainJobIdRequest) (*QueryJobResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method QueryDrainJob not implemented")
+}
+func (UnimplementedMasterServer) CancelDrainJob(context.Context, *DrainJobIdRequest) (*CancelDrainJobResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CancelDrainJob not implemented")
 }
 func (UnimplementedMasterServer) mustEmbedUnimplementedMasterServer() {}
 func (UnimplementedMasterServer) testEmbeddedByValue()                {}
@@ -1082,6 +1198,114 @@ func _Master_WaitObject_Handler(srv interface{}, ctx context.Context, dec func(i
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Master_GetReplicaListByRegex_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetReplicaListByRegexRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).GetReplicaListByRegex(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_GetReplicaListByRegex_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).GetReplicaListByRegex(ctx, req.(*GetReplicaListByRegexRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Master_BatchQueryIp_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(BatchQueryIpRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).BatchQueryIp(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_BatchQueryIp_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).BatchQueryIp(ctx, req.(*BatchQueryIpRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Master_CalcCacheStats_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CalcCacheStatsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).CalcCacheStats(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_CalcCacheStats_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).CalcCacheStats(ctx, req.(*CalcCacheStatsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Master_CreateDrainJob_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreateDrainJobRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).CreateDrainJob(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_CreateDrainJob_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).CreateDrainJob(ctx, req.(*CreateDrainJobRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Master_QueryDrainJob_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DrainJobIdRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).QueryDrainJob(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_QueryDrainJob_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).QueryDrainJob(ctx, req.(*DrainJobIdRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Master_CancelDrainJob_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DrainJobIdRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).CancelDrainJob(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_CancelDrainJob_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).CancelDrainJob(ctx, req.(*DrainJobIdRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Master_ServiceDesc is the grpc.ServiceDesc for Master service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1196,6 +1420,30 @@ var Master_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "WaitObject",
 			Handler:    _Master_WaitObject_Handler,
+		},
+		{
+			MethodName: "GetReplicaListByRegex",
+			Handler:    _Master_GetReplicaListByRegex_Handler,
+		},
+		{
+			MethodName: "BatchQueryIp",
+			Handler:    _Master_BatchQueryIp_Handler,
+		},
+		{
+			MethodName: "CalcCacheStats",
+			Handler:    _Master_CalcCacheStats_Handler,
+		},
+		{
+			MethodName: "CreateDrainJob",
+			Handler:    _Master_CreateDrainJob_Handler,
+		},
+		{
+			MethodName: "QueryDrainJob",
+			Handler:    _Master_QueryDrainJob_Handler,
+		},
+		{
+			MethodName: "CancelDrainJob",
+			Handler:    _Master_CancelDrainJob_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -33,7 +33,8 @@ func TestCodeValues(t *testing.T) {
 		{"RPC_TIMEOUT", -901}, {"ETCD_OPERATION_ERROR", -1000}, {"ETCD_KEY_NOT_EXIST", -1001},
 		{"ETCD_TRANSACTION_FAIL", -1002}, {"ETCD_CTX_CANCELLED", -1003},
 		{"UNAVAILABLE_IN_CURRENT_STATUS", -1010}, {"UNAVAILABLE_IN_CURRENT_MODE", -1011},
-		{"NOT_SUPPORTED", -1012},
+		{"NOT_SUPPORTED", -1012}, {"TASK_NOT_FOUND", -1400}, {"TASK_PENDING_LIMIT_EXCEEDED", -1401},
+		{"JOB_NOT_FOUND", -1402},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := Code(tc.value)
@@ -41,7 +42,7 @@ func TestCodeValues(t *testing.T) {
 			assert.Equal(t, c.String(), tc.name)
 		})
 	}
-	assert.Equal(t, len(Codes()), 39)
+	assert.Equal(t, len(Codes()), 42)
 }
 
 func TestCodeOf(t *testing.T) {

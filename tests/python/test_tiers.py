@@ -113,7 +113,7 @@ class Tiers(unittest.TestCase):
                  for x in self.s.get_replica_desc("m")}
         self.assertEqual(where, {me})
         self.assertEqual(self.s.get("m"), data)
-        self.assertEqual(self.s.query_task("no-such-task"), (None, ErrorCode.OBJECT_NO_REPLICATION_TASK))
+        self.assertEqual(self.s.query_task("no-such-task"), (None, ErrorCode.TASK_NOT_FOUND))
 
 
 if __name__ == "__main__":
