@@ -18,11 +18,13 @@
 # Environment: KVFERRY_LIB_DIR (kvferry's build/lib, default this tree's),
 # SIZE (bytes per transfer, default 64 MiB), PAIRS ("kv:kv mc:mc kv:mc
 # mc:kv": target:initiator pairings to run), FAKEVERBS_DEVICES (default
-# "fake_mlx5_0,fake_mlx5_1"), MOONCAKE_ENV (extra environment for Mooncake's
+# "fake_mlx5_0,fake_mlx5_1"), LOGS (a directory that keeps every process's
+# log, <target>-<initiator>.{target,initiator}.log), MOONCAKE_ENV (extra environment for Mooncake's
 # processes, e.g. "MC_GID_INDEX=1 GLOG_v=1").
 #
 # What Mooncake reads from sysfs and the fake has not got: its topology
-# discovery resolves /sys/class/infiniband/<nic>/../.. for the NIC's PCI
+# discovery stats /dev/infiniband/<uverbsN> and resolves
+# /sys/class/infiniband/<nic>/../.. for the NIC's PCI
 # address and NUMA node and skips a NIC without it, so every process gets
 # MC_CUSTOM_TOPO_JSON, a priority matrix naming the fake NICs for cpu:0
 # (kvferry reads the same file). Its GID ranking reads
@@ -97,6 +99,11 @@ run_pair() { # target-side initiator-side
   cat "$T/init.out"
   local trc=0
   wait "$tpid" || trc=$?
+  if [ -n "${LOGS:-}" ]; then
+    mkdir -p "$LOGS"
+    cp "$T/init.log" "$LOGS/$tside-$iside.initiator.log"
+    cp "$T/target.log" "$LOGS/$tside-$iside.target.log"
+  fi
   if [ "$rc" != 0 ] || [ "$trc" != 0 ]; then
     echo "FAIL $label: initiator exit $rc, target exit $trc" >&2
     echo "initiator log:" >&2; tail -40 "$T/init.log" >&2
