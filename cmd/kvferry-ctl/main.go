@@ -10,6 +10,8 @@
 //	kvferry-ctl [global flags] objects                 store objects (from the master's admin port)
 //	kvferry-ctl [global flags] usage                   per-segment store use
 //	kvferry-ctl [global flags] master                  the serving master (HA: the leader in etcd)
+//	kvferry-ctl [global flags] nics                    RDMA NIC ports: this host's (sysfs) or, with --metrics, the processes'
+//	kvferry-ctl [global flags] hw                      this host's CUDA driver and devices, RDMA devices (make hw-check)
 //
 // Global flags: --metadata (P2PHANDSHAKE, http://host:port/metadata or
 // etcd://host:port), --master_admin host:port (kvferry-master --metrics_port),
@@ -50,7 +52,7 @@ func main() {
 }
 
 const usage = `usage: kvferry-ctl [flags] COMMAND [args]
-commands: segments, transports, buffers, probe, links, top, objects, usage, master
+commands: segments, transports, buffers, probe, links, top, objects, usage, master, nics, hw
 flags:`
 
 func run(args []string, out io.Writer) error {
@@ -101,8 +103,12 @@ func run(args []string, out io.Writer) error {
 		return cmdUsage(ctx, o, rest)
 	case "master":
 		return cmdMaster(ctx, o, rest)
+	case "nics":
+		return cmdNICs(ctx, o, rest)
+	case "hw":
+		return cmdHW(ctx, o, rest)
 	}
-	return fmt.Errorf("unknown command %q (segments, transports, buffers, probe, links, top, objects, usage, master)", cmd)
+	return fmt.Errorf("unknown command %q (segments, transports, buffers, probe, links, top, objects, usage, master, nics, hw)", cmd)
 }
 
 // emit prints v as JSON with --json, else the table rows (header first).
