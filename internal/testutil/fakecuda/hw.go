@@ -4,11 +4,12 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
-	"syscall"
 	"testing"
 	"unsafe"
 
 	"github.com/ebitengine/purego"
+
+	"github.com/kvferry/kvferry/internal/testutil/hw"
 )
 
 // Hardware reports whether the tests run on this machine's real CUDA
@@ -16,18 +17,12 @@ import (
 // Build and Path return the real driver (KVFERRY_CUDA_LIB when it names
 // one, else libcuda.so.1), Open returns a Control that reads and writes
 // device memory through that driver, and the fake's fault injection and
-// bookkeeping are not there: tests that need them call FakeOnly. The
-// variable is read with syscall.Getenv: a test fixture, set before the
-// test process starts (the library itself reads its environment through
-// internal/hostenv).
-func Hardware() bool {
-	v, _ := syscall.Getenv("KVFERRY_HW")
-	return v == "1"
-}
+// bookkeeping are not there: tests that need them call FakeOnly.
+func Hardware() bool { return hw.Enabled() }
 
 // realLibrary is the driver a hardware run uses.
 func realLibrary() string {
-	if v, _ := syscall.Getenv("KVFERRY_CUDA_LIB"); v != "" {
+	if v := hw.Getenv("KVFERRY_CUDA_LIB"); v != "" {
 		return v
 	}
 	return "libcuda.so.1"
