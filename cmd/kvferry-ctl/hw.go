@@ -85,13 +85,18 @@ func probeHW() hwReport {
 		r.RDMA.NICs = rdma.Inventory(class, os.DirFS("/sys"))
 	}
 	r.RDMA.Available = len(r.RDMA.Sysfs) > 0 && len(r.RDMA.Verbs) > 0
-	if !r.RDMA.Available && r.RDMA.Error == "" {
-		switch {
-		case len(r.RDMA.Sysfs) == 0:
-			r.RDMA.Error = "no RDMA device in /sys/class/infiniband"
-		default:
-			r.RDMA.Error = "libibverbs lists no device"
+	if !r.RDMA.Available {
+		var why []string
+		if len(r.RDMA.Sysfs) == 0 {
+			why = append(why, "no RDMA device in /sys/class/infiniband")
 		}
+		switch {
+		case r.RDMA.Error != "":
+			why = append(why, r.RDMA.Error)
+		case len(r.RDMA.Verbs) == 0:
+			why = append(why, r.RDMA.Library+" lists no device")
+		}
+		r.RDMA.Error = strings.Join(why, "; ")
 	}
 	return r
 }
