@@ -37,6 +37,12 @@ RESULTS="$HW/results.jsonl"
 REPORT="${HW_REPORT:-$ROOT/build/hw-report.md}"
 BUDGET="${HW_BUDGET:-600}"
 PY="$(command -v python3 || true)"
+# The Python suite's interpreter: the first python3 with numpy (on a GPU
+# machine, the one with torch comes first on PATH).
+PYSUITE=""
+for p in $(which -a python3 2>/dev/null) /usr/bin/python3; do
+  if "$p" -c 'import numpy' 2>/dev/null; then PYSUITE="$p"; break; fi
+done
 
 # Go test binaries: name, package directory, -test.run pattern ("" all), what.
 GO_GPU=(
@@ -46,7 +52,6 @@ GO_GPU=(
   "tcp engine/transport/tcp GPU device memory over TCP (staged)"
   "samehost engine/transport/samehost GPU CUDA IPC between processes, chunked VMM, Mooncake nvlink peers"
   "client store/client GPU store puts and gets from device memory"
-  "ctl cmd/kvferry-ctl ^TestHW$ kvferry-ctl hw probe"
 )
 GO_RDMA=(
   "rdma engine/transport/rdma . RDMA transport between processes over the NICs, GPUDirect, rdmamap"
@@ -215,9 +220,9 @@ run() {
     DESC="tests/trtllm/run.sh vram: kVRAM through createMooncakeTransferAgent (auto, tcp)"
     part trtllm-kvram gpu 120 tests/trtllm/run.sh vram
     DESC="tests/python test_gpu: CUDA memory through the Python API and the store; real torch CUDA tensors"
-    part python-gpu gpu 180 env PYTHON="$PY" tests/python/run.sh test_gpu
+    part python-gpu gpu 180 env PYTHON="${PYSUITE:-$PY}" tests/python/run.sh test_gpu
     DESC="tests/python test_rdma: RDMA between two Python processes, showLinks"
-    part python-rdma rdma 120 env PYTHON="$PY" KVFERRY_HW_NICS="$NICLIST" tests/python/run.sh test_rdma
+    part python-rdma rdma 120 env PYTHON="${PYSUITE:-$PY}" KVFERRY_HW_NICS="$NICLIST" tests/python/run.sh test_rdma
   fi
 
   DESC="bench/gpu.sh: the GPU paths against baselines of the same run"

@@ -50,7 +50,8 @@ def py_summary(lines):
         m = PY_RESULT.match(line.strip())
         if not m:
             continue
-        name = "%s.%s" % (m.group(2).split(".")[-1], m.group(1))
+        where = m.group(2).split(".")  # module.Class.test (3.11+) or module.Class
+        name = "%s.%s" % (where[-2] if where[-1] == m.group(1) else where[-1], m.group(1))
         if m.group(3) == "ok":
             out["pass"] += 1
         elif m.group(3) in ("FAIL", "ERROR"):
@@ -111,6 +112,12 @@ def main():
                 w.append("- FAILED %s" % name)
             for name, why in s["skip"]:
                 w.append("- skipped %s: %s" % (name, why or "(no reason printed)"))
+            if s["fail"] or s["skip"]:
+                w.append("")
+        if s is None and not r["section"].startswith("bench-"):
+            # A shell suite: its steps and their verdicts.
+            steps = [l for l in lines if l.startswith("--- ") or re.search(r"(failures|passed|PASS)\b", l)]
+            w.extend("    " + l for l in steps[:60])
             w.append("")
         if r["section"].startswith("bench-"):
             t = tables(lines)
