@@ -39,7 +39,7 @@ func newEngine(conn, name string, autoDiscover bool, opts map[string]string) (h 
 	if err := setup(); err != nil {
 		return 0, err
 	}
-	cfg := hostenv.StackConfig()
+	cfg := stack.ConfigFromEnv(hostenv.Lookup)
 	cfg.Engine.MetadataConn = conn
 	cfg.Engine.LocalServerName = name
 	cfg.AutoDiscover = autoDiscover
@@ -918,7 +918,7 @@ func rdmaStatus(e *engine.Engine) string {
 	if t, ok := e.Transport(rdma.Name).(*rdma.Transport); ok {
 		return fmt.Sprintf("installed on %v; %s", t.Devices(), t.GPUDirectStatus())
 	}
-	if _, err := rdma.Available(hostenv.RDMAConfig()); err != nil {
+	if _, err := rdma.Available(rdma.ConfigFromEnv(hostenv.Lookup)); err != nil {
 		return "not installed: " + err.Error()
 	}
 	return "not installed (devices present; the engine did not install the rdma transport)"

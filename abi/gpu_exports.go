@@ -21,7 +21,7 @@ import (
 
 // gpuRuntime is the process's GPU runtime for the environment's settings
 // (KVFERRY_CUDA_LIB, KVFERRY_CUDA).
-func gpuRuntime() *gpu.Runtime { return gpu.Shared(hostenv.GPUConfig()) }
+func gpuRuntime() *gpu.Runtime { return gpu.Shared(gpu.ConfigFromEnv(hostenv.Lookup)) }
 
 // gpuAvailable reports whether the CUDA driver loads here (then VRAM is
 // among the NIXL plugin's memory types).

@@ -15,6 +15,7 @@ import (
 
 	"github.com/kvferry/kvferry/agent/nixl"
 	"github.com/kvferry/kvferry/engine"
+	"github.com/kvferry/kvferry/engine/stack"
 	"github.com/kvferry/kvferry/internal/hostenv"
 )
 
@@ -127,7 +128,7 @@ func putBytes(buf *C.char, n C.size_t, s string) C.int64_t {
 //export kvf_nixl_option
 func kvf_nixl_option(i C.size_t, key *C.char, klen C.size_t, val *C.char, vlen C.size_t) (rc C.int) {
 	defer recoverNixl(&rc)
-	opts := nixl.Options(hostenv.StackConfig())
+	opts := nixl.Options(stack.ConfigFromEnv(hostenv.Lookup))
 	if uint64(i) >= uint64(len(opts)) {
 		return 0
 	}

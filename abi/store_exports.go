@@ -21,6 +21,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/kvferry/kvferry/engine/stack"
 	"github.com/kvferry/kvferry/internal/cmem"
 	"github.com/kvferry/kvferry/internal/hostenv"
 	"github.com/kvferry/kvferry/store/asyncq"
@@ -288,7 +289,7 @@ func kvf_store_setup(h C.uintptr_t, localHostname, metadataServer *C.char, globa
 		Protocol:          proto,
 		DeviceName:        dev,
 		MasterServerAddr:  addr,
-		Stack:             hostenv.StackConfig(),
+		Stack:             stack.ConfigFromEnv(hostenv.Lookup),
 		Logger:            logger,
 	}
 	storeEnv(&cfg)

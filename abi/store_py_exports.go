@@ -19,6 +19,7 @@ import (
 	"unsafe"
 
 	"github.com/kvferry/kvferry/engine"
+	"github.com/kvferry/kvferry/engine/stack"
 	"github.com/kvferry/kvferry/internal/cmem"
 	"github.com/kvferry/kvferry/internal/hostenv"
 	"github.com/kvferry/kvferry/store/asyncq"
@@ -110,7 +111,7 @@ func kvf_py_setup_with_engine(h, eh C.uintptr_t, globalSegmentSize, localBufferS
 		Protocol:          proto,
 		MasterServerAddr:  addr,
 		Engine:            e,
-		Stack:             hostenv.StackConfig(),
+		Stack:             stack.ConfigFromEnv(hostenv.Lookup),
 		Logger:            logger,
 	}
 	storeEnv(&cfg)

@@ -44,6 +44,7 @@ if [ "${1:-}" = "--fake" ]; then
   NICS="${NICS:-fake_mlx5_0 fake_mlx5_1}"
   # The fake libcuda for the GPU rows (device memory the CPU cannot touch).
   export KVFERRY_CUDA_LIB="$(tests/fakecuda/build.sh "$T/fakecuda")" FAKECUDA_ARENA_MB=$(((BUF >> 20) + 64))
+  unset CUDA_VISIBLE_DEVICES # the fake honours it as the driver does
   GPU="${GPU:-0}"
 fi
 if [ -z "${NICS:-}" ]; then

@@ -27,7 +27,7 @@ const (
 type TransportFactory func(name string, e *Engine) (Transport, error)
 
 // Config configures an Engine. The zero value (plus Metadata) works; every
-// field names its default and the environment variable internal/hostenv
+// field names its default and the environment variable stack.ConfigFromEnv
 // reads for it.
 type Config struct {
 	// MetadataConn is the metadata connection string, for diagnostics

@@ -1155,6 +1155,7 @@ func (e *Engine) submit(id BatchID, reqs []Request, n *Notification) error {
 	gidx := make([]int, len(reqs))
 	var split []bool // by request: pieces never gathered in one slice (nil: none)
 	localGPU := e.HasDeviceMemory()
+	var refreshed []*Peer // peers re-fetched during this submit (at most once each)
 	for i, r := range reqs {
 		if r.Op != OpRead && r.Op != OpWrite {
 			return fmt.Errorf("submit: request %d: opcode %d: %w", i, r.Op, ErrInvalidArgument)
@@ -1181,6 +1182,13 @@ func (e *Engine) submit(id BatchID, reqs []Request, n *Notification) error {
 			}
 		} else if localGPU {
 			ends.Local = e.localKind(uint64(r.Source), r.Length)
+		}
+		if !p.Local() && !p.Contains(r.TargetOffset, r.Length) {
+			// The target may have been registered since the descriptor was
+			// cached: its kind (device memory or not) picks the transport,
+			// so refresh first (once per peer per submit; a range still
+			// missing fails in the range check below).
+			_ = e.checkRemoteOnce(p, r.TargetOffset, r.Length, &refreshed)
 		}
 		if p.Local() {
 			if localGPU {
@@ -1280,7 +1288,6 @@ func (e *Engine) submit(id BatchID, reqs []Request, n *Notification) error {
 	}
 	next := 0
 	var firstErr error
-	var refreshed []*Peer // peers re-fetched during this submit (at most once each)
 	for i, r := range reqs {
 		tk := &tasks[i]
 		g := &groups[gidx[i]]

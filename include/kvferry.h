@@ -27,7 +27,7 @@
 extern "C" {
 #endif
 
-#define KVFERRY_API_VERSION 8
+#define KVFERRY_API_VERSION 9
 
 /* Error codes (negative). The first group has Mooncake's values. */
 #define KVFERRY_OK 0
@@ -793,6 +793,60 @@ int mc_probe_fabric_support(int device);
 int kvferry_transfer_on_stream(transfer_engine_t engine, void *stream, const char *target,
                                void *const *buffers, const uint64_t *peer_addresses,
                                const size_t *lengths, size_t n, int opcode);
+
+/* ---- Store segments (API version 9). Mooncake's RealClient calls of
+ * the same names (mount_segment, ...): more memory lent to the store after
+ * setup, each range a segment of its own under the store's segment name,
+ * re-mounted with the others and unmounted by mooncake_store_destroy.
+ * Returns 0 or a negative code (-1 INTERNAL_ERROR for a dummy client, an
+ * id these calls did not make, or a failure outside the master; -600 for
+ * bad arguments; the master's code otherwise). Segment ids are UUIDs,
+ * written NUL-ended (several joined by ','); -10 (BUFFER_OVERFLOW) when
+ * segment_ids_len is too small, and nothing stays mounted. */
+
+/* Maps size bytes of the file at path from offset (a multiple of the page
+ * size; the range inside the file) shared and read-write, and lends them.
+ * protocol is recorded with the segment ("" or NULL: the store's);
+ * location is the memory's location for the engine ("" or NULL: "*"). */
+int kvferry_store_mount_segment(mooncake_store_t store, const char *path, uint64_t offset,
+                                uint64_t size, const char *protocol, const char *location,
+                                char *segment_ids, size_t segment_ids_len);
+
+/* Maps size bytes (rounded up to 16 MiB, Mooncake's slab size; stored in
+ * *allocated_size when not NULL) of anonymous memory and lends them. */
+int kvferry_store_allocate_and_mount_segment(mooncake_store_t store, uint64_t size,
+                                             const char *protocol, const char *location,
+                                             uint64_t *allocated_size, char *segment_ids,
+                                             size_t segment_ids_len);
+
+/* Unmounts the count segments: those of kvferry_store_mount_segment with
+ * free_memory 0, those of kvferry_store_allocate_and_mount_segment with 1,
+ * and unmaps their memory. The master drops their replicas and removes
+ * objects left with none; with grace_period_seconds > 0 (at most 300) it
+ * first moves the objects only a segment holds to other stores' segments,
+ * and the call returns when they are moved or the grace is over. Every id
+ * is tried; the result is the first failure. */
+int kvferry_store_unmount_segment(mooncake_store_t store, const char **segment_ids, size_t count,
+                                  uint64_t grace_period_seconds, int free_memory);
+
+/* Takes the store's disk tier (kvferry_store_set_ssd_offload) off the
+ * master, so that it names the store as a holder of no file, then waits
+ * grace_period_seconds (at most 300). 0 without a disk tier. */
+int kvferry_store_unmount_local_disk_segment(mooncake_store_t store,
+                                             uint64_t grace_period_seconds);
+
+/* How many reads were served from a disk tier (own files read directly,
+ * and objects brought back from another store's disk): Mooncake's
+ * get_offload_rpc_read_count. 0 for a dummy client. */
+int64_t kvferry_store_offload_read_count(mooncake_store_t store);
+
+/* Huge-page host memory (Mooncake's hugepage_memory_alloc/_free, whose
+ * addresses get_alloc_func_addr and get_free_func_addr return): page
+ * aligned, 2 MiB pages where the kernel has them reserved, else ordinary
+ * pages advised for transparent huge pages. NULL on failure; free ignores
+ * NULL and pointers it did not hand out. Safe from any thread. */
+void *kvferry_hugepage_alloc(size_t size);
+void kvferry_hugepage_free(void *ptr);
 
 #ifdef __cplusplus
 }

@@ -7,22 +7,33 @@
 #
 #   scripts/demo.sh [--layers N] [--blocks N] [--block-size N] [--kv-heads N] [--head-dim N]
 #
-# Uses ${KVFERRY_LIB_DIR:-build/lib} (built with `make lib` when missing) and
-# Debian's python3 with python3-numpy.
+# With Debian's python3 and python3-numpy (${PYTHON:-/usr/bin/python3}) it
+# runs the Python version (examples/pd_disagg/*.py) on
+# ${KVFERRY_LIB_DIR:-build/lib}, built with `make lib` when missing. Without
+# them it runs the Go version (examples/pd_disagg/godemo), which needs only
+# Go. It says which, and exits with the demo's status.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 LIBDIR="${KVFERRY_LIB_DIR:-$PWD/build/lib}"
 PY="${PYTHON:-/usr/bin/python3}"
-if [ ! -e "$LIBDIR/libkvferry.so.1" ]; then
-  if [ -n "${KVFERRY_LIB_DIR:-}" ]; then
-    echo "demo: $LIBDIR/libkvferry.so.1 is missing" >&2
-    exit 1
+GO="${GO:-go}"
+
+if "$PY" -c 'import numpy' 2>/dev/null; then
+  if [ ! -e "$LIBDIR/libkvferry.so.1" ]; then
+    if [ -n "${KVFERRY_LIB_DIR:-}" ]; then
+      echo "demo: $LIBDIR/libkvferry.so.1 is missing" >&2
+      exit 1
+    fi
+    make lib
   fi
-  make lib
+  echo "demo: the Python version ($PY, examples/pd_disagg/run.py)" >&2
+  export KVFERRY_LIB_DIR="$(cd "$LIBDIR" && pwd)"
+  exec timeout 600 "$PY" examples/pd_disagg/run.py "$@"
 fi
-if ! "$PY" -c 'import numpy' 2>/dev/null; then
-  echo "demo: numpy is missing (apt-get install python3-numpy)" >&2
-  exit 1
-fi
-export KVFERRY_LIB_DIR="$(cd "$LIBDIR" && pwd)"
-exec timeout 600 "$PY" examples/pd_disagg/run.py "$@"
+
+# The Go demo takes the same options, written with one dash or two.
+BIN="$PWD/build/bin/pd-demo"
+mkdir -p "$(dirname "$BIN")"
+"$GO" build -o "$BIN" ./examples/pd_disagg/godemo
+echo "demo: the Go version ($BIN, examples/pd_disagg/godemo; no $PY with numpy here)" >&2
+exec timeout 600 "$BIN" "$@"

@@ -320,7 +320,7 @@ long_form() {
   echo "fuzz long: parsers ${parser_execs} executions, stateful ${state_execs} or ${state_secs} s, C driver ${cfuzz_calls} calls per API${FUZZ_SLICE_SECS:+, at most ${FUZZ_SLICE_SECS} s per target now}; ledger $ledger"
   if [ "$cfuzz_calls" -gt 0 ] && all_targets | grep -q ' cfuzz$'; then
     make -s lib headers
-    gcc -O1 -g -Wall -Wextra -Werror -std=gnu11 -Iinclude -o build/cfuzz tests/cfuzz/cfuzz.c -ldl -lpthread
+    gcc -O1 -g -Wall -Wextra -Werror -std=gnu11 -Iinclude -Itests/c -o build/cfuzz tests/cfuzz/cfuzz.c -ldl -lpthread
   fi
   local pkg target kind e s w r order
   # Most-lacking first: seconds still needed at the ledger rate (targets

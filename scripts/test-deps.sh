@@ -3,8 +3,11 @@
 # .ci/run. Building needs only Go and a C compiler; these are for the tests:
 # cmake (the CMake consumer test), etcd (cluster metadata and HA), iperf3 and
 # redis (baselines some suites print), numpy and torch (the Python suites),
-# libibverbs-dev (the verbs layout check), protobuf-compiler, nftables and
-# iptables (the network fault suite), prometheus (the deploy suite).
+# libibverbs-dev (the verbs layout check), ibverbs-utils and perftest
+# (rdma-core's and perftest's programs, run on the fake verbs provider by
+# tests/rdma/thirdparty), numba (its CUDA driver binding runs on the fake
+# libcuda, test_numba.py), protobuf-compiler, nftables and iptables (the
+# network fault suite), prometheus (the deploy suite).
 #
 #   scripts/test-deps.sh check     list what is missing; exit 1 if anything is
 #   scripts/test-deps.sh ensure    install what is missing when this user can
@@ -18,8 +21,8 @@ set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 
 PKGS="build-essential pkg-config cmake etcd-server etcd-client iperf3 redis-server redis-tools
-      python3 python3-numpy python3-torch python3-setuptools python3-pip python3-venv iproute2 libibverbs-dev
-      protobuf-compiler python3-pyflakes prometheus nftables iptables"
+      python3 python3-numpy python3-numba python3-torch python3-setuptools python3-pip python3-venv iproute2 libibverbs-dev
+      ibverbs-utils perftest protobuf-compiler python3-pyflakes prometheus nftables iptables"
 
 missing=""
 for p in $PKGS; do

@@ -26,7 +26,7 @@ func newTestAgent(t testing.TB, name string, opts map[string]string, progress bo
 	t.Helper()
 	p, err := ParseOptions(name, opts)
 	assert.NilError(t, err)
-	cfg := hostenv.StackConfig()
+	cfg := stack.ConfigFromEnv(hostenv.Lookup)
 	cfg.Engine.MetadataConn = p.MetadataConn
 	cfg.Engine.LocalServerName = p.LocalServerName
 	cfg.AutoDiscover = true
@@ -54,7 +54,7 @@ func newTestAgent(t testing.TB, name string, opts map[string]string, progress bo
 }
 
 func TestOptions(t *testing.T) {
-	opts := Options(hostenv.StackConfig())
+	opts := Options(stack.ConfigFromEnv(hostenv.Lookup))
 	keys := map[string]string{}
 	for _, o := range opts {
 		keys[o.Key] = o.Default

@@ -26,7 +26,7 @@ func newTestAgent(t *testing.T, name string) *Agent {
 	p, err := ParseOptions(name, map[string]string{"local_server_name": "127.0.0.1"}, hostenv.Getenv, nil)
 	assert.NilError(t, err)
 	assert.Equal(t, len(p.EngineOptions), 0)
-	cfg := hostenv.StackConfig()
+	cfg := stack.ConfigFromEnv(hostenv.Lookup)
 	cfg.Engine.MetadataConn = p.MetadataConn
 	cfg.Engine.LocalServerName = p.LocalServerName
 	cfg.AutoDiscover = p.AutoDiscover

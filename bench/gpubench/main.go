@@ -64,13 +64,13 @@ func main() {
 }
 
 func driver() (*cuda.Driver, *gpu.Runtime, error) {
-	rt := gpu.Shared(hostenv.GPUConfig())
+	rt := gpu.Shared(gpu.ConfigFromEnv(hostenv.Lookup))
 	d, err := rt.Driver()
 	return d, rt, err
 }
 
 func newEngine(force string) (*engine.Engine, error) {
-	cfg := hostenv.StackConfig()
+	cfg := stack.ConfigFromEnv(hostenv.Lookup)
 	cfg.Engine.LocalServerName = "127.0.0.1"
 	cfg.AutoDiscover = true
 	if force != "" {

@@ -194,7 +194,7 @@ func serveMetrics() {
 }
 
 func newEngine(ctx context.Context) (*engine.Engine, error) {
-	cfg := hostenv.StackConfig()
+	cfg := stack.ConfigFromEnv(hostenv.Lookup)
 	cfg.Engine.MetadataConn = *metadataServer
 	cfg.Engine.LocalServerName = *localServerName
 	cfg.AutoDiscover = true

@@ -18,6 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kvferry/kvferry/engine/stack"
 	"github.com/kvferry/kvferry/internal/cmem"
 	"github.com/kvferry/kvferry/internal/hostenv"
 	"github.com/kvferry/kvferry/store/client"
@@ -119,7 +120,7 @@ func newStoreClient(segmentBytes uint64) (*client.Client, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	return embedded.NewClient(ctx, client.Config{
-		Stack:             hostenv.StackConfig(), // KVFERRY_SPIN_US and the like apply
+		Stack:             stack.ConfigFromEnv(hostenv.Lookup), // KVFERRY_SPIN_US and the like apply
 		LocalHostname:     "127.0.0.1",
 		MasterServerAddr:  *sMaster,
 		GlobalSegmentSize: segmentBytes,

@@ -29,7 +29,7 @@ func benchBuffer(e *engine.Engine) (region, func(), error) {
 		}
 		return region{buf.Addr(), buf.Len()}, func() { e.UnregisterMemory(buf.Addr()); buf.Close() }, nil
 	}
-	d, err := stack.GPURuntime(hostenv.StackConfig()).Driver()
+	d, err := stack.GPURuntime(stack.ConfigFromEnv(hostenv.Lookup)).Driver()
 	if err != nil {
 		return region{}, nil, fmt.Errorf("--use_vram: %w", err)
 	}

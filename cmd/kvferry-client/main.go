@@ -30,6 +30,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/kvferry/kvferry/engine/stack"
 	"github.com/kvferry/kvferry/internal/hostenv"
 	"github.com/kvferry/kvferry/store/client"
 	"github.com/kvferry/kvferry/store/embedded"
@@ -105,7 +106,7 @@ func run(args []string) error {
 		DeviceName:        *devices,
 		MasterServerAddr:  *masterAddr,
 		TenantID:          *tenant,
-		Stack:             hostenv.StackConfig(),
+		Stack:             stack.ConfigFromEnv(hostenv.Lookup),
 		Logger:            log,
 	}
 	if *offload {

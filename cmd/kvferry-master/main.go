@@ -173,7 +173,7 @@ func parse(args []string) (*options, error) {
 	defKey, _ := hostenv.Getenv("KVFERRY_AUTH_KEY_FILE")
 	fs.StringVar(&cfg.AuthKeyFile, "auth_key_file", defKey,
 		"cluster key file: every client (and HTTP metadata peer) must prove it holds the key (kvferry; default KVFERRY_AUTH_KEY_FILE)")
-	envTLS := hostenv.TLSFiles()
+	envTLS := tlsconf.FilesFromEnv(hostenv.Lookup)
 	fs.StringVar(&cfg.TLSFiles.Cert, "tls_cert_file", envTLS.Cert, "TLS certificate of the RPC and HTTP metadata ports (kvferry; default KVFERRY_TLS_CERT_FILE)")
 	fs.StringVar(&cfg.TLSFiles.Key, "tls_key_file", envTLS.Key, "TLS private key (kvferry; default KVFERRY_TLS_KEY_FILE)")
 	fs.StringVar(&cfg.TLSFiles.CA, "tls_ca_file", envTLS.CA, "CA that signs client certificates; required with TLS (kvferry; default KVFERRY_TLS_CA_FILE)")

@@ -54,7 +54,7 @@ func run(args []string) error {
 	maxValue := fs.Int64("max-value-bytes", mdhttp.DefaultServerMaxValueBytes, "largest accepted value in bytes")
 	defKey, _ := hostenv.Getenv("KVFERRY_AUTH_KEY_FILE")
 	keyFile := fs.String("auth-key-file", defKey, "cluster key file: every peer must prove it holds the key (default KVFERRY_AUTH_KEY_FILE)")
-	envTLS := hostenv.TLSFiles()
+	envTLS := tlsconf.FilesFromEnv(hostenv.Lookup)
 	var tf tlsconf.Files
 	fs.StringVar(&tf.Cert, "tls-cert-file", envTLS.Cert, "TLS certificate: serve https (default KVFERRY_TLS_CERT_FILE)")
 	fs.StringVar(&tf.Key, "tls-key-file", envTLS.Key, "TLS private key (default KVFERRY_TLS_KEY_FILE)")

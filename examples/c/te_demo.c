@@ -1,9 +1,12 @@
-/* te_demo: two processes move 1 GiB over loopback through the Mooncake-
- * compatible C API of libkvferry.so, verify every byte and print GB/s.
+/* te_demo: two processes move 1 GiB (or the size given) over loopback through
+ * the Mooncake-compatible C API of libkvferry.so, verify every byte and print
+ * GB/s.
  *
- *   te_demo target <ready-file>       register 1 GiB, publish the segment name
- *   te_demo initiator <segment> <addr> write a pattern into the target, read
- *                                     it back, verify, ask the target to verify
+ *   te_demo target <ready-file> [MiB]        register 1 GiB (or MiB), publish
+ *                                            the segment name and address
+ *   te_demo initiator <segment> <addr> [MiB] write a pattern into the target,
+ *                                            read it back, verify, ask the
+ *                                            target to verify
  *
  * Build: gcc -O2 -Iinclude te_demo.c -Lbuild/lib -lkvferry -Wl,-rpath,build/lib
  */
@@ -18,8 +21,11 @@
 #include "kvferry.h"
 #include "transfer_engine_c.h"
 
-#define TOTAL (1ull << 30)
 #define BLOCK (4ull << 20)
+
+/* Bytes moved: 1 GiB unless the command line says otherwise (a multiple of
+ * BLOCK). */
+static size_t total = 1ull << 30;
 
 static double now(void) {
     struct timespec t;
@@ -44,23 +50,23 @@ static void fill(uint8_t *p, size_t n) {
 static int target(const char *ready) {
     transfer_engine_t e = createTransferEngine("P2PHANDSHAKE", "127.0.0.1", NULL, 0, 1);
     if (!e) { fprintf(stderr, "createTransferEngine failed\n"); return 1; }
-    uint8_t *buf = map_buf(TOTAL);
-    if (registerLocalMemory(e, buf, TOTAL, "cpu:0", 1)) { fprintf(stderr, "register failed\n"); return 1; }
+    uint8_t *buf = map_buf(total);
+    if (registerLocalMemory(e, buf, total, "cpu:0", 1)) { fprintf(stderr, "register failed\n"); return 1; }
     char name[64];
     getLocalIpAndPort(e, name, sizeof name);
     FILE *f = fopen(ready, "w");
     fprintf(f, "%s %" PRIuPTR "\n", name, (uintptr_t)buf);
     fclose(f);
-    printf("[target] segment %s, 1 GiB registered at %p\n", name, (void *)buf);
+    printf("[target] segment %s, %zu MiB registered at %p\n", name, total >> 20, (void *)buf);
     for (int i = 0; i < 120000; i++) { /* up to 120 s */
         int n = 0;
         notify_msg_t *m = getNotifsFromEngine(e, &n);
         for (int k = 0; k < n; k++) {
             if (strcmp(m[k].msg, "verify") == 0) {
-                uint8_t *want = map_buf(TOTAL);
-                fill(want, TOTAL);
-                int ok = memcmp(want, buf, TOTAL) == 0;
-                printf("[target] received %s from %s: %s\n", m[k].msg, m[k].name, ok ? "all 1 GiB match" : "MISMATCH");
+                uint8_t *want = map_buf(total);
+                fill(want, total);
+                int ok = memcmp(want, buf, total) == 0;
+                printf("[target] received %s from %s: %s\n", m[k].msg, m[k].name, ok ? "all bytes match" : "MISMATCH");
                 freeNotifsMsgBuf(m, n);
                 destroyTransferEngine(e);
                 return ok ? 0 : 1;
@@ -73,7 +79,7 @@ static int target(const char *ready) {
 }
 
 static int run_batch(transfer_engine_t e, int op, uint8_t *local, segment_id_t seg, uint64_t remote) {
-    size_t n = TOTAL / BLOCK;
+    size_t n = total / BLOCK;
     struct transfer_request *r = calloc(n, sizeof *r);
     for (size_t i = 0; i < n; i++)
         r[i] = (struct transfer_request){op, local + i * BLOCK, seg, remote + i * BLOCK, BLOCK};
@@ -88,22 +94,22 @@ static int run_batch(transfer_engine_t e, int op, uint8_t *local, segment_id_t s
     double dt = now() - t0;
     freeBatchID(e, b);
     free(r);
-    printf("[initiator] %-5s 1 GiB in %zu x 4 MiB requests: %.3f s, %.2f GB/s\n", op ? "WRITE" : "READ", n, dt, TOTAL / dt / 1e9);
+    printf("[initiator] %-5s %zu MiB in %zu x 4 MiB requests: %.3f s, %.2f GB/s\n", op ? "WRITE" : "READ", total >> 20, n, dt, total / dt / 1e9);
     return 0;
 }
 
 static int initiator(const char *seg_name, uint64_t remote) {
     transfer_engine_t e = createTransferEngine("P2PHANDSHAKE", "127.0.0.1", NULL, 0, 1);
     if (!e) return 1;
-    uint8_t *src = map_buf(TOTAL), *back = map_buf(TOTAL);
-    fill(src, TOTAL);
-    registerLocalMemory(e, src, TOTAL, "cpu:0", 1);
-    registerLocalMemory(e, back, TOTAL, "cpu:0", 1);
+    uint8_t *src = map_buf(total), *back = map_buf(total);
+    fill(src, total);
+    registerLocalMemory(e, src, total, "cpu:0", 1);
+    registerLocalMemory(e, back, total, "cpu:0", 1);
     segment_id_t seg = openSegment(e, seg_name);
     if (seg < 0) { fprintf(stderr, "openSegment(%s) failed\n", seg_name); return 1; }
     if (run_batch(e, OPCODE_WRITE, src, seg, remote) || run_batch(e, OPCODE_READ, back, seg, remote)) return 1;
-    int ok = memcmp(src, back, TOTAL) == 0;
-    printf("[initiator] read back: %s\n", ok ? "all 1 GiB match" : "MISMATCH");
+    int ok = memcmp(src, back, total) == 0;
+    printf("[initiator] read back: %s\n", ok ? "all bytes match" : "MISMATCH");
     notify_msg_t m = {"initiator", "verify"};
     genNotifyInEngine(e, (uint64_t)seg, m);
     destroyTransferEngine(e);
@@ -112,8 +118,19 @@ static int initiator(const char *seg_name, uint64_t remote) {
 
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IONBF, 0);
-    if (argc == 3 && strcmp(argv[1], "target") == 0) return target(argv[2]);
-    if (argc == 4 && strcmp(argv[1], "initiator") == 0) return initiator(argv[2], strtoull(argv[3], NULL, 0));
-    fprintf(stderr, "usage: te_demo target <ready-file> | initiator <segment> <addr>\n");
+    int target_mode = (argc == 3 || argc == 4) && strcmp(argv[1], "target") == 0;
+    int initiator_mode = (argc == 4 || argc == 5) && strcmp(argv[1], "initiator") == 0;
+    int size_arg = target_mode ? 3 : 4;
+    if ((target_mode || initiator_mode) && argc > size_arg) {
+        unsigned long long mib = strtoull(argv[size_arg], NULL, 10);
+        if (mib == 0 || mib > (64ull << 10) || mib % (BLOCK >> 20)) {
+            fprintf(stderr, "te_demo: size must be a multiple of %llu MiB up to 64 GiB\n", BLOCK >> 20);
+            return 2;
+        }
+        total = mib << 20;
+    }
+    if (target_mode) return target(argv[2]);
+    if (initiator_mode) return initiator(argv[2], strtoull(argv[3], NULL, 0));
+    fprintf(stderr, "usage: te_demo target <ready-file> [MiB] | initiator <segment> <addr> [MiB]\n");
     return 2;
 }

@@ -267,7 +267,7 @@ func Free(addr uintptr) {
 	C.free(Pointer(addr))
 }
 
-// Map is an anonymous private memory mapping.
+// Map is a memory mapping: anonymous and private (MapAnon), or shared (MapShared, MapFile).
 type Map struct {
 	b []byte
 }
@@ -297,6 +297,20 @@ func MapShared(fd int, n uint64) (*Map, error) {
 	b, err := unix.Mmap(fd, 0, int(n), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
 		return nil, fmt.Errorf("mmap %d shared bytes of fd %d: %w", n, fd, err)
+	}
+	return &Map{b: b}, nil
+}
+
+// MapFile maps n bytes of the file fd from offset (a multiple of the page
+// size), read-write and shared: writes reach the file, and every other
+// process mapping it sees them.
+func MapFile(fd int, offset, n uint64) (*Map, error) {
+	if n == 0 || n > uint64(^uint(0)>>1) || offset > 1<<62 {
+		return nil, fmt.Errorf("mmap %d bytes at offset %d of fd %d: %w", n, offset, fd, unix.EINVAL)
+	}
+	b, err := unix.Mmap(fd, int64(offset), int(n), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("mmap %d bytes at offset %d of fd %d: %w", n, offset, fd, err)
 	}
 	return &Map{b: b}, nil
 }

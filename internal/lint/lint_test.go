@@ -1,7 +1,8 @@
 // Package lint runs kvferry's source rules as tests (STYLE.md "Lint runs as
-// tests"): gofmt, where import "C" may appear, no os.Getenv, no raw atomic
-// functions, no printing or log.Fatal from library packages, and etcd clients
-// that reconnect promptly (internal/etcddial).
+// tests"): gofmt, where import "C" may appear, no os.Getenv, no import from
+// internal/ into the layers above it, no raw atomic functions, no printing or
+// log.Fatal from library packages, and etcd clients that reconnect promptly
+// (internal/etcddial).
 package lint
 
 import (
@@ -98,6 +99,38 @@ func TestImportC(t *testing.T) {
 			}
 		}
 	}
+}
+
+// upperLayers are the packages internal/ may not import: internal/ holds the
+// leaves that engine/, store/, agent/, abi/ and plugin/ build on, so no
+// arrow runs back up (DESIGN.md "Layers and who may import whom"). What
+// assembles a layer's configuration from the environment lives in that
+// layer (stack.ConfigFromEnv, rdma.ConfigFromEnv, ...), over hostenv's
+// readers.
+var upperLayers = []string{"engine", "store", "agent", "abi", "plugin"}
+
+func TestInternalImportsNoUpperLayer(t *testing.T) {
+	const module = "github.com/kvferry/kvferry/"
+	n := 0
+	for _, f := range goFiles(t) {
+		if !strings.HasPrefix(f.rel, "internal/") {
+			continue
+		}
+		n++
+		for _, imp := range f.file.Imports {
+			path := strings.Trim(imp.Path.Value, `"`)
+			rest, ok := strings.CutPrefix(path, module)
+			if !ok {
+				continue
+			}
+			for _, layer := range upperLayers {
+				if rest == layer || strings.HasPrefix(rest, layer+"/") {
+					t.Errorf("%s imports %s: internal/ packages are leaves and import none of %v", f.rel, path, upperLayers)
+				}
+			}
+		}
+	}
+	assert.Assert(t, n > 0, "no Go file found under internal/")
 }
 
 func TestNoOSGetenv(t *testing.T) {

@@ -251,6 +251,15 @@ _PROTOTYPES = {
     "kvferry_store_queue_poll": (
         c_int, [_V, POINTER(c_uint64), POINTER(c_int64), POINTER(c_void_p), c_size_t]),
     "kvferry_store_queue_destroy": (None, [_V]),
+    # kvferry.h, store segments (API version 9)
+    "kvferry_store_mount_segment": (c_int, [_V, _S, c_uint64, c_uint64, _S, _S, c_char_p, c_size_t]),
+    "kvferry_store_allocate_and_mount_segment": (
+        c_int, [_V, c_uint64, _S, _S, POINTER(c_uint64), c_char_p, c_size_t]),
+    "kvferry_store_unmount_segment": (c_int, [_V, POINTER(c_char_p), c_size_t, c_uint64, c_int]),
+    "kvferry_store_unmount_local_disk_segment": (c_int, [_V, c_uint64]),
+    "kvferry_store_offload_read_count": (c_int64, [_V]),
+    "kvferry_hugepage_alloc": (_V, [c_size_t]),
+    "kvferry_hugepage_free": (None, [_V]),
 }
 
 

@@ -49,9 +49,19 @@ type Client struct {
 	auth     *peerauth.Keys // the cluster key, or nil
 	tls      *tls.Config    // control-plane TLS toward the master, or nil
 
-	global   segmentMemory // the mounted segment's memory (nil: none)
+	global  segmentMemory // the mounted segment's memory (nil: none)
+	staging *staging      // nil with NoLocalBuffer
+
+	// segMu guards segments (every segment lent, re-mounted with the
+	// client: the global one first, then those mounted after setup), extra
+	// (those mounted after setup, by id; segments.go) and tasks once New
+	// has returned.
+	segMu    sync.Mutex
 	segments []*wire.Segment
-	staging  *staging // nil with NoLocalBuffer
+	extra    map[string]*extraSegment
+	// diskDrained is set once DrainDiskSegment took the disk tier off the
+	// master: remounts no longer announce it.
+	diskDrained atomic.Bool
 
 	embedded io.Closer        // the embedded master, if any
 	etcd     *clientv3.Client // HA leader lookups, if any
@@ -104,7 +114,8 @@ func New(ctx context.Context, cfg Config) (_ *Client, err error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	c := &Client{cfg: cfg, log: cfg.Logger, kick: make(chan struct{}, 1), clientID: newUUID(), tenant: cfg.TenantID}
+	c := &Client{cfg: cfg, log: cfg.Logger, kick: make(chan struct{}, 1), clientID: newUUID(), tenant: cfg.TenantID,
+		extra: map[string]*extraSegment{}}
 	c.obs = kvmetrics.NewStoreClient(c.counters)
 	// The cluster key authenticates the master connections and the
 	// engine's; the engine's own, when one is given.
@@ -207,7 +218,7 @@ func New(ctx context.Context, cfg Config) (_ *Client, err error) {
 	// ReMountSegments registers the client even without a segment, so the
 	// master tracks its liveness from the start.
 	rctx, cancel := context.WithTimeout(ctx, cfg.RPCTimeout)
-	mresp, err := mc.mc.ReMountSegments(rctx, &wire.ReMountSegmentsRequest{ClientId: c.clientID, Segments: c.segments})
+	mresp, err := mc.mc.ReMountSegments(rctx, &wire.ReMountSegmentsRequest{ClientId: c.clientID, Segments: c.segmentList()})
 	cancel()
 	if err != nil {
 		return nil, fmt.Errorf("store client: mount segment at master %s: %w", mc.addr, wire.FromStatus(err))
@@ -325,7 +336,7 @@ func (c *Client) Close() error {
 		ctx, cancel := context.WithTimeout(context.Background(), min(c.cfg.RPCTimeout, 2*time.Second))
 		c.returnGrants(ctx, mc, time.Now())
 		cancel()
-		for _, seg := range c.segments {
+		for _, seg := range c.segmentList() {
 			timeout, req := min(c.cfg.RPCTimeout, 2*time.Second), &wire.UnmountSegmentRequest{ClientId: c.clientID, SegmentId: seg.GetId()}
 			if grace := c.closeGrace(); grace > 0 {
 				// Graceful: the master moves this segment's objects
@@ -362,14 +373,18 @@ func (c *Client) teardown() {
 	defer c.obs.Close()
 	c.cancel()
 	c.wg.Wait()
-	if c.tasks != nil {
-		c.tasks.wg.Wait()
+	c.segMu.Lock()
+	t := c.tasks
+	c.segMu.Unlock()
+	if t != nil {
+		t.wg.Wait()
 	}
 	c.hot.clear()
 	c.hints.clear()
 	if mc := c.conn.Swap(nil); mc != nil && mc.closer != nil {
 		mc.closer.Close()
 	}
+	c.closeExtras()
 	if c.e != nil {
 		if c.global != nil {
 			_ = c.e.UnregisterMemory(c.global.Addr())
@@ -528,7 +543,8 @@ func (c *Client) runHeartbeat() {
 func (c *Client) remount(mc *masterConn) {
 	ctx, cancel := context.WithTimeout(c.ctx, c.cfg.RPCTimeout)
 	defer cancel()
-	resp, err := mc.mc.ReMountSegments(ctx, &wire.ReMountSegmentsRequest{ClientId: c.clientID, Segments: c.segments})
+	segs := c.segmentList()
+	resp, err := mc.mc.ReMountSegments(ctx, &wire.ReMountSegmentsRequest{ClientId: c.clientID, Segments: segs})
 	if err != nil {
 		c.log.Warn("remount failed", "master", mc.addr, "err", wire.FromStatus(err))
 		return
@@ -536,11 +552,14 @@ func (c *Client) remount(mc *masterConn) {
 	if !c.cfg.NoPutGrants {
 		c.grants.offer(mc, resp)
 	}
-	if err := c.mountDisk(ctx, mc); err != nil {
-		c.log.Warn("disk tier remount failed", "master", mc.addr, "err", err)
+	// A disk tier DrainDiskSegment took off the master is not announced again.
+	if !c.diskDrained.Load() {
+		if err := c.mountDisk(ctx, mc); err != nil {
+			c.log.Warn("disk tier remount failed", "master", mc.addr, "err", err)
+		}
 	}
 	c.metrics.remounts.Add(1)
-	c.log.Info("segments remounted", "master", mc.addr, "segments", len(c.segments))
+	c.log.Info("segments remounted", "master", mc.addr, "segments", len(segs))
 }
 
 // switchLeader reads the HA leader and, when it moved, connects to it.

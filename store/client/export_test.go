@@ -26,3 +26,9 @@ func HoldStagingForTest(c *Client) (release func()) {
 		}
 	}
 }
+
+// RemountForTest re-mounts c's segments (and disk tier) as the heartbeat
+// does after a NEED_REMOUNT answer.
+func RemountForTest(c *Client) {
+	c.remount(c.conn.Load())
+}

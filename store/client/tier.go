@@ -99,10 +99,12 @@ func (c *Client) mountDisk(ctx context.Context, mc *masterConn) error {
 	return nil
 }
 
-// startTasks starts the task loop (New), when the client lends memory or
-// disk.
+// startTasks starts the task loop (New, and the first segment mounted
+// after it), when the client lends memory or disk; once.
 func (c *Client) startTasks() {
-	if c.global == nil && c.disk == nil {
+	c.segMu.Lock()
+	defer c.segMu.Unlock()
+	if c.tasks != nil || (len(c.segments) == 0 && c.disk == nil) || c.closed.Load() {
 		return
 	}
 	c.tasks = newTasks()
@@ -203,19 +205,6 @@ func (c *Client) runTasks(ts []*wire.Task) {
 	}
 }
 
-// ownRange returns the bytes [addr, addr+n) of this client's segment, or
-// an error when they are not all inside it.
-func (c *Client) ownRange(addr, n uint64) ([]byte, error) {
-	if c.global == nil {
-		return nil, fmt.Errorf("no segment: %w", wire.ErrInvalidParams)
-	}
-	base, size := uint64(c.global.Addr()), c.global.Len()
-	if addr < base || n > size || addr-base > size-n {
-		return nil, fmt.Errorf("range [%#x, +%d) outside the segment [%#x, +%d): %w", addr, n, base, size, wire.ErrInvalidParams)
-	}
-	return cmem.Bytes(uintptr(addr), n), nil
-}
-
 // runTask does one task and returns its result.
 func (c *Client) runTask(t *wire.Task) *wire.TaskResult {
 	res := &wire.TaskResult{Id: t.GetId()}
@@ -225,10 +214,11 @@ func (c *Client) runTask(t *wire.Task) *wire.TaskResult {
 			if c.disk == nil {
 				return fmt.Errorf("no disk tier: %w", wire.ErrNotSupported)
 			}
-			src, err := c.ownRange(t.GetSrcAddress(), t.GetSize())
+			src, release, err := c.ownRange(t.GetSrcAddress(), t.GetSize())
 			if err != nil {
 				return err
 			}
+			defer release()
 			fb, err := c.disk.Write(t.GetTenantId(), t.GetKey(), t.GetUid(), src)
 			res.FileBytes = fb
 			if err == nil {
@@ -239,10 +229,11 @@ func (c *Client) runTask(t *wire.Task) *wire.TaskResult {
 			if c.disk == nil {
 				return fmt.Errorf("no disk tier: %w", wire.ErrNotSupported)
 			}
-			dst, err := c.ownRange(t.GetDstAddress(), t.GetSize())
+			dst, release, err := c.ownRange(t.GetDstAddress(), t.GetSize())
 			if err != nil {
 				return err
 			}
+			defer release()
 			if err := c.disk.Read(t.GetTenantId(), t.GetKey(), t.GetUid(), dst); err != nil {
 				return err
 			}
@@ -270,13 +261,17 @@ func (c *Client) runTask(t *wire.Task) *wire.TaskResult {
 // copyReplica writes a replica in this client's segment into the target
 // the master allocated (a copy, a move or a drain).
 func (c *Client) copyReplica(t *wire.Task) error {
-	if _, err := c.ownRange(t.GetSrcAddress(), t.GetSize()); err != nil {
+	_, release, err := c.ownRange(t.GetSrcAddress(), t.GetSize())
+	if err != nil {
 		return err
 	}
+	defer release()
 	if t.GetDstSegmentName() == c.segName {
-		if _, err := c.ownRange(t.GetDstAddress(), t.GetSize()); err != nil {
+		_, releaseDst, err := c.ownRange(t.GetDstAddress(), t.GetSize())
+		if err != nil {
 			return err
 		}
+		defer releaseDst()
 		cmem.Copy(uintptr(t.GetDstAddress()), uintptr(t.GetSrcAddress()), t.GetSize())
 		return nil
 	}

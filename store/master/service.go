@@ -483,7 +483,10 @@ func (s *Service) mountLocked(c *clientState, info SegmentInfo) error {
 }
 
 // UnmountSegment removes a segment of the calling client and drops every
-// replica on it; objects left without replicas are removed.
+// replica on it; objects left without replicas are removed. The id of the
+// client's disk tier unmounts the tier (Mooncake's drainLocalDiskSegment):
+// its files are no longer replicas, and objects left without any are
+// removed.
 func (s *Service) UnmountSegment(clientID, segmentID string) (err error) {
 	defer s.durable(&err)
 	s.mu.Lock()
@@ -491,6 +494,10 @@ func (s *Service) UnmountSegment(clientID, segmentID string) (err error) {
 	defer s.checkLocked()
 	seg, ok := s.mu.segments[segmentID]
 	if !ok {
+		if c := s.mu.clients[clientID]; c != nil && c.disk != nil && c.disk.info.ID == segmentID {
+			s.unmountDiskLocked(c.disk)
+			return nil
+		}
 		return fmt.Errorf("unmount segment %q: %w", segmentID, wire.ErrSegmentNotFound)
 	}
 	if seg.info.ClientID != clientID {

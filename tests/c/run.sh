@@ -9,7 +9,7 @@ PART="${1:-all}"
 LIB="${KVFERRY_LIB_DIR:-$PWD/build/lib}/libtransfer_engine.so"
 OUT="$(mktemp -d)"
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$OUT"' EXIT
-CFLAGS="-O2 -g -Wall -Wextra -Werror -std=gnu11 -Iinclude ${KVFERRY_SAN_CFLAGS:-}"
+CFLAGS="-O2 -g -Wall -Wextra -Werror -std=gnu11 -Iinclude -Itests/c ${KVFERRY_SAN_CFLAGS:-}"
 wait_ready() { # file timeout
   for _ in $(seq 1 $(( $2 * 10 ))); do [ -s "$1" ] && return 0; sleep 0.1; done
   echo "target did not start" >&2; return 1
@@ -73,6 +73,9 @@ gpu() { # label, env...
   wait
 }
 FAKECUDA="$(tests/fakecuda/build.sh "$OUT/fakecuda")"
+# The fake honours CUDA_VISIBLE_DEVICES as the driver does; the suites want
+# all its devices (a hardware run keeps the machine's setting).
+[ "${KVFERRY_HW:-}" = 1 ] || unset CUDA_VISIBLE_DEVICES
 gcc $CFLAGS -o "$OUT/te_gpu_test" tests/c/te_gpu_test.c -ldl
 gpu "auto: CUDA IPC"
 gpu "tcp, staged" MC_FORCE_TCP=1

@@ -7,7 +7,7 @@ cd "$(dirname "$0")/../.."
 OUT="${1:-$(mktemp -d)}"
 LIB="${KVFERRY_LIB_DIR:-$PWD/build/lib}/libkvferry.so"
 MASTER_BIN="${KVFERRY_BIN_DIR:-$PWD/build/bin}/kvferry-master"
-CFLAGS="-O2 -g -Wall -Wextra -Werror -std=gnu11 -Iinclude ${KVFERRY_SAN_CFLAGS:-}"
+CFLAGS="-O2 -g -Wall -Wextra -Werror -std=gnu11 -Iinclude -Itests/c ${KVFERRY_SAN_CFLAGS:-}"
 gcc $CFLAGS -o "$OUT/store_test" tests/c/store_test.c -ldl
 
 pids=()

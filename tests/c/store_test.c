@@ -19,59 +19,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "store_c.h"
-#include "kvferry.h"
+#include "kvf_api.h"
 
-#define STORE_FUNCS(X)                  \
-    X(mooncake_store_create)            \
-    X(mooncake_store_destroy)           \
-    X(mooncake_store_setup)             \
-    X(mooncake_store_init_all)          \
-    X(mooncake_store_health_check)      \
-    X(mooncake_store_put)               \
-    X(mooncake_store_put_from)          \
-    X(mooncake_store_batch_put_from)    \
-    X(mooncake_store_get_into)          \
-    X(mooncake_store_batch_get_into)    \
-    X(mooncake_store_is_exist)          \
-    X(mooncake_store_batch_is_exist)    \
-    X(mooncake_store_get_size)          \
-    X(mooncake_store_get_hostname)      \
-    X(mooncake_store_remove)            \
-    X(mooncake_store_remove_by_regex)   \
-    X(mooncake_store_remove_all)        \
-    X(mooncake_store_register_buffer)   \
-    X(mooncake_store_unregister_buffer) \
-    X(kvferry_store_upsert)             \
-    X(kvferry_store_upsert_from)        \
-    X(kvferry_store_batch_upsert_from)  \
-    X(kvferry_store_batch_remove)       \
-    X(kvferry_store_get_alloc)          \
-    X(kvferry_store_free)               \
-    X(kvferry_store_last_error)         \
-    X(kvferry_store_set_tenant)         \
-    X(kvferry_store_batch_put_from_multi) \
-    X(kvferry_store_batch_get_into_multi) \
-    X(kvferry_store_set_ssd_offload)    \
-    X(kvferry_metrics_text)
-
-static struct {
-#define X(name) __typeof__(&name) name;
-    STORE_FUNCS(X)
-#undef X
-} api;
-
-static int failures;
-
-#define CHECK(cond, ...)                                                    \
-    do {                                                                    \
-        if (!(cond)) {                                                      \
-            failures++;                                                     \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-            fprintf(stderr, __VA_ARGS__);                                   \
-            fprintf(stderr, "\n");                                          \
-        }                                                                   \
-    } while (0)
+static struct store_api api;
 
 /* Mooncake store ErrorCodes used below (specs/mooncake.md §6.6). */
 enum {
@@ -80,31 +30,6 @@ enum {
     OBJECT_HAS_LEASE = -706,
     RPC_FAIL = -900,
 };
-
-static void load(const char *path) {
-    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (!h) {
-        fprintf(stderr, "dlopen %s: %s\n", path, dlerror());
-        exit(2);
-    }
-#define X(name)                                                 \
-    api.name = (__typeof__(&name))dlsym(h, #name);              \
-    if (!api.name) {                                            \
-        fprintf(stderr, "dlsym %s: %s\n", #name, dlerror());    \
-        exit(2);                                                \
-    }
-    STORE_FUNCS(X)
-#undef X
-}
-
-static void *map_buf(size_t n) {
-    void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) {
-        perror("mmap");
-        exit(2);
-    }
-    return p;
-}
 
 static void fill(uint8_t *p, size_t n, unsigned seed) {
     for (size_t i = 0; i < n; i++) p[i] = (uint8_t)(i * 131 + seed);
@@ -221,7 +146,7 @@ static void test_client(const char *master, const char *holder) {
 
     /* Put into the holder's segment, read back. */
     const size_t n = (3 << 20) + 77;
-    uint8_t *src = map_buf(n), *dst = map_buf(n + 4096);
+    uint8_t *src = map_lazy(n), *dst = map_lazy(n + 4096);
     fill(src, n, 1);
     const char *pref[] = {holder};
     mooncake_replicate_config_t on_holder = {1, 0, 0, pref, 1};
@@ -268,7 +193,7 @@ static void test_client(const char *master, const char *holder) {
     /* Zero-copy batch through registered memory, two replicas (holder and
      * this client). */
     enum { K = 6, SZ = 128 << 10 };
-    uint8_t *rb = map_buf(K * SZ), *wb = map_buf(K * SZ);
+    uint8_t *rb = map_lazy(K * SZ), *wb = map_lazy(K * SZ);
     CHECK(api.mooncake_store_register_buffer(s, rb, K * SZ) == 0, "register");
     CHECK(api.mooncake_store_register_buffer(s, wb, K * SZ) == 0, "register 2");
     const char *keys[K + 1];
@@ -383,7 +308,7 @@ static void test_tenants(const char *master) {
 static void test_multi(const char *master) {
     mooncake_store_t s = new_store(master, 0);
     const size_t P = 64 << 10;
-    uint8_t *src = map_buf(4 * P), *dst = map_buf(8 * P), plain[3000];
+    uint8_t *src = map_lazy(4 * P), *dst = map_lazy(8 * P), plain[3000];
     fill(src, 4 * P, 31);
     fill(plain, sizeof plain, 32);
     CHECK(api.mooncake_store_register_buffer(s, src, 4 * P) == 0, "register src");
@@ -528,7 +453,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: store_test holder|client|embedded <lib> ...\n");
         return 2;
     }
-    load(argv[2]);
+    if (store_load(&api, argv[2]) != 0) return 2;
     if (strcmp(argv[1], "holder") == 0 && argc == 5) {
         mooncake_store_t s = new_store(argv[3], 64 << 20);
         char name[128];

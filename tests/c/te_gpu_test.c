@@ -24,49 +24,15 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "te_api.h"
+#include "kvf_api.h"
 #include "../fakecuda/cuda_app.h"
 
 static struct te_api te;
 static cuda_app cu;
-static int failures;
 static void *(*cuda_vmm_malloc)(ssize_t, int, void *);
 static void (*cuda_vmm_free)(void *, ssize_t, int, void *);
 
-#define CHECK(cond, ...)                                                   \
-    do {                                                                   \
-        if (!(cond)) {                                                     \
-            failures++;                                                    \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-            fprintf(stderr, __VA_ARGS__);                                  \
-            fprintf(stderr, "\n");                                         \
-        }                                                                  \
-    } while (0)
-
 #define SIZE (4u << 20)
-
-static void pattern(uint8_t *p, size_t n, uint64_t seed) {
-    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-    for (size_t i = 0; i + 8 <= n; i += 8) {
-        x ^= x << 13; x ^= x >> 7; x ^= x << 17;
-        memcpy(p + i, &x, 8);
-    }
-}
-
-static uint8_t *map_buf(size_t n) {
-    void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) exit(2);
-    return p;
-}
-
-static transfer_engine_t new_engine(void) {
-    transfer_engine_t e = te.createTransferEngine("P2PHANDSHAKE", "127.0.0.1", "", 0, 1);
-    if (!e) {
-        fprintf(stderr, "createTransferEngine failed\n");
-        exit(2);
-    }
-    return e;
-}
 
 static void load_alloc(const char *lib) {
     void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
@@ -92,7 +58,7 @@ static int transfer(transfer_engine_t e, int op, void *src, segment_id_t seg, ui
 }
 
 static int run_target(const char *libcuda, const char *ready) {
-    transfer_engine_t e = new_engine();
+    transfer_engine_t e = te_new_p2p(&te);
     uint64_t legacy = cuda_malloc(&cu, 0, SIZE);
     uint64_t vmm = (uint64_t)(uintptr_t)cuda_vmm_malloc(SIZE, cu.second, NULL);
     (void)libcuda;
@@ -126,11 +92,11 @@ static int run_target(const char *libcuda, const char *ready) {
 }
 
 static int run_initiator(const char *seg_name, uint64_t legacy, uint64_t vmm) {
-    transfer_engine_t e = new_engine();
+    transfer_engine_t e = te_new_p2p(&te);
     segment_id_t seg = te.openSegment(e, seg_name);
     CHECK(seg > 0, "openSegment(%s) = %d", seg_name, seg);
     uint64_t src = cuda_malloc(&cu, 0, SIZE), back = cuda_malloc(&cu, 0, SIZE);
-    uint8_t *host = map_buf(SIZE), *want = map_buf(SIZE), *got = map_buf(SIZE);
+    uint8_t *host = map_lazy(SIZE), *want = map_lazy(SIZE), *got = map_lazy(SIZE);
     CHECK(src && back, "device memory");
     CHECK(te.registerLocalMemory(e, (void *)(uintptr_t)src, SIZE, "cuda:0", 1) == 0, "register src");
     CHECK(te.registerLocalMemory(e, (void *)(uintptr_t)back, SIZE, "*", 1) == 0, "register back");
@@ -174,8 +140,8 @@ static int run_initiator(const char *seg_name, uint64_t legacy, uint64_t vmm) {
 }
 
 static int run_nodriver(void) {
-    transfer_engine_t a = new_engine(), b = new_engine();
-    uint8_t *src = map_buf(1 << 20), *dst = map_buf(1 << 20);
+    transfer_engine_t a = te_new_p2p(&te), b = te_new_p2p(&te);
+    uint8_t *src = map_lazy(1 << 20), *dst = map_lazy(1 << 20);
     CHECK(te.registerLocalMemory(a, src, 1 << 20, "cuda:0", 1) == KVFERRY_ERR_NOT_IMPLEMENTED, "cuda: without a driver");
     CHECK(te.registerLocalMemory(a, src, 1 << 20, "cpu:0", 1) == 0, "host memory");
     CHECK(te.registerLocalMemory(b, dst, 1 << 20, "*", 1) == 0, "host memory");
@@ -191,7 +157,7 @@ static int run_nodriver(void) {
 }
 
 static int run_fork(const char *lib, const char *libcuda) {
-    transfer_engine_t e = new_engine();
+    transfer_engine_t e = te_new_p2p(&te);
     void *p = cuda_vmm_malloc(1 << 20, 0, NULL);
     CHECK(p != NULL, "allocation before fork");
     void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);

@@ -27,52 +27,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "te_api.h"
+#include "kvf_api.h"
 
 static struct te_api te;
-static int failures;
-
-#define CHECK(cond, ...)                                                       \
-    do {                                                                       \
-        if (!(cond)) {                                                         \
-            failures++;                                                        \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);    \
-            fprintf(stderr, __VA_ARGS__);                                      \
-            fprintf(stderr, "\n");                                             \
-        }                                                                      \
-    } while (0)
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-static void *map_buf(size_t n) {
-    void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-    if (p == MAP_FAILED) {
-        perror("mmap");
-        exit(2);
-    }
-    return p;
-}
-
-static void pattern(uint8_t *p, size_t n, uint64_t seed) {
-    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-    for (size_t i = 0; i + 8 <= n; i += 8) {
-        x ^= x << 13; x ^= x >> 7; x ^= x << 17;
-        memcpy(p + i, &x, 8);
-    }
-}
-
-static transfer_engine_t new_engine(void) {
-    transfer_engine_t e = te.createTransferEngine("P2PHANDSHAKE", "127.0.0.1", "", 0, 1);
-    if (!e) {
-        fprintf(stderr, "createTransferEngine failed\n");
-        exit(2);
-    }
-    return e;
-}
 
 /* Polls every task of a batch until terminal (deadline seconds); returns the
  * number of tasks that did not complete, or -1 on timeout. */
@@ -102,7 +59,7 @@ static int wait_batch(transfer_engine_t e, batch_id_t b, size_t n, double deadli
 /* ---- target ---- */
 
 static int run_target(size_t size, const char *ready) {
-    transfer_engine_t e = new_engine();
+    transfer_engine_t e = te_new_p2p(&te);
     uint8_t *buf = map_buf(size);
     if (te.registerLocalMemory(e, buf, size, "cpu:0", 1) != 0) {
         fprintf(stderr, "target: register failed\n");
@@ -278,7 +235,7 @@ static void test_bad_input(transfer_engine_t e, segment_id_t seg, uint8_t *local
 }
 
 static int run_initiator(const char *seg_name, uint64_t remote) {
-    transfer_engine_t e = new_engine();
+    transfer_engine_t e = te_new_p2p(&te);
     te.getLocalIpAndPort(e, my_name, sizeof my_name);
     const size_t total = 64u << 20, req_size = 1u << 20;
     uint8_t *src = map_buf(total), *back = map_buf(total);
@@ -448,7 +405,7 @@ static int run_initiator(const char *seg_name, uint64_t remote) {
 }
 
 static int run_fault(const char *seg_name, uint64_t remote, int pid, const char *seg2, uint64_t remote2) {
-    transfer_engine_t e = new_engine();
+    transfer_engine_t e = te_new_p2p(&te);
     const size_t total = 1u << 30, req_size = 1u << 20, n = total / req_size;
     uint8_t *src = map_buf(total);
     CHECK(te.registerLocalMemory(e, src, total, "*", 1) == 0, "register 1 GiB");
@@ -491,7 +448,7 @@ static int run_fault(const char *seg_name, uint64_t remote, int pid, const char 
 
 /* After fork() the child gets error codes at once, never a hang. */
 static int run_fork(void) {
-    transfer_engine_t e = new_engine();
+    transfer_engine_t e = te_new_p2p(&te);
     char buf[64];
     CHECK(te.getLocalIpAndPort(e, buf, sizeof buf) == 0, "parent works");
     pid_t pid = fork();
@@ -518,7 +475,7 @@ static int run_fork(void) {
 /* enableGracefulShutdown: SIGTERM destroys the engine, then the previous
  * disposition (default: terminate) applies. */
 static int run_graceful(void) {
-    transfer_engine_t e = new_engine();
+    transfer_engine_t e = te_new_p2p(&te);
     te.enableGracefulShutdown(e);
     raise(SIGTERM);
     for (int i = 0; i < 100; i++) usleep(50000); /* killed before this ends */

@@ -29,37 +29,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../c/te_api.h"
-#include "store_c.h"
-
-#define STORE_FUNCS(X)                  \
-    X(mooncake_store_create)            \
-    X(mooncake_store_destroy)           \
-    X(mooncake_store_setup)             \
-    X(mooncake_store_put)               \
-    X(mooncake_store_put_from)          \
-    X(mooncake_store_batch_put_from)    \
-    X(mooncake_store_get_into)          \
-    X(mooncake_store_batch_get_into)    \
-    X(mooncake_store_is_exist)          \
-    X(mooncake_store_batch_is_exist)    \
-    X(mooncake_store_get_size)          \
-    X(mooncake_store_get_hostname)      \
-    X(mooncake_store_remove)            \
-    X(mooncake_store_remove_by_regex)   \
-    X(mooncake_store_remove_all)        \
-    X(mooncake_store_register_buffer)   \
-    X(mooncake_store_unregister_buffer) \
-    X(kvferry_store_upsert)             \
-    X(kvferry_store_batch_remove)       \
-    X(kvferry_store_last_error)
+#include "kvf_api.h"
 
 static struct te_api te;
-static struct {
-#define X(name) __typeof__(&name) name;
-    STORE_FUNCS(X)
-#undef X
-} st;
+static struct store_api st;
 
 /* ---- random numbers (xorshift64*) ---- */
 static uint64_t rs;
@@ -450,24 +423,13 @@ static void op_store(void) {
     }
 }
 
-static int count_fds(void) {
-    int n = 0;
-    DIR *d = opendir("/proc/self/fd");
-    if (!d) return -1;
-    while (readdir(d)) n++;
-    closedir(d);
-    return n;
-}
-
 static long goroutines(void) {
-    static char buf[1 << 20];
-    int64_t n = te.kvferry_metrics_text(buf, sizeof buf);
-    char *p = n > 0 ? strstr(buf, "\ngo_goroutines ") : NULL;
-    if (!p) {
-        fprintf(stderr, "cfuzz: no go_goroutines in the metrics (%" PRId64 " bytes)\n", n);
+    long n = metrics_goroutines(te.kvferry_metrics_text);
+    if (n < 0) {
+        fprintf(stderr, "cfuzz: no go_goroutines in the metrics\n");
         exit(1);
     }
-    return strtol(p + 15, NULL, 10);
+    return n;
 }
 
 int main(int argc, char **argv) {
@@ -475,18 +437,11 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: cfuzz <lib> <seed> <calls> [store]\n");
         return 2;
     }
-    if (te_load(&te, argv[1]) != 0) return 2;
-    void *h = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
-#define X(name)                                                             \
-    st.name = (__typeof__(&name))dlsym(h, #name);                           \
-    if (!st.name) { fprintf(stderr, "dlsym %s\n", #name); return 2; }
-    STORE_FUNCS(X)
-#undef X
+    if (te_load(&te, argv[1]) != 0 || store_load(&st, argv[1]) != 0) return 2;
     rs = strtoull(argv[2], NULL, 0) * 0x9E3779B97F4A7C15ull + 1;
     uint64_t want = strtoull(argv[3], NULL, 0);
     int with_store = argc > 4 && strcmp(argv[4], "store") == 0;
-    mem = mmap(NULL, MEM, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-    if (mem == MAP_FAILED) return 2;
+    mem = map_buf(MEM);
     pthread_t wd;
     pthread_create(&wd, NULL, watchdog, NULL);
     (void)te.kvferry_api_version();

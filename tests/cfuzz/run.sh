@@ -9,7 +9,7 @@ cd "$(dirname "$0")/../.."
 LIB="${KVFERRY_LIB_DIR:-$PWD/build/lib}/libkvferry.so.1"
 OUT="$(mktemp -d)"
 trap 'rm -rf "$OUT"' EXIT
-gcc -O1 -g -Wall -Wextra -Werror -std=gnu11 -Iinclude ${CFUZZ_CFLAGS:-} -o "$OUT/cfuzz" tests/cfuzz/cfuzz.c -ldl -lpthread
+gcc -O1 -g -Wall -Wextra -Werror -std=gnu11 -Iinclude -Itests/c ${CFUZZ_CFLAGS:-} -o "$OUT/cfuzz" tests/cfuzz/cfuzz.c -ldl -lpthread
 seed="${CFUZZ_SEED:-$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}"
 calls="${CFUZZ_CALLS:-15000}"
 # The library's own logs of refused calls are expected; keep the output short.

@@ -13,12 +13,13 @@ import (
 	"gotest.tools/v3/assert"
 
 	"github.com/kvferry/kvferry/engine/metadata/etcd/etcdtest"
+	"github.com/kvferry/kvferry/tests/internal/suite"
 )
 
 // ctl runs build/bin/kvferry-ctl and returns its standard output.
 func ctl(t *testing.T, args ...string) string {
 	t.Helper()
-	out, err := exec.Command(filepath.Join(binDir(), "kvferry-ctl"), args...).Output()
+	out, err := exec.Command(filepath.Join(suite.BinDir(), "kvferry-ctl"), args...).Output()
 	if ee, ok := err.(*exec.ExitError); ok {
 		t.Fatalf("kvferry-ctl %s: %v\n%s%s", strings.Join(args, " "), err, out, ee.Stderr)
 	}
@@ -149,12 +150,12 @@ func checkCtl(t *testing.T, c *cluster) {
 
 	// Under HA: the leader recorded in a real etcd.
 	etcd := etcdtest.Start(t)
-	ha := start(t, nil, filepath.Join(binDir(), "kvferry-master"), "--port=0", "--rpc_address=127.0.0.1",
+	ha := start(t, nil, filepath.Join(suite.BinDir(), "kvferry-master"), "--port=0", "--rpc_address=127.0.0.1",
 		"--metrics_host=127.0.0.1", "--metrics_port=0", "--enable_ha", "--etcd_endpoints="+etcd.Endpoint(), "--cluster_id=ctltest")
 	haAddr := ha.want(t, `^listening on (\S+)`)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		out, err := exec.Command(filepath.Join(binDir(), "kvferry-ctl"), "--json", "--master=etcd://"+etcd.Endpoint(),
+		out, err := exec.Command(filepath.Join(suite.BinDir(), "kvferry-ctl"), "--json", "--master=etcd://"+etcd.Endpoint(),
 			"--cluster_id=ctltest", "master").Output()
 		if err == nil && json.Unmarshal(out, &views) == nil && len(views) == 1 && views[0].Leader == haAddr {
 			break

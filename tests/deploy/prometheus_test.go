@@ -15,7 +15,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -30,27 +29,22 @@ import (
 
 	"gopkg.in/yaml.v3"
 	"gotest.tools/v3/assert"
+
+	"github.com/kvferry/kvferry/tests/internal/proc"
+	"github.com/kvferry/kvferry/tests/internal/suite"
 )
 
-var root = func() string { d, _ := filepath.Abs("../.."); return d }()
-
-func binDir() string {
-	if d := os.Getenv("KVFERRY_BIN_DIR"); d != "" {
-		return d
-	}
-	return filepath.Join(root, "build", "bin")
-}
-
-// proc is a child process whose stdout and stderr lines are scanned.
-type proc struct {
+// server is a child process whose stdout and stderr lines are scanned
+// together (a server's log: kvferry's, Prometheus').
+type server struct {
 	cmd   *exec.Cmd
 	lines chan string
 	log   strings.Builder
 }
 
-func start(t *testing.T, env []string, name string, args ...string) *proc {
+func start(t *testing.T, env []string, name string, args ...string) *server {
 	t.Helper()
-	p := &proc{cmd: exec.Command(name, args...), lines: make(chan string, 1024)}
+	p := &server{cmd: exec.Command(name, args...), lines: make(chan string, 1024)}
 	p.cmd.Env = append(os.Environ(), env...)
 	r, w, err := os.Pipe()
 	assert.NilError(t, err)
@@ -79,7 +73,7 @@ func start(t *testing.T, env []string, name string, args ...string) *proc {
 }
 
 // want waits for a line matching re and returns its first group.
-func (p *proc) want(t *testing.T, re string) string {
+func (p *server) want(t *testing.T, re string) string {
 	t.Helper()
 	rx := regexp.MustCompile(re)
 	deadline := time.After(60 * time.Second)
@@ -99,14 +93,6 @@ func (p *proc) want(t *testing.T, re string) string {
 	}
 }
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	assert.NilError(t, err)
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
 func promtool(t *testing.T, args ...string) {
 	t.Helper()
 	out, err := exec.Command("promtool", args...).CombinedOutput()
@@ -122,7 +108,7 @@ type cluster struct {
 
 func startCluster(t *testing.T) *cluster {
 	t.Helper()
-	bin := binDir()
+	bin := suite.BinDir()
 	loop := []string{"MC_TCP_BIND_ADDRESS=127.0.0.1", "KVFERRY_LOG_LEVEL=off"}
 	md := start(t, nil, filepath.Join(bin, "kvferry-metadata"), "--addr=127.0.0.1", "--port=0")
 	mdAddr := md.want(t, `^listening on (\S+)`)
@@ -166,7 +152,7 @@ func checkPrometheus(t *testing.T, c *cluster) {
 			t.Fatalf("%s missing (Debian package prometheus; make test installs it: scripts/test-deps.sh)", tool)
 		}
 	}
-	deploy := filepath.Join(root, "deploy")
+	deploy := filepath.Join(suite.Root(), "deploy")
 	promtool(t, "check", "config", filepath.Join(deploy, "prometheus", "prometheus.yml"))
 	promtool(t, "check", "rules", filepath.Join(deploy, "prometheus", "alerts.yml"))
 
@@ -191,7 +177,7 @@ scrape_configs:
 	cfgPath := filepath.Join(dir, "prometheus.yml")
 	assert.NilError(t, os.WriteFile(cfgPath, []byte(cfg), 0o644))
 	promtool(t, "check", "config", cfgPath)
-	promAddr := "127.0.0.1:" + strconv.Itoa(freePort(t))
+	promAddr := "127.0.0.1:" + strconv.Itoa(proc.FreePort(t))
 	prom := start(t, nil, "prometheus", "--config.file="+cfgPath, "--storage.tsdb.path="+filepath.Join(dir, "data"),
 		"--web.listen-address="+promAddr, "--log.level=warn")
 	_ = prom

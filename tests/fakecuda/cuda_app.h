@@ -8,10 +8,10 @@
  * machine with one). */
 #ifndef KVF_TEST_CUDA_APP_H
 #define KVF_TEST_CUDA_APP_H
-#include <dlfcn.h>
 #include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
+
+#include "../c/kvf_test.h"
 
 typedef struct {
     int (*init)(unsigned);
@@ -29,12 +29,11 @@ typedef struct {
     int dev; /* device current on the thread that called cuda_current, -1 none */
 } cuda_app;
 
+/* cuda_sym is the driver's function name; the program exits (status 2)
+ * where the driver lacks it. */
 static inline void *cuda_sym(void *h, const char *name) {
-    void *p = dlsym(h, name);
-    if (!p) {
-        fprintf(stderr, "fake cuda: no %s\n", name);
-        exit(2);
-    }
+    void *p = kvf_dl_sym(h, name);
+    if (!p) exit(2);
     return p;
 }
 
@@ -43,11 +42,8 @@ static inline int cuda_fake(const cuda_app *c) { return c->backing != NULL; }
 
 /* cuda_open loads the driver at path and initializes it. */
 static inline int cuda_open(cuda_app *c, const char *path) {
-    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (!h) {
-        fprintf(stderr, "dlopen %s: %s\n", path, dlerror());
-        return -1;
-    }
+    void *h = kvf_dl_open(path, 0);
+    if (!h) return -1;
     *(void **)&c->init = cuda_sym(h, "cuInit");
     *(void **)&c->retain = cuda_sym(h, "cuDevicePrimaryCtxRetain");
     *(void **)&c->set_current = cuda_sym(h, "cuCtxSetCurrent");

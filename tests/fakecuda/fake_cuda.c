@@ -34,8 +34,15 @@
 //     naming the exporter's pid, the backing memfd's number, the offset and
 //     the size, which the fake verbs provider (tests/rdma/fakeverbs) maps in
 //     ibv_reg_dmabuf_mr.
-//   - Streams run their copies, event markers and host functions in order
-//     on a worker thread each; events complete when the worker reaches them.
+//   - Streams run their copies, memsets, event markers, host functions and
+//     callbacks in order on a worker thread each; events complete (and take
+//     their time stamp) when the worker reaches them, and outlive
+//     cuEventDestroy until their queued uses have run. The legacy default
+//     stream (0, CU_STREAM_LEGACY) synchronizes with the blocking streams
+//     (flags 0, and the per-thread default stream CU_STREAM_PER_THREAD) as
+//     on a GPU: work on one waits for the work queued before on the other;
+//     synchronous copies and memsets run after the work queued before on
+//     those streams. Non-blocking streams (flags 1) take no part.
 //   - The current context is per thread (a stack): calls that need one fail
 //     with CUDA_ERROR_INVALID_CONTEXT without it, and an async copy on a
 //     stream of another context fails, so a binding that forgets to keep
@@ -57,9 +64,19 @@
 // sleeps), as on a real GPU where pageable copies are the slow ones.
 // In-process tests use the fakecuda_* control functions instead.
 //
+//   - It passes for an H100 to programs written for the real driver (numba's
+//     CUDA binding runs on it, tests/python/test_numba.py): the attributes
+//     of one, a UUID per device, CUDA_VISIBLE_DEVICES, primary-context
+//     state, flags and reset, memory info that follows the allocations.
+//     Every entry point numba binds exists; the device-code ones (modules,
+//     kernels, the JIT linker) fail with CUDA_ERROR_NOT_SUPPORTED or
+//     CUDA_ERROR_INVALID_HANDLE, as the fake runs no device code.
+//
 // Other settings: FAKECUDA_DEVICES (default 2), FAKECUDA_ARENA_MB (per
 // device, default 64), FAKECUDA_DRIVER_VERSION (default 12080; below
 // 12000 cuGetProcAddress_v2 reports itself missing), FAKECUDA_NO_VMM=1.
+// CUDA_VISIBLE_DEVICES selects and orders the devices, as with the real
+// driver; the suites built on the fake clear it.
 
 #define _GNU_SOURCE
 #include <errno.h>
@@ -127,6 +144,7 @@ struct device {
 	char *backing;
 	uint64_t base, size;
 	struct fctx ctx;
+	unsigned int ctx_flags; // cuDevicePrimaryCtxSetFlags
 	volatile int lost;
 	int peer_enabled[MAX_DEVICES];
 };
@@ -145,6 +163,7 @@ struct range {
 	uint64_t ipc_pid, ipc_id; // R_IPC: what was opened
 	size_t map_len;   // bytes mapped at start and at backing
 	int own_map;      // backing must be munmap'ed on removal
+	unsigned int flags; // R_PINNED: cuMemHostAlloc flags; R_REGISTERED: cuMemHostRegister flags
 };
 
 struct phys {
@@ -155,6 +174,7 @@ struct phys {
 	uint64_t handle_types;
 	int refs;
 	char *backing; // lazily mapped whole allocation (for fabric/posix import copies)
+	int imported;  // made by cuMemImportFromShareableHandle
 };
 
 struct reservation {
@@ -162,40 +182,69 @@ struct reservation {
 	char *shadow; // host view of the whole reservation: mappings are placed in it at their offsets
 };
 
+typedef void (*CUstreamCallback)(void *stream, CUresult status, void *user);
+
+enum { OP_COPY = 1, OP_EVENT, OP_HOSTFN, OP_WAIT, OP_CALLBACK, OP_MEMSET };
+
 struct op {
-	int type; // 1 copy, 2 event, 3 host fn, 4 wait event
+	int type; // OP_*
 	int cls;  // copy: speed class (COPY_*)
 	char *dst;
 	const char *src;
 	size_t n;
+	unsigned char value; // memset
 	struct fevent *ev;
 	uint64_t seq;
 	CUhostFn fn;
+	CUstreamCallback cb;
+	void *handle; // callback: the stream handle as the caller named it
 	void *arg;
 	struct op *next;
 };
 
+// Stream kinds: a stream made by cuStreamCreate (blocking, flags 0, or
+// non-blocking, flags 1), the legacy default stream of a context (handle 0
+// or CU_STREAM_LEGACY) and a thread's per-thread default stream
+// (CU_STREAM_PER_THREAD), which is blocking.
+enum { S_CREATED = 0, S_LEGACY, S_PER_THREAD };
+#define CU_STREAM_NON_BLOCKING 1u
+
 struct fstream {
 	struct fctx *ctx;
+	int kind;
+	unsigned int flags;
 	pthread_t th;
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	struct op *head, *tail;
 	int busy, stop;
 	int err;
+	uint64_t enq, done; // ops queued, ops finished
+	struct fstream *next_all; // g_streams
 };
 
+#define CU_EVENT_DISABLE_TIMING 2u
+
+// Events are reference counted: the application's handle and every queued
+// record or wait that names it, so cuEventDestroy returns at once (as on a
+// GPU) and the event goes away when the last queued use of it has run.
 struct fevent {
 	struct fctx *ctx;
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	uint64_t recorded, completed;
 	int err;
+	int refs;
+	unsigned int flags;
+	struct timespec at; // when the last completed record ran
 };
 
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static int g_init;
 static int g_ndev = 2;
+// g_hw[d]: which of the fake's FAKECUDA_DEVICES devices ordinal d is, after
+// CUDA_VISIBLE_DEVICES; names, PCI ids and UUIDs follow it.
+static int g_hw[MAX_DEVICES] = {0, 1, 2, 3, 4, 5, 6, 7};
 static int g_version = 12080;
 static uint64_t g_arena = 64ULL << 20;
 static int g_vmm = 1, g_fabric;
@@ -213,6 +262,14 @@ static volatile int g_delay_us;
 enum { COPY_DEVICE = 0, COPY_PINNED = 1, COPY_PAGEABLE = 2 };
 static volatile int g_mbps[3];
 static void throttle(int cls, size_t n);
+
+// Every stream, for the legacy default stream's implicit synchronization
+// and cuCtxSynchronize (g_mu guards the list); the legacy default stream
+// of each device's context; this thread's per-thread default streams.
+static struct fstream *g_streams;
+static struct fstream *g_null[MAX_DEVICES];
+static __thread struct fstream *tls_per_thread[MAX_DEVICES];
+static int drain_ctx(struct fctx *c, int all);
 
 static __thread struct fctx *tls_ctx[16];
 static __thread int tls_depth;
@@ -392,6 +449,45 @@ static int env_int(const char *name, int def) {
 	return v && *v ? atoi(v) : def;
 }
 
+static void uuid_of(unsigned char *u, int hw);
+
+// visible_devices applies CUDA_VISIBLE_DEVICES as the driver does: a comma
+// separated list of device indices or UUIDs ("GPU-" and a prefix of the
+// UUID's text); the list ends at the first entry that names no device (or
+// one already listed), and an empty list hides every device. It fills g_hw
+// and returns the number of visible devices.
+static int visible_devices(int n) {
+	const char *v = getenv("CUDA_VISIBLE_DEVICES");
+	if (!v) return n;
+	char buf[256];
+	snprintf(buf, sizeof buf, "%s", v);
+	int seen[MAX_DEVICES] = {0}, k = 0;
+	char *save = NULL;
+	for (char *t = strtok_r(buf, ",", &save); t && k < n; t = strtok_r(NULL, ",", &save)) {
+		while (*t == ' ') t++;
+		int hw = -1;
+		if (strncmp(t, "GPU-", 4) == 0 && t[4]) {
+			for (int d = 0; d < n && hw < 0; d++) {
+				unsigned char u[16];
+				char text[64];
+				uuid_of(u, d);
+				snprintf(text, sizeof text,
+				         "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1], u[2],
+				         u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+				if (strncmp(text, t, strlen(t)) == 0) hw = d;
+			}
+		} else {
+			char *end;
+			long i = strtol(t, &end, 10);
+			if (end != t && *end == '\0' && i >= 0 && i < n) hw = (int)i;
+		}
+		if (hw < 0 || seen[hw]) break;
+		seen[hw] = 1;
+		g_hw[k++] = hw;
+	}
+	return k;
+}
+
 EXPORT CUresult cuInit(unsigned int flags) {
 	(void)flags;
 	FAULT("cuInit");
@@ -402,6 +498,7 @@ EXPORT CUresult cuInit(unsigned int flags) {
 	}
 	g_ndev = env_int("FAKECUDA_DEVICES", 2);
 	if (g_ndev > MAX_DEVICES) g_ndev = MAX_DEVICES;
+	g_ndev = visible_devices(g_ndev);
 	g_arena = (uint64_t)env_int("FAKECUDA_ARENA_MB", 64) << 20;
 	g_version = env_int("FAKECUDA_DRIVER_VERSION", 12080);
 	g_vmm = !env_int("FAKECUDA_NO_VMM", 0);
@@ -509,29 +606,121 @@ EXPORT CUresult cuDeviceGet(CUdevice *d, int ordinal) {
 	return CUDA_SUCCESS;
 }
 
+// The attributes of an H100 SXM (compute capability 9.0, what the fake
+// claims to be), as the real driver reports them; the memory-related ones
+// follow the fake's settings. Attributes the table does not name are 0, as
+// on a device without the feature; numbers past the enum's end are refused.
+#define ATTR_MAX 140
+static int attr_of(int attr, CUdevice d) {
+	switch (attr) {
+	case 1: return 1024;                 // MAX_THREADS_PER_BLOCK
+	case 2: case 3: return 1024;         // MAX_BLOCK_DIM_X, _Y
+	case 4: return 64;                   // MAX_BLOCK_DIM_Z
+	case 5: return 2147483647;           // MAX_GRID_DIM_X
+	case 6: case 7: return 65535;        // MAX_GRID_DIM_Y, _Z
+	case 8: return 49152;                // MAX_SHARED_MEMORY_PER_BLOCK
+	case 9: return 65536;                // TOTAL_CONSTANT_MEMORY
+	case 10: return 32;                  // WARP_SIZE
+	case 11: return 2147483647;          // MAX_PITCH
+	case 12: return 65536;               // MAX_REGISTERS_PER_BLOCK
+	case 13: return 1980000;             // CLOCK_RATE (kHz)
+	case 14: return 512;                 // TEXTURE_ALIGNMENT
+	case 15: return 1;                   // GPU_OVERLAP
+	case 16: return 132;                 // MULTIPROCESSOR_COUNT
+	case 17: return 0;                   // KERNEL_EXEC_TIMEOUT
+	case 18: return 0;                   // INTEGRATED
+	case 19: return 1;                   // CAN_MAP_HOST_MEMORY
+	case 20: return 0;                   // COMPUTE_MODE (default)
+	case 30: return 512;                 // SURFACE_ALIGNMENT
+	case 31: return 1;                   // CONCURRENT_KERNELS
+	case 32: return 1;                   // ECC_ENABLED
+	case 33: return g_hw[d] + 1;         // PCI_BUS_ID
+	case 34: return 0;                   // PCI_DEVICE_ID
+	case 35: return 0;                   // TCC_DRIVER
+	case 36: return 2619000;             // MEMORY_CLOCK_RATE (kHz)
+	case 37: return 5120;                // GLOBAL_MEMORY_BUS_WIDTH
+	case 38: return 52428800;            // L2_CACHE_SIZE
+	case 39: return 2048;                // MAX_THREADS_PER_MULTIPROCESSOR
+	case 40: return 3;                   // ASYNC_ENGINE_COUNT
+	case 41: return 1;                   // UNIFIED_ADDRESSING
+	case 50: return 0;                   // PCI_DOMAIN_ID
+	case 51: return 32;                  // TEXTURE_PITCH_ALIGNMENT
+	case 75: return 9;                   // COMPUTE_CAPABILITY_MAJOR
+	case 76: return 0;                   // COMPUTE_CAPABILITY_MINOR
+	case 78: return 1;                   // STREAM_PRIORITIES_SUPPORTED
+	case 79: case 80: return 1;          // GLOBAL_L1_CACHE_SUPPORTED, LOCAL_L1_CACHE_SUPPORTED
+	case 81: return 233472;              // MAX_SHARED_MEMORY_PER_MULTIPROCESSOR
+	case 82: return 65536;               // MAX_REGISTERS_PER_MULTIPROCESSOR
+	case 83: return 1;                   // MANAGED_MEMORY
+	case 85: return g_hw[d];             // MULTI_GPU_BOARD_GROUP_ID
+	case 87: return 2;                   // SINGLE_TO_DOUBLE_PRECISION_PERF_RATIO
+	case 89: return 1;                   // CONCURRENT_MANAGED_ACCESS
+	case 90: return 1;                   // COMPUTE_PREEMPTION_SUPPORTED
+	case 91: return 1;                   // CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM
+	case 95: case 96: return 1;          // COOPERATIVE_LAUNCH, _MULTI_DEVICE_LAUNCH
+	case 97: return 232448;              // MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
+	case 99: return 1;                   // HOST_REGISTER_SUPPORTED
+	case 102: return g_vmm;              // VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED
+	case 103: return g_vmm;              // HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED
+	case 106: return 32;                 // MAX_BLOCKS_PER_MULTIPROCESSOR
+	case 110: return g_vmm;              // GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED
+	case 111: return 1024;               // RESERVED_SHARED_MEMORY_PER_BLOCK
+	case 113: return 1;                  // READ_ONLY_HOST_REGISTER_SUPPORTED
+	case 115: return 1;                  // MEMORY_POOLS_SUPPORTED
+	case 116: return 1;                  // GPU_DIRECT_RDMA_SUPPORTED
+	case 120: return 1;                  // CLUSTER_LAUNCH
+	case 124: return 1;                  // DMA_BUF_SUPPORTED
+	case 128: return g_vmm && g_fabric;  // HANDLE_TYPE_FABRIC_SUPPORTED
+	}
+	return 0;
+}
+
 EXPORT CUresult cuDeviceGetAttribute(int *v, int attr, CUdevice d) {
 	FAULT("cuDeviceGetAttribute");
 	NEED_INIT();
-	if (!v) return CUDA_ERROR_INVALID_VALUE;
+	if (!v || attr < 1 || attr >= ATTR_MAX) return CUDA_ERROR_INVALID_VALUE;
 	if (check_dev(d)) return CUDA_ERROR_INVALID_DEVICE;
-	switch (attr) {
-	case 33: *v = d + 1; break;          // PCI_BUS_ID
-	case 34: *v = 0; break;              // PCI_DEVICE_ID
-	case 50: *v = 0; break;              // PCI_DOMAIN_ID
-	case 41: *v = 1; break;              // UNIFIED_ADDRESSING
-	case 75: *v = 9; break;              // COMPUTE_CAPABILITY_MAJOR
-	case 76: *v = 0; break;              // COMPUTE_CAPABILITY_MINOR
-	case 101: *v = 1; break;             // CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM
-	case 102: *v = g_vmm; break;         // VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED
-	case 103: *v = g_vmm; break;         // HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED
-	case 110: *v = g_vmm; break;         // GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED
-	case 115: *v = 1; break;             // MEMORY_POOLS_SUPPORTED
-	case 116: *v = 1; break;             // GPU_DIRECT_RDMA_SUPPORTED
-	case 124: *v = 1; break;             // DMA_BUF_SUPPORTED
-	case 128: *v = g_vmm && g_fabric; break; // HANDLE_TYPE_FABRIC_SUPPORTED
-	default: *v = 0;
-	}
+	*v = attr_of(attr, d);
 	return CUDA_SUCCESS;
+}
+
+// cuDeviceComputeCapability is the deprecated form of the two attributes.
+EXPORT CUresult cuDeviceComputeCapability(int *major, int *minor, CUdevice d) {
+	FAULT("cuDeviceComputeCapability");
+	NEED_INIT();
+	if (!major || !minor) return CUDA_ERROR_INVALID_VALUE;
+	if (check_dev(d)) return CUDA_ERROR_INVALID_DEVICE;
+	*major = attr_of(75, d);
+	*minor = attr_of(76, d);
+	return CUDA_SUCCESS;
+}
+
+// cuDeviceGetUuid(_v2): a fixed UUID per device, the same in every
+// process (as a GPU's is), so two processes can tell they see one device.
+static void uuid_of(unsigned char *u, int hw) {
+	static const unsigned char base[16] = {0x6b, 0x76, 0x66, 0x72, 0x66, 0x61, 0x4b, 0x45,
+	                                       0x83, 0x43, 0x55, 0x44, 0x41, 0x00, 0x00, 0x00};
+	memcpy(u, base, 16);
+	u[15] = (unsigned char)hw;
+}
+
+static int dev_uuid(unsigned char *u, CUdevice d) {
+	if (!u) return CUDA_ERROR_INVALID_VALUE;
+	if (check_dev(d)) return CUDA_ERROR_INVALID_DEVICE;
+	uuid_of(u, g_hw[d]);
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuDeviceGetUuid(unsigned char *u, CUdevice d) {
+	FAULT("cuDeviceGetUuid");
+	NEED_INIT();
+	return dev_uuid(u, d);
+}
+
+EXPORT CUresult cuDeviceGetUuid_v2(unsigned char *u, CUdevice d) {
+	FAULT("cuDeviceGetUuid");
+	NEED_INIT();
+	return dev_uuid(u, d);
 }
 
 EXPORT CUresult cuDeviceGetName(char *name, int len, CUdevice d) {
@@ -539,7 +728,7 @@ EXPORT CUresult cuDeviceGetName(char *name, int len, CUdevice d) {
 	NEED_INIT();
 	if (!name || len <= 0) return CUDA_ERROR_INVALID_VALUE;
 	if (check_dev(d)) return CUDA_ERROR_INVALID_DEVICE;
-	snprintf(name, (size_t)len, "kvferry fake GPU %d", d);
+	snprintf(name, (size_t)len, "kvferry fake GPU %d", g_hw[d]);
 	return CUDA_SUCCESS;
 }
 
@@ -548,7 +737,7 @@ EXPORT CUresult cuDeviceGetPCIBusId(char *s, int len, CUdevice d) {
 	NEED_INIT();
 	if (!s || len <= 0) return CUDA_ERROR_INVALID_VALUE;
 	if (check_dev(d)) return CUDA_ERROR_INVALID_DEVICE;
-	snprintf(s, (size_t)len, "0000:%02x:00.0", d + 1);
+	snprintf(s, (size_t)len, "0000:%02x:00.0", g_hw[d] + 1);
 	return CUDA_SUCCESS;
 }
 
@@ -592,6 +781,99 @@ EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice d) {
 	int rc = g_dev[d].ctx.refs > 0 ? (g_dev[d].ctx.refs--, 0) : CUDA_ERROR_INVALID_CONTEXT;
 	pthread_mutex_unlock(&g_mu);
 	return rc;
+}
+
+EXPORT CUresult cuDevicePrimaryCtxGetState(CUdevice d, unsigned int *flags, int *active) {
+	FAULT("cuDevicePrimaryCtxGetState");
+	NEED_INIT();
+	if (!flags || !active) return CUDA_ERROR_INVALID_VALUE;
+	if (check_dev(d)) return CUDA_ERROR_INVALID_DEVICE;
+	pthread_mutex_lock(&g_mu);
+	*flags = g_dev[d].ctx_flags;
+	*active = g_dev[d].ctx.refs > 0;
+	pthread_mutex_unlock(&g_mu);
+	return CUDA_SUCCESS;
+}
+
+// cuDevicePrimaryCtxSetFlags_v2 takes a scheduling policy (AUTO 0, SPIN 1,
+// YIELD 2, BLOCKING_SYNC 4), MAP_HOST 0x08, LMEM_RESIZE_TO_MAX 0x10,
+// COREDUMP_ENABLE 0x20, USER_COREDUMP_ENABLE 0x40, SYNC_MEMOPS 0x80; the
+// fake keeps them for cuDevicePrimaryCtxGetState.
+EXPORT CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice d, unsigned int flags) {
+	FAULT("cuDevicePrimaryCtxSetFlags");
+	NEED_INIT();
+	if (check_dev(d)) return CUDA_ERROR_INVALID_DEVICE;
+	unsigned int sched = flags & 7u;
+	if ((flags & ~0xffu) || (sched != 0 && sched != 1 && sched != 2 && sched != 4)) return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&g_mu);
+	g_dev[d].ctx_flags = flags;
+	pthread_mutex_unlock(&g_mu);
+	return CUDA_SUCCESS;
+}
+
+static void unmap_range(struct range *r);
+
+// cuDevicePrimaryCtxReset_v2 frees everything the device's primary context
+// holds in this process: device and managed allocations, pinned host
+// allocations and registrations, IPC mappings (VMM allocations are the
+// application's, as on a GPU), peer access and flags, and clears a lost
+// context (the way a real application recovers from a sticky error). It
+// leaves retains alone: those that retained the context still release it.
+EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice d) {
+	FAULT("cuDevicePrimaryCtxReset");
+	NEED_INIT();
+	if (check_dev(d)) return CUDA_ERROR_INVALID_DEVICE;
+	drain_ctx(&g_dev[d].ctx, 1);
+	pthread_mutex_lock(&g_mu);
+	for (int i = 0; i < g_nranges;) {
+		struct range *r = &g_ranges[i];
+		if (r->dev != d || r->kind == R_VMM) {
+			i++;
+			continue;
+		}
+		switch (r->kind) {
+		case R_DEVICE:
+			memset(r->backing, 0xA5, r->size);
+			madvise(g_dev[d].backing + (r->arena_off & ~4095ULL), (r->size + 4095) & ~4095ULL, MADV_REMOVE);
+			break;
+		case R_MANAGED:
+		case R_PINNED:
+			munmap((void *)(uintptr_t)r->start, r->map_len);
+			break;
+		case R_IPC:
+			unmap_range(r);
+			break;
+		}
+		range_del(r);
+	}
+	g_dev[d].ctx_flags = 0;
+	memset(g_dev[d].peer_enabled, 0, sizeof g_dev[d].peer_enabled);
+	g_dev[d].lost = 0;
+	struct fstream *n = g_null[d];
+	pthread_mutex_unlock(&g_mu);
+	if (n) {
+		pthread_mutex_lock(&n->mu);
+		n->err = 0;
+		pthread_mutex_unlock(&n->mu);
+	}
+	return CUDA_SUCCESS;
+}
+
+// The fake has primary contexts only: cuCtxCreate fails with
+// CUDA_ERROR_NOT_SUPPORTED.
+EXPORT CUresult cuCtxCreate_v2(struct fctx **pctx, unsigned int flags, CUdevice d) {
+	(void)flags, (void)d;
+	FAULT("cuCtxCreate");
+	NEED_INIT();
+	if (!pctx) return CUDA_ERROR_INVALID_VALUE;
+	return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+EXPORT CUresult cuCtxDestroy_v2(struct fctx *c) {
+	FAULT("cuCtxDestroy");
+	NEED_INIT();
+	// Only cuCtxCreate's contexts can be destroyed; the fake has none.
+	return c ? CUDA_ERROR_INVALID_CONTEXT : CUDA_ERROR_INVALID_VALUE;
 }
 
 static int valid_ctx(struct fctx *c) {
@@ -678,8 +960,11 @@ EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n) {
 		for (int i = 0; i < g_nranges; i++) {
 			struct range *r = &g_ranges[i];
 			if (r->kind != R_DEVICE || r->dev != c->dev) continue;
-			if (at < r->start + r->size && r->start < at + sz) {
-				at = r->start + r->size;
+			// Whole pages: a free gives its pages back (MADV_REMOVE), so
+			// no two allocations may share one.
+			uint64_t end = r->start + ((r->size + 4095) & ~4095ULL);
+			if (at < end && r->start < at + sz) {
+				at = end;
 				moved = 1;
 			}
 		}
@@ -703,15 +988,18 @@ EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n) {
 	return CUDA_SUCCESS;
 }
 
+// cuMemFree needs no current context: with unified addressing the pointer
+// names its allocation, and the real driver frees it from any thread
+// (numba frees its arrays after popping its context).
 EXPORT CUresult cuMemFree_v2(CUdeviceptr p) {
 	FAULT("cuMemFree");
 	NEED_INIT();
-	NEED_CTX(c);
-	(void)c;
 	pthread_mutex_lock(&g_mu);
 	struct range *r = range_find(p);
 	int rc = CUDA_ERROR_INVALID_VALUE;
-	if (r && (r->kind == R_DEVICE || r->kind == R_MANAGED) && r->start == p) {
+	if (r && g_dev[r->dev].lost && (r->kind == R_DEVICE || r->kind == R_MANAGED)) {
+		rc = CUDA_ERROR_ILLEGAL_ADDRESS;
+	} else if (r && (r->kind == R_DEVICE || r->kind == R_MANAGED) && r->start == p) {
 		if (r->kind == R_DEVICE) {
 			// Scrub, as a fresh allocation on a real GPU holds garbage.
 			memset(r->backing, 0xA5, r->size);
@@ -750,11 +1038,11 @@ EXPORT CUresult cuMemAllocManaged(CUdeviceptr *p, size_t n, unsigned int flags) 
 }
 
 EXPORT CUresult cuMemHostAlloc(void **pp, size_t n, unsigned int flags) {
-	(void)flags;
 	FAULT("cuMemHostAlloc");
 	NEED_INIT();
 	NEED_CTX(c);
-	if (!pp || n == 0) return CUDA_ERROR_INVALID_VALUE;
+	// PORTABLE 1, DEVICEMAP 2, WRITECOMBINED 4
+	if (!pp || n == 0 || (flags & ~7u)) return CUDA_ERROR_INVALID_VALUE;
 	size_t len = (n + 4095) & ~4095UL;
 	void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (m == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -766,6 +1054,7 @@ EXPORT CUresult cuMemHostAlloc(void **pp, size_t n, unsigned int flags) {
 	r->dev = c->dev;
 	r->backing = m;
 	r->map_len = len;
+	r->flags = flags;
 	pthread_mutex_unlock(&g_mu);
 	*pp = m;
 	return CUDA_SUCCESS;
@@ -787,11 +1076,11 @@ EXPORT CUresult cuMemFreeHost(void *p) {
 }
 
 EXPORT CUresult cuMemHostRegister_v2(void *p, size_t n, unsigned int flags) {
-	(void)flags;
 	FAULT("cuMemHostRegister");
 	NEED_INIT();
 	NEED_CTX(c);
-	if (!p || n == 0) return CUDA_ERROR_INVALID_VALUE;
+	// PORTABLE 1, DEVICEMAP 2, IOMEMORY 4, READ_ONLY 8
+	if (!p || n == 0 || (flags & ~15u)) return CUDA_ERROR_INVALID_VALUE;
 	uint64_t a = (uint64_t)(uintptr_t)p;
 	pthread_mutex_lock(&g_mu);
 	for (int i = 0; i < g_nranges; i++) {
@@ -811,6 +1100,7 @@ EXPORT CUresult cuMemHostRegister_v2(void *p, size_t n, unsigned int flags) {
 	r->kind = R_REGISTERED;
 	r->dev = c->dev;
 	r->backing = p;
+	r->flags = flags;
 	pthread_mutex_unlock(&g_mu);
 	return CUDA_SUCCESS;
 }
@@ -829,21 +1119,52 @@ EXPORT CUresult cuMemHostUnregister(void *p) {
 	return rc;
 }
 
+// cuMemHostGetDevicePointer: with unified addressing the device pointer
+// of pinned, registered or managed host memory is its host address; other
+// memory has none (CUDA_ERROR_INVALID_VALUE, as on a GPU).
 EXPORT CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *d, void *p, unsigned int flags) {
-	(void)flags;
 	FAULT("cuMemHostGetDevicePointer");
 	NEED_INIT();
-	if (!d) return CUDA_ERROR_INVALID_VALUE;
+	NEED_CTX(c);
+	(void)c;
+	if (!d || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&g_mu);
+	struct range *r = range_find((uint64_t)(uintptr_t)p);
+	int ok = r && (r->kind == R_PINNED || r->kind == R_REGISTERED || r->kind == R_MANAGED);
+	pthread_mutex_unlock(&g_mu);
+	if (!ok) return CUDA_ERROR_INVALID_VALUE;
 	*d = (CUdeviceptr)(uintptr_t)p;
 	return CUDA_SUCCESS;
 }
 
+// cuMemHostGetFlags returns the flags of a cuMemHostAlloc allocation.
+EXPORT CUresult cuMemHostGetFlags(unsigned int *flags, void *p) {
+	FAULT("cuMemHostGetFlags");
+	NEED_INIT();
+	NEED_CTX(c);
+	(void)c;
+	if (!flags) return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&g_mu);
+	struct range *r = range_find((uint64_t)(uintptr_t)p);
+	int rc = r && r->kind == R_PINNED ? (*flags = r->flags, 0) : CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_unlock(&g_mu);
+	return rc;
+}
+
+// cuMemGetInfo reports the device's memory: the arena, less what its
+// cuMemAlloc allocations (in pages) and VMM allocations take.
 EXPORT CUresult cuMemGetInfo_v2(size_t *free_b, size_t *total) {
 	FAULT("cuMemGetInfo");
 	NEED_INIT();
 	NEED_CTX(c);
-	(void)c;
-	if (free_b) *free_b = g_arena / 2;
+	uint64_t used = 0;
+	pthread_mutex_lock(&g_mu);
+	for (int i = 0; i < g_nranges; i++)
+		if (g_ranges[i].kind == R_DEVICE && g_ranges[i].dev == c->dev) used += (g_ranges[i].size + 4095) & ~4095ULL;
+	for (int i = 0; i < g_nphys; i++)
+		if (g_phys[i].dev == c->dev && !g_phys[i].imported) used += g_phys[i].size;
+	pthread_mutex_unlock(&g_mu);
+	if (free_b) *free_b = used < g_arena ? g_arena - used : 0;
 	if (total) *total = g_arena;
 	return CUDA_SUCCESS;
 }
@@ -932,6 +1253,25 @@ EXPORT CUresult cuPointerGetAttribute(void *data, int attr, CUdeviceptr p) {
 
 // ---- streams and events ----
 
+static void ev_ref(struct fevent *e) { __atomic_add_fetch(&e->refs, 1, __ATOMIC_ACQ_REL); }
+
+static void ev_unref(struct fevent *e) {
+	if (__atomic_sub_fetch(&e->refs, 1, __ATOMIC_ACQ_REL) > 0) return;
+	pthread_mutex_destroy(&e->mu);
+	pthread_cond_destroy(&e->cv);
+	free(e);
+}
+
+static struct fevent *ev_new(struct fctx *c, unsigned int flags) {
+	struct fevent *e = calloc(1, sizeof *e);
+	if (!e) return NULL;
+	e->ctx = c;
+	e->flags = flags;
+	pthread_mutex_init(&e->mu, NULL);
+	pthread_cond_init(&e->cv, NULL);
+	return e;
+}
+
 static void *stream_main(void *arg) {
 	struct fstream *s = arg;
 	pthread_mutex_lock(&s->mu);
@@ -944,7 +1284,7 @@ static void *stream_main(void *arg) {
 		s->busy = 1;
 		pthread_mutex_unlock(&s->mu);
 		switch (o->type) {
-		case 1: {
+		case OP_COPY: {
 			int us = __atomic_load_n(&g_delay_us, __ATOMIC_RELAXED);
 			if (us > 0) usleep((useconds_t)us);
 			throttle(o->cls, o->n);
@@ -957,76 +1297,196 @@ static void *stream_main(void *arg) {
 			}
 			break;
 		}
-		case 2:
+		case OP_MEMSET:
+			if (g_dev[s->ctx->dev].lost) s->err = CUDA_ERROR_ILLEGAL_ADDRESS;
+			else if (!s->err) memset(o->dst, o->value, o->n);
+			break;
+		case OP_EVENT:
 			pthread_mutex_lock(&o->ev->mu);
 			if (o->seq > o->ev->completed) o->ev->completed = o->seq;
 			o->ev->err = s->err;
+			clock_gettime(CLOCK_MONOTONIC, &o->ev->at);
 			pthread_cond_broadcast(&o->ev->cv);
 			pthread_mutex_unlock(&o->ev->mu);
+			ev_unref(o->ev);
 			break;
-		case 3:
+		case OP_HOSTFN:
 			o->fn(o->arg);
 			break;
-		case 4:
+		case OP_CALLBACK:
+			o->cb(o->handle, s->err, o->arg);
+			break;
+		case OP_WAIT:
 			pthread_mutex_lock(&o->ev->mu);
 			while (o->ev->completed < o->seq) pthread_cond_wait(&o->ev->cv, &o->ev->mu);
 			pthread_mutex_unlock(&o->ev->mu);
+			ev_unref(o->ev);
 			break;
 		}
 		free(o);
 		pthread_mutex_lock(&s->mu);
 		s->busy = 0;
+		s->done++;
 		pthread_cond_broadcast(&s->cv);
 	}
 	pthread_mutex_unlock(&s->mu);
 	return NULL;
 }
 
-static void enqueue(struct fstream *s, struct op *o) {
+static void enqueue_raw(struct fstream *s, struct op *o) {
 	o->next = NULL;
 	pthread_mutex_lock(&s->mu);
 	if (s->tail) s->tail->next = o;
 	else s->head = o;
 	s->tail = o;
+	s->enq++;
 	pthread_cond_broadcast(&s->cv);
 	pthread_mutex_unlock(&s->mu);
 }
 
-static struct fstream *g_null[MAX_DEVICES];
-static int stream_start(struct fstream *s, struct fctx *c);
-
-// null_stream resolves stream 0 (the legacy default stream) to the current
-// context's own stream, made on first use. NULL without a context.
-static struct fstream *null_stream(struct fstream *s) {
-	if (s) return s;
-	struct fctx *c = current();
-	if (!c) return NULL;
-	pthread_mutex_lock(&g_mu);
-	if (!g_null[c->dev]) {
-		struct fstream *n = calloc(1, sizeof *n);
-		if (stream_start(n, c) == 0) g_null[c->dev] = n;
-		else free(n);
-	}
-	struct fstream *n = g_null[c->dev];
-	pthread_mutex_unlock(&g_mu);
-	return n;
+static int stream_pending(struct fstream *s) {
+	pthread_mutex_lock(&s->mu);
+	int p = s->enq != s->done;
+	pthread_mutex_unlock(&s->mu);
+	return p;
 }
 
-static int stream_start(struct fstream *s, struct fctx *c) {
+
+static int is_blocking(const struct fstream *s) { return s->kind == S_PER_THREAD || (s->kind == S_CREATED && !(s->flags & CU_STREAM_NON_BLOCKING)); }
+
+// barrier makes later work on `later` wait for the work queued on
+// `earlier` so far: a record of a private event on earlier, a wait for it
+// on later. g_mu is held.
+static void barrier(struct fstream *earlier, struct fstream *later) {
+	if (!stream_pending(earlier)) return;
+	struct fevent *e = ev_new(earlier->ctx, CU_EVENT_DISABLE_TIMING);
+	if (!e) return;
+	struct op *rec = calloc(1, sizeof *rec), *w = calloc(1, sizeof *w);
+	if (!rec || !w) {
+		free(rec), free(w), free(e);
+		return;
+	}
+	e->refs = 2;
+	rec->type = OP_EVENT;
+	rec->ev = e;
+	rec->seq = e->recorded = 1;
+	w->type = OP_WAIT;
+	w->ev = e;
+	w->seq = 1;
+	enqueue_raw(earlier, rec);
+	enqueue_raw(later, w);
+}
+
+// enqueue queues o on s, keeping the legacy default stream's semantics:
+// work on it waits for the work queued before on every blocking stream of
+// its context, and work on a blocking stream waits for the work queued
+// before on the legacy stream. Non-blocking streams do not take part.
+static void enqueue(struct fstream *s, struct op *o) {
+	pthread_mutex_lock(&g_mu);
+	if (s->kind == S_LEGACY) {
+		for (struct fstream *b = g_streams; b; b = b->next_all)
+			if (b != s && b->ctx == s->ctx && is_blocking(b)) barrier(b, s);
+	} else if (is_blocking(s)) {
+		struct fstream *n = g_null[s->ctx->dev];
+		if (n && n->ctx == s->ctx) barrier(n, s);
+	}
+	pthread_mutex_unlock(&g_mu);
+	enqueue_raw(s, o);
+}
+
+static int stream_start(struct fstream *s, struct fctx *c, int kind, unsigned int flags) {
 	s->ctx = c;
+	s->kind = kind;
+	s->flags = flags;
 	pthread_mutex_init(&s->mu, NULL);
 	pthread_cond_init(&s->cv, NULL);
-	return pthread_create(&s->th, NULL, stream_main, s) != 0 ? CUDA_ERROR_OUT_OF_MEMORY : 0;
+	if (pthread_create(&s->th, NULL, stream_main, s) != 0) return CUDA_ERROR_OUT_OF_MEMORY;
+	pthread_mutex_lock(&g_mu);
+	s->next_all = g_streams;
+	g_streams = s;
+	pthread_mutex_unlock(&g_mu);
+	return 0;
+}
+
+// Handles of the default streams (cuda.h's CU_STREAM_LEGACY and
+// CU_STREAM_PER_THREAD; 0 is the legacy stream too).
+#define H_LEGACY ((struct fstream *)0x1)
+#define H_PER_THREAD ((struct fstream *)0x2)
+
+// stream_of resolves a stream handle: 0 and CU_STREAM_LEGACY to the current
+// context's legacy default stream, CU_STREAM_PER_THREAD to this thread's
+// own default stream of the current context (each made on first use).
+// NULL without a context.
+static struct fstream *stream_of(struct fstream *s) {
+	if (s && s != H_LEGACY && s != H_PER_THREAD) return s;
+	struct fctx *c = current();
+	if (!c) return NULL;
+	struct fstream **slot = s == H_PER_THREAD ? &tls_per_thread[c->dev] : &g_null[c->dev];
+	if (*slot) return *slot;
+	struct fstream *n = calloc(1, sizeof *n);
+	if (!n) return NULL;
+	if (stream_start(n, c, s == H_PER_THREAD ? S_PER_THREAD : S_LEGACY, 0) != 0) {
+		free(n);
+		return NULL;
+	}
+	pthread_mutex_lock(&g_mu);
+	struct fstream *got = *slot;
+	if (!got) *slot = got = n;
+	pthread_mutex_unlock(&g_mu);
+	if (got != n) { // another thread made the legacy stream first
+		pthread_mutex_lock(&g_mu);
+		for (struct fstream **p = &g_streams; *p; p = &(*p)->next_all)
+			if (*p == n) {
+				*p = n->next_all;
+				break;
+			}
+		pthread_mutex_unlock(&g_mu);
+		pthread_mutex_lock(&n->mu);
+		n->stop = 1;
+		pthread_cond_broadcast(&n->cv);
+		pthread_mutex_unlock(&n->mu);
+		pthread_join(n->th, NULL);
+		free(n);
+	}
+	return got;
+}
+
+// drain waits until s has run the work queued on it so far.
+static int drain(struct fstream *s) {
+	pthread_mutex_lock(&s->mu);
+	uint64_t want = s->enq;
+	while (s->done < want) pthread_cond_wait(&s->cv, &s->mu);
+	int rc = s->err;
+	pthread_mutex_unlock(&s->mu);
+	return rc;
+}
+
+// drain_ctx waits for the work queued so far on the streams of c: all of
+// them (cuCtxSynchronize), or the legacy stream and the blocking ones (what
+// a synchronous copy, or a synchronization of the legacy stream, waits
+// for). It returns the first sticky stream error found.
+static int drain_ctx(struct fctx *c, int all) {
+	struct fstream *list[256];
+	int n = 0;
+	pthread_mutex_lock(&g_mu);
+	for (struct fstream *s = g_streams; s && n < 256; s = s->next_all)
+		if (s->ctx == c && (all || s->kind == S_LEGACY || is_blocking(s))) list[n++] = s;
+	pthread_mutex_unlock(&g_mu);
+	int rc = 0;
+	for (int i = 0; i < n; i++) {
+		int r = drain(list[i]);
+		if (!rc && (list[i]->kind == S_LEGACY || all)) rc = r;
+	}
+	return rc;
 }
 
 EXPORT CUresult cuStreamCreate(struct fstream **ps, unsigned int flags) {
-	(void)flags;
 	FAULT("cuStreamCreate");
 	NEED_INIT();
 	NEED_CTX(c);
-	if (!ps) return CUDA_ERROR_INVALID_VALUE;
+	if (!ps || (flags & ~CU_STREAM_NON_BLOCKING)) return CUDA_ERROR_INVALID_VALUE;
 	struct fstream *s = calloc(1, sizeof *s);
-	if (stream_start(s, c) != 0) {
+	if (!s || stream_start(s, c, S_CREATED, flags) != 0) {
 		free(s);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
@@ -1037,7 +1497,14 @@ EXPORT CUresult cuStreamCreate(struct fstream **ps, unsigned int flags) {
 EXPORT CUresult cuStreamDestroy_v2(struct fstream *s) {
 	FAULT("cuStreamDestroy");
 	NEED_INIT();
-	if (!s) return CUDA_ERROR_INVALID_HANDLE;
+	if (!s || s == H_LEGACY || s == H_PER_THREAD) return CUDA_ERROR_INVALID_HANDLE;
+	pthread_mutex_lock(&g_mu);
+	for (struct fstream **p = &g_streams; *p; p = &(*p)->next_all)
+		if (*p == s) {
+			*p = s->next_all;
+			break;
+		}
+	pthread_mutex_unlock(&g_mu);
 	pthread_mutex_lock(&s->mu);
 	s->stop = 1;
 	pthread_cond_broadcast(&s->cv);
@@ -1047,22 +1514,21 @@ EXPORT CUresult cuStreamDestroy_v2(struct fstream *s) {
 	return CUDA_SUCCESS;
 }
 
-EXPORT CUresult cuStreamSynchronize(struct fstream *s) {
+EXPORT CUresult cuStreamSynchronize(struct fstream *h) {
 	FAULT("cuStreamSynchronize");
 	NEED_INIT();
-	s = null_stream(s);
+	struct fstream *s = stream_of(h);
 	if (!s) return CUDA_ERROR_INVALID_HANDLE;
-	pthread_mutex_lock(&s->mu);
-	while (s->head || s->busy) pthread_cond_wait(&s->cv, &s->mu);
-	int rc = s->err;
-	pthread_mutex_unlock(&s->mu);
-	return rc;
+	// The legacy stream synchronizes with the blocking streams: waiting
+	// for it waits for them.
+	if (s->kind == S_LEGACY) return drain_ctx(s->ctx, 0);
+	return drain(s);
 }
 
-EXPORT CUresult cuStreamQuery(struct fstream *s) {
+EXPORT CUresult cuStreamQuery(struct fstream *h) {
 	FAULT("cuStreamQuery");
 	NEED_INIT();
-	s = null_stream(s);
+	struct fstream *s = stream_of(h);
 	if (!s) return CUDA_ERROR_INVALID_HANDLE;
 	pthread_mutex_lock(&s->mu);
 	int rc = s->err ? s->err : (s->head || s->busy) ? CUDA_ERROR_NOT_READY : 0;
@@ -1070,16 +1536,24 @@ EXPORT CUresult cuStreamQuery(struct fstream *s) {
 	return rc;
 }
 
+EXPORT CUresult cuCtxSynchronize(void) {
+	FAULT("cuCtxSynchronize");
+	NEED_INIT();
+	NEED_CTX(c);
+	return drain_ctx(c, 1);
+}
+
 EXPORT CUresult cuEventCreate(struct fevent **pe, unsigned int flags) {
-	(void)flags;
 	FAULT("cuEventCreate");
 	NEED_INIT();
 	NEED_CTX(c);
-	if (!pe) return CUDA_ERROR_INVALID_VALUE;
-	struct fevent *e = calloc(1, sizeof *e);
-	e->ctx = c;
-	pthread_mutex_init(&e->mu, NULL);
-	pthread_cond_init(&e->cv, NULL);
+	// CU_EVENT_BLOCKING_SYNC 1, DISABLE_TIMING 2, INTERPROCESS 4 (which
+	// needs DISABLE_TIMING); the fake has no interprocess events.
+	if (!pe || (flags & ~7u) || ((flags & 4u) && !(flags & CU_EVENT_DISABLE_TIMING))) return CUDA_ERROR_INVALID_VALUE;
+	if (flags & 4u) return CUDA_ERROR_NOT_SUPPORTED;
+	struct fevent *e = ev_new(c, flags);
+	if (!e) return CUDA_ERROR_OUT_OF_MEMORY;
+	e->refs = 1;
 	*pe = e;
 	return CUDA_SUCCESS;
 }
@@ -1088,23 +1562,22 @@ EXPORT CUresult cuEventDestroy_v2(struct fevent *e) {
 	FAULT("cuEventDestroy");
 	NEED_INIT();
 	if (!e) return CUDA_ERROR_INVALID_HANDLE;
-	pthread_mutex_lock(&e->mu);
-	while (e->completed < e->recorded) pthread_cond_wait(&e->cv, &e->mu);
-	pthread_mutex_unlock(&e->mu);
-	free(e);
+	ev_unref(e); // queued records and waits keep it until they have run
 	return CUDA_SUCCESS;
 }
 
-EXPORT CUresult cuEventRecord(struct fevent *e, struct fstream *s) {
+EXPORT CUresult cuEventRecord(struct fevent *e, struct fstream *h) {
 	FAULT("cuEventRecord");
 	NEED_INIT();
-	s = null_stream(s);
+	struct fstream *s = stream_of(h);
 	if (!e || !s) return CUDA_ERROR_INVALID_HANDLE;
 	if (e->ctx != s->ctx) return CUDA_ERROR_INVALID_HANDLE;
 	if (g_dev[s->ctx->dev].lost) return CUDA_ERROR_ILLEGAL_ADDRESS;
 	struct op *o = calloc(1, sizeof *o);
-	o->type = 2;
+	if (!o) return CUDA_ERROR_OUT_OF_MEMORY;
+	o->type = OP_EVENT;
 	o->ev = e;
+	ev_ref(e);
 	pthread_mutex_lock(&e->mu);
 	o->seq = ++e->recorded;
 	pthread_mutex_unlock(&e->mu);
@@ -1133,15 +1606,44 @@ EXPORT CUresult cuEventSynchronize(struct fevent *e) {
 	return rc;
 }
 
-EXPORT CUresult cuStreamWaitEvent(struct fstream *s, struct fevent *e, unsigned int flags) {
-	(void)flags;
+// cuEventElapsedTime gives the time between the completion of two
+// records in milliseconds, as the real driver: both events must time
+// (no CU_EVENT_DISABLE_TIMING) and have been recorded
+// (CUDA_ERROR_INVALID_HANDLE), and both records must have run
+// (CUDA_ERROR_NOT_READY).
+EXPORT CUresult cuEventElapsedTime(float *ms, struct fevent *start, struct fevent *end) {
+	FAULT("cuEventElapsedTime");
+	NEED_INIT();
+	if (!ms) return CUDA_ERROR_INVALID_VALUE;
+	if (!start || !end) return CUDA_ERROR_INVALID_HANDLE;
+	if ((start->flags | end->flags) & CU_EVENT_DISABLE_TIMING) return CUDA_ERROR_INVALID_HANDLE;
+	struct timespec a, b;
+	int rc = 0;
+	struct fevent *ev[2] = {start, end};
+	struct timespec *at[2] = {&a, &b};
+	for (int i = 0; i < 2; i++) {
+		pthread_mutex_lock(&ev[i]->mu);
+		if (ev[i]->recorded == 0) rc = rc ? rc : CUDA_ERROR_INVALID_HANDLE;
+		else if (ev[i]->completed < ev[i]->recorded) rc = rc ? rc : CUDA_ERROR_NOT_READY;
+		*at[i] = ev[i]->at;
+		pthread_mutex_unlock(&ev[i]->mu);
+	}
+	if (rc) return rc;
+	*ms = (float)((double)(b.tv_sec - a.tv_sec) * 1e3 + (double)(b.tv_nsec - a.tv_nsec) / 1e6);
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuStreamWaitEvent(struct fstream *h, struct fevent *e, unsigned int flags) {
 	FAULT("cuStreamWaitEvent");
 	NEED_INIT();
-	s = null_stream(s);
+	struct fstream *s = stream_of(h);
 	if (!s || !e) return CUDA_ERROR_INVALID_HANDLE;
+	if (flags & ~1u) return CUDA_ERROR_INVALID_VALUE; // CU_EVENT_WAIT_DEFAULT, CU_EVENT_WAIT_EXTERNAL
 	struct op *o = calloc(1, sizeof *o);
-	o->type = 4;
+	if (!o) return CUDA_ERROR_OUT_OF_MEMORY;
+	o->type = OP_WAIT;
 	o->ev = e;
+	ev_ref(e);
 	pthread_mutex_lock(&e->mu);
 	o->seq = e->recorded;
 	pthread_mutex_unlock(&e->mu);
@@ -1149,15 +1651,35 @@ EXPORT CUresult cuStreamWaitEvent(struct fstream *s, struct fevent *e, unsigned 
 	return CUDA_SUCCESS;
 }
 
-EXPORT CUresult cuLaunchHostFunc(struct fstream *s, CUhostFn fn, void *arg) {
+EXPORT CUresult cuLaunchHostFunc(struct fstream *h, CUhostFn fn, void *arg) {
 	FAULT("cuLaunchHostFunc");
 	NEED_INIT();
-	s = null_stream(s);
+	struct fstream *s = stream_of(h);
 	if (!s || !fn) return CUDA_ERROR_INVALID_VALUE;
 	struct op *o = calloc(1, sizeof *o);
-	o->type = 3;
+	if (!o) return CUDA_ERROR_OUT_OF_MEMORY;
+	o->type = OP_HOSTFN;
 	o->fn = fn;
 	o->arg = arg;
+	enqueue(s, o);
+	return CUDA_SUCCESS;
+}
+
+// cuStreamAddCallback runs cb(stream, status, user) on the stream's thread
+// once the work before it has run; status is the stream's error (0, or
+// the sticky error of a failed copy), as the real driver reports it.
+EXPORT CUresult cuStreamAddCallback(struct fstream *h, CUstreamCallback cb, void *user, unsigned int flags) {
+	FAULT("cuStreamAddCallback");
+	NEED_INIT();
+	if (!cb || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+	struct fstream *s = stream_of(h);
+	if (!s) return CUDA_ERROR_INVALID_HANDLE;
+	struct op *o = calloc(1, sizeof *o);
+	if (!o) return CUDA_ERROR_OUT_OF_MEMORY;
+	o->type = OP_CALLBACK;
+	o->cb = cb;
+	o->handle = h;
+	o->arg = user;
 	enqueue(s, o);
 	return CUDA_SUCCESS;
 }
@@ -1180,6 +1702,12 @@ static void throttle(int cls, size_t n) {
 // resolve_pair resolves both ends of a copy; want_dst/want_src are 1
 // (device), 0 (host) or -1 (any). *cls is the copy's speed class: that
 // of its slower end.
+// mapped_host: p is host memory with a device address. g_mu is held.
+static int mapped_host(uint64_t p) {
+	struct range *r = range_find(p);
+	return r && (r->kind == R_PINNED || r->kind == R_REGISTERED || r->kind == R_MANAGED);
+}
+
 static int resolve_pair(CUdeviceptr dst, CUdeviceptr src, size_t n, int want_dst, int want_src, char **hd, char **hs, int *cls) {
 	int dd, ds;
 	pthread_mutex_lock(&g_mu);
@@ -1189,9 +1717,14 @@ static int resolve_pair(CUdeviceptr dst, CUdeviceptr src, size_t n, int want_dst
 		int a = end_class(dst, dd), b = end_class(src, ds);
 		*cls = a > b ? a : b;
 	}
+	// The device end of cuMemcpyDtoH/HtoD/DtoD may be host memory that has
+	// a device address: pinned, registered or managed memory (with unified
+	// addressing its device pointer is its host address).
+	if (!rc && want_dst == 1 && dd < 0 && mapped_host(dst)) dd = -2;
+	if (!rc && want_src == 1 && ds < 0 && mapped_host(src)) ds = -2;
 	pthread_mutex_unlock(&g_mu);
 	if (rc) return rc;
-	if ((want_dst == 1 && dd < 0) || (want_dst == 0 && dd >= 0) || (want_src == 1 && ds < 0) || (want_src == 0 && ds >= 0))
+	if ((want_dst == 1 && dd == -1) || (want_dst == 0 && dd >= 0) || (want_src == 1 && ds == -1) || (want_src == 0 && ds >= 0))
 		return CUDA_ERROR_INVALID_VALUE;
 	return 0;
 }
@@ -1199,7 +1732,7 @@ static int resolve_pair(CUdeviceptr dst, CUdeviceptr src, size_t n, int want_dst
 // copy_async resolves both ends and queues the copy on s.
 static int copy_async(CUdeviceptr dst, CUdeviceptr src, size_t n, struct fstream *s, int want_dst, int want_src) {
 	NEED_CTX(c);
-	s = null_stream(s);
+	s = stream_of(s);
 	if (!s) return CUDA_ERROR_INVALID_HANDLE;
 	if (s->ctx != c) return CUDA_ERROR_INVALID_CONTEXT;
 	if (n == 0) return CUDA_SUCCESS;
@@ -1208,7 +1741,8 @@ static int copy_async(CUdeviceptr dst, CUdeviceptr src, size_t n, struct fstream
 	int rc = resolve_pair(dst, src, n, want_dst, want_src, &hd, &hs, &cls);
 	if (rc) return rc;
 	struct op *o = calloc(1, sizeof *o);
-	o->type = 1;
+	if (!o) return CUDA_ERROR_OUT_OF_MEMORY;
+	o->type = OP_COPY;
 	o->cls = cls;
 	o->dst = hd;
 	o->src = hs;
@@ -1217,14 +1751,18 @@ static int copy_async(CUdeviceptr dst, CUdeviceptr src, size_t n, struct fstream
 	return CUDA_SUCCESS;
 }
 
+// copy_sync is a synchronous copy: like the real driver's, it runs on the
+// legacy default stream, after the work queued before on it and on the
+// blocking streams of the context, and returns when the bytes are there.
 static int copy_sync(CUdeviceptr dst, CUdeviceptr src, size_t n, int want_dst, int want_src) {
 	NEED_CTX(c);
-	(void)c;
 	if (n == 0) return CUDA_SUCCESS;
 	char *hd, *hs;
 	int cls;
 	int rc = resolve_pair(dst, src, n, want_dst, want_src, &hd, &hs, &cls);
 	if (rc) return rc;
+	drain_ctx(c, 0);
+	if (g_dev[c->dev].lost) return CUDA_ERROR_ILLEGAL_ADDRESS;
 	int us = __atomic_load_n(&g_delay_us, __ATOMIC_RELAXED);
 	if (us > 0) usleep((useconds_t)us);
 	throttle(cls, n);
@@ -1282,14 +1820,39 @@ EXPORT CUresult cuMemsetD8_v2(CUdeviceptr d, unsigned char v, size_t n) {
 	FAULT("cuMemsetD8");
 	NEED_INIT();
 	NEED_CTX(c);
-	(void)c;
 	char *h;
 	int dd;
 	pthread_mutex_lock(&g_mu);
 	int rc = resolve(d, n, &h, &dd);
 	pthread_mutex_unlock(&g_mu);
 	if (rc) return rc;
+	drain_ctx(c, 0); // ordered on the legacy stream, as a copy
+	if (g_dev[c->dev].lost) return CUDA_ERROR_ILLEGAL_ADDRESS;
 	memset(h, v, n);
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemsetD8Async(CUdeviceptr d, unsigned char v, size_t n, struct fstream *st) {
+	FAULT("cuMemsetD8Async");
+	NEED_INIT();
+	NEED_CTX(c);
+	struct fstream *s = stream_of(st);
+	if (!s) return CUDA_ERROR_INVALID_HANDLE;
+	if (s->ctx != c) return CUDA_ERROR_INVALID_CONTEXT;
+	if (n == 0) return CUDA_SUCCESS;
+	char *h;
+	int dd;
+	pthread_mutex_lock(&g_mu);
+	int rc = resolve(d, n, &h, &dd);
+	pthread_mutex_unlock(&g_mu);
+	if (rc) return rc;
+	struct op *o = calloc(1, sizeof *o);
+	if (!o) return CUDA_ERROR_OUT_OF_MEMORY;
+	o->type = OP_MEMSET;
+	o->dst = h;
+	o->value = v;
+	o->n = n;
+	enqueue(s, o);
 	return CUDA_SUCCESS;
 }
 
@@ -1779,6 +2342,7 @@ EXPORT CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *h, 
 	}
 	pthread_mutex_lock(&g_mu);
 	struct phys *ph = phys_add(fd, (uint64_t)st.st_size, dev, types);
+	ph->imported = 1;
 	*h = ph->id;
 	pthread_mutex_unlock(&g_mu);
 	return CUDA_SUCCESS;
@@ -1829,6 +2393,151 @@ EXPORT CUresult cuMemGetHandleForAddressRange(void *out, CUdeviceptr p, size_t s
 	return CUDA_SUCCESS;
 }
 
+// ---- modules, kernels, the JIT linker, the profiler ----
+//
+// The fake runs no device code. Loading a module or starting a link fails
+// with CUDA_ERROR_NOT_SUPPORTED; every call that takes a module, function
+// or link state fails with CUDA_ERROR_INVALID_HANDLE, as such a handle
+// cannot exist. So a program finds each entry point it binds (numba binds
+// them all at load) and gets a CUDA error, never a missing symbol.
+
+typedef void *CUhandle;
+typedef size_t (*CUoccupancyB2DSize)(int);
+
+EXPORT CUresult cuModuleLoadDataEx(CUhandle *mod, const void *image, unsigned int n, int *opts, void **vals) {
+	(void)image, (void)n, (void)opts, (void)vals;
+	FAULT("cuModuleLoadDataEx");
+	NEED_INIT();
+	NEED_CTX(c);
+	(void)c;
+	if (!mod) return CUDA_ERROR_INVALID_VALUE;
+	return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+EXPORT CUresult cuModuleUnload(CUhandle mod) {
+	(void)mod;
+	NEED_INIT();
+	return CUDA_ERROR_INVALID_HANDLE;
+}
+
+EXPORT CUresult cuModuleGetFunction(CUhandle *fn, CUhandle mod, const char *name) {
+	(void)fn, (void)mod, (void)name;
+	NEED_INIT();
+	return CUDA_ERROR_INVALID_HANDLE;
+}
+
+EXPORT CUresult cuModuleGetGlobal_v2(CUdeviceptr *p, size_t *n, CUhandle mod, const char *name) {
+	(void)p, (void)n, (void)mod, (void)name;
+	NEED_INIT();
+	return CUDA_ERROR_INVALID_HANDLE;
+}
+
+EXPORT CUresult cuFuncSetCacheConfig(CUhandle fn, int config) {
+	(void)fn, (void)config;
+	NEED_INIT();
+	return CUDA_ERROR_INVALID_HANDLE;
+}
+
+EXPORT CUresult cuFuncGetAttribute(int *v, int attr, CUhandle fn) {
+	(void)v, (void)attr, (void)fn;
+	NEED_INIT();
+	return CUDA_ERROR_INVALID_HANDLE;
+}
+
+EXPORT CUresult cuLaunchKernel(CUhandle fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                               unsigned shmem, struct fstream *s, void **params, void **extra) {
+	(void)fn, (void)gx, (void)gy, (void)gz, (void)bx, (void)by, (void)bz, (void)shmem, (void)s, (void)params, (void)extra;
+	NEED_INIT();
+	return CUDA_ERROR_INVALID_HANDLE;
+}
+
+EXPORT CUresult cuLaunchCooperativeKernel(CUhandle fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                                          unsigned bz, unsigned shmem, struct fstream *s, void **params) {
+	(void)fn, (void)gx, (void)gy, (void)gz, (void)bx, (void)by, (void)bz, (void)shmem, (void)s, (void)params;
+	NEED_INIT();
+	return CUDA_ERROR_INVALID_HANDLE;
+}
+
+EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *n, CUhandle fn, int block, size_t shmem) {
+	(void)n, (void)fn, (void)block, (void)shmem;
+	NEED_INIT();
+	return CUDA_ERROR_INVALID_HANDLE;
+}
+
+EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *n, CUhandle fn, int block, size_t shmem,
+                                                                     unsigned flags) {
+	(void)n, (void)fn, (void)block, (void)shmem, (void)flags;
+	NEED_INIT();
+	return CUDA_ERROR_INVALID_HANDLE;
+}
+
+EXPORT CUresult cuOccupancyMaxPotentialBlockSize(int *grid, int *block, CUhandle fn, CUoccupancyB2DSize b2d, size_t shmem,
+                                                 int limit) {
+	(void)grid, (void)block, (void)fn, (void)b2d, (void)shmem, (void)limit;
+	NEED_INIT();
+	return CUDA_ERROR_INVALID_HANDLE;
+}
+
+EXPORT CUresult cuOccupancyMaxPotentialBlockSizeWithFlags(int *grid, int *block, CUhandle fn, CUoccupancyB2DSize b2d,
+                                                          size_t shmem, int limit, unsigned flags) {
+	(void)grid, (void)block, (void)fn, (void)b2d, (void)shmem, (void)limit, (void)flags;
+	NEED_INIT();
+	return CUDA_ERROR_INVALID_HANDLE;
+}
+
+EXPORT CUresult cuLinkCreate_v2(unsigned n, int *opts, void **vals, CUhandle *state) {
+	(void)n, (void)opts, (void)vals;
+	FAULT("cuLinkCreate");
+	NEED_INIT();
+	NEED_CTX(c);
+	(void)c;
+	if (!state) return CUDA_ERROR_INVALID_VALUE;
+	return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+EXPORT CUresult cuLinkAddData_v2(CUhandle state, int type, void *data, size_t size, const char *name, unsigned n, int *opts,
+                                 void **vals) {
+	(void)state, (void)type, (void)data, (void)size, (void)name, (void)n, (void)opts, (void)vals;
+	NEED_INIT();
+	return CUDA_ERROR_INVALID_HANDLE;
+}
+
+EXPORT CUresult cuLinkAddFile_v2(CUhandle state, int type, const char *path, unsigned n, int *opts, void **vals) {
+	(void)state, (void)type, (void)path, (void)n, (void)opts, (void)vals;
+	NEED_INIT();
+	return CUDA_ERROR_INVALID_HANDLE;
+}
+
+EXPORT CUresult cuLinkComplete(CUhandle state, void **cubin, size_t *size) {
+	(void)state, (void)cubin, (void)size;
+	NEED_INIT();
+	return CUDA_ERROR_INVALID_HANDLE;
+}
+
+EXPORT CUresult cuLinkDestroy(CUhandle state) {
+	(void)state;
+	NEED_INIT();
+	return CUDA_ERROR_INVALID_HANDLE;
+}
+
+// Profiling of the current context: there is no profiler to start, as on
+// a GPU without one attached, and the calls succeed.
+EXPORT CUresult cuProfilerStart(void) {
+	FAULT("cuProfilerStart");
+	NEED_INIT();
+	NEED_CTX(c);
+	(void)c;
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuProfilerStop(void) {
+	FAULT("cuProfilerStop");
+	NEED_INIT();
+	NEED_CTX(c);
+	(void)c;
+	return CUDA_SUCCESS;
+}
+
 // ---- entry point resolution ----
 
 struct sym {
@@ -1853,7 +2562,14 @@ static const struct sym g_syms[] = {
 	V2(cuIpcOpenMemHandle), S(cuIpcCloseMemHandle), S(cuMemGetAllocationGranularity), S(cuMemCreate),
 	S(cuMemRelease), S(cuMemAddressReserve), S(cuMemAddressFree), S(cuMemMap), S(cuMemSetAccess), S(cuMemUnmap),
 	S(cuMemRetainAllocationHandle), S(cuMemExportToShareableHandle), S(cuMemImportFromShareableHandle),
-	S(cuMemGetHandleForAddressRange),
+	S(cuMemGetHandleForAddressRange), S(cuDeviceComputeCapability), V2(cuDeviceGetUuid),
+	S(cuDevicePrimaryCtxGetState), V2(cuDevicePrimaryCtxSetFlags), V2(cuDevicePrimaryCtxReset), V2(cuCtxCreate),
+	V2(cuCtxDestroy), S(cuCtxSynchronize), S(cuMemsetD8Async), S(cuStreamAddCallback), S(cuEventElapsedTime),
+	S(cuMemHostGetFlags), S(cuModuleLoadDataEx), S(cuModuleUnload), S(cuModuleGetFunction), V2(cuModuleGetGlobal),
+	S(cuFuncSetCacheConfig), S(cuFuncGetAttribute), S(cuLaunchKernel), S(cuLaunchCooperativeKernel),
+	S(cuOccupancyMaxActiveBlocksPerMultiprocessor), S(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags),
+	S(cuOccupancyMaxPotentialBlockSize), S(cuOccupancyMaxPotentialBlockSizeWithFlags), V2(cuLinkCreate),
+	V2(cuLinkAddData), V2(cuLinkAddFile), S(cuLinkComplete), S(cuLinkDestroy), S(cuProfilerStart), S(cuProfilerStop),
 };
 
 static int lookup(const char *name, void **pfn) {
@@ -1908,6 +2624,18 @@ OLD(cuMemcpyHtoDAsync)
 OLD(cuMemcpyDtoHAsync)
 OLD(cuDeviceTotalMem)
 OLD(cuMemGetInfo)
+OLD(cuMemcpyDtoD)
+OLD(cuMemcpyDtoDAsync)
+OLD(cuMemsetD8)
+OLD(cuMemHostGetDevicePointer)
+OLD(cuDevicePrimaryCtxSetFlags)
+OLD(cuDevicePrimaryCtxReset)
+OLD(cuCtxCreate)
+OLD(cuCtxDestroy)
+OLD(cuModuleGetGlobal)
+OLD(cuLinkCreate)
+OLD(cuLinkAddData)
+OLD(cuLinkAddFile)
 
 // ---- test control (not part of any CUDA ABI) ----
 

@@ -171,7 +171,7 @@ func runCase(t *testing.T, p path, f fault) {
 	} else {
 		c.a = startPeer(t, "initiator", c.tp.a, c.tp.aIP, c.env, append([]string{"-size", fmt.Sprint(3 * size)}, p.args...)...)
 	}
-	r := c.a.call(deadline+margin, "open %s", c.b.seg)
+	r := c.a.Call(deadline+margin, "open %s", c.b.seg)
 	assert.Assert(t, r["ok"] == true, "open %s: %v", c.b.seg, r)
 	c.seg = uint64(r["id"].(float64))
 	assert.Equal(t, r["transport"], p.transport, "the %s path must use %s", p.name, p.transport)
@@ -179,7 +179,7 @@ func runCase(t *testing.T, p path, f fault) {
 	// Warm up (connections, endpoints), then take the baseline.
 	c.a.fill(1)
 	c.b.fill(2)
-	if r := c.a.call(deadline+margin, "xfer write %d %d 0 4096 1", c.seg, c.b.addr); r["state"] == "refused" && p.name == "gpu" {
+	if r := c.a.Call(deadline+margin, "xfer write %d %d 0 4096 1", c.seg, c.b.addr); r["state"] == "refused" && p.name == "gpu" {
 		t.Skipf("GPU memory cannot cross processes in this build (%v): the gpu path waits for GPU memory over TCP (issue 12)", r["err"])
 	}
 	c.verified("warm-up", 1<<20)
@@ -190,7 +190,7 @@ func runCase(t *testing.T, p path, f fault) {
 	// Recovery: new transfers succeed without restarting anything.
 	start := time.Now()
 	for {
-		r := c.a.call(3*deadline+20*time.Second, "xfer write %d %d 0 %d 1", c.seg, c.b.addr, 1<<20)
+		r := c.a.Call(3*deadline+20*time.Second, "xfer write %d %d 0 %d 1", c.seg, c.b.addr, 1<<20)
 		if r["ok"] == true {
 			break
 		}
@@ -207,9 +207,9 @@ func runCase(t *testing.T, p path, f fault) {
 		c.checkLeaks("target", c.b, baseB)
 	}
 	for _, pe := range []*peer{c.a, c.b} {
-		r := pe.call(deadline+margin+5*time.Second, "unreg")
-		assert.Assert(t, r["ok"] == true, "%s: unregister after the fault: %v (a pin leaked?)", pe.name, r)
-		assert.Assert(t, r["ms"].(float64) < float64(margin.Milliseconds()), "%s: unregister took %v ms (a pin held?)", pe.name, r["ms"])
+		r := pe.Call(deadline+margin+5*time.Second, "unreg")
+		assert.Assert(t, r["ok"] == true, "%s: unregister after the fault: %v (a pin leaked?)", pe.Name, r)
+		assert.Assert(t, r["ms"].(float64) < float64(margin.Milliseconds()), "%s: unregister took %v ms (a pin held?)", pe.Name, r["ms"])
 	}
 	t.Logf("%s / %s: %s; longest call %.0f ms; recovered in %s", p.name, f.name, outcome, c.callMS, recovery.Round(time.Millisecond))
 	rec.Add(result{Path: p.name, Fault: f.name, Outcome: outcome, CallMaxMS: c.callMS, RecoveryMS: float64(recovery.Microseconds()) / 1000, Backend: backend(t)})
@@ -219,10 +219,10 @@ func runCase(t *testing.T, p path, f fault) {
 // and checks both with checksums.
 func (c *kase) verified(what string, n uint64) {
 	c.t.Helper()
-	r := c.a.call(3*deadline+20*time.Second, "xfer write %d %d 0 %d 8", c.seg, c.b.addr, n)
+	r := c.a.Call(3*deadline+20*time.Second, "xfer write %d %d 0 %d 8", c.seg, c.b.addr, n)
 	assert.Assert(c.t, r["ok"] == true, "%s: write: %v", what, r)
 	assert.Equal(c.t, c.a.sum(0, n), c.b.sum(0, n), "%s: written bytes differ", what)
-	r = c.a.call(3*deadline+20*time.Second, "xfer read %d %d %d %d 8", c.seg, c.b.addr+size, size, n)
+	r = c.a.Call(3*deadline+20*time.Second, "xfer read %d %d %d %d 8", c.seg, c.b.addr+size, size, n)
 	assert.Assert(c.t, r["ok"] == true, "%s: read: %v", what, r)
 	assert.Equal(c.t, c.a.sum(size, n), c.b.sum(size, n), "%s: read bytes differ", what)
 }
@@ -303,9 +303,9 @@ func (c *kase) stallAt(lead time.Duration) time.Duration {
 func (c *kase) stretch() func() {
 	switch {
 	case c.p.name == "rdma":
-		r := c.a.call(10*time.Second, "rdma-delay fake_mlx5_0 5000")
+		r := c.a.Call(10*time.Second, "rdma-delay fake_mlx5_0 5000")
 		assert.Assert(c.t, r["ok"] == true, "%v", r)
-		return func() { c.a.call(10*time.Second, "rdma-delay fake_mlx5_0 0") }
+		return func() { c.a.Call(10*time.Second, "rdma-delay fake_mlx5_0 0") }
 	case c.p.sameHost:
 		return func() {}
 	}
@@ -323,8 +323,8 @@ func (c *kase) inject() string {
 	switch c.f.kind {
 	case "static":
 		clear := c.st.impair(t, c.f.imp)
-		w := c.check("write", c.a.call(bound, "%s", writeCmd), -1, "write", 0)
-		rd := c.check("read", c.a.call(bound, "%s", readCmd), -1, "read", size)
+		w := c.check("write", c.a.Call(bound, "%s", writeCmd), -1, "write", 0)
+		rd := c.check("read", c.a.Call(bound, "%s", readCmd), -1, "read", size)
 		clear()
 		c.expect("write", w)
 		c.expect("read", rd)
@@ -336,15 +336,15 @@ func (c *kase) inject() string {
 		if c.p.sameHost {
 			on()
 			stallAt = 0
-			c.a.send("%s", writeCmd)
+			c.a.Send("%s", writeCmd)
 		} else {
-			c.a.send("%s", writeCmd)
+			c.a.Send("%s", writeCmd)
 			time.Sleep(lead)
 			on()
 		}
 		time.Sleep(c.f.outage)
 		off()
-		w := c.check("write", c.a.recv(bound), stallAt, "write", 0)
+		w := c.check("write", c.a.Reply(bound), stallAt, "write", 0)
 		undo()
 		c.expect("write", w)
 		return "write " + w
@@ -357,34 +357,33 @@ func (c *kase) inject() string {
 			n = c.st.resetIdle(t, c.tp.a, c.tp.aIP, c.tp.bIP)
 		}
 		t.Logf("RST armed for %d idle connections", n)
-		w := c.check("write", c.a.call(bound, "%s", writeCmd), -1, "write", 0)
-		rd := c.check("read", c.a.call(bound, "%s", readCmd), -1, "read", size)
+		w := c.check("write", c.a.Call(bound, "%s", writeCmd), -1, "write", 0)
+		rd := c.check("read", c.a.Call(bound, "%s", readCmd), -1, "read", size)
 		c.expect("write", w)
 		c.expect("read", rd)
 		return fmt.Sprintf("write %s, read %s (%d connections reset)", w, rd, n)
 	case "restart":
-		c.b.cmd.Process.Kill()
-		<-c.b.done
+		c.b.Kill()
 		clear := c.st.impair(t, c.f.imp)
 		c.b = c.startTarget()
 		c.restarted = true
-		r := c.a.call(2*deadline+margin, "open %s", c.b.seg)
+		r := c.a.Call(2*deadline+margin, "open %s", c.b.seg)
 		c.callMS = max(c.callMS, r["ms"].(float64))
 		assert.Assert(t, r["ok"] == true, "open the restarted target under the fault: %v", r)
 		c.seg = uint64(r["id"].(float64))
 		c.b.fill(5)
 		writeCmd = fmt.Sprintf("xfer write %d %d 0 %d 8", c.seg, c.b.addr, size)
 		readCmd = fmt.Sprintf("xfer read %d %d %d %d 8", c.seg, c.b.addr+size, size, size)
-		w := c.check("write", c.a.call(bound, "%s", writeCmd), -1, "write", 0)
-		rd := c.check("read", c.a.call(bound, "%s", readCmd), -1, "read", size)
+		w := c.check("write", c.a.Call(bound, "%s", writeCmd), -1, "write", 0)
+		rd := c.check("read", c.a.Call(bound, "%s", readCmd), -1, "read", size)
 		clear()
 		c.expect("write", w)
 		c.expect("read", rd)
 		return fmt.Sprintf("open %.1f s, write %s, read %s", r["ms"].(float64)/1000, w, rd)
 	case "wrerr":
-		r := c.a.call(10*time.Second, "rdma-fail fake_mlx5_0 4 12") // IBV_WC_RETRY_EXC_ERR
+		r := c.a.Call(10*time.Second, "rdma-fail fake_mlx5_0 4 12") // IBV_WC_RETRY_EXC_ERR
 		assert.Assert(t, r["ok"] == true, "%v", r)
-		w := c.check("write", c.a.call(bound, "%s", writeCmd), -1, "write", 0)
+		w := c.check("write", c.a.Call(bound, "%s", writeCmd), -1, "write", 0)
 		return "write " + w
 	}
 	t.Fatalf("unknown fault kind %q", c.f.kind)
@@ -398,7 +397,7 @@ func (c *kase) faultOn() {
 	case "stop":
 		c.b.signal(syscall.SIGSTOP)
 	case "nicdown": // the target's NIC: its responder drops what arrives
-		r := c.b.call(10*time.Second, "rdma fake_mlx5_0 down")
+		r := c.b.Call(10*time.Second, "rdma fake_mlx5_0 down")
 		assert.Assert(c.t, r["ok"] == true, "%v", r)
 	}
 }
@@ -410,7 +409,7 @@ func (c *kase) faultOff() {
 	case "stop":
 		c.b.signal(syscall.SIGCONT)
 	case "nicdown":
-		r := c.b.call(10*time.Second, "rdma fake_mlx5_0 up")
+		r := c.b.Call(10*time.Second, "rdma fake_mlx5_0 up")
 		assert.Assert(c.t, r["ok"] == true, "%v", r)
 	}
 }

@@ -3,8 +3,6 @@
 package faults_test
 
 import (
-	"bufio"
-	"encoding/json"
 	"fmt"
 	"os/exec"
 	"strconv"
@@ -17,6 +15,8 @@ import (
 	"gotest.tools/v3/assert"
 
 	"github.com/kvferry/kvferry/tests/faults/netem"
+	"github.com/kvferry/kvferry/tests/internal/netns"
+	"github.com/kvferry/kvferry/tests/internal/proc"
 )
 
 // impairment is what a lossy, slow or disorderly network does, in tc
@@ -59,7 +59,7 @@ func (m impairment) netemArgs() []string {
 // egress carries the traffic, the netfilter hook it crosses and the
 // next hops to which duplicates go.
 type site struct {
-	n      *netns
+	n      *netns.NS
 	ifaces []string
 	chain  string   // iptables chain of the emulator's NFQUEUE rule
 	match  []string // iptables match narrowing it
@@ -73,7 +73,7 @@ func routerSite(tp *topology) site {
 }
 
 // loopbackSite is the loopback of n (same-host peers' control path).
-func loopbackSite(n *netns) site {
+func loopbackSite(n *netns.NS) site {
 	return site{n: n, ifaces: []string{"lo"}, chain: "OUTPUT", match: []string{"-o", "lo"}}
 }
 
@@ -111,22 +111,22 @@ func (s site) impair(t *testing.T, m impairment) (clear func()) {
 	}
 	if haveNetem(t) {
 		for _, dev := range s.ifaces {
-			s.n.run(t, append([]string{"tc", "qdisc", "add", "dev", dev, "root", "netem"}, m.netemArgs()...)...)
+			s.n.Run(t, append([]string{"tc", "qdisc", "add", "dev", dev, "root", "netem"}, m.netemArgs()...)...)
 		}
 		return func() {
 			for _, dev := range s.ifaces {
-				_, _ = s.n.try("tc", "qdisc", "del", "dev", dev, "root")
+				_, _ = s.n.Try("tc", "qdisc", "del", "dev", dev, "root")
 			}
 		}
 	}
 	var undo []func()
 	if m.rate > 0 {
 		for _, dev := range s.ifaces {
-			s.n.run(t, "tc", "qdisc", "add", "dev", dev, "root", "tbf", "rate", fmt.Sprintf("%dbit", m.rate), "burst", "64kb", "latency", "200ms")
+			s.n.Run(t, "tc", "qdisc", "add", "dev", dev, "root", "tbf", "rate", fmt.Sprintf("%dbit", m.rate), "burst", "64kb", "latency", "200ms")
 		}
 		undo = append(undo, func() {
 			for _, dev := range s.ifaces {
-				_, _ = s.n.try("tc", "qdisc", "del", "dev", dev, "root")
+				_, _ = s.n.Try("tc", "qdisc", "del", "dev", dev, "root")
 			}
 		})
 	}
@@ -137,8 +137,8 @@ func (s site) impair(t *testing.T, m impairment) (clear func()) {
 			fmt.Fprintf(&b, "  ip daddr %s numgen random mod 10000 < %d dup to %s device %s\n", d[0], int(m.dup*100), d[0], d[1])
 		}
 		b.WriteString(" }\n}\n")
-		s.n.nft(t, b.String())
-		undo = append(undo, func() { _, _ = s.n.try("nft", "delete", "table", "ip", "kvfdup") })
+		s.n.NFT(t, b.String())
+		undo = append(undo, func() { _, _ = s.n.Try("nft", "delete", "table", "ip", "kvfdup") })
 	}
 	p := netem.Params{Delay: m.delay, Jitter: m.jitter, Loss: m.loss, Reorder: m.reorder}
 	if p != (netem.Params{}) {
@@ -156,27 +156,21 @@ func (s site) impair(t *testing.T, m impairment) (clear func()) {
 func (s site) emulate(t *testing.T, p netem.Params) func() {
 	t.Helper()
 	const queue = "7"
-	cmd := s.n.command(bins.peer, "netem", "-queue", queue, "-params", p.String(), "-seed", strconv.FormatInt(time.Now().UnixNano(), 10))
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	cmd.Stderr = logWriter{t, "netem: "}
-	out, err := cmd.StdoutPipe()
-	assert.NilError(t, err)
-	assert.NilError(t, cmd.Start())
-	sc := bufio.NewScanner(out)
-	assert.Assert(t, sc.Scan(), "emulator did not start")
-	assert.Assert(t, strings.Contains(sc.Text(), `"ready":true`), "emulator: %s", sc.Text())
+	cmd := s.n.Command(bins.peer, "netem", "-queue", queue, "-params", p.String(), "-seed", strconv.FormatInt(time.Now().UnixNano(), 10))
+	em := proc.Start(t, "netem", cmd, proc.Config{LogStderr: true})
+	ready := em.Line(30 * time.Second)
+	assert.Assert(t, strings.Contains(ready, `"ready":true`), "emulator: %s", ready)
 	rule := append(append([]string{s.chain}, s.match...), "-j", "NFQUEUE", "--queue-num", queue, "--queue-bypass")
-	s.n.run(t, append([]string{"iptables", "-I"}, rule...)...)
+	s.n.Run(t, append([]string{"iptables", "-I"}, rule...)...)
 	return func() {
-		_, _ = s.n.try(append([]string{"iptables", "-D"}, rule...)...)
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		if sc.Scan() {
-			var st map[string]any
-			if json.Unmarshal([]byte(sc.Text()), &st) == nil {
-				t.Logf("emulator %s: %v packets, %v dropped, %v reordered", p, st["packets"], st["dropped"], st["reordered"])
-			}
+		_, _ = s.n.Try(append([]string{"iptables", "-D"}, rule...)...)
+		_ = em.Signal(syscall.SIGTERM)
+		if st, err := em.TryReply(10 * time.Second); err == nil {
+			t.Logf("emulator %s: %v packets, %v dropped, %v reordered", p, st["packets"], st["dropped"], st["reordered"])
 		}
-		_ = cmd.Wait()
+		if !em.Wait(10 * time.Second) {
+			em.Kill()
+		}
 	}
 }
 
@@ -184,14 +178,14 @@ func (s site) emulate(t *testing.T, p netem.Params) func() {
 func (s site) linkDown(t *testing.T) {
 	t.Helper()
 	for _, dev := range s.ifaces {
-		s.n.run(t, "ip", "link", "set", dev, "down")
+		s.n.Run(t, "ip", "link", "set", dev, "down")
 	}
 }
 
 func (s site) linkUp(t *testing.T) {
 	t.Helper()
 	for _, dev := range s.ifaces {
-		s.n.run(t, "ip", "link", "set", dev, "up")
+		s.n.Run(t, "ip", "link", "set", dev, "up")
 	}
 }
 
@@ -199,9 +193,9 @@ func (s site) linkUp(t *testing.T) {
 // an RST the next time either end sends on it (as a middlebox that forgot
 // them does); connections made afterwards pass. It returns how many it
 // caught.
-func (s site) resetIdle(t *testing.T, n *netns, src, dst string) int {
+func (s site) resetIdle(t *testing.T, n *netns.NS, src, dst string) int {
 	t.Helper()
-	out := n.run(t, "ss", "-Htn", "state", "established", "dst", dst)
+	out := n.Run(t, "ss", "-Htn", "state", "established", "dst", dst)
 	var ports []string
 	for _, l := range strings.Split(out, "\n") {
 		f := strings.Fields(l)
@@ -222,7 +216,7 @@ func (s site) resetIdle(t *testing.T, n *netns, src, dst string) int {
 	if s.chain == "OUTPUT" {
 		hook = "output"
 	}
-	s.n.nft(t, fmt.Sprintf(`table ip kvfrst {
+	s.n.NFT(t, fmt.Sprintf(`table ip kvfrst {
  set idle { type inet_service; elements = { %s } }
  chain f { type filter hook %s priority -10; policy accept;
   ip saddr %s tcp sport @idle reject with tcp reset

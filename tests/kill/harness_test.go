@@ -3,19 +3,13 @@
 package kill_test
 
 import (
-	"bufio"
-	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -23,6 +17,9 @@ import (
 
 	"github.com/kvferry/kvferry/engine/metadata/etcd/etcdtest"
 	"github.com/kvferry/kvferry/internal/testutil"
+	"github.com/kvferry/kvferry/tests/internal/proc"
+	"github.com/kvferry/kvferry/tests/internal/servers"
+	"github.com/kvferry/kvferry/tests/internal/suite"
 )
 
 // The drivers' engines run with these deadlines; a call may take up to
@@ -33,7 +30,6 @@ const (
 )
 
 var (
-	root string // the repository
 	bins struct {
 		dir               string
 		c, nixl, trtllm   string
@@ -45,212 +41,85 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	wd, _ := os.Getwd()
-	root = filepath.Clean(filepath.Join(wd, "..", ".."))
 	full = os.Getenv("KVFERRY_KILL_FULL") != ""
-	lib := filepath.Join(root, "build", "lib")
-	bins.lib = filepath.Join(lib, "libkvferry.so.1")
-	bins.plugin = filepath.Join(lib, "nixl", "libplugin_KVFERRY.so")
-	bins.trtd = filepath.Join(lib, "trtllm")
-	bins.master = filepath.Join(root, "build", "bin", "kvferry-master")
-	bins.metadata = filepath.Join(root, "build", "bin", "kvferry-metadata")
-	for _, f := range []string{bins.lib, bins.plugin, bins.master, bins.metadata} {
-		if _, err := os.Stat(f); err != nil {
-			fmt.Fprintf(os.Stderr, "tests/kill: %s missing: run make first\n", f)
-			os.Exit(1)
-		}
-	}
-	dir, err := os.MkdirTemp("", "kvferry-kill")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
+	bins.lib = suite.Built("lib", "libkvferry.so.1")
+	bins.plugin = suite.Built("lib", "nixl", "libplugin_KVFERRY.so")
+	bins.trtd = suite.Built("lib", "trtllm")
+	bins.master = suite.Built("bin", "kvferry-master")
+	bins.metadata = suite.Built("bin", "kvferry-metadata")
+	if err := suite.Missing(bins.lib, bins.plugin, bins.master, bins.metadata); err != nil {
+		fmt.Fprintf(os.Stderr, "tests/kill: %v\n", err)
 		os.Exit(1)
 	}
-	bins.dir = dir
-	bins.c = filepath.Join(dir, "driver_c")
-	bins.nixl = filepath.Join(dir, "driver_nixl")
-	bins.trtllm = filepath.Join(dir, "driver_trtllm")
-	builds := [][]string{
-		{"gcc", "-O2", "-g", "-Wall", "-Wextra", "-Werror", "-std=gnu11", "-Iinclude", "-o", bins.c, "tests/kill/drivers/driver_c.c", "-ldl"},
-		{"g++", "-std=c++20", "-O2", "-g", "-Wall", "-Wextra", "-Werror", "-Iplugin", "-Itests/nixl", "-o", bins.nixl, "tests/kill/drivers/driver_nixl.cpp", "-ldl"},
-		{"g++", "-std=c++20", "-O2", "-g", "-Wall", "-Wextra", "-Werror", "-Iplugin", "-o", bins.trtllm, "tests/kill/drivers/driver_trtllm.cpp", "-ldl"},
-	}
-	if cc := os.Getenv("KVFERRY_KILL_CFLAGS"); cc != "" { // make asan
-		for i := range builds {
-			builds[i] = append(builds[i][:1], append(strings.Fields(cc), builds[i][1:]...)...)
+	suite.Main(m, "kvferry-kill", func(dir string) (func(), error) {
+		bins.dir = dir
+		bins.c = filepath.Join(dir, "driver_c")
+		bins.nixl = filepath.Join(dir, "driver_nixl")
+		bins.trtllm = filepath.Join(dir, "driver_trtllm")
+		for _, b := range [][]string{
+			{"gcc", "-O2", "-g", "-Wall", "-Wextra", "-Werror", "-std=gnu11", "-Iinclude", "-Itests/c", "-o", bins.c, "tests/kill/drivers/driver_c.c", "-ldl"},
+			{"g++", "-std=c++20", "-O2", "-g", "-Wall", "-Wextra", "-Werror", "-Iplugin", "-Itests/nixl", "-Itests/c", "-o", bins.nixl, "tests/kill/drivers/driver_nixl.cpp", "-ldl"},
+			{"g++", "-std=c++20", "-O2", "-g", "-Wall", "-Wextra", "-Werror", "-Iplugin", "-Itests/c", "-o", bins.trtllm, "tests/kill/drivers/driver_trtllm.cpp", "-ldl"},
+		} {
+			if err := suite.Compile("KVFERRY_KILL_CFLAGS", b...); err != nil { // make asan sets the flags
+				return nil, err
+			}
 		}
-	}
-	for _, b := range builds {
-		cmd := exec.Command(b[0], b[1:]...)
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "%s: %v\n%s", strings.Join(b, " "), err, out)
-			os.Exit(1)
-		}
-	}
-	rec = testutil.OpenResults(os.Getenv("KVFERRY_KILL_RESULTS"))
-	code := m.Run()
-	rec.Close()
-	os.RemoveAll(dir)
-	os.Exit(code)
+		rec = testutil.OpenResults(os.Getenv("KVFERRY_KILL_RESULTS"))
+		return rec.Close, nil
+	})
 }
 
 // ---- processes speaking the drivers' JSON-line protocol ----
 
-type proc struct {
-	t       *testing.T
-	name    string
-	cmd     *exec.Cmd
-	in      io.WriteCloser
-	lines   chan string
-	done    chan struct{}
-	killed  bool
-	info    string
-	addr    uint64
-	pid     int
-	logMu   sync.Mutex
-	logTail []string
+// driver is one driver process (tests/kill/drivers).
+type driver struct {
+	*proc.Proc
+	killed bool
+	info   string
+	addr   uint64
 }
 
 func engineEnv() []string {
-	d := strconv.Itoa(int(deadline / time.Second))
-	return []string{"MC_TRANSFER_TIMEOUT=" + d, "MC_TCP_STATUS_TIMEOUT_SEC=" + d, "MC_HANDSHAKE_CONNECT_TIMEOUT=" + d,
-		"KVFERRY_LOG_LEVEL=" + envOr("KVFERRY_KILL_LOG", "warn"), "KVFERRY_METADATA_REPUBLISH_SEC=1",
-		"PYTHONPATH=" + filepath.Join(root, "python"), "KVFERRY_LIB_DIR=" + filepath.Join(root, "build", "lib"),
-		"LD_LIBRARY_PATH=" + bins.trtd, "TLLM_MOONCAKE_IP_ADDR=127.0.0.1", "PYTHONDONTWRITEBYTECODE=1"}
+	return append(suite.EngineEnv(deadline, suite.Env("KVFERRY_KILL_LOG", "warn")), "KVFERRY_METADATA_REPUBLISH_SEC=1",
+		"PYTHONPATH="+filepath.Join(suite.Root(), "python"), "KVFERRY_LIB_DIR="+suite.Built("lib"),
+		"LD_LIBRARY_PATH="+bins.trtd, "TLLM_MOONCAKE_IP_ADDR=127.0.0.1", "PYTHONDONTWRITEBYTECODE=1")
 }
 
-func envOr(k, def string) string {
-	if v := os.Getenv(k); v != "" {
-		return v
-	}
-	return def
-}
-
-// startProc starts argv and, unless ready is false, waits for its first
-// line (which must say "ok").
-func startProc(t *testing.T, name string, argv []string, env []string, ready bool) *proc {
+// startDriver starts argv and waits for its first line, which must say
+// "ok".
+func startDriver(t *testing.T, name string, argv []string, env []string) *driver {
 	t.Helper()
 	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Dir = root
+	cmd.Dir = suite.Root()
 	cmd.Env = append(append(os.Environ(), engineEnv()...), env...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	p := &proc{t: t, name: name, cmd: cmd, lines: make(chan string, 64), done: make(chan struct{})}
-	in, err := cmd.StdinPipe()
-	assert.NilError(t, err)
-	out, err := cmd.StdoutPipe()
-	assert.NilError(t, err)
-	errp, err := cmd.StderrPipe()
-	assert.NilError(t, err)
-	p.in = in
-	assert.NilError(t, cmd.Start())
-	p.pid = cmd.Process.Pid
-	go func() {
-		sc := bufio.NewScanner(out)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		for sc.Scan() {
-			p.lines <- sc.Text()
-		}
-		close(p.lines)
-	}()
-	go func() {
-		sc := bufio.NewScanner(errp)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		for sc.Scan() {
-			p.logMu.Lock()
-			p.logTail = append(p.logTail, sc.Text())
-			if len(p.logTail) > 40 {
-				p.logTail = p.logTail[1:]
-			}
-			p.logMu.Unlock()
-		}
-	}()
-	go func() { _ = cmd.Wait(); close(p.done) }()
-	t.Cleanup(func() {
-		p.stop()
-		if t.Failed() {
-			p.logMu.Lock()
-			for _, l := range p.logTail {
-				t.Logf("%s: %s", name, l)
-			}
-			p.logMu.Unlock()
-		}
-	})
-	if ready {
-		r := p.recv(90 * time.Second)
-		assert.Assert(t, r["ok"] == true, "%s did not start: %v", name, r)
-		p.info, _ = r["info"].(string)
-		if a, ok := r["addr"].(float64); ok {
-			p.addr = uint64(a)
-		}
+	p := &driver{Proc: proc.Start(t, name, cmd, proc.Config{Quit: "quit", Grace: 15 * time.Second})}
+	r := p.Reply(90 * time.Second)
+	assert.Assert(t, r["ok"] == true, "%s did not start: %v", name, r)
+	p.info, _ = r["info"].(string)
+	if a, ok := r["addr"].(float64); ok {
+		p.addr = uint64(a)
 	}
 	return p
 }
 
-func (p *proc) recv(timeout time.Duration) map[string]any {
-	p.t.Helper()
-	select {
-	case l, ok := <-p.lines:
-		if !ok {
-			p.t.Fatalf("%s exited", p.name)
-		}
-		var m map[string]any
-		assert.NilError(p.t, json.Unmarshal([]byte(l), &m), "%s: %q", p.name, l)
-		return m
-	case <-time.After(timeout):
-		p.t.Fatalf("%s did not answer within %s: a call blocked", p.name, timeout)
-		return nil
-	}
-}
-
-func (p *proc) send(format string, args ...any) {
-	p.t.Helper()
-	_, err := fmt.Fprintf(p.in, format+"\n", args...)
-	assert.NilError(p.t, err, "%s: send", p.name)
-}
-
-func (p *proc) call(timeout time.Duration, format string, args ...any) map[string]any {
-	p.t.Helper()
-	p.send(format, args...)
-	return p.recv(timeout)
-}
-
-// kill9 SIGKILLs the process and waits for it.
-func (p *proc) kill9() {
+// kill9 SIGKILLs the driver and waits for it.
+func (p *driver) kill9() {
 	p.killed = true
-	_ = p.cmd.Process.Kill()
-	<-p.done
-}
-
-func (p *proc) stop() {
-	select {
-	case <-p.done:
-		return
-	default:
-	}
-	if p.in != nil {
-		_, _ = fmt.Fprintln(p.in, "quit")
-		p.in.Close()
-	}
-	select {
-	case <-p.done:
-	case <-time.After(15 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
+	p.Kill()
 }
 
 type stats struct{ FDs, Goroutines int }
 
-func (p *proc) stats() stats {
-	p.t.Helper()
-	r := p.call(20*time.Second, "stats")
+func (p *driver) stats() stats {
+	r := p.Call(20*time.Second, "stats")
 	num := func(k string) int { v, _ := r[k].(float64); return int(v) }
 	return stats{FDs: num("fds"), Goroutines: num("goroutines")}
 }
 
 // settle waits (bounded) until p's fds and goroutines are back near base.
-func (p *proc) settle(base stats, bound time.Duration) stats {
-	p.t.Helper()
+func (p *driver) settle(t *testing.T, base stats, bound time.Duration) stats {
+	t.Helper()
 	start := time.Now()
 	for {
 		s := p.stats()
@@ -258,7 +127,7 @@ func (p *proc) settle(base stats, bound time.Duration) stats {
 			return s
 		}
 		if time.Since(start) > bound {
-			p.t.Fatalf("%s leaks after the kill: %+v, baseline %+v", p.name, s, base)
+			t.Fatalf("%s leaks after the kill: %+v, baseline %+v", p.Name, s, base)
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
@@ -266,50 +135,18 @@ func (p *proc) settle(base stats, bound time.Duration) stats {
 
 // ---- services ----
 
-// metadataServer is kvferry-metadata (Mooncake's HTTP metadata protocol).
-type metadataServer struct {
-	t    *testing.T
-	addr string
-	p    *proc
-}
-
-func startMetadata(t *testing.T, addr string) *metadataServer {
+// startMetadata starts kvferry-metadata (Mooncake's HTTP metadata
+// protocol) on addr ("": a free port).
+func startMetadata(t *testing.T, addr string) *servers.Metadata {
 	t.Helper()
-	if addr == "" {
-		addr = "127.0.0.1:0"
-	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		p := startProc(t, "metadata", []string{bins.metadata, "-addr", addr, "-log-level", "warn"}, nil, false)
-		select {
-		case l, ok := <-p.lines:
-			if a, found := strings.CutPrefix(l, "listening on "); ok && found {
-				return &metadataServer{t: t, addr: a, p: p}
-			}
-		case <-time.After(20 * time.Second):
-		}
-		p.kill9()
-		assert.Assert(t, time.Now().Before(deadline), "kvferry-metadata does not start on %s", addr)
-		time.Sleep(200 * time.Millisecond)
-	}
+	return servers.StartMetadata(t, bins.metadata, addr, proc.Config{})
 }
-
-func (m *metadataServer) conn() string { return "http://" + m.addr + "/metadata" }
 
 // etcdCluster is three real etcd members on loopback.
 type etcdCluster struct {
 	t       *testing.T
 	clients []string
-	procs   []*exec.Cmd
-	done    []chan struct{}
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	assert.NilError(t, err)
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	members []*proc.Proc
 }
 
 func startEtcdCluster(t *testing.T) *etcdCluster {
@@ -318,8 +155,8 @@ func startEtcdCluster(t *testing.T) *etcdCluster {
 	c := &etcdCluster{t: t}
 	var peers, initial []string
 	for i := 0; i < 3; i++ {
-		c.clients = append(c.clients, fmt.Sprintf("127.0.0.1:%d", freePort(t)))
-		peers = append(peers, fmt.Sprintf("http://127.0.0.1:%d", freePort(t)))
+		c.clients = append(c.clients, fmt.Sprintf("127.0.0.1:%d", proc.FreePort(t)))
+		peers = append(peers, fmt.Sprintf("http://127.0.0.1:%d", proc.FreePort(t)))
 		initial = append(initial, fmt.Sprintf("m%d=%s", i, peers[i]))
 	}
 	dir := t.TempDir()
@@ -329,19 +166,10 @@ func startEtcdCluster(t *testing.T) *etcdCluster {
 			"--listen-peer-urls", peers[i], "--initial-advertise-peer-urls", peers[i],
 			"--initial-cluster", strings.Join(initial, ","), "--initial-cluster-state", "new",
 			"--initial-cluster-token", "kvferry-kill", "--unsafe-no-fsync", "--log-level", "error")
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		assert.NilError(t, cmd.Start())
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		c.procs = append(c.procs, cmd)
-		c.done = append(c.done, done)
+		m := proc.Start(t, fmt.Sprintf("etcd m%d", i), cmd, proc.Config{})
+		m.Drain()
+		c.members = append(c.members, m)
 	}
-	t.Cleanup(func() {
-		for i, p := range c.procs {
-			_ = p.Process.Kill()
-			<-c.done[i]
-		}
-	})
 	c.waitHealthy(30 * time.Second)
 	return c
 }
@@ -356,11 +184,9 @@ func (c *etcdCluster) waitHealthy(bound time.Duration) {
 	t.Helper()
 	hc := &http.Client{Timeout: time.Second, Transport: &http.Transport{Proxy: nil}}
 	end := time.Now().Add(bound)
-	for i := 0; i < 3; i++ {
-		select {
-		case <-c.done[i]:
+	for i, m := range c.members {
+		if m.Exited() {
 			continue // killed
-		default:
 		}
 		for {
 			resp, err := hc.Get("http://" + c.clients[i] + "/health")
@@ -378,56 +204,12 @@ func (c *etcdCluster) waitHealthy(bound time.Duration) {
 }
 
 // kill SIGKILLs member i.
-func (c *etcdCluster) kill(i int) {
-	_ = c.procs[i].Process.Kill()
-	<-c.done[i]
-}
+func (c *etcdCluster) kill(i int) { c.members[i].Kill() }
 
-// master is kvferry-master.
-type master struct {
-	p       *proc
-	addr    string
-	metrics string
-}
-
-func startMaster(t *testing.T, args ...string) *master {
+// startMaster starts kvferry-master with a 3 s client TTL and args.
+func startMaster(t *testing.T, args ...string) *servers.Master {
 	t.Helper()
-	port := freePort(t)
-	all := append([]string{bins.master, "--port=" + strconv.Itoa(port), "--rpc_address=127.0.0.1",
-		"--metrics_host=127.0.0.1", "--metrics_port=0", "--client_ttl=3"}, args...)
-	p := startProc(t, "master:"+strconv.Itoa(port), all, nil, false)
-	m := &master{p: p}
-	end := time.Now().Add(30 * time.Second)
-	for m.addr == "" || m.metrics == "" {
-		select {
-		case l, ok := <-p.lines:
-			assert.Assert(t, ok, "master exited")
-			if a, found := strings.CutPrefix(l, "listening on "); found {
-				m.addr = a
-			}
-			if a, found := strings.CutPrefix(l, "metrics on "); found {
-				m.metrics = a
-			}
-		case <-time.After(time.Until(end)):
-			t.Fatal("master did not start")
-		}
-	}
-	go func() { // drain
-		for range p.lines {
-		}
-	}()
-	return m
-}
-
-func (m *master) role() string {
-	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{Proxy: nil}}
-	resp, err := hc.Get("http://" + m.metrics + "/role")
-	if err != nil {
-		return ""
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return string(b)
+	return servers.StartMaster(t, bins.master, 0, engineEnv(), proc.Config{}, append([]string{"--client_ttl=3"}, args...)...)
 }
 
 // ---- results ----

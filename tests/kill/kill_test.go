@@ -13,46 +13,48 @@ import (
 	"gotest.tools/v3/assert"
 
 	"github.com/kvferry/kvferry/engine/metadata/etcd/etcdtest"
+	"github.com/kvferry/kvferry/tests/internal/servers"
+	"github.com/kvferry/kvferry/tests/internal/suite"
 )
 
 // entry is one way into the library.
 type entry struct {
 	name string
 	// te starts a transfer-engine driver named name on metadata meta.
-	te func(t *testing.T, name, meta string, mib int) *proc
+	te func(t *testing.T, name, meta string, mib int) *driver
 	// store starts a store driver (nil: the entry point has no store).
-	store func(t *testing.T, name, meta, masterAddr string, mib int) *proc
+	store func(t *testing.T, name, meta, masterAddr string, mib int) *driver
 	// p2pOnly: the entry point has no metadata service to kill.
 	p2pOnly bool
 }
 
 var entries = []entry{
 	{name: "c",
-		te: func(t *testing.T, name, meta string, mib int) *proc {
-			return startProc(t, name, []string{bins.c, "te", bins.lib, meta, hostOf(name, meta), fmt.Sprint(mib)}, nil, true)
+		te: func(t *testing.T, name, meta string, mib int) *driver {
+			return startDriver(t, name, []string{bins.c, "te", bins.lib, meta, hostOf(name, meta), fmt.Sprint(mib)}, nil)
 		},
-		store: func(t *testing.T, name, meta, m string, mib int) *proc {
-			return startProc(t, name, []string{bins.c, "store", bins.lib, meta, "127.0.0.1", m, fmt.Sprint(mib)}, nil, true)
+		store: func(t *testing.T, name, meta, m string, mib int) *driver {
+			return startDriver(t, name, []string{bins.c, "store", bins.lib, meta, "127.0.0.1", m, fmt.Sprint(mib)}, nil)
 		}},
 	{name: "nixl",
-		te: func(t *testing.T, name, meta string, mib int) *proc {
+		te: func(t *testing.T, name, meta string, mib int) *driver {
 			md := filepath.Join(t.TempDir(), name+".md")
-			return startProc(t, name, []string{bins.nixl, bins.plugin, meta, name, fmt.Sprint(mib), md}, nil, true)
+			return startDriver(t, name, []string{bins.nixl, bins.plugin, meta, name, fmt.Sprint(mib), md}, nil)
 		}},
 	{name: "trtllm", p2pOnly: true,
-		te: func(t *testing.T, name, meta string, mib int) *proc {
-			return startProc(t, name, []string{bins.trtllm, name, fmt.Sprint(mib)}, nil, true)
+		te: func(t *testing.T, name, meta string, mib int) *driver {
+			return startDriver(t, name, []string{bins.trtllm, name, fmt.Sprint(mib)}, nil)
 		}},
 	{name: "python",
-		te: func(t *testing.T, name, meta string, mib int) *proc {
-			return startProc(t, name, []string{python(), "tests/kill/drivers/driver.py", "te", meta, hostOf(name, meta), fmt.Sprint(mib)}, nil, true)
+		te: func(t *testing.T, name, meta string, mib int) *driver {
+			return startDriver(t, name, []string{python(), "tests/kill/drivers/driver.py", "te", meta, hostOf(name, meta), fmt.Sprint(mib)}, nil)
 		},
-		store: func(t *testing.T, name, meta, m string, mib int) *proc {
-			return startProc(t, name, []string{python(), "tests/kill/drivers/driver.py", "store", meta, "127.0.0.1", m, fmt.Sprint(mib)}, nil, true)
+		store: func(t *testing.T, name, meta, m string, mib int) *driver {
+			return startDriver(t, name, []string{python(), "tests/kill/drivers/driver.py", "store", meta, "127.0.0.1", m, fmt.Sprint(mib)}, nil)
 		}},
 }
 
-func python() string { return envOr("PYTHON", "/usr/bin/python3") }
+func python() string { return suite.Env("PYTHON", "/usr/bin/python3") }
 
 // hostOf is an engine's local server name: in P2P mode the host (the
 // segment is host:port), with a metadata service a unique name.
@@ -111,35 +113,35 @@ const batchBytes = 32 << 20
 
 // connect makes initiator i open target tg (retried while a metadata
 // service has not seen tg's registration yet).
-func connect(t *testing.T, i, tg *proc) time.Duration {
+func connect(t *testing.T, i, tg *driver) time.Duration {
 	t.Helper()
 	start := time.Now()
 	for {
-		r := i.call(2*deadline+margin, "connect %s", tg.info)
+		r := i.Call(2*deadline+margin, "connect %s", tg.info)
 		if r["ok"] == true {
 			return time.Since(start)
 		}
-		assert.Assert(t, time.Since(start) < 30*time.Second, "%s cannot open %s: %v", i.name, tg.name, r)
+		assert.Assert(t, time.Since(start) < 30*time.Second, "%s cannot open %s: %v", i.Name, tg.Name, r)
 		time.Sleep(200 * time.Millisecond)
 	}
 }
 
 // batch runs one verified batch and requires it to complete.
-func batch(t *testing.T, i, tg *proc, seed int) map[string]any {
+func batch(t *testing.T, i, tg *driver, seed int) map[string]any {
 	t.Helper()
-	r := i.call(3*deadline+margin+60*time.Second, "batch %d %d %d", tg.addr, batchBytes, seed)
-	assert.Assert(t, r["ok"] == true, "%s -> %s: batch: %v", i.name, tg.name, r)
+	r := i.Call(3*deadline+margin+60*time.Second, "batch %d %d %d", tg.addr, batchBytes, seed)
+	assert.Assert(t, r["ok"] == true, "%s -> %s: batch: %v", i.Name, tg.Name, r)
 	return r
 }
 
 func teCase(t *testing.T, e entry, victim string) {
 	meta := "P2PHANDSHAKE"
-	var md *metadataServer
+	var md *servers.Metadata
 	var ec *etcdCluster
 	switch victim {
 	case "metadata server":
 		md = startMetadata(t, "")
-		meta = md.conn()
+		meta = md.Conn()
 	case "etcd member":
 		ec = startEtcdCluster(t)
 		meta = "etcd://" + strings.Join(ec.clients, ",")
@@ -152,7 +154,7 @@ func teCase(t *testing.T, e entry, victim string) {
 
 	// The batch under the kill, and the kill at a random point of it.
 	est := time.Duration(warm["ms"].(float64) * float64(time.Millisecond))
-	in.send("batch %d %d %d", tg.addr, batchBytes, 2)
+	in.Send("batch %d %d %d", tg.addr, batchBytes, 2)
 	at := time.Duration(rand.Int64N(int64(est) + 1))
 	time.Sleep(at)
 	killed := time.Now()
@@ -169,11 +171,11 @@ func teCase(t *testing.T, e entry, victim string) {
 		tg.kill9()
 		outcome = batchAfterKill(t, in, killed)
 	case "metadata server":
-		addr := md.addr
-		md.p.kill9()
+		addr := md.Addr
+		md.Kill()
 		outcome = batchAfterKill(t, in, killed) + ", metadata restarted"
 		time.Sleep(time.Second)
-		md = startMetadata(t, addr)
+		startMetadata(t, addr) // the engines find it again on the same address
 	case "etcd member":
 		m := rand.IntN(3)
 		ec.kill(m)
@@ -193,15 +195,15 @@ func teCase(t *testing.T, e entry, victim string) {
 	// Survivors: no leaked fds or goroutines, registrations released
 	// promptly (no pin left behind).
 	for _, s := range []struct {
-		p    *proc
+		p    *driver
 		base stats
 	}{{tg, baseT}, {in, baseI}} {
 		if s.p.killed || (victim == "initiator" && s.p == in) {
 			continue
 		}
-		s.p.settle(s.base, 60*time.Second)
-		r := s.p.call(deadline+margin+5*time.Second, "unreg")
-		assert.Assert(t, r["ok"] == true && r["ms"].(float64) < float64(margin.Milliseconds()), "%s: unregister after the kill: %v", s.p.name, r)
+		s.p.settle(t, s.base, 60*time.Second)
+		r := s.p.Call(deadline+margin+5*time.Second, "unreg")
+		assert.Assert(t, r["ok"] == true && r["ms"].(float64) < float64(margin.Milliseconds()), "%s: unregister after the kill: %v", s.p.Name, r)
 	}
 	t.Logf("%s / kill %s at %s into a %s batch: %s; recovered in %s", e.name, victim, at.Round(time.Millisecond), est.Round(time.Millisecond), outcome, recovery.Round(time.Millisecond))
 	rec.Add(result{Entry: e.name, Victim: victim, Outcome: outcome, KillMS: float64(at.Microseconds()) / 1000, Recover: float64(recovery.Microseconds()) / 1000})
@@ -209,9 +211,9 @@ func teCase(t *testing.T, e entry, victim string) {
 
 // batchAfterKill reads the answer of the batch in flight when the victim
 // died: completed with the right bytes, or failed, within the deadline.
-func batchAfterKill(t *testing.T, in *proc, killed time.Time) string {
+func batchAfterKill(t *testing.T, in *driver, killed time.Time) string {
 	t.Helper()
-	r := in.recv(3*deadline + margin + 60*time.Second)
+	r := in.Reply(3*deadline + margin + 60*time.Second)
 	after := time.Since(killed)
 	state, _ := r["state"].(string)
 	switch state {
@@ -229,13 +231,13 @@ func batchAfterKill(t *testing.T, in *proc, killed time.Time) string {
 
 func storeCase(t *testing.T, e entry, victim string) {
 	var masterAddr string
-	var masters []*master
+	var masters []*servers.Master
 	var ec *etcdCluster
 	switch victim {
 	case "replica holder":
 		m := startMaster(t)
-		masters = []*master{m}
-		masterAddr = m.addr
+		masters = []*servers.Master{m}
+		masterAddr = m.Addr
 	case "master", "etcd member":
 		var endpoints []string
 		if victim == "etcd member" {
@@ -247,12 +249,12 @@ func storeCase(t *testing.T, e entry, victim string) {
 		ha := []string{"--enable_ha", "--enable_oplog", "--etcd_endpoints=" + strings.Join(endpoints, ",")}
 		m1 := startMaster(t, ha...)
 		end := time.Now().Add(20 * time.Second)
-		for m1.role() != "leader" {
+		for m1.Role() != "leader" {
 			assert.Assert(t, time.Now().Before(end), "no leader")
 			time.Sleep(100 * time.Millisecond)
 		}
 		m2 := startMaster(t, ha...)
-		masters = []*master{m1, m2}
+		masters = []*servers.Master{m1, m2}
 		masterAddr = "etcd://" + strings.Join(endpoints, ";")
 	}
 	h1 := e.store(t, "holder1", "P2PHANDSHAKE", masterAddr, 64)
@@ -260,7 +262,7 @@ func storeCase(t *testing.T, e entry, victim string) {
 	c := e.store(t, "client", "P2PHANDSHAKE", masterAddr, 0)
 	const n, size = 48, 256 << 10
 	put := func(i int) map[string]any {
-		return c.call(3*deadline+margin+30*time.Second, "put k%d %d %d 2", i, size, 100+i)
+		return c.Call(3*deadline+margin+30*time.Second, "put k%d %d %d 2", i, size, 100+i)
 	}
 	assert.Assert(t, put(0)["ok"] == true, "first put")
 	base := c.stats()
@@ -270,7 +272,7 @@ func storeCase(t *testing.T, e entry, victim string) {
 	failedPuts := 0
 	for i := 1; i <= n; i++ {
 		if i == killAt { // kill at a random point of this put
-			c.send("put k%d %d %d 2", i, size, 100+i)
+			c.Send("put k%d %d %d 2", i, size, 100+i)
 			time.Sleep(time.Duration(rand.IntN(20)) * time.Millisecond)
 			killed = time.Now()
 			switch victim {
@@ -278,15 +280,15 @@ func storeCase(t *testing.T, e entry, victim string) {
 				h1.kill9()
 			case "master":
 				for _, m := range masters {
-					if m.role() == "leader" {
-						m.p.kill9()
+					if m.Role() == "leader" {
+						m.Kill()
 						break
 					}
 				}
 			case "etcd member":
 				ec.kill(rand.IntN(3))
 			}
-			r := c.recv(3*deadline + margin + 30*time.Second)
+			r := c.Reply(3*deadline + margin + 30*time.Second)
 			if r["ok"] == true {
 				acked = append(acked, i)
 			} else {
@@ -307,7 +309,7 @@ func storeCase(t *testing.T, e entry, victim string) {
 	start := time.Now()
 	for _, i := range acked {
 		for {
-			r := c.call(3*deadline+margin+30*time.Second, "get k%d %d %d", i, size, 100+i)
+			r := c.Call(3*deadline+margin+30*time.Second, "get k%d %d %d", i, size, 100+i)
 			if r["ok"] == true && r["match"] == true {
 				break
 			}
@@ -316,7 +318,7 @@ func storeCase(t *testing.T, e entry, victim string) {
 		}
 	}
 	readable := time.Since(start)
-	c.settle(base, 60*time.Second)
+	c.settle(t, base, 60*time.Second)
 	if victim != "replica holder" {
 		h1.stats() // alive and answering
 	}

@@ -19,17 +19,12 @@
 #include <string>
 #include <vector>
 
+#include "../c/kvf_test.h"
 #include "nixl_abi.h"
 
 namespace core {
 
 using namespace kvfnixl;
-
-inline double now_s() {
-    timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 // Plugin is one loaded libplugin_<NAME>.so.
 struct Plugin {

@@ -32,22 +32,11 @@
 #include <cinttypes>
 #include <cstring>
 
+#include "kvf_test.h"
 #include "nixl_core.h"
 #include "../fakecuda/cuda_app.h"
 
 using namespace core;
-
-static int failures;
-
-#define CHECK(cond, ...)                                                        \
-    do {                                                                        \
-        if (!(cond)) {                                                          \
-            failures++;                                                         \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);     \
-            fprintf(stderr, __VA_ARGS__);                                       \
-            fprintf(stderr, "\n");                                              \
-        }                                                                       \
-    } while (0)
 
 #define CHECK_ST(expr, want)                                                    \
     do {                                                                        \
@@ -56,25 +45,6 @@ static int failures;
     } while (0)
 
 static constexpr size_t MiB = 1 << 20;
-
-static uint8_t *mapBuf(size_t n) {
-    void *p = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-    if (p == MAP_FAILED) {
-        perror("mmap");
-        exit(2);
-    }
-    return static_cast<uint8_t *>(p);
-}
-
-static void pattern(uint8_t *p, size_t n, uint64_t seed) {
-    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-    for (size_t i = 0; i + 8 <= n; i += 8) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        memcpy(p + i, &x, 8);
-    }
-}
 
 static bool matches(const uint8_t *p, size_t n, uint64_t seed) {
     std::vector<uint8_t> want(n);
@@ -372,7 +342,7 @@ static void errorCases(Agent &a, uint8_t *buf, Agent &b, const AgentMD &bmd) {
 static int runSingle(const char *path, const std::string &transport) {
     Plugin pl;
     if (!loadPlugin(path, pl)) return 2;
-    uint8_t *abuf = mapBuf(64 * MiB), *bbuf = mapBuf(64 * MiB);
+    uint8_t *abuf = map_buf(64 * MiB), *bbuf = map_buf(64 * MiB);
     Agent a, b;
     Params p = params();
     p["transport"] = transport;
@@ -442,7 +412,7 @@ static int runSingle(const char *path, const std::string &transport) {
 static int runTarget(const char *path, const char *ready, size_t mib) {
     Plugin pl;
     if (!pl.load(path)) return 2;
-    uint8_t *buf = mapBuf(mib * MiB);
+    uint8_t *buf = map_buf(mib * MiB);
     Agent t;
     if (t.create(pl.table, "target", params(), true) != KVFNIXL_SUCCESS) return 2;
     if (t.registerMem(blocks(buf, mib, MiB)) != KVFNIXL_SUCCESS) return 2;
@@ -494,7 +464,7 @@ static int runInitiator(const char *path, const char *mdfile, const char *dir, c
     Plugin pl;
     if (!loadPlugin(path, pl)) return 2;
     const size_t n = 64;
-    uint8_t *buf = mapBuf(n * MiB);
+    uint8_t *buf = map_buf(n * MiB);
     Agent a;
     Params p = params();
     p["transport"] = transport;
@@ -598,7 +568,7 @@ static int runFault(const char *path, const char *mdfile, pid_t pid, const std::
     AgentMD tmd;
     if (!readMD(mdfile, tmd)) return 2;
     const size_t n = tmd.bufs.size();
-    uint8_t *buf = mapBuf(n * MiB);
+    uint8_t *buf = map_buf(n * MiB);
     Agent a;
     Params p = params();
     p["timeout_ms"] = "10000";
@@ -685,7 +655,7 @@ static int runVram(const char *path, const char *libcuda, const std::string &tra
     if (!vmm || !av || !back) return 1;
     const int dev1 = cu.second; // device 1, or 0 on a machine with one GPU
     uint64_t bv = reinterpret_cast<uint64_t>(vmm(n * blk, dev1, nullptr));
-    uint8_t *host = mapBuf(n * blk);
+    uint8_t *host = map_buf(n * blk);
     Agent a, b;
     Params p = params();
     p["transport"] = transport;
@@ -704,7 +674,7 @@ static int runVram(const char *path, const char *libcuda, const std::string &tra
     // Host memory handed over as VRAM is refused.
     {
         BackendMD *out = nullptr;
-        uint8_t *stray = mapBuf(MiB);
+        uint8_t *stray = map_buf(MiB);
         BlobDesc bd(reinterpret_cast<uintptr_t>(stray), MiB, 0, "");
         CHECK_ST(a.eng->registerMem(bd, KVFNIXL_VRAM_SEG, out), KVFNIXL_ERR_INVALID_PARAM);
     }

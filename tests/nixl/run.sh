@@ -14,7 +14,7 @@ PLUGIN="$LIBDIR/nixl/libplugin_KVFERRY.so"
 [ -e "$PLUGIN" ] || { echo "no $PLUGIN (run make first)" >&2; exit 1; }
 OUT="$(mktemp -d)"
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$OUT"' EXIT
-g++ -std=c++20 -O2 -g -Wall -Wextra -Werror -Iplugin -Itests/nixl ${KVFERRY_SAN_CFLAGS:-} -o "$OUT/nixl_test" tests/nixl/nixl_test.cpp -ldl
+g++ -std=c++20 -O2 -g -Wall -Wextra -Werror -Iplugin -Itests/nixl -Itests/c ${KVFERRY_SAN_CFLAGS:-} -o "$OUT/nixl_test" tests/nixl/nixl_test.cpp -ldl
 g++ -std=c++20 -Wall -Werror -Iplugin -o "$OUT/abi_probe" tests/nixl/abi_probe.cpp
 
 if [ "$PART" != vram ]; then
@@ -74,6 +74,9 @@ fi
 FAKECUDA="$(tests/fakecuda/build.sh "$OUT/fakecuda")"
 DRIVER="the fake CUDA driver"
 [ "${KVFERRY_HW:-}" = 1 ] && DRIVER="the machine's CUDA driver"
+# The fake honours CUDA_VISIBLE_DEVICES as the driver does; the suites want
+# all its devices (a hardware run keeps the machine's setting).
+[ "${KVFERRY_HW:-}" = 1 ] || unset CUDA_VISIBLE_DEVICES
 for tr in auto tcp; do
   echo "--- VRAM_SEG on $DRIVER ($tr)"
   KVFERRY_CUDA_LIB="$FAKECUDA" timeout 120 "$OUT/nixl_test" vram "$PLUGIN" "$FAKECUDA" "$tr"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The Python suite: stdlib unittest over the built library, with Debian's
-# python3, python3-numpy and (optionally) python3-torch. Installs nothing.
+# python3, python3-numpy, python3-numba (test_numba.py fails without it) and
+# (optionally) python3-torch. Installs nothing.
 #   KVFERRY_LIB_DIR=$PWD/build-<area>/lib tests/python/run.sh [unittest args]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -22,6 +23,7 @@ export KVFERRY_LIB_DIR="$(cd "$LIBDIR" && pwd)"
 FAKE="$(mktemp -d)"
 trap 'rm -rf "$FAKE"' EXIT
 export KVFERRY_TEST_FAKECUDA="$(tests/fakecuda/build.sh "$FAKE")"
+unset CUDA_VISIBLE_DEVICES # the fake honours it as the driver does; the suites want all its devices
 export PYTHONDONTWRITEBYTECODE=1
 cd tests/python
 if [ "$#" -gt 0 ]; then

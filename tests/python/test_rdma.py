@@ -33,7 +33,9 @@ class RDMA(unittest.TestCase):
         cls.nics = "fake_mlx5_0,fake_mlx5_1"
         lib = os.path.join(cls.dir, "libibverbs.so.1")
         src = os.path.join(REPO, "tests", "rdma", "fakeverbs", "c", "fake_ibverbs.c")
-        subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", lib, src, "-lpthread", "-ldl"], check=True)
+        mapfile = os.path.join(os.path.dirname(src), "libibverbs.map")
+        subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-Wl,--version-script=" + mapfile,
+                        "-Wl,-soname,libibverbs.so.1", "-o", lib, src, "-lpthread", "-ldl"], check=True)
         cls.env = {"KVFERRY_IBVERBS_LIB": lib, "FAKEVERBS_DIR": cls.dir,
                    "FAKEVERBS_DEVICES": "fake_mlx5_0,fake_mlx5_1",
                    # Both peers are on this host: keep the selector off cma.

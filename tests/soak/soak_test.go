@@ -19,11 +19,7 @@
 package soak_test
 
 import (
-	"bufio"
-	"encoding/json"
 	"fmt"
-	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -31,14 +27,15 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"gotest.tools/v3/assert"
-)
 
-var root string
+	"github.com/kvferry/kvferry/tests/internal/proc"
+	"github.com/kvferry/kvferry/tests/internal/servers"
+	"github.com/kvferry/kvferry/tests/internal/suite"
+)
 
 func envDur(k string, def time.Duration) time.Duration {
 	if v := os.Getenv(k); v != "" {
@@ -50,133 +47,13 @@ func envDur(k string, def time.Duration) time.Duration {
 	return def
 }
 
-// proc is a child speaking one JSON line per command.
-type proc struct {
-	t     *testing.T
-	name  string
-	cmd   *exec.Cmd
-	in    io.WriteCloser
-	lines chan string
-	done  chan struct{}
-	tail  []string
-	mu    sync.Mutex
-}
-
-func start(t *testing.T, name string, argv []string, env []string) *proc {
+// start starts a child speaking one JSON line per command.
+func start(t *testing.T, name string, argv []string, env []string) *proc.Proc {
 	t.Helper()
 	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Dir = root
+	cmd.Dir = suite.Root()
 	cmd.Env = append(os.Environ(), env...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	p := &proc{t: t, name: name, cmd: cmd, lines: make(chan string, 64), done: make(chan struct{})}
-	var err error
-	p.in, err = cmd.StdinPipe()
-	assert.NilError(t, err)
-	out, err := cmd.StdoutPipe()
-	assert.NilError(t, err)
-	errp, err := cmd.StderrPipe()
-	assert.NilError(t, err)
-	assert.NilError(t, cmd.Start())
-	go func() {
-		sc := bufio.NewScanner(out)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		for sc.Scan() {
-			p.lines <- sc.Text()
-		}
-		close(p.lines)
-	}()
-	go func() {
-		sc := bufio.NewScanner(errp)
-		for sc.Scan() {
-			p.mu.Lock()
-			p.tail = append(p.tail, sc.Text())
-			if len(p.tail) > 200 {
-				p.tail = p.tail[1:]
-			}
-			p.mu.Unlock()
-		}
-	}()
-	go func() { _ = cmd.Wait(); close(p.done) }()
-	t.Cleanup(func() {
-		p.stop()
-		if t.Failed() {
-			p.mu.Lock()
-			for _, l := range p.tail {
-				t.Logf("%s: %s", name, l)
-			}
-			p.mu.Unlock()
-		}
-	})
-	return p
-}
-
-func (p *proc) line(timeout time.Duration) (string, error) {
-	select {
-	case l, ok := <-p.lines:
-		if !ok {
-			return "", fmt.Errorf("%s exited", p.name)
-		}
-		return l, nil
-	case <-time.After(timeout):
-		return "", fmt.Errorf("%s did not answer within %s: a call blocked", p.name, timeout)
-	}
-}
-
-func (p *proc) call(timeout time.Duration, format string, args ...any) (map[string]any, error) {
-	if _, err := fmt.Fprintf(p.in, format+"\n", args...); err != nil {
-		return nil, fmt.Errorf("%s: %w", p.name, err)
-	}
-	l, err := p.line(timeout)
-	if err != nil {
-		return nil, err
-	}
-	var m map[string]any
-	if err := json.Unmarshal([]byte(l), &m); err != nil {
-		return nil, fmt.Errorf("%s: %q: %w", p.name, l, err)
-	}
-	return m, nil
-}
-
-func (p *proc) stop() {
-	select {
-	case <-p.done:
-		return
-	default:
-	}
-	_, _ = fmt.Fprintln(p.in, "quit")
-	p.in.Close()
-	select {
-	case <-p.done:
-	case <-time.After(30 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
-}
-
-// listening waits for the "listening on ADDR" line of a server.
-func (p *proc) listening(t *testing.T) string {
-	t.Helper()
-	end := time.Now().Add(60 * time.Second)
-	for time.Now().Before(end) {
-		l, err := p.line(time.Until(end))
-		assert.NilError(t, err)
-		if a, ok := strings.CutPrefix(l, "listening on "); ok {
-			go func() {
-				for range p.lines {
-				}
-			}()
-			return a
-		}
-	}
-	t.Fatalf("%s did not start", p.name)
-	return ""
-}
-
-func freePort(t *testing.T) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	assert.NilError(t, err)
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return proc.Start(t, name, cmd, proc.Config{Quit: "quit", Grace: 30 * time.Second})
 }
 
 // sample is one reading of a peer incarnation.
@@ -188,7 +65,7 @@ type sample struct {
 
 type peer struct {
 	idx, life int
-	p         *proc
+	p         *proc.Proc
 	addr      uint64
 	// down is when the last restart began and up when it ended (zero:
 	// never restarted).
@@ -196,8 +73,6 @@ type peer struct {
 }
 
 func TestSoak(t *testing.T) {
-	wd, _ := os.Getwd()
-	root = filepath.Clean(filepath.Join(wd, "..", ".."))
 	duration := envDur("KVFERRY_SOAK_DURATION", 75*time.Second)
 	every := envDur("KVFERRY_SOAK_SAMPLE", 10*time.Second)
 	restartEvery := envDur("KVFERRY_SOAK_RESTART", 3*time.Minute)
@@ -210,29 +85,16 @@ func TestSoak(t *testing.T) {
 	// the warm-up only: a restart's TCP lanes, opened while the peer was
 	// away, close after two idle minutes, longer than its measured part).
 	restartsUntil := envDur("KVFERRY_SOAK_RESTART_UNTIL", duration)
-	build := filepath.Join(root, "build")
-	lib := filepath.Join(build, "lib", "libkvferry.so.1")
-	for _, f := range []string{lib, filepath.Join(build, "bin", "kvferry-master"), filepath.Join(build, "bin", "kvferry-metadata")} {
-		if _, err := os.Stat(f); err != nil {
-			t.Fatalf("%s missing: run make first", f)
-		}
-	}
+	lib := suite.Built("lib", "libkvferry.so.1")
+	assert.NilError(t, suite.Missing(lib, suite.Built("bin", "kvferry-master"), suite.Built("bin", "kvferry-metadata")))
 	bin := filepath.Join(t.TempDir(), "soak_peer")
-	cc := append([]string{"gcc"}, strings.Fields(os.Getenv("KVFERRY_SOAK_CFLAGS"))...)
-	cc = append(cc, "-O2", "-g", "-Wall", "-Wextra", "-Werror", "-std=gnu11", "-Iinclude", "-o", bin, "tests/soak/peer/soak_peer.c", "-ldl")
-	cmd := exec.Command(cc[0], cc[1:]...)
-	cmd.Dir = root
-	out, err := cmd.CombinedOutput()
-	assert.NilError(t, err, "%s", out)
+	assert.NilError(t, suite.Compile("KVFERRY_SOAK_CFLAGS", "gcc", "-O2", "-g", "-Wall", "-Wextra", "-Werror", "-std=gnu11",
+		"-Iinclude", "-Itests/c", "-o", bin, "tests/soak/peer/soak_peer.c", "-ldl"))
 
-	md := start(t, "metadata", []string{filepath.Join(build, "bin", "kvferry-metadata"), "-addr", "127.0.0.1:0", "-log-level", "warn"}, nil)
-	meta := "http://" + md.listening(t) + "/metadata"
-	mp := start(t, "master", append([]string{filepath.Join(build, "bin", "kvferry-master"), "--port=" + strconv.Itoa(freePort(t)),
-		"--rpc_address=127.0.0.1", "--metrics_host=127.0.0.1", "--metrics_port=0", "--client_ttl=5",
-		"--default_kv_lease_ttl=1000"}, strings.Fields(os.Getenv("KVFERRY_SOAK_MASTER_ARGS"))...), nil)
-	masterAddr := mp.listening(t)
-	env := []string{"MC_TRANSFER_TIMEOUT=10", "MC_TCP_STATUS_TIMEOUT_SEC=10", "MC_HANDSHAKE_CONNECT_TIMEOUT=10",
-		"KVFERRY_LOG_LEVEL=" + envOr("KVFERRY_SOAK_LOG", "warn"), "KVFERRY_METADATA_REPUBLISH_SEC=1"}
+	meta := servers.StartMetadata(t, suite.Built("bin", "kvferry-metadata"), "", proc.Config{}).Conn()
+	masterAddr := servers.StartMaster(t, suite.Built("bin", "kvferry-master"), 0, nil, proc.Config{},
+		append([]string{"--client_ttl=5", "--default_kv_lease_ttl=1000"}, strings.Fields(os.Getenv("KVFERRY_SOAK_MASTER_ARGS"))...)...).Addr
+	env := append(suite.EngineEnv(10*time.Second, suite.Env("KVFERRY_SOAK_LOG", "warn")), "KVFERRY_METADATA_REPUBLISH_SEC=1")
 
 	var mu sync.Mutex // guards peers, samples, failures
 	peers := make([]*peer, 4)
@@ -246,11 +108,9 @@ func TestSoak(t *testing.T) {
 			penv = append(slices.Clip(env), "KVFERRY_METRICS_ADDR="+addr, "KVFERRY_METRICS_PPROF=1")
 		}
 		p := start(t, fmt.Sprintf("p%d.%d", i, life), []string{bin, lib, meta, fmt.Sprintf("p%d", i), masterAddr, "16"}, penv)
-		l, err := p.line(120 * time.Second)
+		r, err := p.TryReply(120 * time.Second)
 		assert.NilError(t, err)
-		var r map[string]any
-		assert.NilError(t, json.Unmarshal([]byte(l), &r), "%s", l)
-		assert.Assert(t, r["ok"] == true, "p%d did not start: %s", i, l)
+		assert.Assert(t, r["ok"] == true, "p%d did not start: %v", i, r)
 		return &peer{idx: i, life: life, p: p, addr: uint64(r["addr"].(float64))}
 	}
 	for i := range peers {
@@ -312,7 +172,7 @@ func TestSoak(t *testing.T) {
 				}
 				lastCycle = time.Now()
 				began := time.Now()
-				r, err := me.p.call(5*time.Minute, "cycle %d %d %s", seed, i, strings.Join(args, " "))
+				r, err := me.p.TryCall(5*time.Minute, "cycle %d %d %s", seed, i, strings.Join(args, " "))
 				if err != nil {
 					mu.Lock()
 					problems = append(problems, fmt.Sprintf("p%d: %v", i, err))
@@ -348,7 +208,7 @@ func TestSoak(t *testing.T) {
 				mu.Unlock()
 				if time.Since(lastSample) >= every {
 					lastSample = time.Now()
-					s, err := me.p.call(time.Minute, "stats")
+					s, err := me.p.TryCall(time.Minute, "stats")
 					if err == nil {
 						mu.Lock()
 						samples = append(samples, sample{at: time.Since(t0), peer: i, life: me.life,
@@ -362,7 +222,7 @@ func TestSoak(t *testing.T) {
 					mu.Lock()
 					me.down, me.up = time.Now(), time.Time{} // restarting now
 					mu.Unlock()
-					me.p.stop()
+					me.p.Stop()
 					np := launch(i, me.life+1)
 					np.down, np.up = me.down, time.Now()
 					mu.Lock()
@@ -383,8 +243,8 @@ func TestSoak(t *testing.T) {
 	for _, p := range problems {
 		t.Error(p)
 	}
-	assert.NilError(t, writeTSV(filepath.Join(build, "soak.tsv"), samples))
-	assert.NilError(t, plotSamples(filepath.Join(build, "soak.png"), samples, warm))
+	assert.NilError(t, writeTSV(suite.Built("soak.tsv"), samples))
+	assert.NilError(t, plotSamples(suite.Built("soak.png"), samples, warm))
 	// Growth after the warm-up, per incarnation long enough to judge; a
 	// restarted peer's incarnation has a warm-up of its own.
 	type key struct{ peer, life int }
@@ -402,7 +262,7 @@ func TestSoak(t *testing.T) {
 	// KVFERRY_SOAK_RSS_SLACK (bytes; 0 in make soak) is RSS growth that
 	// counts as noise however large its share: the short form judges 25 s,
 	// in which one step of the Go heap's size (1-2 MiB) is 2 %.
-	slack, _ := strconv.ParseFloat(envOr("KVFERRY_SOAK_RSS_SLACK", "0"), 64)
+	slack, _ := strconv.ParseFloat(suite.Env("KVFERRY_SOAK_RSS_SLACK", "0"), 64)
 	judged := 0
 	for k, ss := range byLife {
 		if len(ss) < 8 {
@@ -442,13 +302,6 @@ func growth(ss []sample, get func(sample) float64) (early, late float64) {
 		return v[len(v)/2]
 	}
 	return med(ss[:q]), med(ss[len(ss)-q:])
-}
-
-func envOr(k, def string) string {
-	if v := os.Getenv(k); v != "" {
-		return v
-	}
-	return def
 }
 
 func writeTSV(path string, ss []sample) error {

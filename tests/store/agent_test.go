@@ -3,7 +3,6 @@
 package store
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/kvferry/kvferry/store/client"
 	"github.com/kvferry/kvferry/store/wire"
+	"github.com/kvferry/kvferry/tests/internal/child"
 )
 
 // agentEnv holds the JSON agentConfig when the test binary runs as a store
@@ -60,17 +60,8 @@ func runAgent(spec string) int {
 	}
 	defer c.Close()
 	fmt.Printf("ready %s\n", c.Hostname())
-	in := bufio.NewScanner(os.Stdin)
-	for in.Scan() {
-		f := strings.Fields(in.Text())
-		if len(f) == 0 {
-			continue
-		}
-		if f[0] == "quit" {
-			fmt.Println("ok")
-			return 0
-		}
-		fmt.Println(agentCommand(c, f))
+	if child.Serve(os.Stdin, func(f []string) { fmt.Println(agentCommand(c, f)) }) {
+		fmt.Println("ok")
 	}
 	return 0
 }

@@ -7,26 +7,22 @@
 package store
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"hash/crc32"
-	"io"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"gotest.tools/v3/assert"
 
 	"github.com/kvferry/kvferry/engine/metadata/etcd/etcdtest"
+	"github.com/kvferry/kvferry/tests/internal/proc"
+	"github.com/kvferry/kvferry/tests/internal/servers"
+	"github.com/kvferry/kvferry/tests/internal/suite"
 )
 
 func TestMain(m *testing.M) {
@@ -39,146 +35,16 @@ func TestMain(m *testing.M) {
 // ---------------------------------------------------------------------------
 // Processes
 
-type proc struct {
-	t     *testing.T
-	name  string
-	cmd   *exec.Cmd
-	lines chan string
-	done  chan struct{}
-	stdin io.WriteCloser
-	log   *logBuf
-}
-
-func start(t *testing.T, name string, cmd *exec.Cmd) *proc {
-	t.Helper()
-	p := &proc{t: t, name: name, cmd: cmd, lines: make(chan string, 64), done: make(chan struct{}), log: &logBuf{}}
-	out, err := cmd.StdoutPipe()
-	assert.NilError(t, err)
-	p.stdin, err = cmd.StdinPipe()
-	assert.NilError(t, err)
-	cmd.Stderr = p.log
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	assert.NilError(t, cmd.Start())
-	go func() { // reads stdout until the process exits
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			p.lines <- sc.Text()
-		}
-		close(p.lines)
-	}()
-	go func() { _ = cmd.Wait(); close(p.done) }()
-	t.Cleanup(func() {
-		p.kill()
-		if t.Failed() {
-			t.Logf("--- %s stderr:\n%s", name, p.log.String())
-		}
-	})
-	return p
-}
-
-// logBuf keeps the first MiB of a process's stderr.
-type logBuf struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *logBuf) Write(b []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.b.Len() < 1<<20 {
-		l.b.Write(b)
-	}
-	return len(b), nil
-}
-
-func (l *logBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-// line returns the next stdout line, failing the test after timeout.
-func (p *proc) line(timeout time.Duration) string {
-	p.t.Helper()
-	select {
-	case l, ok := <-p.lines:
-		if !ok {
-			p.t.Fatalf("%s exited\n%s", p.name, p.log.String())
-		}
-		return l
-	case <-time.After(timeout):
-		p.t.Fatalf("%s: no output within %v\n%s", p.name, timeout, p.log.String())
-	}
-	return ""
-}
-
-// kill sends SIGKILL and waits.
-func (p *proc) kill() {
-	_ = p.cmd.Process.Signal(syscall.SIGKILL)
-	select {
-	case <-p.done:
-	case <-time.After(10 * time.Second):
-	}
-}
-
-func binDir() string {
-	if d := os.Getenv("KVFERRY_BIN_DIR"); d != "" {
-		return d
-	}
-	d, _ := filepath.Abs("../../build/bin")
-	return d
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	assert.NilError(t, err)
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
-type masterProc struct {
-	*proc
-	addr, metrics string
-}
-
 // startMaster runs kvferry-master on the given port (0: a free one).
-func startMaster(t *testing.T, port int, args ...string) *masterProc {
+func startMaster(t *testing.T, port int, args ...string) *servers.Master {
 	t.Helper()
-	if port == 0 {
-		port = freePort(t)
-	}
-	all := append([]string{"--port=" + strconv.Itoa(port), "--rpc_address=127.0.0.1",
-		"--metrics_host=127.0.0.1", "--metrics_port=0"}, args...)
-	p := start(t, "master:"+strconv.Itoa(port), exec.Command(filepath.Join(binDir(), "kvferry-master"), all...))
-	m := &masterProc{proc: p}
-	for m.addr == "" || m.metrics == "" {
-		l := p.line(20 * time.Second)
-		switch {
-		case strings.HasPrefix(l, "listening on "):
-			m.addr = strings.TrimPrefix(l, "listening on ")
-		case strings.HasPrefix(l, "metrics on "):
-			m.metrics = strings.TrimPrefix(l, "metrics on ")
-		}
-	}
-	return m
+	return servers.StartMaster(t, filepath.Join(suite.BinDir(), "kvferry-master"), port, nil, proc.Config{}, args...)
 }
 
-// get fetches an admin endpoint.
-func (m *masterProc) get(path string) (int, string) {
-	hc := &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{Proxy: nil}}
-	defer hc.CloseIdleConnections()
-	resp, err := hc.Get("http://" + m.metrics + path)
-	if err != nil {
-		return 0, err.Error()
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
-}
-
+// agent is a store client process: this test binary re-executed.
 type agent struct {
-	*proc
+	*proc.Proc
+	t        *testing.T
 	hostname string
 }
 
@@ -194,21 +60,19 @@ func startAgent(t *testing.T, name string, cfg agentConfig) *agent {
 	assert.NilError(t, err)
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), agentEnv+"="+string(spec))
-	p := start(t, name, cmd)
-	l := p.line(60 * time.Second)
+	p := proc.Start(t, name, cmd, proc.Config{})
+	l := p.Line(60 * time.Second)
 	if !strings.HasPrefix(l, "ready ") {
-		t.Fatalf("%s: %s\n%s", name, l, p.log.String())
+		t.Fatalf("%s: %s\n%s", name, l, p.Tail())
 	}
-	return &agent{proc: p, hostname: strings.TrimPrefix(l, "ready ")}
+	return &agent{Proc: p, t: t, hostname: strings.TrimPrefix(l, "ready ")}
 }
 
 // do runs one command and returns the reply line.
 func (a *agent) do(format string, args ...any) string {
 	a.t.Helper()
-	if _, err := fmt.Fprintf(a.stdin, format+"\n", args...); err != nil {
-		a.t.Fatalf("%s: write command: %v", a.name, err)
-	}
-	return a.line(60 * time.Second)
+	a.Send(format, args...)
+	return a.Line(60 * time.Second)
 }
 
 // must runs a command that must succeed.
@@ -216,7 +80,7 @@ func (a *agent) must(format string, args ...any) string {
 	a.t.Helper()
 	r := a.do(format, args...)
 	if !strings.HasPrefix(r, "ok") {
-		a.t.Fatalf("%s: %q: %s", a.name, fmt.Sprintf(format, args...), r)
+		a.t.Fatalf("%s: %q: %s", a.Name, fmt.Sprintf(format, args...), r)
 	}
 	return r
 }
@@ -231,7 +95,7 @@ func (a *agent) eventually(timeout time.Duration, format string, args ...any) st
 			return r
 		}
 		if time.Now().After(deadline) {
-			a.t.Fatalf("%s: %q still failing after %v: %s", a.name, fmt.Sprintf(format, args...), timeout, r)
+			a.t.Fatalf("%s: %q still failing after %v: %s", a.Name, fmt.Sprintf(format, args...), timeout, r)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -262,7 +126,7 @@ func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() boo
 // drops the dead client within its TTL.
 func TestPutGetAndHolderKilled(t *testing.T) {
 	m := startMaster(t, 0, "--client_ttl=2")
-	cfg := agentConfig{Master: m.addr, SegmentBytes: 64 << 20}
+	cfg := agentConfig{Master: m.Addr, SegmentBytes: 64 << 20}
 	a := startAgent(t, "a", cfg)
 	b := startAgent(t, "b", cfg)
 	c := startAgent(t, "c", cfg)
@@ -275,12 +139,12 @@ func TestPutGetAndHolderKilled(t *testing.T) {
 
 	// Two replicas on b and c; kill b.
 	a.must("put k2 %d 2 2 prefer=%s,%s", 1<<20, b.hostname, c.hostname)
-	_, segs := m.get("/get_all_segments")
+	_, segs := m.Get("/get_all_segments")
 	assert.Assert(t, strings.Contains(segs, b.hostname), segs)
-	b.kill()
+	b.Kill()
 	assert.Equal(t, a.must("get k2"), want(1<<20, 2))
 	took := waitUntil(t, 10*time.Second, "master to drop the killed client", func() bool {
-		_, segs := m.get("/get_all_segments")
+		_, segs := m.Get("/get_all_segments")
 		return !strings.Contains(segs, b.hostname)
 	})
 	t.Logf("master dropped the SIGKILLed holder after %v (client_ttl 2 s)", took)
@@ -288,7 +152,7 @@ func TestPutGetAndHolderKilled(t *testing.T) {
 	assert.Equal(t, c.must("get k2"), want(1<<20, 2))
 	// k1 lived only on b.
 	assert.Equal(t, c.do("get k1")[:8], "err -704")
-	_, metrics := m.get("/metrics")
+	_, metrics := m.Get("/metrics")
 	assert.Assert(t, strings.Contains(metrics, "kvferry_store_master_expired_clients_total 1"), metrics)
 }
 
@@ -296,8 +160,8 @@ func TestPutGetAndHolderKilled(t *testing.T) {
 // evicts old objects but never a leased or a hard-pinned one.
 func TestEvictionSparesLeasedAndPinned(t *testing.T) {
 	m := startMaster(t, 0, "--default_kv_lease_ttl=20000", "--eviction_high_watermark_ratio=0.9")
-	holder := startAgent(t, "holder", agentConfig{Master: m.addr, SegmentBytes: 16 << 20})
-	w := startAgent(t, "writer", agentConfig{Master: m.addr})
+	holder := startAgent(t, "holder", agentConfig{Master: m.Addr, SegmentBytes: 16 << 20})
+	w := startAgent(t, "writer", agentConfig{Master: m.Addr})
 	const mb = 1 << 20
 	w.must("put hard %d 1 1 hard", mb)
 	w.must("put leased %d 2 1", mb)
@@ -311,25 +175,25 @@ func TestEvictionSparesLeasedAndPinned(t *testing.T) {
 	assert.Equal(t, holder.must("get leased"), want(mb, 2))
 	assert.Equal(t, w.do("exist old"), "ok 0")
 	assert.Equal(t, w.must("get fill47"), want(mb, 147))
-	_, metrics := m.get("/metrics")
+	_, metrics := m.Get("/metrics")
 	assert.Assert(t, !strings.Contains(metrics, "kvferry_store_master_evicted_objects_total 0\n"), metrics)
 }
 
 // TestMasterKilledAndRestarted: the master is SIGKILLed and started again
 // on the same port; the clients re-mount by themselves and work on.
 func TestMasterKilledAndRestarted(t *testing.T) {
-	port := freePort(t)
+	port := proc.FreePort(t)
 	m := startMaster(t, port)
-	cfg := agentConfig{Master: m.addr, SegmentBytes: 32 << 20}
+	cfg := agentConfig{Master: m.Addr, SegmentBytes: 32 << 20}
 	a := startAgent(t, "a", cfg)
 	b := startAgent(t, "b", cfg)
 	a.must("put before %d 1 1 prefer=%s", 1<<20, b.hostname)
-	m.kill()
+	m.Kill()
 	assert.Equal(t, a.do("put during 100 2 1")[:8], "err -900")
 	start := time.Now()
 	m2 := startMaster(t, port)
 	waitUntil(t, 20*time.Second, "both clients to re-mount", func() bool {
-		_, segs := m2.get("/get_all_segments")
+		_, segs := m2.Get("/get_all_segments")
 		return strings.Contains(segs, a.hostname) && strings.Contains(segs, b.hostname)
 	})
 	a.eventually(20*time.Second, "put after %d 3 1 prefer=%s", 2<<20, b.hostname)
@@ -346,11 +210,11 @@ func TestFailoverThroughEtcd(t *testing.T) {
 	ha := []string{"--enable_ha", "--etcd_endpoints=" + etcd.Endpoint(), "--cluster_id=storeproc"}
 	m1 := startMaster(t, 0, ha...)
 	waitUntil(t, 10*time.Second, "a leader", func() bool {
-		_, role := m1.get("/role")
+		_, role := m1.Get("/role")
 		return role == "leader"
 	})
 	m2 := startMaster(t, 0, ha...)
-	_, role := m2.get("/role")
+	_, role := m2.Get("/role")
 	assert.Equal(t, role, "standby")
 	cfg := agentConfig{Master: "etcd://" + etcd.Endpoint(), ClusterID: "storeproc", SegmentBytes: 32 << 20}
 	a := startAgent(t, "a", cfg)
@@ -358,10 +222,10 @@ func TestFailoverThroughEtcd(t *testing.T) {
 	a.must("put x %d 1 1 prefer=%s", 1<<20, b.hostname)
 	assert.Equal(t, b.must("get x"), want(1<<20, 1))
 
-	m1.kill()
+	m1.Kill()
 	start := time.Now()
 	waitUntil(t, 20*time.Second, "the standby to lead", func() bool {
-		_, role := m2.get("/role")
+		_, role := m2.Get("/role")
 		return role == "leader"
 	})
 	elected := time.Since(start)
@@ -369,7 +233,7 @@ func TestFailoverThroughEtcd(t *testing.T) {
 	t.Logf("standby elected %v after the leader was killed; clients working after %v", elected, time.Since(start))
 	assert.Equal(t, b.eventually(10*time.Second, "get y"), want(1<<20, 2))
 	waitUntil(t, 10*time.Second, "both clients on the new leader", func() bool {
-		_, segs := m2.get("/get_all_segments")
+		_, segs := m2.Get("/get_all_segments")
 		return strings.Contains(segs, a.hostname) && strings.Contains(segs, b.hostname)
 	})
 }

@@ -39,6 +39,7 @@
 #include <thread>
 #include <vector>
 
+#include "kvf_test.h"
 #include "trtllm_abi.h"
 #include "../fakecuda/cuda_app.h"
 
@@ -46,18 +47,6 @@ using namespace kvftrt;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-std::atomic<int> failures{0};
-
-#define CHECK(cond, ...)                                                    \
-    do {                                                                    \
-        if (!(cond)) {                                                      \
-            failures++;                                                     \
-            std::fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-            std::fprintf(stderr, __VA_ARGS__);                              \
-            std::fprintf(stderr, "\n");                                     \
-        }                                                                   \
-    } while (0)
 
 constexpr size_t kBig = 512u << 20;   // the staging buffers
 constexpr size_t kSmall = 1u << 20;   // the buffer registered twice
@@ -71,17 +60,10 @@ using Factory = std::unique_ptr<AgentBase> (*)(Config const *);
 
 Factory loadFactory() {
     // By bare name: LD_LIBRARY_PATH points at kvferry's build/lib/trtllm.
-    void *h = dlopen("libtensorrt_llm_mooncake_wrapper.so", RTLD_LAZY | RTLD_LOCAL);
-    if (!h) {
-        std::fprintf(stderr, "dlopen libtensorrt_llm_mooncake_wrapper.so: %s\n", dlerror());
-        std::exit(2);
-    }
-    auto f = reinterpret_cast<Factory>(dlsym(h, "createMooncakeTransferAgent"));
-    if (!f) {
-        std::fprintf(stderr, "dlsym createMooncakeTransferAgent: %s\n", dlerror());
-        std::exit(2);
-    }
-    return f;
+    void *h = kvf_dl_open("libtensorrt_llm_mooncake_wrapper.so", RTLD_LAZY | RTLD_LOCAL);
+    void *f = h ? kvf_dl_sym(h, "createMooncakeTransferAgent") : nullptr;
+    if (!f) std::exit(2);
+    return reinterpret_cast<Factory>(f);
 }
 
 std::unique_ptr<AgentBase> makeAgent(Factory f, std::string const &name) {
@@ -92,45 +74,6 @@ std::unique_ptr<AgentBase> makeAgent(Factory f, std::string const &name) {
         std::exit(2);
     }
     return a;
-}
-
-uint8_t *mapBuf(size_t n) {
-    void *p = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) {
-        std::perror("mmap");
-        std::exit(2);
-    }
-    return static_cast<uint8_t *>(p);
-}
-
-uint64_t patWord(uint64_t seed, uint64_t w) {
-    uint64_t x = w * 0x9E3779B97F4A7C15ull ^ seed;
-    x ^= x >> 29;
-    x *= 0xBF58476D1CE4E5B9ull;
-    x ^= x >> 32;
-    return x;
-}
-
-// Byte i of the pattern of seed is byte i&7 of patWord(seed, i>>3); fill and
-// same walk it a word at a time. start is the pattern index of p[0].
-void fill(uint8_t *p, size_t n, uint64_t seed, uint64_t start = 0) {
-    uint64_t x = patWord(seed, start >> 3);
-    for (size_t k = 0; k < n; k++) {
-        uint64_t i = start + k;
-        if ((i & 7) == 0) x = patWord(seed, i >> 3);
-        p[k] = static_cast<uint8_t>(x >> ((i & 7) * 8));
-    }
-}
-
-// Returns the index of the first byte that differs, or n.
-size_t same(uint8_t const *p, size_t n, uint64_t seed, uint64_t start = 0) {
-    uint64_t x = patWord(seed, start >> 3);
-    for (size_t k = 0; k < n; k++) {
-        uint64_t i = start + k;
-        if ((i & 7) == 0) x = patWord(seed, i >> 3);
-        if (p[k] != static_cast<uint8_t>(x >> ((i & 7) * 8))) return k;
-    }
-    return n;
 }
 
 // Where descriptor i of a scattered write lands in the receive buffer.
@@ -266,7 +209,7 @@ int runGen(std::string const &dir) {
     Factory f = loadFactory();
     std::string name = "gen_" + std::to_string(getpid());
     auto agent = makeAgent(f, name);
-    uint8_t *recv = mapBuf(kBig), *small = mapBuf(kSmall);
+    uint8_t *recv = map_lazy(kBig), *small = map_lazy(kSmall);
     agent->registerMemory(dram({MemRange{recv, kBig, 0}}));
     agent->registerMemory(dram({MemRange{small, kSmall, 0}}));
     agent->registerMemory(dram({MemRange{small, kSmall, 0}})); // counted twice
@@ -304,13 +247,13 @@ int runGen(std::string const &dir) {
             bool ok = !t.r->bad;
             if (scattered) {
                 for (int i = 0; i < kDescs && ok; i++) {
-                    size_t j = same(recv + scatterOffset(i), kChunk, seed, static_cast<uint64_t>(i) * kChunk);
+                    size_t j = pat_diff(recv + scatterOffset(i), kChunk, seed, static_cast<uint64_t>(i) * kChunk);
                     if (j != kChunk) {
                         ok = false;
                         std::fprintf(stderr, "gen: descriptor %d byte %zu differs\n", i, j);
                     }
                 }
-            } else if (size_t j = same(recv + off, n, seed); j != n) {
+            } else if (size_t j = pat_diff(recv + off, n, seed, 0); j != n) {
                 ok = false;
                 std::fprintf(stderr, "gen: byte %zu of %zu differs\n", j, static_cast<size_t>(n));
             }
@@ -323,7 +266,7 @@ int runGen(std::string const &dir) {
         if (take(mb, kSyncTag, t, 0.001)) {
             // Carried by the request itself; the data must be there already.
             uint64_t seed = t.r->u64(), off = t.r->u64(), n = t.r->u64();
-            bool ok = !t.r->bad && same(recv + off, n, seed) == n;
+            bool ok = !t.r->bad && pat_diff(recv + off, n, seed, 0) == n;
             std::printf("gen: completion message of a request: data %s\n", ok ? "ok" : "BAD");
             agent->notifySyncMessage(ctxName, msg(kAck, Wire{}.u64(100).u64(ok)));
             continue;
@@ -379,7 +322,7 @@ int runCtx(std::string const &dir) {
     Factory f = loadFactory();
     std::string name = "ctx_" + std::to_string(getpid());
     auto agent = makeAgent(f, name);
-    uint8_t *send = mapBuf(kBig);
+    uint8_t *send = map_lazy(kBig);
     agent->registerMemory(dram({MemRange{send, kBig, 0}}));
     // GPU memory: refused loudly (this build has no GPU path), never accepted
     // and then faulted on.
@@ -421,7 +364,7 @@ int runCtx(std::string const &dir) {
     // 1. A WRITE of 3000 descriptors, scattered, with wait(timeout).
     {
         uint64_t seed = 0xA11CE;
-        fill(send, kDescs * kChunk, seed);
+        pat_fill(send, kDescs * kChunk, seed, 0);
         std::vector<MemRange> src, dst;
         for (int i = 0; i < kDescs; i++) {
             src.emplace_back(send + static_cast<size_t>(i) * kChunk, kChunk, 0);
@@ -441,7 +384,7 @@ int runCtx(std::string const &dir) {
     // 2. The completion message carried by the request.
     {
         uint64_t seed = 0xB0B, off = 12345, n = (3u << 20) + 7;
-        fill(send + 999, n, seed);
+        pat_fill(send + 999, n, seed, 0);
         Wire w;
         w.u64(seed).u64(off).u64(n);
         auto st = agent->submitTransferRequests(
@@ -485,7 +428,7 @@ int runCtx(std::string const &dir) {
         expectAck(mb, gen, phase);
         // Gone: the peer refuses a write into it (checkRemoteDescs may still
         // answer from the cached descriptor; it refreshes only on a miss).
-        fill(send, 4096, 0xDEAD);
+        pat_fill(send, 4096, 0xDEAD, 0);
         auto st = agent->submitTransferRequests(
             Request{Op::kWRITE, dram({MemRange{send, 4096, 0}}), dram({MemRange{small, 4096, 0}}), gen});
         State r = st->wait(30000);
@@ -495,7 +438,7 @@ int runCtx(std::string const &dir) {
 
     // 5. wait(timeout) returns IN_PROGRESS when the timeout passes first.
     {
-        fill(send, kBig, 0xC0FFEE);
+        pat_fill(send, kBig, 0xC0FFEE, 0);
         auto st = agent->submitTransferRequests(
             Request{Op::kWRITE, dram({MemRange{send, kBig, 0}}), dram({MemRange{recv, kBig, 0}}), gen});
         auto t0 = Clock::now();
@@ -613,7 +556,7 @@ int runVram(char const *libcuda) {
     constexpr size_t n = 6u << 20;
     const uint32_t dev1 = static_cast<uint32_t>(cu.second); // device 1, or 0 with one GPU
     uint64_t a = cuda_malloc(&cu, 0, n), back = cuda_malloc(&cu, 0, n), b = cuda_malloc(&cu, dev1, n);
-    uint8_t *host = mapBuf(n);
+    uint8_t *host = map_lazy(n);
     CHECK(a && back && b, "device memory");
     if (!a || !back || !b) return 1;
     auto vram = [](uint64_t p, size_t len, uint32_t dev) { return MemRanges{MemKind::kVRAM, {MemRange{p, len, dev}}}; };
@@ -622,7 +565,7 @@ int runVram(char const *libcuda) {
     ctx->registerMemory(dram({MemRange{host, n, 0}}));
     gen->registerMemory(vram(b, n, dev1));
     try {
-        uint8_t *stray = mapBuf(4096);
+        uint8_t *stray = map_lazy(4096);
         ctx->registerMemory(vram(reinterpret_cast<uintptr_t>(stray), 4096, 0));
         CHECK(false, "host memory registered as kVRAM");
     } catch (std::exception const &e) {
@@ -630,7 +573,7 @@ int runVram(char const *libcuda) {
     }
     ctx->loadRemoteAgent("vram_gen", gen->getLocalConnectionInfo());
     std::vector<uint8_t> want(n), got(n);
-    fill(want.data(), n, 0xC0DA);
+    pat_fill(want.data(), n, 0xC0DA, 0);
     cuda_current(&cu, 0);
     CHECK(cu.h2d(a, want.data(), n) == 0, "h2d");
     auto run = [&](Op op, MemRanges src, char const *what) {
@@ -644,13 +587,13 @@ int runVram(char const *libcuda) {
     run(Op::kREAD, vram(back, n, 0), "kREAD into kVRAM");
     cuda_current(&cu, 0);
     CHECK(cu.d2h(got.data(), back, n) == 0 && got == want, "kREAD into kVRAM: bytes differ");
-    fill(host, n, 0xD7A);
+    pat_fill(host, n, 0xD7A, 0);
     std::vector<uint8_t> hwant(host, host + n);
     run(Op::kWRITE, dram({MemRange{host, n, 0}}), "kDRAM -> kVRAM");
     cuda_current(&cu, dev1);
     CHECK(cu.d2h(got.data(), b, n) == 0 && got == hwant, "kDRAM -> kVRAM: bytes differ");
     ctx->invalidateRemoteAgent("vram_gen");
-    std::printf("vram: %d failures\n", failures.load());
+    std::printf("vram: %d failures\n", failures);
     return failures ? 1 : 0;
 }
 

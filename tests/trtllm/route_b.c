@@ -42,6 +42,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kvf_test.h"
 #include "transfer_engine_c.h"
 
 #ifndef POLLERS
@@ -50,29 +51,6 @@
 #define MAX_MSGS 256
 #define GUARD 4096
 #define WAIT_S 120.0
-
-static int failures;
-
-#define CHECK(cond, ...)                                                    \
-    do {                                                                    \
-        if (!(cond)) {                                                      \
-            __atomic_add_fetch(&failures, 1, __ATOMIC_SEQ_CST);             \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-            fprintf(stderr, __VA_ARGS__);                                   \
-            fprintf(stderr, "\n");                                          \
-        }                                                                   \
-    } while (0)
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-static void sleep_ms(int ms) {
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
 
 /* ---- base64 (standard alphabet, '=' padding), as the wrapper uses ---- */
 
@@ -258,43 +236,6 @@ static void notify(segment_id_t seg, const struct wire *w) {
     free(b64);
 }
 
-static uint8_t *map_buf(size_t n) {
-    /* Not populated: only the pages a round touches get memory. */
-    void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) {
-        perror("mmap");
-        exit(2);
-    }
-    return p;
-}
-
-static uint64_t pat_word(uint64_t seed, uint64_t w) {
-    uint64_t x = w * 0x9E3779B97F4A7C15ull ^ seed;
-    x ^= x >> 29;
-    x *= 0xBF58476D1CE4E5B9ull;
-    x ^= x >> 32;
-    return x;
-}
-
-/* Byte i of the pattern for seed; fill and compare walk it word by word. */
-static void fill(uint8_t *p, size_t n, uint64_t seed) {
-    uint64_t x = pat_word(seed, 0);
-    for (size_t i = 0; i < n; i++) {
-        if ((i & 7) == 0) x = pat_word(seed, i >> 3);
-        p[i] = (uint8_t)(x >> ((i & 7) * 8));
-    }
-}
-
-/* Returns the index of the first mismatch, or n. */
-static size_t compare(const uint8_t *p, size_t n, uint64_t seed) {
-    uint64_t x = pat_word(seed, 0);
-    for (size_t i = 0; i < n; i++) {
-        if ((i & 7) == 0) x = pat_word(seed, i >> 3);
-        if (p[i] != (uint8_t)(x >> ((i & 7) * 8))) return i;
-    }
-    return n;
-}
-
 static void start_agent(const char *role, int nbuf, size_t buf_len, uint8_t **bufs, pthread_t *th) {
     /* The wrapper's constructor: IP from TLLM_MOONCAKE_IP_ADDR, else 127.0.0.1. */
     const char *ip = getenv("TLLM_MOONCAKE_IP_ADDR");
@@ -310,7 +251,7 @@ static void start_agent(const char *role, int nbuf, size_t buf_len, uint8_t **bu
     snprintf(my_agent, sizeof my_agent, "%s_%d_%08x_%s", host, (int)getpid(), (unsigned)rand(), role);
     /* registerMemory: every staging buffer, location "*", remote accessible. */
     for (int i = 0; i < nbuf; i++) {
-        bufs[i] = map_buf(buf_len);
+        bufs[i] = map_lazy(buf_len);
         int rc = registerLocalMemory(eng, bufs[i], buf_len, "*", 1);
         CHECK(rc == 0, "registerLocalMemory(buffer %d, %zu bytes) = %d", i, buf_len, rc);
     }
@@ -389,7 +330,7 @@ static int run_ctx(const char *dir, int nbuf, size_t buf_len, int rounds) {
         round_shape(r, rounds, buf_len, nbuf, &dbuf, &soff, &doff, &n);
         CHECK(dbuf - 1 < (int)nb && doff + n <= len[dbuf - 1], "ctx: round %d does not fit the peer's buffer", r);
         uint64_t seed = 0x5eed0000u + (uint64_t)r;
-        fill(bufs[0] + soff, n, seed); /* the "format" kernel */
+        pat_fill(bufs[0] + soff, n, seed, 0); /* the "format" kernel */
 
         /* submitTransferRequests: one descriptor pair, absolute remote address. */
         batch_id_t b = allocateBatchID(eng, 1024);
@@ -534,7 +475,7 @@ static int run_gen(const char *dir, int nbuf, size_t buf_len, int rounds) {
         CHECK(!rd.bad && tag == (uint64_t)r && sbuf == (uint64_t)dbuf && soff2 == doff && n2 == n,
               "gen: sync message fields for round %d", r);
         /* The concat kernel would read the buffer now: compare every byte. */
-        size_t bad = compare(bufs[dbuf] + doff, n, seed);
+        size_t bad = pat_diff(bufs[dbuf] + doff, n, seed, 0);
         CHECK(bad == n, "gen: round %d: byte %zu of %zu differs", r, bad, n);
         int guards_ok = 1;
         for (size_t i = lo; i < doff; i++) guards_ok &= bufs[dbuf][i] == 0xEE;

@@ -37,7 +37,7 @@ for f in libtransfer_engine.so trtllm/libtensorrt_llm_mooncake_wrapper.so; do
 done
 
 if [ "$PART" != vram ]; then
-CFLAGS="-O2 -g -Wall -Wextra -Werror -std=gnu11 -Iinclude ${KVFERRY_SAN_CFLAGS:-}"
+CFLAGS="-O2 -g -Wall -Wextra -Werror -std=gnu11 -Iinclude -Itests/c ${KVFERRY_SAN_CFLAGS:-}"
 mkdir -p "$OUT/stub"
 gcc $CFLAGS -shared -fPIC -o "$OUT/stub/libtransfer_engine.so" tests/trtllm/te_stub.c
 gcc $CFLAGS -o "$OUT/route_b" tests/trtllm/route_b.c -L"$OUT/stub" -ltransfer_engine -lpthread
@@ -61,7 +61,7 @@ route_b b2 2 64 MC_FORCE_TCP=1
 echo "route B passed"
 fi
 
-CXXFLAGS="-std=c++17 -O2 -g -Wall -Wextra -Werror -Iinclude -Iplugin ${KVFERRY_SAN_CFLAGS:-}"
+CXXFLAGS="-std=c++17 -O2 -g -Wall -Wextra -Werror -Iinclude -Iplugin -Itests/c ${KVFERRY_SAN_CFLAGS:-}"
 g++ $CXXFLAGS -o "$OUT/agent_test" tests/trtllm/agent_test.cpp -ldl -lpthread
 
 if [ "$PART" != vram ]; then
@@ -90,6 +90,9 @@ fi
 FAKECUDA="$(tests/fakecuda/build.sh "$OUT/fakecuda")"
 DRIVER="the fake CUDA driver"
 [ "${KVFERRY_HW:-}" = 1 ] && DRIVER="the machine's CUDA driver"
+# The fake honours CUDA_VISIBLE_DEVICES as the driver does; the suites want
+# all its devices (a hardware run keeps the machine's setting).
+[ "${KVFERRY_HW:-}" = 1 ] || unset CUDA_VISIBLE_DEVICES
 for tr in auto tcp; do
   echo "--- route A: kVRAM on $DRIVER ($tr)"
   force=""

@@ -37,7 +37,7 @@ const (
 )
 
 // Config configures the RDMA transport. The zero value works (Mooncake's
-// defaults); internal/hostenv fills it from the MC_* variables.
+// defaults); ConfigFromEnv fills it from the MC_* variables.
 type Config struct {
 	// Library is the libibverbs to open (KVFERRY_IBVERBS_LIB; default
 	// libibverbs.so.1).

@@ -677,11 +677,16 @@ func (t *Transport) Close() error {
 				t.fail(o, engine.ErrClosed, false)
 			}
 		}
-		n.close()
 	}
+	// The memory regions go before their protection domains: ibv_dealloc_pd
+	// refuses a PD that still has MRs (EBUSY), and an MR outlives neither its
+	// PD nor its device context.
 	rs := *t.regs.snap.Load()
 	for _, m := range rs {
 		t.dereg(m)
+	}
+	for _, n := range t.nics {
+		n.close()
 	}
 	return nil
 }

@@ -32,7 +32,7 @@ type gpuBufs struct {
 const gpuBufBytes = 8 << 20
 
 func gpuStack(lib string) stack.Config {
-	cfg := hostenv.StackConfig() // KVFERRY_TRANSPORT, KVFERRY_CUDA_LIB in children
+	cfg := stack.ConfigFromEnv(hostenv.Lookup) // KVFERRY_TRANSPORT, KVFERRY_CUDA_LIB in children
 	cfg.Engine.LocalServerName = "127.0.0.1"
 	cfg.Engine.TransferTimeout = 5 * time.Second
 	cfg.AutoDiscover = true
@@ -287,6 +287,18 @@ func TestGPUTwoProcesses(t *testing.T) {
 			}
 			assert.NilError(t, e.RegisterMemory(uintptr(own.dev), gpuBufBytes, "cuda:0", true))
 			assert.NilError(t, e.RegisterMemory(uintptr(own.vmm), gpuBufBytes, "*", true))
+			// Device memory registered after the child cached our
+			// descriptor: its request refreshes the descriptor before
+			// choosing a transport, so the memory is device memory (nvlink),
+			// not the host memory an unknown range would be taken for.
+			fresh, err := d.MemAlloc(0, 1<<20)
+			assert.NilError(t, err)
+			assert.NilError(t, e.RegisterMemory(uintptr(fresh), 1<<20, "cuda:0", true))
+			seed++
+			assert.Equal(t, c.do("xfer w dev %d %d %d", fresh, 4096, seed), "ok nvlink")
+			assert.Assert(t, bytes.Equal(fc.Bytes(fresh, 4096), patternAt(seed, 4096)))
+			assert.NilError(t, e.UnregisterMemory(uintptr(fresh)))
+			assert.NilError(t, d.MemFree(0, fresh))
 		})
 	}
 }

@@ -92,7 +92,7 @@ func childMain(role string) int {
 	if v, err := strconv.ParseUint(os.Getenv(bufEnv), 10, 64); err == nil && v > 0 {
 		size = v
 	}
-	cfg := hostenv.StackConfig() // KVFERRY_TRANSPORT, MC_FORCE_TCP
+	cfg := stack.ConfigFromEnv(hostenv.Lookup) // KVFERRY_TRANSPORT, MC_FORCE_TCP
 	cfg.Engine.LocalServerName = "127.0.0.1"
 	cfg.Engine.TransferTimeout = 5 * time.Second
 	cfg.AutoDiscover = true

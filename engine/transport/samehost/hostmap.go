@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -154,10 +155,23 @@ func (n *node) revokeLocked(ep uint64) {
 		_ = s.c.SetWriteDeadline(time.Time{})
 		s.wmu.Unlock()
 		if err != nil {
-			n.warn("revoke", "cma session does not take a revoke, closing it", "peer_pid", s.pid, "err", err)
+			if peerGone(err) {
+				// The peer exited (or closed the session) before its
+				// reader noticed: nothing it mapped survives it.
+				n.log.Debug("cma session gone before a revoke, closing it", "peer_pid", s.pid, "err", err)
+			} else {
+				n.warn("revoke", "cma session does not take a revoke, closing it", "peer_pid", s.pid, "err", err)
+			}
 			s.c.Close()
 		}
 	}
+}
+
+// peerGone reports whether a write failed because the other end of the
+// session is gone (the peer process exited or closed it), not because a
+// live peer stopped reading.
+func peerGone(err error) bool {
+	return errors.Is(err, unix.EPIPE) || errors.Is(err, unix.ECONNRESET) || errors.Is(err, net.ErrClosed)
 }
 
 // ---- initiator ----

@@ -39,13 +39,17 @@ func Source() string {
 
 // Build compiles the fake (once per process; the file is cached in the
 // temporary directory under a name derived from its source) and returns
-// the path of libcuda.so.1. In a hardware run it returns the real
-// driver's name, whether or not it loads (Path checks that).
+// the path of libcuda.so.1. It clears CUDA_VISIBLE_DEVICES in this process
+// (and so in the children it starts): the fake honours it as the real
+// driver does, and the tests want all of the fake's devices. In a hardware
+// run it returns the real driver's name, whether or not it loads (Path
+// checks that), and leaves CUDA_VISIBLE_DEVICES as the machine has it.
 func Build() (string, error) {
 	if Hardware() {
 		return realLibrary(), nil
 	}
 	build.once.Do(func() {
+		os.Unsetenv("CUDA_VISIBLE_DEVICES")
 		src, err := os.ReadFile(Source())
 		if err != nil {
 			build.err = fmt.Errorf("fake cuda source: %w", err)

@@ -2,8 +2,8 @@
 // its network namespaces. It has two jobs:
 //
 //	faultpeer engine [flags]   a transfer engine (engine/stack, configured
-//	                           from the environment by internal/hostenv as
-//	                           the library is) answering commands on stdin
+//	                           from the environment by stack.ConfigFromEnv
+//	                           as the library is) answering commands on stdin
 //	faultpeer netem [flags]    the user-space network emulator of
 //	                           tests/faults/netem on one NFQUEUE
 //
@@ -27,7 +27,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"flag"
@@ -50,6 +49,7 @@ import (
 	"github.com/kvferry/kvferry/internal/cuda"
 	"github.com/kvferry/kvferry/internal/hostenv"
 	"github.com/kvferry/kvferry/tests/faults/netem"
+	"github.com/kvferry/kvferry/tests/internal/child"
 	"github.com/kvferry/kvferry/tests/rdma/fakeverbs"
 )
 
@@ -119,7 +119,7 @@ func engineMain(args []string) error {
 	conn := fs.String("metadata", "", "metadata connection string (default P2PHANDSHAKE)")
 	_ = fs.Parse(args)
 
-	cfg := hostenv.StackConfig()
+	cfg := stack.ConfigFromEnv(hostenv.Lookup)
 	cfg.Engine.LocalServerName = *name
 	cfg.Engine.MetadataConn = *conn
 	cfg.AutoDiscover = true
@@ -162,17 +162,7 @@ func engineMain(args []string) error {
 	}
 	reply(map[string]any{"ok": true, "segment": e.SegmentName(), "addr": uint64(p.addr), "pid": os.Getpid(),
 		"transports": e.Transports()})
-	in := bufio.NewScanner(os.Stdin)
-	for in.Scan() {
-		f := strings.Fields(in.Text())
-		if len(f) == 0 {
-			continue
-		}
-		if f[0] == "quit" {
-			break
-		}
-		reply(p.do(f))
-	}
+	child.Serve(os.Stdin, func(f []string) { reply(p.do(f)) })
 	return e.Close()
 }
 

@@ -38,6 +38,18 @@ def say(d):
     sys.stdout.flush()
 
 
+def commands():
+    """Yields each command on stdin, as its fields and the time it came,
+    until stdin ends or the command is "quit"."""
+    for line in sys.stdin:
+        f = line.split()
+        if not f:
+            continue
+        if f[0] == "quit":
+            return
+        yield f, time.monotonic()
+
+
 def te(meta, name, mib):
     e = TransferEngine()
     host = "127.0.0.1" if meta == "P2PHANDSHAKE" else name
@@ -52,13 +64,7 @@ def te(meta, name, mib):
         return 1
     say({"ok": True, "info": e.get_segment_name() if meta == "P2PHANDSHAKE" else name, "addr": base, "pid": os.getpid()})
     target = None
-    for line in sys.stdin:
-        f = line.split()
-        if not f:
-            continue
-        t0 = time.monotonic()
-        if f[0] == "quit":
-            break
+    for f, t0 in commands():
         if f[0] == "connect":
             target = f[1]
             ok = e.open_segment(target) >= 0
@@ -92,13 +98,7 @@ def store(meta, name, master, mib):
         say({"ok": False, "err": "setup %d" % rc})
         return 1
     say({"ok": True, "info": s.get_hostname(), "pid": os.getpid()})
-    for line in sys.stdin:
-        f = line.split()
-        if not f:
-            continue
-        t0 = time.monotonic()
-        if f[0] == "quit":
-            break
+    for f, t0 in commands():
         if f[0] == "put":
             key, n, seed, reps = f[1], int(f[2]), int(f[3]), int(f[4])
             cfg = ReplicateConfig()

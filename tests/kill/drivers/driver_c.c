@@ -27,66 +27,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../../c/te_api.h"
-#include "store_c.h"
-
-#define STORE_FUNCS(X)              \
-    X(mooncake_store_create)        \
-    X(mooncake_store_destroy)       \
-    X(mooncake_store_setup)         \
-    X(mooncake_store_put)           \
-    X(mooncake_store_get_into)      \
-    X(mooncake_store_get_hostname)  \
-    X(kvferry_store_last_error)
+#include "kvf_api.h"
 
 static struct te_api te;
-static struct {
-#define X(name) __typeof__(&name) name;
-    STORE_FUNCS(X)
-#undef X
-} st;
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-static void pattern(uint8_t *p, size_t n, uint64_t seed) {
-    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-    for (size_t i = 0; i + 8 <= n; i += 8) {
-        x ^= x << 13; x ^= x >> 7; x ^= x << 17;
-        memcpy(p + i, &x, 8);
-    }
-}
-
-static int count_fds(void) {
-    int n = 0;
-    DIR *d = opendir("/proc/self/fd");
-    if (!d) return -1;
-    while (readdir(d)) n++;
-    closedir(d);
-    return n - 3; /* ., .. and the one opendir holds */
-}
-
-static long goroutines(void) {
-    static char buf[4 << 20];
-    int64_t n = te.kvferry_metrics_text(buf, sizeof buf);
-    char *p = n > 0 ? strstr(buf, "\ngo_goroutines ") : NULL;
-    return p ? strtol(p + 15, NULL, 10) : -1;
-}
+static struct store_api st;
 
 static void stats(void) {
-    printf("{\"ok\":true,\"fds\":%d,\"goroutines\":%ld}\n", count_fds(), goroutines());
-}
-
-static uint8_t *map_buf(size_t n) {
-    void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-    if (p == MAP_FAILED) {
-        perror("mmap");
-        exit(2);
-    }
-    return p;
+    printf("{\"ok\":true,\"fds\":%d,\"goroutines\":%ld}\n", count_fds(), metrics_goroutines(te.kvferry_metrics_text));
 }
 
 /* Runs one batch of n requests of len bytes; returns 0 completed, 1 failed,
@@ -184,8 +131,7 @@ static int store_main(int argc, char **argv) {
     if (!s || st.mooncake_store_setup(s, name, meta, size, 16u << 20, "tcp", "", master) != 0) {
         char err[512] = "";
         if (s) st.kvferry_store_last_error(s, err, sizeof err);
-        for (char *c = err; *c; c++)
-            if (*c == '"' || *c == '\\') *c = '\'';
+        json_clean(err);
         printf("{\"ok\":false,\"err\":\"setup: %s\"}\n", err);
         return 1;
     }
@@ -230,13 +176,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: driver_c te|store <lib> ...\n");
         return 2;
     }
-    if (te_load(&te, argv[2]) != 0) return 2;
-    void *h = dlopen(argv[2], RTLD_NOW | RTLD_LOCAL);
-#define X(name)                                                   \
-    st.name = (__typeof__(&name))dlsym(h, #name);                 \
-    if (!st.name) { fprintf(stderr, "dlsym %s\n", #name); return 2; }
-    STORE_FUNCS(X)
-#undef X
+    if (te_load(&te, argv[2]) != 0 || store_load(&st, argv[2]) != 0) return 2;
     if (!strcmp(argv[1], "te")) return te_main(argc, argv);
     if (!strcmp(argv[1], "store")) return store_main(argc, argv);
     return 2;

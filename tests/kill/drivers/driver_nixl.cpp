@@ -18,41 +18,12 @@
 #include <iostream>
 #include <sstream>
 
-#include "../../nixl/nixl_core.h"
+#include "kvf_test.h"
+#include "nixl_core.h"
 
 using namespace core;
 
 static constexpr size_t MiB = 1 << 20;
-
-static void pattern(uint8_t *p, size_t n, uint64_t seed) {
-    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-    for (size_t i = 0; i + 8 <= n; i += 8) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        memcpy(p + i, &x, 8);
-    }
-}
-
-static int countFds() {
-    int n = 0;
-    DIR *d = opendir("/proc/self/fd");
-    if (!d) return -1;
-    while (readdir(d)) n++;
-    closedir(d);
-    return n - 3;
-}
-
-// The library's goroutines, from its metrics text (kvferry.h), looked up
-// in the plugin's own object: the plugin is the one library.
-static long goroutines(void *dl) {
-    auto text = reinterpret_cast<int64_t (*)(char *, size_t)>(dlsym(dl, "kvferry_metrics_text"));
-    if (!text) return -1;
-    static std::vector<char> buf(4 << 20);
-    int64_t n = text(buf.data(), buf.size());
-    const char *p = n > 0 ? strstr(buf.data(), "\ngo_goroutines ") : nullptr;
-    return p ? strtol(p + 15, nullptr, 10) : -1;
-}
 
 // One transfer of the whole list; "completed", "failed" or "hang".
 static std::string xfer(Agent &a, XferOp op, const std::vector<Desc> &local, const std::vector<Desc> &remote,
@@ -81,9 +52,7 @@ int main(int argc, char **argv) {
         printf("{\"ok\":false,\"err\":\"createBackend\"}\n");
         return 1;
     }
-    void *raw = mmap(nullptr, 2 * mib * MiB, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-    if (raw == MAP_FAILED) return 2;
-    auto *buf = static_cast<uint8_t *>(raw);
+    uint8_t *buf = map_buf(2 * mib * MiB);
     std::vector<Desc> mine;
     for (size_t i = 0; i < 2 * mib; i++) mine.push_back({reinterpret_cast<uintptr_t>(buf + i * MiB), MiB, 0});
     if (a.registerMem(mine) != KVFNIXL_SUCCESS || !writeMD(a.localMD(), mdfile)) {
@@ -94,12 +63,7 @@ int main(int argc, char **argv) {
            getpid());
     fflush(stdout);
     AgentMD peer;
-    std::string line;
-    while (std::getline(std::cin, line)) {
-        std::istringstream in(line);
-        std::string cmd;
-        in >> cmd;
-        if (cmd == "quit") break;
+    kvf_serve([&](const std::string &cmd, std::istringstream &in) {
         double t0 = now_s();
         if (cmd == "connect") {
             std::string f;
@@ -130,15 +94,14 @@ int main(int argc, char **argv) {
             printf("{\"ok\":%s,\"state\":\"%s\",\"match\":%s,\"ms\":%.1f}\n", match ? "true" : "false", st.c_str(),
                    match ? "true" : "false", (now_s() - t0) * 1e3);
         } else if (cmd == "stats") {
-            printf("{\"ok\":true,\"fds\":%d,\"goroutines\":%ld}\n", countFds(), goroutines(pl.dl));
+            printf("{\"ok\":true,\"fds\":%d,\"goroutines\":%ld}\n", count_fds(), dl_goroutines(pl.dl));
         } else if (cmd == "unreg") {
             a.deregisterAll();
             printf("{\"ok\":true,\"ms\":%.1f}\n", (now_s() - t0) * 1e3);
         } else {
             printf("{\"ok\":false,\"err\":\"unknown command\"}\n");
         }
-        fflush(stdout);
-    }
+    });
     a.destroy();
     pl.unload();
     return 0;

@@ -27,43 +27,10 @@
 #include <sstream>
 #include <string>
 
+#include "kvf_test.h"
 #include "trtllm_abi.h"
 
 using namespace kvftrt;
-
-static double nowS() {
-    timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-static void pattern(uint8_t *p, size_t n, uint64_t seed) {
-    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-    for (size_t i = 0; i + 8 <= n; i += 8) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        memcpy(p + i, &x, 8);
-    }
-}
-
-static int countFds() {
-    int n = 0;
-    DIR *d = opendir("/proc/self/fd");
-    if (!d) return -1;
-    while (readdir(d)) n++;
-    closedir(d);
-    return n - 3;
-}
-
-static long goroutines(void *dl) {
-    auto text = reinterpret_cast<int64_t (*)(char *, size_t)>(dlsym(dl, "kvferry_metrics_text"));
-    if (!text) return -1;
-    static char buf[4 << 20];
-    int64_t n = text(buf, sizeof buf);
-    const char *p = n > 0 ? strstr(buf, "\ngo_goroutines ") : nullptr;
-    return p ? strtol(p + 15, nullptr, 10) : -1;
-}
 
 static MemRanges dram(uint8_t *p, size_t n) { return MemRanges{MemKind::kDRAM, {MemRange{p, n, 0}}}; }
 
@@ -74,13 +41,10 @@ int main(int argc, char **argv) {
     }
     std::string name = argv[1];
     size_t size = strtoull(argv[2], nullptr, 0) << 20;
-    void *dl = dlopen("libtensorrt_llm_mooncake_wrapper.so", RTLD_LAZY | RTLD_LOCAL);
-    if (!dl) {
-        fprintf(stderr, "dlopen: %s\n", dlerror());
-        return 2;
-    }
+    void *dl = kvf_dl_open("libtensorrt_llm_mooncake_wrapper.so", RTLD_LAZY | RTLD_LOCAL);
+    if (!dl) return 2;
     using Factory = std::unique_ptr<AgentBase> (*)(Config const *);
-    auto factory = reinterpret_cast<Factory>(dlsym(dl, "createMooncakeTransferAgent"));
+    auto factory = reinterpret_cast<Factory>(kvf_dl_sym(dl, "createMooncakeTransferAgent"));
     if (!factory) return 2;
     Config cfg{name, true, false, true, false, {}, 0, 2, 0, {}};
     std::unique_ptr<AgentBase> agent = factory(&cfg);
@@ -88,9 +52,7 @@ int main(int argc, char **argv) {
         printf("{\"ok\":false,\"err\":\"createMooncakeTransferAgent\"}\n");
         return 1;
     }
-    void *raw = mmap(nullptr, 2 * size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-    if (raw == MAP_FAILED) return 2;
-    auto *buf = static_cast<uint8_t *>(raw);
+    uint8_t *buf = map_buf(2 * size);
     try {
         agent->registerMemory(dram(buf, 2 * size));
     } catch (std::exception const &e) {
@@ -102,13 +64,8 @@ int main(int argc, char **argv) {
     fflush(stdout);
     std::string peer;
     bool registered = true;
-    std::string line;
-    while (std::getline(std::cin, line)) {
-        std::istringstream in(line);
-        std::string cmd;
-        in >> cmd;
-        if (cmd == "quit") break;
-        double t0 = nowS();
+    kvf_serve([&](const std::string &cmd, std::istringstream &in) {
+        double t0 = now_s();
         try {
             if (cmd == "connect") {
                 std::string info;
@@ -116,7 +73,7 @@ int main(int argc, char **argv) {
                 auto eq = info.find('=');
                 peer = info.substr(0, eq);
                 agent->loadRemoteAgent(peer, ConnInfo{info.substr(eq + 1)});
-                printf("{\"ok\":true,\"ms\":%.1f}\n", (nowS() - t0) * 1e3);
+                printf("{\"ok\":true,\"ms\":%.1f}\n", (now_s() - t0) * 1e3);
             } else if (cmd == "batch") {
                 uint64_t addr = 0, n = 0, seed = 0;
                 in >> addr >> n >> seed;
@@ -136,22 +93,21 @@ int main(int argc, char **argv) {
                     match = st == "completed" && memcmp(buf, buf + size, n) == 0;
                 }
                 printf("{\"ok\":%s,\"state\":\"%s\",\"match\":%s,\"ms\":%.1f}\n", match ? "true" : "false", st.c_str(),
-                       match ? "true" : "false", (nowS() - t0) * 1e3);
+                       match ? "true" : "false", (now_s() - t0) * 1e3);
             } else if (cmd == "stats") {
-                printf("{\"ok\":true,\"fds\":%d,\"goroutines\":%ld}\n", countFds(), goroutines(dl));
+                printf("{\"ok\":true,\"fds\":%d,\"goroutines\":%ld}\n", count_fds(), dl_goroutines(dl));
             } else if (cmd == "unreg") {
                 if (registered) agent->deregisterMemory(dram(buf, 2 * size));
                 registered = false;
-                printf("{\"ok\":true,\"ms\":%.1f}\n", (nowS() - t0) * 1e3);
+                printf("{\"ok\":true,\"ms\":%.1f}\n", (now_s() - t0) * 1e3);
             } else {
                 printf("{\"ok\":false,\"err\":\"unknown command\"}\n");
             }
         } catch (std::exception const &e) {
             // The stock agent throws on failures; so may ours.
-            printf("{\"ok\":false,\"state\":\"failed\",\"err\":\"exception\",\"ms\":%.1f}\n", (nowS() - t0) * 1e3);
+            printf("{\"ok\":false,\"state\":\"failed\",\"err\":\"exception\",\"ms\":%.1f}\n", (now_s() - t0) * 1e3);
         }
-        fflush(stdout);
-    }
+    });
     agent.reset();
     return 0;
 }

@@ -24,7 +24,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -33,7 +32,6 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
-	"strings"
 	"time"
 	"unsafe"
 
@@ -44,6 +42,7 @@ import (
 	"github.com/kvferry/kvferry/engine/metadata/etcd"
 	"github.com/kvferry/kvferry/engine/metadata/open"
 	"github.com/kvferry/kvferry/engine/stack"
+	"github.com/kvferry/kvferry/tests/internal/child"
 )
 
 func main() {
@@ -97,15 +96,7 @@ func run() error {
 	p := &peer{e: e, timeout: *timeout, mem: map[uintptr][]byte{}}
 	reply(map[string]any{"ok": true, "segment": e.SegmentName(), "host": e.Host(), "rpc_port": e.RPCPort()})
 
-	in := bufio.NewScanner(os.Stdin)
-	for in.Scan() {
-		f := strings.Fields(in.Text())
-		if len(f) == 0 {
-			continue
-		}
-		if f[0] == "quit" {
-			break
-		}
+	child.Serve(os.Stdin, func(f []string) {
 		start := time.Now()
 		out, err := p.do(f)
 		if out == nil {
@@ -117,7 +108,7 @@ func run() error {
 			out["error"] = err.Error()
 		}
 		reply(out)
-	}
+	})
 	err = e.Close()
 	for _, m := range p.mem {
 		_ = unix.Munmap(m)

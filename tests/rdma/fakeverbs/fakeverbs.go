@@ -35,23 +35,23 @@ var built struct {
 }
 
 // Build compiles the fake provider (once per process) into a temporary
-// directory and returns the path of its libibverbs.so.1; in a hardware
-// run, the real library's name (KVFERRY_IBVERBS_LIB, else
+// directory and returns the path of its libibverbs.so.1. The directory
+// holds nothing else, so LD_LIBRARY_PATH=filepath.Dir(path) makes programs
+// linked against the real libibverbs load the fake instead. In a hardware
+// run it returns the real library's name (KVFERRY_IBVERBS_LIB, else
 // libibverbs.so.1).
 func Build() (string, error) {
 	if Hardware() {
 		return realLibrary(), nil
 	}
 	built.once.Do(func() {
-		_, file, _, _ := runtime.Caller(0)
-		src := filepath.Join(filepath.Dir(file), "c", "fake_ibverbs.c")
 		dir, err := os.MkdirTemp("", "fakeverbs-lib-")
 		if err != nil {
 			built.err = err
 			return
 		}
 		out := filepath.Join(dir, "libibverbs.so.1")
-		cmd := exec.Command("cc", "-shared", "-fPIC", "-O2", "-Wall", "-o", out, src, "-lpthread", "-ldl")
+		cmd := exec.Command("cc", CompileArgs(out)...)
 		if b, err := cmd.CombinedOutput(); err != nil {
 			built.err = fmt.Errorf("build fake libibverbs: %v: %s", err, b)
 			return
@@ -59,6 +59,17 @@ func Build() (string, error) {
 		built.path = out
 	})
 	return built.path, built.err
+}
+
+// CompileArgs are the arguments of cc that build the fake provider into
+// out: the source, and the version script that gives its entry points
+// rdma-core's symbol versions.
+func CompileArgs(out string) []string {
+	_, file, _, _ := runtime.Caller(0)
+	dir := filepath.Join(filepath.Dir(file), "c")
+	return []string{"-shared", "-fPIC", "-O2", "-Wall",
+		"-Wl,--version-script=" + filepath.Join(dir, "libibverbs.map"), "-Wl,-soname,libibverbs.so.1",
+		"-o", out, filepath.Join(dir, "fake_ibverbs.c"), "-lpthread", "-ldl"}
 }
 
 // Env is the environment that points a process at the fake provider with

@@ -33,49 +33,12 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../../c/te_api.h"
-#include "store_c.h"
-
-#define STORE_FUNCS(X)             \
-    X(mooncake_store_create)       \
-    X(mooncake_store_destroy)      \
-    X(mooncake_store_setup)        \
-    X(mooncake_store_put)          \
-    X(mooncake_store_get_into)     \
-    X(mooncake_store_remove)       \
-    X(kvferry_store_last_error)
+#include "kvf_api.h"
 
 static struct te_api te;
-static struct {
-#define X(name) __typeof__(&name) name;
-    STORE_FUNCS(X)
-#undef X
-} st;
+static struct store_api st;
 
 enum { XFER = 1 << 20, SCRATCH = 4 << 20, VAL = 128 << 10, KEYS = 4 };
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-static void pattern(uint8_t *p, size_t n, uint64_t seed) {
-    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-    for (size_t i = 0; i + 8 <= n; i += 8) {
-        x ^= x << 13; x ^= x >> 7; x ^= x << 17;
-        memcpy(p + i, &x, 8);
-    }
-}
-
-static int count_fds(void) {
-    int n = 0;
-    DIR *d = opendir("/proc/self/fd");
-    if (!d) return -1;
-    while (readdir(d)) n++;
-    closedir(d);
-    return n - 3; /* ., .. and the one opendir holds */
-}
 
 /* status_field reads a "Name:   value" line of /proc/self/status. */
 static long status_field(const char *name) {
@@ -91,22 +54,6 @@ static long status_field(const char *name) {
         }
     fclose(f);
     return v;
-}
-
-static long goroutines(void) {
-    static char buf[4 << 20];
-    int64_t n = te.kvferry_metrics_text(buf, sizeof buf);
-    char *p = n > 0 && n < (int64_t)sizeof buf ? strstr(buf, "\ngo_goroutines ") : NULL;
-    return p ? strtol(p + 15, NULL, 10) : -1;
-}
-
-static uint8_t *map_buf(size_t n) {
-    void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-    if (p == MAP_FAILED) {
-        perror("mmap");
-        exit(2);
-    }
-    return p;
 }
 
 /* One request of len bytes; 0 completed, 1 failed or not terminal within
@@ -160,13 +107,7 @@ int main(int argc, char **argv) {
     }
     const char *lib = argv[1], *meta = argv[2], *name = argv[3], *master = argv[4];
     size_t size = strtoull(argv[5], NULL, 0) << 20;
-    if (te_load(&te, lib) != 0) return 2;
-    void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
-#define X(fn)                                                \
-    st.fn = (__typeof__(&fn))dlsym(h, #fn);                  \
-    if (!st.fn) { fprintf(stderr, "dlsym %s\n", #fn); return 2; }
-    STORE_FUNCS(X)
-#undef X
+    if (te_load(&te, lib) != 0 || store_load(&st, lib) != 0) return 2;
     transfer_engine_t e = te.createTransferEngine(meta, name, "127.0.0.1", 0, 1);
     if (!e) {
         printf("{\"ok\":false,\"err\":\"createTransferEngine\"}\n");
@@ -181,8 +122,7 @@ int main(int argc, char **argv) {
     if (!s || st.mooncake_store_setup(s, "127.0.0.1", "P2PHANDSHAKE", size, 16u << 20, "tcp", "", master) != 0) {
         char err[512] = "";
         if (s) st.kvferry_store_last_error(s, err, sizeof err);
-        for (char *c = err; *c; c++)
-            if (*c == '"' || *c == '\\') *c = '\'';
+        json_clean(err);
         printf("{\"ok\":false,\"err\":\"store setup: %s\"}\n", err);
         return 1;
     }
@@ -197,7 +137,7 @@ int main(int argc, char **argv) {
         if (!strcmp(cmd, "quit")) break;
         if (!strcmp(cmd, "stats")) {
             printf("{\"ok\":true,\"rss_kb\":%ld,\"fds\":%d,\"threads\":%ld,\"goroutines\":%ld}\n", status_field("VmRSS"),
-                   count_fds(), status_field("Threads"), goroutines());
+                   count_fds(), status_field("Threads"), metrics_goroutines(te.kvferry_metrics_text));
             fflush(stdout);
             continue;
         }
@@ -244,8 +184,7 @@ int main(int argc, char **argv) {
                     /* A transfer's how holds the last error of its failure. */
                     int n = snprintf(te_err, sizeof te_err, "%s %s: %s", tok, step, how);
                     if (!how[0] && n > 0 && (size_t)n < sizeof te_err) te.kvferry_engine_last_error(e, te_err + n, sizeof te_err - n);
-                    for (char *c = te_err; *c; c++)
-                        if (*c == '"' || *c == '\\' || (unsigned char)*c < 0x20) *c = '\'';
+                    json_clean(te_err);
                 }
                 if (flen + strlen(tok) + 4 < sizeof failed)
                     flen += snprintf(failed + flen, sizeof failed - flen, "%s\"%s\"", flen ? "," : "", tok);
@@ -276,8 +215,7 @@ int main(int argc, char **argv) {
                 if (!st_err[0]) { /* before the remove's error replaces it */
                     int n = snprintf(st_err, sizeof st_err, "%s%s: ", sop, rc == -1000 ? " returned other bytes" : "");
                     if (n > 0 && (size_t)n < sizeof st_err) st.kvferry_store_last_error(s, st_err + n, sizeof st_err - n);
-                    for (char *c = st_err; *c; c++)
-                        if (*c == '"' || *c == '\\' || (unsigned char)*c < 0x20) *c = '\'';
+                    json_clean(st_err);
                     st_rc = rc;
                 }
             }

@@ -133,7 +133,8 @@ func (c *Context) Close() error {
 
 // DeviceAttr holds the device limits kvferry uses.
 type DeviceAttr struct {
-	FWVersion                string
+	FWVersion string
+	// NodeGUID is as ibv_query_device reports it: in network byte order.
 	NodeGUID                 uint64
 	VendorID, VendorPartID   uint32
 	MaxMRSize                uint64

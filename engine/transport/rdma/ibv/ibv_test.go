@@ -150,9 +150,15 @@ func TestFakeProvider(t *testing.T) {
 	g0, err := a.ctx.QueryGID(1, 0)
 	assert.NilError(t, err)
 	assert.Assert(t, g0.IsZero())
+	// ibv_query_gid fails with -1 and errno: the error is errno's.
+	_, err = a.ctx.QueryGID(1, 99)
+	assert.ErrorIs(t, err, syscall.EINVAL)
 	typ, _, ok := a.ctx.QueryGIDType(1, 1)
 	assert.Assert(t, ok)
 	assert.Equal(t, typ, uint32(ibv.GIDTypeRoCEv2))
+	// An empty entry has no type (_ibv_query_gid_ex: ENODATA).
+	_, _, ok = a.ctx.QueryGIDType(1, 0)
+	assert.Assert(t, !ok)
 	g, err := ibv.ParseGID(a.gid.String())
 	assert.NilError(t, err)
 	assert.Equal(t, g, a.gid)

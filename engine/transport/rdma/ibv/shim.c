@@ -151,10 +151,14 @@ int kvf_ibv_query_port(struct ibv_context *ctx, uint8_t port, struct ibv_port_at
 	memset(attr, 0, sizeof(*attr));
 	return T.query_port(ctx, port, (struct _compat_ibv_port_attr *)attr);
 }
+// ibv_query_gid fails with -1 and errno (rdma-core's convention for it),
+// not with the errno as most verbs do: the errno is returned.
 int kvf_ibv_query_gid(struct ibv_context *ctx, uint8_t port, int index, uint8_t gid[16]) {
 	union ibv_gid g;
+	errno = 0;
 	int rc = T.query_gid(ctx, port, index, &g);
 	if (rc == 0) memcpy(gid, g.raw, 16);
+	else if (rc < 0) rc = errno ? errno : EINVAL;
 	return rc;
 }
 int kvf_ibv_query_gid_type(struct ibv_context *ctx, uint8_t port, int index, uint32_t *type, uint32_t *ifindex) {

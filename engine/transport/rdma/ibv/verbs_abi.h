@@ -45,6 +45,8 @@ union ibv_gid;
 struct ibv_wc;
 struct ibv_send_wr;
 struct ibv_recv_wr;
+struct ibv_srq;
+struct ibv_qp_init_attr_ex;
 
 typedef struct ibv_device **(*kvf_ibv_get_device_list_fn)(int *num_devices);
 typedef void (*kvf_ibv_free_device_list_fn)(struct ibv_device **list);
@@ -87,8 +89,12 @@ typedef int (*kvf_ibv_req_notify_cq_op)(struct ibv_cq *cq, int solicited_only);
 typedef int (*kvf_ibv_post_send_op)(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr);
 typedef int (*kvf_ibv_post_recv_op)(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr);
 
+typedef int (*kvf_ibv_post_srq_recv_op)(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr);
+
 typedef int (*kvf_ibv_query_port_ext_op)(struct ibv_context *context, uint8_t port_num,
                                          struct ibv_port_attr *port_attr, size_t port_attr_len);
+typedef struct ibv_qp *(*kvf_ibv_create_qp_ex_op)(struct ibv_context *context,
+                                                  struct ibv_qp_init_attr_ex *qp_init_attr_ex);
 
 #ifndef KVF_VERBS_FN_ONLY
 
@@ -325,13 +331,71 @@ enum ibv_qp_attr_mask {
 	IBV_QP_RATE_LIMIT = 1 << 25,
 };
 
+/* ibv_device_attr.device_cap_flags (the ones the fake provider reports). */
+enum ibv_device_cap_flags {
+	IBV_DEVICE_BAD_PKEY_CNTR = 1 << 1,
+	IBV_DEVICE_BAD_QKEY_CNTR = 1 << 2,
+	IBV_DEVICE_CHANGE_PHY_PORT = 1 << 5,
+	IBV_DEVICE_CURR_QP_STATE_MOD = 1 << 7,
+	IBV_DEVICE_PORT_ACTIVE_EVENT = 1 << 10,
+	IBV_DEVICE_SYS_IMAGE_GUID = 1 << 11,
+	IBV_DEVICE_RC_RNR_NAK_GEN = 1 << 12,
+	IBV_DEVICE_SRQ_RESIZE = 1 << 13,
+	IBV_DEVICE_N_NOTIFY_CQ = 1 << 14,
+	IBV_DEVICE_MEM_MGT_EXTENSIONS = 1 << 21,
+};
+
+/* ibv_is_fork_initialized's answers. */
+enum ibv_fork_status {
+	IBV_FORK_DISABLED = 0,
+	IBV_FORK_ENABLED = 1,
+	IBV_FORK_UNNEEDED = 2,
+};
+
+/* Which members of ibv_srq_attr an ibv_modify_srq call sets. */
+enum ibv_srq_attr_mask {
+	IBV_SRQ_MAX_WR = 1 << 0,
+	IBV_SRQ_LIMIT = 1 << 1,
+};
+
+/* Which members of ibv_qp_init_attr_ex past the ibv_qp_init_attr ones are
+ * set (comp_mask). */
+enum ibv_qp_init_attr_mask {
+	IBV_QP_INIT_ATTR_PD = 1 << 0,
+	IBV_QP_INIT_ATTR_XRCD = 1 << 1,
+	IBV_QP_INIT_ATTR_CREATE_FLAGS = 1 << 2,
+	IBV_QP_INIT_ATTR_MAX_TSO_HEADER = 1 << 3,
+	IBV_QP_INIT_ATTR_IND_TABLE = 1 << 4,
+	IBV_QP_INIT_ATTR_RX_HASH = 1 << 5,
+	IBV_QP_INIT_ATTR_SEND_OPS_FLAGS = 1 << 6,
+};
+
+/* The work requests a QP posts through the ibv_wr_* calls of its
+ * ibv_qp_ex (ibv_qp_init_attr_ex.send_ops_flags). */
+enum ibv_qp_create_send_ops_flags {
+	IBV_QP_EX_WITH_RDMA_WRITE = 1 << 0,
+	IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM = 1 << 1,
+	IBV_QP_EX_WITH_SEND = 1 << 2,
+	IBV_QP_EX_WITH_SEND_WITH_IMM = 1 << 3,
+	IBV_QP_EX_WITH_RDMA_READ = 1 << 4,
+	IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP = 1 << 5,
+	IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD = 1 << 6,
+	IBV_QP_EX_WITH_LOCAL_INV = 1 << 7,
+	IBV_QP_EX_WITH_BIND_MW = 1 << 8,
+	IBV_QP_EX_WITH_SEND_WITH_INV = 1 << 9,
+	IBV_QP_EX_WITH_TSO = 1 << 10,
+	IBV_QP_EX_WITH_ATOMIC_WRITE = 1 << 12,
+};
+
 /* ---- objects ---- */
 
 /* Objects we only ever hold pointers to. */
 struct ibv_ah;
 struct ibv_mw;
-struct ibv_srq;
 struct ibv_wq;
+struct ibv_xrcd;
+struct ibv_rwq_ind_table;
+struct ibv_mw_bind_info;
 
 /* The argument type of the exported ibv_query_port: the leading part of
  * struct ibv_port_attr that libibverbs before 1.1.8 knew. Never defined;
@@ -368,10 +432,12 @@ struct ibv_context_ops {
 	void (*_reserved_a[11])(void); /* query_device .. create_cq */
 	kvf_ibv_poll_cq_op poll_cq;
 	kvf_ibv_req_notify_cq_op req_notify_cq;
-	void (*_reserved_b[12])(void); /* cq_event .. destroy_qp */
+	void (*_reserved_b[7])(void); /* cq_event .. destroy_srq */
+	kvf_ibv_post_srq_recv_op post_srq_recv;
+	void (*_reserved_c[4])(void); /* create_qp .. destroy_qp */
 	kvf_ibv_post_send_op post_send;
 	kvf_ibv_post_recv_op post_recv;
-	void (*_reserved_c[5])(void); /* create_ah .. async_event */
+	void (*_reserved_d[5])(void); /* create_ah .. async_event */
 };
 
 /* An open device. */
@@ -388,11 +454,15 @@ struct ibv_context {
 /* The extended context a modern provider allocates: its ibv_context is the
  * last member, and newer entry points are added at the front, so an entry
  * is present when sz (the provider's size of this struct, counted back
- * from the end) reaches it and the pointer is set. We use query_port only:
- * it fills the whole struct ibv_port_attr, whose size it is told. */
+ * from the end) reaches it and the pointer is set. The shim uses query_port
+ * only: it fills the whole struct ibv_port_attr, whose size it is told. The
+ * fake provider also sets create_qp_ex (verbs.h's inline ibv_create_qp_ex
+ * calls it). */
 struct verbs_context {
 	kvf_ibv_query_port_ext_op query_port;
-	void *_reserved_ops[37]; /* advise_mr .. close_xrcd */
+	void *_reserved_ops[32]; /* advise_mr .. open_qp */
+	kvf_ibv_create_qp_ex_op create_qp_ex;
+	void *_reserved_ops_b[4]; /* get_srq_num .. close_xrcd */
 	uint64_t _reserved;
 	size_t sz;
 	struct ibv_context context;
@@ -684,6 +754,98 @@ struct ibv_wc {
 	uint16_t slid;
 	uint8_t sl;
 	uint8_t dlid_path_bits;
+};
+
+/* ---- objects only the fake provider implements (tests/rdma/fakeverbs):
+ * shared receive queues and the extended QP of the ibv_wr_* calls ---- */
+
+struct ibv_srq_attr {
+	uint32_t max_wr;
+	uint32_t max_sge;
+	uint32_t srq_limit;
+};
+
+struct ibv_srq_init_attr {
+	void *srq_context;
+	struct ibv_srq_attr attr;
+};
+
+/* A shared receive queue; providers embed it in their own. */
+struct ibv_srq {
+	struct ibv_context *context;
+	void *srq_context;
+	struct ibv_pd *pd;
+	uint32_t handle;
+	pthread_mutex_t mutex;
+	pthread_cond_t cond;
+	uint32_t events_completed;
+};
+
+struct ibv_rx_hash_conf {
+	uint8_t rx_hash_function;
+	uint8_t rx_hash_key_len;
+	uint8_t *rx_hash_key;
+	uint64_t rx_hash_fields_mask;
+};
+
+/* ibv_qp_init_attr, then the members comp_mask says are set. */
+struct ibv_qp_init_attr_ex {
+	void *qp_context;
+	struct ibv_cq *send_cq;
+	struct ibv_cq *recv_cq;
+	struct ibv_srq *srq;
+	struct ibv_qp_cap cap;
+	enum ibv_qp_type qp_type;
+	int sq_sig_all;
+	uint32_t comp_mask; /* enum ibv_qp_init_attr_mask */
+	struct ibv_pd *pd;
+	struct ibv_xrcd *xrcd;
+	uint32_t create_flags;
+	uint16_t max_tso_header;
+	struct ibv_rwq_ind_table *rwq_ind_tbl;
+	struct ibv_rx_hash_conf rx_hash_conf;
+	uint32_t source_qpn;
+	uint64_t send_ops_flags; /* enum ibv_qp_create_send_ops_flags */
+};
+
+/* One buffer of inline data (ibv_wr_set_inline_data_list). */
+struct ibv_data_buf {
+	void *addr;
+	size_t length;
+};
+
+/* The QP a provider hands back when asked for send_ops_flags: verbs.h's
+ * inline ibv_wr_* calls are calls through these members, between
+ * ibv_wr_start and ibv_wr_complete (or ibv_wr_abort); wr_id and wr_flags
+ * are set by the caller before each work request's opcode call. */
+struct ibv_qp_ex {
+	struct ibv_qp qp_base;
+	uint64_t comp_mask;
+	uint64_t wr_id;
+	unsigned int wr_flags; /* enum ibv_send_flags */
+	void (*wr_atomic_cmp_swp)(struct ibv_qp_ex *qp, uint32_t rkey, uint64_t remote_addr, uint64_t compare,
+	                          uint64_t swap);
+	void (*wr_atomic_fetch_add)(struct ibv_qp_ex *qp, uint32_t rkey, uint64_t remote_addr, uint64_t add);
+	void (*wr_bind_mw)(struct ibv_qp_ex *qp, struct ibv_mw *mw, uint32_t rkey,
+	                   const struct ibv_mw_bind_info *bind_info);
+	void (*wr_local_inv)(struct ibv_qp_ex *qp, uint32_t invalidate_rkey);
+	void (*wr_rdma_read)(struct ibv_qp_ex *qp, uint32_t rkey, uint64_t remote_addr);
+	void (*wr_rdma_write)(struct ibv_qp_ex *qp, uint32_t rkey, uint64_t remote_addr);
+	void (*wr_rdma_write_imm)(struct ibv_qp_ex *qp, uint32_t rkey, uint64_t remote_addr, uint32_t imm_data);
+	void (*wr_send)(struct ibv_qp_ex *qp);
+	void (*wr_send_imm)(struct ibv_qp_ex *qp, uint32_t imm_data);
+	void (*wr_send_inv)(struct ibv_qp_ex *qp, uint32_t invalidate_rkey);
+	void (*wr_send_tso)(struct ibv_qp_ex *qp, void *hdr, uint16_t hdr_sz, uint16_t mss);
+	void (*wr_set_ud_addr)(struct ibv_qp_ex *qp, struct ibv_ah *ah, uint32_t remote_qpn, uint32_t remote_qkey);
+	void (*wr_set_xrc_srqn)(struct ibv_qp_ex *qp, uint32_t remote_srqn);
+	void (*wr_set_inline_data)(struct ibv_qp_ex *qp, void *addr, size_t length);
+	void (*wr_set_inline_data_list)(struct ibv_qp_ex *qp, size_t num_buf, const struct ibv_data_buf *buf_list);
+	void (*wr_set_sge)(struct ibv_qp_ex *qp, uint32_t lkey, uint64_t addr, uint32_t length);
+	void (*wr_set_sge_list)(struct ibv_qp_ex *qp, size_t num_sge, const struct ibv_sge *sg_list);
+	void (*wr_start)(struct ibv_qp_ex *qp);
+	int (*wr_complete)(struct ibv_qp_ex *qp);
+	void (*wr_abort)(struct ibv_qp_ex *qp);
+	void (*wr_atomic_write)(struct ibv_qp_ex *qp, uint32_t rkey, uint64_t remote_addr, const void *atomic_wr);
 };
 
 #endif /* !KVF_VERBS_FN_ONLY */

@@ -1,16 +1,17 @@
-package hostenv
+package rdma
 
 import (
 	"os"
 	"strings"
 	"time"
 
-	"github.com/kvferry/kvferry/engine/transport/rdma"
 	"github.com/kvferry/kvferry/engine/transport/rdma/ibv"
+	"github.com/kvferry/kvferry/internal/hostenv"
 )
 
-// RDMAConfig reads the RDMA transport's configuration (Mooncake's names
-// where they exist, specs/mooncake.md §2.6):
+// ConfigFromEnv reads the RDMA transport's configuration from env
+// (hostenv.Lookup in the library, the C getenv), with Mooncake's names
+// where they exist (specs/mooncake.md §2.6):
 //
 //	KVFERRY_IBVERBS_LIB          libibverbs to open (default libibverbs.so.1)
 //	MC_TE_FILTERS                comma list of the NICs to use
@@ -36,28 +37,28 @@ import (
 //	MC_AUTO_GID_MAX_RETRIES      handshakes retried with another auto-selected GID after RTR fails (2; 0-16)
 //	KVFERRY_RDMA_GPUDIRECT       GPU memory registration: auto, dmabuf, peermem, off
 //	WITH_NVIDIA_PEERMEM          Mooncake's switch when KVFERRY_RDMA_GPUDIRECT is unset: 0 dmabuf, 1 peermem
-func RDMAConfig() rdma.Config {
-	var c rdma.Config
-	if v, ok := str("KVFERRY_IBVERBS_LIB"); ok {
+func ConfigFromEnv(env hostenv.Env) Config {
+	var c Config
+	if v, ok := env.Str("KVFERRY_IBVERBS_LIB"); ok {
 		c.Library = v
 	}
-	if v, ok := str("MC_TE_FILTERS"); ok {
+	if v, ok := env.Str("MC_TE_FILTERS"); ok {
 		c.Devices = splitList(v)
 	}
-	if p, ok := str("MC_CUSTOM_TOPO_JSON"); ok {
+	if p, ok := env.Str("MC_CUSTOM_TOPO_JSON"); ok {
 		if b, err := os.ReadFile(strings.TrimSpace(p)); err == nil {
 			c.Matrix = string(b)
 		} else {
-			Logger().Warn("MC_CUSTOM_TOPO_JSON unreadable; discovering the topology", "path", p, "err", err)
+			env.Logger().Warn("MC_CUSTOM_TOPO_JSON unreadable; discovering the topology", "path", p, "err", err)
 		}
 	}
-	if n, ok := integer("MC_IB_PORT"); ok && n > 0 && n < 256 {
+	if n, ok := env.Int("MC_IB_PORT"); ok && n > 0 && n < 256 {
 		c.Port = uint8(n)
 	}
-	if n, ok := integer("MC_GID_INDEX", "NCCL_IB_GID_INDEX"); ok && n >= 0 && n < 256 {
+	if n, ok := env.Int("MC_GID_INDEX", "NCCL_IB_GID_INDEX"); ok && n >= 0 && n < 256 {
 		c.GIDIndex, c.FixedGID = int(n), true
 	}
-	if n, ok := integer("MC_MTU"); ok {
+	if n, ok := env.Int("MC_MTU"); ok {
 		switch n {
 		case 512:
 			c.MTU = ibv.MTU512
@@ -69,84 +70,84 @@ func RDMAConfig() rdma.Config {
 			c.MTU = ibv.MTU4096
 		}
 	}
-	if n, ok := integer("MC_NUM_QP_PER_EP"); ok && n > 0 && n < 256 {
+	if n, ok := env.Int("MC_NUM_QP_PER_EP"); ok && n > 0 && n < 256 {
 		c.QPsPerEP = int(n)
 	}
-	if n, ok := integer("MC_MAX_WR"); ok && n > 0 && n <= 65535 {
+	if n, ok := env.Int("MC_MAX_WR"); ok && n > 0 && n <= 65535 {
 		c.MaxWR = int(n)
 	}
-	if n, ok := integer("MC_MAX_SGE"); ok && n > 0 && n <= 65535 {
+	if n, ok := env.Int("MC_MAX_SGE"); ok && n > 0 && n <= 65535 {
 		c.MaxSGE = int(n)
 	}
-	if n, ok := integer("MC_MAX_INLINE"); ok && n >= 0 && n <= 65535 {
+	if n, ok := env.Int("MC_MAX_INLINE"); ok && n >= 0 && n <= 65535 {
 		c.MaxInline = int(n)
 		if n == 0 {
 			c.MaxInline = -1
 		}
 	}
-	if n, ok := integer("MC_MAX_CQE_PER_CTX"); ok && n > 0 && n <= 65535 {
+	if n, ok := env.Int("MC_MAX_CQE_PER_CTX"); ok && n > 0 && n <= 65535 {
 		c.MaxCQE = int(n)
 	}
-	if n, ok := integer("MC_MAX_EP_PER_CTX"); ok && n > 0 && n <= 65535 {
+	if n, ok := env.Int("MC_MAX_EP_PER_CTX"); ok && n > 0 && n <= 65535 {
 		c.MaxEndpoints = int(n)
 	}
 	c.TrafficClass, c.ServiceLevel = -1, -1
-	if n, ok := integer("MC_IB_TC"); ok && n >= 0 && n <= 255 {
+	if n, ok := env.Int("MC_IB_TC"); ok && n >= 0 && n <= 255 {
 		c.TrafficClass = int(n)
 	}
-	if n, ok := integer("MC_IB_SL"); ok && n >= 0 && n <= 15 {
+	if n, ok := env.Int("MC_IB_SL"); ok && n >= 0 && n <= 15 {
 		c.ServiceLevel = int(n)
 	}
-	if n, ok := integer("MC_PKEY_INDEX"); ok && n >= 0 && n <= 65535 {
+	if n, ok := env.Int("MC_PKEY_INDEX"); ok && n >= 0 && n <= 65535 {
 		c.PKeyIndex = uint16(n)
 	}
-	if n, ok := integer("MC_SLICE_SIZE"); ok && n > 0 {
+	if n, ok := env.Int("MC_SLICE_SIZE"); ok && n > 0 {
 		c.SliceSize = uint64(n)
 	}
-	if n, ok := integer("MC_RETRY_CNT"); ok && n > 0 && n < 256 {
+	if n, ok := env.Int("MC_RETRY_CNT"); ok && n > 0 && n < 256 {
 		c.RetryCount = int(n)
 	}
-	c.RoundRobin = flag("MC_PATH_ROUNDROBIN")
-	if v, ok := str("MC_RDMA_BIND_ADDRESS"); ok {
+	c.RoundRobin = env.Flag("MC_PATH_ROUNDROBIN")
+	if v, ok := env.Str("MC_RDMA_BIND_ADDRESS"); ok {
 		c.ServerName = strings.TrimSpace(v)
 	}
-	if n, ok := integer("KVFERRY_RDMA_POLL_SPIN_US"); ok && n >= 0 && n <= 1_000_000 {
+	if n, ok := env.Int("KVFERRY_RDMA_POLL_SPIN_US"); ok && n >= 0 && n <= 1_000_000 {
 		c.PollSpin = time.Duration(n) * time.Microsecond
 		if n == 0 {
 			c.PollSpin = -1
 		}
 	}
-	if n, ok := integer("KVFERRY_RDMA_SIGNAL_EVERY"); ok && n > 0 && n <= 4096 {
+	if n, ok := env.Int("KVFERRY_RDMA_SIGNAL_EVERY"); ok && n > 0 && n <= 4096 {
 		c.SignalEvery = int(n)
 	}
-	if n, ok := integer("MC_MAX_MR_SIZE"); ok && n > 0 {
+	if n, ok := env.Int("MC_MAX_MR_SIZE"); ok && n > 0 {
 		c.MaxMRSize = uint64(n)
 	}
-	if v, ok := str("MC_ENDPOINT_STORE_TYPE"); ok {
+	if v, ok := env.Str("MC_ENDPOINT_STORE_TYPE"); ok {
 		switch v = strings.TrimSpace(v); v {
-		case rdma.EndpointStoreFIFO, rdma.EndpointStoreSIEVE:
+		case EndpointStoreFIFO, EndpointStoreSIEVE:
 			c.EndpointStore = v
 		default:
-			Logger().Warn("MC_ENDPOINT_STORE_TYPE should be FIFO or SIEVE; using SIEVE", "value", v)
+			env.Logger().Warn("MC_ENDPOINT_STORE_TYPE should be FIFO or SIEVE; using SIEVE", "value", v)
 		}
 	}
-	if n, ok := integer("MC_AUTO_GID_MAX_RETRIES"); ok && n >= 0 && n <= 16 {
+	if n, ok := env.Int("MC_AUTO_GID_MAX_RETRIES"); ok && n >= 0 && n <= 16 {
 		c.AutoGIDRetries = int(n)
 		if n == 0 {
 			c.AutoGIDRetries = -1
 		}
 	}
-	if v, ok := str("KVFERRY_RDMA_GPUDIRECT"); ok {
+	if v, ok := env.Str("KVFERRY_RDMA_GPUDIRECT"); ok {
 		switch v = strings.ToLower(strings.TrimSpace(v)); v {
-		case rdma.GPUDirectAuto, rdma.GPUDirectDmaBuf, rdma.GPUDirectPeerMem, rdma.GPUDirectOff:
+		case GPUDirectAuto, GPUDirectDmaBuf, GPUDirectPeerMem, GPUDirectOff:
 			c.GPUDirect = v
 		default:
-			Logger().Warn("KVFERRY_RDMA_GPUDIRECT should be auto, dmabuf, peermem or off; using auto", "value", v)
+			env.Logger().Warn("KVFERRY_RDMA_GPUDIRECT should be auto, dmabuf, peermem or off; using auto", "value", v)
 		}
-	} else if _, ok := str("WITH_NVIDIA_PEERMEM"); ok {
-		c.GPUDirect = rdma.GPUDirectDmaBuf
-		if flag("WITH_NVIDIA_PEERMEM") {
-			c.GPUDirect = rdma.GPUDirectPeerMem
+	} else if _, ok := env.Str("WITH_NVIDIA_PEERMEM"); ok {
+		c.GPUDirect = GPUDirectDmaBuf
+		if env.Flag("WITH_NVIDIA_PEERMEM") {
+			c.GPUDirect = GPUDirectPeerMem
 		}
 	}
 	return c

@@ -1,0 +1,31 @@
+package gpu
+
+import "github.com/kvferry/kvferry/internal/hostenv"
+
+// ConfigFromEnv reads GPU support's settings from env (hostenv.Lookup in
+// the library, the C getenv):
+//
+//	KVFERRY_CUDA_LIB         CUDA driver to load (default libcuda.so.1)
+//	KVFERRY_CUDA             "0" turns GPU memory support off
+//	KVFERRY_CUDA_STREAMS     streams of each device's copier (1-64)
+//	KVFERRY_GPU_STAGE_BYTES  pinned bounce buffer size (4 KiB - 64 MiB)
+//	KVFERRY_GPU_STAGE_DEPTH  pinned bounce buffers per stager (1-64)
+func ConfigFromEnv(env hostenv.Env) Config {
+	var g Config
+	if v, ok := env.Str("KVFERRY_CUDA_LIB"); ok {
+		g.Library = v
+	}
+	if _, ok := env.Str("KVFERRY_CUDA"); ok && !env.Flag("KVFERRY_CUDA") {
+		g.Disabled = true
+	}
+	if n, ok := env.Int("KVFERRY_CUDA_STREAMS"); ok && n > 0 && n <= 64 {
+		g.Streams = int(n)
+	}
+	if n, ok := env.Int("KVFERRY_GPU_STAGE_BYTES"); ok && n >= 4096 && n <= 64<<20 {
+		g.StagePieceBytes = uint64(n)
+	}
+	if n, ok := env.Int("KVFERRY_GPU_STAGE_DEPTH"); ok && n > 0 && n <= 64 {
+		g.StageDepth = int(n)
+	}
+	return g
+}
