@@ -89,7 +89,7 @@ test-go: mod-download
 test-suites: all mod-download
 	@tests/run.sh
 
-.PHONY: faults fuzz-long kill-matrix soak asan
+.PHONY: faults fuzz-long kill-matrix soak asan hw-check hw-check-build hw-rehearse
 # Every fuzz target to its long budget (parsers 10 million executions,
 # stateful targets an hour or a million) and the C API fuzz driver, resumable:
 # cumulative counts in build/fuzz-long-ledger.tsv (a rerun does what is still
@@ -127,6 +127,24 @@ soak: all
 # their programs and the fake CUDA driver under ASan + UBSan (build-asan/).
 asan: headers
 	scripts/asan.sh
+
+# A GPU or RDMA day (docs/guide/operating.md "Hardware check"): every suite
+# that runs on the fake CUDA driver or the fake verbs provider, run on this
+# machine's real drivers and NICs, then bench/gpu.sh and bench/rdma.sh, in at
+# most 10 minutes; the report is build/hw-report.md. Parts whose hardware is
+# missing are skipped with the reason (exit 0). hw-check-build (needs Go)
+# leaves the Go test binaries in build/hw/; hw-check builds them first where
+# Go is, and otherwise runs what build/ holds. hw-rehearse runs it all on the
+# fakes posing as hardware (checks the script here).
+hw-check-build: all
+	scripts/hw-check.sh build
+
+hw-check:
+	@if command -v $(GO) >/dev/null 2>&1; then $(MAKE) --no-print-directory hw-check-build; fi
+	scripts/hw-check.sh run
+
+hw-rehearse: all
+	scripts/hw-check.sh rehearse
 
 demo: all
 	@scripts/demo.sh

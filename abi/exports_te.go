@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
 	"strings"
 	"time"
 	"unsafe"
@@ -587,6 +588,35 @@ func kvf_nic_stats(h C.uintptr_t, stats unsafe.Pointer, count *C.size_t) (rc C.i
 	return 0
 }
 
+// portCountersLine is a NIC port's kernel counters as showLinks prints
+// them: traffic, link_downed, the error total with the counters that
+// moved, and the driver's hw_counters that are not zero.
+func portCountersLine(c engine.NICCounters) string {
+	if c.Err != "" {
+		return fmt.Sprintf("port %d counters: unavailable (%s)", c.Port, c.Err)
+	}
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "port %d counters: xmit %d B (%d packets) rcv %d B (%d packets) link_downed %d errors %d",
+		c.Port, c.XmitBytes, c.XmitPackets, c.RcvBytes, c.RcvPackets, c.LinkDowned, c.ErrorTotal())
+	nonzero := func(m map[string]uint64) []string {
+		var out []string
+		for k, v := range m {
+			if v != 0 {
+				out = append(out, fmt.Sprintf("%s %d", k, v))
+			}
+		}
+		sort.Strings(out)
+		return out
+	}
+	if l := nonzero(c.Errors); len(l) > 0 {
+		sb.WriteString(" (" + strings.Join(l, ", ") + ")")
+	}
+	if l := nonzero(c.HW); len(l) > 0 {
+		sb.WriteString(" hw_counters: " + strings.Join(l, ", "))
+	}
+	return sb.String()
+}
+
 //export kvf_show_links
 func kvf_show_links(h C.uintptr_t, buf *C.char, n C.size_t, asJSON C.int) (rc C.int) {
 	defer recoverResource(&rc)
@@ -612,11 +642,12 @@ func kvf_show_links(h C.uintptr_t, buf *C.char, n C.size_t, asJSON C.int) (rc C.
 		links = append(links, link{Segment: p.Name, ID: int32(id), Transport: e.ChooseTransport(id), Endpoint: p.Endpoint.Addr()})
 	}
 	nics := e.NICStats()
+	counters := e.NICCounters()
 	rdmaNote := rdmaStatus(e)
 	var s string
 	if asJSON != 0 {
 		b, _ := json.Marshal(map[string]any{"segment": e.SegmentName(), "transports": e.Transports(), "links": links,
-			"rdma": rdmaNote, "nics": nics})
+			"rdma": rdmaNote, "nics": nics, "nic_counters": counters})
 		s = string(b)
 	} else {
 		var sb strings.Builder
@@ -626,6 +657,11 @@ func kvf_show_links(h C.uintptr_t, buf *C.char, n C.size_t, asJSON C.int) (rc C.
 			fmt.Fprintf(&sb, "  nic %s %s %s %.0f Gb/s mtu %d gid[%d] %s numa %d pci %s netdev %s inflight %d B ewma %.3g bit/s completed %d B (%d slices, %d retried, %d failed) endpoints %d\n",
 				c.Device, c.State, c.LinkLayer, c.RateGbps, c.MTU, c.GIDIndex, c.GID, c.NUMA, orDash(c.PCI), orDash(c.Netdev),
 				c.InflightBytes, c.EWMABandwidthBps, c.BytesCompleted, c.SlicesCompleted, c.SlicesRetried, c.SlicesFailed, c.Endpoints)
+			for _, pc := range counters {
+				if pc.Device == c.Device {
+					sb.WriteString("    " + portCountersLine(pc) + "\n")
+				}
+			}
 		}
 		for _, l := range links {
 			fmt.Fprintf(&sb, "  [%d] %s via %s (%s)\n", l.ID, l.Segment, l.Transport, l.Endpoint)

@@ -13,8 +13,9 @@
 #   KVFERRY_CUDA_LIB=/path/to/libcuda.so.1 bench/gpu.sh
 #
 # It needs only the driver (no CUDA toolkit) and Go to build
-# bench/gpubench; it prints a markdown table on stdout and the raw rows
-# (JSON lines) in $OUT_JSON when set. Pointed at the fake driver of the
+# bench/gpubench, or a gpubench built elsewhere (GPUBENCH=path; make
+# hw-check-build leaves one in build/hw/bin); it prints a markdown table on
+# stdout and the raw rows (JSON lines) in $OUT_JSON when set. Pointed at the fake driver of the
 # tests (KVFERRY_CUDA_LIB=$(tests/fakecuda/build.sh /tmp/fc)) it checks
 # that the script works; its figures then mean nothing.
 set -euo pipefail
@@ -24,8 +25,19 @@ SECONDS_PER="${SECONDS_PER:-2}"
 DEVICE="${DEVICE:-0}"
 T="$(mktemp -d)"
 trap 'rm -rf "$T"' EXIT
-go build -o "$T/gpubench" ./bench/gpubench
-timeout 480 "$T/gpubench" -sizes "$SIZES" -seconds "$SECONDS_PER" -device "$DEVICE" > "$T/rows.json"
+BIN="${GPUBENCH:-}"
+if [ -z "$BIN" ]; then
+  if command -v go >/dev/null; then
+    go build -o "$T/gpubench" ./bench/gpubench
+    BIN="$T/gpubench"
+  elif [ -x build/hw/bin/gpubench ]; then
+    BIN=build/hw/bin/gpubench
+  else
+    echo "bench/gpu.sh: no Go to build bench/gpubench and no build/hw/bin/gpubench (make hw-check-build)" >&2
+    exit 1
+  fi
+fi
+timeout 480 "$BIN" -sizes "$SIZES" -seconds "$SECONDS_PER" -device "$DEVICE" > "$T/rows.json"
 [ -n "${OUT_JSON:-}" ] && cp "$T/rows.json" "$OUT_JSON"
 python3 - "$T/rows.json" <<'PY'
 import json, sys

@@ -24,7 +24,7 @@ cd "$(dirname "$0")/.."
 DURATION="${DURATION:-5}"
 THREADS="${THREADS:-8}"
 BUF=$((1 << 30))
-BIN=build/bin/kvferry-bench
+BIN="${KVFERRY_BENCH:-build/bin/kvferry-bench}" # built by make (make hw-check-build on another machine)
 [ -x "$BIN" ] || go build -o "$BIN" ./cmd/kvferry-bench
 T="$(mktemp -d)"
 # The target runs in a command substitution: not one of our jobs, so it is

@@ -74,6 +74,14 @@ func (e *Engine) gauges(g *metrics.Gauges) {
 		g.NICs = append(g.NICs, metrics.NICGauge{Device: n.Device, Up: n.Active, InFlightBytes: float64(n.InflightBytes),
 			BandwidthBytesPS: n.EWMABandwidthBps / 8, Endpoints: n.Endpoints, GPURegions: n.GPURegions})
 	}
+	for _, c := range e.NICCounters() {
+		if c.Err != "" {
+			continue
+		}
+		g.NICPorts = append(g.NICPorts, metrics.NICPort{Device: c.Device, Port: c.Port, XmitBytes: c.XmitBytes,
+			RcvBytes: c.RcvBytes, XmitPackets: c.XmitPackets, RcvPackets: c.RcvPackets, LinkDowned: c.LinkDowned,
+			Errors: c.Errors, HW: c.HW})
+	}
 	e.batches.RLock()
 	g.Batches = len(e.batches.m)
 	e.batches.RUnlock()

@@ -63,3 +63,69 @@ func (e *Engine) NICStats() []NICStat {
 	}
 	return out
 }
+
+// NICCounters are one NIC port's counters as the kernel keeps them (sysfs
+// class/infiniband/<dev>/ports/<port>/counters and hw_counters). They count
+// all the port's traffic, every process's, not only this engine's; they
+// say what the NIC carried beside what the engine moved.
+type NICCounters struct {
+	// Device and Port name the port.
+	Device string
+	Port   int
+	// XmitBytes and RcvBytes are port_xmit_data and port_rcv_data in
+	// bytes (the kernel counts 4-byte words); XmitPackets and RcvPackets
+	// are port_xmit_packets and port_rcv_packets.
+	XmitBytes, RcvBytes     uint64
+	XmitPackets, RcvPackets uint64
+	// LinkDowned is link_downed: how often the link went down.
+	LinkDowned uint64
+	// Errors are the port's error counters by file name (symbol_error,
+	// port_rcv_errors, port_xmit_discards, ...; NICErrorCounters).
+	Errors map[string]uint64
+	// HW are the driver's hw_counters by file name (mlx5: out_of_buffer,
+	// rnr_nak_retry_err, ...), without lifespan (the refresh period of
+	// the others); empty for drivers without them.
+	HW map[string]uint64
+	// Err says why the counters could not be read; "" when they were.
+	Err string
+}
+
+// NICErrorCounters are the files of a port's counters directory that
+// count errors (the InfiniBand PortCounters error fields and VL15
+// drops), the keys of NICCounters.Errors.
+var NICErrorCounters = []string{
+	"symbol_error", "link_error_recovery", "port_rcv_errors", "port_rcv_remote_physical_errors",
+	"port_rcv_switch_relay_errors", "port_xmit_discards", "port_xmit_constraint_errors",
+	"port_rcv_constraint_errors", "local_link_integrity_errors", "excessive_buffer_overrun_errors",
+	"VL15_dropped",
+}
+
+// ErrorTotal sums the port's error counters.
+func (c NICCounters) ErrorTotal() uint64 {
+	var n uint64
+	for _, v := range c.Errors {
+		n += v
+	}
+	return n
+}
+
+// NICCounterReporter is implemented by transports whose NICs have port
+// counters; reading them touches sysfs, so callers ask at scrape or
+// report time, never per request.
+type NICCounterReporter interface {
+	NICCounters() []NICCounters
+}
+
+// NICCounters returns the port counters of the NICs of every installed
+// transport that has some.
+func (e *Engine) NICCounters() []NICCounters {
+	e.transports.RLock()
+	defer e.transports.RUnlock()
+	var out []NICCounters
+	for _, in := range e.transports.list {
+		if r, ok := in.t.(NICCounterReporter); ok {
+			out = append(out, r.NICCounters()...)
+		}
+	}
+	return out
+}

@@ -171,6 +171,29 @@ var (
 		"GPU memory regions registered with an RDMA NIC (GPUDirect RDMA: dma-buf or peer memory).", "device")
 )
 
+// RDMA NIC ports, as the kernel counts them (sysfs
+// class/infiniband/<device>/ports/<port>/counters and hw_counters, read
+// through rdmamap at scrape time): the port's whole traffic, every
+// process's, beside the engine's own figures above.
+var (
+	RDMAPortXmitBytes = def(CompTransport, "kvferry_rdma_port_xmit_bytes_total", Counter,
+		"Bytes an RDMA NIC port sent, all traffic of the host (sysfs port_xmit_data, 4-byte words, times 4).", "device", "port")
+	RDMAPortRcvBytes = def(CompTransport, "kvferry_rdma_port_rcv_bytes_total", Counter,
+		"Bytes an RDMA NIC port received, all traffic of the host (sysfs port_rcv_data, 4-byte words, times 4).", "device", "port")
+	RDMAPortXmitPackets = def(CompTransport, "kvferry_rdma_port_xmit_packets_total", Counter,
+		"Packets an RDMA NIC port sent (sysfs port_xmit_packets).", "device", "port")
+	RDMAPortRcvPackets = def(CompTransport, "kvferry_rdma_port_rcv_packets_total", Counter,
+		"Packets an RDMA NIC port received (sysfs port_rcv_packets).", "device", "port")
+	RDMAPortLinkDowned = def(CompTransport, "kvferry_rdma_port_link_downed_total", Counter,
+		"Times an RDMA NIC port's link went down (sysfs link_downed).", "device", "port")
+	RDMAPortErrors = def(CompTransport, "kvferry_rdma_port_errors_total", Counter,
+		"Errors an RDMA NIC port counted, by sysfs counter (symbol_error, port_rcv_errors, port_xmit_discards, ...).",
+		"device", "port", "counter")
+	RDMAPortHWCounters = def(CompTransport, "kvferry_rdma_port_hw_counters_total", Counter,
+		"The NIC driver's own per-port counters, by sysfs hw_counters file (mlx5: out_of_buffer, rnr_nak_retry_err, ...).",
+		"device", "port", "counter")
+)
+
 // Store client (processes that use the store).
 var (
 	StoreClients = def(CompStore, "kvferry_store_clients", Gauge,

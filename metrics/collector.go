@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"sort"
+	"strconv"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -34,13 +35,21 @@ type engineSnap struct {
 	sent, received, nfailed    uint64
 	regBytes, regRegions       map[string]uint64
 	nics                       map[string]*NICGauge // by device
+	ports                      map[portKey]*NICPort
 	segments, batches, engines int
 }
 
 func newEngineSnap() *engineSnap {
 	return &engineSnap{links: map[linkKey]*linkSnap{}, hists: map[string]*[NumSizeClasses]HistogramSnapshot{},
 		conns: map[linkKey]*connSnap{}, servers: map[string]*serverSnap{},
-		regBytes: map[string]uint64{}, regRegions: map[string]uint64{}, nics: map[string]*NICGauge{}}
+		regBytes: map[string]uint64{}, regRegions: map[string]uint64{}, nics: map[string]*NICGauge{},
+		ports: map[portKey]*NICPort{}}
+}
+
+// portKey names a NIC port.
+type portKey struct {
+	device string
+	port   int
 }
 
 // add sums e's counters into s; with live, also its gauges.
@@ -136,6 +145,16 @@ func (s *engineSnap) add(e *Engine, live bool) {
 				ns.BandwidthBytesPS += n.BandwidthBytesPS
 				ns.Endpoints += n.Endpoints
 				ns.GPURegions += n.GPURegions
+			}
+			for i := range g.NICPorts {
+				p := &g.NICPorts[i]
+				k := portKey{p.Device, p.Port}
+				// One port, one set of kernel counters, read by each
+				// engine a moment apart: the furthest reading, never
+				// a sum over engines.
+				if o := s.ports[k]; o == nil || p.XmitBytes+p.RcvBytes >= o.XmitBytes+o.RcvBytes {
+					s.ports[k] = p
+				}
 			}
 		}
 	}
@@ -365,6 +384,25 @@ func (s *engineSnap) collect(ch chan<- prometheus.Metric) {
 		ch <- RDMANICBandwidth.Value(n.BandwidthBytesPS, dev)
 		ch <- RDMANICEndpoints.Value(float64(n.Endpoints), dev)
 		ch <- RDMANICGPURegions.Value(float64(n.GPURegions), dev)
+	}
+	for _, k := range sortedKeys(s.ports, func(a, b portKey) bool {
+		if a.device != b.device {
+			return a.device < b.device
+		}
+		return a.port < b.port
+	}) {
+		p, port := s.ports[k], strconv.Itoa(k.port)
+		ch <- RDMAPortXmitBytes.Value(float64(p.XmitBytes), k.device, port)
+		ch <- RDMAPortRcvBytes.Value(float64(p.RcvBytes), k.device, port)
+		ch <- RDMAPortXmitPackets.Value(float64(p.XmitPackets), k.device, port)
+		ch <- RDMAPortRcvPackets.Value(float64(p.RcvPackets), k.device, port)
+		ch <- RDMAPortLinkDowned.Value(float64(p.LinkDowned), k.device, port)
+		for _, name := range sortedKeys(p.Errors, func(a, b string) bool { return a < b }) {
+			ch <- RDMAPortErrors.Value(float64(p.Errors[name]), k.device, port, name)
+		}
+		for _, name := range sortedKeys(p.HW, func(a, b string) bool { return a < b }) {
+			ch <- RDMAPortHWCounters.Value(float64(p.HW[name]), k.device, port, name)
+		}
 	}
 	ch <- EngineSegments.Value(float64(s.segments))
 	ch <- EngineBatches.Value(float64(s.batches))

@@ -140,6 +140,23 @@ type Gauges struct {
 	Segments, Batches                  int
 	// NICs are the engine's RDMA NICs.
 	NICs []NICGauge
+	// NICPorts are the counters of those NICs' ports, as the kernel
+	// keeps them (read from sysfs at scrape time).
+	NICPorts []NICPort
+}
+
+// NICPort is one RDMA NIC port's counters as the kernel keeps them: the
+// port's whole traffic, the same for every engine of the host that uses
+// the port (the collector reports each port once, never summed).
+type NICPort struct {
+	Device string
+	Port   int
+	// XmitBytes, RcvBytes (port_xmit_data, port_rcv_data, in bytes),
+	// XmitPackets, RcvPackets and LinkDowned.
+	XmitBytes, RcvBytes, XmitPackets, RcvPackets, LinkDowned uint64
+	// Errors (the port's error counters) and HW (the driver's
+	// hw_counters), by sysfs file name.
+	Errors, HW map[string]uint64
 }
 
 // NICGauge is one RDMA NIC's scrape-time figures.

@@ -11,6 +11,8 @@
 //	kvferry-ctl [global flags] usage                   per-segment store use, disk tiers included
 //	kvferry-ctl [global flags] drain create|query|wait|cancel ...   drain jobs (move replicas off segments)
 //	kvferry-ctl [global flags] master                  the serving master (HA: the leader in etcd)
+//	kvferry-ctl [global flags] nics                    RDMA NIC ports: this host's (sysfs) or, with --metrics, the processes'
+//	kvferry-ctl [global flags] hw                      this host's CUDA driver and devices, RDMA devices (make hw-check)
 //
 // Global flags: --metadata (P2PHANDSHAKE, http://host:port/metadata or
 // etcd://host:port), --master_admin host:port (kvferry-master --metrics_port),
@@ -51,7 +53,7 @@ func main() {
 }
 
 const usage = `usage: kvferry-ctl [flags] COMMAND [args]
-commands: segments, transports, buffers, probe, links, top, objects, usage, drain, master
+commands: segments, transports, buffers, probe, links, top, objects, usage, drain, master, nics, hw
 flags:`
 
 func run(args []string, out io.Writer) error {
@@ -104,8 +106,12 @@ func run(args []string, out io.Writer) error {
 		return cmdDrain(ctx, o, rest)
 	case "master":
 		return cmdMaster(ctx, o, rest)
+	case "nics":
+		return cmdNICs(ctx, o, rest)
+	case "hw":
+		return cmdHW(ctx, o, rest)
 	}
-	return fmt.Errorf("unknown command %q (segments, transports, buffers, probe, links, top, objects, usage, drain, master)", cmd)
+	return fmt.Errorf("unknown command %q (segments, transports, buffers, probe, links, top, objects, usage, drain, master, nics, hw)", cmd)
 }
 
 // emit prints v as JSON with --json, else the table rows (header first).

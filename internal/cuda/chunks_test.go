@@ -8,6 +8,7 @@ import (
 	"gotest.tools/v3/assert"
 
 	"github.com/kvferry/kvferry/internal/cmem"
+	"github.com/kvferry/kvferry/internal/testutil/fakecuda"
 )
 
 // TestChunkedVMM: memory made like PyTorch's expandable segments (one
@@ -17,14 +18,15 @@ import (
 func TestChunkedVMM(t *testing.T) {
 	d, _ := driver(t)
 	const chunk, n = 2 << 20, 3
-	p, size, err := d.VMMAllocChunks(1, chunk, n, HandlePosixFD)
+	second := fakecuda.Second(t)
+	p, size, err := d.VMMAllocChunks(second, chunk, n, HandlePosixFD)
 	assert.NilError(t, err)
 	assert.Equal(t, size, uint64(chunk*n))
-	defer func() { assert.NilError(t, d.VMMFreeChunks(1, p, size)) }()
+	defer func() { assert.NilError(t, d.VMMFreeChunks(second, p, size)) }()
 	for i := range n {
 		pi, err := d.Pointer(p + uint64(i*chunk) + 100)
 		assert.NilError(t, err)
-		assert.Equal(t, pi.Device, 1)
+		assert.Equal(t, pi.Device, second)
 		assert.Equal(t, pi.MappingBase, p+uint64(i*chunk))
 		assert.Equal(t, pi.MappingSize, uint64(chunk))
 	}
@@ -35,12 +37,12 @@ func TestChunkedVMM(t *testing.T) {
 	want := pattern(int(size), 9)
 	copy(cmem.Bytes(host, size), want)
 	// One copy over all three chunks, in and out.
-	assert.NilError(t, d.MemcpySync(1, p, uint64(host), size))
+	assert.NilError(t, d.MemcpySync(second, p, uint64(host), size))
 	clear(cmem.Bytes(host, size))
-	assert.NilError(t, d.MemcpySync(1, uint64(host)+4096, p+4096, size-8192))
+	assert.NilError(t, d.MemcpySync(second, uint64(host)+4096, p+4096, size-8192))
 	assert.Assert(t, bytes.Equal(cmem.Bytes(host, size)[4096:size-4096], want[4096:size-4096]))
 	// Past the reservation's end: refused.
-	assert.Assert(t, d.MemcpySync(1, uint64(host), p+size-4096, 8192) != nil)
+	assert.Assert(t, d.MemcpySync(second, uint64(host), p+size-4096, 8192) != nil)
 
 	// Export each chunk, map them side by side on device 0.
 	m, err := d.ReserveShared(0, size)

@@ -38,9 +38,9 @@ func TestGPUMemory(t *testing.T) {
 	val := pattern(n, 9)
 	src, err := d.MemAlloc(0, n)
 	assert.NilError(t, err)
-	dst, err := d.MemAlloc(1, n)
+	dst, err := d.MemAlloc(fakecuda.Second(t), n)
 	assert.NilError(t, err)
-	copy(fc.Bytes(src, n), val)
+	fc.Write(src, val)
 	for _, tc := range []struct {
 		name       string
 		c          *client.Client
@@ -65,7 +65,7 @@ func TestGPUMemory(t *testing.T) {
 			got, err := tc.c.Get(ctx, key) // into host memory
 			assert.NilError(t, err)
 			assert.Assert(t, bytes.Equal(got, val))
-			clear(fc.Bytes(dst, n))
+			fc.Zero(dst, n)
 			m, err := tc.c.GetInto(ctx, key, uintptr(dst), n)
 			assert.NilError(t, err)
 			assert.Equal(t, m, uint64(n))
@@ -83,7 +83,7 @@ func TestGPUMemory(t *testing.T) {
 			errs := tc.c.BatchPutFromMulti(ctx, []string{mkey}, [][]client.Buffer{{{Addr: hb, Size: 304}, {Addr: uintptr(src), Size: n}}}, client.ReplicateConfig{})
 			assert.NilError(t, errs[0])
 			clear(hbytes)
-			clear(fc.Bytes(dst, n))
+			fc.Zero(dst, n)
 			got2, gerrs := tc.c.BatchGetIntoMulti(ctx, []string{mkey}, [][]client.Buffer{{{Addr: hb, Size: 304}, {Addr: uintptr(dst), Size: n}}})
 			assert.NilError(t, gerrs[0])
 			assert.Equal(t, got2[0], uint64(304+n))

@@ -2,7 +2,10 @@
  * (tests/fakecuda), used as a CUDA application uses libcuda: dlopen'ed by
  * path (the same file the library loads through KVFERRY_CUDA_LIB), with the
  * primary context of a device made current on the calling thread. A test
- * fixture: our own declarations, no cuda.h. */
+ * fixture: our own declarations, no cuda.h. The same code drives a real
+ * libcuda.so.1 (make hw-check): the fake's own entry points are then NULL,
+ * and `second` is the device the suites use as "another GPU" (1, or 0 on a
+ * machine with one). */
 #ifndef KVF_TEST_CUDA_APP_H
 #define KVF_TEST_CUDA_APP_H
 #include <stdint.h>
@@ -18,8 +21,11 @@ typedef struct {
     int (*free)(uint64_t);
     int (*h2d)(uint64_t, const void *, size_t);
     int (*d2h)(void *, uint64_t, size_t);
-    void *(*backing)(uint64_t);
-    int (*count)(int);
+    int (*device_count)(int *);
+    void *(*backing)(uint64_t); /* the fake's only; NULL on a real driver */
+    int (*count)(int);          /* the fake's only; NULL on a real driver */
+    int ndev;                   /* devices the driver reports */
+    int second;                 /* "another device": 1, or 0 with one GPU */
     int dev; /* device current on the thread that called cuda_current, -1 none */
 } cuda_app;
 
@@ -30,6 +36,9 @@ static inline void *cuda_sym(void *h, const char *name) {
     if (!p) exit(2);
     return p;
 }
+
+/* cuda_fake reports whether c drives the fake driver. */
+static inline int cuda_fake(const cuda_app *c) { return c->backing != NULL; }
 
 /* cuda_open loads the driver at path and initializes it. */
 static inline int cuda_open(cuda_app *c, const char *path) {
@@ -42,10 +51,15 @@ static inline int cuda_open(cuda_app *c, const char *path) {
     *(void **)&c->free = cuda_sym(h, "cuMemFree_v2");
     *(void **)&c->h2d = cuda_sym(h, "cuMemcpyHtoD_v2");
     *(void **)&c->d2h = cuda_sym(h, "cuMemcpyDtoH_v2");
-    *(void **)&c->backing = cuda_sym(h, "fakecuda_backing");
-    *(void **)&c->count = cuda_sym(h, "fakecuda_count");
+    *(void **)&c->device_count = cuda_sym(h, "cuDeviceGetCount");
+    *(void **)&c->backing = dlsym(h, "fakecuda_backing");
+    *(void **)&c->count = dlsym(h, "fakecuda_count");
     c->dev = -1;
-    return c->init(0);
+    int rc = c->init(0);
+    if (rc == 0) rc = c->device_count(&c->ndev);
+    if (rc == 0 && c->ndev < 1) rc = 100; /* CUDA_ERROR_NO_DEVICE */
+    c->second = c->ndev > 1 ? 1 : 0;
+    return rc;
 }
 
 /* cuda_current makes dev's primary context current on this thread. */

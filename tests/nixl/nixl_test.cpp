@@ -653,7 +653,8 @@ static int runVram(const char *path, const char *libcuda, const std::string &tra
     auto vmm = reinterpret_cast<void *(*)(ssize_t, int, void *)>(dlsym(pl.dl, "kvferry_cuda_malloc"));
     CHECK(vmm != nullptr, "kvferry_cuda_malloc");
     if (!vmm || !av || !back) return 1;
-    uint64_t bv = reinterpret_cast<uint64_t>(vmm(n * blk, 1, nullptr));
+    const int dev1 = cu.second; // device 1, or 0 on a machine with one GPU
+    uint64_t bv = reinterpret_cast<uint64_t>(vmm(n * blk, dev1, nullptr));
     uint8_t *host = map_buf(n * blk);
     Agent a, b;
     Params p = params();
@@ -669,7 +670,7 @@ static int runVram(const char *path, const char *libcuda, const std::string &tra
     CHECK_ST(a.registerMem(vblocks(av, n, 0), KVFNIXL_VRAM_SEG), KVFNIXL_SUCCESS);
     CHECK_ST(a.registerMem(vblocks(back, n, 0), KVFNIXL_VRAM_SEG), KVFNIXL_SUCCESS);
     CHECK_ST(a.registerMem(blocks(host, n, MiB)), KVFNIXL_SUCCESS);
-    CHECK_ST(b.registerMem(vblocks(bv, n, 1), KVFNIXL_VRAM_SEG), KVFNIXL_SUCCESS);
+    CHECK_ST(b.registerMem(vblocks(bv, n, dev1), KVFNIXL_VRAM_SEG), KVFNIXL_SUCCESS);
     // Host memory handed over as VRAM is refused.
     {
         BackendMD *out = nullptr;
@@ -698,7 +699,7 @@ static int runVram(const char *path, const char *libcuda, const std::string &tra
     cuda_current(&cu, 0);
     CHECK(cu.h2d(av, want.data(), want.size()) == 0, "h2d");
     run(KVFNIXL_WRITE, vblocks(av, n, 0), "vram");
-    cuda_current(&cu, 1);
+    cuda_current(&cu, dev1);
     CHECK(cu.d2h(got.data(), bv, got.size()) == 0 && got == want, "VRAM -> VRAM: bytes differ");
     run(KVFNIXL_READ, vblocks(back, n, 0), "read");
     cuda_current(&cu, 0);
@@ -707,7 +708,7 @@ static int runVram(const char *path, const char *libcuda, const std::string &tra
     pattern(host, n * blk, 78);
     std::vector<uint8_t> hwant(host, host + n * blk);
     run(KVFNIXL_WRITE, blocks(host, n, MiB), "dram");
-    cuda_current(&cu, 1);
+    cuda_current(&cu, dev1);
     CHECK(cu.d2h(got.data(), bv, got.size()) == 0 && got == hwant, "DRAM -> VRAM: bytes differ");
     memset(host, 0, n * blk);
     run(KVFNIXL_READ, blocks(host, n, MiB), "read-dram");

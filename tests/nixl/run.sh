@@ -2,10 +2,13 @@
 # NIXL plugin harness: builds the C++ test program against kvferry's own NIXL
 # ABI declarations (plugin/nixl_abi.h) and runs it against the built
 # libplugin_KVFERRY.so, loaded with dlopen as NIXL's plugin manager loads it:
-# two agents in one process, two agents in two processes, and a peer killed
-# mid-transfer.
+# two agents in one process, two agents in two processes, a peer killed
+# mid-transfer, and VRAM_SEG on the fake CUDA driver. `tests/nixl/run.sh vram`
+# runs the VRAM part alone (make hw-check: with KVFERRY_HW=1 on the
+# machine's CUDA driver).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+PART="${1:-all}"
 LIBDIR="${KVFERRY_LIB_DIR:-$PWD/build/lib}"
 PLUGIN="$LIBDIR/nixl/libplugin_KVFERRY.so"
 [ -e "$PLUGIN" ] || { echo "no $PLUGIN (run make first)" >&2; exit 1; }
@@ -14,6 +17,7 @@ trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$OUT"' EXIT
 g++ -std=c++20 -O2 -g -Wall -Wextra -Werror -Iplugin -Itests/nixl -Itests/c ${KVFERRY_SAN_CFLAGS:-} -o "$OUT/nixl_test" tests/nixl/nixl_test.cpp -ldl
 g++ -std=c++20 -Wall -Werror -Iplugin -o "$OUT/abi_probe" tests/nixl/abi_probe.cpp
 
+if [ "$PART" != vram ]; then
 echo "--- ABI layout (plugin/nixl_abi.h against specs/nixl.md section 2)"
 "$OUT/abi_probe" | diff -u tests/nixl/abi_probe.golden -
 
@@ -65,11 +69,16 @@ for tr in auto tcp; do
   timeout 300 "$OUT/nixl_test" fault "$PLUGIN" "$OUT/victim-$tr.md" "$VICTIM" "$tr"
   wait "$VICTIM" 2>/dev/null || true
 done
+fi
 
 FAKECUDA="$(tests/fakecuda/build.sh "$OUT/fakecuda")"
-unset CUDA_VISIBLE_DEVICES # the fake honours it as the driver does; the suites want all its devices
+DRIVER="the fake CUDA driver"
+[ "${KVFERRY_HW:-}" = 1 ] && DRIVER="the machine's CUDA driver"
+# The fake honours CUDA_VISIBLE_DEVICES as the driver does; the suites want
+# all its devices (a hardware run keeps the machine's setting).
+[ "${KVFERRY_HW:-}" = 1 ] || unset CUDA_VISIBLE_DEVICES
 for tr in auto tcp; do
-  echo "--- VRAM_SEG on the fake CUDA driver ($tr)"
+  echo "--- VRAM_SEG on $DRIVER ($tr)"
   KVFERRY_CUDA_LIB="$FAKECUDA" timeout 120 "$OUT/nixl_test" vram "$PLUGIN" "$FAKECUDA" "$tr"
 done
 

@@ -6,7 +6,7 @@ import hashlib
 import json
 import sys
 
-from _fakecuda import Driver
+from _fakecuda import Driver, second
 from _util import pattern
 from kvferry import allocator
 from kvferry.engine import TransferEngine
@@ -18,9 +18,10 @@ def main():
     e = TransferEngine()
     assert e.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "") == 0
     legacy = d.alloc(size, 0)
-    vmm = allocator.malloc(size, 1)
+    dev1 = second()
+    vmm = allocator.malloc(size, dev1)
     d.h2d(legacy, pattern(size, 1).tobytes())
-    d.h2d(vmm, pattern(size, 2).tobytes(), 1)
+    d.h2d(vmm, pattern(size, 2).tobytes(), dev1)
     assert e.register_memory(legacy, size, "cuda:0") == 0
     assert e.batch_register_memory([vmm], [size]) == 0  # "*": the driver says where
     out = sys.stdout
@@ -30,7 +31,7 @@ def main():
         cmd = json.loads(line)
         c = cmd["cmd"]
         if c == "sha":
-            dev = 0 if cmd["addr"] == legacy else 1
+            dev = 0 if cmd["addr"] == legacy else dev1
             data = d.d2h(cmd["addr"], cmd["n"], dev)
             out.write(json.dumps({"sha": hashlib.sha256(data).hexdigest()}) + "\n")
         elif c == "quit":

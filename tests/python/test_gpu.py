@@ -2,7 +2,9 @@
 (tests/fakecuda; run.sh builds it and names it in KVFERRY_TEST_FAKECUDA):
 CUDA tensors registered by pointer, moved within a process, to another
 process (CUDA IPC, and over TCP), stream-ordered transfers, the pluggable
-allocator, and a host without a driver."""
+allocator, and a host without a driver. With KVFERRY_HW=1 (make hw-check)
+on the machine's CUDA driver, where TorchCUDA also moves real torch CUDA
+tensors; "device 1" is then device 0 on a machine with one GPU."""
 
 import hashlib
 import os
@@ -14,7 +16,7 @@ import unittest
 import numpy as np
 
 import _fakecuda
-from _fakecuda import FakeCudaTensor
+from _fakecuda import FakeCudaTensor, second
 from _util import HERE, REPO, Peer, pattern
 
 from kvferry import allocator
@@ -59,11 +61,12 @@ class InProcess(unittest.TestCase):
         a, b = engine(), engine()
         try:
             src = FakeCudaTensor(self.d.alloc(n, 0), n, 0)
-            dst = FakeCudaTensor(allocator.malloc(n, 1), n, 1)
+            dev1 = second()
+            dst = FakeCudaTensor(allocator.malloc(n, dev1), n, dev1)
             host = pattern(n, 7)
             self.d.h2d(src.data_ptr(), host.tobytes())
             self.assertEqual(a.register_memory(src.data_ptr(), src.nbytes), 0)
-            self.assertEqual(b.batch_register_memory([dst.data_ptr()], [dst.nbytes], "cuda:1"), 0)
+            self.assertEqual(b.batch_register_memory([dst.data_ptr()], [dst.nbytes], "cuda:%d" % dev1), 0)
             seg = b.get_segment_name()
             self.assertEqual(a.transfer_sync_write(seg, src.data_ptr(), dst.data_ptr(), n), 0)
             self.assertEqual(self.d.bytes_at(dst.data_ptr(), n), host.tobytes())
@@ -93,13 +96,16 @@ class InProcess(unittest.TestCase):
             self.assertEqual(b.register_memory(dst, n), 0)
             seg = b.get_segment_name()
             s = d.stream(0)
-            # Work before the transfer: a slow copy that fills src.
-            d.copy_delay(200000)
+            # Work before the transfer: a copy that fills src (slowed down
+            # on the fake, so that a blocking call would show).
+            if d.fake:
+                d.copy_delay(200000)
             d.copy_async(src, staged.ctypes.data, n, s)
             t0 = time.monotonic()
             a.transfer_write_on_cuda(seg, src, dst, n, s)
-            self.assertLess(time.monotonic() - t0, 0.15, "transfer_write_on_cuda must not block")
-            d.copy_delay(0)
+            if d.fake:
+                self.assertLess(time.monotonic() - t0, 0.15, "transfer_write_on_cuda must not block")
+                d.copy_delay(0)
             # Work after it: copies dst out; it must see the transferred bytes.
             d.copy_async(out.ctypes.data, dst, n, s)
             d.sync(s)
@@ -118,11 +124,17 @@ class InProcess(unittest.TestCase):
     def test_allocator(self):
         self.assertEqual(allocator.probe(0), allocator.MemoryBackend.USE_CUMEMCREATE)
         self.assertEqual(allocator.probe(7), allocator.MemoryBackend.UNSUPPORTED)
-        before = self.d.count(6)  # VMM mappings
-        p = allocator.malloc(3 << 20, 1)
-        self.assertEqual(self.d.count(6), before + 1)
-        allocator.free(p, 1)
-        self.assertEqual(self.d.count(6), before)
+        dev1 = second()
+        before = self.d.count(6) if self.d.fake else 0  # VMM mappings
+        p = allocator.malloc(3 << 20, dev1)
+        self.assertTrue(p)
+        if self.d.fake:
+            self.assertEqual(self.d.count(6), before + 1)
+        self.d.h2d(p, b"abc", dev1)
+        self.assertEqual(self.d.bytes_at(p, 3), b"abc")
+        allocator.free(p, dev1)
+        if self.d.fake:
+            self.assertEqual(self.d.count(6), before)
         with self.assertRaises(MemoryError):
             allocator.malloc(1 << 20, 9)
 
@@ -234,7 +246,8 @@ class StoreTensors(unittest.TestCase):
         got = self.s.get_tensor("cuda/a")
         self.assertEqual(bytes(np.asarray(got).reshape(-1).view(np.uint8)), want.tobytes())
         # Into a pre-allocated CUDA tensor (on another device).
-        dst = FakeCudaTensor(allocator.malloc(n, 1), n, 1)
+        dev1 = second()
+        dst = FakeCudaTensor(allocator.malloc(n, dev1), n, dev1)
         self.assertEqual(self.s.get_tensor_into_cuda("cuda/b", dst), n)
         self.assertEqual(self.d.bytes_at(dst.data_ptr(), n), want.tobytes())
         self.assertEqual(self.s.batch_get_tensor_into_cuda(["host/c", "cuda/a"], [dst, dst]), [n, n])
@@ -297,9 +310,10 @@ class StoreTensors(unittest.TestCase):
             src = FakeCudaTensor(d.alloc(n, 0), n, 0)
             d.h2d(src.data_ptr(), want.tobytes())
             self.assertEqual(self.s.upsert_tensor("cuda/dev", src), 0)
-            t = self.s.get_tensor("cuda/dev", device="cuda:1")
+            dev1 = second()
+            t = self.s.get_tensor("cuda/dev", device="cuda:%d" % dev1)
             self.assertIsNotNone(t)
-            self.assertEqual(t.device.index, 1)
+            self.assertEqual(t.device.index, dev1)
             self.assertEqual(t.shape, (n,))
             self.assertEqual(d.bytes_at(t.data_ptr(), n), want.tobytes())
         finally:
@@ -331,18 +345,116 @@ class StoreTensors(unittest.TestCase):
             self.d.h2d(src.data_ptr(), want.tobytes())
             self.assertEqual(self.s.upsert_tensor("cuda/into", src), 0)
             size = n + 304
-            buf = allocator.malloc(size, 1)
+            dev1 = second()
+            buf = allocator.malloc(size, dev1)
             self.assertEqual(self.s.register_buffer(buf, size), 0)
             t = self.s.get_tensor_into("cuda/into", buf, size)
             self.assertIsNotNone(t)
             self.assertEqual(seen[0][0]["typestr"], "|u1")
-            self.assertEqual(seen[0][1], "cuda:1")
+            self.assertEqual(seen[0][1], "cuda:%d" % dev1)
             self.assertEqual(t.shape, (256, 4096))
             self.assertEqual(t.data_ptr(), buf + 304)
             self.assertEqual(self.d.bytes_at(t.data_ptr(), n), want.tobytes())
             self.assertEqual(self.s.unregister_buffer(buf), 0)
         finally:
             T._torch = saved
+
+
+def _torch_cuda():
+    """torch with CUDA on the machine's driver (a hardware run), or None."""
+    if not _fakecuda.HW:
+        return None
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch if torch.cuda.is_available() else None
+
+
+@unittest.skipUnless(_torch_cuda(), "needs KVFERRY_HW=1 and torch with CUDA (make hw-check on a GPU machine)")
+class TorchCUDA(unittest.TestCase):
+    """Real torch CUDA tensors (a hardware run): registered by data_ptr,
+    moved between engines and through the store, and torch's allocator
+    replaced by kvferry's (CUDAPluggableAllocator) in a process of its own."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.torch = _torch_cuda()
+
+    def test_tensors_between_engines(self):
+        torch = self.torch
+        n = 16 << 20
+        dev1 = second()
+        src = torch.randint(0, 256, (n,), dtype=torch.uint8, device="cuda:0")
+        dst = torch.zeros(n, dtype=torch.uint8, device="cuda:%d" % dev1)
+        back = torch.zeros(n, dtype=torch.uint8, device="cuda:0")
+        torch.cuda.synchronize()
+        a, b = engine(), engine()
+        try:
+            self.assertEqual(a.register_memory(src.data_ptr(), n), 0)
+            self.assertEqual(a.register_memory(back.data_ptr(), n), 0)
+            self.assertEqual(b.register_memory(dst.data_ptr(), n, "cuda:%d" % dev1), 0)
+            seg = b.get_segment_name()
+            self.assertEqual(a.transfer_sync_write(seg, src.data_ptr(), dst.data_ptr(), n), 0)
+            self.assertTrue(torch.equal(dst.to("cuda:0"), src))
+            self.assertEqual(a.transfer_sync_read(seg, back.data_ptr(), dst.data_ptr(), n), 0)
+            self.assertTrue(torch.equal(back, src))
+            # Stream-ordered: a kernel that writes src, then the transfer
+            # on the same stream, then a copy out: each sees the last.
+            s = torch.cuda.Stream()
+            with torch.cuda.stream(s):
+                src.fill_(7)
+                a.transfer_write_on_cuda(seg, src.data_ptr(), dst.data_ptr(), n, s.cuda_stream)
+                out = dst.to("cuda:0", non_blocking=True)
+            s.synchronize()
+            self.assertTrue(bool((out == 7).all()))
+        finally:
+            a.close()
+            b.close()
+
+    def test_store_tensors(self):
+        from kvferry.store import MooncakeDistributedStore
+
+        torch = self.torch
+        s = MooncakeDistributedStore()
+        self.assertEqual(s.setup("127.0.0.1", "P2PHANDSHAKE", 256 << 20, 64 << 20, "tcp", "", "embedded"), 0)
+        try:
+            t = torch.randn(256, 1024, device="cuda:0")
+            self.assertEqual(s.put_tensor("torch/a", t), 0)
+            got = s.get_tensor("torch/a")
+            self.assertTrue(torch.equal(torch.as_tensor(got).reshape(t.shape).to("cuda:0"), t))
+            dst = torch.zeros_like(t, device="cuda:%d" % second())
+            self.assertEqual(s.get_tensor_into_cuda("torch/a", dst), t.numel() * t.element_size())
+            self.assertTrue(torch.equal(dst.to("cuda:0"), t))
+        finally:
+            s.close()
+
+    def test_pluggable_allocator(self):
+        # torch's allocator can be replaced only before its first CUDA
+        # allocation: in a process of its own.
+        code = r'''
+import torch
+from mooncake.allocator import NVLinkAllocator
+from kvferry.engine import TransferEngine
+torch.cuda.memory.change_current_allocator(NVLinkAllocator.get_allocator("cuda:0"))
+x = torch.arange(1 << 20, dtype=torch.int32, device="cuda:0")
+y = torch.zeros_like(x)
+a = TransferEngine(); b = TransferEngine()
+assert a.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "") == 0
+assert b.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "") == 0
+n = x.numel() * 4
+assert a.register_memory(x.data_ptr(), n) == 0
+assert b.register_memory(y.data_ptr(), n) == 0
+assert a.transfer_sync_write(b.get_segment_name(), x.data_ptr(), y.data_ptr(), n) == 0
+assert torch.equal(x, y)
+a.close(); b.close()
+print("ok")
+'''
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.path.join(REPO, "python") + os.pathsep + HERE
+        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout.strip(), "ok")
 
 
 class NoDriver(unittest.TestCase):

@@ -554,7 +554,8 @@ int runVram(char const *libcuda) {
     Factory f = loadFactory();
     auto ctx = makeAgent(f, "vram_ctx"), gen = makeAgent(f, "vram_gen");
     constexpr size_t n = 6u << 20;
-    uint64_t a = cuda_malloc(&cu, 0, n), back = cuda_malloc(&cu, 0, n), b = cuda_malloc(&cu, 1, n);
+    const uint32_t dev1 = static_cast<uint32_t>(cu.second); // device 1, or 0 with one GPU
+    uint64_t a = cuda_malloc(&cu, 0, n), back = cuda_malloc(&cu, 0, n), b = cuda_malloc(&cu, dev1, n);
     uint8_t *host = map_lazy(n);
     CHECK(a && back && b, "device memory");
     if (!a || !back || !b) return 1;
@@ -562,7 +563,7 @@ int runVram(char const *libcuda) {
     ctx->registerMemory(vram(a, n, 0));
     ctx->registerMemory(vram(back, n, 0));
     ctx->registerMemory(dram({MemRange{host, n, 0}}));
-    gen->registerMemory(vram(b, n, 1));
+    gen->registerMemory(vram(b, n, dev1));
     try {
         uint8_t *stray = map_lazy(4096);
         ctx->registerMemory(vram(reinterpret_cast<uintptr_t>(stray), 4096, 0));
@@ -576,12 +577,12 @@ int runVram(char const *libcuda) {
     cuda_current(&cu, 0);
     CHECK(cu.h2d(a, want.data(), n) == 0, "h2d");
     auto run = [&](Op op, MemRanges src, char const *what) {
-        auto st = ctx->submitTransferRequests(Request{op, std::move(src), vram(b, n, 1), "vram_gen"});
+        auto st = ctx->submitTransferRequests(Request{op, std::move(src), vram(b, n, dev1), "vram_gen"});
         State s = st->wait(30000);
         CHECK(s == State::kSUCCESS, "%s: state %d: %s", what, static_cast<int>(s), st->getLastStatusStr().c_str());
     };
     run(Op::kWRITE, vram(a, n, 0), "kVRAM -> kVRAM");
-    cuda_current(&cu, 1);
+    cuda_current(&cu, dev1);
     CHECK(cu.d2h(got.data(), b, n) == 0 && got == want, "kVRAM -> kVRAM: bytes differ");
     run(Op::kREAD, vram(back, n, 0), "kREAD into kVRAM");
     cuda_current(&cu, 0);
@@ -589,7 +590,7 @@ int runVram(char const *libcuda) {
     pat_fill(host, n, 0xD7A, 0);
     std::vector<uint8_t> hwant(host, host + n);
     run(Op::kWRITE, dram({MemRange{host, n, 0}}), "kDRAM -> kVRAM");
-    cuda_current(&cu, 1);
+    cuda_current(&cu, dev1);
     CHECK(cu.d2h(got.data(), b, n) == 0 && got == hwant, "kDRAM -> kVRAM: bytes differ");
     ctx->invalidateRemoteAgent("vram_gen");
     std::printf("vram: %d failures\n", failures);

@@ -12,9 +12,11 @@
 #
 # Environment: KVFERRY_LIB_DIR (default build/lib); TRTLLM_TEST_BUF_MIB (size
 # of the route B buffers, default 512) and TRTLLM_TEST_NBUF (buffers per
-# process, default 3).
+# process, default 3). `tests/trtllm/run.sh vram` runs route A's kVRAM part
+# alone (make hw-check: with KVFERRY_HW=1 on the machine's CUDA driver).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+PART="${1:-all}"
 LIBDIR="${KVFERRY_LIB_DIR:-$PWD/build/lib}"
 # Agents advertise TLLM_MOONCAKE_IP_ADDR (else the first non-loopback
 # address): tests stay on loopback.
@@ -34,6 +36,7 @@ for f in libtransfer_engine.so trtllm/libtensorrt_llm_mooncake_wrapper.so; do
   [ -e "$LIBDIR/$f" ] || { echo "missing $LIBDIR/$f (run make lib)" >&2; exit 1; }
 done
 
+if [ "$PART" != vram ]; then
 CFLAGS="-O2 -g -Wall -Wextra -Werror -std=gnu11 -Iinclude -Itests/c ${KVFERRY_SAN_CFLAGS:-}"
 mkdir -p "$OUT/stub"
 gcc $CFLAGS -shared -fPIC -o "$OUT/stub/libtransfer_engine.so" tests/trtllm/te_stub.c
@@ -56,10 +59,12 @@ route_b b1 "$NBUF" "$BUF_MIB"
 echo "--- route B over TCP (MC_FORCE_TCP=1, as TensorRT-LLM's CI runs Mooncake; 2 x 64 MiB)"
 route_b b2 2 64 MC_FORCE_TCP=1
 echo "route B passed"
+fi
 
 CXXFLAGS="-std=c++17 -O2 -g -Wall -Wextra -Werror -Iinclude -Iplugin -Itests/c ${KVFERRY_SAN_CFLAGS:-}"
 g++ $CXXFLAGS -o "$OUT/agent_test" tests/trtllm/agent_test.cpp -ldl -lpthread
 
+if [ "$PART" != vram ]; then
 # Over TCP (a peer on another host), so that a stopped or killed peer is seen
 # through the network path.
 echo "--- route A: createMooncakeTransferAgent from libtensorrt_llm_mooncake_wrapper.so (MC_FORCE_TCP=1)"
@@ -80,11 +85,16 @@ if [ "$ctx_rc" -ne 0 ] || [ "$gen_rc" -ne 137 ]; then
   exit 1
 fi
 echo "route A passed"
+fi
 
 FAKECUDA="$(tests/fakecuda/build.sh "$OUT/fakecuda")"
-unset CUDA_VISIBLE_DEVICES # the fake honours it as the driver does; the suites want all its devices
+DRIVER="the fake CUDA driver"
+[ "${KVFERRY_HW:-}" = 1 ] && DRIVER="the machine's CUDA driver"
+# The fake honours CUDA_VISIBLE_DEVICES as the driver does; the suites want
+# all its devices (a hardware run keeps the machine's setting).
+[ "${KVFERRY_HW:-}" = 1 ] || unset CUDA_VISIBLE_DEVICES
 for tr in auto tcp; do
-  echo "--- route A: kVRAM on the fake CUDA driver ($tr)"
+  echo "--- route A: kVRAM on $DRIVER ($tr)"
   force=""
   [ "$tr" = tcp ] && force=1
   env ${force:+MC_FORCE_TCP=1} KVFERRY_CUDA_LIB="$FAKECUDA" LD_LIBRARY_PATH="$LIBDIR/trtllm" \

@@ -3,6 +3,7 @@ package local_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -38,7 +39,7 @@ func devBuf(t *testing.T, e *engine.Engine, d *cuda.Driver, dev int, n uint64) u
 	assert.NilError(t, err)
 	t.Cleanup(func() { d.MemFree(dev, p) })
 	if e != nil {
-		assert.NilError(t, e.RegisterMemory(uintptr(p), n, "cuda:"+string(rune('0'+dev)), true))
+		assert.NilError(t, e.RegisterMemory(uintptr(p), n, fmt.Sprintf("cuda:%d", dev), true))
 	}
 	return p
 }
@@ -53,7 +54,7 @@ func TestGPUCopies(t *testing.T) {
 	back := newBuf(t, a, n)
 	fill(host.Bytes(), 3)
 	d0 := devBuf(t, a, d, 0, n)
-	d1 := devBuf(t, b, d, 1, n)
+	d1 := devBuf(t, b, d, fakecuda.Second(t), n)
 	ctx := context.Background()
 	seg, err := a.OpenSegment(ctx, b.SegmentName())
 	assert.NilError(t, err)
@@ -76,6 +77,13 @@ func TestGPUCopies(t *testing.T) {
 		reqs = append(reqs, engine.Request{Op: engine.OpWrite, Source: host.Addr() + uintptr(off), Target: engine.LocalSegment, TargetOffset: uint64(back.Addr()) + off, Length: 4096})
 	}
 	assert.NilError(t, a.Transfer(ctx, reqs))
+	assert.Assert(t, bytes.Equal(c.Bytes(d0, 64*4096), host.Bytes()[:64*4096]))
+	if !c.Fake() {
+		// Outside the target's registered device memory: refused.
+		err = a.Transfer(ctx, []engine.Request{{Op: engine.OpWrite, Source: host.Addr(), Target: seg, TargetOffset: d1 + n - 10, Length: 20}})
+		assert.Assert(t, err != nil)
+		return // the rest loses a context, which only the fake can
+	}
 	assert.Assert(t, c.Calls("cuEventSynchronize") > 0)
 
 	// Outside the target's registered device memory: refused.

@@ -64,7 +64,7 @@ func childMain(role string) int {
 	cfg := stack.Config{
 		Engine: engine.Config{LocalServerName: "127.0.0.1", Transports: transports, TransferTimeout: 5 * time.Second,
 			Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))},
-		RDMA: rdma.Config{Library: os.Getenv("KVFERRY_IBVERBS_LIB"), Devices: strings.Split(os.Getenv("RDMA_TEST_DEVICES"), ","), SysFS: emptySys},
+		RDMA: rdma.Config{Library: os.Getenv("KVFERRY_IBVERBS_LIB"), Devices: strings.Split(os.Getenv("RDMA_TEST_DEVICES"), ","), SysFS: testSys()},
 		GPU:  gpu.Config{Library: os.Getenv("RDMA_TEST_CUDA")},
 	}
 	if p, err := strconv.Atoi(os.Getenv("RDMA_TEST_PORT")); err == nil {
@@ -87,7 +87,7 @@ func childMain(role string) int {
 		fmt.Println("err", err)
 		return 1
 	}
-	var gbuf []byte
+	var gctl *fakecuda.Control
 	var gaddr uint64
 	if gsize > 0 {
 		d, err := stack.GPURuntime(cfg).Driver()
@@ -99,7 +99,7 @@ func childMain(role string) int {
 			fmt.Println("err", err)
 			return 1
 		}
-		gbuf = fakecuda.Open(cfg.GPU.Library).Bytes(gaddr, int(gsize)) // the fake's view, for checks
+		gctl = fakecuda.Open(cfg.GPU.Library) // reads and writes the GPU buffer for checks
 		if err := e.RegisterMemory(uintptr(gaddr), gsize, "cuda:0", true); err != nil {
 			fmt.Println("err", err)
 			return 1
@@ -117,7 +117,22 @@ func childMain(role string) int {
 		num := func(i int) uint64 { n, _ := strconv.ParseUint(f[i], 10, 64); return n }
 		b := buf
 		if strings.HasPrefix(f[0], "g") && f[0] != "gpudirect" {
-			b, f[0] = gbuf, f[0][1:]
+			// The GPU buffer, through the driver.
+			switch f[0] {
+			case "gfill":
+				gctl.Write(gaddr+num(2), patternAt(num(1), num(3)))
+				fmt.Println("ok")
+			case "gcheck":
+				if bytes.Equal(gctl.Bytes(gaddr+num(2), int(num(3))), patternAt(num(1), num(3))) {
+					fmt.Println("ok")
+				} else {
+					fmt.Println("bad")
+				}
+			case "gzero":
+				gctl.Zero(gaddr, int(gsize))
+				fmt.Println("ok")
+			}
+			continue
 		}
 		switch f[0] {
 		case "fill":

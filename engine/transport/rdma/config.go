@@ -42,8 +42,10 @@ type Config struct {
 	// Library is the libibverbs to open (KVFERRY_IBVERBS_LIB; default
 	// libibverbs.so.1).
 	Library string
-	// Devices, when set, limits the NICs used to these names (Mooncake's
-	// MC_TE_FILTERS and the Python device_name list).
+	// Devices, when set, limits the NICs used to these (Mooncake's
+	// MC_TE_FILTERS and the Python device_name list): RDMA device names
+	// (mlx5_0), and, beyond Mooncake, network interfaces (ens1f0, ib0)
+	// and PCI addresses (0000:18:00.0), resolved through Class.
 	Devices []string
 	// Matrix is a NIC priority matrix in Mooncake's JSON form
 	// (installTransport("rdma", args[0]); MC_CUSTOM_TOPO_JSON); empty means
@@ -51,6 +53,10 @@ type Config struct {
 	Matrix string
 	// SysFS is /sys (tests give fake trees); default os.DirFS("/sys").
 	SysFS fs.FS
+	// Class maps network interfaces and PCI functions to RDMA devices and
+	// reads the ports' counters; default RdmamapClass{} (this host's
+	// /sys, through rdmamap), or SysfsClass over SysFS when SysFS is set.
+	Class SysClass
 	// GPUs lists the GPUs for the "cuda:N" rows of a discovered matrix;
 	// nil reads NVIDIA devices from sysfs.
 	GPUs []GPU
@@ -124,6 +130,13 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
+	if c.Class == nil {
+		if c.SysFS == nil {
+			c.Class = RdmamapClass{}
+		} else {
+			c.Class = SysfsClass{FS: c.SysFS}
+		}
+	}
 	if c.SysFS == nil {
 		c.SysFS = os.DirFS("/sys")
 	}

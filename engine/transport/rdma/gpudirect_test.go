@@ -3,6 +3,7 @@ package rdma_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"testing/fstest"
@@ -16,6 +17,7 @@ import (
 	"github.com/kvferry/kvferry/engine/transport/tcp"
 	"github.com/kvferry/kvferry/internal/cuda"
 	"github.com/kvferry/kvferry/internal/testutil/fakecuda"
+	"github.com/kvferry/kvferry/tests/rdma/fakeverbs"
 )
 
 // gpuBuf is device memory of fake GPU 0 registered with an engine, and the
@@ -36,7 +38,11 @@ func newGPUBuf(t *testing.T, e *engine.Engine, n uint64) gpuBuf {
 		e.UnregisterMemory(uintptr(p))
 		d.MemFree(0, p)
 	})
-	return gpuBuf{addr: p, view: fakecuda.Open(cudaLib).Bytes(p, int(n))}
+	b := gpuBuf{addr: p}
+	if !fakecuda.Hardware() {
+		b.view = fakecuda.Open(cudaLib).Bytes(p, int(n))
+	}
+	return b
 }
 
 func deviceBytes(devs ...string) uint64 {
@@ -65,6 +71,7 @@ func gpuTransfer(t *testing.T, a *engine.Engine, seg engine.SegmentID, op engine
 // dma-buf, several offsets into it) and 100 KiB slices are cut at both
 // sides' boundaries (an uncut one would fail the fake's MR bounds check).
 func TestGPUDirect(t *testing.T) {
+	needsFake(t, "the fake provider's MR size limit and the fake driver's dma-buf count (TestGPUDirectHardware runs on real NICs)")
 	const size = 8 << 20
 	o := startOwner(t, allDevices[:2], size, 0, "RDMA_TEST_GPU=8388608", "RDMA_TEST_CUDA="+cudaLib,
 		"FAKEVERBS_MAX_MR_SIZE=3145728")
@@ -130,6 +137,7 @@ func TestGPUDirect(t *testing.T) {
 // support (its GPU buffer has no rkeys), and a local engine with GPUDirect
 // off. Host memory between the same engines still takes RDMA.
 func TestGPUDirectFallback(t *testing.T) {
+	needsFake(t, "a provider without dma-buf support")
 	const size = 4 << 20
 	o := startOwner(t, allDevices[:2], size, 0, "RDMA_TEST_GPU=4194304", "RDMA_TEST_CUDA="+cudaLib,
 		"RDMA_TEST_TCP=1", "FAKEVERBS_DMABUF=0")
@@ -186,6 +194,7 @@ func TestGPUDirectFallback(t *testing.T) {
 // ibv_reg_mr on the device pointer (the fake provider's peer-memory client
 // resolves it through the fake driver) and moves over the NICs.
 func TestGPUDirectPeerMemory(t *testing.T) {
+	needsFake(t, "a driver failing dma-buf exports and the fake's peer-memory client")
 	const size = 2 << 20
 	o := startOwner(t, allDevices[:1], size, 0)
 	ctl := fakecuda.Open(cudaLib)
@@ -218,6 +227,7 @@ func TestGPUDirectPeerMemory(t *testing.T) {
 // two dma-bufs, one per allocation, and registered as one memory region of
 // each; transfers crossing the boundary move every byte.
 func TestGPUDirectAcrossAllocations(t *testing.T) {
+	needsFake(t, "the fake's address-space order and dma-buf count")
 	a := newEngine(t, rdmaConfig(allDevices[:2]...), 10*time.Second)
 	b := newEngine(t, rdmaConfig(allDevices[:2]...), 10*time.Second)
 	d, err := stack.GPURuntime(stack.Config{GPU: gpuConfig()}).Driver()
@@ -254,4 +264,81 @@ func TestGPUDirectAcrossAllocations(t *testing.T) {
 	copy(second, p[len(first):])
 	assert.NilError(t, a.Transfer(context.Background(), []engine.Request{{Op: engine.OpRead, Source: host.Addr(), Target: seg, TargetOffset: start, Length: n}}))
 	assert.Assert(t, bytes.Equal(host.Bytes(), patternAt(62, n)))
+}
+
+// TestGPUDirectHardware (KVFERRY_HW=1, a machine with a GPU and an RDMA
+// NIC): GPU memory of two processes registered with the NICs as the
+// driver and the NICs allow (dma-buf, else peer memory), moved between GPU
+// and host memory both ways over RDMA, bytes checked through the driver.
+// Where the NICs cannot register GPU memory it says why (the status line)
+// and checks that the transfers still complete over TCP.
+func TestGPUDirectHardware(t *testing.T) {
+	if !fakeverbs.Hardware() {
+		t.Skip("a hardware run's test (KVFERRY_HW=1); TestGPUDirect covers the fakes")
+	}
+	devs := nics(t, 1)
+	const size = 8 << 20
+	fakecuda.Path(t) // skips without a GPU
+	o := startOwner(t, devs, size, 0, fmt.Sprintf("RDMA_TEST_GPU=%d", size), "RDMA_TEST_CUDA="+cudaLib, "RDMA_TEST_TCP=1")
+	assert.Assert(t, o.gpu != 0)
+	a := newEngineWith(t, stack.Config{
+		Engine: engine.Config{LocalServerName: "127.0.0.1", Transports: []string{rdma.Name, tcp.Name}, TransferTimeout: 20 * time.Second},
+		RDMA:   rdmaConfig(devs...),
+	})
+	host := newBuf(t, a, size)
+	dev := newGPUBuf(t, a, size)
+	ctl := fakecuda.Open(cudaLib)
+	rt := a.Transport(rdma.Name).(*rdma.Transport)
+	local, remote := rt.GPUDirectStatus(), o.do("gpudirect")
+	t.Logf("GPUDirect: local %s; owner %s", local, remote)
+	registered := !strings.Contains(local, "not registered") && !strings.Contains(remote, "not registered")
+	seg, err := a.OpenSegment(context.Background(), o.name)
+	assert.NilError(t, err)
+	for i, st := range []struct {
+		name         string
+		op           engine.OpCode
+		gpu          bool // local buffer on the GPU
+		remote, rbuf string
+	}{
+		{"gpu to gpu", engine.OpWrite, true, "gpu", "g"},
+		{"host to gpu", engine.OpWrite, false, "gpu", "g"},
+		{"gpu to host", engine.OpWrite, true, "host", ""},
+		{"gpu from gpu", engine.OpRead, true, "gpu", "g"},
+		{"host from gpu", engine.OpRead, false, "gpu", "g"},
+		{"gpu from host", engine.OpRead, true, "host", ""},
+	} {
+		seed := uint64(70 + i)
+		laddr, raddr := host.Addr(), o.addr
+		if st.gpu {
+			laddr = uintptr(dev.addr)
+		}
+		if st.remote == "gpu" {
+			raddr = o.gpu
+		}
+		before := nicBytes(a)
+		if st.op == engine.OpWrite {
+			if st.gpu {
+				ctl.Write(dev.addr, patternAt(seed, size))
+			} else {
+				pattern(host.Bytes(), seed)
+			}
+		} else {
+			assert.Equal(t, o.do("%sfill %d 0 %d", st.rbuf, seed, size), "ok")
+		}
+		assert.NilError(t, a.Transfer(context.Background(), []engine.Request{{Op: st.op, Source: laddr, Target: seg, TargetOffset: raddr, Length: size}}), st.name)
+		if st.op == engine.OpWrite {
+			assert.Equal(t, o.do("%scheck %d 0 %d", st.rbuf, seed, size), "ok", st.name)
+		} else if st.gpu {
+			assert.Assert(t, bytes.Equal(ctl.Bytes(dev.addr, size), patternAt(seed, size)), "%s: bytes differ", st.name)
+		} else {
+			assert.Assert(t, bytes.Equal(host.Bytes(), patternAt(seed, size)), "%s: bytes differ", st.name)
+		}
+		var moved uint64
+		for d, n := range nicBytes(a) {
+			moved += n - before[d]
+		}
+		if registered {
+			assert.Equal(t, moved, uint64(size), "%s: the NICs carried %d bytes", st.name, moved)
+		}
+	}
 }

@@ -3,6 +3,7 @@ package rdma_test
 import (
 	"context"
 	"fmt"
+	"io/fs"
 	"os"
 	"testing"
 	"testing/fstest"
@@ -20,8 +21,13 @@ import (
 )
 
 // allDevices are the fake NICs every test process sees; a test picks some
-// with Config.Devices.
-var allDevices = []string{"fake_mlx5_0", "fake_mlx5_1", "fake_mlx5_2", "fake_mlx5_3"}
+// with Config.Devices (through nics). In a hardware run (KVFERRY_HW=1)
+// they are the machine's NICs with an active port, and noNICs says why
+// there are none.
+var (
+	allDevices = []string{"fake_mlx5_0", "fake_mlx5_1", "fake_mlx5_2", "fake_mlx5_3"}
+	noNICs     string
+)
 
 var (
 	fakeLib string
@@ -37,6 +43,16 @@ func TestMain(m *testing.M) {
 		os.Exit(childMain(role))
 	}
 	var err error
+	if fakeverbs.Hardware() {
+		fakeLib, _ = fakeverbs.Build()
+		cudaLib, _ = fakecuda.Build()
+		if allDevices, err = fakeverbs.Devices(); err != nil {
+			noNICs = err.Error()
+		}
+		fakeverbs.Setenv(fakeLib, "")
+		fake, _ = fakeverbs.Open(fakeLib)
+		os.Exit(m.Run())
+	}
 	if fakeLib, err = fakeverbs.Build(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
@@ -63,8 +79,27 @@ func TestMain(m *testing.M) {
 // emptySys is a sysfs tree with one NUMA node and nothing else.
 var emptySys = fstest.MapFS{"devices/system/node/node0/cpulist": {Data: []byte("0-1\n")}}
 
+// testSys is the sysfs tree of the tests' engines: emptySys on the fake
+// NICs, the machine's own (nil: /sys) in a hardware run.
+func testSys() fs.FS {
+	if fakeverbs.Hardware() {
+		return nil
+	}
+	return emptySys
+}
+
 func rdmaConfig(devices ...string) rdma.Config {
-	return rdma.Config{Library: fakeLib, Devices: devices, SysFS: emptySys}
+	return rdma.Config{Library: fakeLib, Devices: devices, SysFS: testSys()}
+}
+
+// nics returns k of the NICs, skipping tb where there are fewer (a
+// hardware run on a machine with fewer NICs with an active port).
+func nics(tb testing.TB, k int) []string {
+	tb.Helper()
+	if len(allDevices) < k {
+		tb.Skipf("needs %d RDMA NICs with an active port, the machine has %d %v %s", k, len(allDevices), allDevices, noNICs)
+	}
+	return allDevices[:k]
 }
 
 // newEngine starts an engine with only the RDMA transport on devices.

@@ -119,7 +119,8 @@ func ReadNIC(fsys fs.FS, name string, port, gidIndex int) NIC {
 			n.PCI = b
 			n.NUMA = readInt(fsys, pci+"/numa_node", -1)
 		}
-	} else {
+	}
+	if n.PCI == "" {
 		n.NUMA = readInt(fsys, "class/infiniband/"+name+"/device/numa_node", -1)
 	}
 	if gidIndex >= 0 {

@@ -82,36 +82,28 @@ type peerInfo struct {
 }
 
 // Available lists the usable RDMA devices (libibverbs loaded, device list
-// read, filtered by cfg.Devices), or says why there are none.
+// read, filtered by cfg.Devices: device names, network interfaces or PCI
+// addresses), or says why there are none.
 func Available(cfg Config) ([]string, error) {
+	names, _, err := available(cfg.withDefaults())
+	return names, err
+}
+
+// available is Available for a configuration with defaults; it also
+// returns the filter entries that matched nothing.
+func available(cfg Config) ([]string, []error, error) {
 	if err := ibv.Load(cfg.Library); err != nil {
-		return nil, fmt.Errorf("%w: %w", engine.ErrNotSupported, err)
+		return nil, nil, fmt.Errorf("%w: %w", engine.ErrNotSupported, err)
 	}
 	names, err := ibv.DeviceNames()
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", engine.ErrNotSupported, err)
+		return nil, nil, fmt.Errorf("%w: %w", engine.ErrNotSupported, err)
 	}
-	names = filterDevices(names, cfg.Devices)
+	names, unmatched := filterDevices(names, cfg.Devices, cfg.Class)
 	if len(names) == 0 {
-		return nil, fmt.Errorf("%w: no RDMA device (filter %v)", engine.ErrNotSupported, cfg.Devices)
+		return nil, unmatched, fmt.Errorf("%w: no RDMA device (filter %v)", engine.ErrNotSupported, cfg.Devices)
 	}
-	return names, nil
-}
-
-func filterDevices(names, keep []string) []string {
-	if len(keep) == 0 {
-		return names
-	}
-	var out []string
-	for _, n := range names {
-		for _, k := range keep {
-			if n == k {
-				out = append(out, n)
-				break
-			}
-		}
-	}
-	return out
+	return names, unmatched, nil
 }
 
 // New opens the NICs the priority matrix names (cfg.Matrix, or one
@@ -120,11 +112,14 @@ func filterDevices(names, keep []string) []string {
 // an error wrapping engine.ErrNotSupported when no NIC can be used.
 func New(e *engine.Engine, cfg Config) (*Transport, error) {
 	cfg = cfg.withDefaults()
-	names, err := Available(cfg)
+	names, unmatched, err := available(cfg)
 	if err != nil {
 		return nil, err
 	}
 	t := &Transport{e: e, cfg: cfg, log: e.Logger().With("transport", Name), deadline: e.Config().TransferTimeout}
+	for _, err := range unmatched {
+		t.log.Warn("rdma device filter entry unused", "err", err)
+	}
 	t.ctx, t.cancel = context.WithCancel(e.Context())
 	t.peers.m = map[*descriptor.Segment]*peerInfo{}
 	t.serverName = e.SegmentName()

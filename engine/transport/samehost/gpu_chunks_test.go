@@ -21,8 +21,12 @@ const chunkBytes = 2 << 20
 // registers each as one region: chunked VMM memory shared as POSIX fds
 // (device 0) and as fabric handles only (device 1), each three chunks of
 // one reservation (PyTorch's expandable segments), and two adjacent
-// cudaMalloc allocations (device 1). It answers "fill addr n seed",
-// "check addr n seed", "unreg" and "quit".
+// cudaMalloc allocations (device 1; device 0 on a machine with one GPU).
+// It answers "fill addr n seed", "check addr n seed", "unreg" and "quit".
+// Its ready line gives 0 for what the driver cannot make: fabric handles
+// where the devices have none (a real driver without NVLink fabric),
+// adjacent cudaMalloc allocations where the driver placed none side by
+// side.
 func chunkOwnerMain() int {
 	fail := func(err error) int { fmt.Fprintln(os.Stderr, err); return 1 }
 	e, d, err := gpuChildEngine(os.Getenv("KVFERRY_CUDA_LIB"))
@@ -30,29 +34,46 @@ func chunkOwnerMain() int {
 		return fail(err)
 	}
 	defer e.Close()
+	second := fakecuda.SecondOf(d.DeviceCount())
 	fd, fdSize, err := d.VMMAllocChunks(0, chunkBytes, 3, cuda.HandlePosixFD)
 	if err != nil {
 		return fail(err)
 	}
-	fab, fabSize, err := d.VMMAllocChunks(1, chunkBytes, 3, cuda.HandleFabric)
-	if err != nil {
-		return fail(err)
+	regs := [][3]uint64{{fd + 4096, fdSize - 8192, 0}}
+	var fab, fabSize, legacy uint64
+	if info, err := d.Device(second); err == nil && info.Fabric {
+		if fab, fabSize, err = d.VMMAllocChunks(second, chunkBytes, 3, cuda.HandleFabric); err != nil {
+			return fail(err)
+		}
+		regs = append(regs, [3]uint64{fab, fabSize, uint64(second)})
 	}
-	l1, err := d.MemAlloc(1, chunkBytes)
-	if err != nil {
-		return fail(err)
+	// Two cudaMalloc allocations side by side: the fake places them so;
+	// a real driver usually does, within a few tries.
+	var prev uint64
+	for range 8 {
+		l, err := d.MemAlloc(second, chunkBytes)
+		if err != nil {
+			return fail(err)
+		}
+		if prev != 0 && l == prev+chunkBytes {
+			legacy = prev
+			break
+		}
+		prev = l
 	}
-	l2, err := d.MemAlloc(1, chunkBytes)
-	if err != nil || l2 != l1+chunkBytes {
-		return fail(fmt.Errorf("second cudaMalloc at %#x, not after %#x: %v", l2, l1, err))
+	if legacy == 0 && !fakecuda.Hardware() {
+		return fail(fmt.Errorf("no two adjacent cudaMalloc allocations"))
 	}
-	regs := [][3]uint64{{fd + 4096, fdSize - 8192, 0}, {fab, fabSize, 1}, {l1 + 4096, 2*chunkBytes - 8192, 1}}
+	if legacy != 0 {
+		regs = append(regs, [3]uint64{legacy + 4096, 2*chunkBytes - 8192, uint64(second)})
+		legacy += 4096
+	}
 	for _, r := range regs {
 		if err := e.RegisterMemory(uintptr(r[0]), r[1], fmt.Sprintf("cuda:%d", r[2]), true); err != nil {
 			return fail(err)
 		}
 	}
-	host, err := cmem.MapAnon(fabSize)
+	host, err := cmem.MapAnon(fdSize)
 	if err != nil {
 		return fail(err)
 	}
@@ -61,7 +82,7 @@ func chunkOwnerMain() int {
 		fmt.Fprintf(out, format+"\n", args...)
 		out.Flush()
 	}
-	reply("ready %s %d %d %d", e.SegmentName(), fd+4096, fab, l1+4096)
+	reply("ready %s %d %d %d", e.SegmentName(), fd+4096, fab, legacy)
 	return deviceOwnerLoop(d, host, reply, func() error {
 		for _, r := range regs {
 			if err := e.UnregisterMemory(uintptr(r[0])); err != nil {
@@ -125,6 +146,13 @@ func TestGPUChunksTwoProcesses(t *testing.T) {
 	owner := startChild(t, childOpts{role: "gpu-chunk-owner", env: env})
 	seg := owner.ready[0]
 	targets := map[string]uint64{"fd": atou(owner.ready[1]), "fabric": atou(owner.ready[2]), "legacy": atou(owner.ready[3])}
+	for name, base := range targets {
+		if base == 0 {
+			// Only on a real driver (the owner fails on the fake).
+			t.Logf("%s: the driver made none (no fabric handles, or no adjacent cudaMalloc allocations): not tested", name)
+			delete(targets, name)
+		}
+	}
 	c := startChild(t, childOpts{role: "gpu-initiator", env: append(env, ownerEnv+"="+seg, "KVFERRY_GPU_HOST_PATH=map")})
 	seed := uint64(100)
 	for name, base := range targets {
@@ -150,13 +178,18 @@ func TestGPUChunksTwoProcesses(t *testing.T) {
 	// buffer and, for each of its two devices (dev and host requests run
 	// on device 0, vmm on 1), 3+3 imported chunks, each kind side by side
 	// in one reservation.
-	assert.Equal(t, c.do("ipc"), "ipc 2 13")
+	fake := !fakecuda.Hardware()
+	if fake {
+		assert.Equal(t, c.do("ipc"), "ipc 2 13")
+	}
 	assert.Equal(t, owner.do("unreg"), "ok")
 	for name, base := range targets {
 		r := c.do("xfer w dev %d %d 1", base, 4096)
 		assert.Assert(t, strings.HasPrefix(r, "err"), "%s after unregister: %s", name, r)
 	}
-	assert.Equal(t, c.do("ipc"), "ipc 0 1")
+	if fake {
+		assert.Equal(t, c.do("ipc"), "ipc 0 1")
+	}
 }
 
 // copyPieces copies n bytes between host and device memory one driver

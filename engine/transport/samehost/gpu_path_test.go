@@ -35,6 +35,7 @@ func pathChoices(e *engine.Engine) string {
 // staging chunk) are slow, the choice switches to the mapping. Every byte
 // is checked.
 func TestGPUHostPathMeasured(t *testing.T) {
+	fakecuda.FakeOnly(t, "the fake's copy speeds set per process")
 	lib := fakecuda.Path(t)
 	fc := fakecuda.Open(lib)
 	fc.Reset()

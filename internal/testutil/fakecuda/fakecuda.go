@@ -3,6 +3,10 @@
 // the CPU cannot touch at the device address) and drives its fault
 // injection. Only tests import it; the real binding (internal/cuda) loads
 // the fake through KVFERRY_CUDA_LIB or an explicit path, unaware of it.
+//
+// With KVFERRY_HW=1 (Hardware) the same tests run on the machine's real
+// driver: Build and Path name it, and Control reads and writes device
+// memory through it.
 package fakecuda
 
 import (
@@ -37,8 +41,13 @@ func Source() string {
 // temporary directory under a name derived from its source) and returns
 // the path of libcuda.so.1. It clears CUDA_VISIBLE_DEVICES in this process
 // (and so in the children it starts): the fake honours it as the real
-// driver does, and the tests want all of the fake's devices.
+// driver does, and the tests want all of the fake's devices. In a hardware
+// run it returns the real driver's name, whether or not it loads (Path
+// checks that), and leaves CUDA_VISIBLE_DEVICES as the machine has it.
 func Build() (string, error) {
+	if Hardware() {
+		return realLibrary(), nil
+	}
 	build.once.Do(func() {
 		os.Unsetenv("CUDA_VISIBLE_DEVICES")
 		src, err := os.ReadFile(Source())
@@ -79,9 +88,15 @@ func Build() (string, error) {
 	return build.path, build.err
 }
 
-// Path builds the fake and returns its path, failing tb on error.
+// Path builds the fake and returns its path, failing tb on error. In a
+// hardware run it returns the real driver, and skips tb where the
+// machine has no CUDA device.
 func Path(tb testing.TB) string {
 	tb.Helper()
+	if Hardware() {
+		requireDevice(tb)
+		return realLibrary()
+	}
 	p, err := Build()
 	if err != nil {
 		tb.Fatal(err)
@@ -89,8 +104,12 @@ func Path(tb testing.TB) string {
 	return p
 }
 
-// Control drives the fake loaded in this process.
+// Control drives the fake loaded in this process. In a hardware run it
+// reads and writes device memory through the real driver (Bytes, Write,
+// Zero; Reset does nothing) and its fake-only calls panic: tests guard
+// them with Fake or FakeOnly.
 type Control struct {
+	real          *realDriver
 	fail          func(name string, nth, sticky, code int32) int32
 	reset         func()
 	setCopyDelay  func(us int32)
@@ -103,8 +122,16 @@ type Control struct {
 }
 
 // Open returns the control of the fake at path (loading it if the binding
-// has not yet); it panics when the file is not the fake.
+// has not yet); it panics when the file is not the fake. In a hardware
+// run it returns a control over the real driver at path.
 func Open(path string) *Control {
+	if Hardware() {
+		r, err := openReal(path)
+		if err != nil {
+			panic(fmt.Sprintf("fakecuda: %v", err))
+		}
+		return &Control{real: r}
+	}
 	h, err := purego.Dlopen(path, purego.RTLD_NOW|purego.RTLD_LOCAL)
 	if err != nil {
 		panic(fmt.Sprintf("fakecuda: %v", err))
@@ -124,6 +151,7 @@ func Open(path string) *Control {
 // return code; with sticky, every call from the nth on. Name "copy" fails a stream copy on
 // the fake's worker, which loses the device's context.
 func (c *Control) Fail(name string, nth int, sticky bool, code int) {
+	c.fakeOnly("Fail")
 	s := int32(0)
 	if sticky {
 		s = 1
@@ -133,25 +161,40 @@ func (c *Control) Fail(name string, nth int, sticky bool, code int) {
 
 // Reset removes every fault, copy delay and copy speed limit and restores
 // lost contexts.
-func (c *Control) Reset() { c.reset() }
+func (c *Control) Reset() {
+	if c.real == nil {
+		c.reset()
+	}
+}
 
 // SetCopyDelay makes every stream copy sleep us microseconds first.
-func (c *Control) SetCopyDelay(us int) { c.setCopyDelay(int32(us)) }
+func (c *Control) SetCopyDelay(us int) {
+	c.fakeOnly("SetCopyDelay")
+	c.setCopyDelay(int32(us))
+}
 
 // SetCopyMBps sets how fast copies run (MB/s; 0 = unthrottled): those
 // with a pageable host end, those with a pinned (registered, managed) host
 // end, and device to device (also FAKECUDA_PAGEABLE_MBPS,
 // FAKECUDA_PINNED_MBPS, FAKECUDA_DEVICE_MBPS in a child's environment).
 func (c *Control) SetCopyMBps(pageable, pinned, device int) {
+	c.fakeOnly("SetCopyMBps")
 	c.setCopyMBps(int32(pageable), int32(pinned), int32(device))
 }
 
 // LoseContext makes device dev's context unusable (error 700 from then on).
-func (c *Control) LoseContext(dev int) { c.loseContext(int32(dev)) }
+func (c *Control) LoseContext(dev int) {
+	c.fakeOnly("LoseContext")
+	c.loseContext(int32(dev))
+}
 
 // Bytes returns the n bytes at device address p through the fake's own
-// host mapping (nil when p is not device memory).
+// host mapping (nil when p is not device memory). In a hardware run they
+// are a copy, read through the driver: write with Write and Zero.
 func (c *Control) Bytes(p uint64, n int) []byte {
+	if c.real != nil {
+		return c.real.read(p, n)
+	}
 	b := c.backing(p)
 	if b == 0 {
 		return nil
@@ -160,11 +203,17 @@ func (c *Control) Bytes(p uint64, n int) []byte {
 }
 
 // Calls returns how often entry point name was called.
-func (c *Control) Calls(name string) uint64 { return c.calls(name) }
+func (c *Control) Calls(name string) uint64 {
+	c.fakeOnly("Calls")
+	return c.calls(name)
+}
 
 // WrongVersionCalls counts calls of old-ABI exports (cuMemAlloc instead of
 // cuMemAlloc_v2, ...) and of cuGetProcAddress_v2 on a pre-12.0 driver.
-func (c *Control) WrongVersionCalls() uint64 { return c.wrongVersions() }
+func (c *Control) WrongVersionCalls() uint64 {
+	c.fakeOnly("WrongVersionCalls")
+	return c.wrongVersions()
+}
 
 // Kinds for Count.
 const (
@@ -179,4 +228,42 @@ const (
 )
 
 // Count returns how many live allocations (or mappings) of a kind exist.
-func (c *Control) Count(kind int) int { return int(c.count(int32(kind))) }
+func (c *Control) Count(kind int) int {
+	c.fakeOnly("Count")
+	return int(c.count(int32(kind)))
+}
+
+// Fake reports whether c drives the fake (false in a hardware run).
+func (c *Control) Fake() bool { return c.real == nil }
+
+func (c *Control) fakeOnly(what string) {
+	if c.real != nil {
+		panic("fakecuda: " + what + " needs the fake driver; guard it with Fake or FakeOnly (KVFERRY_HW=1)")
+	}
+}
+
+// Write copies b to device address p.
+func (c *Control) Write(p uint64, b []byte) {
+	if c.real != nil {
+		c.real.write(p, b)
+		return
+	}
+	dst := c.Bytes(p, len(b))
+	if dst == nil {
+		panic(fmt.Sprintf("fakecuda: write: %#x is not device memory", p))
+	}
+	copy(dst, b)
+}
+
+// Zero clears the n bytes at device address p.
+func (c *Control) Zero(p uint64, n int) {
+	if c.real != nil {
+		c.real.zero(p, n)
+		return
+	}
+	dst := c.Bytes(p, n)
+	if dst == nil {
+		panic(fmt.Sprintf("fakecuda: zero: %#x is not device memory", p))
+	}
+	clear(dst)
+}

@@ -2,9 +2,16 @@
 // c/fake_ibverbs.c for tests: a test fixture, loaded by the real shim of
 // engine/transport/rdma/ibv through KVFERRY_IBVERBS_LIB. Nothing in the
 // shipped library imports it.
+//
+// With KVFERRY_HW=1 (Hardware) the same tests run on the machine's
+// libibverbs and NICs: Build names the real library, Env and Setenv point
+// at it alone, Devices lists the NICs with an active port, and Control's
+// fault injection reports ErrFakeOnly (tests guard it with FakeOnly);
+// Control.Bytes reads the ports' kernel counters instead of the fake's.
 package fakeverbs
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -12,8 +19,13 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"testing"
 
 	"github.com/ebitengine/purego"
+
+	"github.com/kvferry/kvferry/engine/transport/rdma"
+	"github.com/kvferry/kvferry/engine/transport/rdma/ibv"
+	"github.com/kvferry/kvferry/internal/testutil/hw"
 )
 
 var built struct {
@@ -25,8 +37,13 @@ var built struct {
 // Build compiles the fake provider (once per process) into a temporary
 // directory and returns the path of its libibverbs.so.1. The directory
 // holds nothing else, so LD_LIBRARY_PATH=filepath.Dir(path) makes programs
-// linked against the real libibverbs load the fake instead.
+// linked against the real libibverbs load the fake instead. In a hardware
+// run it returns the real library's name (KVFERRY_IBVERBS_LIB, else
+// libibverbs.so.1).
 func Build() (string, error) {
+	if Hardware() {
+		return realLibrary(), nil
+	}
 	built.once.Do(func() {
 		dir, err := os.MkdirTemp("", "fakeverbs-lib-")
 		if err != nil {
@@ -56,8 +73,11 @@ func CompileArgs(out string) []string {
 }
 
 // Env is the environment that points a process at the fake provider with
-// the given devices, its sockets in dir.
+// the given devices, its sockets in dir (in a hardware run: at lib alone).
 func Env(lib, dir string, devices ...string) []string {
+	if Hardware() {
+		return []string{"KVFERRY_IBVERBS_LIB=" + lib}
+	}
 	return []string{
 		"KVFERRY_IBVERBS_LIB=" + lib,
 		"FAKEVERBS_DIR=" + dir,
@@ -74,8 +94,11 @@ func Setenv(lib, dir string, devices ...string) {
 }
 
 // Control calls the fake's fault-injection functions in this process (the
-// instance the shim loaded: dlopen of the same path shares it).
+// instance the shim loaded: dlopen of the same path shares it). In a
+// hardware run it injects nothing (ErrFakeOnly) and Bytes reads the
+// ports' counters.
 type Control struct {
+	real     bool
 	setPort  func(dev string, up int32) int32
 	failNext func(dev string, count, status int32) int32
 	delay    func(dev string, us int32) int32
@@ -83,8 +106,12 @@ type Control struct {
 	bytes    func(dev string) uint64
 }
 
-// Open returns the controls of the fake at lib.
+// Open returns the controls of the fake at lib (of the real NICs in a
+// hardware run).
 func Open(lib string) (*Control, error) {
+	if Hardware() {
+		return &Control{real: true}, nil
+	}
 	h, err := purego.Dlopen(lib, purego.RTLD_NOW|purego.RTLD_LOCAL)
 	if err != nil {
 		return nil, fmt.Errorf("dlopen %s: %w", lib, err)
@@ -107,6 +134,9 @@ func check(what string, rc int32) error {
 
 // SetPort takes dev's port down or up (PORT_ERR / PORT_ACTIVE events).
 func (c *Control) SetPort(dev string, up bool) error {
+	if c.real {
+		return ErrFakeOnly
+	}
 	v := int32(0)
 	if up {
 		v = 1
@@ -116,16 +146,117 @@ func (c *Control) SetPort(dev string, up bool) error {
 
 // FailNext makes dev's next count work requests complete with status.
 func (c *Control) FailNext(dev string, count, status int) error {
+	if c.real {
+		return ErrFakeOnly
+	}
 	return check("fail_next "+dev, c.failNext(dev, int32(count), int32(status)))
 }
 
 // SetDelay makes dev wait us microseconds before each work request.
 func (c *Control) SetDelay(dev string, us int) error {
+	if c.real {
+		return ErrFakeOnly
+	}
 	return check("set_delay "+dev, c.delay(dev, int32(us)))
 }
 
 // QPError forces the QP numbered qpn to ERROR (with a QP_FATAL event).
-func (c *Control) QPError(qpn uint32) error { return check("qp_error", c.qpError(qpn)) }
+func (c *Control) QPError(qpn uint32) error {
+	if c.real {
+		return ErrFakeOnly
+	}
+	return check("qp_error", c.qpError(qpn))
+}
 
-// Bytes returns the bytes dev moved as requester in this process.
-func (c *Control) Bytes(dev string) uint64 { return c.bytes(dev) }
+// Bytes returns the bytes dev moved as requester in this process. In a
+// hardware run: the bytes its port 1 sent and received, every process's
+// (the kernel's port_xmit_data and port_rcv_data), 0 where unreadable
+// (CountersReadable).
+func (c *Control) Bytes(dev string) uint64 {
+	if c.real {
+		n, _ := portBytes(dev)
+		return n
+	}
+	return c.bytes(dev)
+}
+
+// Fake reports whether c drives the fake provider.
+func (c *Control) Fake() bool { return !c.real }
+
+// ErrFakeOnly: a fault was asked of real NICs (a hardware run).
+var ErrFakeOnly = errors.New("fakeverbs: fault injection needs the fake provider (KVFERRY_HW=1 runs on real NICs)")
+
+// Hardware reports whether the tests run on this machine's libibverbs and
+// NICs (KVFERRY_HW=1).
+func Hardware() bool { return hw.Enabled() }
+
+// FakeOnly skips tb in a hardware run: what it checks needs the fake
+// provider (fault injection, its GID tables or limits). why says what.
+func FakeOnly(tb testing.TB, why string) {
+	tb.Helper()
+	if Hardware() {
+		tb.Skipf("fake verbs only: %s (KVFERRY_HW=1 runs on real NICs)", why)
+	}
+}
+
+func realLibrary() string {
+	if v := hw.Getenv("KVFERRY_IBVERBS_LIB"); v != "" {
+		return v
+	}
+	return ibv.DefaultLibrary
+}
+
+// Devices lists the NICs a hardware run uses: those libibverbs lists
+// whose port 1 is active, sorted (none when the library or the devices
+// are missing, with the reason).
+func Devices() ([]string, error) {
+	if err := ibv.Load(realLibrary()); err != nil {
+		return nil, err
+	}
+	names, err := ibv.DeviceNames()
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	var why []string
+	for _, n := range names {
+		ctx, err := ibv.Open(n)
+		if err != nil {
+			why = append(why, fmt.Sprintf("%s: %v", n, err))
+			continue
+		}
+		pa, err := ctx.QueryPort(1)
+		ctx.Close()
+		switch {
+		case err != nil:
+			why = append(why, fmt.Sprintf("%s: %v", n, err))
+		case pa.State != ibv.PortActive:
+			why = append(why, fmt.Sprintf("%s: port 1 not active", n))
+		default:
+			out = append(out, n)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no RDMA device with an active port 1 (of %v): %s", names, strings.Join(why, "; "))
+	}
+	return out, nil
+}
+
+// portBytes reads dev's port 1 traffic from its kernel counters.
+func portBytes(dev string) (uint64, error) {
+	pc, err := rdma.RdmamapClass{}.PortCounters(dev, 1)
+	if err != nil {
+		return 0, err
+	}
+	return 4 * (pc.Counters["port_xmit_data"] + pc.Counters["port_rcv_data"]), nil
+}
+
+// CountersReadable reports whether Bytes means something for dev: always
+// on the fake, where the kernel has port counters for it on real NICs.
+func (c *Control) CountersReadable(dev string) bool {
+	if !c.real {
+		return true
+	}
+	_, err := portBytes(dev)
+	return err == nil
+}
