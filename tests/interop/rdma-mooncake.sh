@@ -54,7 +54,7 @@ mkdir -p "$T/fake" "$T/sock"
 FAKE="$T/fake/libibverbs.so.1"
 cc -shared -fPIC -O2 -Wall -Wl,--version-script=tests/rdma/fakeverbs/c/libibverbs.map -Wl,-soname,libibverbs.so.1 \
   -o "$FAKE" tests/rdma/fakeverbs/c/fake_ibverbs.c -lpthread -ldl
-gcc -O2 -g -Wall -Wextra -Werror -std=gnu11 -Iinclude -o "$T/rdma_mooncake" tests/interop/rdma_mooncake.c -ldl
+gcc -O2 -g -Wall -Wextra -Werror -std=gnu11 -Iinclude -Itests/c -o "$T/rdma_mooncake" tests/interop/rdma_mooncake.c -ldl
 
 python3 - "$DEVICES" > "$T/topo.json" <<'PY'
 import json, sys

@@ -36,6 +36,7 @@
 #include <unistd.h>
 
 #include "transfer_engine_c.h"
+#include "kvf_test.h"
 
 /* The C API functions both libraries export. */
 #define TE_FUNCS(X)           \
@@ -55,55 +56,13 @@
     X(freeBatchID)
 
 static struct {
-#define X(name) __typeof__(&name) name;
-    TE_FUNCS(X)
-#undef X
+    TE_FUNCS(KVF_DL_FIELD)
 } te;
 
-static int load(const char *path) {
-    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (!h) {
-        fprintf(stderr, "dlopen %s: %s\n", path, dlerror());
-        return -1;
-    }
-#define X(name)                                                  \
-    te.name = (__typeof__(&name))dlsym(h, #name);                \
-    if (!te.name) {                                              \
-        fprintf(stderr, "dlsym %s: %s\n", #name, dlerror());     \
-        return -1;                                               \
-    }
-    TE_FUNCS(X)
-#undef X
-    return 0;
-}
+static int load(const char *path) { return KVF_DL_LOAD(kvf_dl_open(path, 0), &te, TE_FUNCS); }
 
 #define CHUNK (4u << 20)
 #define DEADLINE 60.0
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-static uint8_t *map_buf(size_t n) {
-    void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-    if (p == MAP_FAILED) {
-        perror("mmap");
-        exit(2);
-    }
-    return p;
-}
-
-static void pattern(uint8_t *p, size_t n, uint64_t seed) {
-    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-    for (size_t i = 0; i + 8 <= n; i += 8) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        memcpy(p + i, &x, 8);
-    }
-}
 
 static int matches(const uint8_t *p, size_t n, uint64_t seed) {
     uint8_t *want = malloc(n);
@@ -221,18 +180,6 @@ static int run_target(size_t size, const char *ready) {
 }
 
 /* ---- initiator ---- */
-
-static int failures;
-
-#define CHECK(cond, ...)                                                    \
-    do {                                                                    \
-        if (!(cond)) {                                                      \
-            failures++;                                                     \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-            fprintf(stderr, __VA_ARGS__);                                   \
-            fprintf(stderr, "\n");                                          \
-        }                                                                   \
-    } while (0)
 
 /* Waits for the next notification; returns its malloc'd text or NULL. */
 static char *next_notify(transfer_engine_t e, double timeout) {
