@@ -48,7 +48,10 @@ type ServerConfig struct {
 	MaxConcurrent int
 	// MaxConns caps open connections (default netguard.DefaultMaxConns);
 	// MaxConnsPerIP caps those from one IP (default
-	// DefaultMaxConnsPerIP). Connections over a cap are closed at once.
+	// DefaultMaxConnsPerIP). A connection at a cap displaces the oldest
+	// that has not sent a whole request, else the one idle longest
+	// (netguard.Limiter); it is closed at once only while every slot of
+	// the cap serves a request.
 	MaxConns, MaxConnsPerIP int
 	// KeepAliveIdle is how long a keep-alive connection (a client that
 	// sent KeepAlive) may wait for its next request (default
@@ -171,7 +174,7 @@ func (s *Server) runAccept() {
 			continue
 		}
 		backoff.Reset()
-		release, err := s.conns.Acquire(c.RemoteAddr())
+		slot, err := s.conns.Admit(c.RemoteAddr(), c)
 		if err != nil {
 			s.warn("limit", "rpc connection refused", "peer", c.RemoteAddr().String(), "err", err)
 			c.Close()
@@ -180,13 +183,17 @@ func (s *Server) runAccept() {
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			defer release()
-			s.serve(c)
+			defer slot.Release()
+			s.serve(c, slot)
 		}()
 	}
 }
 
-func (s *Server) serve(c net.Conn) {
+// serve answers the requests of c. Each request read whole counts for
+// slot from then until its reply is written (netguard.Slot.Begin): a
+// connection that never completes a frame, or sits idle longest, is the
+// one a new connection displaces at a cap.
+func (s *Server) serve(c net.Conn, slot *netguard.Slot) {
 	defer c.Close()
 	stop := context.AfterFunc(s.ctx, func() { c.Close() })
 	defer stop()
@@ -221,19 +228,26 @@ func (s *Server) serve(c net.Conn) {
 			}
 			return
 		}
+		if !slot.Begin() {
+			return // displaced meanwhile
+		}
 		select {
 		case s.sem <- struct{}{}:
 		case <-s.ctx.Done():
+			slot.End()
 			return
 		}
 		reply, err := s.safeHandle(t.Base(), body, peer)
 		<-s.sem
 		if err != nil {
+			slot.End()
 			s.cfg.Logger.Debug("rpc request refused", "peer", peer.String(), "op", t.String(), "err", err)
 			return
 		}
 		s.served.Add(1)
-		if err := WriteFrame(c, t, reply); err != nil {
+		err = WriteFrame(c, t, reply)
+		slot.End()
+		if err != nil {
 			s.cfg.Logger.Debug("rpc write reply failed", "peer", peer.String(), "err", err)
 			return
 		}

@@ -12,6 +12,7 @@ import (
 
 	"gotest.tools/v3/assert"
 
+	"github.com/kvferry/kvferry/internal/netguard"
 	"github.com/kvferry/kvferry/internal/spin"
 	"github.com/kvferry/kvferry/internal/testutil"
 	"github.com/kvferry/kvferry/store/wire"
@@ -109,10 +110,12 @@ func refuseCases(t *testing.T, addr string) {
 // (without it the master never spun, whatever its spin budget).
 func TestLimitedConnPolls(t *testing.T) {
 	c, s := testutil.TCPPair(t)
-	released := 0
-	lc := &limitedConn{Conn: s, release: func() { released++ }}
+	lim := netguard.NewLimiter(4, 4)
+	slot, err := lim.Admit(s.RemoteAddr(), s)
+	assert.NilError(t, err)
+	lc := netguard.NewConn(s, slot)
 	assert.Assert(t, spin.NewReader(lc) != nil)
-	_, err := c.Write([]byte("x"))
+	_, err = c.Write([]byte("x"))
 	assert.NilError(t, err)
 	var b [1]byte
 	n, rerr, ok := spin.NewReader(lc).Read(b[:], 5*time.Second, false)
@@ -120,10 +123,10 @@ func TestLimitedConnPolls(t *testing.T) {
 	assert.NilError(t, rerr)
 	assert.Equal(t, string(b[:n]), "x")
 	assert.NilError(t, lc.Close())
-	assert.Equal(t, released, 1)
+	assert.Equal(t, lim.Open(), 0)
 
 	a, b2 := net.Pipe() // no socket: no raw form, an error rather than a panic
 	defer a.Close()
-	_, err = (&limitedConn{Conn: b2, release: func() {}}).SyscallConn()
-	assert.ErrorIs(t, err, errNoRawConn)
+	_, err = netguard.NewConn(b2, slot).SyscallConn()
+	assert.Assert(t, err != nil)
 }

@@ -68,8 +68,10 @@ type Config struct {
 	GPU *gpu.Runtime
 	// MaxConns caps connections the data port holds open (default
 	// netguard.DefaultMaxConns); MaxConnsPerIP caps those from one IP
-	// (default DefaultMaxConnsPerIP). Connections over a cap are closed at
-	// accept.
+	// (default DefaultMaxConnsPerIP). A connection at a cap displaces the
+	// oldest that has not sent a whole request header, else the one idle
+	// longest (netguard.Limiter); it is closed at accept only while every
+	// slot of the cap serves a request.
 	MaxConns, MaxConnsPerIP int
 	// IdleTimeout closes a server connection that sends no request for
 	// this long (default DefaultIdleTimeout, longer than the client
