@@ -3,6 +3,7 @@ package rpc
 import (
 	"context"
 	"crypto/tls"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -97,8 +98,12 @@ func (c ServerConfig) withDefaults() ServerConfig {
 
 // ServerStats counts what a Server refused.
 type ServerStats struct {
-	// ConnsRefused counts connections closed at accept for a cap.
+	// ConnsRefused counts connections closed at accept for a cap (every
+	// slot serving a request).
 	ConnsRefused uint64
+	// ConnsDisplaced counts connections closed to make room for a new one
+	// at a cap: one that had not sent a whole request, or idle longest.
+	ConnsDisplaced uint64
 	// BadRequests counts connections closed for a malformed, oversized or
 	// late request.
 	BadRequests uint64
@@ -129,11 +134,22 @@ func NewServer(ln net.Listener, h Handler, cfg ServerConfig) *Server {
 	cfg = cfg.withDefaults()
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{cfg: cfg, ln: ln, handler: h, ctx: ctx, cancel: cancel, sem: make(chan struct{}, cfg.MaxConcurrent),
-		conns: netguard.NewLimiter(cfg.MaxConns, cfg.MaxConnsPerIP),
+		conns: netguard.NewLimiter(cfg.MaxConns, cfg.MaxConnsPerIP).WithFrames(frameHeaderPeek, wholeFrame),
 		guard: peerauth.NewGuard(cfg.Auth, peerauth.RoleRPC, min(cfg.RecvTimeout, peerauth.DefaultTimeout), cfg.Logger)}
 	s.wg.Add(1)
 	go s.runAccept()
 	return s
+}
+
+// frameHeaderPeek is how much of a waiting request the connection limiter
+// looks at (netguard.Limiter.WithFrames): a larger request that has sent
+// this much counts as whole.
+const frameHeaderPeek = 4096
+
+// wholeFrame reports whether b begins with a whole request frame (its
+// 8-byte length and that many bytes).
+func wholeFrame(b []byte) bool {
+	return len(b) >= 8 && binary.LittleEndian.Uint64(b) <= uint64(len(b)-8)
 }
 
 // Addr returns the listening address.
@@ -141,7 +157,7 @@ func (s *Server) Addr() net.Addr { return s.ln.Addr() }
 
 // Stats returns the server's counters.
 func (s *Server) Stats() ServerStats {
-	return ServerStats{ConnsRefused: s.conns.Refused(), BadRequests: s.bad.Load(), Served: s.served.Load()}
+	return ServerStats{ConnsRefused: s.conns.Refused(), ConnsDisplaced: s.conns.Displaced(), BadRequests: s.bad.Load(), Served: s.served.Load()}
 }
 
 // warn logs a refusal at Warn, at most once per kind and interval.

@@ -1,12 +1,18 @@
 package netguard
 
 import (
+	"bytes"
+	"cmp"
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Limiter caps concurrent connections in total and per remote IP. It is
@@ -18,9 +24,19 @@ import (
 //
 //  1. the oldest connection that has not completed a frame (Slot.Frame,
 //     Slot.Begin): a peer that connected and sent part of a header, or
-//     nothing;
+//     nothing. With WithFrames, a connection whose socket already holds a
+//     whole frame its server has not read yet (a new connection whose
+//     goroutine has not run: under a flood the displacements come faster
+//     than the scheduler) counts as framed;
 //  2. else the connection idle longest: the one whose last completed frame
 //     or served request ended earliest.
+//
+// Displacements are paced, at most one per DisplaceGap: the accept loop
+// that would displace again sooner waits first. A peer flooding the cap
+// then waits in the listener's accept queue, not in a slot, and an honest
+// connection waiting there behind its flood has sent its first frame by
+// the time it is accepted; a connection that has not completed a frame
+// lives at least cap times DisplaceGap.
 //
 // A connection serving a request (between Slot.Begin and Slot.End) is
 // never displaced; the new connection is refused only when every slot of
@@ -39,8 +55,18 @@ type Limiter struct {
 		seq  uint64
 		byIP map[string]*ipSlots
 	}
+	scratch []*Slot // pick's candidates; guarded by mu
+	peek    []byte  // pick's peek buffer; guarded by mu
+	// complete reports whether bytes received on a connection (peeked,
+	// at most len(peek)) begin with a whole frame (WithFrames).
+	complete  func([]byte) bool
 	refused   atomic.Uint64
 	displaced atomic.Uint64
+	// lastDisplace is when the last displacement was, ns since base.
+	lastDisplace atomic.Int64
+	// admitting serializes Admit's pacing wait (an accept loop is one
+	// goroutine; others wait their turn).
+	admitting sync.Mutex
 }
 
 // ipSlots are the slots of one address, oldest first.
@@ -81,6 +107,20 @@ func NewLimiter(total, perIP int) *Limiter {
 	return l
 }
 
+// WithFrames makes l recognize a whole frame that has arrived on a
+// connection but is not read yet: complete reports whether b, the first
+// bytes received (at most peek of them, left in the socket), begin with
+// one; a peer that sent peek bytes or more counts as having sent one. At
+// a cap, before displacing a connection that has not completed a frame, l
+// peeks at its socket (recv with MSG_PEEK|MSG_DONTWAIT, oldest first) and
+// counts one holding a whole frame as framed. It returns l; call it before
+// the first Admit.
+func (l *Limiter) WithFrames(peek int, complete func(b []byte) bool) *Limiter {
+	l.peek = make([]byte, max(peek, 1))
+	l.complete = complete
+	return l
+}
+
 // Limits returns the caps.
 func (l *Limiter) Limits() (total, perIP int) { return l.total, l.perIP }
 
@@ -98,6 +138,9 @@ func (l *Limiter) Open() int {
 	return l.mu.n
 }
 
+// DisplaceGap is the least time between two displacements of a Limiter.
+const DisplaceGap = time.Millisecond
+
 // ErrLimit is returned (wrapped) by Admit for a connection over a cap.
 var ErrLimit = fmt.Errorf("connection limit reached")
 
@@ -109,6 +152,15 @@ var ErrLimit = fmt.Errorf("connection limit reached")
 // the connection closes.
 func (l *Limiter) Admit(addr net.Addr, c io.Closer) (*Slot, error) {
 	ip := IP(addr)
+	l.admitting.Lock()
+	defer l.admitting.Unlock()
+	if l.full(ip) {
+		// A displacement is coming: not sooner than DisplaceGap after
+		// the last one.
+		if wait := time.Duration(l.lastDisplace.Load() + int64(DisplaceGap) - l.now()); wait > 0 {
+			time.Sleep(wait)
+		}
+	}
 	l.mu.Lock()
 	ips := l.mu.byIP[ip]
 	var victim *Slot
@@ -144,6 +196,7 @@ func (l *Limiter) Admit(addr net.Addr, c io.Closer) (*Slot, error) {
 	l.mu.n++
 	l.mu.Unlock()
 	if victim != nil {
+		l.lastDisplace.Store(l.now())
 		l.displaced.Add(1)
 		if vc != nil {
 			_ = vc.Close()
@@ -154,11 +207,68 @@ func (l *Limiter) Admit(addr net.Addr, c io.Closer) (*Slot, error) {
 
 func (l *Limiter) now() int64 { return int64(time.Since(l.base)) }
 
+// full reports whether a connection from ip finds a cap reached.
+func (l *Limiter) full(ip string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ips := l.mu.byIP[ip]
+	return (ips != nil && len(ips.slots) >= l.perIP) || l.mu.n >= l.total
+}
+
 // pickLocked chooses and takes (marks gone) the slot of ss to displace,
 // or returns nil when all serve requests.
 func (l *Limiter) pickLocked(ss []*Slot) *Slot {
+	return l.pick(func(yield func([]*Slot)) { yield(ss) })
+}
+
+// pickAllLocked is pickLocked over every slot.
+func (l *Limiter) pickAllLocked() *Slot {
+	return l.pick(func(yield func([]*Slot)) {
+		for _, ips := range l.mu.byIP {
+			yield(ips.slots)
+		}
+	})
+}
+
+// pick chooses and takes the victim among the slots that each yields:
+// the oldest idle unframed slot whose socket was read dry, else the
+// oldest idle unframed one, else the framed one idle longest. The caller
+// holds l.mu; the unread-bytes check is one ioctl per slot looked at, in
+// age order (a stalled connection is usually the first).
+func (l *Limiter) pick(each func(yield func([]*Slot))) *Slot {
 	for {
-		v := pickFrom(nil, ss)
+		unframed := l.scratch[:0]
+		var framed *Slot
+		each(func(ss []*Slot) {
+			for _, s := range ss {
+				switch {
+				case s.state.Load() != 0: // serving a request
+				case !s.framed.Load():
+					unframed = append(unframed, s)
+				case framed == nil || worse(s, framed):
+					framed = s
+				}
+			}
+		})
+		slices.SortFunc(unframed, func(a, b *Slot) int { return cmp.Compare(a.seq, b.seq) })
+		var v *Slot
+		for _, s := range unframed {
+			if l.complete == nil || !l.sentFrame(s.closer) {
+				v = s
+				break
+			}
+			// A whole frame waits for its server: framed, idle since
+			// admission.
+			s.framed.Store(true)
+			if framed == nil || worse(s, framed) {
+				framed = s
+			}
+		}
+		if v == nil {
+			v = framed
+		}
+		clear(unframed)
+		l.scratch = unframed[:0]
 		if v == nil || v.state.CompareAndSwap(0, slotGone) {
 			return v
 		}
@@ -166,33 +276,31 @@ func (l *Limiter) pickLocked(ss []*Slot) *Slot {
 	}
 }
 
-// pickAllLocked is pickLocked over every slot.
-func (l *Limiter) pickAllLocked() *Slot {
-	for {
-		var v *Slot
-		for _, ips := range l.mu.byIP {
-			v = pickFrom(v, ips.slots)
-		}
-		if v == nil || v.state.CompareAndSwap(0, slotGone) {
-			return v
-		}
+// sentFrame reports whether c's socket holds a whole frame not read yet
+// (WithFrames); false when c has no socket to peek at. The caller holds
+// l.mu.
+func (l *Limiter) sentFrame(c io.Closer) bool {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return false
 	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	n := 0
+	if err := rc.Control(func(fd uintptr) {
+		n, _, err = unix.Recvfrom(int(fd), l.peek, unix.MSG_PEEK|unix.MSG_DONTWAIT)
+	}); err != nil || n <= 0 {
+		return false
+	}
+	return n >= len(l.peek) || l.complete(l.peek[:n])
 }
 
-// pickFrom returns the better victim of best and the slots of ss: an idle
-// slot that never completed a frame before any that did, the oldest of
-// those first; among framed ones, the one idle longest.
-func pickFrom(best *Slot, ss []*Slot) *Slot {
-	for _, s := range ss {
-		if s.state.Load() != 0 {
-			continue // serving a request
-		}
-		if best == nil || worse(s, best) {
-			best = s
-		}
-	}
-	return best
-}
+// HTTPHeaderComplete reports whether b begins with the whole header of an
+// HTTP/1 request (its blank line arrived): a WithFrames predicate for
+// HTTP listeners.
+func HTTPHeaderComplete(b []byte) bool { return bytes.Contains(b, []byte("\r\n\r\n")) }
 
 // worse reports whether a should be displaced before b.
 func worse(a, b *Slot) bool {

@@ -204,6 +204,75 @@ func TestListenerDisplaces(t *testing.T) {
 	assert.Equal(t, string(b[:]), "reply")
 }
 
+// TestDisplaceWholeFrameWaiting: with WithFrames, a connection that has
+// not completed a frame but whose socket holds a whole one its server has
+// not read yet (its goroutine has not run) counts as framed: a newer one
+// holding part of a header goes first, and the waiting one then only as
+// the framed one idle longest.
+func TestDisplaceWholeFrameWaiting(t *testing.T) {
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	assert.NilError(t, err)
+	defer raw.Close()
+	pair := func() (client, server net.Conn) {
+		t.Helper()
+		c, err := net.Dial("tcp", raw.Addr().String())
+		assert.NilError(t, err)
+		s, err := raw.Accept()
+		assert.NilError(t, err)
+		t.Cleanup(func() { c.Close(); s.Close() })
+		return c, s
+	}
+	// A frame is 8 bytes here.
+	l := NewLimiter(10, 3).WithFrames(64, func(b []byte) bool { return len(b) >= 8 })
+	arrived := func(s net.Conn) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		for !l.sentFrame(s) {
+			assert.Assert(t, time.Now().Before(deadline), "bytes never arrived")
+			time.Sleep(time.Millisecond)
+		}
+	}
+	waitingC, waitingS := pair()
+	partialC, partialS := pair()
+	framedC, framedS := pair()
+	waiting, err := l.Admit(waitingS.RemoteAddr(), waitingS)
+	assert.NilError(t, err)
+	partial, err := l.Admit(partialS.RemoteAddr(), partialS)
+	assert.NilError(t, err)
+	framed, err := l.Admit(framedS.RemoteAddr(), framedS)
+	assert.NilError(t, err)
+	framed.Frame() // active after waiting's admission
+	_, err = waitingC.Write([]byte("8 bytes!"))
+	assert.NilError(t, err)
+	_, err = partialC.Write([]byte{0, 0, 0, 8})
+	assert.NilError(t, err)
+	_, err = framedC.Write([]byte("next one"))
+	assert.NilError(t, err)
+	arrived(waitingS)
+
+	_, newS := pair()
+	_, err = l.Admit(newS.RemoteAddr(), newS)
+	assert.NilError(t, err)
+	assert.Assert(t, partial.Displaced(), "part of a header: displaced first though newer")
+	assert.Assert(t, !waiting.Displaced() && !framed.Displaced())
+	// newS sent nothing: it goes next, before either framed one.
+	_, newS2 := pair()
+	_, err = l.Admit(newS2.RemoteAddr(), newS2)
+	assert.NilError(t, err)
+	assert.Assert(t, !waiting.Displaced() && !framed.Displaced())
+	// Then the framed one idle longest: waiting (idle since admission).
+	_, newS3 := pair()
+	s3, err := l.Admit(newS3.RemoteAddr(), newS3)
+	assert.NilError(t, err)
+	s3.Frame()
+	_, newS4 := pair()
+	_, err = l.Admit(newS4.RemoteAddr(), newS4)
+	assert.NilError(t, err)
+	assert.Assert(t, waiting.Displaced() && !framed.Displaced())
+}
+
 func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()

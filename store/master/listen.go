@@ -27,6 +27,13 @@ const helloTimeout = time.Second
 // the first bytes of every gRPC connection.
 const http2Preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 
+// wholeHello reports whether b begins with the mux hello or holds as many
+// bytes as the HTTP/2 preface: what serveConn reads first, for the
+// connection limiter (netguard.Limiter.WithFrames).
+func wholeHello(b []byte) bool {
+	return len(b) >= len(http2Preface) || bytes.HasPrefix(b, wire.MuxHello[:])
+}
+
 // runAccept accepts connections on the RPC port and starts serveConn for
 // each. Owned by the Server; stops when Close closes the listener.
 func (s *Server) runAccept() {

@@ -339,7 +339,7 @@ func (n *node) runAccept() {
 	// new connection displaces the oldest one that has not sent its hello
 	// (netguard.Limiter), and a session, once its hello arrived, holds its
 	// slot for its life (Slot.Begin without End).
-	limit := netguard.NewLimiter(n.cfg.MaxSessions+64, 0)
+	limit := netguard.NewLimiter(n.cfg.MaxSessions+64, 0).WithFrames(1, func([]byte) bool { return true }) // a datagram is a whole hello
 	for {
 		c, err := n.ln.AcceptUnix()
 		if err != nil {

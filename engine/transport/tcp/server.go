@@ -65,6 +65,11 @@ func (s *server) retrack(old, c net.Conn) bool {
 	return true
 }
 
+// wholeHeader reports whether b holds a whole request header: for the
+// connection limiter, which then leaves a connection whose header waits
+// for its server alone (netguard.Limiter.WithFrames).
+func wholeHeader(b []byte) bool { return len(b) >= tcpwire.HeaderSize }
+
 // runAccept accepts until the listener closes.
 func (s *server) runAccept() {
 	defer s.wg.Done()

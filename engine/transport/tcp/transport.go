@@ -164,7 +164,7 @@ func New(e *engine.Engine, cfg Config) (*Transport, error) {
 	t := &Transport{e: e, cfg: cfg, log: e.Logger().With("transport", Name), port: port, obs: e.MetricSet().Server(Name)}
 	t.ctx, t.cancel = context.WithCancel(e.Context())
 	t.peers.m = make(map[string]*peerConns)
-	t.srv = &server{t: t, ln: ln, conns: make(map[net.Conn]struct{}), limit: netguard.NewLimiter(cfg.MaxConns, cfg.MaxConnsPerIP),
+	t.srv = &server{t: t, ln: ln, conns: make(map[net.Conn]struct{}), limit: netguard.NewLimiter(cfg.MaxConns, cfg.MaxConnsPerIP).WithFrames(tcpwire.HeaderSize, wholeHeader),
 		guard: peerauth.NewGuard(ec.Auth, peerauth.RoleData, 0, t.log)}
 	t.srv.wg.Add(1)
 	go t.srv.runAccept()
@@ -219,10 +219,12 @@ type Stats struct {
 	SlicesSent, SlicesFailed uint64
 	// Served and Rejected count server-side requests.
 	Served, Rejected uint64
-	// ConnsRefused counts server connections closed at accept for a cap;
-	// ServerConns is the number open now.
-	ConnsRefused uint64
-	ServerConns  int
+	// ConnsRefused counts server connections closed at accept for a cap
+	// (every slot serving a request); ConnsDisplaced those closed to make
+	// room for a new one (netguard.Limiter); ServerConns is the number open
+	// now.
+	ConnsRefused, ConnsDisplaced uint64
+	ServerConns                  int
 	// Conns is the number of open client connections.
 	Conns int
 	// SlicesPolled counts client-side slices whose answer the goroutine
@@ -239,7 +241,7 @@ type Stats struct {
 // Stats returns the transport's counters.
 func (t *Transport) Stats() Stats {
 	s := Stats{SlicesSent: t.sent.Load(), SlicesFailed: t.failed.Load(), Served: t.srv.served.Load(), Rejected: t.srv.rejected.Load(),
-		ConnsRefused: t.srv.limit.Refused(), ServerConns: t.srv.limit.Open(), SlicesPolled: t.polled.Load(),
+		ConnsRefused: t.srv.limit.Refused(), ConnsDisplaced: t.srv.limit.Displaced(), ServerConns: t.srv.limit.Open(), SlicesPolled: t.polled.Load(),
 		SlicesInline: t.inlined.Load(), ServerConnsPolled: int(t.srv.detached.Load())}
 	t.peers.Lock()
 	for _, pc := range t.peers.m {
