@@ -130,3 +130,29 @@ func TestLimitedConnPolls(t *testing.T) {
 	_, err = netguard.NewConn(b2, slot).SyscallConn()
 	assert.Assert(t, err != nil)
 }
+
+// TestSlowlorisSameAddress: 100 connections from 127.0.0.1 that send 4
+// bytes of the mux hello and stall, reconnecting when cut, beside a master
+// holding 16 per address; mux and gRPC clients from the same address are
+// still served (issue 35).
+func TestSlowlorisSameAddress(t *testing.T) {
+	srv, err := StartEmbedded(Config{MaxConnsPerIP: 16})
+	assert.NilError(t, err)
+	defer srv.Close()
+	attack := testutil.StartSlowloris(srv.Addr(), 100, wire.MuxHello[:4])
+	defer attack.Stop()
+	deadline := time.Now().Add(30 * time.Second)
+	for attack.Dials() < 100 {
+		assert.Assert(t, time.Now().Before(deadline), "attack did not build up: %d connections", attack.Dials())
+		time.Sleep(10 * time.Millisecond)
+	}
+	for i := range 3 {
+		mux := wire.NewMuxClient(wire.MuxClientConfig{Addr: srv.Addr()})
+		_, err := mux.Ping(ctxT(t), &wire.PingRequest{ClientId: "c"})
+		mux.Close()
+		assert.NilError(t, err, "mux %d", i)
+		_, err = dial(t, srv.Addr()).Ping(ctxT(t), &wire.PingRequest{ClientId: "c"})
+		assert.NilError(t, err, "grpc %d", i)
+	}
+	assert.Assert(t, srv.limit.Displaced() > 0)
+}

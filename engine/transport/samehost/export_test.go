@@ -60,3 +60,6 @@ func HostMaps(t *CMA, p *engine.Peer) (regions int, copies uint64) {
 	}
 	return s.maps.count(), s.maps.copies.Load()
 }
+
+// OwnerSock returns the abstract socket address of t's node.
+func OwnerSock(t *CMA) string { return t.node.sock }
