@@ -78,19 +78,19 @@ var live = struct {
 
 // Transport copies within this process.
 type Transport struct {
-	e        *engine.Engine
-	cfg      Config
-	instance uint64
-	pid      int
-	q        chan work
-	ctx      context.Context
-	cancel   context.CancelFunc
-	wg       sync.WaitGroup
-	mu       sync.RWMutex // held for reading by Submit while sending on q
-	stopped  bool         // guarded by mu: Submit queues nothing more
-	closed   atomic.Bool
-	copies   atomic.Uint64
-	served   gate // copies into this engine's memory in progress
+	e          *engine.Engine
+	cfg        Config
+	instance   uint64
+	pid        int
+	q          chan work
+	ctx        context.Context
+	cancel     context.CancelFunc
+	wg         sync.WaitGroup
+	mu         sync.RWMutex // held for reading by Submit while sending on q
+	stopped    bool         // guarded by mu: Submit queues nothing more
+	closed     atomic.Bool
+	copies     atomic.Uint64
+	served     gate   // copies into this engine's memory in progress
 	pieceBytes uint64 // copyPieceBytes (tests set less)
 	// beforeCopy, when set (tests only, before any Submit), runs before
 	// each C copy call with the slices it copies.
