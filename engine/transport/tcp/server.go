@@ -312,6 +312,9 @@ func (s *server) serveConn(c net.Conn, slot *netguard.Slot) {
 		if !slot.Begin() {
 			return // displaced meanwhile
 		}
+		if s.t.beforeServe != nil {
+			s.t.beforeServe(h)
+		}
 		pin := s.t.e.PinRemote(h.Addr, h.Size)
 		if pin == nil {
 			s.rejected.Add(1)

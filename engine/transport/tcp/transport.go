@@ -150,6 +150,12 @@ type Transport struct {
 	polled       atomic.Uint64 // slices read by their waiter (conn.Poll)
 	inlined      atomic.Uint64 // slices written by their submitter (lane.submit)
 	obs          *metrics.Server
+
+	// Test hooks, set before any traffic (export_test.go): beforeServe runs
+	// before the server serves a request, beforeWrite before each piece a
+	// lane writes (writeAll).
+	beforeServe func(h tcpwire.Header)
+	beforeWrite func()
 }
 
 // New starts the TCP transport for e: it listens on a random port of the
@@ -416,6 +422,25 @@ func failAll(slices []*engine.Slice, err error) {
 		s.Complete(err)
 	}
 }
+
+// AbortCanceled kills every connection that reads or writes a slice of a
+// canceled batch (engine.Aborter): its reader fails those slices with
+// ErrCanceled at once instead of waiting up to StatusTimeout for a stalled
+// peer, once the writer has left their payloads; the other slices on it
+// are retried once, as after a lost connection.
+func (t *Transport) AbortCanceled() {
+	t.peers.Lock()
+	var lanes []*lane
+	for _, pc := range t.peers.m {
+		lanes = append(lanes, pc.lanes...)
+	}
+	t.peers.Unlock()
+	for _, l := range lanes {
+		l.abortCanceled()
+	}
+}
+
+var _ engine.Aborter = (*Transport)(nil)
 
 // Close stops the server and every lane; slices in flight fail.
 func (t *Transport) Close() error {
