@@ -40,9 +40,9 @@ type lane struct {
 	connected atomic.Bool
 	// live is the lane's connection while it is open (set by dial, cleared
 	// by closeConn), for AbortCanceled, which must not take l.w.
-	live atomic.Pointer[conn]
-	obs       *metrics.Conn
-	dialed    bool // a connection was made before (guarded by w)
+	live   atomic.Pointer[conn]
+	obs    *metrics.Conn
+	dialed bool // a connection was made before (guarded by w)
 
 	// w is held by whoever writes to the connection: the writer goroutine
 	// or a submitter on the inline path. It guards cs and the scratch.
