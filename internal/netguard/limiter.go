@@ -31,12 +31,17 @@ import (
 //  2. else the connection idle longest: the one whose last completed frame
 //     or served request ended earliest.
 //
-// Displacements are paced, at most one per DisplaceGap: the accept loop
-// that would displace again sooner waits first. A peer flooding the cap
-// then waits in the listener's accept queue, not in a slot, and an honest
-// connection waiting there behind its flood has sent its first frame by
-// the time it is accepted; a connection that has not completed a frame
-// lives at least cap times DisplaceGap.
+// Displacements within one address's slots are paced, at most one per
+// DisplaceGap: the accept loop that would displace again sooner waits
+// first. A peer flooding its address's cap then waits in the listener's
+// accept queue, not in a slot, and an honest connection from that address
+// waiting there behind the flood has sent its first frame by the time it
+// is accepted; a connection that has not completed a frame lives at least
+// perIP times DisplaceGap. The cost: while an address floods, the accept
+// loop takes about a thousand of its connections a second, and new
+// connections of other addresses queued behind them wait their turn. (At
+// the total cap, of many addresses, a young connection has that many
+// displacements ahead of it; those are not paced.)
 //
 // A connection serving a request (between Slot.Begin and Slot.End) is
 // never displaced; the new connection is refused only when every slot of
@@ -154,9 +159,9 @@ func (l *Limiter) Admit(addr net.Addr, c io.Closer) (*Slot, error) {
 	ip := IP(addr)
 	l.admitting.Lock()
 	defer l.admitting.Unlock()
-	if l.full(ip) {
-		// A displacement is coming: not sooner than DisplaceGap after
-		// the last one.
+	if l.ipFull(ip) {
+		// A displacement within ip's slots is coming: not sooner than
+		// DisplaceGap after the last one.
 		if wait := time.Duration(l.lastDisplace.Load() + int64(DisplaceGap) - l.now()); wait > 0 {
 			time.Sleep(wait)
 		}
@@ -207,12 +212,12 @@ func (l *Limiter) Admit(addr net.Addr, c io.Closer) (*Slot, error) {
 
 func (l *Limiter) now() int64 { return int64(time.Since(l.base)) }
 
-// full reports whether a connection from ip finds a cap reached.
-func (l *Limiter) full(ip string) bool {
+// ipFull reports whether a connection from ip finds ip's cap reached.
+func (l *Limiter) ipFull(ip string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	ips := l.mu.byIP[ip]
-	return (ips != nil && len(ips.slots) >= l.perIP) || l.mu.n >= l.total
+	return ips != nil && len(ips.slots) >= l.perIP
 }
 
 // pickLocked chooses and takes (marks gone) the slot of ss to displace,
