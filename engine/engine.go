@@ -1466,10 +1466,14 @@ func (e *Engine) wait(ctx context.Context, id BatchID, yield bool) (BatchStatus,
 	return b.aggregate(), nil
 }
 
-// Cancel cancels batch id: slices not yet on the wire are dropped, slices
-// in flight are awaited (bounded by the transfer timeout). Afterwards every
-// task is terminal and observed, and the engine touches none of the batch's
-// memory any more.
+// Cancel cancels batch id: slices not yet on the wire are dropped, the
+// transports abort the I/O of slices in flight (Aborter: a stalled peer
+// is not waited for) and those are awaited until nothing touches their
+// memory, bounded by the transfer timeout plus 5 s. Afterwards every task
+// is terminal and observed, and the engine touches none of the batch's
+// memory any more. Past the bound it returns ErrTimeout and the tasks
+// still running stay non-terminal (their memory still in use: an
+// UnregisterMemory of it waits for them).
 func (e *Engine) Cancel(ctx context.Context, id BatchID) error {
 	b, err := e.batch(id)
 	if err != nil {
@@ -1479,9 +1483,13 @@ func (e *Engine) Cancel(ctx context.Context, id BatchID) error {
 	b.mu.Lock()
 	b.mu.notify = nil
 	b.mu.Unlock()
+	if !b.idle() {
+		e.abortCanceled()
+	}
 	ctx, cancel := context.WithTimeout(ctx, e.cfg.TransferTimeout+5*time.Second)
 	defer cancel()
 	if err := b.waitIdle(ctx); err != nil {
+		e.log.Error("canceled batch still has requests in flight", "batch", id, "after", e.cfg.TransferTimeout+5*time.Second)
 		return fmt.Errorf("cancel batch %d: in-flight requests did not finish: %w", id, ErrTimeout)
 	}
 	b.aggregate()
@@ -1525,7 +1533,12 @@ func (e *Engine) Await(id BatchID) error {
 }
 
 // Transfer runs reqs as one batch and waits for it (ctx bounds the wait; no
-// deadline means the transfer timeout). On a timeout the batch is canceled.
+// deadline means the transfer timeout). On a timeout the batch is canceled
+// (Cancel), and Transfer returns once no request of it touches the
+// caller's memory any more: whatever it returns, the memory may then be
+// reused or freed. Only when the cancellation itself times out (a
+// transport that could not stop a copy in Cancel's bound) does it return
+// with requests in flight; its error then wraps both timeouts.
 func (e *Engine) Transfer(ctx context.Context, reqs []Request) error {
 	id, err := e.AllocateBatch(len(reqs))
 	if err != nil {
@@ -1541,7 +1554,9 @@ func (e *Engine) Transfer(ctx context.Context, reqs []Request) error {
 	}
 	bs, werr := e.Wait(ctx, id)
 	if werr != nil {
-		_ = e.Cancel(context.Background(), id)
+		if cerr := e.Cancel(context.Background(), id); cerr != nil {
+			return fmt.Errorf("transfer: %w; %w (its memory is still in use)", werr, cerr)
+		}
 		_ = e.FreeBatch(id)
 		return werr
 	}

@@ -115,3 +115,30 @@ func (e *Engine) InstallTransportWith(name string, args []string) (Transport, er
 	e.installArgs.Unlock()
 	return e.InstallTransport(name)
 }
+
+// Aborter is implemented by transports whose in-flight I/O can outlast a
+// cancellation (a peer that stalls an answer the transport's reader waits
+// for). Cancel calls AbortCanceled on every installed one after marking
+// its batch canceled: the transport then stops, without waiting for a
+// peer, the I/O of every slice whose batch is canceled (Slice.Canceled),
+// and completes those slices once nothing it runs touches their memory
+// any more. Other slices caught in that I/O are retried or failed as
+// after a lost connection. AbortCanceled must not block on a peer.
+type Aborter interface {
+	AbortCanceled()
+}
+
+// abortCanceled asks every installed Aborter to stop canceled I/O.
+func (e *Engine) abortCanceled() {
+	e.transports.RLock()
+	var out []Aborter
+	for _, in := range e.transports.list {
+		if a, ok := in.t.(Aborter); ok {
+			out = append(out, a)
+		}
+	}
+	e.transports.RUnlock()
+	for _, a := range out {
+		a.AbortCanceled()
+	}
+}

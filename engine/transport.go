@@ -188,7 +188,7 @@ func (s *Slice) LocalKind() MemoryKind {
 
 // Canceled reports whether the slice's batch was canceled; a transport that
 // has not yet put the slice on the wire completes it with ErrCanceled.
-func (s *Slice) Canceled() bool { return s.task.batch.canceled.Load() }
+func (s *Slice) Canceled() bool { return s.task != nil && s.task.batch.canceled.Load() }
 
 // SubmitterWaits reports whether the goroutine that submitted the slice
 // waits for its batch right away (Engine.Transfer, the store's single

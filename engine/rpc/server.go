@@ -3,6 +3,7 @@ package rpc
 import (
 	"context"
 	"crypto/tls"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -48,7 +49,10 @@ type ServerConfig struct {
 	MaxConcurrent int
 	// MaxConns caps open connections (default netguard.DefaultMaxConns);
 	// MaxConnsPerIP caps those from one IP (default
-	// DefaultMaxConnsPerIP). Connections over a cap are closed at once.
+	// DefaultMaxConnsPerIP). A connection at a cap displaces the oldest
+	// that has not sent a whole request, else the one idle longest
+	// (netguard.Limiter); it is closed at once only while every slot of
+	// the cap serves a request.
 	MaxConns, MaxConnsPerIP int
 	// KeepAliveIdle is how long a keep-alive connection (a client that
 	// sent KeepAlive) may wait for its next request (default
@@ -94,8 +98,12 @@ func (c ServerConfig) withDefaults() ServerConfig {
 
 // ServerStats counts what a Server refused.
 type ServerStats struct {
-	// ConnsRefused counts connections closed at accept for a cap.
+	// ConnsRefused counts connections closed at accept for a cap (every
+	// slot serving a request).
 	ConnsRefused uint64
+	// ConnsDisplaced counts connections closed to make room for a new one
+	// at a cap: one that had not sent a whole request, or idle longest.
+	ConnsDisplaced uint64
 	// BadRequests counts connections closed for a malformed, oversized or
 	// late request.
 	BadRequests uint64
@@ -126,11 +134,22 @@ func NewServer(ln net.Listener, h Handler, cfg ServerConfig) *Server {
 	cfg = cfg.withDefaults()
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{cfg: cfg, ln: ln, handler: h, ctx: ctx, cancel: cancel, sem: make(chan struct{}, cfg.MaxConcurrent),
-		conns: netguard.NewLimiter(cfg.MaxConns, cfg.MaxConnsPerIP),
+		conns: netguard.NewLimiter(cfg.MaxConns, cfg.MaxConnsPerIP).WithFrames(frameHeaderPeek, wholeFrame),
 		guard: peerauth.NewGuard(cfg.Auth, peerauth.RoleRPC, min(cfg.RecvTimeout, peerauth.DefaultTimeout), cfg.Logger)}
 	s.wg.Add(1)
 	go s.runAccept()
 	return s
+}
+
+// frameHeaderPeek is how much of a waiting request the connection limiter
+// looks at (netguard.Limiter.WithFrames): a larger request that has sent
+// this much counts as whole.
+const frameHeaderPeek = 4096
+
+// wholeFrame reports whether b begins with a whole request frame (its
+// 8-byte length and that many bytes).
+func wholeFrame(b []byte) bool {
+	return len(b) >= 8 && binary.LittleEndian.Uint64(b) <= uint64(len(b)-8)
 }
 
 // Addr returns the listening address.
@@ -138,7 +157,7 @@ func (s *Server) Addr() net.Addr { return s.ln.Addr() }
 
 // Stats returns the server's counters.
 func (s *Server) Stats() ServerStats {
-	return ServerStats{ConnsRefused: s.conns.Refused(), BadRequests: s.bad.Load(), Served: s.served.Load()}
+	return ServerStats{ConnsRefused: s.conns.Refused(), ConnsDisplaced: s.conns.Displaced(), BadRequests: s.bad.Load(), Served: s.served.Load()}
 }
 
 // warn logs a refusal at Warn, at most once per kind and interval.
@@ -171,7 +190,7 @@ func (s *Server) runAccept() {
 			continue
 		}
 		backoff.Reset()
-		release, err := s.conns.Acquire(c.RemoteAddr())
+		slot, err := s.conns.Admit(c.RemoteAddr(), c)
 		if err != nil {
 			s.warn("limit", "rpc connection refused", "peer", c.RemoteAddr().String(), "err", err)
 			c.Close()
@@ -180,13 +199,17 @@ func (s *Server) runAccept() {
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			defer release()
-			s.serve(c)
+			defer slot.Release()
+			s.serve(c, slot)
 		}()
 	}
 }
 
-func (s *Server) serve(c net.Conn) {
+// serve answers the requests of c. Each request read whole counts for
+// slot from then until its reply is written (netguard.Slot.Begin): a
+// connection that never completes a frame, or sits idle longest, is the
+// one a new connection displaces at a cap.
+func (s *Server) serve(c net.Conn, slot *netguard.Slot) {
 	defer c.Close()
 	stop := context.AfterFunc(s.ctx, func() { c.Close() })
 	defer stop()
@@ -221,19 +244,26 @@ func (s *Server) serve(c net.Conn) {
 			}
 			return
 		}
+		if !slot.Begin() {
+			return // displaced meanwhile
+		}
 		select {
 		case s.sem <- struct{}{}:
 		case <-s.ctx.Done():
+			slot.End()
 			return
 		}
 		reply, err := s.safeHandle(t.Base(), body, peer)
 		<-s.sem
 		if err != nil {
+			slot.End()
 			s.cfg.Logger.Debug("rpc request refused", "peer", peer.String(), "op", t.String(), "err", err)
 			return
 		}
 		s.served.Add(1)
-		if err := WriteFrame(c, t, reply); err != nil {
+		err = WriteFrame(c, t, reply)
+		slot.End()
+		if err != nil {
 			s.cfg.Logger.Debug("rpc write reply failed", "peer", peer.String(), "err", err)
 			return
 		}

@@ -4,15 +4,18 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"syscall"
 	"time"
 
 	"github.com/kvferry/kvferry/internal/ratelog"
 )
 
 // Listener wraps a net.Listener for servers that run their own accept
-// loop (net/http, gRPC): connections over the Limiter's caps are closed
-// at once and Accept goes on to the next, accept errors are paced by a
-// Backoff, and a returned connection gives its slot back when closed.
+// loop (net/http, gRPC): a connection at a cap of the Limiter displaces
+// one that holds a slot without using it (Limiter), one that finds every
+// slot serving is closed at once and Accept goes on to the next, accept
+// errors are paced by a Backoff, and a returned connection (a *Conn) gives
+// its slot back when closed.
 type Listener struct {
 	net.Listener
 	limit   *Limiter
@@ -51,7 +54,7 @@ func (l *Listener) Accept() (net.Conn, error) {
 			continue
 		}
 		l.backoff.Reset()
-		release, err := l.limit.Acquire(c.RemoteAddr())
+		slot, err := l.limit.Admit(c.RemoteAddr(), c)
 		if err != nil {
 			if ok, n := l.logs.Allow("limit"); ok {
 				l.log.Warn(l.what+" connection refused", "peer", c.RemoteAddr().String(), "err", err, "suppressed", n)
@@ -59,21 +62,64 @@ func (l *Listener) Accept() (net.Conn, error) {
 			c.Close()
 			continue
 		}
-		return &limitedConn{Conn: c, release: release}, nil
+		return NewConn(c, slot), nil
 	}
 }
 
-// limitedConn releases its slot when closed.
-type limitedConn struct {
+// Conn is an admitted connection of a request-reply protocol (HTTP, the
+// store master's mux and gRPC): every write completes a frame for its slot
+// (Slot.Frame), since a server writes only once it has read a whole
+// request (or, for HTTP/2, the preface), and Close releases the slot. A
+// peer that sends part of a request and stalls is never answered, so its
+// slot is the first to be displaced.
+type Conn struct {
 	net.Conn
-	release func()
+	slot *Slot
 }
 
-func (c *limitedConn) Close() error {
+// NewConn returns c, admitted under slot, as a Conn.
+func NewConn(c net.Conn, slot *Slot) *Conn { return &Conn{Conn: c, slot: slot} }
+
+// Write writes b and marks the slot's connection as active.
+func (c *Conn) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b)
+	if n > 0 {
+		c.slot.Frame()
+	}
+	return n, err
+}
+
+// Close closes the connection and releases its slot.
+func (c *Conn) Close() error {
 	err := c.Conn.Close()
-	c.release()
+	c.slot.Release()
 	return err
 }
 
+// Slot returns the connection's slot.
+func (c *Conn) Slot() *Slot { return c.slot }
+
 // Unwrap returns the accepted connection.
-func (c *limitedConn) Unwrap() net.Conn { return c.Conn }
+func (c *Conn) Unwrap() net.Conn { return c.Conn }
+
+// SyscallConn returns the socket's raw form where the accepted connection
+// has one, so that servers may poll it (spin.Reading).
+func (c *Conn) SyscallConn() (syscall.RawConn, error) {
+	sc, ok := c.Conn.(syscall.Conn)
+	if !ok {
+		return nil, errNoRawConn
+	}
+	return sc.SyscallConn()
+}
+
+// CloseWrite shuts down the writing side where the accepted connection can
+// (and does nothing where it cannot).
+func (c *Conn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
+
+// errNoRawConn: the accepted connection has no socket to poll.
+var errNoRawConn = errors.New("netguard: connection has no raw socket")

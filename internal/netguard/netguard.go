@@ -1,6 +1,8 @@
 // Package netguard holds what every kvferry listener uses against hostile
 // or broken peers: connection caps in total and per remote IP (so one
-// address cannot take every slot and honest peers keep getting in), an
+// address cannot take every slot), under which a new connection displaces
+// one that holds its slot without using it (so a slowloris from an address
+// that honest processes share cannot lock them out: limiter.go), an
 // accept-error backoff (so running out of file descriptors neither spins
 // nor floods the log), and a reader that allocates a claimed length only
 // as its bytes arrive.
@@ -10,86 +12,9 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 )
-
-// Limiter caps concurrent connections in total and per remote IP. It is
-// safe for concurrent use; the zero value admits nothing (use NewLimiter).
-type Limiter struct {
-	total, perIP int
-
-	mu struct {
-		sync.Mutex
-		n    int
-		byIP map[string]int
-	}
-	refused atomic.Uint64
-}
-
-// NewLimiter returns a limiter of total connections, at most perIP of them
-// from one IP address. A non-positive perIP means total.
-func NewLimiter(total, perIP int) *Limiter {
-	if total <= 0 {
-		total = 1
-	}
-	if perIP <= 0 || perIP > total {
-		perIP = total
-	}
-	l := &Limiter{total: total, perIP: perIP}
-	l.mu.byIP = make(map[string]int)
-	return l
-}
-
-// Limits returns the caps.
-func (l *Limiter) Limits() (total, perIP int) { return l.total, l.perIP }
-
-// Refused counts connections turned away.
-func (l *Limiter) Refused() uint64 { return l.refused.Load() }
-
-// Open returns the connections admitted and not released.
-func (l *Limiter) Open() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.mu.n
-}
-
-// ErrLimit is returned (wrapped) by Acquire for a connection over a cap.
-var ErrLimit = fmt.Errorf("connection limit reached")
-
-// Acquire admits a connection from addr. It returns the release function
-// (call it once when the connection closes), or an error wrapping ErrLimit
-// that says which cap was hit.
-func (l *Limiter) Acquire(addr net.Addr) (func(), error) {
-	ip := IP(addr)
-	l.mu.Lock()
-	switch {
-	case l.mu.n >= l.total:
-		l.mu.Unlock()
-		l.refused.Add(1)
-		return nil, fmt.Errorf("%w: %d connections open", ErrLimit, l.total)
-	case l.mu.byIP[ip] >= l.perIP:
-		l.mu.Unlock()
-		l.refused.Add(1)
-		return nil, fmt.Errorf("%w: %d connections open from %s", ErrLimit, l.perIP, ip)
-	}
-	l.mu.n++
-	l.mu.byIP[ip]++
-	l.mu.Unlock()
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			l.mu.Lock()
-			l.mu.n--
-			if l.mu.byIP[ip]--; l.mu.byIP[ip] <= 0 {
-				delete(l.mu.byIP, ip)
-			}
-			l.mu.Unlock()
-		})
-	}, nil
-}
 
 // IP returns the IP of a TCP or UDP address ("" for anything else, which
 // then shares one per-IP budget).

@@ -8,10 +8,10 @@ import (
 	"io"
 	"net"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/kvferry/kvferry/engine/peerauth"
+	"github.com/kvferry/kvferry/internal/netguard"
 	"github.com/kvferry/kvferry/store/wire"
 )
 
@@ -26,6 +26,13 @@ const helloTimeout = time.Second
 // http2Preface is the HTTP/2 client connection preface (RFC 9113 §3.4),
 // the first bytes of every gRPC connection.
 const http2Preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+
+// wholeHello reports whether b begins with the mux hello or holds as many
+// bytes as the HTTP/2 preface: what serveConn reads first, for the
+// connection limiter (netguard.Limiter.WithFrames).
+func wholeHello(b []byte) bool {
+	return len(b) >= len(http2Preface) || bytes.HasPrefix(b, wire.MuxHello[:])
+}
 
 // runAccept accepts connections on the RPC port and starts serveConn for
 // each. Owned by the Server; stops when Close closes the listener.
@@ -50,7 +57,7 @@ func (s *Server) runAccept() {
 			continue
 		}
 		delay = 0
-		release, err := s.limit.Acquire(conn.RemoteAddr())
+		slot, err := s.limit.Admit(conn.RemoteAddr(), conn)
 		if err != nil {
 			if ok, n := s.logs.Allow("limit"); ok {
 				s.log.Warn("store master connection refused", "peer", conn.RemoteAddr().String(), "err", err, "suppressed", n)
@@ -58,7 +65,10 @@ func (s *Server) runAccept() {
 			conn.Close()
 			continue
 		}
-		conn = &limitedConn{Conn: conn, release: release}
+		// Its slot counts as used from the hello or preface on and at every
+		// reply (netguard.Conn): at a cap, a connection that sent neither
+		// (or sits idle longest) is the one a new connection displaces.
+		conn = netguard.NewConn(conn, slot)
 		if !s.track(conn) {
 			conn.Close()
 			return
@@ -74,6 +84,7 @@ func (s *Server) runAccept() {
 // (or nothing in time) closes it.
 func (s *Server) serveConn(conn net.Conn) {
 	defer s.wg.Done()
+	slot := conn.(*netguard.Conn).Slot()
 	if err := s.guard.Accept(conn); err != nil { // with a cluster key: prove it first
 		s.untrack(conn)
 		conn.Close()
@@ -108,6 +119,7 @@ func (s *Server) serveConn(conn net.Conn) {
 		s.refuse(conn, first[:n], err)
 		return
 	}
+	slot.Frame()
 	if isMux {
 		s.log.Debug("mux client connected", "peer", conn.RemoteAddr())
 		err := wire.ServeMuxConnConfig(s.ctx, conn, &handlers{s: s}, s.muxConfig())
@@ -265,31 +277,3 @@ func (c *prefixConn) Read(b []byte) (int, error) {
 	}
 	return c.Conn.Read(b)
 }
-
-// limitedConn gives its connection slot back when closed (by mux serving,
-// by gRPC, or by Close).
-type limitedConn struct {
-	net.Conn
-	release func()
-}
-
-// Close closes the connection and releases its slot.
-func (c *limitedConn) Close() error {
-	err := c.Conn.Close()
-	c.release()
-	return err
-}
-
-// SyscallConn returns the socket's raw form, so the mux server can poll it
-// (spin.Reading) for the next request instead of parking at once: without
-// it a master never spins, and every request pays its thread's wake-up.
-func (c *limitedConn) SyscallConn() (syscall.RawConn, error) {
-	sc, ok := c.Conn.(syscall.Conn)
-	if !ok {
-		return nil, errNoRawConn
-	}
-	return sc.SyscallConn()
-}
-
-// errNoRawConn: the accepted connection has no socket to poll.
-var errNoRawConn = errors.New("connection has no raw socket")

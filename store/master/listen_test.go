@@ -12,6 +12,7 @@ import (
 
 	"gotest.tools/v3/assert"
 
+	"github.com/kvferry/kvferry/internal/netguard"
 	"github.com/kvferry/kvferry/internal/spin"
 	"github.com/kvferry/kvferry/internal/testutil"
 	"github.com/kvferry/kvferry/store/wire"
@@ -109,10 +110,12 @@ func refuseCases(t *testing.T, addr string) {
 // (without it the master never spun, whatever its spin budget).
 func TestLimitedConnPolls(t *testing.T) {
 	c, s := testutil.TCPPair(t)
-	released := 0
-	lc := &limitedConn{Conn: s, release: func() { released++ }}
+	lim := netguard.NewLimiter(4, 4)
+	slot, err := lim.Admit(s.RemoteAddr(), s)
+	assert.NilError(t, err)
+	lc := netguard.NewConn(s, slot)
 	assert.Assert(t, spin.NewReader(lc) != nil)
-	_, err := c.Write([]byte("x"))
+	_, err = c.Write([]byte("x"))
 	assert.NilError(t, err)
 	var b [1]byte
 	n, rerr, ok := spin.NewReader(lc).Read(b[:], 5*time.Second, false)
@@ -120,10 +123,36 @@ func TestLimitedConnPolls(t *testing.T) {
 	assert.NilError(t, rerr)
 	assert.Equal(t, string(b[:n]), "x")
 	assert.NilError(t, lc.Close())
-	assert.Equal(t, released, 1)
+	assert.Equal(t, lim.Open(), 0)
 
 	a, b2 := net.Pipe() // no socket: no raw form, an error rather than a panic
 	defer a.Close()
-	_, err = (&limitedConn{Conn: b2, release: func() {}}).SyscallConn()
-	assert.ErrorIs(t, err, errNoRawConn)
+	_, err = netguard.NewConn(b2, slot).SyscallConn()
+	assert.Assert(t, err != nil)
+}
+
+// TestSlowlorisSameAddress: 100 connections from 127.0.0.1 that send 4
+// bytes of the mux hello and stall, reconnecting when cut, beside a master
+// holding 16 per address; mux and gRPC clients from the same address are
+// still served (issue 35).
+func TestSlowlorisSameAddress(t *testing.T) {
+	srv, err := StartEmbedded(Config{MaxConnsPerIP: 16})
+	assert.NilError(t, err)
+	defer srv.Close()
+	attack := testutil.StartSlowloris(srv.Addr(), 100, wire.MuxHello[:4])
+	defer attack.Stop()
+	deadline := time.Now().Add(30 * time.Second)
+	for attack.Dials() < 100 {
+		assert.Assert(t, time.Now().Before(deadline), "attack did not build up: %d connections", attack.Dials())
+		time.Sleep(10 * time.Millisecond)
+	}
+	for i := range 3 {
+		mux := wire.NewMuxClient(wire.MuxClientConfig{Addr: srv.Addr()})
+		_, err := mux.Ping(ctxT(t), &wire.PingRequest{ClientId: "c"})
+		mux.Close()
+		assert.NilError(t, err, "mux %d", i)
+		_, err = dial(t, srv.Addr()).Ping(ctxT(t), &wire.PingRequest{ClientId: "c"})
+		assert.NilError(t, err, "grpc %d", i)
+	}
+	assert.Assert(t, srv.limit.Displaced() > 0)
 }

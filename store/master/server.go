@@ -139,7 +139,7 @@ func newServer(cfg Config, fence startFence) (*Server, error) {
 			lis.Close()
 			return nil, fmt.Errorf("store master metrics listen %s: %w", cfg.MetricsAddr, err)
 		}
-		s.httpLis = netguard.Listen(hl, netguard.NewLimiter(256, 32), cfg.Logger, "store master admin")
+		s.httpLis = netguard.Listen(hl, netguard.NewLimiter(256, 32).WithFrames(4096, netguard.HTTPHeaderComplete), cfg.Logger, "store master admin")
 		s.httpSrv = &http.Server{Handler: s.adminHandler(), ReadHeaderTimeout: 10 * time.Second,
 			ReadTimeout: 30 * time.Second, WriteTimeout: time.Minute, IdleTimeout: time.Minute, MaxHeaderBytes: 64 << 10}
 	}
@@ -169,7 +169,7 @@ func newServer(cfg Config, fence startFence) (*Server, error) {
 		go s.runMaintenance(s.ctx, svc) // owned by s; stops on Close
 	}
 
-	s.limit = netguard.NewLimiter(cfg.MaxConns, cfg.MaxConnsPerIP)
+	s.limit = netguard.NewLimiter(cfg.MaxConns, cfg.MaxConnsPerIP).WithFrames(len(http2Preface), wholeHello)
 	s.guard = peerauth.NewGuard(cfg.Auth, peerauth.RoleMaster, 0, s.log)
 	s.budget = netguard.NewBudget(cfg.MaxInflightBytes)
 	s.grpc = grpc.NewServer(append(s.grpcLimitOptions(), grpc.ChainUnaryInterceptor(s.statusInterceptor))...)

@@ -233,7 +233,7 @@ var attacks = []attack{
 				}
 			}
 			assert.Assert(t, cut >= 300-rpc.DefaultMaxConnsPerIP, "%d cut at once", cut)
-			return fmt.Sprintf("%d cut at once (per-address cap %d); the port kept answering the honest peer", cut, rpc.DefaultMaxConnsPerIP)
+			return fmt.Sprintf("%d displaced by newer ones, oldest first (per-address cap %d); the port kept answering the honest peer", cut, rpc.DefaultMaxConnsPerIP)
 		}},
 	{name: "malformed, nested and oversized JSON on the RPC port", peakHeap: 96 << 20, peakGoroutines: 64,
 		run: func(t *testing.T, x *target) string {

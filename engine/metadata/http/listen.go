@@ -44,9 +44,12 @@ func HTTPServer(h nethttp.Handler, idle time.Duration, log *slog.Logger) *nethtt
 }
 
 // GuardListener caps ln's connections in total (netguard.DefaultMaxConns)
-// and per client IP (DefaultMaxConnsPerIP); connections over a cap are
-// closed at accept and logged (rate-limited) as "<what> connection
-// refused".
+// and per client IP (DefaultMaxConnsPerIP). A connection at a cap
+// displaces the oldest one that has not sent a whole request header and
+// been answered, else the one idle longest (netguard.Limiter); only when
+// every slot serves a request is it closed at accept and logged
+// (rate-limited) as "<what> connection refused".
 func GuardListener(ln net.Listener, what string, log *slog.Logger) net.Listener {
-	return netguard.Listen(ln, netguard.NewLimiter(netguard.DefaultMaxConns(), DefaultMaxConnsPerIP), log, what)
+	lim := netguard.NewLimiter(netguard.DefaultMaxConns(), DefaultMaxConnsPerIP).WithFrames(4096, netguard.HTTPHeaderComplete)
+	return netguard.Listen(ln, lim, log, what)
 }

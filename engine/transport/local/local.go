@@ -44,6 +44,10 @@ const (
 	// DefaultWorkers is the number of copy goroutines.
 	DefaultWorkers = 2
 	queueDepth     = 4096
+	// copyPieceBytes bounds what one C copy call moves: between calls a
+	// worker drops the slices of canceled batches, so Cancel waits for at
+	// most one call per worker, never for a whole large batch.
+	copyPieceBytes = 64 << 20
 	// drainTimeout bounds how long Close waits for copies into this
 	// engine's memory started by other engines of the process.
 	drainTimeout = 30 * time.Second
@@ -74,19 +78,23 @@ var live = struct {
 
 // Transport copies within this process.
 type Transport struct {
-	e        *engine.Engine
-	cfg      Config
-	instance uint64
-	pid      int
-	q        chan work
-	ctx      context.Context
-	cancel   context.CancelFunc
-	wg       sync.WaitGroup
-	mu       sync.RWMutex // held for reading by Submit while sending on q
-	stopped  bool         // guarded by mu: Submit queues nothing more
-	closed   atomic.Bool
-	copies   atomic.Uint64
-	served   gate // copies into this engine's memory in progress
+	e          *engine.Engine
+	cfg        Config
+	instance   uint64
+	pid        int
+	q          chan work
+	ctx        context.Context
+	cancel     context.CancelFunc
+	wg         sync.WaitGroup
+	mu         sync.RWMutex // held for reading by Submit while sending on q
+	stopped    bool         // guarded by mu: Submit queues nothing more
+	closed     atomic.Bool
+	copies     atomic.Uint64
+	served     gate   // copies into this engine's memory in progress
+	pieceBytes uint64 // copyPieceBytes (tests set less)
+	// beforeCopy, when set (tests only, before any Submit), runs before
+	// each C copy call with the slices it copies.
+	beforeCopy func(slices []*engine.Slice)
 
 	descs struct {
 		sync.Mutex
@@ -111,7 +119,7 @@ func New(e *engine.Engine, cfg Config) *Transport {
 	if cfg.SliceSize == 0 {
 		cfg.SliceSize = DefaultSliceSize
 	}
-	t := &Transport{e: e, cfg: cfg, pid: os.Getpid(), q: make(chan work, queueDepth)}
+	t := &Transport{e: e, cfg: cfg, pid: os.Getpid(), q: make(chan work, queueDepth), pieceBytes: copyPieceBytes}
 	t.descs.m = make(map[*descriptor.Segment]uint64)
 	t.served.init()
 	t.ctx, t.cancel = context.WithCancel(context.Background())
@@ -242,6 +250,10 @@ func (t *Transport) runWorker() {
 	}
 }
 
+// copyAll copies the slices of w. Host copies go in calls of about
+// copyPieceBytes; a slice is checked for cancellation, and pinned in the
+// target's registry, just before the call that copies it, and completes
+// right after it: a slice completes only once no copy touches its memory.
 func (t *Transport) copyAll(w work, ops []cmem.Op, pins []*engine.Region, done []*engine.Slice) {
 	tgt := w.tgt
 	if !tgt.served.enter() {
@@ -249,6 +261,7 @@ func (t *Transport) copyAll(w work, ops []cmem.Op, pins []*engine.Region, done [
 		return
 	}
 	var gb gpuBatches
+	var bytes uint64
 	for _, s := range w.slices {
 		if s.Canceled() {
 			s.Complete(engine.ErrCanceled)
@@ -272,13 +285,29 @@ func (t *Transport) copyAll(w work, ops []cmem.Op, pins []*engine.Region, done [
 		ops = append(ops, op)
 		pins = append(pins, pin)
 		done = append(done, s)
+		if bytes += s.Length; bytes >= t.pieceBytes {
+			t.copyHost(ops, pins, done)
+			ops, pins, done, bytes = ops[:0], pins[:0], done[:0], 0
+		}
 	}
 	t.submitGPU(tgt, gb)
+	t.copyHost(ops, pins, done)
+	tgt.served.exit()
+}
+
+// copyHost runs ops in one C call, releases their target pins and
+// completes their slices.
+func (t *Transport) copyHost(ops []cmem.Op, pins []*engine.Region, done []*engine.Slice) {
+	if len(ops) == 0 {
+		return
+	}
+	if t.beforeCopy != nil {
+		t.beforeCopy(done)
+	}
 	cmem.CopyBatch(ops)
 	for _, p := range pins {
 		p.Release()
 	}
-	tgt.served.exit()
 	t.copies.Add(uint64(len(done)))
 	for _, s := range done {
 		s.Complete(nil)

@@ -33,13 +33,18 @@ type CMA struct {
 	shared atomic.Uint64
 	// ringed counts the notifications written into owners' rings.
 	ringed atomic.Uint64
+
+	callBytes uint64 // about what one process_vm call moves (callBytes; tests set less)
+	// beforeCall, when set (tests only, before any Submit), runs before
+	// each process_vm call with the slice of its first range.
+	beforeCall func(first *engine.Slice)
 }
 
 var _ engine.Transport = (*CMA)(nil)
 
 // NewCMA starts the cma transport of e.
 func NewCMA(e *engine.Engine, cfg Config) *CMA {
-	t := &CMA{}
+	t := &CMA{callBytes: callBytes}
 	t.init(e, NameCMA, shwire.KindCMA, cfg)
 	t.q = make(chan job, 1024)
 	if n := t.cfg.inlineSlots(); n > 0 {
@@ -338,7 +343,8 @@ func (s *session) enterEpoch(slot *atomic.Uint64) (uint64, error) {
 
 // copyOp copies every still-good slice of direction op, up to iovMax
 // ranges and about callBytes per system call, resuming after partial
-// transfers. Remote ranges that follow each other (the pieces of one
+// transfers. Before each call it drops the slices whose batch was canceled
+// (ErrCanceled): a canceled batch waits for at most the call in progress. Remote ranges that follow each other (the pieces of one
 // object gathered from several local buffers) go to the kernel as one
 // remote iovec: it pins the owner's pages once per remote iovec, which
 // costs about as much as copying a few pages. After every call it checks
@@ -369,9 +375,13 @@ func (w *cmaWorker) copyOp(s *session, slices []*engine.Slice, op engine.OpCode)
 	}
 	defer clear(w.liov)
 	for i := 0; i < len(w.liov); {
+		if !w.live(slices, i) {
+			i++
+			continue
+		}
 		j, bytes := i, uint64(0)
 		w.riov = w.riov[:0]
-		for j < len(w.liov) && j-i < iovMax && (j == i || bytes < callBytes) {
+		for j < len(w.liov) && j-i < iovMax && (j == i || bytes < w.t.callBytes) && w.live(slices, j) {
 			l := w.liov[j].Len
 			if r := len(w.riov) - 1; r >= 0 && w.riov[r].Base+uintptr(w.riov[r].Len) == w.rbase[j] {
 				w.riov[r].Len += int(l)
@@ -383,6 +393,9 @@ func (w *cmaWorker) copyOp(s *session, slices []*engine.Slice, op engine.OpCode)
 		}
 		var n int
 		var err error
+		if w.t.beforeCall != nil {
+			w.t.beforeCall(slices[w.owners[i]])
+		}
 		if op == engine.OpWrite {
 			n, err = unix.ProcessVMWritev(s.pid, w.liov[i:j], w.riov, 0)
 		} else {
@@ -415,6 +428,16 @@ func (w *cmaWorker) copyOp(s *session, slices []*engine.Slice, op engine.OpCode)
 		}
 		i = k
 	}
+}
+
+// live reports whether the slice of local iovec k is still to be copied:
+// not failed, and its batch not canceled (which fails it now).
+func (w *cmaWorker) live(slices []*engine.Slice, k int) bool {
+	o := w.owners[k]
+	if w.errs[o] == nil && slices[o].Canceled() {
+		w.errs[o] = engine.ErrCanceled
+	}
+	return w.errs[o] == nil
 }
 
 // reuse returns s emptied, with room for n elements.

@@ -105,7 +105,7 @@ func TestCopyNoAllocs(t *testing.T) {
 	}
 	s := &session{pid: os.Getpid(), pidfd: openPidfd(os.Getpid()), ctl: c, dead: make(chan struct{})}
 	defer s.pidfd.close()
-	w := &cmaWorker{}
+	w := &cmaWorker{t: &CMA{callBytes: callBytes}}
 	run := func() {
 		w.rs, w.res, w.errs = w.rs[:0], w.res[:0], w.errs[:0]
 		for _, sl := range slices {

@@ -60,3 +60,16 @@ func HostMaps(t *CMA, p *engine.Peer) (regions int, copies uint64) {
 	}
 	return s.maps.count(), s.maps.copies.Load()
 }
+
+// OwnerSock returns the abstract socket address of t's node.
+func OwnerSock(t *CMA) string { return t.node.sock }
+
+// SetCallHook makes t move about callBytes per process_vm call (0:
+// unchanged) and run f before each call with the slice of its first
+// range. Call it before any Submit.
+func SetCallHook(t *CMA, callBytes uint64, f func(first *engine.Slice)) {
+	if callBytes > 0 {
+		t.callBytes = callBytes
+	}
+	t.beforeCall = f
+}

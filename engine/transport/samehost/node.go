@@ -334,8 +334,12 @@ func (n *node) runAccept() {
 	defer n.wg.Done()
 	var backoff netguard.Backoff
 	// Connections still in their handshake count too, so a flood of
-	// silent ones cannot pile up goroutines beside the sessions.
-	limit := netguard.NewLimiter(n.cfg.MaxSessions+64, 0)
+	// silent ones cannot pile up goroutines beside the sessions. Every
+	// local process shares the one address of the socket: at the cap a
+	// new connection displaces the oldest one that has not sent its hello
+	// (netguard.Limiter), and a session, once its hello arrived, holds its
+	// slot for its life (Slot.Begin without End).
+	limit := netguard.NewLimiter(n.cfg.MaxSessions+64, 0).WithFrames(1, func([]byte) bool { return true }) // a datagram is a whole hello
 	for {
 		c, err := n.ln.AcceptUnix()
 		if err != nil {
@@ -348,7 +352,7 @@ func (n *node) runAccept() {
 			continue
 		}
 		backoff.Reset()
-		release, err := limit.Acquire(nil)
+		slot, err := limit.Admit(nil, c)
 		if err != nil {
 			n.warn("limit", "same-host connection refused", "err", err)
 			c.Close()
@@ -357,8 +361,8 @@ func (n *node) runAccept() {
 		n.wg.Add(1)
 		go func() {
 			defer n.wg.Done()
-			defer release()
-			n.serve(c)
+			defer slot.Release()
+			n.serve(c, slot)
 		}()
 	}
 }
@@ -386,8 +390,9 @@ func (n *node) remove(s *ownerSession) {
 }
 
 // serve runs one session: the handshake, then (shm) requests until the
-// initiator goes away.
-func (n *node) serve(c *net.UnixConn) {
+// initiator goes away. Once the hello arrived the session is never
+// displaced from slot.
+func (n *node) serve(c *net.UnixConn, slot *netguard.Slot) {
 	defer c.Close()
 	if err := n.guard.Accept(c); err != nil {
 		return // counted and logged by the guard
@@ -402,6 +407,9 @@ func (n *node) serve(c *net.UnixConn) {
 	if err != nil {
 		n.warn("hello", "same-host session refused", "err", err)
 		return
+	}
+	if !slot.Begin() {
+		return // displaced while its hello was on its way
 	}
 	s := &ownerSession{c: c, kind: h.Kind}
 	s.pid, s.uid, _ = peerCred(c)

@@ -78,7 +78,12 @@ func FuzzServeConn(f *testing.F) {
 	f.Add(append(append(hdr(true, true, r, 4), 9, 9, 9, 9), hdr(false, true, r, 4)...))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		c := &fuzzConn{r: bytes.NewReader(in)}
-		srv.serveConn(c)
+		slot, err := srv.limit.Admit(nil, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv.serveConn(c, slot)
+		slot.Release()
 		out := c.w.Bytes()
 		// Every answer is a status frame (v2) and/or a READ payload of at
 		// most the region: no more than that per header sent.

@@ -38,8 +38,11 @@ type lane struct {
 	kick      chan struct{}
 	stopCh    chan struct{}
 	connected atomic.Bool
-	obs       *metrics.Conn
-	dialed    bool // a connection was made before (guarded by w)
+	// live is the lane's connection while it is open (set by dial, cleared
+	// by closeConn), for AbortCanceled, which must not take l.w.
+	live   atomic.Pointer[conn]
+	obs    *metrics.Conn
+	dialed bool // a connection was made before (guarded by w)
 
 	// w is held by whoever writes to the connection: the writer goroutine
 	// or a submitter on the inline path. It guards cs and the scratch.
@@ -154,6 +157,43 @@ type conn struct {
 	// it; at zero (checked under l.w, which every hand-off needs) the
 	// reader is not using the connection.
 	pending atomic.Int32
+
+	// wbusy is held by whoever writes slices' payloads from their memory
+	// (writeAll). The reader takes it before it fails a slice (after
+	// killing the connection, which ends the write at once), so that no
+	// slice completes while its memory is still being sent.
+	wbusy sync.Mutex
+	// reading is the slice whose answer the reader waits for, nil between
+	// answers; AbortCanceled kills the connection when its batch was
+	// canceled, so a stalled answer is not waited for.
+	reading atomic.Pointer[engine.Slice]
+	// wchunk is the chunk being written (nil between writes), for
+	// AbortCanceled; guarded by wmu.
+	wmu    sync.Mutex
+	wchunk []*engine.Slice
+}
+
+// awaitWriter returns once no payload is being written on cs.
+func (cs *conn) awaitWriter() {
+	cs.wbusy.Lock()
+	//lint:ignore SA2001 an empty critical section: waiting for the writer is the point
+	cs.wbusy.Unlock()
+}
+
+// holdsCanceled reports whether a slice of a canceled batch is being read
+// or written on cs.
+func (cs *conn) holdsCanceled() bool {
+	if s := cs.reading.Load(); s != nil && s.Canceled() {
+		return true
+	}
+	cs.wmu.Lock()
+	defer cs.wmu.Unlock()
+	for _, s := range cs.wchunk {
+		if s.Canceled() {
+			return true
+		}
+	}
+	return false
 }
 
 // kill marks cs dead for cause (the first cause wins) and closes it.
@@ -208,6 +248,7 @@ func (l *lane) dial() (*conn, error) {
 	cs.fallback = time.AfterFunc(time.Hour, cs.kickReader)
 	cs.fallback.Stop()
 	l.connected.Store(true)
+	l.live.Store(cs)
 	l.obs.Open.Add(1)
 	l.t.wg.Add(1)
 	go l.runReader(cs)
@@ -217,6 +258,7 @@ func (l *lane) dial() (*conn, error) {
 // closeConn closes cs, lets the reader fail or retry what is in flight, and
 // waits for it.
 func (l *lane) closeConn(cs *conn) {
+	l.live.CompareAndSwap(cs, nil)
 	cs.dead.Store(true)
 	cs.c.Close()
 	close(cs.inflight)
@@ -531,7 +573,16 @@ func (l *lane) writeChunk(cs *conn, chunk []*engine.Slice) {
 	if sent == 0 {
 		return
 	}
-	if err := l.writeAll(cs.c, bufs); err != nil {
+	cs.wmu.Lock()
+	cs.wchunk = chunk
+	cs.wmu.Unlock()
+	cs.wbusy.Lock()
+	err := l.writeAll(cs.c, bufs)
+	cs.wbusy.Unlock()
+	cs.wmu.Lock()
+	cs.wchunk = nil
+	cs.wmu.Unlock()
+	if err != nil {
 		// The reader fails or retries what is in flight, with this cause
 		// (or with its own, when it closed cs first).
 		werr := cs.failure(l.classifyWrite(err))
@@ -589,6 +640,9 @@ func (l *lane) writeAll(c net.Conn, bufs net.Buffers) error {
 			piece = append(piece, b)
 			n += len(b)
 			bufs = bufs[1:]
+		}
+		if l.t.beforeWrite != nil {
+			l.t.beforeWrite()
 		}
 		_ = c.SetWriteDeadline(time.Now().Add(l.t.cfg.StatusTimeout))
 		l.w.piece = piece // WriteTo consumes its receiver; a field does not escape
@@ -674,17 +728,32 @@ func (l *lane) readQueued(cs *conn) (closed bool) {
 
 // finish reads s's response (blocking) and completes s, or fails or
 // retries it when the connection failed. The caller holds cs.role.
+//
+// A slice fails only once nothing touches its memory: the reader itself
+// no longer reads into it, and the writer, which the failure's kill of cs
+// stops at once, has left writeAll (awaitWriter). A slice of a canceled
+// batch whose answer has not all arrived is not waited for: cs is killed
+// (its other slices are retried as after a lost connection).
 func (l *lane) finish(cs *conn, s *engine.Slice) {
+	cs.reading.Store(s) // before the Canceled check: AbortCanceled sees one or the other
+	if s.Canceled() && !cs.dead.Load() && cs.rd.buffered() < l.responseSize(s) {
+		cs.kill(l.abortCause())
+	}
 	switch {
 	case cs.dead.Load():
 		if cs.rcause == nil {
 			cs.rcause = cs.failure(fmt.Errorf("connection to %s closed: %w", l.addr, errConn))
 		}
+		cs.reading.Store(nil)
+		cs.awaitWriter()
 		l.retryOrFail(s, cs.rcause)
 	default:
-		if err := l.readResponse(cs, s); err != nil {
+		err := l.readResponse(cs, s)
+		cs.reading.Store(nil)
+		if err != nil {
 			cs.rcause = cs.failure(err)
 			cs.kill(cs.rcause)
+			cs.awaitWriter()
 			l.retryOrFail(s, cs.rcause)
 		} else {
 			s.Complete(nil)
@@ -921,7 +990,28 @@ func (l *lane) retryOrFail(s *engine.Slice, err error) {
 	l.fail(s, err)
 }
 
+// abortCause is why a connection is killed to abort a canceled slice in
+// flight: a connection-level failure, so that the other slices on it are
+// retried.
+func (l *lane) abortCause() error {
+	return fmt.Errorf("connection to %s closed to abort a canceled request in flight: %w", l.addr, errConn)
+}
+
+// abortCanceled kills the lane's connection when it reads or writes a
+// slice of a canceled batch (Transport.AbortCanceled).
+func (l *lane) abortCanceled() {
+	cs := l.live.Load()
+	if cs == nil || cs.dead.Load() || cs.pending.Load() == 0 || !cs.holdsCanceled() {
+		return
+	}
+	cs.kill(l.abortCause())
+	cs.kickReader()
+}
+
 func (l *lane) fail(s *engine.Slice, err error) {
 	l.t.failed.Add(1)
+	if s.Canceled() {
+		err = fmt.Errorf("%w: %w", engine.ErrCanceled, err)
+	}
 	s.Complete(&engine.TransferError{Op: s.Op, Peer: l.peerName, Transport: Name, Addr: s.Remote, Length: s.Length, Err: err})
 }

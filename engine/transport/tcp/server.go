@@ -65,6 +65,11 @@ func (s *server) retrack(old, c net.Conn) bool {
 	return true
 }
 
+// wholeHeader reports whether b holds a whole request header: for the
+// connection limiter, which then leaves a connection whose header waits
+// for its server alone (netguard.Limiter.WithFrames).
+func wholeHeader(b []byte) bool { return len(b) >= tcpwire.HeaderSize }
+
 // runAccept accepts until the listener closes.
 func (s *server) runAccept() {
 	defer s.wg.Done()
@@ -86,7 +91,7 @@ func (s *server) runAccept() {
 			continue
 		}
 		backoff.Reset()
-		release, err := s.limit.Acquire(c.RemoteAddr())
+		slot, err := s.limit.Admit(c.RemoteAddr(), c)
 		if err != nil {
 			s.t.warn("limit", "tcp data connection refused", "peer", c.RemoteAddr().String(), "err", err)
 			s.t.obs.Refused(metrics.RefusedLimit)
@@ -94,15 +99,15 @@ func (s *server) runAccept() {
 			continue
 		}
 		if !s.track(c, true) {
-			release()
+			slot.Release()
 			c.Close()
 			return
 		}
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			defer release()
-			s.serveConn(c)
+			defer slot.Release()
+			s.serveConn(c, slot)
 		}()
 	}
 }
@@ -206,7 +211,11 @@ func (b *respBatch) release() {
 // waiting for the next header (or the batch is full), so pipelined requests
 // get their status frames and READ payloads in one writev.
 // c is tracked (server.close closes it); serveConn closes it and drops it.
-func (s *server) serveConn(c net.Conn) {
+// Each request counts for slot from its whole header until it is answered
+// or its payload read (netguard.Slot.Begin): a connection that never sends
+// a whole header, or sits idle longest, is the one a new connection
+// displaces at a cap.
+func (s *server) serveConn(c net.Conn, slot *netguard.Slot) {
 	defer func() {
 		s.track(c, false)
 		c.Close()
@@ -237,6 +246,9 @@ func (s *server) serveConn(c net.Conn) {
 	if !s.retrack(c, dc) {
 		dc.Close()
 		return // the server closes
+	}
+	if dc != c && !slot.Rebind(dc) {
+		return // displaced meanwhile (Rebind closed dc)
 	}
 	c = dc
 	rd, err := newConnReader(c, s.t.e.SpinBudget())
@@ -294,6 +306,15 @@ func (s *server) serveConn(c net.Conn) {
 			s.t.obs.Refused(metrics.RefusedMalformed)
 			return
 		}
+		// A whole header: the connection serves a request until it is
+		// answered (every return below closes the connection, and its
+		// slot with it, so only the paths that go on call End).
+		if !slot.Begin() {
+			return // displaced meanwhile
+		}
+		if s.t.beforeServe != nil {
+			s.t.beforeServe(h)
+		}
 		pin := s.t.e.PinRemote(h.Addr, h.Size)
 		if pin == nil {
 			s.rejected.Add(1)
@@ -309,6 +330,7 @@ func (s *server) serveConn(c net.Conn) {
 			if !s.serveDevice(c, rd, &st, h, pin, out) {
 				return
 			}
+			slot.End()
 			continue
 		}
 		mem := cmem.Bytes(uintptr(h.Addr), h.Size)
@@ -343,6 +365,7 @@ func (s *server) serveConn(c net.Conn) {
 		} else {
 			out.addPayload(mem, pin)
 		}
+		slot.End()
 		s.served.Add(1)
 		rd.afterRequest(h.Size)
 		if h.Write {

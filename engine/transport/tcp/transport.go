@@ -68,8 +68,10 @@ type Config struct {
 	GPU *gpu.Runtime
 	// MaxConns caps connections the data port holds open (default
 	// netguard.DefaultMaxConns); MaxConnsPerIP caps those from one IP
-	// (default DefaultMaxConnsPerIP). Connections over a cap are closed at
-	// accept.
+	// (default DefaultMaxConnsPerIP). A connection at a cap displaces the
+	// oldest that has not sent a whole request header, else the one idle
+	// longest (netguard.Limiter); it is closed at accept only while every
+	// slot of the cap serves a request.
 	MaxConns, MaxConnsPerIP int
 	// IdleTimeout closes a server connection that sends no request for
 	// this long (default DefaultIdleTimeout, longer than the client
@@ -148,6 +150,12 @@ type Transport struct {
 	polled       atomic.Uint64 // slices read by their waiter (conn.Poll)
 	inlined      atomic.Uint64 // slices written by their submitter (lane.submit)
 	obs          *metrics.Server
+
+	// Test hooks, set before any traffic (export_test.go): beforeServe runs
+	// before the server serves a request, beforeWrite before each piece a
+	// lane writes (writeAll).
+	beforeServe func(h tcpwire.Header)
+	beforeWrite func()
 }
 
 // New starts the TCP transport for e: it listens on a random port of the
@@ -162,7 +170,7 @@ func New(e *engine.Engine, cfg Config) (*Transport, error) {
 	t := &Transport{e: e, cfg: cfg, log: e.Logger().With("transport", Name), port: port, obs: e.MetricSet().Server(Name)}
 	t.ctx, t.cancel = context.WithCancel(e.Context())
 	t.peers.m = make(map[string]*peerConns)
-	t.srv = &server{t: t, ln: ln, conns: make(map[net.Conn]struct{}), limit: netguard.NewLimiter(cfg.MaxConns, cfg.MaxConnsPerIP),
+	t.srv = &server{t: t, ln: ln, conns: make(map[net.Conn]struct{}), limit: netguard.NewLimiter(cfg.MaxConns, cfg.MaxConnsPerIP).WithFrames(tcpwire.HeaderSize, wholeHeader),
 		guard: peerauth.NewGuard(ec.Auth, peerauth.RoleData, 0, t.log)}
 	t.srv.wg.Add(1)
 	go t.srv.runAccept()
@@ -217,10 +225,12 @@ type Stats struct {
 	SlicesSent, SlicesFailed uint64
 	// Served and Rejected count server-side requests.
 	Served, Rejected uint64
-	// ConnsRefused counts server connections closed at accept for a cap;
-	// ServerConns is the number open now.
-	ConnsRefused uint64
-	ServerConns  int
+	// ConnsRefused counts server connections closed at accept for a cap
+	// (every slot serving a request); ConnsDisplaced those closed to make
+	// room for a new one (netguard.Limiter); ServerConns is the number open
+	// now.
+	ConnsRefused, ConnsDisplaced uint64
+	ServerConns                  int
 	// Conns is the number of open client connections.
 	Conns int
 	// SlicesPolled counts client-side slices whose answer the goroutine
@@ -237,7 +247,7 @@ type Stats struct {
 // Stats returns the transport's counters.
 func (t *Transport) Stats() Stats {
 	s := Stats{SlicesSent: t.sent.Load(), SlicesFailed: t.failed.Load(), Served: t.srv.served.Load(), Rejected: t.srv.rejected.Load(),
-		ConnsRefused: t.srv.limit.Refused(), ServerConns: t.srv.limit.Open(), SlicesPolled: t.polled.Load(),
+		ConnsRefused: t.srv.limit.Refused(), ConnsDisplaced: t.srv.limit.Displaced(), ServerConns: t.srv.limit.Open(), SlicesPolled: t.polled.Load(),
 		SlicesInline: t.inlined.Load(), ServerConnsPolled: int(t.srv.detached.Load())}
 	t.peers.Lock()
 	for _, pc := range t.peers.m {
@@ -412,6 +422,25 @@ func failAll(slices []*engine.Slice, err error) {
 		s.Complete(err)
 	}
 }
+
+// AbortCanceled kills every connection that reads or writes a slice of a
+// canceled batch (engine.Aborter): its reader fails those slices with
+// ErrCanceled at once instead of waiting up to StatusTimeout for a stalled
+// peer, once the writer has left their payloads; the other slices on it
+// are retried once, as after a lost connection.
+func (t *Transport) AbortCanceled() {
+	t.peers.Lock()
+	var lanes []*lane
+	for _, pc := range t.peers.m {
+		lanes = append(lanes, pc.lanes...)
+	}
+	t.peers.Unlock()
+	for _, l := range lanes {
+		l.abortCanceled()
+	}
+}
+
+var _ engine.Aborter = (*Transport)(nil)
 
 // Close stops the server and every lane; slices in flight fail.
 func (t *Transport) Close() error {
