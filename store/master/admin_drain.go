@@ -83,6 +83,19 @@ func JobTypeName(t wire.JobType) string { return strings.TrimPrefix(t.String(), 
 // JobStatusName is Mooncake's name of a job status ("RUNNING").
 func JobStatusName(st wire.JobStatus) string { return strings.TrimPrefix(st.String(), "JOB_STATUS_") }
 
+// jobRequest reads a drain-job request's job_id and the serving service;
+// it answers the request itself (and returns a nil service) when the id is
+// missing or malformed or no service serves.
+func (s *Server) jobRequest(w http.ResponseWriter, r *http.Request) (string, *Service) {
+	id := r.URL.Query().Get("job_id")
+	if !validUUID(id) {
+		writeJSON(w, http.StatusBadRequest, map[string]any{"success": false,
+			"error_code": int32(wire.ErrInvalidParams), "error_message": "Missing or invalid job_id"})
+		return "", nil
+	}
+	return id, s.adminService(w)
+}
+
 func (s *Server) drainHandlers(mux *http.ServeMux) {
 	mux.HandleFunc("POST /api/v1/drain_jobs", func(w http.ResponseWriter, r *http.Request) {
 		var body struct {
@@ -124,13 +137,7 @@ func (s *Server) drainHandlers(mux *http.ServeMux) {
 			"error_code": 0, "error_message": ""})
 	})
 	mux.HandleFunc("GET /api/v1/drain_jobs/query", func(w http.ResponseWriter, r *http.Request) {
-		id := r.URL.Query().Get("job_id")
-		if !validUUID(id) {
-			writeJSON(w, http.StatusBadRequest, map[string]any{"success": false,
-				"error_code": int32(wire.ErrInvalidParams), "error_message": "Missing or invalid job_id"})
-			return
-		}
-		svc := s.adminService(w)
+		id, svc := s.jobRequest(w, r)
 		if svc == nil {
 			return
 		}
@@ -146,13 +153,7 @@ func (s *Server) drainHandlers(mux *http.ServeMux) {
 			DroppedUnits: j.DroppedUnits, MigratedBytes: j.MigratedBytes, Message: j.Message})
 	})
 	mux.HandleFunc("POST /api/v1/drain_jobs/cancel", func(w http.ResponseWriter, r *http.Request) {
-		id := r.URL.Query().Get("job_id")
-		if !validUUID(id) {
-			writeJSON(w, http.StatusBadRequest, map[string]any{"success": false,
-				"error_code": int32(wire.ErrInvalidParams), "error_message": "Missing or invalid job_id"})
-			return
-		}
-		svc := s.adminService(w)
+		id, svc := s.jobRequest(w, r)
 		if svc == nil {
 			return
 		}
