@@ -17,8 +17,10 @@
 # PEER=<peer ip> here (perftest servers and the kvferry target start there).
 #
 #   NICS="mlx5_0 mlx5_1" GID_INDEX=3 DURATION=5 bench/rdma.sh
-#   bench/rdma.sh --fake    # smoke run on the test suite's fake provider:
-#                           # checks the script, says nothing of hardware
+#   bench/rdma.sh --fake    # smoke run on the test suite's fake provider,
+#                           # perftest included: checks the script and
+#                           # compares both on one fixture, says nothing
+#                           # of hardware
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DURATION="${DURATION:-5}"
@@ -81,12 +83,19 @@ perf() { # tool nic size [perftest flags...] -> GB/s (or usec for *_lat)
   local tool=$1 nic=$2 size=$3 host="${PEER:-127.0.0.1}"
   shift 3
   local args=(-d "$nic" "${GIDARG[@]}" "$@" -s "$size" -D "$DURATION")
-  if [ "$FAKE" = 1 ] || ! command -v "$tool" >/dev/null; then echo "-"; return; fi
-  if [ -z "$PEER" ]; then "$tool" "${args[@]}" --report_gbits >/dev/null 2>&1 & sleep 1; fi
+  if ! command -v "$tool" >/dev/null; then echo "-"; return; fi
+  if [ "$FAKE" = 1 ]; then
+    # perftest itself on the fake provider (rdma-core's loader finds the
+    # fake's libibverbs.so.1 first; GID 1 is its RoCE v2 entry; -F: no
+    # check of the CPU frequency on a shared machine).
+    tool="env LD_LIBRARY_PATH=$(dirname "$KVFERRY_IBVERBS_LIB") $tool"
+    args+=(-x 1 -F)
+  fi
+  if [ -z "$PEER" ]; then $tool "${args[@]}" --report_gbits >/dev/null 2>&1 & sleep 1; fi
   if [[ $tool == *_lat ]]; then
-    "$tool" "${args[@]}" "$host" 2>/dev/null | awk '$1 ~ /^[0-9]+$/ && NF >= 5 {print $6; exit}'
+    $tool "${args[@]}" "$host" 2>/dev/null | awk '$1 ~ /^[0-9]+$/ && NF >= 4 {print (NF >= 6 ? $6 : $3); exit}' # t_avg: column 6, or 3 with -D
   else
-    "$tool" "${args[@]}" --report_gbits "$host" 2>/dev/null | awk '$1 ~ /^[0-9]+$/ && NF >= 4 {printf "%.3f\n", $4 / 8; exit}'
+    $tool "${args[@]}" --report_gbits "$host" 2>/dev/null | awk '$1 ~ /^[0-9]+$/ && NF >= 4 {printf "%.3f\n", $4 / 8; exit}'
   fi
   wait 2>/dev/null || true
 }
@@ -154,5 +163,6 @@ fi
 echo
 echo "ratio: kvferry over perftest (striped: over N x one NIC's 64 KiB ib_*_bw; GPU rows: over perftest --use_cuda, and over kvferry's host-memory 1 MiB figure)."
 echo "machine: $(nproc) CPUs, NICs: $NICS, load $(cut -d' ' -f1-3 /proc/loadavg), $(date -u +%Y-%m-%dT%H:%MZ)"
-[ "$FAKE" = 1 ] && echo "FAKE PROVIDER: a smoke run of this script; the figures measure the test fixture, not RDMA."
+[ "$FAKE" = 1 ] && echo "FAKE PROVIDER: a smoke run of this script; both columns measure the test fixture (perftest and kvferry on the same fake), not RDMA."
+[ "$FAKE" = 1 ] && echo "The fake pays one unix-socket round trip per work request: perftest posts one per message, kvferry one per MC_SLICE_SIZE (64 KiB) slice, so only the 64 KiB rows compare like with like."
 exit 0
