@@ -15,12 +15,8 @@ from kvferry.store import MooncakeDistributedStore, MooncakeDistributedStoreAsyn
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 # Not implemented yet (docs/guide/python.md says so).
-NOT_YET_METHODS = {
-    "batch_get_into_multi_buffer_ranges", "batch_get_session_start", "batch_get_session_end",
-    "batch_put_from_multi_buffer_ranges", "batch_put_session_start", "batch_put_session_end",
-    "batch_put_session_revoke", "batch_replica_clear", "get_into_ranges",
-}
-NOT_YET_MODULE = {"bind_to_numa_node", "BufferLeaseView", "BufferLease", "BufferPool"}
+NOT_YET_METHODS = {"batch_replica_clear"}
+NOT_YET_MODULE = set()
 
 
 def pinned(name):
