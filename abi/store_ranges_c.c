@@ -102,3 +102,12 @@ KVF_API int kvferry_store_put_session_revoke(mooncake_store_t store, const char 
     if (check_keys(keys, count, NULL) != 0) return -1;
     return kvf_store_put_session_finish(U(store), (char **)keys, count, 1, results_out);
 }
+
+KVF_API int kvferry_store_batch_replica_clear(mooncake_store_t store, const char **keys,
+                                              size_t count, const char *segment_name,
+                                              int *cleared_out) {
+    if (kvf_forked() || !store || (count > 0 && !cleared_out)) return -1;
+    if (check_keys(keys, count, NULL) != 0) return -1;
+    return kvf_store_batch_replica_clear(U(store), (char **)keys, count, (char *)segment_name,
+                                         cleared_out);
+}

@@ -263,3 +263,39 @@ func kvf_store_put_session_finish(h C.uintptr_t, keys **C.char, count C.size_t, 
 	}
 	return 0
 }
+
+//export kvf_store_batch_replica_clear
+func kvf_store_batch_replica_clear(h C.uintptr_t, keys **C.char, count C.size_t, segment *C.char, cleared *C.int) (rc C.int) {
+	defer recoverStoreInt(&rc)
+	s, ok := lookupStore(h)
+	if !ok || count > maxBatch {
+		return storeErr
+	}
+	if count == 0 {
+		return 0
+	}
+	out := unsafe.Slice(cleared, int(count))
+	fillInt(out, 0)
+	c, err := sessionClient(s)
+	if err != nil {
+		return C.int(s.fail(err))
+	}
+	seg, _ := cstr(segment)
+	ks := goKeys(keys, count)
+	done, err := c.BatchReplicaClear(context.Background(), ks, seg)
+	if err != nil {
+		return C.int(s.fail(err))
+	}
+	set := make(map[string]bool, len(done))
+	for _, k := range done {
+		set[k] = true
+	}
+	n := 0
+	for i, k := range ks {
+		if set[k] {
+			out[i] = 1
+			n++
+		}
+	}
+	return C.int(n)
+}

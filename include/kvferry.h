@@ -916,6 +916,15 @@ int kvferry_store_put_session_end(mooncake_store_t store, const char **keys, siz
 int kvferry_store_put_session_revoke(mooncake_store_t store, const char **keys, size_t count,
                                      int *results_out);
 
+/* Clears the replicas of keys that this store wrote and that no reader
+ * holds a lease on (Mooncake's batch_replica_clear): whole objects with
+ * segment_name NULL or "", otherwise only the replicas on the segment of
+ * that name, an object left with none being removed. Keys that do not
+ * qualify are skipped. cleared_out[i] is 1 for a key cleared, else 0.
+ * Returns how many were cleared, or a negative code. */
+int kvferry_store_batch_replica_clear(mooncake_store_t store, const char **keys, size_t count,
+                                      const char *segment_name, int *cleared_out);
+
 #ifdef __cplusplus
 }
 #endif

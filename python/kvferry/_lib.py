@@ -277,6 +277,8 @@ _PROTOTYPES = {
                 POINTER(c_uint64), POINTER(c_size_t), POINTER(c_int64)]),
     "kvferry_store_put_session_end": (c_int, [_V, POINTER(c_char_p), c_size_t, POINTER(c_int)]),
     "kvferry_store_put_session_revoke": (c_int, [_V, POINTER(c_char_p), c_size_t, POINTER(c_int)]),
+    "kvferry_store_batch_replica_clear": (
+        c_int, [_V, POINTER(c_char_p), c_size_t, _S, POINTER(c_int)]),
 }
 
 

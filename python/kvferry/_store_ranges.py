@@ -3,7 +3,8 @@
 ``batch_get_session_start`` / ``batch_get_into_multi_buffer_ranges`` /
 ``batch_get_session_end``, ``batch_put_session_start`` /
 ``batch_put_from_multi_buffer_ranges`` / ``batch_put_session_end`` /
-``batch_put_session_revoke``, and ``_get_pyclient_capsule``.
+``batch_put_session_revoke``, ``batch_replica_clear`` and
+``_get_pyclient_capsule``.
 
 Each call is one library call (kvferry.h, "Store ranges and sessions",
 API version 10); the ranges go to C arrays with no copy of the data."""
@@ -14,7 +15,7 @@ from ctypes import c_int, c_int64, c_size_t, c_uint64, c_void_p
 
 from . import _lib
 from ._lib import lib
-from ._store_args import _INVALID, _config, _group_ids, _keys, log
+from ._store_args import _INVALID, _config, _group_ids, _key, _keys, log
 
 # The name of the capsule _get_pyclient_capsule returns (kept alive here:
 # the capsule keeps a pointer to it).
@@ -267,3 +268,24 @@ class _RangesMixin:
         flight): the master frees the space. list[int] as
         batch_put_session_end's."""
         return self._finish_sessions(lib.kvferry_store_put_session_revoke, keys)
+
+    def batch_replica_clear(self, keys, segment_name=""):
+        """Clear the replicas of keys that this client wrote and that no
+        reader holds a lease on: whole objects with segment_name "", else
+        only the replicas on that segment (an object left with none is
+        removed). Returns list[str], the keys cleared ([] before setup or
+        on failure)."""
+        keys = _keys(keys)
+        segment_name = _key(segment_name, "segment_name")
+        if not self._h:
+            log.error("batch_replica_clear: client not initialized")
+            return []
+        if not keys:
+            return []
+        out = (c_int * len(keys))()
+        rc = lib.kvferry_store_batch_replica_clear(self._h, _lib.c_strings(keys), len(keys),
+                                                   segment_name.encode(), out)
+        if rc < 0:
+            log.error("batch_replica_clear failed: %d", rc)
+            return []
+        return [k for k, done in zip(keys, out) if done]

@@ -2,10 +2,10 @@
 batch_get_session_start / batch_get_into_multi_buffer_ranges /
 batch_get_session_end, batch_put_session_start /
 batch_put_from_multi_buffer_ranges / batch_put_session_end /
-batch_put_session_revoke, and _get_pyclient_capsule. Every read is
-checked against numpy's own slicing of the stored bytes, over a remote
-holder (the engine's TCP path) and over the client's own segment (the
-local copy)."""
+batch_put_session_revoke, batch_replica_clear and _get_pyclient_capsule.
+Every read is checked against numpy's own slicing of the stored bytes,
+over a remote holder (the engine's TCP path) and over the client's own
+segment (the local copy)."""
 
 import ctypes
 import unittest
@@ -227,6 +227,22 @@ class Ranges(unittest.TestCase):
 
         asyncio.run(run())
         self.assertEqual(self.s.get("w"), self.src[:64].tobytes())
+
+    def test_batch_replica_clear(self):
+        s, h = self.s, self.holder
+        for k in ("x", "y", "z"):
+            self.assertEqual(s.put(k, b"v" * 100), 0)
+        self.assertEqual(h.batch_replica_clear(["x", "y"]), [])  # not the writer
+        self.assertEqual(s.get("z"), b"v" * 100)  # z is leased now
+        self.assertEqual(s.batch_replica_clear(["x", "z", "nope"], "no-such-segment"), [])
+        self.assertEqual(s.batch_replica_clear(["x", "z", "nope"], h.get_hostname()), ["x"])
+        self.assertEqual(s.batch_replica_clear(["y", "z"]), ["y"])
+        self.assertEqual(s.get("x"), b"")
+        self.assertEqual(s.get("y"), b"")
+        self.assertEqual(s.batch_replica_clear([]), [])
+        self.assertEqual(MooncakeDistributedStore().batch_replica_clear(["x"]), [])
+        with self.assertRaises(TypeError):
+            s.batch_replica_clear("x")
 
     def test_pyclient_capsule(self):
         self.put("c", 77, 8)
