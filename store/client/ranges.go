@@ -408,7 +408,9 @@ func (c *Client) EndGetSession(keys []string) {
 // writing them (Mooncake's batch_put_session_start): their bytes then come
 // with PutSessionRanges, and EndPutSession makes them readable. errs[i]:
 // INVALID_PARAMS for a key that has a session already, or the master's
-// error (OBJECT_ALREADY_EXISTS for a stored key).
+// error (OBJECT_ALREADY_EXISTS for a stored key). A session never ended is
+// an abandoned put to the master, which discards it after its
+// PutStartDiscardTimeout.
 func (c *Client) StartPutSession(ctx context.Context, keys []string, sizes []uint64, cfg ReplicateConfig) []error {
 	errs := make([]error, len(keys))
 	bad := func(err error) []error {
