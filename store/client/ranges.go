@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -166,8 +167,9 @@ func checkRanges(op, key string, rs []Range, size uint64, errs []error) []Range 
 // ranges[i] of keys[i], each into memory registered with the engine (a range
 // outside registered memory, or outside its object, is INVALID_PARAMS and
 // not read). A key may appear more than once; the master is asked once for
-// all of them. errs[i][j] is the result of ranges[i][j] (nil: Size bytes
-// read).
+// all of them, and the ranges held by other clients go as one engine batch
+// (a key whose read fails there is read again from its other replicas).
+// errs[i][j] is the result of ranges[i][j] (nil: Size bytes read).
 func (c *Client) GetRanges(ctx context.Context, keys []string, ranges [][]Range) [][]error {
 	errs := make([][]error, len(keys))
 	for i := range keys {
@@ -193,6 +195,8 @@ func (c *Client) GetRanges(ctx context.Context, keys []string, ranges [][]Range)
 		}
 		return errs
 	}
+	var jobs jobs
+	var batched, pend []pendingRanges
 	for i, k := range keys {
 		res := lists[uniq[k]]
 		if res.err != nil {
@@ -217,17 +221,72 @@ func (c *Client) GetRanges(ctx context.Context, keys []string, ranges [][]Range)
 		}
 		keyStart := start
 		reps, err := c.memoryReplicas(ctx, k, res.reps, &keyStart)
-		if err == nil {
-			err = c.readRanges(ctx, k, reps, ok)
-		}
-		if err == nil && lease > 0 && time.Since(keyStart) > lease {
-			err = fmt.Errorf("get ranges %q: read took %v, lease %v: %w", k, time.Since(keyStart), lease, wire.ErrLeaseExpired)
-		}
 		if err != nil {
 			fail(i, err)
+			continue
+		}
+		order := c.readOrder(reps)
+		if len(order) == 0 || order[0].GetSegmentName() == c.segName {
+			// Nothing to read, or a copy from this client's own segment.
+			pend = append(pend, pendingRanges{key: i, reps: reps, ranges: ok, start: keyStart})
+			continue
+		}
+		ids, err := c.open(ctx, order[:1])
+		if err != nil {
+			pend = append(pend, pendingRanges{key: i, reps: order[1:], ranges: ok, start: keyStart})
+			continue
+		}
+		jobs.grow(len(ok))
+		for _, g := range ok {
+			if g.Size > 0 {
+				jobs.add(i, narrowed(order[0], g.Offset, g.Size), c.gpuSpan(cSpan(g.Addr, g.Size)), engine.OpRead, ids[0])
+			}
+		}
+		batched = append(batched, pendingRanges{key: i, reps: order[1:], ranges: ok, start: keyStart})
+	}
+	// The first replica of every remote key, all ranges in one engine batch;
+	// a key with a failed range falls back to its other replicas.
+	failed, err := c.runJobs(ctx, &jobs)
+	bad := make(map[int]error)
+	for j, key := range jobs.keys {
+		if err != nil {
+			bad[key] = err
+		} else if failed != nil && failed[j] != nil {
+			bad[key] = failed[j]
+		}
+	}
+	for _, p := range batched {
+		if why, ok := bad[p.key]; ok {
+			_ = c.e.RemoveSegment(jobs.reps[slices.Index(jobs.keys, p.key)].GetSegmentName())
+			c.log.Debug("replica range read failed", "key", keys[p.key], "err", why)
+			pend = append(pend, p)
+			continue
+		}
+		if lease > 0 && time.Since(p.start) > lease {
+			fail(p.key, fmt.Errorf("get ranges %q: read took %v, lease %v: %w", keys[p.key], time.Since(p.start), lease,
+				wire.ErrLeaseExpired))
+		}
+	}
+	for _, p := range pend {
+		err := c.readRanges(ctx, keys[p.key], p.reps, p.ranges)
+		if err == nil && lease > 0 && time.Since(p.start) > lease {
+			err = fmt.Errorf("get ranges %q: read took %v, lease %v: %w", keys[p.key], time.Since(p.start), lease,
+				wire.ErrLeaseExpired)
+		}
+		if err != nil {
+			fail(p.key, err)
 		}
 	}
 	return errs
+}
+
+// pendingRanges is one key's valid ranges of a GetRanges call, the
+// replicas left to read them from, and when its lease began.
+type pendingRanges struct {
+	key    int
+	reps   []*wire.Replica
+	ranges []Range
+	start  time.Time
 }
 
 // keyReplicas is the master's answer for one key of lookupKeys.
