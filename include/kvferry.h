@@ -27,7 +27,7 @@
 extern "C" {
 #endif
 
-#define KVFERRY_API_VERSION 9
+#define KVFERRY_API_VERSION 10
 
 /* Error codes (negative). The first group has Mooncake's values. */
 #define KVFERRY_OK 0
@@ -847,6 +847,83 @@ int64_t kvferry_store_offload_read_count(mooncake_store_t store);
  * NULL and pointers it did not hand out. Safe from any thread. */
 void *kvferry_hugepage_alloc(size_t size);
 void kvferry_hugepage_free(void *ptr);
+
+/* ---- Store ranges and sessions (API version 10). Mooncake's RealClient
+ * get_into_ranges and its put and get sessions. Ranges come flat: key i
+ * owns range_counts[i] consecutive entries of addrs (caller memory),
+ * offsets (where in the object) and sizes. A key may appear more than
+ * once. These need a store client of this process: a dummy client's
+ * handle gets -600 (INVALID_PARAMS) for every key. Each returns 0 (or -1
+ * for a NULL or bad argument, -600 for more than 4M ranges) and writes one
+ * result per range or per key. */
+
+/* Reads each range of its object into registered memory, asking the
+ * master once for every distinct key. results_out has one entry per range
+ * (the total of range_counts): its size, or a negative code (-600 for a
+ * range outside its object or outside registered memory, which is not
+ * read). */
+int kvferry_store_get_into_ranges(mooncake_store_t store, const char **keys, size_t count,
+                                  void **addrs, const uint64_t *offsets, const uint64_t *sizes,
+                                  const size_t *range_counts, int64_t *results_out);
+
+/* Starts a get session per key: looks its replicas up once and keeps
+ * them, under the lease the master granted, for
+ * kvferry_store_get_session_ranges. results_out[i]: 0, the master's code,
+ * or -702 (INVALID_REPLICA) without a memory replica. */
+int kvferry_store_get_session_start(mooncake_store_t store, const char **keys, size_t count,
+                                    int *results_out);
+
+/* Reads each key's ranges through its get session, asking the master
+ * nothing. results_out[i]: the bytes read for key i; -600 without a
+ * session or for a range outside the object (nothing of that key is
+ * read); -707 (LEASE_EXPIRED) once the lease is over (the session is
+ * dropped). */
+int kvferry_store_get_session_ranges(mooncake_store_t store, const char **keys, size_t count,
+                                     void **addrs, const uint64_t *offsets, const uint64_t *sizes,
+                                     const size_t *range_counts, int64_t *results_out);
+
+/* Drops the get sessions of keys; 0 (keys without one are ignored). */
+int kvferry_store_get_session_end(mooncake_store_t store, const char **keys, size_t count);
+
+/* Reserves sizes[i] bytes for keys[i] at the master without writing them
+ * (config and group_ids as kvferry_store_batch_put_from_multi's).
+ * results_out[i]: 0, -600 for a key with an open session, or the master's
+ * code (-705 OBJECT_ALREADY_EXISTS for a stored key). */
+int kvferry_store_put_session_start(mooncake_store_t store, const char **keys, size_t count,
+                                    const uint64_t *sizes,
+                                    const mooncake_replicate_config_t *config,
+                                    const char **group_ids, int *results_out);
+
+/* Writes each key's ranges into every replica its put session reserved,
+ * offsets[j] being where in the object range j goes. results_out[i]: the
+ * bytes written for key i; -600 without an open session or for a range
+ * outside the object (nothing of that key is written). */
+int kvferry_store_put_session_ranges(mooncake_store_t store, const char **keys, size_t count,
+                                     void **addrs, const uint64_t *offsets, const uint64_t *sizes,
+                                     const size_t *range_counts, int64_t *results_out);
+
+/* Completes the put sessions of keys: waits for their range writes in
+ * flight, then the objects become readable. results_out[i]: 0, -600
+ * without a session, or the master's code (the session then stays, sealed,
+ * for another end or a revoke). */
+int kvferry_store_put_session_end(mooncake_store_t store, const char **keys, size_t count,
+                                  int *results_out);
+
+/* Abandons the put sessions of keys: waits for their range writes in
+ * flight, then the master frees the space. results_out[i] as
+ * kvferry_store_put_session_end's (a key the master no longer has counts
+ * as revoked). */
+int kvferry_store_put_session_revoke(mooncake_store_t store, const char **keys, size_t count,
+                                     int *results_out);
+
+/* Clears the replicas of keys that this store wrote and that no reader
+ * holds a lease on (Mooncake's batch_replica_clear): whole objects with
+ * segment_name NULL or "", otherwise only the replicas on the segment of
+ * that name, an object left with none being removed. Keys that do not
+ * qualify are skipped. cleared_out[i] is 1 for a key cleared, else 0.
+ * Returns how many were cleared, or a negative code. */
+int kvferry_store_batch_replica_clear(mooncake_store_t store, const char **keys, size_t count,
+                                      const char *segment_name, int *cleared_out);
 
 #ifdef __cplusplus
 }

@@ -260,6 +260,25 @@ _PROTOTYPES = {
     "kvferry_store_offload_read_count": (c_int64, [_V]),
     "kvferry_hugepage_alloc": (_V, [c_size_t]),
     "kvferry_hugepage_free": (None, [_V]),
+    # kvferry.h, store ranges and sessions (API version 10)
+    "kvferry_store_get_into_ranges": (
+        c_int, [_V, POINTER(c_char_p), c_size_t, POINTER(c_void_p), POINTER(c_uint64),
+                POINTER(c_uint64), POINTER(c_size_t), POINTER(c_int64)]),
+    "kvferry_store_get_session_start": (c_int, [_V, POINTER(c_char_p), c_size_t, POINTER(c_int)]),
+    "kvferry_store_get_session_ranges": (
+        c_int, [_V, POINTER(c_char_p), c_size_t, POINTER(c_void_p), POINTER(c_uint64),
+                POINTER(c_uint64), POINTER(c_size_t), POINTER(c_int64)]),
+    "kvferry_store_get_session_end": (c_int, [_V, POINTER(c_char_p), c_size_t]),
+    "kvferry_store_put_session_start": (
+        c_int, [_V, POINTER(c_char_p), c_size_t, POINTER(c_uint64), POINTER(ReplicateConfigC),
+                POINTER(c_char_p), POINTER(c_int)]),
+    "kvferry_store_put_session_ranges": (
+        c_int, [_V, POINTER(c_char_p), c_size_t, POINTER(c_void_p), POINTER(c_uint64),
+                POINTER(c_uint64), POINTER(c_size_t), POINTER(c_int64)]),
+    "kvferry_store_put_session_end": (c_int, [_V, POINTER(c_char_p), c_size_t, POINTER(c_int)]),
+    "kvferry_store_put_session_revoke": (c_int, [_V, POINTER(c_char_p), c_size_t, POINTER(c_int)]),
+    "kvferry_store_batch_replica_clear": (
+        c_int, [_V, POINTER(c_char_p), c_size_t, _S, POINTER(c_int)]),
 }
 
 

@@ -64,6 +64,7 @@ class _StoreCore:
         self._mu = threading.Lock()
         self.tensor_format = "auto"
         self._scratch = None  # GPU scratch buffers of CUDA tensor calls
+        self._local_buffer_size = 0  # setup's local_buffer_size (BufferPool's capacity)
 
     # ---- lifecycle ----
 
@@ -157,6 +158,7 @@ class _StoreCore:
                 return rc
             self._h = h
             self._engine = owner if engine is not None else None
+            self._local_buffer_size = lbs
             return 0
 
     def setup_dummy(self, mem_pool_size, local_buffer_size, server_address):
@@ -186,6 +188,7 @@ class _StoreCore:
                 lib.mooncake_store_destroy(h)
                 return rc
             self._h = h
+            self._local_buffer_size = local_buffer_size
             return 0
 
     def alloc_from_mem_pool(self, size):
@@ -209,12 +212,14 @@ class _StoreCore:
                 lib.mooncake_store_destroy(h)
                 return rc
             self._h = h
+            self._local_buffer_size = 1 << 30
             return 0
 
     def close(self):
         """Tear the client down (unmount, unregister, free). Returns 0."""
         with self._mu:
             h, self._h = self._h, None
+            self._local_buffer_size = 0
         if h:
             self._on_close()
             pool, self._scratch = self._scratch, None

@@ -31,13 +31,18 @@ classes:
 - ``_safetensors``: the safetensors codec and the store's safetensors calls;
 - ``_store_versioned``: versioned publish and subscribe;
 - ``_store_replicas``: replica descriptors, copy and move tasks;
+- ``_store_ranges``: ranged reads, put and get sessions, the client capsule;
+- ``_buffer_pool``: ``BufferPool``, ``BufferLease``, ``BufferLeaseView``;
+- ``_numa``: ``bind_to_numa_node``;
 - ``_store_client``: ``MooncakeDistributedStore`` itself;
 - ``_store_async``: ``MooncakeDistributedStoreAsync``.
 """
 
 from ctypes import byref, c_char_p, c_int, c_int64, c_size_t, c_uint64, c_void_p  # noqa: F401
 
+from ._buffer_pool import BufferLease, BufferLeaseView, BufferPool
 from ._lib import ReplicateConfigC, lib  # noqa: F401
+from ._numa import bind_to_numa_node
 from ._store_args import log  # noqa: F401
 from ._store_async import MooncakeDistributedStoreAsync
 from ._store_client import MooncakeDistributedStore
@@ -88,4 +93,8 @@ __all__ = [
     "MooncakeDistributedNoFRegister",
     "get_alloc_func_addr",
     "get_free_func_addr",
+    "bind_to_numa_node",
+    "BufferPool",
+    "BufferLease",
+    "BufferLeaseView",
 ]

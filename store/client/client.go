@@ -83,6 +83,7 @@ type Client struct {
 	hot       *hotCache // the local hot cache (hotcache.go); nil when off
 	hints     *hints    // where keys were last seen (spec.go); nil when off
 	tasks     *tasks    // the task loop's workers; nil without a segment or tier
+	sessions  sessions  // open put and get sessions (ranges.go)
 }
 
 // masterConn is one connection to a master: mux, gRPC, or (closer nil) an

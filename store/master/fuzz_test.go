@@ -113,6 +113,9 @@ func FuzzService(f *testing.F) {
 	// cancel, an unmount mid-drain.
 	f.Add([]byte{0, 0, 0, 1, 0, 2, 1, 0, 3, 0, 1, 1, 3, 1, 1, 5, 3, 5, 17, 0, 9, 0, 18, 0, 18, 3, 9, 1, 18, 1,
 		17, 1, 9, 0, 18, 4, 8, 1, 9, 2, 19, 0, 17, 2, 9, 0, 18, 2, 9, 7})
+	// Replica clears: puts with two replicas, a read lease, clears whole
+	// and per segment, ticks past the lease.
+	f.Add([]byte{0, 0, 0, 1, 0, 2, 1, 0, 1, 3, 3, 0, 20, 1, 20, 0, 9, 7, 20, 3, 20, 0, 1, 1, 20, 5, 20, 2})
 	f.Fuzz(func(t *testing.T, ops []byte) {
 		clock := newFakeClock()
 		s, err := NewService(Config{Clock: clock, Seed: 3, DefaultKVLeaseTTL: 2 * time.Second,
@@ -123,7 +126,7 @@ func FuzzService(f *testing.F) {
 		clients := []string{"c0", "c1", "c2"}
 		var jobs []string
 		for i := 0; i+1 < len(ops); i += 2 {
-			op, arg := ops[i]%20, int(ops[i+1])
+			op, arg := ops[i]%21, int(ops[i+1])
 			c := clients[arg%len(clients)]
 			key := fmt.Sprintf("k%d", arg%17)
 			tenant := []string{"", "t1", wire.DefaultTenant}[arg/17%3] // "" and "default" are one
@@ -208,6 +211,13 @@ func FuzzService(f *testing.F) {
 					_ = s.CancelDrainJob(jobs[arg%len(jobs)])
 					_, _ = s.QueryDrainJob(jobs[arg%len(jobs)])
 				}
+			case 20:
+				// c clears what it wrote: whole, or one holder's replicas.
+				seg := ""
+				if arg%2 == 1 {
+					seg = clients[arg/2%len(clients)]
+				}
+				_, _ = s.BatchReplicaClear(c, tenant, []string{key, fmt.Sprintf("k%d", (arg+1)%17)}, seg)
 			}
 			checkInvariants(t, s)
 		}

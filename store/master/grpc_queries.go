@@ -106,3 +106,15 @@ func (g *handlers) CancelDrainJob(_ context.Context, req *wire.DrainJobIdRequest
 	}
 	return &wire.CancelDrainJobResponse{}, nil
 }
+
+func (g *handlers) BatchReplicaClear(_ context.Context, req *wire.BatchReplicaClearRequest) (*wire.BatchReplicaClearResponse, error) {
+	svc, err := g.svc()
+	if err != nil {
+		return nil, err
+	}
+	cleared, err := svc.BatchReplicaClear(req.GetClientId(), req.GetTenantId(), req.GetKeys(), req.GetSegmentName())
+	if err != nil {
+		return nil, err
+	}
+	return &wire.BatchReplicaClearResponse{ClearedKeys: cleared}, nil
+}

@@ -197,3 +197,8 @@ func (c inProcess) QueryDrainJob(ctx context.Context, in *wire.DrainJobIdRequest
 func (c inProcess) CancelDrainJob(ctx context.Context, in *wire.DrainJobIdRequest, _ ...grpc.CallOption) (*wire.CancelDrainJobResponse, error) {
 	return answer(c.g.CancelDrainJob(ctx, in))
 }
+
+// BatchReplicaClear calls the handler directly.
+func (c inProcess) BatchReplicaClear(ctx context.Context, in *wire.BatchReplicaClearRequest, _ ...grpc.CallOption) (*wire.BatchReplicaClearResponse, error) {
+	return answer(c.g.BatchReplicaClear(ctx, in))
+}

@@ -175,6 +175,11 @@ func (l RequestLimits) Check(req proto.Message) error {
 		return list("target segments", len(r.GetTargetSegments()))
 	case *DrainJobIdRequest:
 		return key(r.GetJobId())
+	case *BatchReplicaClearRequest:
+		if err := key(r.GetSegmentName()); err != nil {
+			return err
+		}
+		return keys(r.GetKeys())
 	}
 	return nil
 }

@@ -92,7 +92,8 @@ const (
 	MuxCreateDrainJob        MuxMethod = 31
 	MuxQueryDrainJob         MuxMethod = 32
 	MuxCancelDrainJob        MuxMethod = 33
-	muxMethodEnd             MuxMethod = 34
+	MuxBatchReplicaClear     MuxMethod = 34
+	muxMethodEnd             MuxMethod = 35
 )
 
 // MuxHeader is a decoded frame header.
@@ -293,4 +294,6 @@ var muxCalls = [muxMethodEnd]muxCall{
 		serveFn(MasterServer.QueryDrainJob), false},
 	MuxCancelDrainJob: {Master_CancelDrainJob_FullMethodName, func() proto.Message { return new(DrainJobIdRequest) },
 		serveFn(MasterServer.CancelDrainJob), false},
+	MuxBatchReplicaClear: {Master_BatchReplicaClear_FullMethodName, func() proto.Message { return new(BatchReplicaClearRequest) },
+		serveFn(MasterServer.BatchReplicaClear), false},
 }

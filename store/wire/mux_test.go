@@ -54,7 +54,8 @@ func TestMuxMethodValues(t *testing.T) {
 		"GetReplicaList", "BatchGetReplicaList", "PutStart", "BatchPutStart", "PutEnd", "BatchPutEnd", "Remove",
 		"BatchRemove", "RemoveByRegex", "RemoveAll", "ListSegments", "ListKeys", "AcquireGrants", "PutCommit",
 		"ReturnGrants", "MountDiskSegment", "FetchTasks", "PromoteObject", "CreateTask", "QueryTask", "WaitObject",
-		"GetReplicaListByRegex", "BatchQueryIp", "CalcCacheStats", "CreateDrainJob", "QueryDrainJob", "CancelDrainJob"}
+		"GetReplicaListByRegex", "BatchQueryIp", "CalcCacheStats", "CreateDrainJob", "QueryDrainJob", "CancelDrainJob",
+		"BatchReplicaClear"}
 	assert.Equal(t, len(names), len(Master_ServiceDesc.Methods))
 	for i, n := range names {
 		m := MuxMethod(i + 1)
@@ -62,7 +63,7 @@ func TestMuxMethodValues(t *testing.T) {
 		assert.Equal(t, Master_ServiceDesc.Methods[i].MethodName, n)
 	}
 	assert.Equal(t, MuxMethod(0).Name(), "")
-	assert.Equal(t, MuxMethod(34).Name(), "")
+	assert.Equal(t, MuxMethod(35).Name(), "")
 }
 
 func TestParseMuxHeaderErrors(t *testing.T) {

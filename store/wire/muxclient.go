@@ -1039,3 +1039,12 @@ func (c *MuxClient) CancelDrainJob(ctx context.Context, in *DrainJobIdRequest, _
 	}
 	return out, nil
 }
+
+// BatchReplicaClear calls the master over the connection.
+func (c *MuxClient) BatchReplicaClear(ctx context.Context, in *BatchReplicaClearRequest, _ ...grpc.CallOption) (*BatchReplicaClearResponse, error) {
+	out := new(BatchReplicaClearResponse)
+	if err := c.invoke(ctx, MuxBatchReplicaClear, in, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}

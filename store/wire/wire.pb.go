@@ -451,6 +451,119 @@ func (JobStatus) EnumDescriptor() ([]byte, []int) {
 	return file_wire_proto_rawDescGZIP(), []int{7}
 }
 
+type BatchReplicaClearRequest struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	ClientId    string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	Keys        []string               `protobuf:"bytes,2,rep,name=keys,proto3" json:"keys,omitempty"`
+	SegmentName string                 `protobuf:"bytes,3,opt,name=segment_name,json=segmentName,proto3" json:"segment_name,omitempty"`
+	// tenant_id is the namespace of the keys ("" is "default"; tenant.go).
+	TenantId      string `protobuf:"bytes,4,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchReplicaClearRequest) Reset() {
+	*x = BatchReplicaClearRequest{}
+	mi := &file_wire_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchReplicaClearRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchReplicaClearRequest) ProtoMessage() {}
+
+func (x *BatchReplicaClearRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_wire_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchReplicaClearRequest.ProtoReflect.Descriptor instead.
+func (*BatchReplicaClearRequest) Descriptor() ([]byte, []int) {
+	return file_wire_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *BatchReplicaClearRequest) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *BatchReplicaClearRequest) GetKeys() []string {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
+func (x *BatchReplicaClearRequest) GetSegmentName() string {
+	if x != nil {
+		return x.SegmentName
+	}
+	return ""
+}
+
+func (x *BatchReplicaClearRequest) GetTenantId() string {
+	if x != nil {
+		return x.TenantId
+	}
+	return ""
+}
+
+type BatchReplicaClearResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ClearedKeys   []string               `protobuf:"bytes,1,rep,name=cleared_keys,json=clearedKeys,proto3" json:"cleared_keys,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchReplicaClearResponse) Reset() {
+	*x = BatchReplicaClearResponse{}
+	mi := &file_wire_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchReplicaClearResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchReplicaClearResponse) ProtoMessage() {}
+
+func (x *BatchReplicaClearResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_wire_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchReplicaClearResponse.ProtoReflect.Descriptor instead.
+func (*BatchReplicaClearResponse) Descriptor() ([]byte, []int) {
+	return file_wire_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *BatchReplicaClearResponse) GetClearedKeys() []string {
+	if x != nil {
+		return x.ClearedKeys
+	}
+	return nil
+}
+
 // ErrorDetail rides in the gRPC status of a failed call.
 type ErrorDetail struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -462,7 +575,7 @@ type ErrorDetail struct {
 
 func (x *ErrorDetail) Reset() {
 	*x = ErrorDetail{}
-	mi := &file_wire_proto_msgTypes[0]
+	mi := &file_wire_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -474,7 +587,7 @@ func (x *ErrorDetail) String() string {
 func (*ErrorDetail) ProtoMessage() {}
 
 func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[0]
+	mi := &file_wire_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -487,7 +600,7 @@ func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErrorDetail.ProtoReflect.Descriptor instead.
 func (*ErrorDetail) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{0}
+	return file_wire_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *ErrorDetail) GetCode() int32 {
@@ -506,7 +619,7 @@ type PingRequest struct {
 
 func (x *PingRequest) Reset() {
 	*x = PingRequest{}
-	mi := &file_wire_proto_msgTypes[1]
+	mi := &file_wire_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -518,7 +631,7 @@ func (x *PingRequest) String() string {
 func (*PingRequest) ProtoMessage() {}
 
 func (x *PingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[1]
+	mi := &file_wire_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -531,7 +644,7 @@ func (x *PingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingRequest.ProtoReflect.Descriptor instead.
 func (*PingRequest) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{1}
+	return file_wire_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *PingRequest) GetClientId() string {
@@ -559,7 +672,7 @@ type PingResponse struct {
 
 func (x *PingResponse) Reset() {
 	*x = PingResponse{}
-	mi := &file_wire_proto_msgTypes[2]
+	mi := &file_wire_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -571,7 +684,7 @@ func (x *PingResponse) String() string {
 func (*PingResponse) ProtoMessage() {}
 
 func (x *PingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[2]
+	mi := &file_wire_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -584,7 +697,7 @@ func (x *PingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingResponse.ProtoReflect.Descriptor instead.
 func (*PingResponse) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{2}
+	return file_wire_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *PingResponse) GetStatus() ClientStatus {
@@ -636,7 +749,7 @@ type Segment struct {
 
 func (x *Segment) Reset() {
 	*x = Segment{}
-	mi := &file_wire_proto_msgTypes[3]
+	mi := &file_wire_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -648,7 +761,7 @@ func (x *Segment) String() string {
 func (*Segment) ProtoMessage() {}
 
 func (x *Segment) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[3]
+	mi := &file_wire_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -661,7 +774,7 @@ func (x *Segment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Segment.ProtoReflect.Descriptor instead.
 func (*Segment) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{3}
+	return file_wire_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Segment) GetId() string {
@@ -723,7 +836,7 @@ type MountSegmentRequest struct {
 
 func (x *MountSegmentRequest) Reset() {
 	*x = MountSegmentRequest{}
-	mi := &file_wire_proto_msgTypes[4]
+	mi := &file_wire_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -735,7 +848,7 @@ func (x *MountSegmentRequest) String() string {
 func (*MountSegmentRequest) ProtoMessage() {}
 
 func (x *MountSegmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[4]
+	mi := &file_wire_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -748,7 +861,7 @@ func (x *MountSegmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MountSegmentRequest.ProtoReflect.Descriptor instead.
 func (*MountSegmentRequest) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{4}
+	return file_wire_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *MountSegmentRequest) GetClientId() string {
@@ -773,7 +886,7 @@ type MountSegmentResponse struct {
 
 func (x *MountSegmentResponse) Reset() {
 	*x = MountSegmentResponse{}
-	mi := &file_wire_proto_msgTypes[5]
+	mi := &file_wire_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -785,7 +898,7 @@ func (x *MountSegmentResponse) String() string {
 func (*MountSegmentResponse) ProtoMessage() {}
 
 func (x *MountSegmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[5]
+	mi := &file_wire_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -798,7 +911,7 @@ func (x *MountSegmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MountSegmentResponse.ProtoReflect.Descriptor instead.
 func (*MountSegmentResponse) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{5}
+	return file_wire_proto_rawDescGZIP(), []int{7}
 }
 
 type ReMountSegmentsRequest struct {
@@ -811,7 +924,7 @@ type ReMountSegmentsRequest struct {
 
 func (x *ReMountSegmentsRequest) Reset() {
 	*x = ReMountSegmentsRequest{}
-	mi := &file_wire_proto_msgTypes[6]
+	mi := &file_wire_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -823,7 +936,7 @@ func (x *ReMountSegmentsRequest) String() string {
 func (*ReMountSegmentsRequest) ProtoMessage() {}
 
 func (x *ReMountSegmentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[6]
+	mi := &file_wire_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -836,7 +949,7 @@ func (x *ReMountSegmentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReMountSegmentsRequest.ProtoReflect.Descriptor instead.
 func (*ReMountSegmentsRequest) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{6}
+	return file_wire_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ReMountSegmentsRequest) GetClientId() string {
@@ -869,7 +982,7 @@ type ReMountSegmentsResponse struct {
 
 func (x *ReMountSegmentsResponse) Reset() {
 	*x = ReMountSegmentsResponse{}
-	mi := &file_wire_proto_msgTypes[7]
+	mi := &file_wire_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -881,7 +994,7 @@ func (x *ReMountSegmentsResponse) String() string {
 func (*ReMountSegmentsResponse) ProtoMessage() {}
 
 func (x *ReMountSegmentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[7]
+	mi := &file_wire_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -894,7 +1007,7 @@ func (x *ReMountSegmentsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReMountSegmentsResponse.ProtoReflect.Descriptor instead.
 func (*ReMountSegmentsResponse) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{7}
+	return file_wire_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ReMountSegmentsResponse) GetGrantBytes() uint64 {
@@ -925,7 +1038,7 @@ type UnmountSegmentRequest struct {
 
 func (x *UnmountSegmentRequest) Reset() {
 	*x = UnmountSegmentRequest{}
-	mi := &file_wire_proto_msgTypes[8]
+	mi := &file_wire_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -937,7 +1050,7 @@ func (x *UnmountSegmentRequest) String() string {
 func (*UnmountSegmentRequest) ProtoMessage() {}
 
 func (x *UnmountSegmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[8]
+	mi := &file_wire_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -950,7 +1063,7 @@ func (x *UnmountSegmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnmountSegmentRequest.ProtoReflect.Descriptor instead.
 func (*UnmountSegmentRequest) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{8}
+	return file_wire_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *UnmountSegmentRequest) GetClientId() string {
@@ -989,7 +1102,7 @@ type UnmountSegmentResponse struct {
 
 func (x *UnmountSegmentResponse) Reset() {
 	*x = UnmountSegmentResponse{}
-	mi := &file_wire_proto_msgTypes[9]
+	mi := &file_wire_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1001,7 +1114,7 @@ func (x *UnmountSegmentResponse) String() string {
 func (*UnmountSegmentResponse) ProtoMessage() {}
 
 func (x *UnmountSegmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[9]
+	mi := &file_wire_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1014,7 +1127,7 @@ func (x *UnmountSegmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnmountSegmentResponse.ProtoReflect.Descriptor instead.
 func (*UnmountSegmentResponse) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{9}
+	return file_wire_proto_rawDescGZIP(), []int{11}
 }
 
 type KeyRequest struct {
@@ -1028,7 +1141,7 @@ type KeyRequest struct {
 
 func (x *KeyRequest) Reset() {
 	*x = KeyRequest{}
-	mi := &file_wire_proto_msgTypes[10]
+	mi := &file_wire_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1040,7 +1153,7 @@ func (x *KeyRequest) String() string {
 func (*KeyRequest) ProtoMessage() {}
 
 func (x *KeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[10]
+	mi := &file_wire_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1053,7 +1166,7 @@ func (x *KeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyRequest.ProtoReflect.Descriptor instead.
 func (*KeyRequest) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{10}
+	return file_wire_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *KeyRequest) GetKey() string {
@@ -1081,7 +1194,7 @@ type BatchKeyRequest struct {
 
 func (x *BatchKeyRequest) Reset() {
 	*x = BatchKeyRequest{}
-	mi := &file_wire_proto_msgTypes[11]
+	mi := &file_wire_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1093,7 +1206,7 @@ func (x *BatchKeyRequest) String() string {
 func (*BatchKeyRequest) ProtoMessage() {}
 
 func (x *BatchKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[11]
+	mi := &file_wire_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1106,7 +1219,7 @@ func (x *BatchKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchKeyRequest.ProtoReflect.Descriptor instead.
 func (*BatchKeyRequest) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{11}
+	return file_wire_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *BatchKeyRequest) GetKeys() []string {
@@ -1132,7 +1245,7 @@ type ExistKeyResponse struct {
 
 func (x *ExistKeyResponse) Reset() {
 	*x = ExistKeyResponse{}
-	mi := &file_wire_proto_msgTypes[12]
+	mi := &file_wire_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1144,7 +1257,7 @@ func (x *ExistKeyResponse) String() string {
 func (*ExistKeyResponse) ProtoMessage() {}
 
 func (x *ExistKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[12]
+	mi := &file_wire_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1157,7 +1270,7 @@ func (x *ExistKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExistKeyResponse.ProtoReflect.Descriptor instead.
 func (*ExistKeyResponse) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{12}
+	return file_wire_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ExistKeyResponse) GetExists() bool {
@@ -1177,7 +1290,7 @@ type BatchExistKeyResponse struct {
 
 func (x *BatchExistKeyResponse) Reset() {
 	*x = BatchExistKeyResponse{}
-	mi := &file_wire_proto_msgTypes[13]
+	mi := &file_wire_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1189,7 +1302,7 @@ func (x *BatchExistKeyResponse) String() string {
 func (*BatchExistKeyResponse) ProtoMessage() {}
 
 func (x *BatchExistKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[13]
+	mi := &file_wire_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1202,7 +1315,7 @@ func (x *BatchExistKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchExistKeyResponse.ProtoReflect.Descriptor instead.
 func (*BatchExistKeyResponse) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{13}
+	return file_wire_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *BatchExistKeyResponse) GetResults() []int32 {
@@ -1237,7 +1350,7 @@ type Replica struct {
 
 func (x *Replica) Reset() {
 	*x = Replica{}
-	mi := &file_wire_proto_msgTypes[14]
+	mi := &file_wire_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1249,7 +1362,7 @@ func (x *Replica) String() string {
 func (*Replica) ProtoMessage() {}
 
 func (x *Replica) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[14]
+	mi := &file_wire_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1262,7 +1375,7 @@ func (x *Replica) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Replica.ProtoReflect.Descriptor instead.
 func (*Replica) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{14}
+	return file_wire_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Replica) GetSegmentName() string {
@@ -1349,7 +1462,7 @@ type GetReplicaListResponse struct {
 
 func (x *GetReplicaListResponse) Reset() {
 	*x = GetReplicaListResponse{}
-	mi := &file_wire_proto_msgTypes[15]
+	mi := &file_wire_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1361,7 +1474,7 @@ func (x *GetReplicaListResponse) String() string {
 func (*GetReplicaListResponse) ProtoMessage() {}
 
 func (x *GetReplicaListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[15]
+	mi := &file_wire_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1374,7 +1487,7 @@ func (x *GetReplicaListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetReplicaListResponse.ProtoReflect.Descriptor instead.
 func (*GetReplicaListResponse) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{15}
+	return file_wire_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GetReplicaListResponse) GetReplicas() []*Replica {
@@ -1433,7 +1546,7 @@ type WaitObjectRequest struct {
 
 func (x *WaitObjectRequest) Reset() {
 	*x = WaitObjectRequest{}
-	mi := &file_wire_proto_msgTypes[16]
+	mi := &file_wire_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1445,7 +1558,7 @@ func (x *WaitObjectRequest) String() string {
 func (*WaitObjectRequest) ProtoMessage() {}
 
 func (x *WaitObjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[16]
+	mi := &file_wire_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1458,7 +1571,7 @@ func (x *WaitObjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitObjectRequest.ProtoReflect.Descriptor instead.
 func (*WaitObjectRequest) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{16}
+	return file_wire_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *WaitObjectRequest) GetTenantId() string {
@@ -1502,7 +1615,7 @@ type ReplicaListResult struct {
 
 func (x *ReplicaListResult) Reset() {
 	*x = ReplicaListResult{}
-	mi := &file_wire_proto_msgTypes[17]
+	mi := &file_wire_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1514,7 +1627,7 @@ func (x *ReplicaListResult) String() string {
 func (*ReplicaListResult) ProtoMessage() {}
 
 func (x *ReplicaListResult) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[17]
+	mi := &file_wire_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1527,7 +1640,7 @@ func (x *ReplicaListResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaListResult.ProtoReflect.Descriptor instead.
 func (*ReplicaListResult) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{17}
+	return file_wire_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ReplicaListResult) GetCode() int32 {
@@ -1568,7 +1681,7 @@ type BatchGetReplicaListResponse struct {
 
 func (x *BatchGetReplicaListResponse) Reset() {
 	*x = BatchGetReplicaListResponse{}
-	mi := &file_wire_proto_msgTypes[18]
+	mi := &file_wire_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1580,7 +1693,7 @@ func (x *BatchGetReplicaListResponse) String() string {
 func (*BatchGetReplicaListResponse) ProtoMessage() {}
 
 func (x *BatchGetReplicaListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[18]
+	mi := &file_wire_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1593,7 +1706,7 @@ func (x *BatchGetReplicaListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchGetReplicaListResponse.ProtoReflect.Descriptor instead.
 func (*BatchGetReplicaListResponse) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{18}
+	return file_wire_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *BatchGetReplicaListResponse) GetResults() []*ReplicaListResult {
@@ -1635,7 +1748,7 @@ type ReplicateConfig struct {
 
 func (x *ReplicateConfig) Reset() {
 	*x = ReplicateConfig{}
-	mi := &file_wire_proto_msgTypes[19]
+	mi := &file_wire_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1647,7 +1760,7 @@ func (x *ReplicateConfig) String() string {
 func (*ReplicateConfig) ProtoMessage() {}
 
 func (x *ReplicateConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[19]
+	mi := &file_wire_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1660,7 +1773,7 @@ func (x *ReplicateConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicateConfig.ProtoReflect.Descriptor instead.
 func (*ReplicateConfig) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{19}
+	return file_wire_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ReplicateConfig) GetReplicaNum() uint32 {
@@ -1734,7 +1847,7 @@ type PutStartRequest struct {
 
 func (x *PutStartRequest) Reset() {
 	*x = PutStartRequest{}
-	mi := &file_wire_proto_msgTypes[20]
+	mi := &file_wire_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1746,7 +1859,7 @@ func (x *PutStartRequest) String() string {
 func (*PutStartRequest) ProtoMessage() {}
 
 func (x *PutStartRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[20]
+	mi := &file_wire_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1759,7 +1872,7 @@ func (x *PutStartRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutStartRequest.ProtoReflect.Descriptor instead.
 func (*PutStartRequest) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{20}
+	return file_wire_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *PutStartRequest) GetClientId() string {
@@ -1827,7 +1940,7 @@ type PutStartResponse struct {
 
 func (x *PutStartResponse) Reset() {
 	*x = PutStartResponse{}
-	mi := &file_wire_proto_msgTypes[21]
+	mi := &file_wire_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1839,7 +1952,7 @@ func (x *PutStartResponse) String() string {
 func (*PutStartResponse) ProtoMessage() {}
 
 func (x *PutStartResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[21]
+	mi := &file_wire_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1852,7 +1965,7 @@ func (x *PutStartResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutStartResponse.ProtoReflect.Descriptor instead.
 func (*PutStartResponse) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{21}
+	return file_wire_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *PutStartResponse) GetReplicas() []*Replica {
@@ -1877,7 +1990,7 @@ type BatchPutStartRequest struct {
 
 func (x *BatchPutStartRequest) Reset() {
 	*x = BatchPutStartRequest{}
-	mi := &file_wire_proto_msgTypes[22]
+	mi := &file_wire_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1889,7 +2002,7 @@ func (x *BatchPutStartRequest) String() string {
 func (*BatchPutStartRequest) ProtoMessage() {}
 
 func (x *BatchPutStartRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[22]
+	mi := &file_wire_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1902,7 +2015,7 @@ func (x *BatchPutStartRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchPutStartRequest.ProtoReflect.Descriptor instead.
 func (*BatchPutStartRequest) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{22}
+	return file_wire_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *BatchPutStartRequest) GetClientId() string {
@@ -1957,7 +2070,7 @@ type PutStartResult struct {
 
 func (x *PutStartResult) Reset() {
 	*x = PutStartResult{}
-	mi := &file_wire_proto_msgTypes[23]
+	mi := &file_wire_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1969,7 +2082,7 @@ func (x *PutStartResult) String() string {
 func (*PutStartResult) ProtoMessage() {}
 
 func (x *PutStartResult) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[23]
+	mi := &file_wire_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1982,7 +2095,7 @@ func (x *PutStartResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutStartResult.ProtoReflect.Descriptor instead.
 func (*PutStartResult) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{23}
+	return file_wire_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *PutStartResult) GetCode() int32 {
@@ -2008,7 +2121,7 @@ type BatchPutStartResponse struct {
 
 func (x *BatchPutStartResponse) Reset() {
 	*x = BatchPutStartResponse{}
-	mi := &file_wire_proto_msgTypes[24]
+	mi := &file_wire_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2020,7 +2133,7 @@ func (x *BatchPutStartResponse) String() string {
 func (*BatchPutStartResponse) ProtoMessage() {}
 
 func (x *BatchPutStartResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[24]
+	mi := &file_wire_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2033,7 +2146,7 @@ func (x *BatchPutStartResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchPutStartResponse.ProtoReflect.Descriptor instead.
 func (*BatchPutStartResponse) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{24}
+	return file_wire_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *BatchPutStartResponse) GetResults() []*PutStartResult {
@@ -2057,7 +2170,7 @@ type PutEndRequest struct {
 
 func (x *PutEndRequest) Reset() {
 	*x = PutEndRequest{}
-	mi := &file_wire_proto_msgTypes[25]
+	mi := &file_wire_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2069,7 +2182,7 @@ func (x *PutEndRequest) String() string {
 func (*PutEndRequest) ProtoMessage() {}
 
 func (x *PutEndRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[25]
+	mi := &file_wire_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2082,7 +2195,7 @@ func (x *PutEndRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutEndRequest.ProtoReflect.Descriptor instead.
 func (*PutEndRequest) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{25}
+	return file_wire_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *PutEndRequest) GetClientId() string {
@@ -2123,7 +2236,7 @@ type PutEndResponse struct {
 
 func (x *PutEndResponse) Reset() {
 	*x = PutEndResponse{}
-	mi := &file_wire_proto_msgTypes[26]
+	mi := &file_wire_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2135,7 +2248,7 @@ func (x *PutEndResponse) String() string {
 func (*PutEndResponse) ProtoMessage() {}
 
 func (x *PutEndResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[26]
+	mi := &file_wire_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2148,7 +2261,7 @@ func (x *PutEndResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutEndResponse.ProtoReflect.Descriptor instead.
 func (*PutEndResponse) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{26}
+	return file_wire_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *PutEndResponse) GetVersion() uint64 {
@@ -2171,7 +2284,7 @@ type BatchPutEndRequest struct {
 
 func (x *BatchPutEndRequest) Reset() {
 	*x = BatchPutEndRequest{}
-	mi := &file_wire_proto_msgTypes[27]
+	mi := &file_wire_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2183,7 +2296,7 @@ func (x *BatchPutEndRequest) String() string {
 func (*BatchPutEndRequest) ProtoMessage() {}
 
 func (x *BatchPutEndRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[27]
+	mi := &file_wire_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2196,7 +2309,7 @@ func (x *BatchPutEndRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchPutEndRequest.ProtoReflect.Descriptor instead.
 func (*BatchPutEndRequest) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{27}
+	return file_wire_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *BatchPutEndRequest) GetClientId() string {
@@ -2236,7 +2349,7 @@ type BatchCodesResponse struct {
 
 func (x *BatchCodesResponse) Reset() {
 	*x = BatchCodesResponse{}
-	mi := &file_wire_proto_msgTypes[28]
+	mi := &file_wire_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2248,7 +2361,7 @@ func (x *BatchCodesResponse) String() string {
 func (*BatchCodesResponse) ProtoMessage() {}
 
 func (x *BatchCodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[28]
+	mi := &file_wire_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2261,7 +2374,7 @@ func (x *BatchCodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchCodesResponse.ProtoReflect.Descriptor instead.
 func (*BatchCodesResponse) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{28}
+	return file_wire_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *BatchCodesResponse) GetCodes() []int32 {
@@ -2283,7 +2396,7 @@ type RemoveRequest struct {
 
 func (x *RemoveRequest) Reset() {
 	*x = RemoveRequest{}
-	mi := &file_wire_proto_msgTypes[29]
+	mi := &file_wire_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2295,7 +2408,7 @@ func (x *RemoveRequest) String() string {
 func (*RemoveRequest) ProtoMessage() {}
 
 func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[29]
+	mi := &file_wire_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2308,7 +2421,7 @@ func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveRequest.ProtoReflect.Descriptor instead.
 func (*RemoveRequest) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{29}
+	return file_wire_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RemoveRequest) GetKey() string {
@@ -2340,7 +2453,7 @@ type RemoveResponse struct {
 
 func (x *RemoveResponse) Reset() {
 	*x = RemoveResponse{}
-	mi := &file_wire_proto_msgTypes[30]
+	mi := &file_wire_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2352,7 +2465,7 @@ func (x *RemoveResponse) String() string {
 func (*RemoveResponse) ProtoMessage() {}
 
 func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[30]
+	mi := &file_wire_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2365,7 +2478,7 @@ func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveResponse.ProtoReflect.Descriptor instead.
 func (*RemoveResponse) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{30}
+	return file_wire_proto_rawDescGZIP(), []int{32}
 }
 
 type BatchRemoveRequest struct {
@@ -2380,7 +2493,7 @@ type BatchRemoveRequest struct {
 
 func (x *BatchRemoveRequest) Reset() {
 	*x = BatchRemoveRequest{}
-	mi := &file_wire_proto_msgTypes[31]
+	mi := &file_wire_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2392,7 +2505,7 @@ func (x *BatchRemoveRequest) String() string {
 func (*BatchRemoveRequest) ProtoMessage() {}
 
 func (x *BatchRemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[31]
+	mi := &file_wire_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2405,7 +2518,7 @@ func (x *BatchRemoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchRemoveRequest.ProtoReflect.Descriptor instead.
 func (*BatchRemoveRequest) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{31}
+	return file_wire_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *BatchRemoveRequest) GetKeys() []string {
@@ -2441,7 +2554,7 @@ type RemoveByRegexRequest struct {
 
 func (x *RemoveByRegexRequest) Reset() {
 	*x = RemoveByRegexRequest{}
-	mi := &file_wire_proto_msgTypes[32]
+	mi := &file_wire_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2453,7 +2566,7 @@ func (x *RemoveByRegexRequest) String() string {
 func (*RemoveByRegexRequest) ProtoMessage() {}
 
 func (x *RemoveByRegexRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[32]
+	mi := &file_wire_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2466,7 +2579,7 @@ func (x *RemoveByRegexRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveByRegexRequest.ProtoReflect.Descriptor instead.
 func (*RemoveByRegexRequest) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{32}
+	return file_wire_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *RemoveByRegexRequest) GetPattern() string {
@@ -2501,7 +2614,7 @@ type RemoveAllRequest struct {
 
 func (x *RemoveAllRequest) Reset() {
 	*x = RemoveAllRequest{}
-	mi := &file_wire_proto_msgTypes[33]
+	mi := &file_wire_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2513,7 +2626,7 @@ func (x *RemoveAllRequest) String() string {
 func (*RemoveAllRequest) ProtoMessage() {}
 
 func (x *RemoveAllRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[33]
+	mi := &file_wire_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2526,7 +2639,7 @@ func (x *RemoveAllRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveAllRequest.ProtoReflect.Descriptor instead.
 func (*RemoveAllRequest) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{33}
+	return file_wire_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *RemoveAllRequest) GetForce() bool {
@@ -2552,7 +2665,7 @@ type CountResponse struct {
 
 func (x *CountResponse) Reset() {
 	*x = CountResponse{}
-	mi := &file_wire_proto_msgTypes[34]
+	mi := &file_wire_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2564,7 +2677,7 @@ func (x *CountResponse) String() string {
 func (*CountResponse) ProtoMessage() {}
 
 func (x *CountResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[34]
+	mi := &file_wire_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2577,7 +2690,7 @@ func (x *CountResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CountResponse.ProtoReflect.Descriptor instead.
 func (*CountResponse) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{34}
+	return file_wire_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *CountResponse) GetCount() int64 {
@@ -2595,7 +2708,7 @@ type ListSegmentsRequest struct {
 
 func (x *ListSegmentsRequest) Reset() {
 	*x = ListSegmentsRequest{}
-	mi := &file_wire_proto_msgTypes[35]
+	mi := &file_wire_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2607,7 +2720,7 @@ func (x *ListSegmentsRequest) String() string {
 func (*ListSegmentsRequest) ProtoMessage() {}
 
 func (x *ListSegmentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[35]
+	mi := &file_wire_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2620,7 +2733,7 @@ func (x *ListSegmentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSegmentsRequest.ProtoReflect.Descriptor instead.
 func (*ListSegmentsRequest) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{35}
+	return file_wire_proto_rawDescGZIP(), []int{37}
 }
 
 type ListSegmentsResponse struct {
@@ -2632,7 +2745,7 @@ type ListSegmentsResponse struct {
 
 func (x *ListSegmentsResponse) Reset() {
 	*x = ListSegmentsResponse{}
-	mi := &file_wire_proto_msgTypes[36]
+	mi := &file_wire_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2644,7 +2757,7 @@ func (x *ListSegmentsResponse) String() string {
 func (*ListSegmentsResponse) ProtoMessage() {}
 
 func (x *ListSegmentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[36]
+	mi := &file_wire_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2657,7 +2770,7 @@ func (x *ListSegmentsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSegmentsResponse.ProtoReflect.Descriptor instead.
 func (*ListSegmentsResponse) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{36}
+	return file_wire_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ListSegmentsResponse) GetSegments() []*Segment {
@@ -2677,7 +2790,7 @@ type ListKeysRequest struct {
 
 func (x *ListKeysRequest) Reset() {
 	*x = ListKeysRequest{}
-	mi := &file_wire_proto_msgTypes[37]
+	mi := &file_wire_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2689,7 +2802,7 @@ func (x *ListKeysRequest) String() string {
 func (*ListKeysRequest) ProtoMessage() {}
 
 func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[37]
+	mi := &file_wire_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2702,7 +2815,7 @@ func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysRequest.ProtoReflect.Descriptor instead.
 func (*ListKeysRequest) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{37}
+	return file_wire_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ListKeysRequest) GetTenantId() string {
@@ -2721,7 +2834,7 @@ type ListKeysResponse struct {
 
 func (x *ListKeysResponse) Reset() {
 	*x = ListKeysResponse{}
-	mi := &file_wire_proto_msgTypes[38]
+	mi := &file_wire_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2733,7 +2846,7 @@ func (x *ListKeysResponse) String() string {
 func (*ListKeysResponse) ProtoMessage() {}
 
 func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[38]
+	mi := &file_wire_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2746,7 +2859,7 @@ func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysResponse.ProtoReflect.Descriptor instead.
 func (*ListKeysResponse) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{38}
+	return file_wire_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListKeysResponse) GetKeys() []string {
@@ -2776,7 +2889,7 @@ type AcquireGrantsRequest struct {
 
 func (x *AcquireGrantsRequest) Reset() {
 	*x = AcquireGrantsRequest{}
-	mi := &file_wire_proto_msgTypes[39]
+	mi := &file_wire_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2788,7 +2901,7 @@ func (x *AcquireGrantsRequest) String() string {
 func (*AcquireGrantsRequest) ProtoMessage() {}
 
 func (x *AcquireGrantsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[39]
+	mi := &file_wire_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2801,7 +2914,7 @@ func (x *AcquireGrantsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireGrantsRequest.ProtoReflect.Descriptor instead.
 func (*AcquireGrantsRequest) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{39}
+	return file_wire_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *AcquireGrantsRequest) GetClientId() string {
@@ -2856,7 +2969,7 @@ type Grant struct {
 
 func (x *Grant) Reset() {
 	*x = Grant{}
-	mi := &file_wire_proto_msgTypes[40]
+	mi := &file_wire_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2868,7 +2981,7 @@ func (x *Grant) String() string {
 func (*Grant) ProtoMessage() {}
 
 func (x *Grant) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[40]
+	mi := &file_wire_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2881,7 +2994,7 @@ func (x *Grant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Grant.ProtoReflect.Descriptor instead.
 func (*Grant) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{40}
+	return file_wire_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *Grant) GetId() uint64 {
@@ -2938,7 +3051,7 @@ type AcquireGrantsResponse struct {
 
 func (x *AcquireGrantsResponse) Reset() {
 	*x = AcquireGrantsResponse{}
-	mi := &file_wire_proto_msgTypes[41]
+	mi := &file_wire_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2950,7 +3063,7 @@ func (x *AcquireGrantsResponse) String() string {
 func (*AcquireGrantsResponse) ProtoMessage() {}
 
 func (x *AcquireGrantsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[41]
+	mi := &file_wire_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2963,7 +3076,7 @@ func (x *AcquireGrantsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireGrantsResponse.ProtoReflect.Descriptor instead.
 func (*AcquireGrantsResponse) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{41}
+	return file_wire_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *AcquireGrantsResponse) GetGrants() []*Grant {
@@ -2992,7 +3105,7 @@ type GrantedReplica struct {
 
 func (x *GrantedReplica) Reset() {
 	*x = GrantedReplica{}
-	mi := &file_wire_proto_msgTypes[42]
+	mi := &file_wire_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3004,7 +3117,7 @@ func (x *GrantedReplica) String() string {
 func (*GrantedReplica) ProtoMessage() {}
 
 func (x *GrantedReplica) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[42]
+	mi := &file_wire_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3017,7 +3130,7 @@ func (x *GrantedReplica) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantedReplica.ProtoReflect.Descriptor instead.
 func (*GrantedReplica) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{42}
+	return file_wire_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *GrantedReplica) GetGrantId() uint64 {
@@ -3054,7 +3167,7 @@ type PutCommitRequest struct {
 
 func (x *PutCommitRequest) Reset() {
 	*x = PutCommitRequest{}
-	mi := &file_wire_proto_msgTypes[43]
+	mi := &file_wire_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3066,7 +3179,7 @@ func (x *PutCommitRequest) String() string {
 func (*PutCommitRequest) ProtoMessage() {}
 
 func (x *PutCommitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[43]
+	mi := &file_wire_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3079,7 +3192,7 @@ func (x *PutCommitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutCommitRequest.ProtoReflect.Descriptor instead.
 func (*PutCommitRequest) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{43}
+	return file_wire_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *PutCommitRequest) GetClientId() string {
@@ -3162,7 +3275,7 @@ type PutCommitResponse struct {
 
 func (x *PutCommitResponse) Reset() {
 	*x = PutCommitResponse{}
-	mi := &file_wire_proto_msgTypes[44]
+	mi := &file_wire_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3174,7 +3287,7 @@ func (x *PutCommitResponse) String() string {
 func (*PutCommitResponse) ProtoMessage() {}
 
 func (x *PutCommitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[44]
+	mi := &file_wire_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3187,7 +3300,7 @@ func (x *PutCommitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutCommitResponse.ProtoReflect.Descriptor instead.
 func (*PutCommitResponse) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{44}
+	return file_wire_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *PutCommitResponse) GetGrantGeneration() uint64 {
@@ -3236,7 +3349,7 @@ type ReturnGrantsRequest struct {
 
 func (x *ReturnGrantsRequest) Reset() {
 	*x = ReturnGrantsRequest{}
-	mi := &file_wire_proto_msgTypes[45]
+	mi := &file_wire_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3248,7 +3361,7 @@ func (x *ReturnGrantsRequest) String() string {
 func (*ReturnGrantsRequest) ProtoMessage() {}
 
 func (x *ReturnGrantsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[45]
+	mi := &file_wire_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3261,7 +3374,7 @@ func (x *ReturnGrantsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReturnGrantsRequest.ProtoReflect.Descriptor instead.
 func (*ReturnGrantsRequest) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{45}
+	return file_wire_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ReturnGrantsRequest) GetClientId() string {
@@ -3286,7 +3399,7 @@ type ReturnGrantsResponse struct {
 
 func (x *ReturnGrantsResponse) Reset() {
 	*x = ReturnGrantsResponse{}
-	mi := &file_wire_proto_msgTypes[46]
+	mi := &file_wire_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3298,7 +3411,7 @@ func (x *ReturnGrantsResponse) String() string {
 func (*ReturnGrantsResponse) ProtoMessage() {}
 
 func (x *ReturnGrantsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[46]
+	mi := &file_wire_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3311,7 +3424,7 @@ func (x *ReturnGrantsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReturnGrantsResponse.ProtoReflect.Descriptor instead.
 func (*ReturnGrantsResponse) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{46}
+	return file_wire_proto_rawDescGZIP(), []int{48}
 }
 
 // DiskSegment is a client's local disk tier.
@@ -3334,7 +3447,7 @@ type DiskSegment struct {
 
 func (x *DiskSegment) Reset() {
 	*x = DiskSegment{}
-	mi := &file_wire_proto_msgTypes[47]
+	mi := &file_wire_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3346,7 +3459,7 @@ func (x *DiskSegment) String() string {
 func (*DiskSegment) ProtoMessage() {}
 
 func (x *DiskSegment) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[47]
+	mi := &file_wire_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3359,7 +3472,7 @@ func (x *DiskSegment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiskSegment.ProtoReflect.Descriptor instead.
 func (*DiskSegment) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{47}
+	return file_wire_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *DiskSegment) GetId() string {
@@ -3421,7 +3534,7 @@ type DiskEntry struct {
 
 func (x *DiskEntry) Reset() {
 	*x = DiskEntry{}
-	mi := &file_wire_proto_msgTypes[48]
+	mi := &file_wire_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3433,7 +3546,7 @@ func (x *DiskEntry) String() string {
 func (*DiskEntry) ProtoMessage() {}
 
 func (x *DiskEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[48]
+	mi := &file_wire_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3446,7 +3559,7 @@ func (x *DiskEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiskEntry.ProtoReflect.Descriptor instead.
 func (*DiskEntry) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{48}
+	return file_wire_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *DiskEntry) GetTenantId() string {
@@ -3495,7 +3608,7 @@ type MountDiskSegmentRequest struct {
 
 func (x *MountDiskSegmentRequest) Reset() {
 	*x = MountDiskSegmentRequest{}
-	mi := &file_wire_proto_msgTypes[49]
+	mi := &file_wire_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3507,7 +3620,7 @@ func (x *MountDiskSegmentRequest) String() string {
 func (*MountDiskSegmentRequest) ProtoMessage() {}
 
 func (x *MountDiskSegmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[49]
+	mi := &file_wire_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3520,7 +3633,7 @@ func (x *MountDiskSegmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MountDiskSegmentRequest.ProtoReflect.Descriptor instead.
 func (*MountDiskSegmentRequest) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{49}
+	return file_wire_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *MountDiskSegmentRequest) GetClientId() string {
@@ -3555,7 +3668,7 @@ type MountDiskSegmentResponse struct {
 
 func (x *MountDiskSegmentResponse) Reset() {
 	*x = MountDiskSegmentResponse{}
-	mi := &file_wire_proto_msgTypes[50]
+	mi := &file_wire_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3567,7 +3680,7 @@ func (x *MountDiskSegmentResponse) String() string {
 func (*MountDiskSegmentResponse) ProtoMessage() {}
 
 func (x *MountDiskSegmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[50]
+	mi := &file_wire_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3580,7 +3693,7 @@ func (x *MountDiskSegmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MountDiskSegmentResponse.ProtoReflect.Descriptor instead.
 func (*MountDiskSegmentResponse) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{50}
+	return file_wire_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *MountDiskSegmentResponse) GetDrop() []uint32 {
@@ -3608,7 +3721,7 @@ type Task struct {
 
 func (x *Task) Reset() {
 	*x = Task{}
-	mi := &file_wire_proto_msgTypes[51]
+	mi := &file_wire_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3620,7 +3733,7 @@ func (x *Task) String() string {
 func (*Task) ProtoMessage() {}
 
 func (x *Task) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[51]
+	mi := &file_wire_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3633,7 +3746,7 @@ func (x *Task) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Task.ProtoReflect.Descriptor instead.
 func (*Task) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{51}
+	return file_wire_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *Task) GetId() uint64 {
@@ -3713,7 +3826,7 @@ type TaskResult struct {
 
 func (x *TaskResult) Reset() {
 	*x = TaskResult{}
-	mi := &file_wire_proto_msgTypes[52]
+	mi := &file_wire_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3725,7 +3838,7 @@ func (x *TaskResult) String() string {
 func (*TaskResult) ProtoMessage() {}
 
 func (x *TaskResult) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[52]
+	mi := &file_wire_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3738,7 +3851,7 @@ func (x *TaskResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskResult.ProtoReflect.Descriptor instead.
 func (*TaskResult) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{52}
+	return file_wire_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *TaskResult) GetId() uint64 {
@@ -3783,7 +3896,7 @@ type FetchTasksRequest struct {
 
 func (x *FetchTasksRequest) Reset() {
 	*x = FetchTasksRequest{}
-	mi := &file_wire_proto_msgTypes[53]
+	mi := &file_wire_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3795,7 +3908,7 @@ func (x *FetchTasksRequest) String() string {
 func (*FetchTasksRequest) ProtoMessage() {}
 
 func (x *FetchTasksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[53]
+	mi := &file_wire_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3808,7 +3921,7 @@ func (x *FetchTasksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchTasksRequest.ProtoReflect.Descriptor instead.
 func (*FetchTasksRequest) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{53}
+	return file_wire_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *FetchTasksRequest) GetClientId() string {
@@ -3848,7 +3961,7 @@ type FetchTasksResponse struct {
 
 func (x *FetchTasksResponse) Reset() {
 	*x = FetchTasksResponse{}
-	mi := &file_wire_proto_msgTypes[54]
+	mi := &file_wire_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3860,7 +3973,7 @@ func (x *FetchTasksResponse) String() string {
 func (*FetchTasksResponse) ProtoMessage() {}
 
 func (x *FetchTasksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[54]
+	mi := &file_wire_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3873,7 +3986,7 @@ func (x *FetchTasksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchTasksResponse.ProtoReflect.Descriptor instead.
 func (*FetchTasksResponse) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{54}
+	return file_wire_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *FetchTasksResponse) GetTasks() []*Task {
@@ -3898,7 +4011,7 @@ type CreateTaskRequest struct {
 
 func (x *CreateTaskRequest) Reset() {
 	*x = CreateTaskRequest{}
-	mi := &file_wire_proto_msgTypes[55]
+	mi := &file_wire_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3910,7 +4023,7 @@ func (x *CreateTaskRequest) String() string {
 func (*CreateTaskRequest) ProtoMessage() {}
 
 func (x *CreateTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[55]
+	mi := &file_wire_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3923,7 +4036,7 @@ func (x *CreateTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTaskRequest.ProtoReflect.Descriptor instead.
 func (*CreateTaskRequest) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{55}
+	return file_wire_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *CreateTaskRequest) GetTenantId() string {
@@ -3970,7 +4083,7 @@ type CreateTaskResponse struct {
 
 func (x *CreateTaskResponse) Reset() {
 	*x = CreateTaskResponse{}
-	mi := &file_wire_proto_msgTypes[56]
+	mi := &file_wire_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3982,7 +4095,7 @@ func (x *CreateTaskResponse) String() string {
 func (*CreateTaskResponse) ProtoMessage() {}
 
 func (x *CreateTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[56]
+	mi := &file_wire_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3995,7 +4108,7 @@ func (x *CreateTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTaskResponse.ProtoReflect.Descriptor instead.
 func (*CreateTaskResponse) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{56}
+	return file_wire_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *CreateTaskResponse) GetTaskId() string {
@@ -4014,7 +4127,7 @@ type QueryTaskRequest struct {
 
 func (x *QueryTaskRequest) Reset() {
 	*x = QueryTaskRequest{}
-	mi := &file_wire_proto_msgTypes[57]
+	mi := &file_wire_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4026,7 +4139,7 @@ func (x *QueryTaskRequest) String() string {
 func (*QueryTaskRequest) ProtoMessage() {}
 
 func (x *QueryTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[57]
+	mi := &file_wire_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4039,7 +4152,7 @@ func (x *QueryTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryTaskRequest.ProtoReflect.Descriptor instead.
 func (*QueryTaskRequest) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{57}
+	return file_wire_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *QueryTaskRequest) GetTaskId() string {
@@ -4065,7 +4178,7 @@ type QueryTaskResponse struct {
 
 func (x *QueryTaskResponse) Reset() {
 	*x = QueryTaskResponse{}
-	mi := &file_wire_proto_msgTypes[58]
+	mi := &file_wire_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4077,7 +4190,7 @@ func (x *QueryTaskResponse) String() string {
 func (*QueryTaskResponse) ProtoMessage() {}
 
 func (x *QueryTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[58]
+	mi := &file_wire_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4090,7 +4203,7 @@ func (x *QueryTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryTaskResponse.ProtoReflect.Descriptor instead.
 func (*QueryTaskResponse) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{58}
+	return file_wire_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *QueryTaskResponse) GetId() string {
@@ -4154,7 +4267,7 @@ type GetReplicaListByRegexRequest struct {
 
 func (x *GetReplicaListByRegexRequest) Reset() {
 	*x = GetReplicaListByRegexRequest{}
-	mi := &file_wire_proto_msgTypes[59]
+	mi := &file_wire_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4166,7 +4279,7 @@ func (x *GetReplicaListByRegexRequest) String() string {
 func (*GetReplicaListByRegexRequest) ProtoMessage() {}
 
 func (x *GetReplicaListByRegexRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[59]
+	mi := &file_wire_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4179,7 +4292,7 @@ func (x *GetReplicaListByRegexRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetReplicaListByRegexRequest.ProtoReflect.Descriptor instead.
 func (*GetReplicaListByRegexRequest) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{59}
+	return file_wire_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *GetReplicaListByRegexRequest) GetPattern() string {
@@ -4211,7 +4324,7 @@ type KeyReplicaList struct {
 
 func (x *KeyReplicaList) Reset() {
 	*x = KeyReplicaList{}
-	mi := &file_wire_proto_msgTypes[60]
+	mi := &file_wire_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4223,7 +4336,7 @@ func (x *KeyReplicaList) String() string {
 func (*KeyReplicaList) ProtoMessage() {}
 
 func (x *KeyReplicaList) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[60]
+	mi := &file_wire_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4236,7 +4349,7 @@ func (x *KeyReplicaList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyReplicaList.ProtoReflect.Descriptor instead.
 func (*KeyReplicaList) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{60}
+	return file_wire_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *KeyReplicaList) GetKey() string {
@@ -4287,7 +4400,7 @@ type GetReplicaListByRegexResponse struct {
 
 func (x *GetReplicaListByRegexResponse) Reset() {
 	*x = GetReplicaListByRegexResponse{}
-	mi := &file_wire_proto_msgTypes[61]
+	mi := &file_wire_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4299,7 +4412,7 @@ func (x *GetReplicaListByRegexResponse) String() string {
 func (*GetReplicaListByRegexResponse) ProtoMessage() {}
 
 func (x *GetReplicaListByRegexResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[61]
+	mi := &file_wire_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4312,7 +4425,7 @@ func (x *GetReplicaListByRegexResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetReplicaListByRegexResponse.ProtoReflect.Descriptor instead.
 func (*GetReplicaListByRegexResponse) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{61}
+	return file_wire_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *GetReplicaListByRegexResponse) GetObjects() []*KeyReplicaList {
@@ -4345,7 +4458,7 @@ type BatchQueryIpRequest struct {
 
 func (x *BatchQueryIpRequest) Reset() {
 	*x = BatchQueryIpRequest{}
-	mi := &file_wire_proto_msgTypes[62]
+	mi := &file_wire_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4357,7 +4470,7 @@ func (x *BatchQueryIpRequest) String() string {
 func (*BatchQueryIpRequest) ProtoMessage() {}
 
 func (x *BatchQueryIpRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[62]
+	mi := &file_wire_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4370,7 +4483,7 @@ func (x *BatchQueryIpRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchQueryIpRequest.ProtoReflect.Descriptor instead.
 func (*BatchQueryIpRequest) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{62}
+	return file_wire_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *BatchQueryIpRequest) GetClientIds() []string {
@@ -4392,7 +4505,7 @@ type ClientIps struct {
 
 func (x *ClientIps) Reset() {
 	*x = ClientIps{}
-	mi := &file_wire_proto_msgTypes[63]
+	mi := &file_wire_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4404,7 +4517,7 @@ func (x *ClientIps) String() string {
 func (*ClientIps) ProtoMessage() {}
 
 func (x *ClientIps) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[63]
+	mi := &file_wire_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4417,7 +4530,7 @@ func (x *ClientIps) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClientIps.ProtoReflect.Descriptor instead.
 func (*ClientIps) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{63}
+	return file_wire_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *ClientIps) GetClientId() string {
@@ -4444,7 +4557,7 @@ type BatchQueryIpResponse struct {
 
 func (x *BatchQueryIpResponse) Reset() {
 	*x = BatchQueryIpResponse{}
-	mi := &file_wire_proto_msgTypes[64]
+	mi := &file_wire_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4456,7 +4569,7 @@ func (x *BatchQueryIpResponse) String() string {
 func (*BatchQueryIpResponse) ProtoMessage() {}
 
 func (x *BatchQueryIpResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[64]
+	mi := &file_wire_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4469,7 +4582,7 @@ func (x *BatchQueryIpResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchQueryIpResponse.ProtoReflect.Descriptor instead.
 func (*BatchQueryIpResponse) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{64}
+	return file_wire_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *BatchQueryIpResponse) GetClients() []*ClientIps {
@@ -4487,7 +4600,7 @@ type CalcCacheStatsRequest struct {
 
 func (x *CalcCacheStatsRequest) Reset() {
 	*x = CalcCacheStatsRequest{}
-	mi := &file_wire_proto_msgTypes[65]
+	mi := &file_wire_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4499,7 +4612,7 @@ func (x *CalcCacheStatsRequest) String() string {
 func (*CalcCacheStatsRequest) ProtoMessage() {}
 
 func (x *CalcCacheStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[65]
+	mi := &file_wire_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4512,7 +4625,7 @@ func (x *CalcCacheStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CalcCacheStatsRequest.ProtoReflect.Descriptor instead.
 func (*CalcCacheStatsRequest) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{65}
+	return file_wire_proto_rawDescGZIP(), []int{67}
 }
 
 // CalcCacheStatsResponse is Mooncake's CacheHitStatDict: hits of
@@ -4537,7 +4650,7 @@ type CalcCacheStatsResponse struct {
 
 func (x *CalcCacheStatsResponse) Reset() {
 	*x = CalcCacheStatsResponse{}
-	mi := &file_wire_proto_msgTypes[66]
+	mi := &file_wire_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4549,7 +4662,7 @@ func (x *CalcCacheStatsResponse) String() string {
 func (*CalcCacheStatsResponse) ProtoMessage() {}
 
 func (x *CalcCacheStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[66]
+	mi := &file_wire_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4562,7 +4675,7 @@ func (x *CalcCacheStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CalcCacheStatsResponse.ProtoReflect.Descriptor instead.
 func (*CalcCacheStatsResponse) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{66}
+	return file_wire_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *CalcCacheStatsResponse) GetMemoryHits() uint64 {
@@ -4637,7 +4750,7 @@ type CreateDrainJobRequest struct {
 
 func (x *CreateDrainJobRequest) Reset() {
 	*x = CreateDrainJobRequest{}
-	mi := &file_wire_proto_msgTypes[67]
+	mi := &file_wire_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4649,7 +4762,7 @@ func (x *CreateDrainJobRequest) String() string {
 func (*CreateDrainJobRequest) ProtoMessage() {}
 
 func (x *CreateDrainJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[67]
+	mi := &file_wire_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4662,7 +4775,7 @@ func (x *CreateDrainJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateDrainJobRequest.ProtoReflect.Descriptor instead.
 func (*CreateDrainJobRequest) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{67}
+	return file_wire_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *CreateDrainJobRequest) GetSegments() []string {
@@ -4695,7 +4808,7 @@ type CreateDrainJobResponse struct {
 
 func (x *CreateDrainJobResponse) Reset() {
 	*x = CreateDrainJobResponse{}
-	mi := &file_wire_proto_msgTypes[68]
+	mi := &file_wire_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4707,7 +4820,7 @@ func (x *CreateDrainJobResponse) String() string {
 func (*CreateDrainJobResponse) ProtoMessage() {}
 
 func (x *CreateDrainJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[68]
+	mi := &file_wire_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4720,7 +4833,7 @@ func (x *CreateDrainJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateDrainJobResponse.ProtoReflect.Descriptor instead.
 func (*CreateDrainJobResponse) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{68}
+	return file_wire_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *CreateDrainJobResponse) GetJobId() string {
@@ -4739,7 +4852,7 @@ type DrainJobIdRequest struct {
 
 func (x *DrainJobIdRequest) Reset() {
 	*x = DrainJobIdRequest{}
-	mi := &file_wire_proto_msgTypes[69]
+	mi := &file_wire_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4751,7 +4864,7 @@ func (x *DrainJobIdRequest) String() string {
 func (*DrainJobIdRequest) ProtoMessage() {}
 
 func (x *DrainJobIdRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[69]
+	mi := &file_wire_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4764,7 +4877,7 @@ func (x *DrainJobIdRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainJobIdRequest.ProtoReflect.Descriptor instead.
 func (*DrainJobIdRequest) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{69}
+	return file_wire_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *DrainJobIdRequest) GetJobId() string {
@@ -4798,7 +4911,7 @@ type QueryJobResponse struct {
 
 func (x *QueryJobResponse) Reset() {
 	*x = QueryJobResponse{}
-	mi := &file_wire_proto_msgTypes[70]
+	mi := &file_wire_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4810,7 +4923,7 @@ func (x *QueryJobResponse) String() string {
 func (*QueryJobResponse) ProtoMessage() {}
 
 func (x *QueryJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[70]
+	mi := &file_wire_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4823,7 +4936,7 @@ func (x *QueryJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryJobResponse.ProtoReflect.Descriptor instead.
 func (*QueryJobResponse) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{70}
+	return file_wire_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *QueryJobResponse) GetId() string {
@@ -4925,7 +5038,7 @@ type CancelDrainJobResponse struct {
 
 func (x *CancelDrainJobResponse) Reset() {
 	*x = CancelDrainJobResponse{}
-	mi := &file_wire_proto_msgTypes[71]
+	mi := &file_wire_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4937,7 +5050,7 @@ func (x *CancelDrainJobResponse) String() string {
 func (*CancelDrainJobResponse) ProtoMessage() {}
 
 func (x *CancelDrainJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[71]
+	mi := &file_wire_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4950,7 +5063,7 @@ func (x *CancelDrainJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelDrainJobResponse.ProtoReflect.Descriptor instead.
 func (*CancelDrainJobResponse) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{71}
+	return file_wire_proto_rawDescGZIP(), []int{73}
 }
 
 var File_wire_proto protoreflect.FileDescriptor
@@ -4958,7 +5071,14 @@ var File_wire_proto protoreflect.FileDescriptor
 const file_wire_proto_rawDesc = "" +
 	"\n" +
 	"\n" +
-	"wire.proto\x12\x10kvferry.store.v1\"!\n" +
+	"wire.proto\x12\x10kvferry.store.v1\"\x8b\x01\n" +
+	"\x18BatchReplicaClearRequest\x12\x1b\n" +
+	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x12\n" +
+	"\x04keys\x18\x02 \x03(\tR\x04keys\x12!\n" +
+	"\fsegment_name\x18\x03 \x01(\tR\vsegmentName\x12\x1b\n" +
+	"\ttenant_id\x18\x04 \x01(\tR\btenantId\">\n" +
+	"\x19BatchReplicaClearResponse\x12!\n" +
+	"\fcleared_keys\x18\x01 \x03(\tR\vclearedKeys\"!\n" +
 	"\vErrorDetail\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\x05R\x04code\"*\n" +
 	"\vPingRequest\x12\x1b\n" +
@@ -5314,7 +5434,7 @@ const file_wire_proto_rawDesc = "" +
 	"\x12JOB_STATUS_RUNNING\x10\x02\x12\x18\n" +
 	"\x14JOB_STATUS_SUCCEEDED\x10\x03\x12\x15\n" +
 	"\x11JOB_STATUS_FAILED\x10\x04\x12\x17\n" +
-	"\x13JOB_STATUS_CANCELED\x10\x052\xea\x17\n" +
+	"\x13JOB_STATUS_CANCELED\x10\x052\xd8\x18\n" +
 	"\x06Master\x12E\n" +
 	"\x04Ping\x12\x1d.kvferry.store.v1.PingRequest\x1a\x1e.kvferry.store.v1.PingResponse\x12]\n" +
 	"\fMountSegment\x12%.kvferry.store.v1.MountSegmentRequest\x1a&.kvferry.store.v1.MountSegmentResponse\x12f\n" +
@@ -5351,7 +5471,8 @@ const file_wire_proto_rawDesc = "" +
 	"\x0eCalcCacheStats\x12'.kvferry.store.v1.CalcCacheStatsRequest\x1a(.kvferry.store.v1.CalcCacheStatsResponse\x12c\n" +
 	"\x0eCreateDrainJob\x12'.kvferry.store.v1.CreateDrainJobRequest\x1a(.kvferry.store.v1.CreateDrainJobResponse\x12X\n" +
 	"\rQueryDrainJob\x12#.kvferry.store.v1.DrainJobIdRequest\x1a\".kvferry.store.v1.QueryJobResponse\x12_\n" +
-	"\x0eCancelDrainJob\x12#.kvferry.store.v1.DrainJobIdRequest\x1a(.kvferry.store.v1.CancelDrainJobResponseB'Z%github.com/kvferry/kvferry/store/wireb\x06proto3"
+	"\x0eCancelDrainJob\x12#.kvferry.store.v1.DrainJobIdRequest\x1a(.kvferry.store.v1.CancelDrainJobResponse\x12l\n" +
+	"\x11BatchReplicaClear\x12*.kvferry.store.v1.BatchReplicaClearRequest\x1a+.kvferry.store.v1.BatchReplicaClearResponseB'Z%github.com/kvferry/kvferry/store/wireb\x06proto3"
 
 var (
 	file_wire_proto_rawDescOnce sync.Once
@@ -5366,7 +5487,7 @@ func file_wire_proto_rawDescGZIP() []byte {
 }
 
 var file_wire_proto_enumTypes = make([]protoimpl.EnumInfo, 8)
-var file_wire_proto_msgTypes = make([]protoimpl.MessageInfo, 72)
+var file_wire_proto_msgTypes = make([]protoimpl.MessageInfo, 74)
 var file_wire_proto_goTypes = []any{
 	(ClientStatus)(0),                     // 0: kvferry.store.v1.ClientStatus
 	(ReplicaStatus)(0),                    // 1: kvferry.store.v1.ReplicaStatus
@@ -5376,179 +5497,183 @@ var file_wire_proto_goTypes = []any{
 	(TaskStatus)(0),                       // 5: kvferry.store.v1.TaskStatus
 	(JobType)(0),                          // 6: kvferry.store.v1.JobType
 	(JobStatus)(0),                        // 7: kvferry.store.v1.JobStatus
-	(*ErrorDetail)(nil),                   // 8: kvferry.store.v1.ErrorDetail
-	(*PingRequest)(nil),                   // 9: kvferry.store.v1.PingRequest
-	(*PingResponse)(nil),                  // 10: kvferry.store.v1.PingResponse
-	(*Segment)(nil),                       // 11: kvferry.store.v1.Segment
-	(*MountSegmentRequest)(nil),           // 12: kvferry.store.v1.MountSegmentRequest
-	(*MountSegmentResponse)(nil),          // 13: kvferry.store.v1.MountSegmentResponse
-	(*ReMountSegmentsRequest)(nil),        // 14: kvferry.store.v1.ReMountSegmentsRequest
-	(*ReMountSegmentsResponse)(nil),       // 15: kvferry.store.v1.ReMountSegmentsResponse
-	(*UnmountSegmentRequest)(nil),         // 16: kvferry.store.v1.UnmountSegmentRequest
-	(*UnmountSegmentResponse)(nil),        // 17: kvferry.store.v1.UnmountSegmentResponse
-	(*KeyRequest)(nil),                    // 18: kvferry.store.v1.KeyRequest
-	(*BatchKeyRequest)(nil),               // 19: kvferry.store.v1.BatchKeyRequest
-	(*ExistKeyResponse)(nil),              // 20: kvferry.store.v1.ExistKeyResponse
-	(*BatchExistKeyResponse)(nil),         // 21: kvferry.store.v1.BatchExistKeyResponse
-	(*Replica)(nil),                       // 22: kvferry.store.v1.Replica
-	(*GetReplicaListResponse)(nil),        // 23: kvferry.store.v1.GetReplicaListResponse
-	(*WaitObjectRequest)(nil),             // 24: kvferry.store.v1.WaitObjectRequest
-	(*ReplicaListResult)(nil),             // 25: kvferry.store.v1.ReplicaListResult
-	(*BatchGetReplicaListResponse)(nil),   // 26: kvferry.store.v1.BatchGetReplicaListResponse
-	(*ReplicateConfig)(nil),               // 27: kvferry.store.v1.ReplicateConfig
-	(*PutStartRequest)(nil),               // 28: kvferry.store.v1.PutStartRequest
-	(*PutStartResponse)(nil),              // 29: kvferry.store.v1.PutStartResponse
-	(*BatchPutStartRequest)(nil),          // 30: kvferry.store.v1.BatchPutStartRequest
-	(*PutStartResult)(nil),                // 31: kvferry.store.v1.PutStartResult
-	(*BatchPutStartResponse)(nil),         // 32: kvferry.store.v1.BatchPutStartResponse
-	(*PutEndRequest)(nil),                 // 33: kvferry.store.v1.PutEndRequest
-	(*PutEndResponse)(nil),                // 34: kvferry.store.v1.PutEndResponse
-	(*BatchPutEndRequest)(nil),            // 35: kvferry.store.v1.BatchPutEndRequest
-	(*BatchCodesResponse)(nil),            // 36: kvferry.store.v1.BatchCodesResponse
-	(*RemoveRequest)(nil),                 // 37: kvferry.store.v1.RemoveRequest
-	(*RemoveResponse)(nil),                // 38: kvferry.store.v1.RemoveResponse
-	(*BatchRemoveRequest)(nil),            // 39: kvferry.store.v1.BatchRemoveRequest
-	(*RemoveByRegexRequest)(nil),          // 40: kvferry.store.v1.RemoveByRegexRequest
-	(*RemoveAllRequest)(nil),              // 41: kvferry.store.v1.RemoveAllRequest
-	(*CountResponse)(nil),                 // 42: kvferry.store.v1.CountResponse
-	(*ListSegmentsRequest)(nil),           // 43: kvferry.store.v1.ListSegmentsRequest
-	(*ListSegmentsResponse)(nil),          // 44: kvferry.store.v1.ListSegmentsResponse
-	(*ListKeysRequest)(nil),               // 45: kvferry.store.v1.ListKeysRequest
-	(*ListKeysResponse)(nil),              // 46: kvferry.store.v1.ListKeysResponse
-	(*AcquireGrantsRequest)(nil),          // 47: kvferry.store.v1.AcquireGrantsRequest
-	(*Grant)(nil),                         // 48: kvferry.store.v1.Grant
-	(*AcquireGrantsResponse)(nil),         // 49: kvferry.store.v1.AcquireGrantsResponse
-	(*GrantedReplica)(nil),                // 50: kvferry.store.v1.GrantedReplica
-	(*PutCommitRequest)(nil),              // 51: kvferry.store.v1.PutCommitRequest
-	(*PutCommitResponse)(nil),             // 52: kvferry.store.v1.PutCommitResponse
-	(*ReturnGrantsRequest)(nil),           // 53: kvferry.store.v1.ReturnGrantsRequest
-	(*ReturnGrantsResponse)(nil),          // 54: kvferry.store.v1.ReturnGrantsResponse
-	(*DiskSegment)(nil),                   // 55: kvferry.store.v1.DiskSegment
-	(*DiskEntry)(nil),                     // 56: kvferry.store.v1.DiskEntry
-	(*MountDiskSegmentRequest)(nil),       // 57: kvferry.store.v1.MountDiskSegmentRequest
-	(*MountDiskSegmentResponse)(nil),      // 58: kvferry.store.v1.MountDiskSegmentResponse
-	(*Task)(nil),                          // 59: kvferry.store.v1.Task
-	(*TaskResult)(nil),                    // 60: kvferry.store.v1.TaskResult
-	(*FetchTasksRequest)(nil),             // 61: kvferry.store.v1.FetchTasksRequest
-	(*FetchTasksResponse)(nil),            // 62: kvferry.store.v1.FetchTasksResponse
-	(*CreateTaskRequest)(nil),             // 63: kvferry.store.v1.CreateTaskRequest
-	(*CreateTaskResponse)(nil),            // 64: kvferry.store.v1.CreateTaskResponse
-	(*QueryTaskRequest)(nil),              // 65: kvferry.store.v1.QueryTaskRequest
-	(*QueryTaskResponse)(nil),             // 66: kvferry.store.v1.QueryTaskResponse
-	(*GetReplicaListByRegexRequest)(nil),  // 67: kvferry.store.v1.GetReplicaListByRegexRequest
-	(*KeyReplicaList)(nil),                // 68: kvferry.store.v1.KeyReplicaList
-	(*GetReplicaListByRegexResponse)(nil), // 69: kvferry.store.v1.GetReplicaListByRegexResponse
-	(*BatchQueryIpRequest)(nil),           // 70: kvferry.store.v1.BatchQueryIpRequest
-	(*ClientIps)(nil),                     // 71: kvferry.store.v1.ClientIps
-	(*BatchQueryIpResponse)(nil),          // 72: kvferry.store.v1.BatchQueryIpResponse
-	(*CalcCacheStatsRequest)(nil),         // 73: kvferry.store.v1.CalcCacheStatsRequest
-	(*CalcCacheStatsResponse)(nil),        // 74: kvferry.store.v1.CalcCacheStatsResponse
-	(*CreateDrainJobRequest)(nil),         // 75: kvferry.store.v1.CreateDrainJobRequest
-	(*CreateDrainJobResponse)(nil),        // 76: kvferry.store.v1.CreateDrainJobResponse
-	(*DrainJobIdRequest)(nil),             // 77: kvferry.store.v1.DrainJobIdRequest
-	(*QueryJobResponse)(nil),              // 78: kvferry.store.v1.QueryJobResponse
-	(*CancelDrainJobResponse)(nil),        // 79: kvferry.store.v1.CancelDrainJobResponse
+	(*BatchReplicaClearRequest)(nil),      // 8: kvferry.store.v1.BatchReplicaClearRequest
+	(*BatchReplicaClearResponse)(nil),     // 9: kvferry.store.v1.BatchReplicaClearResponse
+	(*ErrorDetail)(nil),                   // 10: kvferry.store.v1.ErrorDetail
+	(*PingRequest)(nil),                   // 11: kvferry.store.v1.PingRequest
+	(*PingResponse)(nil),                  // 12: kvferry.store.v1.PingResponse
+	(*Segment)(nil),                       // 13: kvferry.store.v1.Segment
+	(*MountSegmentRequest)(nil),           // 14: kvferry.store.v1.MountSegmentRequest
+	(*MountSegmentResponse)(nil),          // 15: kvferry.store.v1.MountSegmentResponse
+	(*ReMountSegmentsRequest)(nil),        // 16: kvferry.store.v1.ReMountSegmentsRequest
+	(*ReMountSegmentsResponse)(nil),       // 17: kvferry.store.v1.ReMountSegmentsResponse
+	(*UnmountSegmentRequest)(nil),         // 18: kvferry.store.v1.UnmountSegmentRequest
+	(*UnmountSegmentResponse)(nil),        // 19: kvferry.store.v1.UnmountSegmentResponse
+	(*KeyRequest)(nil),                    // 20: kvferry.store.v1.KeyRequest
+	(*BatchKeyRequest)(nil),               // 21: kvferry.store.v1.BatchKeyRequest
+	(*ExistKeyResponse)(nil),              // 22: kvferry.store.v1.ExistKeyResponse
+	(*BatchExistKeyResponse)(nil),         // 23: kvferry.store.v1.BatchExistKeyResponse
+	(*Replica)(nil),                       // 24: kvferry.store.v1.Replica
+	(*GetReplicaListResponse)(nil),        // 25: kvferry.store.v1.GetReplicaListResponse
+	(*WaitObjectRequest)(nil),             // 26: kvferry.store.v1.WaitObjectRequest
+	(*ReplicaListResult)(nil),             // 27: kvferry.store.v1.ReplicaListResult
+	(*BatchGetReplicaListResponse)(nil),   // 28: kvferry.store.v1.BatchGetReplicaListResponse
+	(*ReplicateConfig)(nil),               // 29: kvferry.store.v1.ReplicateConfig
+	(*PutStartRequest)(nil),               // 30: kvferry.store.v1.PutStartRequest
+	(*PutStartResponse)(nil),              // 31: kvferry.store.v1.PutStartResponse
+	(*BatchPutStartRequest)(nil),          // 32: kvferry.store.v1.BatchPutStartRequest
+	(*PutStartResult)(nil),                // 33: kvferry.store.v1.PutStartResult
+	(*BatchPutStartResponse)(nil),         // 34: kvferry.store.v1.BatchPutStartResponse
+	(*PutEndRequest)(nil),                 // 35: kvferry.store.v1.PutEndRequest
+	(*PutEndResponse)(nil),                // 36: kvferry.store.v1.PutEndResponse
+	(*BatchPutEndRequest)(nil),            // 37: kvferry.store.v1.BatchPutEndRequest
+	(*BatchCodesResponse)(nil),            // 38: kvferry.store.v1.BatchCodesResponse
+	(*RemoveRequest)(nil),                 // 39: kvferry.store.v1.RemoveRequest
+	(*RemoveResponse)(nil),                // 40: kvferry.store.v1.RemoveResponse
+	(*BatchRemoveRequest)(nil),            // 41: kvferry.store.v1.BatchRemoveRequest
+	(*RemoveByRegexRequest)(nil),          // 42: kvferry.store.v1.RemoveByRegexRequest
+	(*RemoveAllRequest)(nil),              // 43: kvferry.store.v1.RemoveAllRequest
+	(*CountResponse)(nil),                 // 44: kvferry.store.v1.CountResponse
+	(*ListSegmentsRequest)(nil),           // 45: kvferry.store.v1.ListSegmentsRequest
+	(*ListSegmentsResponse)(nil),          // 46: kvferry.store.v1.ListSegmentsResponse
+	(*ListKeysRequest)(nil),               // 47: kvferry.store.v1.ListKeysRequest
+	(*ListKeysResponse)(nil),              // 48: kvferry.store.v1.ListKeysResponse
+	(*AcquireGrantsRequest)(nil),          // 49: kvferry.store.v1.AcquireGrantsRequest
+	(*Grant)(nil),                         // 50: kvferry.store.v1.Grant
+	(*AcquireGrantsResponse)(nil),         // 51: kvferry.store.v1.AcquireGrantsResponse
+	(*GrantedReplica)(nil),                // 52: kvferry.store.v1.GrantedReplica
+	(*PutCommitRequest)(nil),              // 53: kvferry.store.v1.PutCommitRequest
+	(*PutCommitResponse)(nil),             // 54: kvferry.store.v1.PutCommitResponse
+	(*ReturnGrantsRequest)(nil),           // 55: kvferry.store.v1.ReturnGrantsRequest
+	(*ReturnGrantsResponse)(nil),          // 56: kvferry.store.v1.ReturnGrantsResponse
+	(*DiskSegment)(nil),                   // 57: kvferry.store.v1.DiskSegment
+	(*DiskEntry)(nil),                     // 58: kvferry.store.v1.DiskEntry
+	(*MountDiskSegmentRequest)(nil),       // 59: kvferry.store.v1.MountDiskSegmentRequest
+	(*MountDiskSegmentResponse)(nil),      // 60: kvferry.store.v1.MountDiskSegmentResponse
+	(*Task)(nil),                          // 61: kvferry.store.v1.Task
+	(*TaskResult)(nil),                    // 62: kvferry.store.v1.TaskResult
+	(*FetchTasksRequest)(nil),             // 63: kvferry.store.v1.FetchTasksRequest
+	(*FetchTasksResponse)(nil),            // 64: kvferry.store.v1.FetchTasksResponse
+	(*CreateTaskRequest)(nil),             // 65: kvferry.store.v1.CreateTaskRequest
+	(*CreateTaskResponse)(nil),            // 66: kvferry.store.v1.CreateTaskResponse
+	(*QueryTaskRequest)(nil),              // 67: kvferry.store.v1.QueryTaskRequest
+	(*QueryTaskResponse)(nil),             // 68: kvferry.store.v1.QueryTaskResponse
+	(*GetReplicaListByRegexRequest)(nil),  // 69: kvferry.store.v1.GetReplicaListByRegexRequest
+	(*KeyReplicaList)(nil),                // 70: kvferry.store.v1.KeyReplicaList
+	(*GetReplicaListByRegexResponse)(nil), // 71: kvferry.store.v1.GetReplicaListByRegexResponse
+	(*BatchQueryIpRequest)(nil),           // 72: kvferry.store.v1.BatchQueryIpRequest
+	(*ClientIps)(nil),                     // 73: kvferry.store.v1.ClientIps
+	(*BatchQueryIpResponse)(nil),          // 74: kvferry.store.v1.BatchQueryIpResponse
+	(*CalcCacheStatsRequest)(nil),         // 75: kvferry.store.v1.CalcCacheStatsRequest
+	(*CalcCacheStatsResponse)(nil),        // 76: kvferry.store.v1.CalcCacheStatsResponse
+	(*CreateDrainJobRequest)(nil),         // 77: kvferry.store.v1.CreateDrainJobRequest
+	(*CreateDrainJobResponse)(nil),        // 78: kvferry.store.v1.CreateDrainJobResponse
+	(*DrainJobIdRequest)(nil),             // 79: kvferry.store.v1.DrainJobIdRequest
+	(*QueryJobResponse)(nil),              // 80: kvferry.store.v1.QueryJobResponse
+	(*CancelDrainJobResponse)(nil),        // 81: kvferry.store.v1.CancelDrainJobResponse
 }
 var file_wire_proto_depIdxs = []int32{
 	0,  // 0: kvferry.store.v1.PingResponse.status:type_name -> kvferry.store.v1.ClientStatus
-	11, // 1: kvferry.store.v1.MountSegmentRequest.segment:type_name -> kvferry.store.v1.Segment
-	11, // 2: kvferry.store.v1.ReMountSegmentsRequest.segments:type_name -> kvferry.store.v1.Segment
+	13, // 1: kvferry.store.v1.MountSegmentRequest.segment:type_name -> kvferry.store.v1.Segment
+	13, // 2: kvferry.store.v1.ReMountSegmentsRequest.segments:type_name -> kvferry.store.v1.Segment
 	1,  // 3: kvferry.store.v1.Replica.status:type_name -> kvferry.store.v1.ReplicaStatus
 	3,  // 4: kvferry.store.v1.Replica.kind:type_name -> kvferry.store.v1.ReplicaKind
-	22, // 5: kvferry.store.v1.GetReplicaListResponse.replicas:type_name -> kvferry.store.v1.Replica
-	22, // 6: kvferry.store.v1.ReplicaListResult.replicas:type_name -> kvferry.store.v1.Replica
-	25, // 7: kvferry.store.v1.BatchGetReplicaListResponse.results:type_name -> kvferry.store.v1.ReplicaListResult
+	24, // 5: kvferry.store.v1.GetReplicaListResponse.replicas:type_name -> kvferry.store.v1.Replica
+	24, // 6: kvferry.store.v1.ReplicaListResult.replicas:type_name -> kvferry.store.v1.Replica
+	27, // 7: kvferry.store.v1.BatchGetReplicaListResponse.results:type_name -> kvferry.store.v1.ReplicaListResult
 	2,  // 8: kvferry.store.v1.ReplicateConfig.soft_pin:type_name -> kvferry.store.v1.SoftPinAction
-	27, // 9: kvferry.store.v1.PutStartRequest.config:type_name -> kvferry.store.v1.ReplicateConfig
-	22, // 10: kvferry.store.v1.PutStartResponse.replicas:type_name -> kvferry.store.v1.Replica
-	27, // 11: kvferry.store.v1.BatchPutStartRequest.config:type_name -> kvferry.store.v1.ReplicateConfig
-	22, // 12: kvferry.store.v1.PutStartResult.replicas:type_name -> kvferry.store.v1.Replica
-	31, // 13: kvferry.store.v1.BatchPutStartResponse.results:type_name -> kvferry.store.v1.PutStartResult
-	11, // 14: kvferry.store.v1.ListSegmentsResponse.segments:type_name -> kvferry.store.v1.Segment
-	48, // 15: kvferry.store.v1.AcquireGrantsResponse.grants:type_name -> kvferry.store.v1.Grant
-	27, // 16: kvferry.store.v1.PutCommitRequest.config:type_name -> kvferry.store.v1.ReplicateConfig
-	50, // 17: kvferry.store.v1.PutCommitRequest.replicas:type_name -> kvferry.store.v1.GrantedReplica
-	55, // 18: kvferry.store.v1.MountDiskSegmentRequest.segment:type_name -> kvferry.store.v1.DiskSegment
-	56, // 19: kvferry.store.v1.MountDiskSegmentRequest.entries:type_name -> kvferry.store.v1.DiskEntry
+	29, // 9: kvferry.store.v1.PutStartRequest.config:type_name -> kvferry.store.v1.ReplicateConfig
+	24, // 10: kvferry.store.v1.PutStartResponse.replicas:type_name -> kvferry.store.v1.Replica
+	29, // 11: kvferry.store.v1.BatchPutStartRequest.config:type_name -> kvferry.store.v1.ReplicateConfig
+	24, // 12: kvferry.store.v1.PutStartResult.replicas:type_name -> kvferry.store.v1.Replica
+	33, // 13: kvferry.store.v1.BatchPutStartResponse.results:type_name -> kvferry.store.v1.PutStartResult
+	13, // 14: kvferry.store.v1.ListSegmentsResponse.segments:type_name -> kvferry.store.v1.Segment
+	50, // 15: kvferry.store.v1.AcquireGrantsResponse.grants:type_name -> kvferry.store.v1.Grant
+	29, // 16: kvferry.store.v1.PutCommitRequest.config:type_name -> kvferry.store.v1.ReplicateConfig
+	52, // 17: kvferry.store.v1.PutCommitRequest.replicas:type_name -> kvferry.store.v1.GrantedReplica
+	57, // 18: kvferry.store.v1.MountDiskSegmentRequest.segment:type_name -> kvferry.store.v1.DiskSegment
+	58, // 19: kvferry.store.v1.MountDiskSegmentRequest.entries:type_name -> kvferry.store.v1.DiskEntry
 	4,  // 20: kvferry.store.v1.Task.kind:type_name -> kvferry.store.v1.TaskKind
-	60, // 21: kvferry.store.v1.FetchTasksRequest.done:type_name -> kvferry.store.v1.TaskResult
-	59, // 22: kvferry.store.v1.FetchTasksResponse.tasks:type_name -> kvferry.store.v1.Task
+	62, // 21: kvferry.store.v1.FetchTasksRequest.done:type_name -> kvferry.store.v1.TaskResult
+	61, // 22: kvferry.store.v1.FetchTasksResponse.tasks:type_name -> kvferry.store.v1.Task
 	4,  // 23: kvferry.store.v1.CreateTaskRequest.kind:type_name -> kvferry.store.v1.TaskKind
 	4,  // 24: kvferry.store.v1.QueryTaskResponse.type:type_name -> kvferry.store.v1.TaskKind
 	5,  // 25: kvferry.store.v1.QueryTaskResponse.status:type_name -> kvferry.store.v1.TaskStatus
-	22, // 26: kvferry.store.v1.KeyReplicaList.replicas:type_name -> kvferry.store.v1.Replica
-	68, // 27: kvferry.store.v1.GetReplicaListByRegexResponse.objects:type_name -> kvferry.store.v1.KeyReplicaList
-	71, // 28: kvferry.store.v1.BatchQueryIpResponse.clients:type_name -> kvferry.store.v1.ClientIps
+	24, // 26: kvferry.store.v1.KeyReplicaList.replicas:type_name -> kvferry.store.v1.Replica
+	70, // 27: kvferry.store.v1.GetReplicaListByRegexResponse.objects:type_name -> kvferry.store.v1.KeyReplicaList
+	73, // 28: kvferry.store.v1.BatchQueryIpResponse.clients:type_name -> kvferry.store.v1.ClientIps
 	6,  // 29: kvferry.store.v1.QueryJobResponse.type:type_name -> kvferry.store.v1.JobType
 	7,  // 30: kvferry.store.v1.QueryJobResponse.status:type_name -> kvferry.store.v1.JobStatus
-	9,  // 31: kvferry.store.v1.Master.Ping:input_type -> kvferry.store.v1.PingRequest
-	12, // 32: kvferry.store.v1.Master.MountSegment:input_type -> kvferry.store.v1.MountSegmentRequest
-	14, // 33: kvferry.store.v1.Master.ReMountSegments:input_type -> kvferry.store.v1.ReMountSegmentsRequest
-	16, // 34: kvferry.store.v1.Master.UnmountSegment:input_type -> kvferry.store.v1.UnmountSegmentRequest
-	18, // 35: kvferry.store.v1.Master.ExistKey:input_type -> kvferry.store.v1.KeyRequest
-	19, // 36: kvferry.store.v1.Master.BatchExistKey:input_type -> kvferry.store.v1.BatchKeyRequest
-	18, // 37: kvferry.store.v1.Master.GetReplicaList:input_type -> kvferry.store.v1.KeyRequest
-	19, // 38: kvferry.store.v1.Master.BatchGetReplicaList:input_type -> kvferry.store.v1.BatchKeyRequest
-	28, // 39: kvferry.store.v1.Master.PutStart:input_type -> kvferry.store.v1.PutStartRequest
-	30, // 40: kvferry.store.v1.Master.BatchPutStart:input_type -> kvferry.store.v1.BatchPutStartRequest
-	33, // 41: kvferry.store.v1.Master.PutEnd:input_type -> kvferry.store.v1.PutEndRequest
-	35, // 42: kvferry.store.v1.Master.BatchPutEnd:input_type -> kvferry.store.v1.BatchPutEndRequest
-	37, // 43: kvferry.store.v1.Master.Remove:input_type -> kvferry.store.v1.RemoveRequest
-	39, // 44: kvferry.store.v1.Master.BatchRemove:input_type -> kvferry.store.v1.BatchRemoveRequest
-	40, // 45: kvferry.store.v1.Master.RemoveByRegex:input_type -> kvferry.store.v1.RemoveByRegexRequest
-	41, // 46: kvferry.store.v1.Master.RemoveAll:input_type -> kvferry.store.v1.RemoveAllRequest
-	43, // 47: kvferry.store.v1.Master.ListSegments:input_type -> kvferry.store.v1.ListSegmentsRequest
-	45, // 48: kvferry.store.v1.Master.ListKeys:input_type -> kvferry.store.v1.ListKeysRequest
-	47, // 49: kvferry.store.v1.Master.AcquireGrants:input_type -> kvferry.store.v1.AcquireGrantsRequest
-	51, // 50: kvferry.store.v1.Master.PutCommit:input_type -> kvferry.store.v1.PutCommitRequest
-	53, // 51: kvferry.store.v1.Master.ReturnGrants:input_type -> kvferry.store.v1.ReturnGrantsRequest
-	57, // 52: kvferry.store.v1.Master.MountDiskSegment:input_type -> kvferry.store.v1.MountDiskSegmentRequest
-	61, // 53: kvferry.store.v1.Master.FetchTasks:input_type -> kvferry.store.v1.FetchTasksRequest
-	18, // 54: kvferry.store.v1.Master.PromoteObject:input_type -> kvferry.store.v1.KeyRequest
-	63, // 55: kvferry.store.v1.Master.CreateTask:input_type -> kvferry.store.v1.CreateTaskRequest
-	65, // 56: kvferry.store.v1.Master.QueryTask:input_type -> kvferry.store.v1.QueryTaskRequest
-	24, // 57: kvferry.store.v1.Master.WaitObject:input_type -> kvferry.store.v1.WaitObjectRequest
-	67, // 58: kvferry.store.v1.Master.GetReplicaListByRegex:input_type -> kvferry.store.v1.GetReplicaListByRegexRequest
-	70, // 59: kvferry.store.v1.Master.BatchQueryIp:input_type -> kvferry.store.v1.BatchQueryIpRequest
-	73, // 60: kvferry.store.v1.Master.CalcCacheStats:input_type -> kvferry.store.v1.CalcCacheStatsRequest
-	75, // 61: kvferry.store.v1.Master.CreateDrainJob:input_type -> kvferry.store.v1.CreateDrainJobRequest
-	77, // 62: kvferry.store.v1.Master.QueryDrainJob:input_type -> kvferry.store.v1.DrainJobIdRequest
-	77, // 63: kvferry.store.v1.Master.CancelDrainJob:input_type -> kvferry.store.v1.DrainJobIdRequest
-	10, // 64: kvferry.store.v1.Master.Ping:output_type -> kvferry.store.v1.PingResponse
-	13, // 65: kvferry.store.v1.Master.MountSegment:output_type -> kvferry.store.v1.MountSegmentResponse
-	15, // 66: kvferry.store.v1.Master.ReMountSegments:output_type -> kvferry.store.v1.ReMountSegmentsResponse
-	17, // 67: kvferry.store.v1.Master.UnmountSegment:output_type -> kvferry.store.v1.UnmountSegmentResponse
-	20, // 68: kvferry.store.v1.Master.ExistKey:output_type -> kvferry.store.v1.ExistKeyResponse
-	21, // 69: kvferry.store.v1.Master.BatchExistKey:output_type -> kvferry.store.v1.BatchExistKeyResponse
-	23, // 70: kvferry.store.v1.Master.GetReplicaList:output_type -> kvferry.store.v1.GetReplicaListResponse
-	26, // 71: kvferry.store.v1.Master.BatchGetReplicaList:output_type -> kvferry.store.v1.BatchGetReplicaListResponse
-	29, // 72: kvferry.store.v1.Master.PutStart:output_type -> kvferry.store.v1.PutStartResponse
-	32, // 73: kvferry.store.v1.Master.BatchPutStart:output_type -> kvferry.store.v1.BatchPutStartResponse
-	34, // 74: kvferry.store.v1.Master.PutEnd:output_type -> kvferry.store.v1.PutEndResponse
-	36, // 75: kvferry.store.v1.Master.BatchPutEnd:output_type -> kvferry.store.v1.BatchCodesResponse
-	38, // 76: kvferry.store.v1.Master.Remove:output_type -> kvferry.store.v1.RemoveResponse
-	36, // 77: kvferry.store.v1.Master.BatchRemove:output_type -> kvferry.store.v1.BatchCodesResponse
-	42, // 78: kvferry.store.v1.Master.RemoveByRegex:output_type -> kvferry.store.v1.CountResponse
-	42, // 79: kvferry.store.v1.Master.RemoveAll:output_type -> kvferry.store.v1.CountResponse
-	44, // 80: kvferry.store.v1.Master.ListSegments:output_type -> kvferry.store.v1.ListSegmentsResponse
-	46, // 81: kvferry.store.v1.Master.ListKeys:output_type -> kvferry.store.v1.ListKeysResponse
-	49, // 82: kvferry.store.v1.Master.AcquireGrants:output_type -> kvferry.store.v1.AcquireGrantsResponse
-	52, // 83: kvferry.store.v1.Master.PutCommit:output_type -> kvferry.store.v1.PutCommitResponse
-	54, // 84: kvferry.store.v1.Master.ReturnGrants:output_type -> kvferry.store.v1.ReturnGrantsResponse
-	58, // 85: kvferry.store.v1.Master.MountDiskSegment:output_type -> kvferry.store.v1.MountDiskSegmentResponse
-	62, // 86: kvferry.store.v1.Master.FetchTasks:output_type -> kvferry.store.v1.FetchTasksResponse
-	23, // 87: kvferry.store.v1.Master.PromoteObject:output_type -> kvferry.store.v1.GetReplicaListResponse
-	64, // 88: kvferry.store.v1.Master.CreateTask:output_type -> kvferry.store.v1.CreateTaskResponse
-	66, // 89: kvferry.store.v1.Master.QueryTask:output_type -> kvferry.store.v1.QueryTaskResponse
-	23, // 90: kvferry.store.v1.Master.WaitObject:output_type -> kvferry.store.v1.GetReplicaListResponse
-	69, // 91: kvferry.store.v1.Master.GetReplicaListByRegex:output_type -> kvferry.store.v1.GetReplicaListByRegexResponse
-	72, // 92: kvferry.store.v1.Master.BatchQueryIp:output_type -> kvferry.store.v1.BatchQueryIpResponse
-	74, // 93: kvferry.store.v1.Master.CalcCacheStats:output_type -> kvferry.store.v1.CalcCacheStatsResponse
-	76, // 94: kvferry.store.v1.Master.CreateDrainJob:output_type -> kvferry.store.v1.CreateDrainJobResponse
-	78, // 95: kvferry.store.v1.Master.QueryDrainJob:output_type -> kvferry.store.v1.QueryJobResponse
-	79, // 96: kvferry.store.v1.Master.CancelDrainJob:output_type -> kvferry.store.v1.CancelDrainJobResponse
-	64, // [64:97] is the sub-list for method output_type
-	31, // [31:64] is the sub-list for method input_type
+	11, // 31: kvferry.store.v1.Master.Ping:input_type -> kvferry.store.v1.PingRequest
+	14, // 32: kvferry.store.v1.Master.MountSegment:input_type -> kvferry.store.v1.MountSegmentRequest
+	16, // 33: kvferry.store.v1.Master.ReMountSegments:input_type -> kvferry.store.v1.ReMountSegmentsRequest
+	18, // 34: kvferry.store.v1.Master.UnmountSegment:input_type -> kvferry.store.v1.UnmountSegmentRequest
+	20, // 35: kvferry.store.v1.Master.ExistKey:input_type -> kvferry.store.v1.KeyRequest
+	21, // 36: kvferry.store.v1.Master.BatchExistKey:input_type -> kvferry.store.v1.BatchKeyRequest
+	20, // 37: kvferry.store.v1.Master.GetReplicaList:input_type -> kvferry.store.v1.KeyRequest
+	21, // 38: kvferry.store.v1.Master.BatchGetReplicaList:input_type -> kvferry.store.v1.BatchKeyRequest
+	30, // 39: kvferry.store.v1.Master.PutStart:input_type -> kvferry.store.v1.PutStartRequest
+	32, // 40: kvferry.store.v1.Master.BatchPutStart:input_type -> kvferry.store.v1.BatchPutStartRequest
+	35, // 41: kvferry.store.v1.Master.PutEnd:input_type -> kvferry.store.v1.PutEndRequest
+	37, // 42: kvferry.store.v1.Master.BatchPutEnd:input_type -> kvferry.store.v1.BatchPutEndRequest
+	39, // 43: kvferry.store.v1.Master.Remove:input_type -> kvferry.store.v1.RemoveRequest
+	41, // 44: kvferry.store.v1.Master.BatchRemove:input_type -> kvferry.store.v1.BatchRemoveRequest
+	42, // 45: kvferry.store.v1.Master.RemoveByRegex:input_type -> kvferry.store.v1.RemoveByRegexRequest
+	43, // 46: kvferry.store.v1.Master.RemoveAll:input_type -> kvferry.store.v1.RemoveAllRequest
+	45, // 47: kvferry.store.v1.Master.ListSegments:input_type -> kvferry.store.v1.ListSegmentsRequest
+	47, // 48: kvferry.store.v1.Master.ListKeys:input_type -> kvferry.store.v1.ListKeysRequest
+	49, // 49: kvferry.store.v1.Master.AcquireGrants:input_type -> kvferry.store.v1.AcquireGrantsRequest
+	53, // 50: kvferry.store.v1.Master.PutCommit:input_type -> kvferry.store.v1.PutCommitRequest
+	55, // 51: kvferry.store.v1.Master.ReturnGrants:input_type -> kvferry.store.v1.ReturnGrantsRequest
+	59, // 52: kvferry.store.v1.Master.MountDiskSegment:input_type -> kvferry.store.v1.MountDiskSegmentRequest
+	63, // 53: kvferry.store.v1.Master.FetchTasks:input_type -> kvferry.store.v1.FetchTasksRequest
+	20, // 54: kvferry.store.v1.Master.PromoteObject:input_type -> kvferry.store.v1.KeyRequest
+	65, // 55: kvferry.store.v1.Master.CreateTask:input_type -> kvferry.store.v1.CreateTaskRequest
+	67, // 56: kvferry.store.v1.Master.QueryTask:input_type -> kvferry.store.v1.QueryTaskRequest
+	26, // 57: kvferry.store.v1.Master.WaitObject:input_type -> kvferry.store.v1.WaitObjectRequest
+	69, // 58: kvferry.store.v1.Master.GetReplicaListByRegex:input_type -> kvferry.store.v1.GetReplicaListByRegexRequest
+	72, // 59: kvferry.store.v1.Master.BatchQueryIp:input_type -> kvferry.store.v1.BatchQueryIpRequest
+	75, // 60: kvferry.store.v1.Master.CalcCacheStats:input_type -> kvferry.store.v1.CalcCacheStatsRequest
+	77, // 61: kvferry.store.v1.Master.CreateDrainJob:input_type -> kvferry.store.v1.CreateDrainJobRequest
+	79, // 62: kvferry.store.v1.Master.QueryDrainJob:input_type -> kvferry.store.v1.DrainJobIdRequest
+	79, // 63: kvferry.store.v1.Master.CancelDrainJob:input_type -> kvferry.store.v1.DrainJobIdRequest
+	8,  // 64: kvferry.store.v1.Master.BatchReplicaClear:input_type -> kvferry.store.v1.BatchReplicaClearRequest
+	12, // 65: kvferry.store.v1.Master.Ping:output_type -> kvferry.store.v1.PingResponse
+	15, // 66: kvferry.store.v1.Master.MountSegment:output_type -> kvferry.store.v1.MountSegmentResponse
+	17, // 67: kvferry.store.v1.Master.ReMountSegments:output_type -> kvferry.store.v1.ReMountSegmentsResponse
+	19, // 68: kvferry.store.v1.Master.UnmountSegment:output_type -> kvferry.store.v1.UnmountSegmentResponse
+	22, // 69: kvferry.store.v1.Master.ExistKey:output_type -> kvferry.store.v1.ExistKeyResponse
+	23, // 70: kvferry.store.v1.Master.BatchExistKey:output_type -> kvferry.store.v1.BatchExistKeyResponse
+	25, // 71: kvferry.store.v1.Master.GetReplicaList:output_type -> kvferry.store.v1.GetReplicaListResponse
+	28, // 72: kvferry.store.v1.Master.BatchGetReplicaList:output_type -> kvferry.store.v1.BatchGetReplicaListResponse
+	31, // 73: kvferry.store.v1.Master.PutStart:output_type -> kvferry.store.v1.PutStartResponse
+	34, // 74: kvferry.store.v1.Master.BatchPutStart:output_type -> kvferry.store.v1.BatchPutStartResponse
+	36, // 75: kvferry.store.v1.Master.PutEnd:output_type -> kvferry.store.v1.PutEndResponse
+	38, // 76: kvferry.store.v1.Master.BatchPutEnd:output_type -> kvferry.store.v1.BatchCodesResponse
+	40, // 77: kvferry.store.v1.Master.Remove:output_type -> kvferry.store.v1.RemoveResponse
+	38, // 78: kvferry.store.v1.Master.BatchRemove:output_type -> kvferry.store.v1.BatchCodesResponse
+	44, // 79: kvferry.store.v1.Master.RemoveByRegex:output_type -> kvferry.store.v1.CountResponse
+	44, // 80: kvferry.store.v1.Master.RemoveAll:output_type -> kvferry.store.v1.CountResponse
+	46, // 81: kvferry.store.v1.Master.ListSegments:output_type -> kvferry.store.v1.ListSegmentsResponse
+	48, // 82: kvferry.store.v1.Master.ListKeys:output_type -> kvferry.store.v1.ListKeysResponse
+	51, // 83: kvferry.store.v1.Master.AcquireGrants:output_type -> kvferry.store.v1.AcquireGrantsResponse
+	54, // 84: kvferry.store.v1.Master.PutCommit:output_type -> kvferry.store.v1.PutCommitResponse
+	56, // 85: kvferry.store.v1.Master.ReturnGrants:output_type -> kvferry.store.v1.ReturnGrantsResponse
+	60, // 86: kvferry.store.v1.Master.MountDiskSegment:output_type -> kvferry.store.v1.MountDiskSegmentResponse
+	64, // 87: kvferry.store.v1.Master.FetchTasks:output_type -> kvferry.store.v1.FetchTasksResponse
+	25, // 88: kvferry.store.v1.Master.PromoteObject:output_type -> kvferry.store.v1.GetReplicaListResponse
+	66, // 89: kvferry.store.v1.Master.CreateTask:output_type -> kvferry.store.v1.CreateTaskResponse
+	68, // 90: kvferry.store.v1.Master.QueryTask:output_type -> kvferry.store.v1.QueryTaskResponse
+	25, // 91: kvferry.store.v1.Master.WaitObject:output_type -> kvferry.store.v1.GetReplicaListResponse
+	71, // 92: kvferry.store.v1.Master.GetReplicaListByRegex:output_type -> kvferry.store.v1.GetReplicaListByRegexResponse
+	74, // 93: kvferry.store.v1.Master.BatchQueryIp:output_type -> kvferry.store.v1.BatchQueryIpResponse
+	76, // 94: kvferry.store.v1.Master.CalcCacheStats:output_type -> kvferry.store.v1.CalcCacheStatsResponse
+	78, // 95: kvferry.store.v1.Master.CreateDrainJob:output_type -> kvferry.store.v1.CreateDrainJobResponse
+	80, // 96: kvferry.store.v1.Master.QueryDrainJob:output_type -> kvferry.store.v1.QueryJobResponse
+	81, // 97: kvferry.store.v1.Master.CancelDrainJob:output_type -> kvferry.store.v1.CancelDrainJobResponse
+	9,  // 98: kvferry.store.v1.Master.BatchReplicaClear:output_type -> kvferry.store.v1.BatchReplicaClearResponse
+	65, // [65:99] is the sub-list for method output_type
+	31, // [31:65] is the sub-list for method input_type
 	31, // [31:31] is the sub-list for extension type_name
 	31, // [31:31] is the sub-list for extension extendee
 	0,  // [0:31] is the sub-list for field type_name
@@ -5559,14 +5684,14 @@ func file_wire_proto_init() {
 	if File_wire_proto != nil {
 		return
 	}
-	file_wire_proto_msgTypes[67].OneofWrappers = []any{}
+	file_wire_proto_msgTypes[69].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_wire_proto_rawDesc), len(file_wire_proto_rawDesc)),
 			NumEnums:      8,
-			NumMessages:   72,
+			NumMessages:   74,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

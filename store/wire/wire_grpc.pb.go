@@ -58,6 +58,7 @@ const (
 	Master_CreateDrainJob_FullMethodName        = "/kvferry.store.v1.Master/CreateDrainJob"
 	Master_QueryDrainJob_FullMethodName         = "/kvferry.store.v1.Master/QueryDrainJob"
 	Master_CancelDrainJob_FullMethodName        = "/kvferry.store.v1.Master/CancelDrainJob"
+	Master_BatchReplicaClear_FullMethodName     = "/kvferry.store.v1.Master/BatchReplicaClear"
 )
 
 // MasterClient is the client API for Master service.
@@ -151,6 +152,11 @@ type MasterClient interface {
 	CreateDrainJob(ctx context.Context, in *CreateDrainJobRequest, opts ...grpc.CallOption) (*CreateDrainJobResponse, error)
 	QueryDrainJob(ctx context.Context, in *DrainJobIdRequest, opts ...grpc.CallOption) (*QueryJobResponse, error)
 	CancelDrainJob(ctx context.Context, in *DrainJobIdRequest, opts ...grpc.CallOption) (*CancelDrainJobResponse, error)
+	// BatchReplicaClear (Mooncake's BatchReplicaClear) clears the replicas of
+	// the keys client_id wrote and no reader holds: whole objects with
+	// segment_name "", else only the replicas on that segment. Keys that do
+	// not qualify are skipped; cleared_keys lists the others.
+	BatchReplicaClear(ctx context.Context, in *BatchReplicaClearRequest, opts ...grpc.CallOption) (*BatchReplicaClearResponse, error)
 }
 
 type masterClient struct {
@@ -491,6 +497,16 @@ func (c *masterClient) CancelDrainJob(ctx context.Context, in *DrainJobIdRequest
 	return out, nil
 }
 
+func (c *masterClient) BatchReplicaClear(ctx context.Context, in *BatchReplicaClearRequest, opts ...grpc.CallOption) (*BatchReplicaClearResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(BatchReplicaClearResponse)
+	err := c.cc.Invoke(ctx, Master_BatchReplicaClear_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MasterServer is the server API for Master service.
 // All implementations must embed UnimplementedMasterServer
 // for forward compatibility.
@@ -582,6 +598,11 @@ type MasterServer interface {
 	CreateDrainJob(context.Context, *CreateDrainJobRequest) (*CreateDrainJobResponse, error)
 	QueryDrainJob(context.Context, *DrainJobIdRequest) (*QueryJobResponse, error)
 	CancelDrainJob(context.Context, *DrainJobIdRequest) (*CancelDrainJobResponse, error)
+	// BatchReplicaClear (Mooncake's BatchReplicaClear) clears the replicas of
+	// the keys client_id wrote and no reader holds: whole objects with
+	// segment_name "", else only the replicas on that segment. Keys that do
+	// not qualify are skipped; cleared_keys lists the others.
+	BatchReplicaClear(context.Context, *BatchReplicaClearRequest) (*BatchReplicaClearResponse, error)
 	mustEmbedUnimplementedMasterServer()
 }
 
@@ -690,6 +711,9 @@ func (UnimplementedMasterServer) QueryDrainJob(context.Context, *DrainJobIdReque
 }
 func (UnimplementedMasterServer) CancelDrainJob(context.Context, *DrainJobIdRequest) (*CancelDrainJobResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CancelDrainJob not implemented")
+}
+func (UnimplementedMasterServer) BatchReplicaClear(context.Context, *BatchReplicaClearRequest) (*BatchReplicaClearResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method BatchReplicaClear not implemented")
 }
 func (UnimplementedMasterServer) mustEmbedUnimplementedMasterServer() {}
 func (UnimplementedMasterServer) testEmbeddedByValue()                {}
@@ -1306,6 +1330,24 @@ func _Master_CancelDrainJob_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Master_BatchReplicaClear_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(BatchReplicaClearRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).BatchReplicaClear(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_BatchReplicaClear_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).BatchReplicaClear(ctx, req.(*BatchReplicaClearRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Master_ServiceDesc is the grpc.ServiceDesc for Master service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1444,6 +1486,10 @@ var Master_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CancelDrainJob",
 			Handler:    _Master_CancelDrainJob_Handler,
+		},
+		{
+			MethodName: "BatchReplicaClear",
+			Handler:    _Master_BatchReplicaClear_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -255,6 +255,34 @@ class StoreTensors(unittest.TestCase):
         small = FakeCudaTensor(self.d.alloc(4096, 0), 4096, 0)
         self.assertLess(self.s.get_tensor_into_cuda("cuda/a", small), 0)
 
+    def test_ranges_and_sessions_in_device_memory(self):
+        # get_into_ranges and the session calls with GPU buffers: the
+        # ranges are copied through the CUDA driver (issue 42).
+        n = 1 << 20
+        want = pattern(n, 33)
+        self.assertEqual(self.s.put("gpu/r", want.tobytes()), 0)
+        buf = self.d.alloc(n, 0)
+        self.assertEqual(self.s.register_buffer(buf, n), 0)
+        got = self.s.get_into_ranges([buf], [["gpu/r"]], [[[0, 4096]]], [[[1000, 500000]]],
+                                     [[[4096, 70000]]])
+        self.assertEqual(got, [[[4096, 70000]]])
+        self.assertEqual(self.d.bytes_at(buf, 4096), want[1000:5096].tobytes())
+        self.assertEqual(self.d.bytes_at(buf + 4096, 70000), want[500000:570000].tobytes())
+        self.assertEqual(self.s.batch_get_session_start(["gpu/r"]), [0])
+        self.assertEqual(self.s.batch_get_into_multi_buffer_ranges(
+            ["gpu/r"], [[buf + 100000]], [[3000]], [[n - 3000]]), [3000])
+        self.assertEqual(self.d.bytes_at(buf + 100000, 3000), want[n - 3000:].tobytes())
+        self.assertEqual(self.s.batch_get_session_end(["gpu/r"]), 0)
+        # A put session written from device memory, in two ranges.
+        self.assertEqual(self.s.batch_put_session_start(["gpu/w"], [8192]), [0])
+        self.assertEqual(self.s.batch_put_from_multi_buffer_ranges(
+            ["gpu/w"], [[buf + 4096, buf]], [[4096, 4096]], [[0, 4096]]), [8192])
+        self.assertEqual(self.s.batch_put_session_end(["gpu/w"]), [0])
+        dev = self.d.bytes_at(buf, 8192)
+        self.assertEqual(self.s.get("gpu/w"), dev[4096:] + dev[:4096])
+        self.assertEqual(self.s.unregister_buffer(buf), 0)
+        self.d.free(buf)
+
     def test_scratch_pool(self):
         # CUDA tensor puts and gets reuse registered GPU scratch buffers:
         # one made for many calls of a size class, kept up to the bound,

@@ -1,8 +1,8 @@
 """Mooncake's names against ours (issue 42): every public method of
 Mooncake's MooncakeDistributedStore and every module-level name of its
 mooncake.store, pinned at kvcache-ai/Mooncake 3b5a594 in testdata/ (names
-only), must exist on kvferry's, except those listed here as not
-implemented yet; a name newly missing fails."""
+only), must exist on kvferry's, with no exceptions: a name newly missing
+fails."""
 
 import os
 import unittest
@@ -13,14 +13,6 @@ import mooncake.store as mc
 from kvferry.store import MooncakeDistributedStore, MooncakeDistributedStoreAsync
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-# Not implemented yet (docs/guide/python.md says so).
-NOT_YET_METHODS = {
-    "batch_get_into_multi_buffer_ranges", "batch_get_session_start", "batch_get_session_end",
-    "batch_put_from_multi_buffer_ranges", "batch_put_session_start", "batch_put_session_end",
-    "batch_put_session_revoke", "batch_replica_clear", "get_into_ranges",
-}
-NOT_YET_MODULE = {"bind_to_numa_node", "BufferLeaseView", "BufferLease", "BufferPool"}
 
 
 def pinned(name):
@@ -34,22 +26,13 @@ class MooncakeNames(unittest.TestCase):
         self.assertGreater(len(names), 90)
         for cls in (MooncakeDistributedStore, MooncakeDistributedStoreAsync):
             for name in names:
-                if name in NOT_YET_METHODS:
-                    continue
                 with self.subTest(cls=cls.__name__, name=name):
                     self.assertTrue(callable(getattr(cls, name, None)), "%s.%s is missing" % (cls.__name__, name))
 
     def test_module(self):
         for name in pinned("mooncake_store_module.txt"):
-            if name in NOT_YET_MODULE:
-                continue
             with self.subTest(name=name):
                 self.assertTrue(hasattr(mc, name), "mooncake.store.%s is missing" % name)
-
-    def test_not_yet_lists_are_pinned_names(self):
-        # A stale entry (a name Mooncake no longer has) is caught here.
-        self.assertLessEqual(NOT_YET_METHODS, set(pinned("mooncake_store_methods.txt")))
-        self.assertLessEqual(NOT_YET_MODULE, set(pinned("mooncake_store_module.txt")))
 
 
 if __name__ == "__main__":

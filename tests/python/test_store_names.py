@@ -35,6 +35,10 @@ STORE_ALL = [
     "MooncakeDistributedNoFRegister",
     "get_alloc_func_addr",
     "get_free_func_addr",
+    "bind_to_numa_node",
+    "BufferPool",
+    "BufferLease",
+    "BufferLeaseView",
 ]
 STORE_OTHER = ["ReplicateConfigC", "byref", "c_char_p", "c_int", "c_int64", "c_size_t",
                "c_uint64", "c_void_p", "lib", "log"]
