@@ -50,7 +50,7 @@ func TestParseMalformed(t *testing.T) {
 		"", "   ", "p2phandshake", "P2P", "P2PHANDSHAKE:1", "localhost", "localhost:", ":2379",
 		"etcd://", "etcd://host", "etcd://h:0", "etcd://h:65536", "ETCD://h:1", "HTTP://h:1/m",
 		"http://", "http:///metadata", "http://h:99999/metadata", "http://h:1/m#x",
-		"redis://h:6379", "ftp://h:1", "://h:1", "h:1,,x", "h:1/path",
+		"REDIS://h:6379", "redis://h:1/x", "ftp://h:1", "://h:1", "h:1,,x", "h:1/path",
 	} {
 		_, err := open.Parse(in)
 		assert.Assert(t, errors.Is(err, open.ErrBadConn), "%q: %v", in, err)
