@@ -22,6 +22,7 @@ import (
 	"github.com/kvferry/kvferry/engine/metadata/open"
 	"github.com/kvferry/kvferry/engine/metadata/redis"
 	"github.com/kvferry/kvferry/engine/metadata/redis/redistest"
+	"github.com/kvferry/kvferry/engine/tlsconf"
 	"github.com/kvferry/kvferry/internal/testutil"
 )
 
@@ -160,6 +161,28 @@ func TestOpenRedis(t *testing.T) {
 	})
 	_, err := open.Open(context.Background(), "rediss://"+srv.Addr(), open.Options{Redis: redis.Config{DialTimeout: time.Second}})
 	assert.Assert(t, errors.Is(err, metadata.ErrUnavailable), "TLS to a plain Redis: %v", err)
+}
+
+// TestOpenRediss: rediss:// runs TLS with the control-plane TLS settings
+// (CA and client certificate: a Redis with tls-auth-clients); without a
+// client certificate the handshake is refused.
+func TestOpenRediss(t *testing.T) {
+	files := redistest.PKI(t)
+	srv := redistest.Start(t, redistest.Options{TLS: files, Password: "tls-pw"})
+	pair, err := tlsconf.Load(files)
+	assert.NilError(t, err)
+	conn := "rediss://:tls-pw@" + srv.TLSAddr()
+	roundTrip(t, conn, open.Options{TLS: pair.ClientConfig()})
+
+	noCert := pair.ClientConfig().Clone()
+	noCert.Certificates = nil
+	_, err = open.Open(context.Background(), conn, open.Options{TLS: noCert, Redis: redis.Config{DialTimeout: 2 * time.Second}})
+	assert.ErrorContains(t, err, "TLS handshake refused")
+	assert.Assert(t, !errors.Is(err, metadata.ErrUnavailable), "%v", err)
+	t.Logf("without a client certificate: %v", err)
+	// Plain redis:// to the TLS port gets no answer it understands.
+	_, err = open.Open(context.Background(), "redis://:tls-pw@"+srv.TLSAddr(), open.Options{Redis: redis.Config{DialTimeout: time.Second}})
+	assert.Assert(t, err != nil)
 }
 
 // TestOpenRedisPassword: the URL's password, else MC_REDIS_PASSWORD's

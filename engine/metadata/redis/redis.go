@@ -224,6 +224,8 @@ func New(ctx context.Context, cfg Config) (*KV, error) {
 			what = fmt.Sprintf("redis %s: no answer within %v", cfg.Addr, cfg.DialTimeout)
 		} else if isRefusal(err) {
 			what = fmt.Sprintf("redis %s: refused (check the password, user and database index)", cfg.Addr)
+		} else if isTLSRefusal(err) {
+			what = fmt.Sprintf("redis %s: TLS handshake refused (check the CA and client certificate)", cfg.Addr)
 		}
 		return nil, classify(what, pctx, err)
 	}
@@ -490,6 +492,16 @@ func isRefusal(err error) bool {
 	return true
 }
 
+// isTLSRefusal reports whether err is a TLS handshake that failed on a
+// certificate (ours refused by the server, or the server's not verified):
+// a configuration error, not an outage.
+func isTLSRefusal(err error) bool {
+	var alert tls.AlertError
+	var verify *tls.CertificateVerificationError
+	var op *net.OpError // crypto/tls reports a peer's alert as Op "remote error"
+	return errors.As(err, &alert) || errors.As(err, &verify) || (errors.As(err, &op) && op.Op == "remote error")
+}
+
 func isRedisError(err error) bool {
 	var re goredis.Error
 	return errors.As(err, &re)
@@ -508,7 +520,7 @@ func classify(what string, ctx context.Context, err error) error {
 	if errors.Is(err, context.Canceled) && errors.Is(ctx.Err(), context.Canceled) {
 		return fmt.Errorf("%s: %w", what, err)
 	}
-	if isRefusal(err) {
+	if isRefusal(err) || isTLSRefusal(err) {
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	return fmt.Errorf("%s: %w: %w", what, metadata.ErrUnavailable, err)

@@ -9,17 +9,27 @@ package redistest
 import (
 	"bufio"
 	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"errors"
 	"fmt"
+	"math/big"
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/kvferry/kvferry/engine/tlsconf"
 )
 
 // DefaultBinary is where Debian's redis-server package installs the server.
@@ -54,17 +64,21 @@ type Options struct {
 	// Password, when set, is the server's requirepass (the "default"
 	// user's password).
 	Password string
+	// TLS, when it names files, adds a TLS port (TLSAddr) with the
+	// certificate and key, requiring client certificates the CA signed.
+	TLS tlsconf.Files
 	// Args are extra redis-server arguments ("--maxmemory", "1mb", ...).
 	Args []string
 }
 
 // Server is one redis-server process (and its restarts).
 type Server struct {
-	t    testing.TB
-	bin  string
-	dir  string
-	opts Options
-	port int
+	t       testing.TB
+	bin     string
+	dir     string
+	opts    Options
+	port    int
+	tlsPort int
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -82,6 +96,9 @@ func Start(t testing.TB, opts Options) *Server {
 	var err error
 	for try := 0; try < 3; try++ { // a free port can be taken before redis binds it
 		s.port = freePort(t)
+		if s.opts.TLS.Enabled() {
+			s.tlsPort = freePort(t)
+		}
 		if err = s.start(); err == nil {
 			break
 		}
@@ -95,6 +112,14 @@ func Start(t testing.TB, opts Options) *Server {
 
 // Addr returns "127.0.0.1:<port>".
 func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
+
+// TLSAddr returns "127.0.0.1:<TLS port>" ("" without Options.TLS).
+func (s *Server) TLSAddr() string {
+	if s.tlsPort == 0 {
+		return ""
+	}
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.tlsPort))
+}
 
 // URL returns the server's connection string, "redis://[:password@]addr".
 func (s *Server) URL() string {
@@ -133,6 +158,10 @@ func (s *Server) start() error {
 	}
 	if s.opts.Password != "" {
 		args = append(args, "--requirepass", s.opts.Password)
+	}
+	if f := s.opts.TLS; f.Enabled() {
+		args = append(args, "--tls-port", strconv.Itoa(s.tlsPort), "--tls-cert-file", f.Cert, "--tls-key-file", f.Key,
+			"--tls-ca-cert-file", f.CA, "--tls-auth-clients", "yes")
 	}
 	args = append(args, s.opts.Args...)
 	cmd := exec.Command(s.bin, args...)
@@ -256,4 +285,44 @@ func freePort(t testing.TB) int {
 	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// PKI writes a CA and a certificate it signs for 127.0.0.1 (server and
+// client use) into a temporary directory and returns the files, for
+// Options.TLS and for the client's control-plane TLS.
+func PKI(t testing.TB) tlsconf.Files {
+	t.Helper()
+	dir := t.TempDir()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("test pki: %v", err)
+		}
+	}
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	must(err)
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "kvferry redis test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	must(err)
+	ca, err := x509.ParseCertificate(caDER)
+	must(err)
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	must(err)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "kvferry redis test"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}, KeyUsage: x509.KeyUsageDigitalSignature}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	must(err)
+	kb, err := x509.MarshalECPrivateKey(key)
+	must(err)
+	f := tlsconf.Files{Cert: filepath.Join(dir, "node.pem"), Key: filepath.Join(dir, "node.key"), CA: filepath.Join(dir, "ca.pem")}
+	write := func(p, typ string, b []byte) {
+		must(os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: b}), 0o600))
+	}
+	write(f.Cert, "CERTIFICATE", der)
+	write(f.Key, "EC PRIVATE KEY", kb)
+	write(f.CA, "CERTIFICATE", caDER)
+	return f
 }
