@@ -164,9 +164,10 @@ func TestKV(t *testing.T) {
 // TestRenew: keys outlive several TTLs while their owner lives.
 func TestRenew(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
-	kv := newKV(t, redis.Config{Addr: srv.Addr(), KeyTTL: time.Second})
+	kv := newKV(t, redis.Config{Addr: srv.Addr(), KeyTTL: 2 * time.Second})
 	raw := rawClient(t, srv.Addr(), "", 0)
 	assert.NilError(t, kv.Put(context.Background(), "mooncake/ram/live", []byte(`1`)))
+	// Renewed every third of the TTL: 6 renewals span two TTLs.
 	waitFor(t, 30*time.Second, "several renewals", func() bool { return kv.Metrics().Refreshes >= 6 })
 	_, ok := rawGet(t, raw, "mooncake/ram/live")
 	assert.Assert(t, ok, "key expired while its owner renewed it")
