@@ -19,6 +19,7 @@ import (
 	"unsafe"
 
 	"github.com/kvferry/kvferry/engine"
+	"github.com/kvferry/kvferry/engine/metadata/connstr"
 	"github.com/kvferry/kvferry/engine/stack"
 	"github.com/kvferry/kvferry/engine/transport/rdma"
 	"github.com/kvferry/kvferry/engine/transport/tcp"
@@ -73,7 +74,7 @@ func kvf_create(conn, name *C.char, autoDiscover C.int) (h C.uintptr_t) {
 	}
 	v, err := newEngine(c, n, autoDiscover != 0, nil)
 	if err != nil {
-		logger.Error("createTransferEngine failed", "metadata", c, "local_server_name", n, "err", err)
+		logger.Error("createTransferEngine failed", "metadata", connstr.Redact(c), "local_server_name", n, "err", err)
 		return 0
 	}
 	return C.uintptr_t(v)

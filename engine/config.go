@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/kvferry/kvferry/engine/metadata"
+	"github.com/kvferry/kvferry/engine/metadata/connstr"
 	"github.com/kvferry/kvferry/engine/peerauth"
 	"github.com/kvferry/kvferry/engine/tlsconf"
 )
@@ -191,7 +192,7 @@ func (c Config) Validate() error {
 func (c Config) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "metadata=%s local_server_name=%s bind=%q listen=%q rpc_ports=%d-%d connect_timeout=%s transfer_timeout=%s transports=%v force=%q auth=%s",
-		c.MetadataConn, c.LocalServerName, c.BindAddress, c.ListenIP, c.MinRPCPort, c.MaxRPCPort, c.ConnectTimeout, c.TransferTimeout, c.Transports, c.ForceTransport,
+		connstr.Redact(c.MetadataConn), c.LocalServerName, c.BindAddress, c.ListenIP, c.MinRPCPort, c.MaxRPCPort, c.ConnectTimeout, c.TransferTimeout, c.Transports, c.ForceTransport,
 		authString(c.Auth))
 	if c.TLS != nil {
 		b.WriteString(" tls=on")

@@ -50,7 +50,7 @@ import (
 
 var (
 	mode            = flag.String("mode", "initiator", "Running mode: initiator, target, or memcpy (C memcpy between two local buffers of buffer_size, one thread: the baseline of bench/samehost.sh)")
-	metadataServer  = flag.String("metadata_server", "P2PHANDSHAKE", "Metadata connection string (P2PHANDSHAKE, http://host:port/metadata, etcd://host:port)")
+	metadataServer  = flag.String("metadata_server", "P2PHANDSHAKE", "Metadata connection string (P2PHANDSHAKE, http://host:port/metadata, etcd://host:port, redis://[:password@]host:port[/db])")
 	localServerName = flag.String("local_server_name", "127.0.0.1", "Local server name (P2P: the host to advertise)")
 	segmentID       = flag.String("segment_id", "", "Segment name of the target (P2P: <ip>:<port> printed by the target)")
 	protocol        = flag.String("protocol", "tcp", "Transport to use: tcp, rdma, local, cma, shm or auto (the selector)")

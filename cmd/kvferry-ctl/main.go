@@ -59,7 +59,7 @@ flags:`
 func run(args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("kvferry-ctl", flag.ContinueOnError)
 	o := &options{out: out}
-	fs.StringVar(&o.metadata, "metadata", "P2PHANDSHAKE", "metadata connection string (P2PHANDSHAKE, http://host:port/metadata, etcd://host:port)")
+	fs.StringVar(&o.metadata, "metadata", "P2PHANDSHAKE", "metadata connection string (P2PHANDSHAKE, http://host:port/metadata, etcd://host:port, redis://[:password@]host:port[/db])")
 	fs.StringVar(&o.masterAdmin, "master_admin", "", "store master admin address host:port (kvferry-master --metrics_port)")
 	fs.StringVar(&o.master, "master", "", "store master for HA: etcd://host:port[;host:port] (the leader's view)")
 	fs.StringVar(&o.clusterID, "cluster_id", "mooncake_cluster", "HA cluster id")

@@ -3,7 +3,7 @@
 // interface the engine consumes; this package implements it for the P2P
 // handshake (no server: descriptors are fetched live from the peer's RPC
 // port) and, over any KV store, for Mooncake's key layout
-// (specs/mooncake.md §3). KV stores live in subpackages (http, etcd).
+// (specs/mooncake.md §3). KV stores live in subpackages (http, etcd, redis).
 package metadata
 
 import (
@@ -49,7 +49,7 @@ type Backend interface {
 }
 
 // KV is a key-value store holding metadata values (Mooncake's HTTP metadata
-// server, etcd). Get returns ErrNotFound (wrapped) for a missing key. Safe
+// server, etcd, Redis). Get returns ErrNotFound (wrapped) for a missing key. Safe
 // for concurrent use.
 type KV interface {
 	Get(ctx context.Context, key string) ([]byte, error)

@@ -44,6 +44,9 @@ import (
 //	MC_METADATA_CLUSTER_ID            metadata key prefix mooncake/<id>/
 //	KVFERRY_METADATA_REPUBLISH_SEC    how often http/etcd entries are written again
 //	KVFERRY_ETCD_LEASE_TTL_SEC        etcd lease TTL of an engine's entries
+//	MC_REDIS_USERNAME, MC_REDIS_PASSWORD  Redis AUTH when the redis:// URL has no user information
+//	MC_REDIS_DB_INDEX                 Redis database when the URL has no /db (0-255, as Mooncake)
+//	KVFERRY_REDIS_KEY_TTL_SEC         TTL of an engine's Redis keys (renewed while it lives)
 //	KVFERRY_CUDA_LIB                  CUDA driver to load (default libcuda.so.1)
 //	KVFERRY_CUDA                      "0" turns GPU memory support off
 //	KVFERRY_CUDA_STREAMS              streams of each device's copier
@@ -138,6 +141,18 @@ func ConfigFromEnv(env hostenv.Env) Config {
 	}
 	if n, ok := env.Int("KVFERRY_ETCD_LEASE_TTL_SEC"); ok && n > 0 {
 		c.Metadata.Etcd.LeaseTTL = time.Duration(n) * time.Second
+	}
+	if v, ok := env.Str("MC_REDIS_USERNAME"); ok {
+		c.Metadata.Redis.Username = v
+	}
+	if v, ok := env.Str("MC_REDIS_PASSWORD"); ok {
+		c.Metadata.Redis.Password = v
+	}
+	if n, ok := env.Int("MC_REDIS_DB_INDEX"); ok && n >= 0 && n <= 255 {
+		c.Metadata.Redis.DB = int(n)
+	}
+	if n, ok := env.Int("KVFERRY_REDIS_KEY_TTL_SEC"); ok && n > 0 {
+		c.Metadata.Redis.KeyTTL = time.Duration(n) * time.Second
 	}
 	c.GPU = gpu.ConfigFromEnv(env)
 	return c

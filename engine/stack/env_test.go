@@ -80,6 +80,15 @@ func TestConfigFromEnv(t *testing.T) {
 	assert.Equal(t, c.GPU.Streams, 3)
 	assert.Equal(t, c.RDMA.TrafficClass, 106)
 
+	c = ConfigFromEnv(mapEnv(map[string]string{"MC_REDIS_USERNAME": "u", "MC_REDIS_PASSWORD": "pw",
+		"MC_REDIS_DB_INDEX": "7", "KVFERRY_REDIS_KEY_TTL_SEC": "30"}))
+	assert.Equal(t, c.Metadata.Redis.Username, "u")
+	assert.Equal(t, c.Metadata.Redis.Password, "pw")
+	assert.Equal(t, c.Metadata.Redis.DB, 7)
+	assert.Equal(t, c.Metadata.Redis.KeyTTL, 30*time.Second)
+	c = ConfigFromEnv(mapEnv(map[string]string{"MC_REDIS_DB_INDEX": "256"}))
+	assert.Equal(t, c.Metadata.Redis.DB, 0, "out of Mooncake's range: database 0")
+
 	c = ConfigFromEnv(mapEnv(map[string]string{"MC_FORCE_TCP": "", "KVFERRY_TRANSPORT": "CMA", "KVFERRY_GPU_HOST_PATH": "map"}))
 	assert.Equal(t, c.Engine.ForceTransport, "cma", "KVFERRY_TRANSPORT wins over MC_FORCE_TCP")
 	assert.Equal(t, c.Engine.PathChoice, "nvlink")

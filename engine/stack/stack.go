@@ -40,7 +40,8 @@ type Config struct {
 	RDMA rdma.Config
 	// Metadata configures the backend opened from Engine.MetadataConn:
 	// cluster id (MC_METADATA_CLUSTER_ID), re-publish interval, HTTP
-	// timeouts, etcd lease TTL. Its RPC and Logger default to the engine's.
+	// timeouts, etcd lease TTL, Redis credentials, database and key TTL.
+	// Its RPC and Logger default to the engine's.
 	Metadata open.Options
 	// AutoDiscover installs DefaultTransports at start (Mooncake's
 	// auto_discover = 1) unless Engine.Transports names others, and the
@@ -120,7 +121,8 @@ func Factory(cfg Config) engine.TransportFactory {
 }
 
 // OpenMetadata opens the metadata backend for a connection string
-// (engine/metadata/open): P2PHANDSHAKE, http(s)://… or etcd://…. A
+// (engine/metadata/open): P2PHANDSHAKE, http(s)://…, etcd://… or
+// redis(s)://…. A
 // malformed string wraps engine.ErrInvalidArgument, an unreachable service
 // engine.ErrMetadata.
 func OpenMetadata(ctx context.Context, conn string, ec engine.Config, mo open.Options) (metadata.Backend, error) {

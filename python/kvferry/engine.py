@@ -192,8 +192,9 @@ class TransferEngine:
 
     def initialize(self, local_hostname, metadata_server, protocol, device_name):
         """Start the engine; metadata_server is "P2PHANDSHAKE",
-        "http://host:port/metadata", "etcd://host:port" or a bare etcd
-        "host:port". Returns 0, or -1 on failure."""
+        "http://host:port/metadata", "etcd://host:port", a bare etcd
+        "host:port" or "redis://[:password@]host:port[/db]". Returns 0, or
+        -1 on failure."""
         metadata_server = _as_str(metadata_server, "metadata_server")
         proto, sep, domain = metadata_server.partition("://")
         if sep:

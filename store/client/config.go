@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kvferry/kvferry/engine"
+	"github.com/kvferry/kvferry/engine/metadata/connstr"
 	"github.com/kvferry/kvferry/engine/stack"
 	"github.com/kvferry/kvferry/store/ha"
 	"github.com/kvferry/kvferry/store/wire"
@@ -244,6 +245,6 @@ func (c Config) String() string {
 	return fmt.Sprintf("local_hostname=%s metadata=%s global_segment_size=%d lazy_segment=%v huge_pages=%v "+
 		"local_buffer_size=%d no_local_buffer=%v "+
 		"protocol=%s master=%q master_rpc=%s put_grants=%v cluster_id=%s tenant_id=%q rpc_timeout=%v ping_interval=%v",
-		c.LocalHostname, c.MetadataServer, c.GlobalSegmentSize, c.LazySegment, !c.NoHugePages, c.LocalBufferSize, c.NoLocalBuffer,
+		c.LocalHostname, connstr.Redact(c.MetadataServer), c.GlobalSegmentSize, c.LazySegment, !c.NoHugePages, c.LocalBufferSize, c.NoLocalBuffer,
 		c.Protocol, c.MasterServerAddr, c.MasterRPC, !c.NoPutGrants, c.ClusterID, c.TenantID, c.RPCTimeout, c.PingInterval)
 }

@@ -113,4 +113,26 @@ static inline transfer_engine_t te_new_p2p(const struct te_api *api) {
     }
     return e;
 }
+
+/* te_new_md is a new engine of api on the metadata service that
+ * KVFERRY_TEST_METADATA names (unset or P2PHANDSHAKE: the P2P handshake,
+ * as te_new_p2p). Outside P2P mode its segment name is "<role>-<pid>"
+ * (the address comes from MC_TCP_BIND_ADDRESS). The segment name peers
+ * open it by goes to name (n bytes). The program exits (status 2) if
+ * there is no engine. */
+static inline transfer_engine_t te_new_md(const struct te_api *api, const char *role, char *name, size_t n) {
+    const char *md = getenv("KVFERRY_TEST_METADATA");
+    if (!md || !*md || strcmp(md, "P2PHANDSHAKE") == 0) {
+        transfer_engine_t e = te_new_p2p(api);
+        api->getLocalIpAndPort(e, name, n);
+        return e;
+    }
+    snprintf(name, n, "%s-%d", role, (int)getpid());
+    transfer_engine_t e = api->createTransferEngine(md, name, "", 0, 1);
+    if (!e) {
+        fprintf(stderr, "createTransferEngine(%s) failed\n", role);
+        exit(2);
+    }
+    return e;
+}
 #endif

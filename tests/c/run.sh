@@ -25,13 +25,34 @@ functional() { # label, env...
   echo "--- functional and bad-input tests ($label)"
   rm -f "$OUT/t1"
   env "$@" "$OUT/te_test" target "$LIB" $((64 << 20)) "$OUT/t1" &
+  local target=$!
   wait_ready "$OUT/t1" 20
   read -r SEG ADDR PID < "$OUT/t1"
   env "$@" timeout 120 "$OUT/te_test" initiator "$LIB" "$SEG" "$ADDR"
-  wait
+  wait "$target"
 }
 functional "auto: same-host transport" KVFERRY_TEST=1
 functional "tcp" MC_FORCE_TCP=1
+
+# The same tests with the engines finding each other through a real
+# redis-server (requirepass, the password in the URL; issue 40).
+REDIS_SERVER="$(command -v redis-server || true)"
+if [ -n "$REDIS_SERVER" ]; then
+  RPORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  "$REDIS_SERVER" --port "$RPORT" --bind 127.0.0.1 --save "" --appendonly no --daemonize no \
+    --requirepass c-suite-pw --dir "$OUT" --loglevel warning > "$OUT/redis.log" 2>&1 &
+  REDIS_PID=$!
+  for _ in $(seq 1 200); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$RPORT") 2>/dev/null && break
+    sleep 0.1
+  done
+  functional "tcp, redis metadata" MC_FORCE_TCP=1 MC_TCP_BIND_ADDRESS=127.0.0.1 \
+    KVFERRY_TEST_METADATA="redis://:c-suite-pw@127.0.0.1:$RPORT"
+  kill "$REDIS_PID"
+  wait "$REDIS_PID" 2>/dev/null || true
+else
+  echo "--- functional tests with redis metadata: skipped (redis-server absent; scripts/test-deps.sh installs it)"
+fi
 
 echo "--- fork guard"
 timeout 60 "$OUT/te_test" fork "$LIB"

@@ -1,7 +1,8 @@
 /* Two-process test of the Mooncake-compatible transfer engine C API.
  *
  *   te_test target <lib> <size> <ready-file>
- *       Creates a P2P engine on 127.0.0.1, registers <size> bytes and writes
+ *       Creates an engine on 127.0.0.1 (P2P, or on the metadata service
+ *       KVFERRY_TEST_METADATA names), registers <size> bytes and writes
  *       "<segment name> <buffer address> <pid>" to <ready-file>. It answers
  *       notifications: "verify:<seed>:<len>:<peer>" checks its buffer against
  *       the pattern and notifies the peer "verified:ok|bad"; any other message
@@ -59,14 +60,13 @@ static int wait_batch(transfer_engine_t e, batch_id_t b, size_t n, double deadli
 /* ---- target ---- */
 
 static int run_target(size_t size, const char *ready) {
-    transfer_engine_t e = te_new_p2p(&te);
+    char name[128];
+    transfer_engine_t e = te_new_md(&te, "target", name, sizeof name);
     uint8_t *buf = map_buf(size);
     if (te.registerLocalMemory(e, buf, size, "cpu:0", 1) != 0) {
         fprintf(stderr, "target: register failed\n");
         return 2;
     }
-    char name[128];
-    te.getLocalIpAndPort(e, name, sizeof name);
     char tmp[512];
     snprintf(tmp, sizeof tmp, "%s.tmp", ready);
     FILE *f = fopen(tmp, "w");
@@ -235,8 +235,7 @@ static void test_bad_input(transfer_engine_t e, segment_id_t seg, uint8_t *local
 }
 
 static int run_initiator(const char *seg_name, uint64_t remote) {
-    transfer_engine_t e = te_new_p2p(&te);
-    te.getLocalIpAndPort(e, my_name, sizeof my_name);
+    transfer_engine_t e = te_new_md(&te, "initiator", my_name, sizeof my_name);
     const size_t total = 64u << 20, req_size = 1u << 20;
     uint8_t *src = map_buf(total), *back = map_buf(total);
     CHECK(te.registerLocalMemory(e, src, total, "*", 1) == 0, "register src");

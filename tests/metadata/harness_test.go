@@ -10,11 +10,13 @@ import (
 	"testing"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"gotest.tools/v3/assert"
 
 	"github.com/kvferry/kvferry/engine/metadata/etcd/etcdtest"
 	mdhttp "github.com/kvferry/kvferry/engine/metadata/http"
+	"github.com/kvferry/kvferry/engine/metadata/redis/redistest"
 	"github.com/kvferry/kvferry/tests/internal/proc"
 	"github.com/kvferry/kvferry/tests/internal/servers"
 	"github.com/kvferry/kvferry/tests/internal/suite"
@@ -127,6 +129,42 @@ func (s *etcdService) Has(t *testing.T, key string) bool {
 	defer cancel()
 	resp, err := s.cli.Get(ctx, key)
 	return err == nil && len(resp.Kvs) > 0
+}
+
+// redisService runs a real redis-server (no persistence: a restart
+// starts empty), with requirepass when password is set.
+type redisService struct {
+	srv *redistest.Server
+	cli *goredis.Client
+}
+
+func startRedis(t *testing.T, password string) *redisService {
+	t.Helper()
+	s := &redisService{srv: redistest.Start(t, redistest.Options{Password: password})}
+	s.cli = goredis.NewClient(&goredis.Options{Addr: s.srv.Addr(), Password: password, Protocol: 2, DisableIdentity: true,
+		DialTimeout: 2 * time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second})
+	t.Cleanup(func() { s.cli.Close() })
+	return s
+}
+
+func (s *redisService) Conn() string       { return s.srv.URL() }
+func (s *redisService) TTL() time.Duration { return 2 * time.Second }
+func (s *redisService) Kill()              { s.srv.Kill() }
+func (s *redisService) Start(t *testing.T) { s.srv.Restart() }
+
+func (s *redisService) Has(t *testing.T, key string) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	n, err := s.cli.Exists(ctx, key).Result()
+	return err == nil && n == 1
+}
+
+// Flush removes every key (FLUSHALL), as an operator or a failover to an
+// empty replica does.
+func (s *redisService) Flush(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	assert.NilError(t, s.cli.FlushAll(ctx).Err())
 }
 
 // ---- engine processes ----

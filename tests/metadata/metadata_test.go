@@ -2,7 +2,7 @@
 
 // Package metadata_test runs transfer engines as separate processes that
 // find each other through a real metadata service: the kvferry-metadata
-// binary and a real etcd (issue 7). Run by tests/metadata/run.sh
+// binary, a real etcd (issue 7) and a real redis-server (issue 40). Run by tests/metadata/run.sh
 // (go test -tags multiprocess).
 package metadata_test
 
@@ -18,10 +18,12 @@ import (
 
 const mib = 1 << 20
 
-// kinds runs body once through kvferry-metadata and once through etcd.
+// kinds runs body once through each metadata service: kvferry-metadata,
+// etcd and Redis (with requirepass, the password in the URL).
 func kinds(t *testing.T, body func(t *testing.T, svc service)) {
 	t.Run("http", func(t *testing.T) { body(t, startHTTP(t)) })
 	t.Run("etcd", func(t *testing.T) { body(t, startEtcd(t, false)) })
+	t.Run("redis", func(t *testing.T) { body(t, startRedis(t, "mp-secret")) })
 }
 
 // TestTwoEngines: register, open, transfer both ways, notify; a buffer
@@ -114,6 +116,7 @@ func TestMetadataRestart(t *testing.T) {
 		{"http-snapshot", func(t *testing.T) service { return startHTTP(t, "-snapshot", t.TempDir()+"/snap.json") }},
 		{"etcd", func(t *testing.T) service { return startEtcd(t, false) }},
 		{"etcd-wiped", func(t *testing.T) service { return startEtcd(t, true) }},
+		{"redis", func(t *testing.T) service { return startRedis(t, "") }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			svc := tc.start(t)
@@ -264,3 +267,47 @@ func str(v any) string {
 	s, _ := v.(string)
 	return s
 }
+
+// TestRedisFlushAndAuth: a FLUSHALL under running engines (Redis keeps
+// running, every key gone) is repaired by the engines on their own: the
+// entries come back and opens work; an engine with a wrong or missing
+// password fails to start with Redis's refusal, and never shows the
+// password it was given.
+func TestRedisFlushAndAuth(t *testing.T) {
+	svc := startRedis(t, "mp-secret")
+	a := startPeer(t, svc, "node-a")
+	b := startPeer(t, svc, "node-b")
+	bAddr := b.u64(b.do("alloc %d", mib), "addr")
+	aAddr := a.u64(a.do("alloc %d", mib), "addr")
+	a.do("fill %d %d %d", aAddr, mib, 0x3c)
+
+	svc.Flush(t)
+	took := waitFor(t, 30*time.Second, "entries back after FLUSHALL", func() bool {
+		for _, n := range []string{"node-a", "node-b"} {
+			if !svc.Has(t, metadata.SegmentKey("", n)) || !svc.Has(t, metadata.RPCMetaKey("", n)) {
+				return false
+			}
+		}
+		return true
+	})
+	t.Logf("entries back %v after FLUSHALL", took)
+	id := a.u64(a.do("open node-b"), "id")
+	a.do("xfer write %d %d %d %d", id, aAddr, bAddr, mib)
+	b.do("check %d %d %d", bAddr, mib, 0x3c)
+
+	for _, conn := range []string{"redis://:wrong-pw@" + svc.srv.Addr(), "redis://" + svc.srv.Addr()} {
+		_, err := tryPeer(t, fixedConn(conn), "node-x")
+		assert.ErrorContains(t, err, "refused")
+		assert.Assert(t, !strings.Contains(err.Error(), "wrong-pw"), "password shown: %v", err)
+		t.Logf("%s: %v", strings.Replace(conn, "wrong-pw", "***", 1), err)
+	}
+}
+
+// fixedConn is a service that only names a connection string.
+type fixedConn string
+
+func (c fixedConn) Conn() string              { return string(c) }
+func (fixedConn) Kill()                       {}
+func (fixedConn) Start(*testing.T)            {}
+func (fixedConn) Has(*testing.T, string) bool { return false }
+func (fixedConn) TTL() time.Duration          { return 0 }

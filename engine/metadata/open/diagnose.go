@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/kvferry/kvferry/engine/metadata"
+	"github.com/kvferry/kvferry/engine/metadata/connstr"
 )
 
 // Advertised describes what an engine tells its peers about itself.
@@ -44,7 +45,7 @@ func LogStart(log *slog.Logger, conn string, adv Advertised) {
 	}
 	c, err := Parse(conn)
 	if err != nil {
-		log.Info("engine advertises", "segment", adv.Segment, "host", adv.Host, "rpc_port", adv.RPCPort, "metadata", conn)
+		log.Info("engine advertises", "segment", adv.Segment, "host", adv.Host, "rpc_port", adv.RPCPort, "metadata", connstr.Redact(conn))
 		return
 	}
 	log.Info("engine advertises", "segment", adv.Segment, "host", adv.Host, "rpc_port", adv.RPCPort,

@@ -41,6 +41,7 @@ import (
 	"github.com/kvferry/kvferry/engine/metadata"
 	"github.com/kvferry/kvferry/engine/metadata/etcd"
 	"github.com/kvferry/kvferry/engine/metadata/open"
+	"github.com/kvferry/kvferry/engine/metadata/redis"
 	"github.com/kvferry/kvferry/engine/stack"
 	"github.com/kvferry/kvferry/tests/internal/child"
 )
@@ -62,7 +63,7 @@ func run() error {
 	name := flag.String("name", "127.0.0.1", "local server name (segment name outside P2P mode)")
 	cluster := flag.String("cluster", "", "metadata cluster id")
 	republish := flag.Duration("republish", time.Second, "metadata re-publish interval")
-	ttl := flag.Duration("lease-ttl", 2*time.Second, "etcd lease TTL")
+	ttl := flag.Duration("lease-ttl", 2*time.Second, "etcd lease TTL, and TTL of Redis keys")
 	timeout := flag.Duration("transfer-timeout", 5*time.Second, "transfer timeout")
 	level := flag.String("log-level", "info", "log level")
 	flag.Parse()
@@ -85,8 +86,9 @@ func run() error {
 			Logger:          log,
 		},
 		Metadata: open.Options{
-			KV:   metadata.KVConfig{ClusterID: *cluster, RepublishInterval: *republish, RetryInterval: 100 * time.Millisecond},
-			Etcd: etcd.Config{LeaseTTL: *ttl, DialTimeout: 3 * time.Second},
+			KV:    metadata.KVConfig{ClusterID: *cluster, RepublishInterval: *republish, RetryInterval: 100 * time.Millisecond},
+			Etcd:  etcd.Config{LeaseTTL: *ttl, DialTimeout: 3 * time.Second},
+			Redis: redis.Config{KeyTTL: *ttl, DialTimeout: 3 * time.Second, OpTimeout: 3 * time.Second},
 		},
 	})
 	cancel()
