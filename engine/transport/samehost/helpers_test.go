@@ -43,6 +43,7 @@ const (
 	metadataEnv = "KVFERRY_SAMEHOST_TEST_METADATA"
 	denyEnv     = "KVFERRY_SAMEHOST_TEST_DENY"  // initiator: install a seccomp filter denying process_vm_*
 	memfdEnv    = "KVFERRY_SAMEHOST_TEST_MEMFD" // owner: the buffer is memfd-backed (internal/memfd)
+	nameEnv     = "KVFERRY_SAMEHOST_TEST_NAME"  // with metadataEnv: the segment name
 	maxXfer     = 64 << 20
 	refExtra    = 64 << 10
 	spareSize   = 1 << 20
@@ -96,6 +97,10 @@ func childMain(role string) int {
 	cfg.Engine.LocalServerName = "127.0.0.1"
 	cfg.Engine.TransferTimeout = 5 * time.Second
 	cfg.AutoDiscover = true
+	if conn := os.Getenv(metadataEnv); conn != "" {
+		// A metadata service: the segment keeps its name across restarts.
+		cfg.Engine.MetadataConn, cfg.Engine.LocalServerName, cfg.Engine.BindAddress = conn, os.Getenv(nameEnv), "127.0.0.1"
+	}
 	e, err := stack.New(context.Background(), cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "engine:", err)
