@@ -78,14 +78,14 @@ type Engine struct {
 	// incarnation tells this engine from any other instance under the
 	// same segment name (descriptor.Segment.Incarnation).
 	incarnation string
-	reg     registry
-	metrics engineMetrics
-	ctx     context.Context
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
-	closed  atomic.Bool
-	out     outboxes   // notifications on their way out (outbox.go)
-	pub     publishing // descriptor building and publication (publish.go)
+	reg         registry
+	metrics     engineMetrics
+	ctx         context.Context
+	cancel      context.CancelFunc
+	wg          sync.WaitGroup
+	closed      atomic.Bool
+	out         outboxes   // notifications on their way out (outbox.go)
+	pub         publishing // descriptor building and publication (publish.go)
 
 	transports struct {
 		sync.RWMutex

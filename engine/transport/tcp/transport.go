@@ -2,6 +2,7 @@ package tcp
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -47,6 +48,9 @@ const (
 
 // Config configures the TCP transport. The zero value works.
 type Config struct {
+	// Port, when nonzero, is the data port to listen on (default: a
+	// random free port of the engine's port range, as Mooncake picks it).
+	Port int
 	// Lanes is the number of connections per peer
 	// (MC_TCP_LANES_PER_PEER, default 4, 1-16).
 	Lanes int
@@ -150,6 +154,14 @@ type Transport struct {
 	polled       atomic.Uint64 // slices read by their waiter (conn.Poll)
 	inlined      atomic.Uint64 // slices written by their submitter (lane.submit)
 	obs          *metrics.Server
+	// inc is the engine's incarnation (descriptor.Segment.Incarnation),
+	// which the server's answer to an identity hello names.
+	inc [tcpwire.IncarnationSize]byte
+	// staleHellos counts hellos refused for another incarnation (server
+	// side); staleDials the connections that found another incarnation
+	// behind a peer's data port, and rereads the descriptor re-reads they
+	// caused (client side).
+	staleHellos, staleDials, rereads atomic.Uint64
 
 	// Test hooks, set before any traffic (export_test.go): beforeServe runs
 	// before the server serves a request, beforeWrite before each piece a
@@ -163,11 +175,19 @@ type Transport struct {
 func New(e *engine.Engine, cfg Config) (*Transport, error) {
 	cfg = cfg.withDefaults(e)
 	ec := e.Config()
-	ln, port, err := engine.ListenRandomPort(e.BindIP(), ec.MinRPCPort, ec.MaxRPCPort)
+	var ln net.Listener
+	port := cfg.Port
+	var err error
+	if port != 0 {
+		ln, err = net.Listen("tcp", net.JoinHostPort(e.BindIP(), strconv.Itoa(port)))
+	} else {
+		ln, port, err = engine.ListenRandomPort(e.BindIP(), ec.MinRPCPort, ec.MaxRPCPort)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("tcp transport: %w", err)
 	}
 	t := &Transport{e: e, cfg: cfg, log: e.Logger().With("transport", Name), port: port, obs: e.MetricSet().Server(Name)}
+	t.inc, _ = descriptor.ParseIncarnation(e.Incarnation())
 	t.ctx, t.cancel = context.WithCancel(e.Context())
 	t.peers.m = make(map[string]*peerConns)
 	t.srv = &server{t: t, ln: ln, conns: make(map[net.Conn]struct{}), limit: netguard.NewLimiter(cfg.MaxConns, cfg.MaxConnsPerIP).WithFrames(tcpwire.HeaderSize, wholeHeader),
@@ -183,14 +203,19 @@ func (t *Transport) Name() string { return Name }
 // Port returns the data port.
 func (t *Transport) Port() int { return t.port }
 
-// Describe publishes the data port and protocol version. The protocol
-// Mooncake peers see stays that of a transport described before (rdma).
+// Describe publishes the data port and protocol version, and that the
+// data port answers the identity hello (descriptor.FeatureDataHello). The
+// protocol Mooncake peers see stays that of a transport described before
+// (rdma).
 func (t *Transport) Describe(seg *descriptor.Segment) {
 	if seg.Protocol == "" {
 		seg.Protocol = descriptor.ProtocolTCP
 	}
 	seg.TCPDataPort = t.port
 	seg.TCPProtoVersion = descriptor.TCPProtoV2
+	if seg.Incarnation != "" && !seg.Has(descriptor.FeatureDataHello) {
+		seg.Features = append(seg.Features, descriptor.FeatureDataHello)
+	}
 }
 
 // Reaches reports whether p serves TCP.
@@ -242,13 +267,21 @@ type Stats struct {
 	// ServerConnsPolled is the number of open server connections running
 	// outside the network poller (at most Config.MaxPolledConns).
 	ServerConnsPolled int
+	// StaleRefused counts data connections refused because their identity
+	// hello expected another incarnation of this segment.
+	StaleRefused uint64
+	// StaleDials counts connections that found another incarnation (or a
+	// server without identity) behind a peer's data port; Rereads the
+	// descriptor re-reads they caused.
+	StaleDials, Rereads uint64
 }
 
 // Stats returns the transport's counters.
 func (t *Transport) Stats() Stats {
 	s := Stats{SlicesSent: t.sent.Load(), SlicesFailed: t.failed.Load(), Served: t.srv.served.Load(), Rejected: t.srv.rejected.Load(),
 		ConnsRefused: t.srv.limit.Refused(), ConnsDisplaced: t.srv.limit.Displaced(), ServerConns: t.srv.limit.Open(), SlicesPolled: t.polled.Load(),
-		SlicesInline: t.inlined.Load(), ServerConnsPolled: int(t.srv.detached.Load())}
+		SlicesInline: t.inlined.Load(), ServerConnsPolled: int(t.srv.detached.Load()),
+		StaleRefused: t.staleHellos.Load(), StaleDials: t.staleDials.Load(), Rereads: t.rereads.Load()}
 	t.peers.Lock()
 	for _, pc := range t.peers.m {
 		for _, l := range pc.lanes {
@@ -283,10 +316,12 @@ func opName(w bool) string {
 	return "read"
 }
 
-// peerConns holds the lanes to one peer data endpoint.
+// peerConns holds the lanes to one peer data endpoint, bound to one
+// incarnation of the peer ("" for a peer without identity: Mooncake).
 type peerConns struct {
 	addr  string
 	v2    bool
+	inc   string
 	lanes []*lane
 	next  atomic.Uint32
 }
@@ -311,22 +346,26 @@ func (t *Transport) peerFor(p *engine.Peer) (*peerConns, error) {
 	}
 	addr := net.JoinHostPort(host, strconv.Itoa(d.TCPDataPort))
 	v2 := d.TCPProtoVersion >= 2 && t.cfg.ProtoVersion >= 2
+	inc := ""
+	if _, ok := descriptor.ParseIncarnation(d.Incarnation); ok && d.Has(descriptor.FeatureDataHello) {
+		inc = d.Incarnation
+	}
 	t.peers.Lock()
 	defer t.peers.Unlock()
 	if t.closed.Load() {
 		return nil, engine.ErrClosed
 	}
 	pc := t.peers.m[addr]
-	if pc == nil || pc.v2 != v2 {
+	if pc == nil || pc.v2 != v2 || pc.inc != inc {
 		if pc != nil {
 			for _, l := range pc.lanes {
 				l.stop()
 			}
 		}
 		t.pruneLocked()
-		pc = &peerConns{addr: addr, v2: v2}
+		pc = &peerConns{addr: addr, v2: v2, inc: inc}
 		for i := 0; i < t.cfg.Lanes; i++ {
-			pc.lanes = append(pc.lanes, newLane(t, addr, p.Name, v2))
+			pc.lanes = append(pc.lanes, newLane(t, addr, p, v2, inc))
 		}
 		t.peers.m[addr] = pc
 	}
@@ -462,6 +501,13 @@ func (t *Transport) Close() error {
 	t.wg.Wait()
 	return nil
 }
+
+// ErrStaleIncarnation is returned (wrapped, beside engine.ErrPeerGone)
+// when a peer's data port is served by another incarnation of the segment
+// than the one the descriptor names, or by a server that does not answer
+// the identity hello: the peer restarted, or another process took its old
+// port. No request is sent on such a connection.
+var ErrStaleIncarnation = errors.New("tcp data port served by another incarnation of the segment")
 
 // errConn marks connection-level failures, which are retried once on a
 // fresh connection (an idle pooled connection the peer closed, say).
