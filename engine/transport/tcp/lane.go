@@ -43,6 +43,7 @@ type lane struct {
 	// hello); incb is it decoded.
 	inc  string
 	incb [tcpwire.IncarnationSize]byte
+	pc   *peerConns // the endpoint's lanes, this one among them
 
 	kick      chan struct{}
 	stopCh    chan struct{}
@@ -89,6 +90,13 @@ func (l *lane) enqueue(ss []*engine.Slice) {
 	l.mu.Lock()
 	if l.mu.stopped {
 		l.mu.Unlock()
+		// Lanes replaced by newer ones for the endpoint (peerFor) pass
+		// what still comes to them (a retry, a submitter that held them)
+		// to those; the transport's Close stops them for good.
+		if p := l.t.e.Peer(l.peerID); p != nil && p.Name == l.peerName && !l.t.closed.Load() {
+			l.t.requeue(p, l.t.movable(p, ss))
+			return
+		}
 		failAll(ss, engine.ErrClosed)
 		return
 	}
@@ -109,18 +117,20 @@ func (l *lane) take() []*engine.Slice {
 	return q
 }
 
-func (l *lane) stop() {
+func (l *lane) stop() { failAll(l.stopTake(), engine.ErrClosed) }
+
+// stopTake stops the lane and returns the slices still queued on it
+// (the caller completes or resubmits them).
+func (l *lane) stopTake() []*engine.Slice {
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	if !l.mu.stopped {
 		l.mu.stopped = true
 		close(l.stopCh)
 	}
-	started := l.mu.started
 	q := l.mu.queue
 	l.mu.queue = nil
-	l.mu.Unlock()
-	failAll(q, engine.ErrClosed)
-	_ = started
+	return q
 }
 
 // conn is one connection of a lane, with its in-flight FIFO. The writer owns
@@ -341,6 +351,21 @@ func (l *lane) reread(ss []*engine.Slice, cause error) {
 		failAll(again, engine.ErrClosed)
 		return
 	}
+	if p := l.t.e.Peer(l.peerID); p != nil && p.Name == l.peerName && p.Descriptor().Incarnation != l.inc {
+		l.redirect(p, again, cause) // re-read already (by another lane)
+		return
+	}
+	// One re-read for the endpoint at a time: the other lanes' slices
+	// that find the stale incarnation meanwhile join it.
+	rr := &l.pc.rr
+	rr.Lock()
+	if rr.pending != nil {
+		rr.pending = append(rr.pending, again...)
+		rr.Unlock()
+		return
+	}
+	rr.pending = again
+	rr.Unlock()
 	l.t.rereads.Add(1)
 	l.t.wg.Add(1)
 	go func() {
@@ -348,6 +373,10 @@ func (l *lane) reread(ss []*engine.Slice, cause error) {
 		ctx, cancel := context.WithTimeout(l.t.ctx, l.t.e.Config().MetadataTimeout)
 		defer cancel()
 		_, err := l.t.e.OpenSegmentNoCache(ctx, l.peerName)
+		rr.Lock()
+		again := rr.pending
+		rr.pending = nil
+		rr.Unlock()
 		p := l.t.e.Peer(l.peerID)
 		switch {
 		case err != nil:
@@ -358,23 +387,28 @@ func (l *lane) reread(ss []*engine.Slice, cause error) {
 			cause = fmt.Errorf("%w (the metadata still names that incarnation: the peer is gone or has not published again)", cause)
 		default:
 			l.t.log.Info("tcp peer restarted: requests go to its new incarnation", "peer", l.peerName, "old", l.inc, "new", p.Descriptor().Incarnation)
-			var send []*engine.Slice
-			for _, s := range again {
-				if p.Contains(s.Remote, s.Length) {
-					send = append(send, s)
-				} else {
-					l.fail(s, fmt.Errorf("%w (its new incarnation does not register %#x+%d): %w", cause, s.Remote, s.Length, engine.ErrAddressNotRegistered))
-				}
-			}
-			if len(send) > 0 {
-				l.t.Submit(p, send)
-			}
+			l.redirect(p, again, cause)
 			return
 		}
 		for _, s := range again {
 			l.fail(s, cause)
 		}
 	}()
+}
+
+// redirect sends ss, which found a stale incarnation (cause), to the one
+// p's descriptor names now: those its registered memory holds; the others
+// fail.
+func (l *lane) redirect(p *engine.Peer, ss []*engine.Slice, cause error) {
+	send := ss[:0:0]
+	for _, s := range ss {
+		if p.Contains(s.Remote, s.Length) {
+			send = append(send, s)
+		} else {
+			l.fail(s, fmt.Errorf("%w (its new incarnation does not register %#x+%d): %w", cause, s.Remote, s.Length, engine.ErrAddressNotRegistered))
+		}
+	}
+	l.t.requeue(p, send)
 }
 
 // closeConn closes cs, lets the reader fail or retry what is in flight, and

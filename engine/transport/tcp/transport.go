@@ -324,6 +324,12 @@ type peerConns struct {
 	inc   string
 	lanes []*lane
 	next  atomic.Uint32
+	// rr holds the slices waiting for the descriptor re-read in progress
+	// after a stale incarnation (lane.reread); nil when none runs.
+	rr struct {
+		sync.Mutex
+		pending []*engine.Slice
+	}
 }
 
 // peerHit is the peer last looked up, with its descriptor then.
@@ -333,16 +339,20 @@ type peerHit struct {
 	pc *peerConns
 }
 
-func (t *Transport) peerFor(p *engine.Peer) (*peerConns, error) {
+// peerFor returns the lanes to p's data endpoint, made afresh when the
+// descriptor names another framing or incarnation there than the lanes
+// serve; the slices still queued on the replaced lanes come back in moved
+// (for the caller to send on the new ones).
+func (t *Transport) peerFor(p *engine.Peer) (pc *peerConns, moved []*engine.Slice, err error) {
 	d := p.Descriptor()
 	// The same peer with the same descriptor has the same lanes: no
 	// address to format, no lock (one peer's small requests, mostly).
 	if h := t.last.Load(); h != nil && h.p == p && h.d == d && !t.closed.Load() {
-		return h.pc, nil
+		return h.pc, nil, nil
 	}
 	host := p.Endpoint.IPOrHostName
 	if host == "" {
-		return nil, fmt.Errorf("segment %q has no host: %w", p.Name, engine.ErrInvalidArgument)
+		return nil, nil, fmt.Errorf("segment %q has no host: %w", p.Name, engine.ErrInvalidArgument)
 	}
 	addr := net.JoinHostPort(host, strconv.Itoa(d.TCPDataPort))
 	v2 := d.TCPProtoVersion >= 2 && t.cfg.ProtoVersion >= 2
@@ -353,24 +363,26 @@ func (t *Transport) peerFor(p *engine.Peer) (*peerConns, error) {
 	t.peers.Lock()
 	defer t.peers.Unlock()
 	if t.closed.Load() {
-		return nil, engine.ErrClosed
+		return nil, nil, engine.ErrClosed
 	}
-	pc := t.peers.m[addr]
+	pc = t.peers.m[addr]
 	if pc == nil || pc.v2 != v2 || pc.inc != inc {
 		if pc != nil {
 			for _, l := range pc.lanes {
-				l.stop()
+				moved = append(moved, l.stopTake()...)
 			}
 		}
 		t.pruneLocked()
 		pc = &peerConns{addr: addr, v2: v2, inc: inc}
 		for i := 0; i < t.cfg.Lanes; i++ {
-			pc.lanes = append(pc.lanes, newLane(t, addr, p, v2, inc))
+			l := newLane(t, addr, p, v2, inc)
+			l.pc = pc
+			pc.lanes = append(pc.lanes, l)
 		}
 		t.peers.m[addr] = pc
 	}
 	t.last.Store(&peerHit{p: p, d: d, pc: pc})
-	return pc, nil
+	return pc, moved, nil
 }
 
 // pruneLocked forgets the endpoints whose lanes all retired (idle past
@@ -419,10 +431,13 @@ func (t *Transport) Submit(p *engine.Peer, slices []*engine.Slice) {
 		failAll(slices, engine.ErrClosed)
 		return
 	}
-	pc, err := t.peerFor(p)
+	pc, moved, err := t.peerFor(p)
 	if err != nil {
 		failAll(slices, err)
 		return
+	}
+	if len(moved) > 0 {
+		slices = append(slices[:len(slices):len(slices)], t.movable(p, moved)...)
 	}
 	var total uint64
 	for _, s := range slices {
@@ -442,6 +457,41 @@ func (t *Transport) Submit(p *engine.Peer, slices []*engine.Slice) {
 		share := slices[lo:hi]
 		pc.lanes[(start+k)%len(pc.lanes)].submit(share, wireBytes(share) <= inlineMaxBytes || (waits && k == last))
 	}
+}
+
+// movable returns those of ss, queued on lanes that peerFor replaced, that
+// p's registered memory (as its descriptor now says) holds; the others
+// fail.
+func (t *Transport) movable(p *engine.Peer, ss []*engine.Slice) []*engine.Slice {
+	keep := ss[:0]
+	for _, s := range ss {
+		if p.Contains(s.Remote, s.Length) {
+			keep = append(keep, s)
+			continue
+		}
+		t.failed.Add(1)
+		s.Complete(&engine.TransferError{Op: s.Op, Peer: p.Name, Transport: Name, Addr: s.Remote, Length: s.Length,
+			Err: fmt.Errorf("the peer's descriptor changed (a restart) and no longer registers the range: %w", engine.ErrAddressNotRegistered)})
+	}
+	return keep
+}
+
+// requeue queues ss on a lane of p's endpoint, for its writer (never
+// written by the calling goroutine, which may be a lane's reader or
+// writer).
+func (t *Transport) requeue(p *engine.Peer, ss []*engine.Slice) {
+	if len(ss) == 0 {
+		return
+	}
+	pc, moved, err := t.peerFor(p)
+	if err != nil {
+		failAll(ss, err)
+		return
+	}
+	ss = append(ss, t.movable(p, moved)...)
+	l := pc.lanes[int(pc.next.Add(1))%len(pc.lanes)]
+	l.enqueue(ss)
+	l.wake()
 }
 
 // wireBytes is what writing ss puts on the wire from this side: a header
