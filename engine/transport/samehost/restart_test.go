@@ -14,12 +14,17 @@ import (
 	"github.com/kvferry/kvferry/engine"
 	mdhttp "github.com/kvferry/kvferry/engine/metadata/http"
 	"github.com/kvferry/kvferry/engine/stack"
+	"github.com/kvferry/kvferry/engine/transport/samehost"
 )
 
-// TestRestartedPeerOnSameHostPath: a same-host peer restarts under the
-// same segment name (a metadata service); the survivor's next request
-// after the restart reaches the new process on the same-host path, not
-// over TCP (issue 35, item 6).
+// TestRestartedPeerOnSameHostPath: a same-host peer process is killed and
+// started again under its segment name (a metadata service), its buffer
+// at the address its previous incarnation had (so the survivor's cached
+// descriptor still holds the request's range and nothing else refreshes
+// it). The survivor's next request reaches the new process on the
+// same-host path, not over TCP: the dial to the dead owner's socket re-reads
+// the descriptor (issue 35, item 6). Before, it went to TCP, at the dead
+// incarnation's data port.
 func TestRestartedPeerOnSameHostPath(t *testing.T) {
 	srv, err := mdhttp.NewServer(mdhttp.ServerConfig{})
 	assert.NilError(t, err)
@@ -33,34 +38,35 @@ func TestRestartedPeerOnSameHostPath(t *testing.T) {
 	defer e.Close()
 	src := newBuf(t, e, 1<<20)
 	ctx := context.Background()
-	env := []string{metadataEnv + "=" + url, nameEnv + "=restarting-owner"}
+	const name = "restarting-owner"
+	env := []string{metadataEnv + "=" + url, nameEnv + "=" + name}
 	var seg engine.SegmentID = -1
+	var at string
 	for i := range 3 {
 		c := startChild(t, childOpts{role: "owner", bufBytes: 4 << 20, env: env})
+		if at == "" {
+			at = c.ready[1]
+			env = append(env, atEnv+"="+at)
+		}
+		assert.Equal(t, c.ready[1], at, "incarnation %d", i)
+		waitPublished(t, url, name, at)
 		if seg < 0 {
-			seg, err = e.OpenSegment(ctx, "restarting-owner")
+			seg, err = e.OpenSegment(ctx, name)
 			assert.NilError(t, err)
 		}
-		req := engine.Request{Op: engine.OpWrite, Source: src.Addr(), Target: seg, TargetOffset: atou(c.ready[1]), Length: 1 << 20}
-		for k := 0; ; k++ {
-			err := e.Transfer(ctx, []engine.Request{req})
-			if err == nil {
-				t.Logf("incarnation %d: ok after %d tries, %v", i, k, e.Metrics().SlicesByTransport)
-				break
-			}
-			t.Logf("incarnation %d: %v", i, err)
-			time.Sleep(10 * time.Millisecond)
-		}
-		before := e.Metrics().SlicesByTransport
+		before, rereads := e.Metrics().SlicesByTransport, e.Transport(samehost.NameCMA).(*samehost.CMA).Rereads()
+		req := engine.Request{Op: engine.OpWrite, Source: src.Addr(), Target: seg, TargetOffset: atou(at), Length: 1 << 20}
 		assert.NilError(t, e.Transfer(ctx, []engine.Request{req}), "incarnation %d", i)
 		after := e.Metrics().SlicesByTransport
 		assert.Equal(t, after["tcp"], before["tcp"], "incarnation %d: %v", i, after)
 		assert.Assert(t, after["cma"] > before["cma"], "incarnation %d: %v", i, after)
-		assert.Equal(t, e.ChooseTransport(seg), "cma", "incarnation %d", i)
+		if i > 0 {
+			assert.Equal(t, e.Transport(samehost.NameCMA).(*samehost.CMA).Rereads(), rereads+1, "incarnation %d", i)
+		}
 		c.kill()
-		// A killed engine leaves its rpc_meta key, which keeps its name
-		// from a new engine (a service TTL would drop it in time).
-		r, err := http.NewRequest(http.MethodDelete, url+"?key=mooncake/rpc_meta/restarting-owner", nil)
+		// A killed engine leaves its rpc_meta key, which keeps a new
+		// engine from its name (a service TTL drops it in time).
+		r, err := http.NewRequest(http.MethodDelete, url+"?key=mooncake/rpc_meta/"+name, nil)
 		assert.NilError(t, err)
 		resp, err := http.DefaultClient.Do(r)
 		assert.NilError(t, err)
