@@ -463,7 +463,7 @@ func (t *Transport) Submit(p *engine.Peer, slices []*engine.Slice) {
 // p's registered memory (as its descriptor now says) holds; the others
 // fail.
 func (t *Transport) movable(p *engine.Peer, ss []*engine.Slice) []*engine.Slice {
-	keep := ss[:0]
+	keep := make([]*engine.Slice, 0, len(ss)) // ss may be the caller's
 	for _, s := range ss {
 		if p.Contains(s.Remote, s.Length) {
 			keep = append(keep, s)
