@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	crand "crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -74,14 +75,17 @@ type Engine struct {
 	rpcPool *rpc.Pool // kept connections to keep-alive peers (notifications)
 	rpcPort int
 	hostID  *descriptor.Host
-	reg     registry
-	metrics engineMetrics
-	ctx     context.Context
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
-	closed  atomic.Bool
-	out     outboxes   // notifications on their way out (outbox.go)
-	pub     publishing // descriptor building and publication (publish.go)
+	// incarnation tells this engine from any other instance under the
+	// same segment name (descriptor.Segment.Incarnation).
+	incarnation string
+	reg         registry
+	metrics     engineMetrics
+	ctx         context.Context
+	cancel      context.CancelFunc
+	wg          sync.WaitGroup
+	closed      atomic.Bool
+	out         outboxes   // notifications on their way out (outbox.go)
+	pub         publishing // descriptor building and publication (publish.go)
 
 	transports struct {
 		sync.RWMutex
@@ -128,7 +132,11 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 	if err := cfg.LoadSecurity(); err != nil {
 		return nil, err
 	}
-	e := &Engine{cfg: cfg, log: cfg.Logger, meta: cfg.Metadata, hostID: localHost(), rpcPool: rpc.NewPool()}
+	inc, err := descriptor.NewIncarnation(crand.Reader)
+	if err != nil {
+		return nil, fmt.Errorf("start engine: %w", err)
+	}
+	e := &Engine{cfg: cfg, log: cfg.Logger, meta: cfg.Metadata, hostID: localHost(), incarnation: inc, rpcPool: rpc.NewPool()}
 	e.ctx, e.cancel = context.WithCancel(context.Background())
 	e.segments.byName = make(map[string]*Peer)
 	e.batches.m = make(map[BatchID]*batch)
@@ -250,6 +258,10 @@ func (e *Engine) Logger() *slog.Logger { return e.log }
 
 // Context is cancelled when the engine closes; transports derive from it.
 func (e *Engine) Context() context.Context { return e.ctx }
+
+// Incarnation returns the engine's incarnation: random, drawn at start,
+// published in the descriptor (descriptor.Segment.Incarnation).
+func (e *Engine) Incarnation() string { return e.incarnation }
 
 // HostIdentity returns this process's host identity.
 func (e *Engine) HostIdentity() *descriptor.Host { return e.hostID }
@@ -554,6 +566,7 @@ func (e *Engine) buildDescriptor() *descriptor.Segment {
 		TCPProtoVersion: descriptor.TCPProtoV2,
 		Timestamp:       descriptor.TimestampNow(time.Now()),
 		Host:            e.hostID,
+		Incarnation:     e.incarnation,
 		Features:        []string{descriptor.FeatureNotifyBytes, descriptor.FeatureMetadataRPC, descriptor.FeatureRPCKeepAlive},
 	}
 	regions := e.reg.regions()

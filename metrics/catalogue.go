@@ -152,7 +152,7 @@ var (
 	TransportServedBytes = def(CompTransport, "kvferry_transport_served_bytes_total", Counter,
 		"Bytes served to peers (this process as the target), by op.", "transport", "op")
 	TransportRefused = def(CompTransport, "kvferry_transport_refused_total", Counter,
-		"Requests or connections from peers refused, by cause: range (outside registered memory), auth, malformed, limit (connection caps).",
+		"Requests or connections from peers refused, by cause: range (outside registered memory), auth, malformed, limit (connection caps), stale (a TCP data connection that expected another incarnation of the segment).",
 		"transport", "cause")
 )
 

@@ -38,12 +38,15 @@ const (
 	RefusedMalformed
 	// RefusedLimit: a connection cap (per peer address or in total).
 	RefusedLimit
+	// RefusedStale: a data connection that expected another incarnation
+	// of the segment (the initiator's descriptor predates a restart).
+	RefusedStale
 	// NumRefusals is the number of refusal causes.
 	NumRefusals
 )
 
 // RefusalNames are the refusal label values.
-var RefusalNames = [NumRefusals]string{"range", "auth", "malformed", "limit"}
+var RefusalNames = [NumRefusals]string{"range", "auth", "malformed", "limit", "stale"}
 
 // Ops: the op label, indexed by the engine's opcode (0 read, 1 write).
 var OpNames = [2]string{"read", "write"}

@@ -44,6 +44,7 @@ MOD=github.com/kvferry/kvferry
 TARGETS="
 engine/transport/tcp/tcpwire FuzzDecodeHeader parser
 engine/transport/tcp/tcpwire FuzzDecodeStatus parser
+engine/transport/tcp/tcpwire FuzzDecodeHello parser
 engine/transport/tcp FuzzServeConn state
 engine/rpc/rpcframe FuzzDecodeFrame parser
 engine/notifywire FuzzDecodeNotify parser

@@ -8,9 +8,11 @@
 package descriptor
 
 import (
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"sort"
 	"strconv"
@@ -226,6 +228,39 @@ type Segment struct {
 	// (kvferry extension "kvferry_features"; nil from Mooncake), e.g.
 	// FeatureNotifyBytes.
 	Features []string
+	// Incarnation identifies the owning engine instance: 32 hex digits
+	// drawn at random when the engine starts, so a restarted peer publishes
+	// a new one under the same name (kvferry extension
+	// "kvferry_incarnation"; empty from Mooncake). With FeatureDataHello, a
+	// kvferry initiator binds each TCP data connection to it (see
+	// ParseIncarnation).
+	Incarnation string
+}
+
+// IncarnationBytes is the size of a decoded incarnation.
+const IncarnationBytes = 16
+
+// NewIncarnation draws a fresh incarnation from rand (crypto/rand in
+// production).
+func NewIncarnation(rand io.Reader) (string, error) {
+	var b [IncarnationBytes]byte
+	if _, err := io.ReadFull(rand, b[:]); err != nil {
+		return "", fmt.Errorf("draw incarnation: %w", err)
+	}
+	return hex.EncodeToString(b[:]), nil
+}
+
+// ParseIncarnation decodes an incarnation; false for an empty or
+// malformed one (which binds nothing).
+func ParseIncarnation(s string) ([IncarnationBytes]byte, bool) {
+	var b [IncarnationBytes]byte
+	if len(s) != 2*IncarnationBytes {
+		return b, false
+	}
+	if _, err := hex.Decode(b[:], []byte(s)); err != nil {
+		return b, false
+	}
+	return b, true
 }
 
 // FeatureNotifyBytes: the owner accepts notify RPCs whose name and message
@@ -241,6 +276,14 @@ const FeatureMetadataRPC = "metadata_rpc"
 // one connection when their type byte carries rpc.KeepAlive, so peers
 // keep connections between notifications instead of one per request.
 const FeatureRPCKeepAlive = "rpc_keepalive"
+
+// FeatureDataHello: the owner's TCP data port answers the identity hello
+// (engine/transport/tcp/tcpwire) with its Incarnation, so an initiator
+// holding a stale descriptor never sends a request to another process
+// that took the port over. Mooncake's wire has no hello: Mooncake
+// peers (which publish neither this feature nor an incarnation) are
+// reached without one.
+const FeatureDataHello = "data_hello"
 
 // Has reports whether the owner announced feature f.
 func (s *Segment) Has(f string) bool {
@@ -319,6 +362,7 @@ type wireSegment struct {
 	Transports      []string                   `json:"kvferry_transports,omitempty"`
 	Extra           map[string]json.RawMessage `json:"kvferry_extra,omitempty"`
 	Features        []string                   `json:"kvferry_features,omitempty"`
+	Incarnation     string                     `json:"kvferry_incarnation,omitempty"`
 }
 
 // TimestampNow formats t as Mooncake's descriptor timestamp.
@@ -343,6 +387,7 @@ func Marshal(s *Segment) ([]byte, error) {
 		Transports:     s.Transports,
 		Extra:          s.Extra,
 		Features:       s.Features,
+		Incarnation:    s.Incarnation,
 	}
 	if w.Buffers == nil {
 		w.Buffers = []Buffer{}
@@ -397,6 +442,7 @@ func Unmarshal(data []byte) (*Segment, error) {
 		Transports:     w.Transports,
 		Extra:          w.Extra,
 		Features:       w.Features,
+		Incarnation:    w.Incarnation,
 	}
 	if w.TCPProtoVersion != nil {
 		s.TCPProtoVersion = *w.TCPProtoVersion

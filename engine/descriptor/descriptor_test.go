@@ -210,3 +210,37 @@ func TestDecodeMooncakeNVLink(t *testing.T) {
 		eq(t, b.ShmName, h)
 	}
 }
+
+// TestIncarnation: the incarnation travels as "kvferry_incarnation", is
+// absent from Mooncake's descriptors and from descriptors without one,
+// and only 32 hex digits decode.
+func TestIncarnation(t *testing.T) {
+	inc, err := NewIncarnation(strings.NewReader("0123456789abcdef"))
+	nilErr(t, err)
+	eq(t, inc, "30313233343536373839616263646566")
+	b, ok := ParseIncarnation(inc)
+	check(t, ok)
+	eq(t, string(b[:]), "0123456789abcdef")
+	for _, bad := range []string{"", "3031", inc + "00", "zz" + inc[2:]} {
+		_, ok := ParseIncarnation(bad)
+		check(t, !ok, bad)
+	}
+	_, err = NewIncarnation(strings.NewReader("short"))
+	check(t, err != nil)
+
+	s := &Segment{Name: "a", Protocol: ProtocolTCP, TCPDataPort: 15001, TCPProtoVersion: 2, Incarnation: inc}
+	j, err := Marshal(s)
+	nilErr(t, err)
+	check(t, strings.Contains(string(j), `"kvferry_incarnation":"`+inc+`"`), string(j))
+	back, err := Unmarshal(j)
+	nilErr(t, err)
+	eq(t, back.Incarnation, inc)
+	eq(t, back.Clone().Incarnation, inc)
+	s.Incarnation = ""
+	j, err = Marshal(s)
+	nilErr(t, err)
+	check(t, !strings.Contains(string(j), "kvferry_incarnation"), string(j))
+	m, err := Unmarshal([]byte(mooncakeTCP))
+	nilErr(t, err)
+	eq(t, m.Incarnation, "")
+}

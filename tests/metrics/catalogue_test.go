@@ -379,9 +379,24 @@ func proxied(t *testing.T, ctx context.Context, a, b *engine.Engine, mdConn, nam
 				return
 			}
 			if first {
+				// The first request header ends the connection; an
+				// identity hello before it is passed to b and answered.
 				first = false
-				var hdr [tcpwire.HeaderSize]byte
-				_, _ = io.ReadFull(c, hdr[:])
+				var hdr [tcpwire.HelloSize]byte
+				_, _ = io.ReadFull(c, hdr[:tcpwire.HeaderSize])
+				if tcpwire.IsHello(hdr[:]) {
+					if up, err := net.Dial("tcp", target); err == nil {
+						var r [tcpwire.HelloReplySize]byte
+						if _, err := io.ReadFull(c, hdr[tcpwire.HeaderSize:]); err == nil {
+							_, _ = up.Write(hdr[:])
+							if _, err := io.ReadFull(up, r[:]); err == nil {
+								_, _ = c.Write(r[:])
+							}
+						}
+						_, _ = io.ReadFull(c, hdr[:tcpwire.HeaderSize])
+						up.Close()
+					}
+				}
 				c.Close()
 				continue
 			}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 	"unsafe"
 
@@ -30,6 +31,10 @@ var (
 	// (the cma transport then leaves the peer to shm).
 	ErrRefused = errors.New("cross-memory access refused by the kernel")
 )
+
+// errOwnerGone marks a dial that found no owner behind the socket the
+// descriptor names (sessionFor then re-reads the descriptor).
+var errOwnerGone = errors.New("the owner the descriptor names is gone")
 
 // redialDelay is how long a peer whose session could not be opened is left
 // to other transports before the next attempt.
@@ -61,6 +66,7 @@ type base struct {
 		m map[string]*peerEntry // by owner socket
 	}
 	replies []chan chunkReply // shm: one per worker
+	rereads atomic.Uint64     // descriptor re-reads that found a restarted owner (sessionFor)
 }
 
 func (b *base) init(e *engine.Engine, name string, kind uint8, cfg Config) {
@@ -88,6 +94,11 @@ type peerEntry struct {
 
 // Name returns the transport's name.
 func (b *base) Name() string { return b.name }
+
+// Rereads returns how often a dial found the owner a peer's descriptor
+// names gone and a re-read of the descriptor named a new one (a restarted
+// peer; see sessionFor).
+func (b *base) Rereads() uint64 { return b.rereads.Load() }
 
 // Describe publishes the owner socket (when this engine can serve).
 func (b *base) Describe(seg *descriptor.Segment) { b.node.describe(seg, b.name) }
@@ -149,31 +160,62 @@ func (b *base) entry(sock string) *peerEntry {
 
 // sessionFor returns a live session to p's owner, opening one when needed
 // (bounded by the engine's connect timeout); nil when p cannot be served.
+//
+// When the owner the cached descriptor names is gone (its socket has no
+// listener: the peer restarted, or went away), the descriptor is re-read
+// once (bounded by the metadata timeout; at most once per redialDelay for
+// one gone owner): a peer restarted under the same segment name publishes
+// its new socket, and this request already goes to it on the same-host
+// path, where without the re-read it would go to the next transport (TCP)
+// until something else refreshed the descriptor (issue 35).
 func (b *base) sessionFor(p *engine.Peer, dial bool) *session {
-	if b.closed.Load() {
+	s, gone := b.session(p, dial)
+	if s != nil || !gone {
+		return s
+	}
+	before := b.ownerSock(p)
+	ctx, cancel := context.WithTimeout(b.ctx, b.e.Config().MetadataTimeout)
+	defer cancel()
+	if _, err := b.e.OpenSegmentNoCache(ctx, p.Name); err != nil {
+		b.log.Debug("same-host owner gone; descriptor re-read failed", "peer", p.Name, "err", err)
 		return nil
+	}
+	if sock := b.ownerSock(p); sock == "" || sock == before {
+		return nil // not restarted (yet), or no longer on this host
+	}
+	b.rereads.Add(1)
+	b.log.Info("same-host peer restarted: its new socket read from its descriptor", "peer", p.Name)
+	s, _ = b.session(p, dial)
+	return s
+}
+
+// session is sessionFor without the re-read; gone reports that a dial
+// found the owner the descriptor names gone (errOwnerGone).
+func (b *base) session(p *engine.Peer, dial bool) (_ *session, gone bool) {
+	if b.closed.Load() {
+		return nil, false
 	}
 	sock := b.ownerSock(p)
 	if sock == "" {
-		return nil
+		return nil, false
 	}
 	pe := b.entry(sock)
 	if pe.refused.Load() {
-		return nil
+		return nil, false
 	}
 	if s := pe.sess.Load(); s != nil && !s.isDead() {
-		return s
+		return s, false
 	}
 	if !dial {
-		return nil
+		return nil, false
 	}
 	pe.mu.Lock()
 	defer pe.mu.Unlock()
 	if s := pe.sess.Load(); s != nil && !s.isDead() {
-		return s
+		return s, false
 	}
 	if time.Now().Before(pe.mu.retryAt) || pe.refused.Load() {
-		return nil
+		return nil, false
 	}
 	obs := b.e.MetricSet().Conn(b.name, p.Name)
 	obs.Dials.Add(1)
@@ -192,7 +234,7 @@ func (b *base) sessionFor(p *engine.Peer, dial bool) *session {
 		if old := pe.sess.Swap(nil); old != nil {
 			old.release()
 		}
-		return nil
+		return nil, errors.Is(err, errOwnerGone)
 	}
 	pe.mu.lastErr = ""
 	if pe.mu.dialed {
@@ -204,10 +246,10 @@ func (b *base) sessionFor(p *engine.Peer, dial bool) *session {
 	}
 	if s.isDead() { // the owner went away before we stored the session
 		b.forget(pe, s)
-		return nil
+		return nil, false
 	}
 	b.log.Info("same-host session opened", "peer", p.Name, "peer_pid", s.pid, "path", b.name, "why", b.why(s), "maps", s.maps != nil)
-	return s
+	return s, false
 }
 
 func (b *base) why(s *session) string {
@@ -226,6 +268,9 @@ func (b *base) dial(p *engine.Peer, sock string, pe *peerEntry) (*session, error
 	var d net.Dialer
 	nc, err := d.DialContext(ctx, "unixpacket", sock)
 	if err != nil {
+		if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ENOENT) {
+			return nil, fmt.Errorf("connect to %s: %w: %w", sock, errOwnerGone, err)
+		}
 		return nil, fmt.Errorf("connect to %s: %w", sock, err)
 	}
 	c := nc.(*net.UnixConn)
@@ -244,7 +289,7 @@ func (b *base) dial(p *engine.Peer, sock string, pe *peerEntry) (*session, error
 		return nil, fmt.Errorf("peer credentials: %w", err)
 	}
 	if want := p.Descriptor().Host.PID; pid != want {
-		return nil, fmt.Errorf("socket owned by pid %d, descriptor names pid %d: %w", pid, want, shwire.ErrProtocol)
+		return nil, fmt.Errorf("socket owned by pid %d, descriptor names pid %d: %w: %w", pid, want, errOwnerGone, shwire.ErrProtocol)
 	}
 	s.pid = pid
 	if err := peerauth.Handshake(ctx, c, b.e.Auth(), peerauth.RoleSameHost, timeout); err != nil {

@@ -43,6 +43,8 @@ const (
 	metadataEnv = "KVFERRY_SAMEHOST_TEST_METADATA"
 	denyEnv     = "KVFERRY_SAMEHOST_TEST_DENY"  // initiator: install a seccomp filter denying process_vm_*
 	memfdEnv    = "KVFERRY_SAMEHOST_TEST_MEMFD" // owner: the buffer is memfd-backed (internal/memfd)
+	nameEnv     = "KVFERRY_SAMEHOST_TEST_NAME"  // with metadataEnv: the segment name
+	atEnv       = "KVFERRY_SAMEHOST_TEST_AT"    // owner: map the buffer at this address
 	maxXfer     = 64 << 20
 	refExtra    = 64 << 10
 	spareSize   = 1 << 20
@@ -96,6 +98,10 @@ func childMain(role string) int {
 	cfg.Engine.LocalServerName = "127.0.0.1"
 	cfg.Engine.TransferTimeout = 5 * time.Second
 	cfg.AutoDiscover = true
+	if conn := os.Getenv(metadataEnv); conn != "" {
+		// A metadata service: the segment keeps its name across restarts.
+		cfg.Engine.MetadataConn, cfg.Engine.LocalServerName, cfg.Engine.BindAddress = conn, os.Getenv(nameEnv), "127.0.0.1"
+	}
 	e, err := stack.New(context.Background(), cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "engine:", err)
@@ -106,7 +112,11 @@ func childMain(role string) int {
 	if os.Getenv(memfdEnv) != "" {
 		buf, err = memfd.New("kvferry-test", size, true)
 	} else {
-		buf, err = cmem.MapAnon(size)
+		if at := os.Getenv(atEnv); at != "" {
+			buf, err = mapAt(atou(at), size)
+		} else {
+			buf, err = cmem.MapAnon(size)
+		}
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -195,6 +205,27 @@ func ownerLoop(e *engine.Engine, buf testBuf, reply func(string, ...any)) int {
 		}
 	}
 	return 0
+}
+
+// fixedBuf is anonymous memory mapped at a chosen address.
+type fixedBuf struct{ b []byte }
+
+func (f fixedBuf) Addr() uintptr { return uintptr(unsafe.Pointer(&f.b[0])) }
+func (f fixedBuf) Len() uint64   { return uint64(len(f.b)) }
+func (f fixedBuf) Bytes() []byte { return f.b }
+
+// mapAt maps n bytes of anonymous memory at addr exactly (as a restarted
+// process whose allocator lands where its previous incarnation's did).
+func mapAt(addr, n uint64) (testBuf, error) {
+	p, _, errno := unix.Syscall6(unix.SYS_MMAP, uintptr(addr), uintptr(n), unix.PROT_READ|unix.PROT_WRITE,
+		unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_FIXED_NOREPLACE, ^uintptr(0), 0)
+	if errno != 0 {
+		return nil, fmt.Errorf("mmap at %#x: %w", addr, errno)
+	}
+	if uint64(p) != addr {
+		return nil, fmt.Errorf("mmap at %#x landed at %#x", addr, p)
+	}
+	return fixedBuf{cmem.Bytes(p, n)}, nil
 }
 
 // testBuf is a child's registered buffer: anonymous or memfd-backed.

@@ -76,6 +76,13 @@ func FuzzServeConn(f *testing.F) {
 	f.Add(hdr(false, false, r, page))
 	f.Add(hdr(true, true, r+page-4, 8))
 	f.Add(append(append(hdr(true, true, r, 4), 9, 9, 9, 9), hdr(false, true, r, 4)...))
+	// The identity hello: naming this engine (then a request), or another
+	// incarnation.
+	var hello [tcpwire.HelloSize]byte
+	tcpwire.EncodeHello(&hello, e.Transport(Name).(*Transport).inc)
+	f.Add(append(hello[:], hdr(false, true, r, 16)...))
+	tcpwire.EncodeHello(&hello, [tcpwire.IncarnationSize]byte{1})
+	f.Add(append(hello[:], hdr(false, true, r, 16)...))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		c := &fuzzConn{r: bytes.NewReader(in)}
 		slot, err := srv.limit.Admit(nil, c)

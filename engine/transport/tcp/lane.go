@@ -1,6 +1,8 @@
 package tcp
 
 import (
+	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +14,7 @@ import (
 	"time"
 
 	"github.com/kvferry/kvferry/engine"
+	"github.com/kvferry/kvferry/engine/descriptor"
 	"github.com/kvferry/kvferry/engine/peerauth"
 	"github.com/kvferry/kvferry/engine/transport/tcp/tcpwire"
 	"github.com/kvferry/kvferry/internal/cmem"
@@ -32,8 +35,15 @@ type lane struct {
 	t        *Transport
 	addr     string
 	peerName string
+	peerID   engine.SegmentID
 	v2       bool
 	window   int
+	// inc is the peer incarnation every connection is bound to by the
+	// identity hello (tcpwire), "" for a peer without one (Mooncake: no
+	// hello); incb is it decoded.
+	inc  string
+	incb [tcpwire.IncarnationSize]byte
+	pc   *peerConns // the endpoint's lanes, this one among them
 
 	kick      chan struct{}
 	stopCh    chan struct{}
@@ -65,19 +75,28 @@ type lane struct {
 	}
 }
 
-func newLane(t *Transport, addr, peerName string, v2 bool) *lane {
+func newLane(t *Transport, addr string, p *engine.Peer, v2 bool, inc string) *lane {
 	w := t.cfg.Window
 	if w < 2*maxWriteBatch {
 		w = 2 * maxWriteBatch
 	}
-	return &lane{t: t, addr: addr, peerName: peerName, v2: v2, window: w,
-		kick: make(chan struct{}, 1), stopCh: make(chan struct{}), obs: t.e.MetricSet().Conn(Name, peerName)}
+	l := &lane{t: t, addr: addr, peerName: p.Name, peerID: p.ID, v2: v2, window: w, inc: inc,
+		kick: make(chan struct{}, 1), stopCh: make(chan struct{}), obs: t.e.MetricSet().Conn(Name, p.Name)}
+	l.incb, _ = descriptor.ParseIncarnation(inc)
+	return l
 }
 
 func (l *lane) enqueue(ss []*engine.Slice) {
 	l.mu.Lock()
 	if l.mu.stopped {
 		l.mu.Unlock()
+		// Lanes replaced by newer ones for the endpoint (peerFor) pass
+		// what still comes to them (a retry, a submitter that held them)
+		// to those; the transport's Close stops them for good.
+		if p := l.t.e.Peer(l.peerID); p != nil && p.Name == l.peerName && !l.t.closed.Load() {
+			l.t.requeue(p, l.t.movable(p, ss))
+			return
+		}
 		failAll(ss, engine.ErrClosed)
 		return
 	}
@@ -98,18 +117,20 @@ func (l *lane) take() []*engine.Slice {
 	return q
 }
 
-func (l *lane) stop() {
+func (l *lane) stop() { failAll(l.stopTake(), engine.ErrClosed) }
+
+// stopTake stops the lane and returns the slices still queued on it
+// (the caller completes or resubmits them).
+func (l *lane) stopTake() []*engine.Slice {
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	if !l.mu.stopped {
 		l.mu.stopped = true
 		close(l.stopCh)
 	}
-	started := l.mu.started
 	q := l.mu.queue
 	l.mu.queue = nil
-	l.mu.Unlock()
-	failAll(q, engine.ErrClosed)
-	_ = started
+	return q
 }
 
 // conn is one connection of a lane, with its in-flight FIFO. The writer owns
@@ -235,6 +256,13 @@ func (l *lane) dial() (*conn, error) {
 		}
 		return nil, fmt.Errorf("connect to %s: %w", l.addr, err)
 	}
+	if l.inc != "" {
+		if err := l.hello(c); err != nil {
+			c.Close()
+			l.obs.DialErrors.Add(1)
+			return nil, err
+		}
+	}
 	if c, err = detach(c, l.t.e.SpinBudget()); err != nil {
 		l.obs.DialErrors.Add(1)
 		return nil, fmt.Errorf("connect to %s: %w", l.addr, err)
@@ -253,6 +281,134 @@ func (l *lane) dial() (*conn, error) {
 	l.t.wg.Add(1)
 	go l.runReader(cs)
 	return cs, nil
+}
+
+// hello binds the new connection c to the peer incarnation l expects
+// (tcpwire's identity hello): no request goes out before the server named
+// it. A server of another incarnation, or one that refuses the hello as a
+// request of size 0 (it does not know it: Mooncake, or kvferry before the
+// hello), fails with ErrStaleIncarnation.
+func (l *lane) hello(c net.Conn) error {
+	_ = c.SetDeadline(time.Now().Add(l.t.cfg.ConnectTimeout))
+	defer c.SetDeadline(time.Time{})
+	var b [tcpwire.HelloSize]byte
+	tcpwire.EncodeHello(&b, l.incb)
+	if _, err := c.Write(b[:]); err != nil {
+		return fmt.Errorf("connect to %s: identity hello: %w: %w", l.addr, errConn, err)
+	}
+	var r [tcpwire.HelloReplySize]byte
+	if _, err := io.ReadFull(c, r[:tcpwire.StatusSize]); err != nil {
+		return fmt.Errorf("connect to %s: identity hello: %w", l.addr, l.classify(err))
+	}
+	stale := func(why string) error {
+		l.t.staleDials.Add(1)
+		return fmt.Errorf("connect to %s for segment %q (incarnation %s): %w: %s: %w", l.addr, l.peerName, l.inc, ErrStaleIncarnation, why, engine.ErrPeerGone)
+	}
+	code, err := tcpwire.DecodeStatus(r[:tcpwire.StatusSize])
+	switch {
+	case err != nil:
+		return stale(fmt.Sprintf("the server answered %x", r[:tcpwire.StatusSize]))
+	case code == tcpwire.StatusRejected:
+		return stale("the server does not know the identity hello (not the kvferry engine that published the descriptor)")
+	case code != tcpwire.HelloOK && code != tcpwire.HelloStale:
+		return stale(fmt.Sprintf("the server answered status %#x", code))
+	}
+	if _, err := io.ReadFull(c, r[tcpwire.StatusSize:]); err != nil {
+		return fmt.Errorf("connect to %s: identity hello: %w", l.addr, l.classify(err))
+	}
+	got, _ := tcpwire.DecodeHelloReply(r[tcpwire.StatusSize:])
+	if code != tcpwire.HelloOK || got != l.incb {
+		return stale("the server is incarnation " + hex.EncodeToString(got[:]))
+	}
+	return nil
+}
+
+// rereadMark is the bit of Slice.Retries that says the slice was held
+// back once for a descriptor re-read (reread).
+const rereadMark = 0x80
+
+// reread handles slices that found another incarnation behind the peer's
+// data port (cause): it re-reads the peer's descriptor once, and sends
+// the slices to the incarnation it names now if that is a new one whose
+// registered memory holds them; otherwise they fail with cause. A slice
+// is re-read for at most once. The re-read runs on its own goroutine
+// (a metadata round trip, bounded by the metadata timeout), owned by the
+// transport.
+func (l *lane) reread(ss []*engine.Slice, cause error) {
+	again := ss[:0:0]
+	for _, s := range ss {
+		if s.Retries&rereadMark != 0 || s.Canceled() {
+			l.fail(s, cause)
+			continue
+		}
+		s.Retries |= rereadMark
+		again = append(again, s)
+	}
+	if len(again) == 0 {
+		return
+	}
+	if l.t.closed.Load() {
+		failAll(again, engine.ErrClosed)
+		return
+	}
+	if p := l.t.e.Peer(l.peerID); p != nil && p.Name == l.peerName && p.Descriptor().Incarnation != l.inc {
+		l.redirect(p, again, cause) // re-read already (by another lane)
+		return
+	}
+	// One re-read for the endpoint at a time: the other lanes' slices
+	// that find the stale incarnation meanwhile join it.
+	rr := &l.pc.rr
+	rr.Lock()
+	if rr.pending != nil {
+		rr.pending = append(rr.pending, again...)
+		rr.Unlock()
+		return
+	}
+	rr.pending = again
+	rr.Unlock()
+	l.t.rereads.Add(1)
+	l.t.wg.Add(1)
+	go func() {
+		defer l.t.wg.Done()
+		ctx, cancel := context.WithTimeout(l.t.ctx, l.t.e.Config().MetadataTimeout)
+		defer cancel()
+		_, err := l.t.e.OpenSegmentNoCache(ctx, l.peerName)
+		rr.Lock()
+		again := rr.pending
+		rr.pending = nil
+		rr.Unlock()
+		p := l.t.e.Peer(l.peerID)
+		switch {
+		case err != nil:
+			cause = fmt.Errorf("%w (descriptor re-read: %v)", cause, err)
+		case p == nil || p.Name != l.peerName:
+			cause = fmt.Errorf("%w (segment closed meanwhile)", cause)
+		case p.Descriptor().Incarnation == l.inc:
+			cause = fmt.Errorf("%w (the metadata still names that incarnation: the peer is gone or has not published again)", cause)
+		default:
+			l.t.log.Info("tcp peer restarted: requests go to its new incarnation", "peer", l.peerName, "old", l.inc, "new", p.Descriptor().Incarnation)
+			l.redirect(p, again, cause)
+			return
+		}
+		for _, s := range again {
+			l.fail(s, cause)
+		}
+	}()
+}
+
+// redirect sends ss, which found a stale incarnation (cause), to the one
+// p's descriptor names now: those its registered memory holds; the others
+// fail.
+func (l *lane) redirect(p *engine.Peer, ss []*engine.Slice, cause error) {
+	send := ss[:0:0]
+	for _, s := range ss {
+		if p.Contains(s.Remote, s.Length) {
+			send = append(send, s)
+		} else {
+			l.fail(s, fmt.Errorf("%w (its new incarnation does not register %#x+%d): %w", cause, s.Remote, s.Length, engine.ErrAddressNotRegistered))
+		}
+	}
+	l.t.requeue(p, send)
 }
 
 // closeConn closes cs, lets the reader fail or retry what is in flight, and
@@ -365,7 +521,14 @@ func (l *lane) runWriter() {
 		}
 		l.w.Lock()
 		l.drainLocked()
+		unconnected := l.w.cs == nil
 		l.w.Unlock()
+		if unconnected && l.retire() {
+			// The dial failed (the peer is gone or restarted elsewhere):
+			// nothing to hold until idleClose; the next submission starts
+			// the writer again.
+			return
+		}
 		idle.Reset(idleClose)
 	}
 }
@@ -468,6 +631,10 @@ func (l *lane) drainLocked() {
 				var err error
 				if cs, err = l.dial(); err != nil {
 					l.t.log.Warn("tcp connect failed", "peer", l.peerName, "err", err)
+					if errors.Is(err, ErrStaleIncarnation) {
+						l.reread(batch, err)
+						break
+					}
 					for _, s := range batch {
 						l.fail(s, err)
 					}
@@ -980,7 +1147,7 @@ func (l *lane) classifyWrite(err error) error {
 // retryOrFail resubmits a slice once after a connection-level failure (an
 // idle connection the peer dropped); anything else fails the slice.
 func (l *lane) retryOrFail(s *engine.Slice, err error) {
-	if errors.Is(err, errConn) && s.Retries == 0 && !s.Canceled() && !l.t.closed.Load() {
+	if errors.Is(err, errConn) && s.Retries&^rereadMark == 0 && !s.Canceled() && !l.t.closed.Load() {
 		s.Retries++
 		l.obs.Retries.Add(1)
 		l.enqueue([]*engine.Slice{s})

@@ -2,6 +2,7 @@ package tcp
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"io"
 	"net"
@@ -267,6 +268,7 @@ func (s *server) serveConn(c net.Conn, slot *netguard.Slot) {
 		}
 	}()
 	cfg := &s.t.cfg
+	first := true // nothing read yet: a hello may come
 	for {
 		if rd.buffered() < tcpwire.HeaderSize || out.full() {
 			if err := out.flush(c, timeout); err != nil {
@@ -299,6 +301,17 @@ func (s *server) serveConn(c net.Conn, slot *netguard.Slot) {
 				"peer", c.RemoteAddr().String())
 			return
 		}
+		if first && tcpwire.IsHello(hb) {
+			// The identity hello opens a kvferry initiator's connection;
+			// later, the same bytes are a request of size 0 (refused).
+			if !slot.Begin() || !s.answerHello(c, rd, timeout) {
+				return
+			}
+			slot.End()
+			first = false
+			continue
+		}
+		first = false
 		h, err := tcpwire.DecodeHeader(hb)
 		rd.discard(tcpwire.HeaderSize)
 		if err != nil {
@@ -374,6 +387,40 @@ func (s *server) serveConn(c net.Conn, slot *netguard.Slot) {
 			s.t.obs.Served(0, h.Size)
 		}
 	}
+}
+
+// answerHello reads the identity hello at the head of rd and answers it:
+// HelloOK and true when it names this engine's incarnation; else
+// HelloStale, and false (the caller closes the connection before reading
+// any request: the initiator holds the descriptor of another process that
+// had this port).
+func (s *server) answerHello(c net.Conn, rd *connReader, timeout time.Duration) bool {
+	b, err := rd.peek(tcpwire.HelloSize)
+	if err != nil {
+		s.t.log.Debug("tcp server: read hello", "peer", c.RemoteAddr().String(), "err", err)
+		return false
+	}
+	want, err := tcpwire.DecodeHello(b)
+	rd.discard(tcpwire.HelloSize)
+	if err != nil {
+		return false
+	}
+	code := uint32(tcpwire.HelloOK)
+	if want != s.t.inc {
+		code = tcpwire.HelloStale
+		s.t.staleHellos.Add(1)
+		s.t.obs.Refused(metrics.RefusedStale)
+		s.t.warn("stale", "tcp data connection refused: the initiator expects another incarnation of this segment (its descriptor predates a restart)",
+			"peer", c.RemoteAddr().String(), "expected", hex.EncodeToString(want[:]))
+	}
+	var r [tcpwire.HelloReplySize]byte
+	tcpwire.EncodeHelloReply(&r, code, s.t.inc)
+	_ = c.SetWriteDeadline(time.Now().Add(timeout))
+	if _, err := c.Write(r[:]); err != nil {
+		s.t.log.Debug("tcp server: answer hello", "peer", c.RemoteAddr().String(), "err", err)
+		return false
+	}
+	return code == tcpwire.HelloOK
 }
 
 // aLongTimeAgo is a deadline in the past: setting it makes blocked I/O on

@@ -2,6 +2,7 @@ package tcp
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -47,6 +48,9 @@ const (
 
 // Config configures the TCP transport. The zero value works.
 type Config struct {
+	// Port, when nonzero, is the data port to listen on (default: a
+	// random free port of the engine's port range, as Mooncake picks it).
+	Port int
 	// Lanes is the number of connections per peer
 	// (MC_TCP_LANES_PER_PEER, default 4, 1-16).
 	Lanes int
@@ -150,6 +154,14 @@ type Transport struct {
 	polled       atomic.Uint64 // slices read by their waiter (conn.Poll)
 	inlined      atomic.Uint64 // slices written by their submitter (lane.submit)
 	obs          *metrics.Server
+	// inc is the engine's incarnation (descriptor.Segment.Incarnation),
+	// which the server's answer to an identity hello names.
+	inc [tcpwire.IncarnationSize]byte
+	// staleHellos counts hellos refused for another incarnation (server
+	// side); staleDials the connections that found another incarnation
+	// behind a peer's data port, and rereads the descriptor re-reads they
+	// caused (client side).
+	staleHellos, staleDials, rereads atomic.Uint64
 
 	// Test hooks, set before any traffic (export_test.go): beforeServe runs
 	// before the server serves a request, beforeWrite before each piece a
@@ -163,11 +175,19 @@ type Transport struct {
 func New(e *engine.Engine, cfg Config) (*Transport, error) {
 	cfg = cfg.withDefaults(e)
 	ec := e.Config()
-	ln, port, err := engine.ListenRandomPort(e.BindIP(), ec.MinRPCPort, ec.MaxRPCPort)
+	var ln net.Listener
+	port := cfg.Port
+	var err error
+	if port != 0 {
+		ln, err = net.Listen("tcp", net.JoinHostPort(e.BindIP(), strconv.Itoa(port)))
+	} else {
+		ln, port, err = engine.ListenRandomPort(e.BindIP(), ec.MinRPCPort, ec.MaxRPCPort)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("tcp transport: %w", err)
 	}
 	t := &Transport{e: e, cfg: cfg, log: e.Logger().With("transport", Name), port: port, obs: e.MetricSet().Server(Name)}
+	t.inc, _ = descriptor.ParseIncarnation(e.Incarnation())
 	t.ctx, t.cancel = context.WithCancel(e.Context())
 	t.peers.m = make(map[string]*peerConns)
 	t.srv = &server{t: t, ln: ln, conns: make(map[net.Conn]struct{}), limit: netguard.NewLimiter(cfg.MaxConns, cfg.MaxConnsPerIP).WithFrames(tcpwire.HeaderSize, wholeHeader),
@@ -183,14 +203,19 @@ func (t *Transport) Name() string { return Name }
 // Port returns the data port.
 func (t *Transport) Port() int { return t.port }
 
-// Describe publishes the data port and protocol version. The protocol
-// Mooncake peers see stays that of a transport described before (rdma).
+// Describe publishes the data port and protocol version, and that the
+// data port answers the identity hello (descriptor.FeatureDataHello). The
+// protocol Mooncake peers see stays that of a transport described before
+// (rdma).
 func (t *Transport) Describe(seg *descriptor.Segment) {
 	if seg.Protocol == "" {
 		seg.Protocol = descriptor.ProtocolTCP
 	}
 	seg.TCPDataPort = t.port
 	seg.TCPProtoVersion = descriptor.TCPProtoV2
+	if seg.Incarnation != "" && !seg.Has(descriptor.FeatureDataHello) {
+		seg.Features = append(seg.Features, descriptor.FeatureDataHello)
+	}
 }
 
 // Reaches reports whether p serves TCP.
@@ -242,13 +267,21 @@ type Stats struct {
 	// ServerConnsPolled is the number of open server connections running
 	// outside the network poller (at most Config.MaxPolledConns).
 	ServerConnsPolled int
+	// StaleRefused counts data connections refused because their identity
+	// hello expected another incarnation of this segment.
+	StaleRefused uint64
+	// StaleDials counts connections that found another incarnation (or a
+	// server without identity) behind a peer's data port; Rereads the
+	// descriptor re-reads they caused.
+	StaleDials, Rereads uint64
 }
 
 // Stats returns the transport's counters.
 func (t *Transport) Stats() Stats {
 	s := Stats{SlicesSent: t.sent.Load(), SlicesFailed: t.failed.Load(), Served: t.srv.served.Load(), Rejected: t.srv.rejected.Load(),
 		ConnsRefused: t.srv.limit.Refused(), ConnsDisplaced: t.srv.limit.Displaced(), ServerConns: t.srv.limit.Open(), SlicesPolled: t.polled.Load(),
-		SlicesInline: t.inlined.Load(), ServerConnsPolled: int(t.srv.detached.Load())}
+		SlicesInline: t.inlined.Load(), ServerConnsPolled: int(t.srv.detached.Load()),
+		StaleRefused: t.staleHellos.Load(), StaleDials: t.staleDials.Load(), Rereads: t.rereads.Load()}
 	t.peers.Lock()
 	for _, pc := range t.peers.m {
 		for _, l := range pc.lanes {
@@ -283,12 +316,20 @@ func opName(w bool) string {
 	return "read"
 }
 
-// peerConns holds the lanes to one peer data endpoint.
+// peerConns holds the lanes to one peer data endpoint, bound to one
+// incarnation of the peer ("" for a peer without identity: Mooncake).
 type peerConns struct {
 	addr  string
 	v2    bool
+	inc   string
 	lanes []*lane
 	next  atomic.Uint32
+	// rr holds the slices waiting for the descriptor re-read in progress
+	// after a stale incarnation (lane.reread); nil when none runs.
+	rr struct {
+		sync.Mutex
+		pending []*engine.Slice
+	}
 }
 
 // peerHit is the peer last looked up, with its descriptor then.
@@ -298,40 +339,50 @@ type peerHit struct {
 	pc *peerConns
 }
 
-func (t *Transport) peerFor(p *engine.Peer) (*peerConns, error) {
+// peerFor returns the lanes to p's data endpoint, made afresh when the
+// descriptor names another framing or incarnation there than the lanes
+// serve; the slices still queued on the replaced lanes come back in moved
+// (for the caller to send on the new ones).
+func (t *Transport) peerFor(p *engine.Peer) (pc *peerConns, moved []*engine.Slice, err error) {
 	d := p.Descriptor()
 	// The same peer with the same descriptor has the same lanes: no
 	// address to format, no lock (one peer's small requests, mostly).
 	if h := t.last.Load(); h != nil && h.p == p && h.d == d && !t.closed.Load() {
-		return h.pc, nil
+		return h.pc, nil, nil
 	}
 	host := p.Endpoint.IPOrHostName
 	if host == "" {
-		return nil, fmt.Errorf("segment %q has no host: %w", p.Name, engine.ErrInvalidArgument)
+		return nil, nil, fmt.Errorf("segment %q has no host: %w", p.Name, engine.ErrInvalidArgument)
 	}
 	addr := net.JoinHostPort(host, strconv.Itoa(d.TCPDataPort))
 	v2 := d.TCPProtoVersion >= 2 && t.cfg.ProtoVersion >= 2
+	inc := ""
+	if _, ok := descriptor.ParseIncarnation(d.Incarnation); ok && d.Has(descriptor.FeatureDataHello) {
+		inc = d.Incarnation
+	}
 	t.peers.Lock()
 	defer t.peers.Unlock()
 	if t.closed.Load() {
-		return nil, engine.ErrClosed
+		return nil, nil, engine.ErrClosed
 	}
-	pc := t.peers.m[addr]
-	if pc == nil || pc.v2 != v2 {
+	pc = t.peers.m[addr]
+	if pc == nil || pc.v2 != v2 || pc.inc != inc {
 		if pc != nil {
 			for _, l := range pc.lanes {
-				l.stop()
+				moved = append(moved, l.stopTake()...)
 			}
 		}
 		t.pruneLocked()
-		pc = &peerConns{addr: addr, v2: v2}
+		pc = &peerConns{addr: addr, v2: v2, inc: inc}
 		for i := 0; i < t.cfg.Lanes; i++ {
-			pc.lanes = append(pc.lanes, newLane(t, addr, p.Name, v2))
+			l := newLane(t, addr, p, v2, inc)
+			l.pc = pc
+			pc.lanes = append(pc.lanes, l)
 		}
 		t.peers.m[addr] = pc
 	}
 	t.last.Store(&peerHit{p: p, d: d, pc: pc})
-	return pc, nil
+	return pc, moved, nil
 }
 
 // pruneLocked forgets the endpoints whose lanes all retired (idle past
@@ -380,10 +431,13 @@ func (t *Transport) Submit(p *engine.Peer, slices []*engine.Slice) {
 		failAll(slices, engine.ErrClosed)
 		return
 	}
-	pc, err := t.peerFor(p)
+	pc, moved, err := t.peerFor(p)
 	if err != nil {
 		failAll(slices, err)
 		return
+	}
+	if len(moved) > 0 {
+		slices = append(slices[:len(slices):len(slices)], t.movable(p, moved)...)
 	}
 	var total uint64
 	for _, s := range slices {
@@ -403,6 +457,41 @@ func (t *Transport) Submit(p *engine.Peer, slices []*engine.Slice) {
 		share := slices[lo:hi]
 		pc.lanes[(start+k)%len(pc.lanes)].submit(share, wireBytes(share) <= inlineMaxBytes || (waits && k == last))
 	}
+}
+
+// movable returns those of ss, queued on lanes that peerFor replaced, that
+// p's registered memory (as its descriptor now says) holds; the others
+// fail.
+func (t *Transport) movable(p *engine.Peer, ss []*engine.Slice) []*engine.Slice {
+	keep := make([]*engine.Slice, 0, len(ss)) // ss may be the caller's
+	for _, s := range ss {
+		if p.Contains(s.Remote, s.Length) {
+			keep = append(keep, s)
+			continue
+		}
+		t.failed.Add(1)
+		s.Complete(&engine.TransferError{Op: s.Op, Peer: p.Name, Transport: Name, Addr: s.Remote, Length: s.Length,
+			Err: fmt.Errorf("the peer's descriptor changed (a restart) and no longer registers the range: %w", engine.ErrAddressNotRegistered)})
+	}
+	return keep
+}
+
+// requeue queues ss on a lane of p's endpoint, for its writer (never
+// written by the calling goroutine, which may be a lane's reader or
+// writer).
+func (t *Transport) requeue(p *engine.Peer, ss []*engine.Slice) {
+	if len(ss) == 0 {
+		return
+	}
+	pc, moved, err := t.peerFor(p)
+	if err != nil {
+		failAll(ss, err)
+		return
+	}
+	ss = append(ss, t.movable(p, moved)...)
+	l := pc.lanes[int(pc.next.Add(1))%len(pc.lanes)]
+	l.enqueue(ss)
+	l.wake()
 }
 
 // wireBytes is what writing ss puts on the wire from this side: a header
@@ -462,6 +551,13 @@ func (t *Transport) Close() error {
 	t.wg.Wait()
 	return nil
 }
+
+// ErrStaleIncarnation is returned (wrapped, beside engine.ErrPeerGone)
+// when a peer's data port is served by another incarnation of the segment
+// than the one the descriptor names, or by a server that does not answer
+// the identity hello: the peer restarted, or another process took its old
+// port. No request is sent on such a connection.
+var ErrStaleIncarnation = errors.New("tcp data port served by another incarnation of the segment")
 
 // errConn marks connection-level failures, which are retried once on a
 // fresh connection (an idle pooled connection the peer closed, say).
