@@ -406,7 +406,7 @@ again:
 		if force != "" && in.t.Name() != force {
 			continue
 		}
-		if !carries(in.t, p, ends) || !in.t.Reaches(p) || skip && p.health.down(e, p, in.t.Name()) {
+		if !carries(in.t, p, ends) || !in.t.Reaches(p) || skip && p.health.down(e, p, in.t.Name(), time.Now()) {
 			continue
 		}
 		if force != "" || !ends.measured() {
@@ -415,7 +415,7 @@ again:
 		for _, alt := range e.transports.list[i+1:] {
 			a, ok := alt.t.(Alternative)
 			if !ok || !a.AlternativeTo(in.t.Name(), ends) || !carries(alt.t, p, ends) || !alt.t.Reaches(p) ||
-				skip && p.health.down(e, p, alt.t.Name()) {
+				skip && p.health.down(e, p, alt.t.Name(), time.Now()) {
 				continue
 			}
 			switch e.cfg.PathChoice {

@@ -204,7 +204,7 @@ func (e *Engine) nextTransport(p *Peer, ends Ends, from Transport) (Transport, *
 			after = in.t == from
 			continue
 		}
-		if carries(in.t, p, ends) && in.t.Reaches(p) && !p.health.down(e, p, in.t.Name()) {
+		if carries(in.t, p, ends) && in.t.Reaches(p) && !p.health.down(e, p, in.t.Name(), time.Now()) {
 			return in.t, in.slices
 		}
 	}
@@ -357,7 +357,7 @@ func (ph *peerHealth) movedOff(name string) {
 
 // down reports whether transport name is down for p: skipped. A down
 // transport whose back-off has passed becomes probing (not down).
-func (ph *peerHealth) down(e *Engine, p *Peer, name string) bool {
+func (ph *peerHealth) down(e *Engine, p *Peer, name string, now time.Time) bool {
 	if ph.watch.Load() == 0 {
 		return false
 	}
@@ -367,7 +367,7 @@ func (ph *peerHealth) down(e *Engine, p *Peer, name string) bool {
 		ph.mu.Unlock()
 		return false
 	}
-	if time.Now().Before(h.downUntil) {
+	if now.Before(h.downUntil) {
 		ph.mu.Unlock()
 		return true
 	}
@@ -414,19 +414,26 @@ func (e *Engine) PathHealth() []PathHealth {
 	now := time.Now()
 	var out []PathHealth
 	for _, p := range peers {
-		p.health.mu.Lock()
-		for name, h := range p.health.mu.m {
-			ph := PathHealth{Segment: p.Name, Transport: name, State: h.state, ConsecutiveFailures: h.fails,
-				Failures: h.failures, Failovers: h.failovers, LastError: h.lastErr}
-			if h.state == healthDown {
-				ph.RetryIn = max(h.downUntil.Sub(now), 0)
-			}
-			out = append(out, ph)
-		}
-		p.health.mu.Unlock()
+		out = append(out, e.pathHealthOf(p, now)...)
 	}
 	slices.SortFunc(out, func(a, b PathHealth) int {
 		return cmp.Or(cmp.Compare(a.Segment, b.Segment), cmp.Compare(a.Transport, b.Transport))
 	})
+	return out
+}
+
+// pathHealthOf reports p's transports' health at now.
+func (e *Engine) pathHealthOf(p *Peer, now time.Time) []PathHealth {
+	p.health.mu.Lock()
+	defer p.health.mu.Unlock()
+	var out []PathHealth
+	for name, h := range p.health.mu.m {
+		ph := PathHealth{Segment: p.Name, Transport: name, State: h.state, ConsecutiveFailures: h.fails,
+			Failures: h.failures, Failovers: h.failovers, LastError: h.lastErr}
+		if h.state == healthDown {
+			ph.RetryIn = max(h.downUntil.Sub(now), 0)
+		}
+		out = append(out, ph)
+	}
 	return out
 }
