@@ -60,7 +60,7 @@ const (
 type fault struct {
 	name   string
 	imp    impairment // applied for the measured batches
-	kind   string     // "static", "flap", "stop", "rst", "nicdown", "wrerr"
+	kind   string     // "static", "flap", "stop", "rst", "nicdown", "localnicdown", "wrerr"
 	outage time.Duration
 	expect expectation
 	// only limits the fault to these paths (default: every path).
@@ -99,7 +99,14 @@ var faults = []fault{
 	{name: "link down 8s mid-batch", kind: "flap", outage: 8 * time.Second, expect: expectFailed, only: []string{"tcp", "samehost", "gpu"}, short: []string{"tcp"}},
 	{name: "RST on idle connections", kind: "rst", only: netPaths, short: []string{"tcp"}},
 	{name: "target SIGSTOP 8s mid-batch", kind: "stop", outage: 8 * time.Second, expect: expectFailed, only: allPaths, short: []string{"tcp", "samehost", "rdma"}},
-	{name: "NIC port down 8s mid-batch", kind: "nicdown", outage: 8 * time.Second, expect: expectFailed, only: []string{"rdma"}, short: []string{"rdma"}},
+	// The target's NIC drops what arrives: the initiator's work requests
+	// time out (FAILED), or complete with errors and move to TCP
+	// (failover, issue 41).
+	{name: "NIC port down 8s mid-batch", kind: "nicdown", outage: 8 * time.Second, expect: expectEither, only: []string{"rdma"}},
+	// The initiator's every NIC goes down: the batch moves to TCP and
+	// completes with the right bytes (failover, issue 41).
+	{name: "all initiator NICs down mid-batch (failover to tcp)", kind: "localnicdown", outage: 2 * time.Second, expect: expectCompleted,
+		only: []string{"rdma"}, short: []string{"rdma"}},
 	{name: "NIC work-request errors", kind: "wrerr", expect: expectEither, only: []string{"rdma"}},
 }
 
@@ -329,7 +336,7 @@ func (c *kase) inject() string {
 		c.expect("write", w)
 		c.expect("read", rd)
 		return "write " + w + ", read " + rd
-	case "flap", "stop", "nicdown":
+	case "flap", "stop", "nicdown", "localnicdown":
 		undo := c.stretch()
 		on, off := c.faultOn, c.faultOff
 		stallAt := c.stallAt(lead)
@@ -399,6 +406,9 @@ func (c *kase) faultOn() {
 	case "nicdown": // the target's NIC: its responder drops what arrives
 		r := c.b.Call(10*time.Second, "rdma fake_mlx5_0 down")
 		assert.Assert(c.t, r["ok"] == true, "%v", r)
+	case "localnicdown": // the initiator's only NIC
+		r := c.a.Call(10*time.Second, "rdma fake_mlx5_0 down")
+		assert.Assert(c.t, r["ok"] == true, "%v", r)
 	}
 }
 
@@ -410,6 +420,9 @@ func (c *kase) faultOff() {
 		c.b.signal(syscall.SIGCONT)
 	case "nicdown":
 		r := c.b.Call(10*time.Second, "rdma fake_mlx5_0 up")
+		assert.Assert(c.t, r["ok"] == true, "%v", r)
+	case "localnicdown":
+		r := c.a.Call(10*time.Second, "rdma fake_mlx5_0 up")
 		assert.Assert(c.t, r["ok"] == true, "%v", r)
 	}
 }
