@@ -186,8 +186,8 @@ func (e *Engine) failover(s *Slice, err error) bool {
 	out := reslice(s, next)
 	t.pending.Add(int32(len(out) - 1))
 	ctr.Add(uint64(len(out)))
-	if t.link != nil {
-		t.link.Sliced(len(out))
+	if l := e.metrics.link(next, p); l != nil {
+		l.Sliced(len(out))
 	}
 	next.Submit(p, out)
 	return true
@@ -282,16 +282,20 @@ type peerHealth struct {
 // watched reports whether h is not up or counts failures.
 func (h *pathHealth) watched() bool { return h.state != healthUp || h.fails > 0 }
 
-// update runs f on the health of transport name (created up), keeping
+// update runs f on the health of transport name, created up unless
+// existing (then f does not run for a transport without one), keeping
 // watch in step.
-func (ph *peerHealth) update(name string, f func(h *pathHealth)) {
+func (ph *peerHealth) update(name string, existing bool, f func(h *pathHealth)) {
 	ph.mu.Lock()
 	defer ph.mu.Unlock()
-	if ph.mu.m == nil {
-		ph.mu.m = make(map[string]*pathHealth)
-	}
 	h := ph.mu.m[name]
 	if h == nil {
+		if existing {
+			return
+		}
+		if ph.mu.m == nil {
+			ph.mu.m = make(map[string]*pathHealth)
+		}
 		h = &pathHealth{state: healthUp}
 		ph.mu.m[name] = h
 	}
@@ -308,7 +312,7 @@ func (ph *peerHealth) update(name string, f func(h *pathHealth)) {
 // failed records a path failure of transport name toward p.
 func (ph *peerHealth) failed(e *Engine, p *Peer, name string, err error, now time.Time) {
 	var backoff time.Duration
-	ph.update(name, func(h *pathHealth) {
+	ph.update(name, false, func(h *pathHealth) {
 		h.fails++
 		h.failures++
 		h.lastErr = err.Error()
@@ -338,7 +342,7 @@ func (ph *peerHealth) failed(e *Engine, p *Peer, name string, err error, now tim
 // succeeded records that transport name carried a slice to p.
 func (ph *peerHealth) succeeded(e *Engine, p *Peer, name string) {
 	up := false
-	ph.update(name, func(h *pathHealth) {
+	ph.update(name, true, func(h *pathHealth) {
 		if h.state == healthDown {
 			return // a slice sent before it went down
 		}
@@ -352,7 +356,7 @@ func (ph *peerHealth) succeeded(e *Engine, p *Peer, name string) {
 
 // movedOff counts a slice moved off transport name.
 func (ph *peerHealth) movedOff(name string) {
-	ph.update(name, func(h *pathHealth) { h.failovers++ })
+	ph.update(name, false, func(h *pathHealth) { h.failovers++ })
 }
 
 // down reports whether transport name is down for p: skipped. A down

@@ -136,6 +136,7 @@ func TestFailoverToTCP(t *testing.T) {
 	assert.Equal(t, h.State, "down", "%+v", h)
 	assert.Equal(t, h.Failovers, uint64(6))
 	assert.Assert(t, h.RetryIn > 0)
+	assert.Equal(t, health(a, b.SegmentName(), "tcp"), engine.PathHealth{}) // only failures make an entry
 	assert.Equal(t, a.ChooseTransport(seg), "tcp")
 	fill(dst.Bytes(), 42)
 	assert.NilError(t, a.Transfer(context.Background(), []engine.Request{{Op: engine.OpRead, Source: src.Addr(), Target: seg, TargetOffset: uint64(dst.Addr()), Length: n}}))
