@@ -4,7 +4,6 @@ import (
 	"context"
 	"testing"
 	"time"
-	"unsafe"
 
 	"gotest.tools/v3/assert"
 
@@ -67,7 +66,7 @@ func (syncCopy) SliceSize() uint64            { return 64 << 10 }
 func (syncCopy) Close() error                 { return nil }
 func (syncCopy) Submit(_ *engine.Peer, ss []*engine.Slice) {
 	for _, s := range ss {
-		copy(unsafe.Slice((*byte)(unsafe.Pointer(uintptr(s.Remote))), s.Length), unsafe.Slice((*byte)(unsafe.Pointer(s.Local)), s.Length))
+		copy(cmem.Bytes(uintptr(s.Remote), s.Length), cmem.Bytes(s.Local, s.Length))
 		s.Complete(nil)
 	}
 }

@@ -8,13 +8,13 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-	"unsafe"
 
 	"gotest.tools/v3/assert"
 
 	"github.com/kvferry/kvferry/engine"
 	"github.com/kvferry/kvferry/engine/descriptor"
 	"github.com/kvferry/kvferry/engine/stack"
+	"github.com/kvferry/kvferry/internal/cmem"
 	"github.com/kvferry/kvferry/metrics"
 )
 
@@ -47,13 +47,13 @@ func (f *flaky) Submit(p *engine.Peer, slices []*engine.Slice) {
 			s.Complete(*f.fail.Load())
 			continue
 		}
-		remote := unsafe.Slice((*byte)(unsafe.Pointer(uintptr(s.Remote))), s.Length)
+		remote := cmem.Bytes(uintptr(s.Remote), s.Length)
 		var local []byte
 		if s.Pieces == nil {
-			local = unsafe.Slice((*byte)(unsafe.Pointer(s.Local)), s.Length)
+			local = cmem.Bytes(s.Local, s.Length)
 		} else {
 			for _, pc := range s.Pieces {
-				local = append(local, unsafe.Slice((*byte)(unsafe.Pointer(pc.Addr)), pc.Length)...)
+				local = append(local, cmem.Bytes(pc.Addr, pc.Length)...)
 			}
 		}
 		if s.Op == engine.OpWrite {
@@ -63,7 +63,7 @@ func (f *flaky) Submit(p *engine.Peer, slices []*engine.Slice) {
 		} else {
 			at := remote
 			for _, pc := range s.Pieces {
-				copy(unsafe.Slice((*byte)(unsafe.Pointer(pc.Addr)), pc.Length), at[:pc.Length])
+				copy(cmem.Bytes(pc.Addr, pc.Length), at[:pc.Length])
 				at = at[pc.Length:]
 			}
 		}
