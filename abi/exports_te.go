@@ -645,10 +645,25 @@ func kvf_show_links(h C.uintptr_t, buf *C.char, n C.size_t, asJSON C.int) (rc C.
 	nics := e.NICStats()
 	counters := e.NICCounters()
 	rdmaNote := rdmaStatus(e)
+	health := e.PathHealth()
 	var s string
 	if asJSON != 0 {
+		type pathHealth struct {
+			Segment     string  `json:"segment"`
+			Transport   string  `json:"transport"`
+			State       string  `json:"state"`
+			Consecutive int     `json:"consecutive_failures"`
+			Failures    uint64  `json:"failures"`
+			Failovers   uint64  `json:"failovers"`
+			RetryInSec  float64 `json:"retry_in_s"`
+			LastError   string  `json:"last_error"`
+		}
+		hs := make([]pathHealth, len(health))
+		for i, h := range health {
+			hs[i] = pathHealth{h.Segment, h.Transport, h.State, h.ConsecutiveFailures, h.Failures, h.Failovers, h.RetryIn.Seconds(), h.LastError}
+		}
 		b, _ := json.Marshal(map[string]any{"segment": e.SegmentName(), "transports": e.Transports(), "links": links,
-			"rdma": rdmaNote, "nics": nics, "nic_counters": counters})
+			"rdma": rdmaNote, "nics": nics, "nic_counters": counters, "health": hs})
 		s = string(b)
 	} else {
 		var sb strings.Builder
@@ -666,6 +681,19 @@ func kvf_show_links(h C.uintptr_t, buf *C.char, n C.size_t, asJSON C.int) (rc C.
 		}
 		for _, l := range links {
 			fmt.Fprintf(&sb, "  [%d] %s via %s (%s)\n", l.ID, l.Segment, l.Transport, l.Endpoint)
+			for _, h := range health {
+				if h.Segment != l.Segment {
+					continue
+				}
+				fmt.Fprintf(&sb, "    %s %s: %d failures (%d in a row), %d slices failed over", h.Transport, h.State, h.Failures, h.ConsecutiveFailures, h.Failovers)
+				if h.State == "down" {
+					fmt.Fprintf(&sb, ", probed again in %s", h.RetryIn.Round(time.Millisecond))
+				}
+				if h.LastError != "" {
+					fmt.Fprintf(&sb, "; last: %s", h.LastError)
+				}
+				sb.WriteString("\n")
+			}
 		}
 		s = sb.String()
 	}

@@ -99,6 +99,8 @@ type task struct {
 	op          OpCode
 	link        *metrics.Link // nil: request metrics off
 	probe       *pathProbe    // nil unless the route is measured
+	peer        *Peer         // the target (failover.go)
+	ends        Ends          // the memory ends the transport was chosen for
 }
 
 func (t *task) setErr(err error) {
@@ -108,9 +110,15 @@ func (t *task) setErr(err error) {
 
 func (t *task) sliceDone(s *Slice, err error) {
 	if err != nil {
+		if t.batch.e.failover(s, err) {
+			return // on its way over another transport
+		}
 		t.setErr(err)
 	} else {
 		t.transferred.Add(s.Length)
+		if p := t.peer; p != nil && p.health.watch.Load() != 0 && s.via != nil {
+			p.health.succeeded(t.batch.e, p, s.via.Name())
+		}
 	}
 	if t.pending.Add(-1) == 0 {
 		t.finish()

@@ -95,6 +95,11 @@ type Config struct {
 	// other: "nvlink" maps it, "shm" stages it; see Alternative). Empty:
 	// measured (KVFERRY_GPU_HOST_PATH=map|stage|auto).
 	PathChoice string
+	// NoFailover keeps a slice on the transport chosen for it: a path
+	// failure fails its task, and no transport is skipped for a peer
+	// after failures (default false: failover on; KVFERRY_FAILOVER=off
+	// sets it; see failover.go). A forced transport never fails over.
+	NoFailover bool
 	// AllowUnregisteredSource lets a request's local source lie outside
 	// registered memory, as Mooncake's TCP transport allows (default false:
 	// such tasks fail; KVFERRY_ALLOW_UNREGISTERED=1 sets it).
@@ -196,6 +201,9 @@ func (c Config) String() string {
 		authString(c.Auth))
 	if c.TLS != nil {
 		b.WriteString(" tls=on")
+	}
+	if c.NoFailover {
+		b.WriteString(" failover=off")
 	}
 	return b.String()
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/kvferry/kvferry/engine/notifywire"
 	"github.com/kvferry/kvferry/engine/rpc"
 	"github.com/kvferry/kvferry/internal/netguard"
+	"github.com/kvferry/kvferry/internal/ratelog"
 	"github.com/kvferry/kvferry/internal/spin"
 	"github.com/kvferry/kvferry/metrics"
 )
@@ -113,6 +114,9 @@ type Engine struct {
 	}
 	lastErr atomic.Pointer[string]
 	hooks   rpcHooks // transports' RPC handlers (hooks.go)
+	// failoverLogs rate-limits the failover and health lines per peer
+	// and transport (failover.go).
+	failoverLogs ratelog.Every
 	// regMu serializes registrations with the installation of transports
 	// that register memory themselves (MemoryRegistrar).
 	regMu       sync.Mutex
@@ -406,11 +410,15 @@ func (e *Engine) chooseMeasured(p *Peer, ends Ends) (Transport, *atomic.Uint64, 
 	e.transports.RLock()
 	defer e.transports.RUnlock()
 	force := e.cfg.ForceTransport
+	// skip: some transport is down for p (failover.go); those are passed
+	// over unless every one that reaches p is.
+	skip := p.health.watch.Load() != 0 && e.failoverOn()
+again:
 	for i, in := range e.transports.list {
 		if force != "" && in.t.Name() != force {
 			continue
 		}
-		if !carries(in.t, p, ends) || !in.t.Reaches(p) {
+		if !carries(in.t, p, ends) || !in.t.Reaches(p) || skip && p.health.down(e, p, in.t.Name(), time.Now()) {
 			continue
 		}
 		if force != "" || !ends.measured() {
@@ -418,7 +426,8 @@ func (e *Engine) chooseMeasured(p *Peer, ends Ends) (Transport, *atomic.Uint64, 
 		}
 		for _, alt := range e.transports.list[i+1:] {
 			a, ok := alt.t.(Alternative)
-			if !ok || !a.AlternativeTo(in.t.Name(), ends) || !carries(alt.t, p, ends) || !alt.t.Reaches(p) {
+			if !ok || !a.AlternativeTo(in.t.Name(), ends) || !carries(alt.t, p, ends) || !alt.t.Reaches(p) ||
+				skip && p.health.down(e, p, alt.t.Name(), time.Now()) {
 				continue
 			}
 			switch e.cfg.PathChoice {
@@ -434,6 +443,10 @@ func (e *Engine) chooseMeasured(p *Peer, ends Ends) (Transport, *atomic.Uint64, 
 			return in.t, in.slices, pp
 		}
 		return in.t, in.slices, nil
+	}
+	if skip {
+		skip = false // every transport that reaches p is down: the best anyway
+		goto again
 	}
 	return nil, nil, nil
 }
@@ -1162,6 +1175,7 @@ func (e *Engine) submit(id BatchID, reqs []Request, n *Notification) error {
 		return fmt.Errorf("submit to batch %d: %w", id, ErrCanceled)
 	}
 	// Validate everything before adding anything.
+	tasks := make([]task, len(reqs))
 	var groups []group
 	var routes []route      // transports chosen for (peer, memory kinds)
 	var probes []*pathProbe // by request: measuring the route taken (nil: none)
@@ -1250,8 +1264,8 @@ func (e *Engine) submit(id BatchID, reqs []Request, n *Notification) error {
 		}
 		gidx[i] = gi
 		groups[gi].tasks++
+		tasks[i].peer, tasks[i].ends = p, ends
 	}
-	tasks := make([]task, len(reqs))
 	b.mu.Lock()
 	if b.mu.freed {
 		b.mu.Unlock()
@@ -1361,7 +1375,7 @@ func (e *Engine) submit(id BatchID, reqs []Request, n *Notification) error {
 			}
 			s := &slices[next]
 			next++
-			*s = Slice{Op: r.Op, Local: r.Source + uintptr(off), Remote: r.TargetOffset + off, Length: l, Posted: now, task: tk, region: region}
+			*s = Slice{Op: r.Op, Local: r.Source + uintptr(off), Remote: r.TargetOffset + off, Length: l, Posted: now, task: tk, region: region, via: g.t}
 			g.slices = append(g.slices, s)
 			off += l
 		}

@@ -29,6 +29,10 @@ type Metrics struct {
 	RegisteredBytes uint64
 	// Segments is the number of opened remote segments.
 	Segments int
+	// Failovers counts slices moved to another transport after a path
+	// failure (failover.go), by transport failed, transport taking over
+	// and cause.
+	Failovers map[metrics.FailoverKey]uint64
 }
 
 // engineMetrics connects an engine to its metrics.Engine: the per-request
@@ -156,6 +160,7 @@ func (e *Engine) Metrics() Metrics {
 		NotifiesReceived:  e.metrics.notifiesReceived.Load(),
 		NotifiesFailed:    e.metrics.notifiesFailed.Load(),
 		SlicesByTransport: map[string]uint64{},
+		Failovers:         e.metrics.set.Failovers(),
 	}
 	e.transports.RLock()
 	for _, in := range e.transports.list {

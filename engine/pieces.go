@@ -231,6 +231,7 @@ func (e *Engine) slicePieces(i int, r *Request, tk *task, g *group, gather, loca
 	*arena = (*arena)[used:]
 	tk.pending.Store(int32(n))
 	for k := range n {
+		slices[*next+k].via = g.t
 		g.slices = append(g.slices, &slices[*next+k])
 	}
 	*next += n

@@ -74,9 +74,10 @@ type Peer struct {
 	// Endpoint is the peer's RPC endpoint; its host is also the data host.
 	Endpoint descriptor.RPCMeta
 
-	desc  atomic.Pointer[peerDesc]
-	gpu   atomic.Pointer[gpuScan]
-	paths sync.Map // Ends -> *pathStats (pathchoice.go)
+	desc   atomic.Pointer[peerDesc]
+	gpu    atomic.Pointer[gpuScan]
+	paths  sync.Map   // Ends -> *pathStats (pathchoice.go)
+	health peerHealth // transports' health toward the peer (failover.go)
 }
 
 // peerDesc is a peer's descriptor with its buffers indexed by address.
@@ -170,6 +171,8 @@ type Slice struct {
 
 	task   *task
 	region *Region
+	via    Transport // the transport it was handed to
+	moved  bool      // failed over from another transport (failover.go)
 }
 
 // LocalRegion returns the registered region holding the slice's local
@@ -196,7 +199,12 @@ func (s *Slice) Canceled() bool { return s.task != nil && s.task.batch.canceled.
 // submitting goroutine (write a large payload itself) instead of handing
 // it to one of its own goroutines and waking it. For batches submitted
 // through the asynchronous API it is false: their submit must not block.
-func (s *Slice) SubmitterWaits() bool { return s.task != nil && s.task.batch.awaited.Load() }
+//
+// A slice moved from another transport (failover) reads false: its
+// submit runs on the failed transport's goroutine.
+func (s *Slice) SubmitterWaits() bool {
+	return s.task != nil && !s.moved && s.task.batch.awaited.Load()
+}
 
 // Complete reports the slice's outcome: nil for success.
 func (s *Slice) Complete(err error) {

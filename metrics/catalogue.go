@@ -119,6 +119,9 @@ var (
 	EngineErrors = def(CompEngine, "kvferry_engine_errors_total", Counter,
 		"Transfer requests that did not complete, by cause: timeout, refused_range (outside registered memory), "+
 			"peer_gone (connection lost or refused), canceled, auth, invalid, closed, other.", "transport", "peer", "cause")
+	EngineFailovers = def(CompEngine, "kvferry_engine_failovers_total", Counter,
+		"Slices moved to another transport after a path failure (failover), by the transport that failed (from), "+
+			"the one taking over (to) and cause: completion, refused, reset, access, mapping, no_path.", "from", "to", "cause")
 	EngineInFlight = def(CompEngine, "kvferry_engine_tasks_in_flight", Gauge,
 		"Transfer requests submitted and not yet terminal.", "transport", "peer")
 	EngineTaskDuration = def(CompEngine, "kvferry_engine_task_duration_seconds", HistogramKind,

@@ -32,6 +32,7 @@ type engineSnap struct {
 	hists                      map[string]*[NumSizeClasses]HistogramSnapshot
 	conns                      map[linkKey]*connSnap
 	servers                    map[string]*serverSnap
+	failovers                  map[FailoverKey]uint64
 	sent, received, nfailed    uint64
 	regBytes, regRegions       map[string]uint64
 	nics                       map[string]*NICGauge // by device
@@ -41,7 +42,7 @@ type engineSnap struct {
 
 func newEngineSnap() *engineSnap {
 	return &engineSnap{links: map[linkKey]*linkSnap{}, hists: map[string]*[NumSizeClasses]HistogramSnapshot{},
-		conns: map[linkKey]*connSnap{}, servers: map[string]*serverSnap{},
+		conns: map[linkKey]*connSnap{}, servers: map[string]*serverSnap{}, failovers: map[FailoverKey]uint64{},
 		regBytes: map[string]uint64{}, regRegions: map[string]uint64{}, nics: map[string]*NICGauge{},
 		ports: map[portKey]*NICPort{}}
 }
@@ -116,6 +117,9 @@ func (s *engineSnap) add(e *Engine, live bool) {
 		for i := range v.refused {
 			ss.refused[i] += v.refused[i].Load()
 		}
+	}
+	for k, v := range e.failovers {
+		s.failovers[k] += v.Load()
 	}
 	e.mu.RUnlock()
 	s.sent += e.NotifiesSent.Load()
@@ -199,6 +203,9 @@ func (s *engineSnap) merge(o *engineSnap) {
 		cs.dialErrors += c.dialErrors
 		cs.redials += c.redials
 		cs.retries += c.retries
+	}
+	for k, v := range o.failovers {
+		s.failovers[k] += v
 	}
 	for name, v := range o.servers {
 		ss := s.servers[name]
@@ -418,6 +425,11 @@ func (s *engineSnap) collect(ch chan<- prometheus.Metric) {
 		ch <- TransportDials.Value(float64(c.dialErrors), k.transport, k.peer, "error")
 		ch <- TransportRedials.Value(float64(c.redials), k.transport, k.peer)
 		ch <- TransportRetries.Value(float64(c.retries), k.transport, k.peer)
+	}
+	for _, k := range sortedKeys(s.failovers, func(a, b FailoverKey) bool {
+		return a.From < b.From || a.From == b.From && (a.To < b.To || a.To == b.To && a.Cause < b.Cause)
+	}) {
+		ch <- EngineFailovers.Value(float64(s.failovers[k]), k.From, k.To, k.Cause)
 	}
 	for _, name := range sortedKeys(s.servers, func(a, b string) bool { return a < b }) {
 		v := s.servers[name]

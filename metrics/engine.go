@@ -183,6 +183,8 @@ type Engine struct {
 	hists   map[string]*SizedHistograms
 	conns   map[linkKey]*Conn
 	servers map[string]*Server
+	// failovers count slices moved between transports, by (from, to, cause).
+	failovers map[FailoverKey]*atomic.Uint64
 
 	// NotifiesSent, NotifiesReceived and NotifiesFailed count notifications.
 	NotifiesSent, NotifiesReceived, NotifiesFailed atomic.Uint64
@@ -194,7 +196,7 @@ type Engine struct {
 func NewEngine(gauges func(*Gauges)) *Engine {
 	e := &Engine{gauges: gauges,
 		byName: make(map[linkKey]*Link), links: make(map[linkKey]*Link), hists: make(map[string]*SizedHistograms),
-		conns: make(map[linkKey]*Conn), servers: make(map[string]*Server)}
+		conns: make(map[linkKey]*Conn), servers: make(map[string]*Server), failovers: make(map[FailoverKey]*atomic.Uint64)}
 	hub.add(e)
 	return e
 }
@@ -229,6 +231,27 @@ func (e *Engine) Link(transport, peer string) *Link {
 // called peer.
 func (e *Engine) Conn(transport, peer string) *Conn {
 	return lookup(e, e.conns, linkKey{transport, PeerLabel(peer)})
+}
+
+// FailoverKey labels kvferry_engine_failovers_total: the transport a slice
+// failed on, the one it moved to, and why.
+type FailoverKey struct{ From, To, Cause string }
+
+// Failover returns the counter of slices moved from transport from to
+// transport to for cause (created on first use).
+func (e *Engine) Failover(from, to, cause string) *atomic.Uint64 {
+	return lookup(e, e.failovers, FailoverKey{from, to, cause})
+}
+
+// Failovers returns the engine's failover counters.
+func (e *Engine) Failovers() map[FailoverKey]uint64 {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	out := make(map[FailoverKey]uint64, len(e.failovers))
+	for k, v := range e.failovers {
+		out[k] = v.Load()
+	}
+	return out
 }
 
 // Server returns the serving-side counters of transport.

@@ -16,6 +16,7 @@ import (
 //	MC_FORCE_TCP (any value)          use only the TCP transport
 //	MC_FORCE_HCA (any value)          auto-discovery installs RDMA even with MC_FORCE_TCP
 //	KVFERRY_TRANSPORT                 force one transport by name (local, cma, nvlink, shm, rdma, tcp; "auto" = selector)
+//	KVFERRY_FAILOVER                  "off": a slice failing on its transport's path fails, no failover to the next transport
 //	KVFERRY_GPU_HOST_PATH             host memory <-> another process's GPU memory: map (nvlink), stage (shm), auto (measured)
 //	(RDMA: see rdma.ConfigFromEnv)
 //	MC_TCP_BIND_ADDRESS               address to bind and advertise
@@ -64,6 +65,9 @@ func ConfigFromEnv(env hostenv.Env) Config {
 	c.ForceRDMA = env.Set("MC_FORCE_HCA")
 	if v, ok := env.Str("KVFERRY_TRANSPORT"); ok && v != "auto" {
 		c.Engine.ForceTransport = strings.ToLower(v)
+	}
+	if v, ok := env.Str("KVFERRY_FAILOVER"); ok && (strings.EqualFold(v, "off") || v == "0") {
+		c.Engine.NoFailover = true
 	}
 	if v, ok := env.Str("KVFERRY_GPU_HOST_PATH"); ok {
 		c.Engine.PathChoice = gpuHostPath(v)

@@ -60,7 +60,7 @@ const (
 type fault struct {
 	name   string
 	imp    impairment // applied for the measured batches
-	kind   string     // "static", "flap", "stop", "rst", "nicdown", "wrerr"
+	kind   string     // "static", "flap", "stop", "rst", "nicdown", "localnicdown", "wrerr"
 	outage time.Duration
 	expect expectation
 	// only limits the fault to these paths (default: every path).
@@ -99,7 +99,14 @@ var faults = []fault{
 	{name: "link down 8s mid-batch", kind: "flap", outage: 8 * time.Second, expect: expectFailed, only: []string{"tcp", "samehost", "gpu"}, short: []string{"tcp"}},
 	{name: "RST on idle connections", kind: "rst", only: netPaths, short: []string{"tcp"}},
 	{name: "target SIGSTOP 8s mid-batch", kind: "stop", outage: 8 * time.Second, expect: expectFailed, only: allPaths, short: []string{"tcp", "samehost", "rdma"}},
-	{name: "NIC port down 8s mid-batch", kind: "nicdown", outage: 8 * time.Second, expect: expectFailed, only: []string{"rdma"}, short: []string{"rdma"}},
+	// The target's NIC drops what arrives: the initiator's work requests
+	// time out (FAILED), or complete with errors and move to TCP
+	// (failover, issue 41).
+	{name: "NIC port down 8s mid-batch", kind: "nicdown", outage: 8 * time.Second, expect: expectEither, only: []string{"rdma"}},
+	// The initiator's every NIC goes down: the batch moves to TCP and
+	// completes with the right bytes (failover, issue 41).
+	{name: "all initiator NICs down mid-batch (failover to tcp)", kind: "localnicdown", outage: 2 * time.Second, expect: expectCompleted,
+		only: []string{"rdma"}, short: []string{"rdma"}},
 	{name: "NIC work-request errors", kind: "wrerr", expect: expectEither, only: []string{"rdma"}},
 }
 
@@ -201,6 +208,11 @@ func runCase(t *testing.T, p path, f fault) {
 	c.a.fill(3)
 	c.b.fill(4)
 	c.verified("after recovery", size)
+	if f.kind == "localnicdown" {
+		// The failover opened TCP lanes to the target, which stay open
+		// on both sides for their idle time: the baselines include them.
+		baseA, baseB = c.a.stats(), c.b.stats()
+	}
 
 	c.checkLeaks("initiator", c.a, baseA)
 	if !c.restarted { // a restarted target has no baseline
@@ -329,6 +341,19 @@ func (c *kase) inject() string {
 		c.expect("write", w)
 		c.expect("read", rd)
 		return "write " + w + ", read " + rd
+	case "localnicdown":
+		// The initiator runs one command at a time: its NIC goes down from
+		// a timer armed before the batch.
+		undo := c.stretch()
+		r := c.a.Call(10*time.Second, "rdma-after fake_mlx5_0 down %d", lead.Milliseconds())
+		assert.Assert(t, r["ok"] == true, "%v", r)
+		c.a.Send("%s", writeCmd)
+		w := c.check("write", c.a.Reply(bound), lead, "write", 0)
+		r = c.a.Call(10*time.Second, "rdma fake_mlx5_0 up")
+		assert.Assert(t, r["ok"] == true, "%v", r)
+		undo()
+		c.expect("write", w)
+		return "write " + w
 	case "flap", "stop", "nicdown":
 		undo := c.stretch()
 		on, off := c.faultOn, c.faultOff

@@ -6,7 +6,8 @@
 # (tc netem, or where the kernel lacks sch_netem the user-space emulator
 # of tests/faults/netem on NFQUEUE plus nftables dup and tbf), links down
 # mid-batch, RSTs on idle connections (nftables), a target frozen with
-# SIGSTOP beyond the deadline; over TCP, same-host (cma), RDMA (fake verbs
+# SIGSTOP beyond the deadline, every initiator NIC down (the batch fails
+# over to TCP); over TCP, same-host (cma), RDMA (fake verbs
 # provider) and GPU memory over TCP (fake CUDA driver). Not root: skipped.
 # KVFERRY_FAULTS_RESULTS=FILE appends one JSON line per case;
 # KVFERRY_TEST_VERBOSE=1 shows every case's log.

@@ -218,7 +218,7 @@ func TestCatalogueExportedAndMoving(t *testing.T) {
 		cfg.Engine.MetadataConn = mdConn
 		cfg.Engine.LocalServerName = name
 		cfg.Engine.BindAddress = "127.0.0.1"
-		cfg.Engine.Transports = []string{rdma.Name}
+		cfg.Engine.Transports = []string{rdma.Name, "tcp"}
 		cfg.Engine.TransferTimeout = 10 * time.Second
 		cfg.RDMA = rdma.Config{Library: os.Getenv("KVFERRY_IBVERBS_LIB"), SysFS: nicSys}
 		e, err := stack.New(ctx, cfg)
@@ -248,6 +248,16 @@ func TestCatalogueExportedAndMoving(t *testing.T) {
 	assert.Equal(t, early[0].value("kvferry_rdma_port_rcv_bytes_total", "port", "1"), 2048.0)              // once, not per engine
 	assert.Equal(t, early[0].value("kvferry_rdma_port_errors_total", "counter", "symbol_error"), 2.0)
 	assert.Equal(t, early[0].value("kvferry_rdma_port_hw_counters_total", "counter", "out_of_buffer"), 6.0)
+	// The NIC goes down: transfers fail over to TCP (once the transport
+	// has seen the port event, or its work requests fail).
+	fv, err := fakeverbs.Open(os.Getenv("KVFERRY_IBVERBS_LIB"))
+	assert.NilError(t, err)
+	assert.NilError(t, fv.SetPort("fake_mlx5_0", false))
+	for len(ra.Metrics().Failovers) == 0 {
+		assert.NilError(t, ctx.Err(), "no failover with the NIC down")
+		assert.NilError(t, ra.Transfer(ctx, []engine.Request{{Op: engine.OpWrite, Source: bufR1.Addr(), Target: segR, TargetOffset: uint64(bufR2.Addr()), Length: 64 << 10}}))
+	}
+	assert.NilError(t, fv.SetPort("fake_mlx5_0", true))
 	assert.NilError(t, ra.Close())
 	assert.NilError(t, rb.Close())
 

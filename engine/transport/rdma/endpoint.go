@@ -594,7 +594,7 @@ func (ep *endpoint) connect() {
 	}
 	for _, o := range failed {
 		if o != nil {
-			t.fail(o, fmt.Errorf("rdma connect %s -> %s: %w", ep.n.name, ep.peerPath, err), true)
+			t.fail(o, engine.PathFailed(engine.FailoverRefused, fmt.Errorf("rdma connect %s -> %s: %w", ep.n.name, ep.peerPath, err)), true)
 		}
 	}
 }

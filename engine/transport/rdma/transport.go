@@ -423,7 +423,8 @@ func (t *Transport) route(o *op) (ep *endpoint, rest *op, err error) {
 		return i >= 0 && t.nics[i].active.Load() && lc.mrs[i] != nil
 	})
 	if localName == "" {
-		return nil, rest, fmt.Errorf("rdma: no active NIC for location %q: %w", o.local.location, engine.ErrNotSupportedTransport)
+		return nil, rest, engine.PathFailed(engine.FailoverNoPath,
+			fmt.Errorf("rdma: no active NIC for location %q: %w", o.local.location, engine.ErrNotSupportedTransport))
 	}
 	n := t.nics[t.nicIndex(localName)]
 	peerName := pi.matrix.Select(buf.Name, o.tries, rr, func(name string) bool {
@@ -482,8 +483,36 @@ func (t *Transport) fail(o *op, err error, retryable bool) {
 	}
 	if t.closed.Load() {
 		err = fmt.Errorf("%w: %w", engine.ErrClosed, err)
+	} else {
+		err = pathErr(err)
 	}
 	o.finish(&engine.TransferError{Op: o.s.Op, Peer: o.peer.Name, Transport: Name, Addr: o.raddr, Length: o.length, Err: err})
+}
+
+// pathErr marks err, an op's final error, as a failure of the RDMA path
+// (engine.PathFailure) where another transport may still carry the slice:
+// a failed work completion (a remote access error only after the
+// descriptor re-read; never a local protection or length error, which
+// are the request's), an endpoint retired under it, a refused handshake.
+// Errors marked where they arise (no active NIC) stay as they are.
+func pathErr(err error) error {
+	var pf engine.PathFailure
+	var wc *wcError
+	switch {
+	case errors.As(err, &pf):
+		return err
+	case errors.As(err, &wc):
+		switch wc.status {
+		case ibv.WCLocProtErr, ibv.WCLocLenErr:
+			return err
+		case ibv.WCRemAccessErr, ibv.WCRemInvReqErr:
+			return engine.PathFailed(engine.FailoverAccess, err)
+		}
+		return engine.PathFailed(engine.FailoverCompletion, err)
+	case errors.Is(err, errEndpointGone):
+		return engine.PathFailed(engine.FailoverReset, err)
+	}
+	return err
 }
 
 // failWC handles a failed work completion: a flush or a path error retries

@@ -23,18 +23,27 @@ import (
 	"github.com/kvferry/kvferry/metrics"
 )
 
-// Errors.
+// Errors. Both are path failures (engine.PathFailure): the engine moves
+// the slices that fail with them to the next transport (shm, then TCP).
 var (
 	// ErrPeerGone: the same-host peer closed, died, or its session failed.
-	ErrPeerGone = errors.New("same-host peer gone")
+	ErrPeerGone error = &pathSentinel{msg: "same-host peer gone", cause: engine.FailoverReset}
 	// ErrRefused: the kernel refuses cross-memory access to the peer
 	// (the cma transport then leaves the peer to shm).
-	ErrRefused = errors.New("cross-memory access refused by the kernel")
+	ErrRefused error = &pathSentinel{msg: "cross-memory access refused by the kernel", cause: engine.FailoverRefused}
 )
 
 // errOwnerGone marks a dial that found no owner behind the socket the
 // descriptor names (sessionFor then re-reads the descriptor).
 var errOwnerGone = errors.New("the owner the descriptor names is gone")
+
+// pathSentinel is a sentinel error that is an engine.PathFailure.
+type pathSentinel struct{ msg, cause string }
+
+func (e *pathSentinel) Error() string { return e.msg }
+
+// FailoverCause returns the failover cause label (engine.PathFailure).
+func (e *pathSentinel) FailoverCause() string { return e.cause }
 
 // redialDelay is how long a peer whose session could not be opened is left
 // to other transports before the next attempt.

@@ -38,6 +38,9 @@ type CMA struct {
 	// beforeCall, when set (tests only, before any Submit), runs before
 	// each process_vm call with the slice of its first range.
 	beforeCall func(first *engine.Slice)
+	// refuseCalls (tests only) makes every process_vm call fail with
+	// EPERM, as when the kernel's policy tightens mid-session.
+	refuseCalls atomic.Bool
 }
 
 var _ engine.Transport = (*CMA)(nil)
@@ -396,9 +399,12 @@ func (w *cmaWorker) copyOp(s *session, slices []*engine.Slice, op engine.OpCode)
 		if w.t.beforeCall != nil {
 			w.t.beforeCall(slices[w.owners[i]])
 		}
-		if op == engine.OpWrite {
+		switch {
+		case w.t.refuseCalls.Load():
+			err = unix.EPERM
+		case op == engine.OpWrite:
 			n, err = unix.ProcessVMWritev(s.pid, w.liov[i:j], w.riov, 0)
-		} else {
+		default:
 			n, err = unix.ProcessVMReadv(s.pid, w.liov[i:j], w.riov, 0)
 		}
 		if err == nil && n == 0 {

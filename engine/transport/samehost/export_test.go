@@ -73,3 +73,7 @@ func SetCallHook(t *CMA, callBytes uint64, f func(first *engine.Slice)) {
 	}
 	t.beforeCall = f
 }
+
+// RefuseCalls makes every later process_vm call of t fail with EPERM (on
+// true), as a kernel whose ptrace policy tightened mid-session does.
+func RefuseCalls(t *CMA, on bool) { t.refuseCalls.Store(on) }

@@ -1,6 +1,7 @@
 package samehost
 
 import (
+	"errors"
 	"fmt"
 	"sort"
 	"sync"
@@ -341,6 +342,10 @@ func (im *ipcMaps) get(s *session, dev int, b descriptor.Buffer, share engine.Sh
 	im.mu.Unlock()
 	m, err := im.open(s, dev, b, share, a)
 	if err != nil {
+		if !errors.Is(err, engine.ErrRejected) && !errors.Is(err, gpu.ErrNoGPU) {
+			// The driver refused the mapping: shm stages the copy instead.
+			err = engine.PathFailed(engine.FailoverMapping, err)
+		}
 		return nil, err
 	}
 	im.mu.Lock()

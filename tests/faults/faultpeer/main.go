@@ -256,7 +256,7 @@ func (p *peer) do(f []string) map[string]any {
 	case "rereg":
 		err := p.e.RegisterMemory(p.addr, p.size, p.loc, true)
 		return map[string]any{"ok": err == nil, "err": errText(err)}
-	case "rdma", "rdma-delay", "rdma-fail":
+	case "rdma", "rdma-delay", "rdma-fail", "rdma-after":
 		if p.verbs == nil {
 			return map[string]any{"ok": false, "err": "no fake verbs provider loaded"}
 		}
@@ -264,6 +264,9 @@ func (p *peer) do(f []string) map[string]any {
 		switch f[0] {
 		case "rdma":
 			err = p.verbs.SetPort(f[1], f[2] == "up")
+		case "rdma-after": // rdma-after DEV up|down MS: later, while the next command runs
+			dev, up := f[1], f[2] == "up"
+			time.AfterFunc(time.Duration(num(f, 3))*time.Millisecond, func() { _ = p.verbs.SetPort(dev, up) })
 		case "rdma-delay":
 			err = p.verbs.SetDelay(f[1], int(num(f, 2)))
 		default:

@@ -1,0 +1,58 @@
+package samehost_test
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+
+	"gotest.tools/v3/assert"
+
+	"github.com/kvferry/kvferry/engine/gpu"
+	"github.com/kvferry/kvferry/engine/stack"
+	"github.com/kvferry/kvferry/internal/testutil/fakecuda"
+)
+
+// TestNVLinkMappingRefusedFailsOver: the child's driver refuses to open
+// our IPC handles (every cuIpcOpenMemHandle fails), with the mapping
+// route pinned (KVFERRY_GPU_HOST_PATH=map): the requests move to shm's
+// staged path (engine failover) and complete with the right bytes, both
+// ways; later ones go to shm at once.
+func TestNVLinkMappingRefusedFailsOver(t *testing.T) {
+	fakecuda.FakeOnly(t, "the fake driver's injected cuIpcOpenMemHandle failure")
+	lib := fakecuda.Path(t)
+	fc := fakecuda.Open(lib)
+	fc.Reset()
+	defer fc.Reset()
+	e, err := stack.New(context.Background(), gpuStack(lib))
+	assert.NilError(t, err)
+	defer e.Close()
+	d, err := gpu.Shared(gpu.Config{Library: lib}).Driver()
+	assert.NilError(t, err)
+	own, err := allocGPU(e, d)
+	assert.NilError(t, err)
+	defer own.host.Close()
+	const n = 1 << 20
+	c := startChild(t, childOpts{role: "gpu-initiator", env: []string{
+		ownerEnv + "=" + e.SegmentName(), "KVFERRY_CUDA_LIB=" + lib, "KVFERRY_GPU_HOST_PATH=map",
+		"FAKECUDA_FAIL=cuIpcOpenMemHandle:1:1:1"}})
+	var used []string
+	for i, op := range []string{"w", "r", "w", "r", "w"} {
+		seed := uint64(300 + i)
+		dev := fc.Bytes(own.dev, n)
+		if op == "w" {
+			clear(dev)
+		} else {
+			copy(dev, patternAt(seed, n))
+		}
+		r := c.do("xfer %s host %d %d %d", op, own.dev, n, seed)
+		u, ok := strings.CutPrefix(r, "ok ")
+		assert.Assert(t, ok, "%s %d: %s", op, i, r)
+		if op == "w" {
+			assert.Assert(t, bytes.Equal(fc.Bytes(own.dev, n), patternAt(seed, n)), "write %d: bytes differ", i)
+		}
+		used = append(used, u)
+	}
+	t.Logf("transports that carried the requests: %v", used)
+	assert.Equal(t, used[len(used)-1], "shm", "%v", used)
+}
