@@ -20,6 +20,7 @@ import (
 
 	"github.com/kvferry/kvferry/engine"
 	"github.com/kvferry/kvferry/engine/stack"
+	"github.com/kvferry/kvferry/engine/transport/efa"
 	"github.com/kvferry/kvferry/engine/transport/rdma"
 	"github.com/kvferry/kvferry/engine/transport/tcp"
 	"github.com/kvferry/kvferry/internal/hostenv"
@@ -100,6 +101,30 @@ func kvf_discover(h C.uintptr_t) (rc C.int) {
 	return 0
 }
 
+//export kvf_warmup_efa
+func kvf_warmup_efa(h C.uintptr_t, name *C.char) (rc C.int) {
+	defer recoverResource(&rc)
+	e, err := lookupEngine(uintptr(h))
+	if err != nil {
+		return C.int(resourceCode(err))
+	}
+	seg, ok := cstr(name)
+	if !ok {
+		return errInvalidArgument
+	}
+	t, ok := e.Transport(efa.Name).(*efa.Transport)
+	if !ok || seg == "" || seg == e.SegmentName() {
+		return 0 // nothing to connect, as Mooncake's for a loopback name
+	}
+	ctx, cancel := metaCtx(e)
+	defer cancel()
+	if err := t.Warmup(ctx, seg); err != nil {
+		engineFail(e, err)
+		return C.int(resourceCode(err))
+	}
+	return 0
+}
+
 //export kvf_local_ip_port
 func kvf_local_ip_port(h C.uintptr_t, buf *C.char, n C.size_t) (rc C.int) {
 	defer recoverResource(&rc)
@@ -123,7 +148,7 @@ func bracket(h string) string {
 
 // transport handles are the engine handle plus a small per-name tag, so
 // they are never NULL and never collide with engine handles.
-var transportTags = map[string]uintptr{"tcp": 1, "local": 2, "rdma": 3, "nvlink": 4, "shm": 5, "cma": 6}
+var transportTags = map[string]uintptr{"tcp": 1, "local": 2, "rdma": 3, "nvlink": 4, "shm": 5, "cma": 6, "efa": 7}
 
 //export kvf_install
 func kvf_install(h C.uintptr_t, proto *C.char, args unsafe.Pointer) (t C.uintptr_t) {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/kvferry/kvferry/engine/gpu"
 	"github.com/kvferry/kvferry/engine/tlsconf"
+	"github.com/kvferry/kvferry/engine/transport/efa"
 	"github.com/kvferry/kvferry/engine/transport/rdma"
 	"github.com/kvferry/kvferry/internal/hostenv"
 )
@@ -17,7 +18,7 @@ import (
 //	MC_FORCE_HCA (any value)          auto-discovery installs RDMA even with MC_FORCE_TCP
 //	KVFERRY_TRANSPORT                 force one transport by name (local, cma, nvlink, shm, rdma, tcp; "auto" = selector)
 //	KVFERRY_GPU_HOST_PATH             host memory <-> another process's GPU memory: map (nvlink), stage (shm), auto (measured)
-//	(RDMA: see rdma.ConfigFromEnv)
+//	(RDMA: see rdma.ConfigFromEnv; libfabric, transport "efa": efa.ConfigFromEnv)
 //	MC_TCP_BIND_ADDRESS               address to bind and advertise
 //	KVFERRY_BIND_ADDR                 address to bind (not advertised), e.g. 0.0.0.0
 //	KVFERRY_AUTH_KEY_FILE             cluster key file: authenticate every peer (engine/peerauth)
@@ -58,6 +59,7 @@ func ConfigFromEnv(env hostenv.Env) Config {
 		c.Engine.ForceTransport = "tcp"
 	}
 	c.RDMA = rdma.ConfigFromEnv(env)
+	c.EFA = efa.ConfigFromEnv(env)
 	c.ForceRDMA = env.Set("MC_FORCE_HCA")
 	if v, ok := env.Str("KVFERRY_TRANSPORT"); ok && v != "auto" {
 		c.Engine.ForceTransport = strings.ToLower(v)
