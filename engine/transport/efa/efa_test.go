@@ -318,3 +318,11 @@ func TestReadWrite(t *testing.T) {
 		assert.Equal(t, o.do(t, "check", 7, size-8192, 8192), "ok")
 	})
 }
+
+// contextWithTimeout returns a context that ends with the test or after
+// 60 s, whichever comes first.
+func contextWithTimeout(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
