@@ -42,7 +42,7 @@ func TestMain(m *testing.M) {
 
 // skipWithoutLibfabric skips the test where libfabric or its tcp provider
 // is absent (it is installed here and in CI).
-func skipWithoutLibfabric(t *testing.T) {
+func skipWithoutLibfabric(t testing.TB) {
 	t.Helper()
 	if err := efa.Available(efa.Config{Provider: testProvider}); err != nil {
 		if errors.Is(err, engine.ErrNotSupported) {
@@ -139,7 +139,7 @@ type owner struct {
 	addr    uint64
 }
 
-func startOwner(t *testing.T, size uint64, port int) *owner {
+func startOwner(t testing.TB, size uint64, port int) *owner {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), "EFA_TEST_CHILD=owner", fmt.Sprintf("EFA_TEST_SIZE=%d", size))
@@ -169,7 +169,7 @@ func startOwner(t *testing.T, size uint64, port int) *owner {
 	return o
 }
 
-func (o *owner) read(t *testing.T, timeout time.Duration) string {
+func (o *owner) read(t testing.TB, timeout time.Duration) string {
 	t.Helper()
 	select {
 	case l, ok := <-o.lines:
@@ -183,7 +183,7 @@ func (o *owner) read(t *testing.T, timeout time.Duration) string {
 	return ""
 }
 
-func (o *owner) do(t *testing.T, cmd string, seed, off, n uint64) string {
+func (o *owner) do(t testing.TB, cmd string, seed, off, n uint64) string {
 	t.Helper()
 	_, err := fmt.Fprintf(o.stdin, "%s %d %d %d\n", cmd, seed, off, n)
 	assert.NilError(t, err)
@@ -220,7 +220,7 @@ type local struct {
 	buf  []byte
 }
 
-func newLocal(t *testing.T, size uint64, domains []string) *local {
+func newLocal(t testing.TB, size uint64, domains []string) *local {
 	t.Helper()
 	e, err := stack.New(context.Background(), engineConfig(domains))
 	assert.NilError(t, err)
@@ -232,7 +232,7 @@ func newLocal(t *testing.T, size uint64, domains []string) *local {
 	return &local{e: e, addr: p, buf: cmem.Bytes(p, size)}
 }
 
-func (l *local) open(t *testing.T, name string) engine.SegmentID {
+func (l *local) open(t testing.TB, name string) engine.SegmentID {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -243,7 +243,7 @@ func (l *local) open(t *testing.T, name string) engine.SegmentID {
 
 // transfer runs reqs, bounded by a deadline of its own well past the
 // engine's, so that a hang fails the test instead of stalling it.
-func (l *local) transfer(t *testing.T, reqs []engine.Request) error {
+func (l *local) transfer(t testing.TB, reqs []engine.Request) error {
 	t.Helper()
 	done := make(chan error, 1)
 	go func() { done <- l.e.Transfer(context.Background(), reqs) }()
@@ -321,7 +321,7 @@ func TestReadWrite(t *testing.T) {
 
 // contextWithTimeout returns a context that ends with the test or after
 // 60 s, whichever comes first.
-func contextWithTimeout(t *testing.T) context.Context {
+func contextWithTimeout(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
 	return ctx

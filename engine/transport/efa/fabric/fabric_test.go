@@ -136,7 +136,7 @@ func post(t *testing.T, a, b *Device, ops []Op) []Comp {
 			}
 			rest = rest[n:]
 		}
-		k, err := a.Poll(out, 1)
+		k, err := a.Poll(out, pollWait)
 		assert.NilError(t, err)
 		got = append(got, out[:k]...)
 		_, err = b.Poll(out[:1], 0)
@@ -153,3 +153,6 @@ func TestNoProvider(t *testing.T) {
 	assert.Assert(t, errors.Is(err, ErrNoProvider), "%v", err)
 	assert.Assert(t, errors.Is(err, syscall.ENODATA), "%v", err)
 }
+
+// pollWait is how long post's Poll on the initiator waits.
+var pollWait = 1
