@@ -3,6 +3,8 @@ package fabric
 import (
 	"testing"
 
+	"gotest.tools/v3/assert"
+
 	"github.com/kvferry/kvferry/internal/cmem"
 )
 
@@ -10,30 +12,41 @@ import (
 // endpoints of one process over tcp;ofi_rxm, both CQs polled by the
 // benchmark: the provider's own cost, without the transport.
 func BenchmarkWrite(b *testing.B) {
-	t := &testing.T{}
-	_, in := loopbackInfo(t)
-	a, _ := Open(in, 16, 256, 64)
+	_, in := loopbackInfo(b)
+	a, err := Open(in, 16, 256, 64)
+	assert.NilError(b, err)
 	defer a.Close()
-	c, _ := Open(in, 16, 256, 64)
+	c, err := Open(in, 16, 256, 64)
+	assert.NilError(b, err)
 	defer c.Close()
 	const n, count = 1 << 20, 32
-	abuf, _ := cmem.Malloc(n * count)
+	abuf, err := cmem.Malloc(n * count)
+	assert.NilError(b, err)
 	defer cmem.Free(abuf)
-	cbuf, _ := cmem.Malloc(n * count)
+	cbuf, err := cmem.Malloc(n * count)
+	assert.NilError(b, err)
 	defer cmem.Free(cbuf)
-	am, _ := a.RegMR(abuf, n*count, AccessAll, 1, IfaceSystem, 0)
+	am, err := a.RegMR(abuf, n*count, AccessAll, 1, IfaceSystem, 0)
+	assert.NilError(b, err)
 	defer am.Close()
-	cm, _ := c.RegMR(cbuf, n*count, AccessAll, 2, IfaceSystem, 0)
+	cm, err := c.RegMR(cbuf, n*count, AccessAll, 2, IfaceSystem, 0)
+	assert.NilError(b, err)
 	defer cm.Close()
-	peer, _ := a.Insert(c.Addr())
+	peer, err := a.Insert(c.Addr())
+	assert.NilError(b, err)
+	raddr := uint64(0)
+	if in.MRMode&MRVirtAddr != 0 {
+		raddr = uint64(cbuf)
+	}
 	ops := make([]Op, count)
 	for i := range ops {
-		ops[i] = Op{Local: uint64(abuf) + uint64(i*n), Length: n, Desc: am.Desc(), Remote: uint64(i * n), Key: cm.Key(), Peer: peer, Slot: uint32(i), Write: 1}
+		ops[i] = Op{Local: uint64(abuf) + uint64(i*n), Length: n, Desc: am.Desc(), Remote: raddr + uint64(i*n), Key: cm.Key(), Peer: peer, Slot: uint32(i), Write: 1}
 	}
 	pollWait = 0
 	defer func() { pollWait = 1 }()
 	b.SetBytes(n * count)
+	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		post(t, a, c, ops)
+		waitSlots(b, a, c, ops)
 	}
 }

@@ -18,7 +18,7 @@ const testProvider = "tcp;ofi_rxm"
 
 // loopbackInfo returns the loopback domain of testProvider, or skips the
 // test when libfabric is absent.
-func loopbackInfo(t *testing.T) (*InfoList, Info) {
+func loopbackInfo(t testing.TB) (*InfoList, Info) {
 	t.Helper()
 	if err := Load(""); err != nil {
 		t.Skipf("libfabric is not installed (apt-get install libfabric1): %v", err)
@@ -109,7 +109,7 @@ func TestReadWrite(t *testing.T) {
 }
 
 // waitSlots posts ops on a and waits for all to complete without error.
-func waitSlots(t *testing.T, a, b *Device, ops []Op) {
+func waitSlots(t testing.TB, a, b *Device, ops []Op) {
 	t.Helper()
 	for _, c := range post(t, a, b, ops) {
 		assert.Equal(t, c.Err, int32(0), "slot %d: %s", c.Slot, Strerror(int(c.Err)))
@@ -119,7 +119,7 @@ func waitSlots(t *testing.T, a, b *Device, ops []Op) {
 // post posts ops on a and collects their completions, driving b's progress
 // meanwhile (the target of a manual-progress provider must poll too). A
 // full queue (EAGAIN, also while rxm connects) is retried after polling.
-func post(t *testing.T, a, b *Device, ops []Op) []Comp {
+func post(t testing.TB, a, b *Device, ops []Op) []Comp {
 	t.Helper()
 	var got []Comp
 	out := make([]Comp, 16)
