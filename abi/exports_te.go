@@ -669,15 +669,16 @@ func kvf_show_links(h C.uintptr_t, buf *C.char, n C.size_t, asJSON C.int) (rc C.
 	nics := e.NICStats()
 	counters := e.NICCounters()
 	rdmaNote := rdmaStatus(e)
+	efaNote := efaStatus(e)
 	var s string
 	if asJSON != 0 {
 		b, _ := json.Marshal(map[string]any{"segment": e.SegmentName(), "transports": e.Transports(), "links": links,
-			"rdma": rdmaNote, "nics": nics, "nic_counters": counters})
+			"rdma": rdmaNote, "efa": efaNote, "nics": nics, "nic_counters": counters})
 		s = string(b)
 	} else {
 		var sb strings.Builder
 		fmt.Fprintf(&sb, "segment %s transports %v\n", e.SegmentName(), e.Transports())
-		fmt.Fprintf(&sb, "rdma: %s\n", rdmaNote)
+		fmt.Fprintf(&sb, "rdma: %s\nefa: %s\n", rdmaNote, efaNote)
 		for _, c := range nics {
 			fmt.Fprintf(&sb, "  nic %s %s %s %.0f Gb/s mtu %d gid[%d] %s numa %d pci %s netdev %s inflight %d B ewma %.3g bit/s completed %d B (%d slices, %d retried, %d failed) endpoints %d\n",
 				c.Device, c.State, c.LinkLayer, c.RateGbps, c.MTU, c.GIDIndex, c.GID, c.NUMA, orDash(c.PCI), orDash(c.Netdev),
@@ -947,6 +948,16 @@ func rdmaStatus(e *engine.Engine) string {
 		return "not installed: " + err.Error()
 	}
 	return "not installed (devices present; the engine did not install the rdma transport)"
+}
+
+// efaStatus says whether the libfabric transport is installed, on which
+// provider, fabric and devices, or why not (showLinks).
+func efaStatus(e *engine.Engine) string {
+	if t, ok := e.Transport(efa.Name).(*efa.Transport); ok {
+		prov, fab := t.Provider()
+		return fmt.Sprintf("installed: provider %s, fabric %s, devices %v", prov, fab, t.Devices())
+	}
+	return "not installed (installTransport(\"efa\") or protocol \"efa\" installs it where libfabric and the provider are present)"
 }
 
 func orDash(s string) string {
