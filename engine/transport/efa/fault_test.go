@@ -148,3 +148,14 @@ func TestDescriptor(t *testing.T) {
 	assert.Assert(t, err != nil)
 	assert.Assert(t, !errors.Is(err, engine.ErrNotSupported))
 }
+
+// TestSelf moves bytes between two regions of one engine through its own
+// endpoint (the local segment, forced onto efa).
+func TestSelf(t *testing.T) {
+	skipWithoutLibfabric(t)
+	l := newLocal(t, 2<<20, nil)
+	pattern(l.buf[:1<<20], 8)
+	err := l.transfer(t, []engine.Request{{Op: engine.OpWrite, Source: l.addr, Target: engine.LocalSegment, TargetOffset: uint64(l.addr) + 1<<20, Length: 1 << 20}})
+	assert.NilError(t, err)
+	assert.Assert(t, bytes.Equal(l.buf[:1<<20], l.buf[1<<20:]))
+}

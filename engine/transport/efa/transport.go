@@ -438,10 +438,27 @@ func (t *Transport) peerInfo(d *descriptor.Segment) *peerInfo {
 	return pi
 }
 
-// Reaches reports whether p publishes devices of the same provider.
+// selfInfo is the peer information of this engine's own segment, from
+// what it would publish now (the cached local descriptor may predate a
+// registration): transfers to it loop through the provider, as Mooncake's
+// EFA transport serves them too (it copies locally instead).
+func (t *Transport) selfInfo() *peerInfo {
+	pub := t.published()
+	pi := &peerInfo{pub: pub}
+	for _, d := range t.devs {
+		pi.addrs = append(pi.addrs, d.dev.Addr())
+	}
+	return pi
+}
+
+// Reaches reports whether p publishes devices of the same provider (this
+// engine's own segment included, looped through the provider).
 func (t *Transport) Reaches(p *engine.Peer) bool {
-	if p.Local() || t.closed.Load() {
+	if t.closed.Load() {
 		return false
+	}
+	if p.Local() {
+		return true
 	}
 	d := p.Descriptor()
 	if d == nil {
@@ -480,9 +497,10 @@ func (t *Transport) Submit(p *engine.Peer, slices []*engine.Slice) {
 		}
 		return
 	}
-	d := p.Descriptor()
 	var pi *peerInfo
-	if d != nil {
+	if p.Local() {
+		pi = t.selfInfo()
+	} else if d := p.Descriptor(); d != nil {
 		pi = t.peerInfo(d)
 	}
 	groups := make([][]pending, len(t.devs))
