@@ -68,6 +68,10 @@ type device struct {
 		free    []uint32
 		backlog []pending
 		av      map[string]uint64 // peer endpoint address (raw) -> fi_addr
+		// gone holds peer endpoints whose connection failed, and when:
+		// operations to them fail at once instead of waiting for the
+		// provider to give up again (a restarted peer has a new address).
+		gone map[string]time.Time
 	}
 
 	inflightBytes atomic.Uint64
@@ -90,6 +94,7 @@ func openDevice(t *Transport, idx int, name string, in fabric.Info) (*device, er
 		mrLocal: in.MRMode&fabric.MRLocal != 0}
 	d.mu.slot = make([]flight, slots)
 	d.mu.av = map[string]uint64{}
+	d.mu.gone = map[string]time.Time{}
 	d.mu.free = make([]uint32, slots)
 	for i := range d.mu.free {
 		d.mu.free[i] = uint32(slots - 1 - i)
@@ -132,6 +137,50 @@ func (d *device) fiAddr(addr []byte) (uint64, error) {
 	d.mu.av[k] = a
 	d.mu.Unlock()
 	return a, nil
+}
+
+// goneTTL is how long a failed peer endpoint fails operations at once.
+const goneTTL = time.Minute
+
+// goneErr returns the error of an operation to a peer endpoint that
+// failed within goneTTL, or nil.
+func (d *device) goneErr(o pending) error {
+	d.mu.Lock()
+	at, ok := d.mu.gone[string(o.peer)]
+	if ok && time.Since(at) > goneTTL {
+		delete(d.mu.gone, string(o.peer))
+		ok = false
+	}
+	d.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	return fmt.Errorf("efa: %s %#x+%d on %q via %s: its endpoint failed %v ago: %w", opName(o.op.Write), o.s.Remote, o.s.Length,
+		o.peerName, d.name, time.Since(at).Round(time.Millisecond), engine.ErrPeerGone)
+}
+
+// markGone records that a peer endpoint's connection failed and fails
+// what waits for it in the backlog.
+func (d *device) markGone(addr []byte) {
+	var failed []pending
+	d.mu.Lock()
+	if len(d.mu.gone) >= DefaultAVCount {
+		clear(d.mu.gone)
+	}
+	d.mu.gone[string(addr)] = time.Now()
+	kept := d.mu.backlog[:0]
+	for _, o := range d.mu.backlog {
+		if string(o.peer) == string(addr) {
+			failed = append(failed, o)
+			continue
+		}
+		kept = append(kept, o)
+	}
+	d.mu.backlog = kept
+	d.mu.Unlock()
+	for _, o := range failed {
+		d.fail(o.s, fmt.Errorf("efa: %s %#x+%d on %q via %s: its endpoint failed: %w", opName(o.op.Write), o.s.Remote, o.s.Length, o.peerName, d.name, engine.ErrPeerGone))
+	}
 }
 
 // dropPeer removes a peer endpoint from the AV (after a failure or a
@@ -188,6 +237,11 @@ func (d *device) post(ops []pending) {
 		ops = ops[len(chunk):]
 		// Peer addresses first: fi_av_insert is a call into C.
 		for i, o := range chunk {
+			if err := d.goneErr(o); err != nil {
+				ok[i] = false
+				d.fail(o.s, err)
+				continue
+			}
 			a, err := d.fiAddr(o.peer)
 			addrs[i], ok[i] = a, err == nil
 			if err != nil {
@@ -348,6 +402,9 @@ func (d *device) complete(comps []fabric.Comp) {
 		if c.Err != 0 {
 			d.dropPeer(f.peer)
 			err := failErr(&f.pending, d.name, c.Err, c.ProvErrno)
+			if errors.Is(err, engine.ErrPeerGone) {
+				d.markGone(f.peer)
+			}
 			if f.expired {
 				err = fmt.Errorf("efa: %s %#x+%d on %q via %s: no completion within %v: %w", opName(f.op.Write), f.s.Remote, f.s.Length, f.peerName, d.name, d.t.deadline, engine.ErrTimeout)
 			}
