@@ -37,4 +37,3 @@ func FuzzParsePublished(f *testing.F) {
 		}
 	})
 }
-
