@@ -59,6 +59,7 @@ type device struct {
 	name     string
 	info     fabric.Info
 	dev      *fabric.Device
+	addr     []byte // the endpoint's address (fi_getname), kept past Close
 	virtAddr bool
 	mrLocal  bool
 
@@ -90,7 +91,7 @@ func openDevice(t *Transport, idx int, name string, in fabric.Info) (*device, er
 	if err != nil {
 		return nil, fmt.Errorf("efa: device %s: %w", name, err)
 	}
-	d := &device{t: t, idx: idx, name: name, info: in, dev: fd, virtAddr: in.MRMode&fabric.MRVirtAddr != 0,
+	d := &device{t: t, idx: idx, name: name, info: in, dev: fd, addr: fd.Addr(), virtAddr: in.MRMode&fabric.MRVirtAddr != 0,
 		mrLocal: in.MRMode&fabric.MRLocal != 0}
 	d.mu.slot = make([]flight, slots)
 	d.mu.av = map[string]uint64{}
@@ -204,8 +205,9 @@ func (d *device) dropPeer(addr []byte) {
 func (d *device) submit(ops []pending) {
 	d.mu.Lock()
 	if len(d.mu.backlog) > 0 {
-		d.queueLocked(ops)
+		over := d.queueLocked(ops)
 		d.mu.Unlock()
+		d.failOver(over)
 		d.wake()
 		return
 	}
@@ -213,17 +215,23 @@ func (d *device) submit(ops []pending) {
 	d.post(ops)
 }
 
-// queueLocked appends ops to the backlog, failing those beyond its bound
-// (Complete runs no transport code, so it may run under d.mu).
-func (d *device) queueLocked(ops []pending) {
+// queueLocked appends ops to the backlog and returns those beyond its
+// bound, for the caller to fail once it has let go of d.mu.
+func (d *device) queueLocked(ops []pending) (over []pending) {
 	room := max(maxBacklog-len(d.mu.backlog), 0)
 	if room < len(ops) {
-		for _, o := range ops[room:] {
-			o.s.Complete(fmt.Errorf("efa: %s backlog full: %w", d.name, engine.ErrTooManyRequests))
-		}
+		over = ops[room:]
 		ops = ops[:room]
 	}
 	d.mu.backlog = append(d.mu.backlog, ops...)
+	return over
+}
+
+// failOver fails operations the backlog had no room for.
+func (d *device) failOver(over []pending) {
+	for _, o := range over {
+		d.fail(o.s, fmt.Errorf("efa: %s backlog full: %w", d.name, engine.ErrTooManyRequests))
+	}
 }
 
 // post gives ops slots and hands them to the provider; what finds no slot
@@ -270,11 +278,13 @@ func (d *device) post(ops []pending) {
 				d.inflightBytes.Add(o.s.Length)
 			}
 		}
+		var over []pending
 		if len(wait) > 0 { // out of slots: the rest waits for completions
-			d.queueLocked(append(wait, ops...))
+			over = d.queueLocked(append(wait, ops...))
 			ops = nil
 		}
 		d.mu.Unlock()
+		d.failOver(over)
 		for _, s := range canceled {
 			s.Complete(engine.ErrCanceled)
 		}
@@ -299,9 +309,7 @@ func (d *device) post(ops []pending) {
 					d.mu.backlog = d.mu.backlog[:maxBacklog]
 				}
 				d.mu.Unlock()
-				for _, o := range extra {
-					o.s.Complete(fmt.Errorf("efa: %s backlog full: %w", d.name, engine.ErrTooManyRequests))
-				}
+				d.failOver(extra)
 				d.wake()
 				return
 			}

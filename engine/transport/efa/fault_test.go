@@ -158,4 +158,13 @@ func TestSelf(t *testing.T) {
 	err := l.transfer(t, []engine.Request{{Op: engine.OpWrite, Source: l.addr, Target: engine.LocalSegment, TargetOffset: uint64(l.addr) + 1<<20, Length: 1 << 20}})
 	assert.NilError(t, err)
 	assert.Assert(t, bytes.Equal(l.buf[:1<<20], l.buf[1<<20:]))
+
+	// After Close: submissions fail with ErrClosed, figures still read.
+	tr := l.e.Transport(efa.Name).(*efa.Transport)
+	assert.NilError(t, tr.Close())
+	assert.NilError(t, tr.Close())
+	st := tr.NICStats()
+	assert.Equal(t, len(st), 1)
+	assert.Equal(t, st[0].State, "down")
+	assert.Assert(t, !tr.Reaches(&engine.Peer{ID: engine.LocalSegment}))
 }

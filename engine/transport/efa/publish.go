@@ -132,7 +132,11 @@ func describeMooncake(seg *descriptor.Segment, devs []*device, pub *Published) b
 	seg.Protocol = Name
 	seg.Devices = make([]descriptor.Device, len(devs))
 	for i, d := range devs {
-		seg.Devices[i] = descriptor.Device{Name: d.name, LID: 0, GID: hex.EncodeToString(d.info.SrcAddr)}
+		gid := d.info.SrcAddr
+		if len(gid) == 0 { // Mooncake's decoder refuses a device without gid
+			gid = d.addr
+		}
+		seg.Devices[i] = descriptor.Device{Name: d.name, LID: 0, GID: hex.EncodeToString(gid)}
 	}
 	for i := range seg.Buffers {
 		seg.Buffers[i].RKey = keys[i]

@@ -191,7 +191,7 @@ func New(e *engine.Engine, cfg Config) (*Transport, error) {
 	for i, d := range t.devs {
 		names[i] = d.name
 		t.log.Info("efa device", "device", d.name, "provider", d.info.Provider, "fabric", d.info.Fabric, "domain", d.info.Domain,
-			"mr_mode", d.info.MRMode, "tx_size", d.info.TxSize, "slots", d.dev.Slots(), "addr", hex.EncodeToString(d.dev.Addr()))
+			"mr_mode", d.info.MRMode, "tx_size", d.info.TxSize, "slots", d.dev.Slots(), "addr", hex.EncodeToString(d.addr))
 	}
 	maj, mnr := fabric.Version()
 	t.log.Info("efa transport installed", "provider", t.provider, "fabric", t.fabric, "devices", names, "libfabric", fmt.Sprintf("%d.%d", maj, mnr))
@@ -379,7 +379,7 @@ func (t *Transport) local(addr uintptr, n uint64) *memReg {
 func (t *Transport) published() *Published {
 	p := &Published{Provider: t.provider, Fabric: t.fabric, VirtAddr: t.virtAddr}
 	for _, d := range t.devs {
-		p.Devices = append(p.Devices, PublishedDevice{Name: d.name, Addr: hex.EncodeToString(d.dev.Addr())})
+		p.Devices = append(p.Devices, PublishedDevice{Name: d.name, Addr: hex.EncodeToString(d.addr)})
 	}
 	for _, m := range *t.regs.snap.Load() {
 		r := PublishedRegion{Addr: uint64(m.addr), Length: m.length, Keys: make([]uint64, len(t.devs))}
@@ -446,7 +446,7 @@ func (t *Transport) selfInfo() *peerInfo {
 	pub := t.published()
 	pi := &peerInfo{pub: pub}
 	for _, d := range t.devs {
-		pi.addrs = append(pi.addrs, d.dev.Addr())
+		pi.addrs = append(pi.addrs, d.addr)
 	}
 	return pi
 }
@@ -473,7 +473,7 @@ func (t *Transport) NICStats() []engine.NICStat {
 	out := make([]engine.NICStat, len(t.devs))
 	for i, d := range t.devs {
 		out[i] = engine.NICStat{Device: d.name, Transport: Name, Active: !t.closed.Load(), State: "active",
-			LinkLayer: d.info.Provider + " " + d.info.Fabric, GID: hex.EncodeToString(d.dev.Addr()), NUMA: -1,
+			LinkLayer: d.info.Provider + " " + d.info.Fabric, GID: hex.EncodeToString(d.addr), NUMA: -1,
 			InflightBytes: d.inflightBytes.Load(), BytesCompleted: d.bytesDone.Load(),
 			SlicesCompleted: d.slicesDone.Load(), SlicesFailed: d.slicesFailed.Load(), Endpoints: d.peerCount()}
 		if t.closed.Load() {
