@@ -317,6 +317,9 @@ func TestReadWrite(t *testing.T) {
 		}
 		assert.Equal(t, o.do(t, "check", 7, size-8192, 8192), "ok")
 	})
+
+	// The metrics name the transport (transport="efa" in Prometheus).
+	assert.Assert(t, l.e.Metrics().SlicesByTransport[efa.Name] > 0, "%v", l.e.Metrics().SlicesByTransport)
 }
 
 // contextWithTimeout returns a context that ends with the test or after
