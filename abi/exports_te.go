@@ -21,6 +21,7 @@ import (
 	"github.com/kvferry/kvferry/engine"
 	"github.com/kvferry/kvferry/engine/metadata/connstr"
 	"github.com/kvferry/kvferry/engine/stack"
+	"github.com/kvferry/kvferry/engine/transport/efa"
 	"github.com/kvferry/kvferry/engine/transport/rdma"
 	"github.com/kvferry/kvferry/engine/transport/tcp"
 	"github.com/kvferry/kvferry/internal/hostenv"
@@ -101,6 +102,30 @@ func kvf_discover(h C.uintptr_t) (rc C.int) {
 	return 0
 }
 
+//export kvf_warmup_efa
+func kvf_warmup_efa(h C.uintptr_t, name *C.char) (rc C.int) {
+	defer recoverResource(&rc)
+	e, err := lookupEngine(uintptr(h))
+	if err != nil {
+		return C.int(resourceCode(err))
+	}
+	seg, ok := cstr(name)
+	if !ok {
+		return errInvalidArgument
+	}
+	t, ok := e.Transport(efa.Name).(*efa.Transport)
+	if !ok || seg == "" || seg == e.SegmentName() {
+		return 0 // nothing to connect, as Mooncake's for a loopback name
+	}
+	ctx, cancel := metaCtx(e)
+	defer cancel()
+	if err := t.Warmup(ctx, seg); err != nil {
+		engineFail(e, err)
+		return C.int(resourceCode(err))
+	}
+	return 0
+}
+
 //export kvf_local_ip_port
 func kvf_local_ip_port(h C.uintptr_t, buf *C.char, n C.size_t) (rc C.int) {
 	defer recoverResource(&rc)
@@ -124,7 +149,7 @@ func bracket(h string) string {
 
 // transport handles are the engine handle plus a small per-name tag, so
 // they are never NULL and never collide with engine handles.
-var transportTags = map[string]uintptr{"tcp": 1, "local": 2, "rdma": 3, "nvlink": 4, "shm": 5, "cma": 6}
+var transportTags = map[string]uintptr{"tcp": 1, "local": 2, "rdma": 3, "nvlink": 4, "shm": 5, "cma": 6, "efa": 7}
 
 //export kvf_install
 func kvf_install(h C.uintptr_t, proto *C.char, args unsafe.Pointer) (t C.uintptr_t) {
@@ -646,6 +671,7 @@ func kvf_show_links(h C.uintptr_t, buf *C.char, n C.size_t, asJSON C.int) (rc C.
 	counters := e.NICCounters()
 	rdmaNote := rdmaStatus(e)
 	health := e.PathHealth()
+	efaNote := efaStatus(e)
 	var s string
 	if asJSON != 0 {
 		type pathHealth struct {
@@ -663,12 +689,12 @@ func kvf_show_links(h C.uintptr_t, buf *C.char, n C.size_t, asJSON C.int) (rc C.
 			hs[i] = pathHealth{h.Segment, h.Transport, h.State, h.ConsecutiveFailures, h.Failures, h.Failovers, h.RetryIn.Seconds(), h.LastError}
 		}
 		b, _ := json.Marshal(map[string]any{"segment": e.SegmentName(), "transports": e.Transports(), "links": links,
-			"rdma": rdmaNote, "nics": nics, "nic_counters": counters, "health": hs})
+			"rdma": rdmaNote, "efa": efaNote, "nics": nics, "nic_counters": counters, "health": hs})
 		s = string(b)
 	} else {
 		var sb strings.Builder
 		fmt.Fprintf(&sb, "segment %s transports %v\n", e.SegmentName(), e.Transports())
-		fmt.Fprintf(&sb, "rdma: %s\n", rdmaNote)
+		fmt.Fprintf(&sb, "rdma: %s\nefa: %s\n", rdmaNote, efaNote)
 		for _, c := range nics {
 			fmt.Fprintf(&sb, "  nic %s %s %s %.0f Gb/s mtu %d gid[%d] %s numa %d pci %s netdev %s inflight %d B ewma %.3g bit/s completed %d B (%d slices, %d retried, %d failed) endpoints %d\n",
 				c.Device, c.State, c.LinkLayer, c.RateGbps, c.MTU, c.GIDIndex, c.GID, c.NUMA, orDash(c.PCI), orDash(c.Netdev),
@@ -951,6 +977,16 @@ func rdmaStatus(e *engine.Engine) string {
 		return "not installed: " + err.Error()
 	}
 	return "not installed (devices present; the engine did not install the rdma transport)"
+}
+
+// efaStatus says whether the libfabric transport is installed, on which
+// provider, fabric and devices, or why not (showLinks).
+func efaStatus(e *engine.Engine) string {
+	if t, ok := e.Transport(efa.Name).(*efa.Transport); ok {
+		prov, fab := t.Provider()
+		return fmt.Sprintf("installed: provider %s, fabric %s, devices %v", prov, fab, t.Devices())
+	}
+	return "not installed (installTransport(\"efa\") or protocol \"efa\" installs it where libfabric and the provider are present)"
 }
 
 func orDash(s string) string {

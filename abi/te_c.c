@@ -58,9 +58,8 @@ KVF_API int closeSegment(transfer_engine_t engine, segment_id_t segment_id) {
 }
 
 KVF_API int warmupEfaSegment(transfer_engine_t engine, const char *segment_name) {
-    (void)segment_name;
     if (kvf_forked()) return KVFERRY_ERR_FORKED;
-    return kvf_discover(H(engine)); /* validates the handle; no EFA here */
+    return kvf_warmup_efa(H(engine), (char *)segment_name);
 }
 
 KVF_API int removeLocalSegment(transfer_engine_t engine, const char *segment_name) {

@@ -292,7 +292,7 @@ func (e *Engine) RecordError(err error) {
 // memory other processes may map, shm staging for the rest and where the
 // kernel refuses cross-memory access), then the network.
 var transportPriority = map[string]int{
-	"local": 100, "cma": 85, "nvlink": 82, "shm": 80, "rdma": 60, "tcp": 10,
+	"local": 100, "cma": 85, "nvlink": 82, "shm": 80, "rdma": 60, "efa": 60, "tcp": 10,
 }
 
 // TransportNames lists the names of the transports the engine knows how to

@@ -22,7 +22,8 @@ export DEBIAN_FRONTEND=noninteractive
 
 PKGS="build-essential pkg-config cmake etcd-server etcd-client iperf3 redis-server redis-tools
       python3 python3-numpy python3-numba python3-torch python3-setuptools python3-pip python3-venv iproute2 libibverbs-dev
-      ibverbs-utils perftest protobuf-compiler python3-pyflakes prometheus nftables iptables"
+      ibverbs-utils perftest protobuf-compiler python3-pyflakes prometheus nftables iptables
+      libfabric1 libfabric-bin libfabric-dev"
 
 missing=""
 for p in $PKGS; do

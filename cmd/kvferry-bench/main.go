@@ -53,7 +53,7 @@ var (
 	metadataServer  = flag.String("metadata_server", "P2PHANDSHAKE", "Metadata connection string (P2PHANDSHAKE, http://host:port/metadata, etcd://host:port, redis://[:password@]host:port[/db])")
 	localServerName = flag.String("local_server_name", "127.0.0.1", "Local server name (P2P: the host to advertise)")
 	segmentID       = flag.String("segment_id", "", "Segment name of the target (P2P: <ip>:<port> printed by the target)")
-	protocol        = flag.String("protocol", "tcp", "Transport to use: tcp, rdma, local, cma, shm or auto (the selector)")
+	protocol        = flag.String("protocol", "tcp", "Transport to use: tcp, rdma, efa, local, cma, shm or auto (the selector)")
 	deviceName      = flag.String("device_name", "", "RDMA NICs to use, comma-separated (default: all, or MC_TE_FILTERS)")
 	operation       = flag.String("operation", "read", "Operation type: read, write, or notify (notification round trips: ping the target, which answers each ping)")
 	blockSizes      = flag.String("block_size", "65536", "Block size for each transfer request (a comma-separated list sweeps)")
@@ -203,6 +203,7 @@ func newEngine(ctx context.Context) (*engine.Engine, error) {
 	}
 	if p := strings.ToLower(*protocol); p != "auto" && p != "" && cfg.Engine.ForceTransport == "" {
 		cfg.Engine.ForceTransport = p
+		cfg.Protocol = p // installs a transport discovery leaves out (efa)
 	}
 	return stack.New(ctx, cfg)
 }

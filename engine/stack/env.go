@@ -6,6 +6,7 @@ import (
 
 	"github.com/kvferry/kvferry/engine/gpu"
 	"github.com/kvferry/kvferry/engine/tlsconf"
+	"github.com/kvferry/kvferry/engine/transport/efa"
 	"github.com/kvferry/kvferry/engine/transport/rdma"
 	"github.com/kvferry/kvferry/internal/hostenv"
 )
@@ -18,7 +19,7 @@ import (
 //	KVFERRY_TRANSPORT                 force one transport by name (local, cma, nvlink, shm, rdma, tcp; "auto" = selector)
 //	KVFERRY_FAILOVER                  "off": a slice failing on its transport's path fails, no failover to the next transport
 //	KVFERRY_GPU_HOST_PATH             host memory <-> another process's GPU memory: map (nvlink), stage (shm), auto (measured)
-//	(RDMA: see rdma.ConfigFromEnv)
+//	(RDMA: see rdma.ConfigFromEnv; libfabric, transport "efa": efa.ConfigFromEnv)
 //	MC_TCP_BIND_ADDRESS               address to bind and advertise
 //	KVFERRY_BIND_ADDR                 address to bind (not advertised), e.g. 0.0.0.0
 //	KVFERRY_AUTH_KEY_FILE             cluster key file: authenticate every peer (engine/peerauth)
@@ -62,6 +63,7 @@ func ConfigFromEnv(env hostenv.Env) Config {
 		c.Engine.ForceTransport = "tcp"
 	}
 	c.RDMA = rdma.ConfigFromEnv(env)
+	c.EFA = efa.ConfigFromEnv(env)
 	c.ForceRDMA = env.Set("MC_FORCE_HCA")
 	if v, ok := env.Str("KVFERRY_TRANSPORT"); ok && v != "auto" {
 		c.Engine.ForceTransport = strings.ToLower(v)

@@ -17,6 +17,7 @@ import (
 	"github.com/kvferry/kvferry/engine/metadata"
 	"github.com/kvferry/kvferry/engine/metadata/open"
 	"github.com/kvferry/kvferry/engine/rpc"
+	"github.com/kvferry/kvferry/engine/transport/efa"
 	"github.com/kvferry/kvferry/engine/transport/local"
 	"github.com/kvferry/kvferry/engine/transport/rdma"
 	"github.com/kvferry/kvferry/engine/transport/samehost"
@@ -38,6 +39,9 @@ type Config struct {
 	// RDMA configures the RDMA transport (NIC filter, priority matrix,
 	// Mooncake's MC_* resources and addressing).
 	RDMA rdma.Config
+	// EFA configures the libfabric transport "efa" (library, provider,
+	// domains); installed when asked for by name (protocol "efa").
+	EFA efa.Config
 	// Metadata configures the backend opened from Engine.MetadataConn:
 	// cluster id (MC_METADATA_CLUSTER_ID), re-publish interval, HTTP
 	// timeouts, etcd lease TTL, Redis credentials, database and key TTL.
@@ -115,6 +119,8 @@ func Factory(cfg Config) engine.TransportFactory {
 				rc.GPU = GPURuntime(cfg)
 			}
 			return rdma.New(e, rc)
+		case efa.Name:
+			return efa.New(e, cfg.EFA)
 		}
 		return nil, fmt.Errorf("transport %q: %w", name, engine.ErrNotSupported)
 	}

@@ -80,9 +80,9 @@ func TestGofmt(t *testing.T) {
 }
 
 // cgoAllowed lists where import "C" may appear (STYLE.md: abi/, plugin/, the
-// RDMA shim, internal/hostenv, internal/cmem for C memcpy, and the CUDA
-// binding's trampolines).
-var cgoAllowed = []string{"abi/", "plugin/", "internal/hostenv/", "internal/cmem/", "engine/transport/rdma/", "internal/verbs/", "internal/cuda/"}
+// RDMA shim, the libfabric shim, internal/hostenv, internal/cmem for C
+// memcpy, and the CUDA binding's trampolines).
+var cgoAllowed = []string{"abi/", "plugin/", "internal/hostenv/", "internal/cmem/", "engine/transport/rdma/", "engine/transport/efa/fabric/", "internal/verbs/", "internal/cuda/"}
 
 func TestImportC(t *testing.T) {
 	for _, f := range goFiles(t) {

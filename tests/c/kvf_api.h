@@ -111,6 +111,13 @@ static inline transfer_engine_t te_new_p2p(const struct te_api *api) {
         fprintf(stderr, "createTransferEngine failed\n");
         exit(2);
     }
+    /* KVFERRY_TEST_PROTOCOL names one more transport to install, as a
+     * Mooncake program does with installTransport (run.sh: "efa"). */
+    const char *proto = getenv("KVFERRY_TEST_PROTOCOL");
+    if (proto && *proto && !api->installTransport(e, proto, NULL)) {
+        fprintf(stderr, "installTransport(%s) failed\n", proto);
+        exit(2);
+    }
     return e;
 }
 

@@ -33,6 +33,13 @@ functional() { # label, env...
 }
 functional "auto: same-host transport" KVFERRY_TEST=1
 functional "tcp" MC_FORCE_TCP=1
+# The libfabric transport on the real library's software provider.
+EFA_ENV=(KVFERRY_TEST_PROTOCOL=efa KVFERRY_TRANSPORT=efa "KVFERRY_LIBFABRIC_PROVIDER=tcp;ofi_rxm")
+if ldconfig -p | grep -q 'libfabric\.so\.1 '; then
+  functional "efa over libfabric tcp;ofi_rxm" "${EFA_ENV[@]}"
+else
+  echo "--- efa rows skipped: libfabric is not installed (apt-get install libfabric1)"
+fi
 
 # The same tests with the engines finding each other through a real
 # redis-server (requirepass, the password in the URL; issue 40).
@@ -79,6 +86,9 @@ fault() { # label, env...
 }
 fault "auto: same-host transport" KVFERRY_TEST=1
 fault "tcp" MC_FORCE_TCP=1
+if ldconfig -p | grep -q 'libfabric\.so\.1 '; then
+  fault "efa over libfabric tcp;ofi_rxm" "${EFA_ENV[@]}"
+fi
 fi
 
 DRIVER="the fake CUDA driver"

@@ -5,6 +5,7 @@ package faults_test
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
@@ -37,6 +38,16 @@ var paths = []path{
 		assert.NilError(t, err)
 		t.Cleanup(func() { os.RemoveAll(dir) })
 		return []string{"KVFERRY_IBVERBS_LIB=" + fakes.verbs, "FAKEVERBS_DIR=" + dir, "FAKEVERBS_DEVICES=fake_mlx5_0"}
+	}},
+	// The libfabric transport over its tcp;ofi_rxm provider: its data
+	// crosses the IP network as TCP's does.
+	{name: "efa", transport: "efa", args: []string{"-protocol", "efa"}, env: func(t *testing.T) []string {
+		if _, err := os.Stat("/usr/lib/x86_64-linux-gnu/libfabric.so.1"); err != nil {
+			if _, err := exec.LookPath("fi_info"); err != nil {
+				t.Skip("libfabric is not installed (apt-get install libfabric1 libfabric-bin)")
+			}
+		}
+		return []string{"KVFERRY_LIBFABRIC_PROVIDER=tcp;ofi_rxm"}
 	}},
 	{name: "gpu", transport: "tcp", args: []string{"-mem", "gpu"}, env: func(t *testing.T) []string {
 		buildFakes()
@@ -75,8 +86,8 @@ type fault struct {
 // are those on their control path (the RPC handshake of a new peer:
 // "restart"), and the RDMA path gets its NIC's own faults.
 var (
-	netPaths = []string{"tcp", "gpu"}
-	allPaths = []string{"tcp", "samehost", "rdma", "gpu"}
+	netPaths = []string{"tcp", "gpu", "efa"}
+	allPaths = []string{"tcp", "samehost", "rdma", "gpu", "efa"}
 )
 
 var faults = []fault{
@@ -96,9 +107,9 @@ var faults = []fault{
 	{name: "target restarted, handshake under 50ms±10ms + 5% loss", imp: impairment{delay: 50 * time.Millisecond, jitter: 10 * time.Millisecond, loss: 5},
 		kind: "restart", only: allPaths, short: []string{"rdma"}},
 	{name: "link down 2s mid-batch", kind: "flap", outage: 2 * time.Second, expect: expectEither, only: []string{"tcp", "samehost", "gpu"}, short: []string{"gpu"}},
-	{name: "link down 8s mid-batch", kind: "flap", outage: 8 * time.Second, expect: expectFailed, only: []string{"tcp", "samehost", "gpu"}, short: []string{"tcp"}},
+	{name: "link down 8s mid-batch", kind: "flap", outage: 8 * time.Second, expect: expectFailed, only: []string{"tcp", "samehost", "gpu", "efa"}, short: []string{"tcp", "efa"}},
 	{name: "RST on idle connections", kind: "rst", only: netPaths, short: []string{"tcp"}},
-	{name: "target SIGSTOP 8s mid-batch", kind: "stop", outage: 8 * time.Second, expect: expectFailed, only: allPaths, short: []string{"tcp", "samehost", "rdma"}},
+	{name: "target SIGSTOP 8s mid-batch", kind: "stop", outage: 8 * time.Second, expect: expectFailed, only: allPaths, short: []string{"tcp", "samehost", "rdma", "efa"}},
 	// The target's NIC drops what arrives: the initiator's work requests
 	// time out (FAILED), or complete with errors and move to TCP
 	// (failover, issue 41).

@@ -117,12 +117,14 @@ func engineMain(args []string) error {
 	mem := fs.String("mem", "host", "buffer memory: host or gpu (the CUDA driver of KVFERRY_CUDA_LIB)")
 	name := fs.String("name", "127.0.0.1", "local server name (the P2P host)")
 	conn := fs.String("metadata", "", "metadata connection string (default P2PHANDSHAKE)")
+	protocol := fs.String("protocol", "", "transport to install besides the discovered ones (Mooncake's protocol argument: efa)")
 	_ = fs.Parse(args)
 
 	cfg := stack.ConfigFromEnv(hostenv.Lookup)
 	cfg.Engine.LocalServerName = *name
 	cfg.Engine.MetadataConn = *conn
 	cfg.AutoDiscover = true
+	cfg.Protocol = *protocol
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	e, err := stack.New(ctx, cfg)
 	cancel()
