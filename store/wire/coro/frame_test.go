@@ -119,3 +119,15 @@ func FuzzReadResponse(f *testing.F) {
 		assert.Equal(t, rerr == nil, resp.Header.ErrCode == 0)
 	})
 }
+
+func TestUUIDText(t *testing.T) {
+	u := UUID{Hi: 0x1122334455667788, Lo: 0x99aabbccddeeff00}
+	assert.Equal(t, u.String(), "11223344-5566-7788-99aa-bbccddeeff00")
+	back, err := ParseUUID(u.String())
+	assert.NilError(t, err)
+	assert.Equal(t, back, u)
+	for _, bad := range []string{"", "11223344556677889", "11223344-5566-7788-99aa-bbccddeeffzz"} {
+		_, err := ParseUUID(bad)
+		assert.Assert(t, err != nil, bad)
+	}
+}

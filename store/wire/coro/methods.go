@@ -4,6 +4,12 @@ import (
 	sp "github.com/kvferry/kvferry/store/wire/structpack"
 )
 
+// StoreVersion is what ServiceReady answers: the store version of the
+// Mooncake release these types mirror (3b5a594's MooncakeStore project
+// version). MasterClient refuses a master whose answer differs
+// (INVALID_VERSION).
+const StoreVersion = "2.0.0"
+
 // ServicePrefix qualifies Mooncake's master handler names; a method's
 // function id is FuncID(ServicePrefix + name).
 const ServicePrefix = "mooncake::WrappedMasterService::"

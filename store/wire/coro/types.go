@@ -1,6 +1,9 @@
 package coro
 
 import (
+	"encoding/hex"
+	"fmt"
+
 	sp "github.com/kvferry/kvferry/store/wire/structpack"
 )
 
@@ -406,3 +409,34 @@ var (
 			v.QuotaBytes = d.U64()
 		})
 )
+
+// String formats u as a textual UUID (8-4-4-4-12 hex digits, Hi's bytes
+// then Lo's, big endian): the form kvferry's master keys clients and
+// segments by, so a Mooncake client's ids and a kvferry client's share
+// one namespace.
+func (u UUID) String() string {
+	var b [16]byte
+	for i := range 8 {
+		b[i] = byte(u.Hi >> (56 - 8*i))
+		b[8+i] = byte(u.Lo >> (56 - 8*i))
+	}
+	s := hex.EncodeToString(b[:])
+	return s[:8] + "-" + s[8:12] + "-" + s[12:16] + "-" + s[16:20] + "-" + s[20:]
+}
+
+// ParseUUID is the inverse of UUID.String.
+func ParseUUID(s string) (UUID, error) {
+	if len(s) != 36 || s[8] != '-' || s[13] != '-' || s[18] != '-' || s[23] != '-' {
+		return UUID{}, fmt.Errorf("parse uuid %q: not 8-4-4-4-12 hex digits", s)
+	}
+	b, err := hex.DecodeString(s[:8] + s[9:13] + s[14:18] + s[19:23] + s[24:])
+	if err != nil {
+		return UUID{}, fmt.Errorf("parse uuid %q: %w", s, err)
+	}
+	var u UUID
+	for i := range 8 {
+		u.Hi = u.Hi<<8 | uint64(b[i])
+		u.Lo = u.Lo<<8 | uint64(b[8+i])
+	}
+	return u, nil
+}

@@ -47,9 +47,10 @@ const (
 
 // Limits of the decoder.
 const (
-	// DefaultMaxElements caps the container elements (string bytes
-	// included) one Unmarshal may decode, when Limits.MaxElements is zero.
-	DefaultMaxElements = 64 << 20
+	// DefaultMaxElements caps the container elements one Unmarshal may
+	// decode, when Limits.MaxElements is zero. String bytes do not count:
+	// a string costs no more memory than the input bytes it occupies.
+	DefaultMaxElements = 1 << 20
 	// DefaultMaxDepth caps the nesting depth of one value.
 	DefaultMaxDepth = 32
 )
@@ -65,8 +66,10 @@ var ErrTypeMismatch = fmt.Errorf("%w: type hash mismatch", ErrMalformed)
 
 // Limits bounds one Unmarshal. The zero value means the defaults.
 type Limits struct {
-	// MaxElements caps the container elements and string bytes decoded in
-	// total (default DefaultMaxElements).
+	// MaxElements caps the container elements (vector members, not string
+	// bytes) decoded in total (default DefaultMaxElements): the bound on
+	// what a small input can make the decoder allocate, since an element
+	// may take more memory decoded than encoded.
 	MaxElements int
 }
 
@@ -409,6 +412,20 @@ func (d *Decoder) Remaining() int { return len(d.b) - d.off }
 // may encode to nothing) must fit in the bytes left, and n counts against
 // the element cap.
 func (d *Decoder) Len(minBytes int) int {
+	n := d.rawLen(minBytes)
+	if d.err != nil {
+		return 0
+	}
+	if n > d.elems {
+		d.Fail("length %d exceeds the element limit", n)
+		return 0
+	}
+	d.elems -= n
+	return n
+}
+
+// rawLen reads a length that must fit in the bytes left.
+func (d *Decoder) rawLen(minBytes int) int {
 	p := d.take(d.width)
 	if p == nil {
 		return 0
@@ -429,11 +446,6 @@ func (d *Decoder) Len(minBytes int) int {
 		d.Fail("length %d exceeds the %d bytes left", n, d.Remaining())
 		return 0
 	}
-	if int(n) > d.elems {
-		d.Fail("length %d exceeds the element limit", n)
-		return 0
-	}
-	d.elems -= int(n)
 	return int(n)
 }
 
@@ -487,9 +499,10 @@ func (d *Decoder) U64() uint64 {
 // Raw reads n bytes, aliasing the input (copy what you keep).
 func (d *Decoder) Raw(n int) []byte { return d.take(n) }
 
-// String reads a length-prefixed string.
+// String reads a length-prefixed string (its bytes must be in the input;
+// they do not count against the element cap).
 func (d *Decoder) String() string {
-	n := d.Len(1)
+	n := d.rawLen(1)
 	p := d.take(n)
 	if p == nil {
 		return ""

@@ -152,7 +152,6 @@ func TestDecodeErrors(t *testing.T) {
 		{"cut body", abc[:len(abc)-1], Limits{}, ErrMalformed},
 		{"trailing", append(append([]byte{}, abc...), 0), Limits{}, ErrMalformed},
 		{"length past end", cat(hash, []byte{200, 'a'}), Limits{}, ErrMalformed},
-		{"element limit", abc, Limits{MaxElements: 2}, ErrMalformed},
 		{"compatible bits", cat(binary.LittleEndian.AppendUint32(nil, String.Hash()|1), []byte{0x01, 0, 0, 0}), Limits{}, ErrMalformed},
 		{"unknown meta bits", cat(binary.LittleEndian.AppendUint32(nil, String.Hash()|1), []byte{0x20, 0}), Limits{}, ErrMalformed},
 		{"wrong type literal", cat(binary.LittleEndian.AppendUint32(nil, String.Hash()|1), []byte{0x04, 128, 13, 0, 0}), Limits{}, ErrTypeMismatch},
@@ -164,6 +163,16 @@ func TestDecodeErrors(t *testing.T) {
 		})
 	}
 	_, err := Unmarshal(String, good, Limits{})
+	assert.NilError(t, err)
+
+	// The element cap counts vector members, not string bytes.
+	v := []string{"a", "b", "c"}
+	_, err = Unmarshal(Vec(String), Marshal(Vec(String), &v), Limits{MaxElements: 2})
+	assert.Assert(t, errors.Is(err, ErrMalformed))
+	_, err = Unmarshal(Vec(String), Marshal(Vec(String), &v), Limits{MaxElements: 3})
+	assert.NilError(t, err)
+	long := strings.Repeat("z", 1000)
+	_, err = Unmarshal(String, Marshal(String, &long), Limits{MaxElements: 1})
 	assert.NilError(t, err)
 }
 
