@@ -71,6 +71,7 @@ store/wire/coro FuzzReadResponse parser
 store/wire FuzzServeMuxConn state
 store/master FuzzService state
 store/master FuzzRestore state
+store/master FuzzCoroCall state
 store/oplog/frame FuzzParseFrames parser
 store/oplog/frame FuzzParseSnapshot parser
 store/ha/haaddr FuzzParseEndpoints parser
