@@ -83,7 +83,7 @@ func TestCoroRPCMethods(t *testing.T) {
 	assert.DeepEqual(t, ver, coro.OK(coro.StoreVersion))
 
 	assert.DeepEqual(t, call(cc, coro.MethodMountSegment, coro.MountSegmentArgsCodec, coro.MountSegmentArgs{
-		Segment: coro.Segment{ID: segID, Name: endpoint, Base: base, Size: size, TEEndpoint: endpoint, Protocol: "tcp"},
+		Segment:  coro.Segment{ID: segID, Name: endpoint, Base: base, Size: size, TEEndpoint: endpoint, Protocol: "tcp"},
 		ClientID: cid}, coro.ExpVoidCodec), coro.OK(struct{}{}))
 
 	ping := call(cc, coro.MethodPing, coro.UUIDCodec, cid, coro.ExpPingCodec)
