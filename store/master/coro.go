@@ -378,6 +378,20 @@ var coroHandlers = map[uint32]coroHandler{
 		}
 		return out
 	}),
+	coro.MethodGetReplicaListByRegex.ID: serve(coro.KeyArgsCodec, coro.ExpRegexReplicasCodec, func(h *coroServer, svc *Service, a *coro.KeyArgs) coro.ExpRegexReplicas {
+		if err := h.keyErr(a.Key); err != nil {
+			return coro.Fail[[]sp.KV[string, []coro.ReplicaDescriptor]](errorCode(err))
+		}
+		found, err := svc.GetReplicaListByRegex(a.TenantID, a.Key)
+		if err != nil {
+			return coro.Fail[[]sp.KV[string, []coro.ReplicaDescriptor]](errorCode(err))
+		}
+		out := make([]sp.KV[string, []coro.ReplicaDescriptor], len(found))
+		for i, f := range found {
+			out[i] = sp.KV[string, []coro.ReplicaDescriptor]{Key: f.Key, Value: descriptorsToCoro(f.Replicas)}
+		}
+		return coro.OK(out)
+	}),
 	// kvferry's master has no legacy root_fs_dir disk tier: no fsdir.
 	coro.MethodGetFsdir.ID: serveNoArgs(coro.ExpStringCodec, func(*Service) coro.ExpString { return coro.OK("") }),
 	coro.MethodGetStorageConfig.ID: serveNoArgs(coro.ExpStorageConfigCodec, func(*Service) coro.ExpStorageConfig {

@@ -29,7 +29,7 @@ var coroAnswers = map[string]func([]byte) error{
 	"BatchPutRevoke": check(coro.BatchVoidCodec), "BatchUpsertRevoke": check(coro.BatchVoidCodec),
 	"Remove": check(coro.ExpVoidCodec), "RemoveByRegex": check(coro.ExpInt64Codec),
 	"RemoveAll": check(sp.Int64), "BatchRemove": check(coro.BatchVoidCodec),
-	"GetFsdir": check(coro.ExpStringCodec), "GetStorageConfig": check(coro.ExpStorageConfigCodec),
+	"GetReplicaListByRegex": check(coro.ExpRegexReplicasCodec), "GetFsdir": check(coro.ExpStringCodec), "GetStorageConfig": check(coro.ExpStorageConfigCodec),
 }
 
 // FuzzCoroCall runs arbitrary calls through the coro_rpc service of one

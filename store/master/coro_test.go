@@ -163,6 +163,13 @@ func TestCoroRPCMethods(t *testing.T) {
 	assert.DeepEqual(t, rm("k1", false), coro.Fail[struct{}](coro.CodeObjectHasLease))
 	assert.DeepEqual(t, rm("k1", true), coro.OK(struct{}{}))
 	assert.DeepEqual(t, rm("k1", true), coro.Fail[struct{}](coro.CodeObjectNotFound))
+	rx := call(cc, coro.MethodGetReplicaListByRegex, coro.KeyArgsCodec, coro.KeyArgs{Key: "^k[23]$", TenantID: tenant}, coro.ExpRegexReplicasCodec)
+	assert.Assert(t, rx.OK)
+	assert.Equal(t, len(rx.Value), 2)
+	for _, e := range rx.Value {
+		assert.Assert(t, e.Key == "k2" || e.Key == "k3", e.Key)
+		assert.Equal(t, len(e.Value), 1)
+	}
 	n := call(cc, coro.MethodRemoveByRegex, coro.RemoveArgsCodec, coro.RemoveArgs{Key: "^k[23]$", Force: true, TenantID: tenant}, coro.ExpInt64Codec)
 	assert.DeepEqual(t, n, coro.OK(int64(2)))
 	assert.DeepEqual(t, exist("k2"), coro.OK(false))

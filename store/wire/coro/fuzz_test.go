@@ -54,6 +54,7 @@ func FuzzMessages(f *testing.F) {
 		func(t *testing.T, b []byte) { fuzzOne(t, ExpDescriptorsCodec, b) },
 		func(t *testing.T, b []byte) { fuzzOne(t, ExpReplicaListCodec, b) },
 		func(t *testing.T, b []byte) { fuzzOne(t, ExpStorageConfigCodec, b) },
+		func(t *testing.T, b []byte) { fuzzOne(t, ExpRegexReplicasCodec, b) },
 		func(t *testing.T, b []byte) { fuzzOne(t, BatchVoidCodec, b) },
 		func(t *testing.T, b []byte) { fuzzOne(t, BatchBoolCodec, b) },
 		func(t *testing.T, b []byte) { fuzzOne(t, BatchDescriptorsCodec, b) },

@@ -51,6 +51,7 @@ var (
 	MethodRemoveByRegex          = method("RemoveByRegex")
 	MethodRemoveAll              = method("RemoveAll")
 	MethodBatchRemove            = method("BatchRemove")
+	MethodGetReplicaListByRegex  = method("GetReplicaListByRegex")
 	MethodGetFsdir               = method("GetFsdir")
 	MethodGetStorageConfig       = method("GetStorageConfig")
 )
@@ -62,7 +63,8 @@ var Methods = []Method{
 	MethodBatchGetReplicaList, MethodPutStart, MethodPutEnd, MethodPutRevoke, MethodBatchPutStart,
 	MethodBatchPutEnd, MethodBatchPutRevoke, MethodUpsertStart, MethodUpsertEnd, MethodUpsertRevoke,
 	MethodBatchUpsertStart, MethodBatchUpsertEnd, MethodBatchUpsertRevoke, MethodRemove,
-	MethodRemoveByRegex, MethodRemoveAll, MethodBatchRemove, MethodGetFsdir, MethodGetStorageConfig,
+	MethodRemoveByRegex, MethodRemoveAll, MethodBatchRemove, MethodGetReplicaListByRegex, MethodGetFsdir,
+	MethodGetStorageConfig,
 }
 
 // MethodByID returns the modelled method with the function id.
@@ -419,6 +421,9 @@ type (
 	ExpDescriptors = sp.Expected[[]ReplicaDescriptor, ErrorCode]
 	// ExpReplicaList answers GetReplicaList.
 	ExpReplicaList = sp.Expected[GetReplicaListResponse, ErrorCode]
+	// ExpRegexReplicas answers GetReplicaListByRegex: each matching key
+	// with its replicas (an unordered_map on the wire).
+	ExpRegexReplicas = sp.Expected[[]sp.KV[string, []ReplicaDescriptor], ErrorCode]
 	// ExpStorageConfig answers GetStorageConfig.
 	ExpStorageConfig = sp.Expected[GetStorageConfigResponse, ErrorCode]
 )
@@ -433,6 +438,7 @@ var (
 	ExpDescriptorsCodec   = sp.ExpectedOf(vecReplicas, ErrorCodeCodec)
 	ExpReplicaListCodec   = sp.ExpectedOf(GetReplicaListResponseCodec, ErrorCodeCodec)
 	ExpStorageConfigCodec = sp.ExpectedOf(GetStorageConfigResponseCodec, ErrorCodeCodec)
+	ExpRegexReplicasCodec = sp.ExpectedOf(sp.MapOf(sp.String, vecReplicas), ErrorCodeCodec)
 
 	BatchVoidCodec        = sp.Vec(ExpVoidCodec)
 	BatchBoolCodec        = sp.Vec(ExpBoolCodec)

@@ -112,3 +112,40 @@ func Pair[A, B any](ac Codec[A], bc Codec[B]) Codec[struct {
 		func(e *Encoder, v *P) { ac.enc(e, &v.First); bc.enc(e, &v.Second) },
 		func(d *Decoder, v *P) { ac.Decode(d, &v.First); bc.Decode(d, &v.Second) })
 }
+
+// KV is one entry of a map.
+type KV[K, V any] struct {
+	Key   K
+	Value V
+}
+
+// MapOf returns the codec of std::map or std::unordered_map<K, V>, held as
+// a slice of entries in wire order: a length, then each key and its value.
+// Decoding does not check that keys are distinct.
+func MapOf[K, V any](kc Codec[K], vc Codec[V]) Codec[[]KV[K, V]] {
+	lit := append(append([]byte{IDMap}, kc.lit...), vc.lit...)
+	return Define(lit, 1,
+		func(e *Encoder, v *[]KV[K, V]) {
+			e.Len(len(*v))
+			for i := range *v {
+				kc.enc(e, &(*v)[i].Key)
+				vc.enc(e, &(*v)[i].Value)
+			}
+		},
+		func(d *Decoder, v *[]KV[K, V]) {
+			n := d.Len(kc.min + vc.min)
+			if d.err != nil || n == 0 {
+				*v = nil
+				return
+			}
+			out := make([]KV[K, V], n)
+			for i := range out {
+				kc.Decode(d, &out[i].Key)
+				vc.Decode(d, &out[i].Value)
+				if d.err != nil {
+					return
+				}
+			}
+			*v = out
+		})
+}
