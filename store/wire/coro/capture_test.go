@@ -2,8 +2,10 @@ package coro
 
 import (
 	"bytes"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -70,13 +72,15 @@ func TestCaptureProxy(t *testing.T) {
 		go func() { // client -> master: requests
 			defer wg.Done()
 			defer up.Close()
+			var raw bytes.Buffer // the frame's bytes exactly as they came
+			in := io.TeeReader(c, &raw)
 			for {
-				req, err := ReadRequest(c, 0)
+				raw.Reset()
+				req, err := ReadRequest(in, 0)
 				if err != nil {
 					return
 				}
-				frame := AppendRequest(nil, req.Header.Seq, req.Header.FuncID, req.Body, req.Attach)
-				frame[3] = req.Header.MsgType
+				frame := append([]byte(nil), raw.Bytes()...)
 				name := fmt.Sprintf("fid%d", req.Header.FuncID)
 				if m, ok := methodNameOf(req.Header.FuncID); ok {
 					name = m
@@ -93,17 +97,17 @@ func TestCaptureProxy(t *testing.T) {
 		go func() { // master -> client: responses
 			defer wg.Done()
 			defer c.Close()
+			var raw bytes.Buffer
+			in := io.TeeReader(up, &raw)
 			for {
-				resp, err := ReadResponse(up, 0)
+				raw.Reset()
+				resp, err := ReadResponse(in, 0)
 				if err != nil {
 					return
 				}
-				var frame []byte
-				h := resp.Header
-				frame = h.Append(frame)
-				frame = append(append(frame, resp.Body...), resp.Attach...)
+				frame := append([]byte(nil), raw.Bytes()...)
 				mu.Lock()
-				name := names[h.Seq]
+				name := names[resp.Header.Seq]
 				mu.Unlock()
 				save("resp", name, frame)
 				if _, err := c.Write(frame); err != nil {
@@ -193,16 +197,21 @@ func TestCapturedFrames(t *testing.T) {
 			var body []byte
 			switch kind {
 			case "req":
-				req, err := ReadRequest(bytes.NewReader(b), 0)
+				r := bytes.NewReader(b)
+				req, err := ReadRequest(r, 0)
 				assert.NilError(t, err)
+				assert.Equal(t, r.Len(), 0, "bytes after the frame")
+				assert.Equal(t, req.Header.MsgType, uint8(0))
 				assert.Equal(t, len(req.Attach), 0)
 				if m, ok := MethodByID(req.Header.FuncID); ok {
 					assert.Equal(t, m.Name, method)
 				}
 				body = req.Body
 			case "resp":
-				resp, err := ReadResponse(bytes.NewReader(b), 0)
+				r := bytes.NewReader(b)
+				resp, err := ReadResponse(r, 0)
 				assert.NilError(t, err)
+				assert.Equal(t, r.Len(), 0, "bytes after the frame")
 				assert.NilError(t, ResponseError(resp))
 				body = resp.Body
 			default:
@@ -237,3 +246,38 @@ func keys(m map[string]bool) []string {
 	sort.Strings(out)
 	return out
 }
+
+// TestCapturedFramesByteExact: whole frames our framing and codec build
+// from the values the capturing client sent equal the captured bytes.
+func TestCapturedFramesByteExact(t *testing.T) {
+	read := func(name string) []byte {
+		b, err := os.ReadFile(filepath.Join("testdata/captured", name))
+		if errors.Is(err, os.ErrNotExist) {
+			t.Skip("no captured frames")
+		}
+		assert.NilError(t, err)
+		return b
+	}
+	version := "2.0.0"
+	ping := OK(PingResponse{ViewVersionID: 1, ClientStatus: ClientOK})
+	missing := Fail[GetReplicaListResponse](CodeObjectNotFound)
+	seg := MountSegmentArgs{Segment: Segment{ID: UUID{1, 2}, Name: "127.0.0.1:12345", Base: 0x7f0000000000, Size: 64 << 20,
+		TEEndpoint: "127.0.0.1:12345", Protocol: "tcp"}, ClientID: refCID}
+	for _, tc := range []struct {
+		file string
+		want []byte
+	}{
+		{"0001-req-ServiceReady.bin", AppendRequest(nil, 0, MethodServiceReady.ID, nil, nil)},
+		{"0002-resp-ServiceReady.bin", AppendResponse(nil, 0, sp.Marshal(ExpStringCodec, &ExpString{OK: true, Value: version}))},
+		{"0003-req-MountSegment.bin", AppendRequest(nil, 1, MethodMountSegment.ID, sp.Marshal(MountSegmentArgsCodec, &seg), nil)},
+		{"0005-req-Ping.bin", AppendRequest(nil, 2, MethodPing.ID, sp.Marshal(UUIDCodec, &refCID), nil)},
+		{"0006-resp-Ping.bin", AppendResponse(nil, 2, sp.Marshal(ExpPingCodec, &ping))},
+		{"0020-resp-GetReplicaList.bin", AppendResponse(nil, 9, sp.Marshal(ExpReplicaListCodec, &missing))},
+	} {
+		t.Run(tc.file, func(t *testing.T) {
+			assert.DeepEqual(t, hexOf(tc.want), hexOf(read(tc.file)))
+		})
+	}
+}
+
+func hexOf(b []byte) string { return fmt.Sprintf("%x", b) }
