@@ -119,7 +119,7 @@ func (h *coroServer) call(out []byte, req coro.Request) []byte {
 	seq := req.Header.Seq
 	m, ok := coro.MethodByID(req.Header.FuncID)
 	if !ok {
-		return coro.AppendError(out, seq, coro.ErrcFunctionNotRegistered, "function not registered")
+		return coro.AppendError(out, seq, coro.ErrcFunctionNotRegistered, "the rpc function not registered")
 	}
 	f := coroHandlers[m.ID]
 	svc := h.s.active.Load()

@@ -214,6 +214,14 @@ func TestCapturedFrames(t *testing.T) {
 				assert.Equal(t, r.Len(), 0, "bytes after the frame")
 				assert.NilError(t, ResponseError(resp))
 				body = resp.Body
+			case "errresp":
+				// A coro_rpc failure: rebuilt whole from its code and text.
+				resp, err := ReadResponse(bytes.NewReader(b), 0)
+				assert.NilError(t, err)
+				var re *RPCError
+				assert.Assert(t, errors.As(ResponseError(resp), &re))
+				assert.DeepEqual(t, hexOf(AppendError(nil, resp.Header.Seq, re.Code, re.Msg)), hexOf(b))
+				return
 			default:
 				t.Fatalf("unknown frame kind %q", kind)
 			}
