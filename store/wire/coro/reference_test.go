@@ -123,6 +123,8 @@ func TestStructPackReference(t *testing.T) {
 		{"resp_long_ok", same(ExpInt64Codec, OK(int64(5)))},
 		{"resp_removeall", same(sp.Int64, int64(3))},
 		{"resp_storagecfg", same(ExpStorageConfigCodec, OK(GetStorageConfigResponse{FSDir: "/fs", EnableDiskEviction: true, QuotaBytes: 77}))},
+		{"resp_regex_one", same(ExpRegexReplicasCodec, OK([]sp.KV[string, []ReplicaDescriptor]{{Key: "k2", Value: []ReplicaDescriptor{refDM}}}))},
+		{"resp_regex_empty", same(ExpRegexReplicasCodec, OK[[]sp.KV[string, []ReplicaDescriptor]](nil))},
 		{"resp_errmsg", same(sp.String, "invalid rpc arg")},
 		{"resp_bigstring", same(ExpStringCodec, OK(refBig))},
 	}
