@@ -83,6 +83,8 @@ test-go: mod-download
 	$(NETNS) $(GO) test -run '^$$' -fuzz '^FuzzParsePublicData$$' -fuzztime 15000x ./agent/nixl/publicdata
 	$(NETNS) $(GO) test -run '^$$' -fuzz '^FuzzServer$$' -fuzztime 20000x ./engine/peerauth
 	$(NETNS) $(GO) test -run '^$$' -fuzz '^FuzzCheckShape$$' -fuzztime 20000x ./store/wire/shape
+	$(NETNS) $(GO) test -run '^$$' -fuzz '^FuzzUnmarshal$$' -fuzztime 50000x ./store/wire/structpack
+	$(NETNS) $(GO) test -run '^$$' -fuzz '^FuzzMessages$$' -fuzztime 20000x ./store/wire/coro
 	$(NETNS) $(GO) test -run '^$$' -fuzz '^FuzzJournalReplay$$' -fuzztime 20000x ./engine/metadata/http
 	scripts/fuzz.sh short
 

@@ -65,9 +65,14 @@ engine/transport/rdma/ibv FuzzParseGID parser
 store/wire FuzzMessages parser
 store/wire FuzzParseMuxError parser
 store/wire/shape FuzzCheckShape parser
+store/wire/structpack FuzzUnmarshal parser
+store/wire/coro FuzzMessages parser
+store/wire/coro FuzzReadRequest parser
+store/wire/coro FuzzReadResponse parser
 store/wire FuzzServeMuxConn state
 store/master FuzzService state
 store/master FuzzRestore state
+store/master FuzzCoroCall state
 store/oplog/frame FuzzParseFrames parser
 store/oplog/frame FuzzParseSnapshot parser
 store/ha/haaddr FuzzParseEndpoints parser

@@ -13,6 +13,7 @@ import (
 	"github.com/kvferry/kvferry/engine/peerauth"
 	"github.com/kvferry/kvferry/internal/netguard"
 	"github.com/kvferry/kvferry/store/wire"
+	"github.com/kvferry/kvferry/store/wire/coro"
 )
 
 // helloTimeout bounds how long a new connection may take to send its first
@@ -114,6 +115,13 @@ func (s *Server) serveConn(conn net.Conn) {
 		n += m
 	}
 	_ = conn.SetReadDeadline(time.Time{})
+	if n == len(wire.MuxHello) && first[0] == coro.Magic {
+		// A Mooncake store client: its coro_rpc request header starts
+		// with the magic byte, which neither the mux hello nor the
+		// HTTP/2 preface does.
+		s.serveCoro(conn, first[:n], slot)
+		return
+	}
 	isMux := n == len(wire.MuxHello) && bytes.Equal(first[:n], wire.MuxHello[:])
 	if !isMux && (err != nil || string(first[:n]) != http2Preface) {
 		s.refuse(conn, first[:n], err)
@@ -148,7 +156,7 @@ func (s *Server) refuse(conn net.Conn, got []byte, err error) {
 		s.log.Debug("store master connection closed before its first byte", "peer", peer)
 		return
 	}
-	reason := "speaks neither kvferry's mux protocol nor HTTP/2 (Mooncake's own coro_rpc clients cannot use a kvferry master)"
+	reason := "speaks neither kvferry's mux protocol, HTTP/2 nor coro_rpc"
 	if err != nil {
 		reason = "no mux hello or HTTP/2 preface within " + helloTimeout.String()
 	}
