@@ -60,11 +60,13 @@ type diskServer struct {
 		free   []extent // free room, by offset, merged
 		grants map[uint64]*diskGrant
 		next   uint64 // the next token
+		used   uint64 // bytes granted
 		closed bool
 	}
 	inflight sync.WaitGroup // file reads into mem in progress
 
 	served, servedBytes, busy, lapsed atomic.Uint64
+	peak                              atomic.Uint64 // the most bytes granted at once
 }
 
 // startDiskServer maps and registers the serve buffer and takes the
@@ -183,8 +185,7 @@ func (s *diskServer) grant(size uint64) (uint64, *diskGrant, error) {
 		now := time.Now()
 		for token, g := range s.mu.grants {
 			if !g.expiry.IsZero() && now.After(g.expiry) {
-				delete(s.mu.grants, token)
-				s.putLocked(g.extent)
+				s.dropLocked(token, g)
 				s.lapsed.Add(1)
 			}
 		}
@@ -196,6 +197,10 @@ func (s *diskServer) grant(size uint64) (uint64, *diskGrant, error) {
 	s.mu.next++
 	g := &diskGrant{extent: extent{off, n}}
 	s.mu.grants[token] = g
+	s.mu.used += n
+	if s.mu.used > s.peak.Load() {
+		s.peak.Store(s.mu.used)
+	}
 	s.inflight.Add(1)
 	return token, g, nil
 }
@@ -206,9 +211,15 @@ func (s *diskServer) release(token uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if g, ok := s.mu.grants[token]; ok {
-		delete(s.mu.grants, token)
-		s.putLocked(g.extent)
+		s.dropLocked(token, g)
 	}
+}
+
+// dropLocked ends grant token.
+func (s *diskServer) dropLocked(token uint64, g *diskGrant) {
+	delete(s.mu.grants, token)
+	s.mu.used -= g.n
+	s.putLocked(g.extent)
 }
 
 // takeLocked takes n bytes, first fit.
@@ -252,9 +263,5 @@ func (s *diskServer) putLocked(e extent) {
 func (s *diskServer) usedBytes() uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var used uint64
-	for _, g := range s.mu.grants {
-		used += g.n
-	}
-	return used
+	return s.mu.used
 }

@@ -93,8 +93,10 @@ type Metrics struct {
 	// clients, DiskServedBytes their bytes; DiskServeBusy the requests it
 	// answered NO_AVAILABLE_HANDLE (its serve buffer full), DiskServeLapsed
 	// the grants it reclaimed unreleased (a reader that died or stalled);
-	// DiskServeUsedBytes the bytes of its serve buffer granted now.
-	DiskServed, DiskServedBytes, DiskServeBusy, DiskServeLapsed, DiskServeUsedBytes uint64
+	// DiskServeUsedBytes the bytes of its serve buffer granted now, and
+	// DiskServePeakBytes the most granted at once.
+	DiskServed, DiskServedBytes, DiskServeBusy, DiskServeLapsed uint64
+	DiskServeUsedBytes, DiskServePeakBytes                      uint64
 	// PutWaits counts the times a put asked the master again because it
 	// could not allocate yet (UNAVAILABLE_IN_CURRENT_STATUS): most often
 	// memory waiting for disk-tier writers (backpressure), or a new HA
@@ -134,7 +136,7 @@ func (c *Client) Metrics() Metrics {
 	if s := c.diskSrv; s != nil {
 		out.DiskServed, out.DiskServedBytes = s.served.Load(), s.servedBytes.Load()
 		out.DiskServeBusy, out.DiskServeLapsed = s.busy.Load(), s.lapsed.Load()
-		out.DiskServeUsedBytes = s.usedBytes()
+		out.DiskServeUsedBytes, out.DiskServePeakBytes = s.usedBytes(), s.peak.Load()
 	}
 	return out
 }

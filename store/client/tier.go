@@ -456,7 +456,11 @@ func (c *Client) pullDiskFile(ctx context.Context, rep *wire.Replica, req diskRe
 		raw, err := c.e.CallPeer(ctx, ids[0], rpc.TypeStore, req.append(body[:0]))
 		if err != nil {
 			_ = c.e.RemoveSegment(rep.GetSegmentName()) // a restarted holder is looked up afresh
-			return fmt.Errorf("ask %s for its file: %v: %w", rep.GetSegmentName(), err, wire.ErrRPCFail)
+			code := wire.ErrRPCFail
+			if ctx.Err() != nil {
+				code = wire.ErrRPCTimeout
+			}
+			return fmt.Errorf("ask %s for its file: %v: %w", rep.GetSegmentName(), err, code)
 		}
 		r, err := decodeDiskReply(raw)
 		if err == nil {
