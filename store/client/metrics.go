@@ -166,5 +166,6 @@ func (c *Client) counters() kvmetrics.StoreCounters {
 		Gets: m.Gets, GetBytes: m.GetBytes, GetErrors: m.GetErrors, GetMisses: m.GetMisses,
 		LocalCopies: m.LocalCopies, Remounts: m.Remounts, MasterSwitches: m.MasterSwitches, PingFailures: m.PingFailures,
 		GrantPuts: m.GrantPuts, GrantFallbacks: m.GrantFallbacks, GrantAcquires: m.GrantAcquires, GrantReturns: m.GrantReturns,
+		DiskReads: m.DiskReads, RemoteDiskReads: m.RemoteDiskReads, DiskServed: m.DiskServed, DiskServeBusy: m.DiskServeBusy,
 	}
 }
