@@ -25,9 +25,11 @@ import (
 // reads and verifies the file into it, and answers the grant's address and
 // token. The reader reads the bytes with the transfer engine and releases
 // the grant. A grant that is not released (a reader that died) lapses
-// after its lease, at most diskServeMaxLease; a full buffer answers
-// NO_AVAILABLE_HANDLE at once (the reader asks again), so no handler ever
-// waits for room and the memory used never passes the buffer.
+// after its lease, at most diskServeMaxLease. A full buffer, or
+// diskServeReaders file reads in progress, answers NO_AVAILABLE_HANDLE at
+// once (the reader asks again), so no handler ever waits for room, the
+// memory used never passes the buffer, and disk reads never take all the
+// engine's RPC handlers.
 
 // Serve tunables.
 const (
@@ -37,6 +39,10 @@ const (
 	// reader asks for the time its read may still take).
 	diskServeMinLease = 100 * time.Millisecond
 	diskServeMaxLease = 30 * time.Second
+	// diskServeReaders bounds the file reads in progress at once: they run
+	// on the engine's RPC handlers, which notifications and handshakes
+	// share. Beyond it a request is answered busy.
+	diskServeReaders = 8
 )
 
 // extent is a range of the serve buffer, in bytes from its start.
@@ -57,11 +63,12 @@ type diskServer struct {
 
 	mu struct {
 		sync.Mutex
-		free   []extent // free room, by offset, merged
-		grants map[uint64]*diskGrant
-		next   uint64 // the next token
-		used   uint64 // bytes granted
-		closed bool
+		free    []extent // free room, by offset, merged
+		grants  map[uint64]*diskGrant
+		next    uint64 // the next token
+		used    uint64 // bytes granted
+		reading int    // file reads in progress (diskServeReaders)
+		closed  bool
 	}
 	inflight sync.WaitGroup // file reads into mem in progress
 
@@ -158,14 +165,16 @@ func (s *diskServer) read(req diskRead) diskReply {
 		return fail(err)
 	}
 	defer s.inflight.Done()
-	if err := disk.Read(req.tenant, req.key, req.uid, s.mem.Bytes()[g.off:g.off+req.size]); err != nil {
+	err = disk.Read(req.tenant, req.key, req.uid, s.mem.Bytes()[g.off:g.off+req.size])
+	s.mu.Lock()
+	s.mu.reading--
+	g.expiry = time.Now().Add(lease) // the lease runs from when the bytes are there
+	s.mu.Unlock()
+	if err != nil {
 		s.release(token)
 		s.c.logDiskFailure(req.key, err)
 		return fail(err)
 	}
-	s.mu.Lock()
-	g.expiry = time.Now().Add(lease) // the lease runs from when the bytes are there
-	s.mu.Unlock()
 	s.served.Add(1)
 	s.servedBytes.Add(req.size)
 	return diskReply{token: token, addr: uint64(s.mem.Addr()) + g.off}
@@ -179,6 +188,9 @@ func (s *diskServer) grant(size uint64) (uint64, *diskGrant, error) {
 	defer s.mu.Unlock()
 	if s.mu.closed {
 		return 0, nil, fmt.Errorf("disk serve: client closing: %w", wire.ErrUnavailableInStatus)
+	}
+	if s.mu.reading >= diskServeReaders {
+		return 0, nil, fmt.Errorf("disk serve: %d file reads in progress: %w", s.mu.reading, wire.ErrNoAvailableHandle)
 	}
 	off, ok := s.takeLocked(n)
 	if !ok {
@@ -197,6 +209,7 @@ func (s *diskServer) grant(size uint64) (uint64, *diskGrant, error) {
 	s.mu.next++
 	g := &diskGrant{extent: extent{off, n}}
 	s.mu.grants[token] = g
+	s.mu.reading++
 	s.mu.used += n
 	if s.mu.used > s.peak.Load() {
 		s.peak.Store(s.mu.used)

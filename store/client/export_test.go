@@ -44,6 +44,7 @@ func DiskServeGrabForTest(c *Client, size uint64, lease time.Duration) error {
 		return err
 	}
 	c.diskSrv.mu.Lock()
+	c.diskSrv.mu.reading--
 	g.expiry = time.Now().Add(lease)
 	c.diskSrv.mu.Unlock()
 	c.diskSrv.inflight.Done()
