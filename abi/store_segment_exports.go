@@ -159,5 +159,5 @@ func kvf_store_offload_read_count(h C.uintptr_t) (rc C.int64_t) {
 		return 0
 	}
 	m := c.Metrics()
-	return C.int64_t(m.DiskReads + m.Promotions)
+	return C.int64_t(m.DiskReads + m.RemoteDiskReads + m.Promotions)
 }

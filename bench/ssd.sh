@@ -7,6 +7,9 @@
 # client with 64 MiB of memory (KVFERRY_SSD_SCAN_MIB) and its disk tier in
 # the directory takes 4x that in 4 MiB objects and reads them once in put
 # order, against a sequential read of the same volume in the same directory.
+# Last, a second client's reads of 1 MiB objects only on the holder's disk:
+# through the holder's serve buffer, and through promotions, with the parts
+# (master lookup, file read, read from the holder's memory) timed alone.
 #   bench/ssd.sh [DIR ...]    (default: /var/tmp, and /dev/shm)
 #   KVFERRY_SSD_BENCH_MIB=1024 sets the volume.
 set -euo pipefail
@@ -18,7 +21,7 @@ for d in "${dirs[@]}"; do
   [ -d "$d" ] || continue
   KVFERRY_SSD_BENCH_DIR="$d" go test -count=1 -run '^TestBenchSequential$' ./store/ssd -v 2>&1 \
     | grep -v '^=== RUN\|^--- \|^PASS\|^ok'
-  KVFERRY_SSD_BENCH_DIR="$d" go test -count=1 -run '^TestBenchPrefixScan$' ./store/client -v 2>&1 \
+  KVFERRY_SSD_BENCH_DIR="$d" go test -count=1 -run '^TestBenchPrefixScan$|^TestBenchCrossClientRead$' ./store/client -v 2>&1 \
     | grep -v '^=== RUN\|^--- \|^PASS\|^ok'
   if command -v fio >/dev/null; then
     mib=${KVFERRY_SSD_BENCH_MIB:-1024}

@@ -906,6 +906,10 @@ func (e *Engine) handleRPC(ctx context.Context, t rpc.Type, body []byte, peer ne
 		return []byte(`{"name":"","notify_msg":"success"}` + "\n"), nil
 	case rpc.TypeProbe:
 		return []byte(`{"status":"success"}` + "\n"), nil
+	case rpc.TypeStore:
+		// No store client of this engine serves requests: an empty reply
+		// says so (store/client diskwire.go).
+		return []byte{}, nil
 	case rpc.TypeConnection, rpc.TypeLegacy:
 		// RDMA queue-pair handshake while no transport handles it: refuse
 		// politely (non-empty reply_msg).

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/kvferry/kvferry/engine/descriptor"
@@ -23,6 +24,19 @@ func (e *Engine) callRPC(ctx context.Context, p *Peer, t rpc.Type, body []byte) 
 		return e.rpcPool.Call(ctx, p.Endpoint.Addr(), t, body, cfg)
 	}
 	return rpc.Call(ctx, p.Endpoint.Addr(), t, body, cfg)
+}
+
+// CallPeer sends one socket-RPC request of type t to the RPC port of the
+// opened segment id and returns the reply body, bounded by ctx and the
+// engine's RPC settings (the cluster key, TLS, keep-alive where the peer
+// announces it). A store client uses it for TypeStore requests (HandleRPC
+// on the peer's side).
+func (e *Engine) CallPeer(ctx context.Context, id SegmentID, t rpc.Type, body []byte) ([]byte, error) {
+	p := e.peer(id)
+	if p == nil || id == LocalSegment {
+		return nil, fmt.Errorf("rpc %s to segment %d: not an opened remote segment: %w", t, id, ErrInvalidArgument)
+	}
+	return e.callRPC(ctx, p, t, body)
 }
 
 // notified reports whether a received notification waits to be drained.

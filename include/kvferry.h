@@ -836,7 +836,8 @@ int kvferry_store_unmount_local_disk_segment(mooncake_store_t store,
                                              uint64_t grace_period_seconds);
 
 /* How many reads were served from a disk tier (own files read directly,
- * and objects brought back from another store's disk): Mooncake's
+ * files of another store read through its serve buffer, and objects
+ * promoted from another store's disk): Mooncake's
  * get_offload_rpc_read_count. 0 for a dummy client. */
 int64_t kvferry_store_offload_read_count(mooncake_store_t store);
 

@@ -225,6 +225,14 @@ var (
 	StoreGrantAcquires = def(CompStore, "kvferry_store_client_grant_acquires_total", Counter, "AcquireGrants calls.")
 	StoreGrantReturns  = def(CompStore, "kvferry_store_client_grant_returns_total", Counter,
 		"Put grants given back to the master.")
+	StoreDiskReads = def(CompStore, "kvferry_store_client_disk_reads_total", Counter,
+		"Reads served from a file of the client's own disk tier.")
+	StoreRemoteDiskReads = def(CompStore, "kvferry_store_client_remote_disk_reads_total", Counter,
+		"Reads served from another client's disk tier through its serve buffer (Mooncake's offload RPC reads).")
+	StoreDiskServed = def(CompStore, "kvferry_store_client_disk_served_total", Counter,
+		"Reads of this client's disk-tier files served to other clients.")
+	StoreDiskServeBusy = def(CompStore, "kvferry_store_client_disk_serve_busy_total", Counter,
+		"Disk reads of other clients answered NO_AVAILABLE_HANDLE because the serve buffer was full.")
 	StorePutDuration = def(CompStore, "kvferry_store_client_put_duration_seconds", HistogramKind,
 		"Put latency (one object, call to return), by object size class.", "size_class")
 	StoreGetDuration = def(CompStore, "kvferry_store_client_get_duration_seconds", HistogramKind,

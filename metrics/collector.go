@@ -454,6 +454,8 @@ func collectStore(ch chan<- prometheus.Metric, live int, c *StoreCounters, put, 
 		{StoreLocalCopies, c.LocalCopies}, {StoreRemounts, c.Remounts}, {StoreMasterSwitches, c.MasterSwitches},
 		{StorePingFailures, c.PingFailures}, {StoreGrantPuts, c.GrantPuts}, {StoreGrantFallbacks, c.GrantFallbacks},
 		{StoreGrantAcquires, c.GrantAcquires}, {StoreGrantReturns, c.GrantReturns},
+		{StoreDiskReads, c.DiskReads}, {StoreRemoteDiskReads, c.RemoteDiskReads},
+		{StoreDiskServed, c.DiskServed}, {StoreDiskServeBusy, c.DiskServeBusy},
 	} {
 		ch <- x.s.Value(float64(x.v))
 	}

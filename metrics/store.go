@@ -9,6 +9,8 @@ type StoreCounters struct {
 	MasterSwitches, PingFailures uint64
 	GrantPuts, GrantFallbacks    uint64
 	GrantAcquires, GrantReturns  uint64
+	DiskReads, RemoteDiskReads   uint64
+	DiskServed, DiskServeBusy    uint64
 }
 
 func (c *StoreCounters) add(o StoreCounters) {
@@ -27,6 +29,10 @@ func (c *StoreCounters) add(o StoreCounters) {
 	c.GrantFallbacks += o.GrantFallbacks
 	c.GrantAcquires += o.GrantAcquires
 	c.GrantReturns += o.GrantReturns
+	c.DiskReads += o.DiskReads
+	c.RemoteDiskReads += o.RemoteDiskReads
+	c.DiskServed += o.DiskServed
+	c.DiskServeBusy += o.DiskServeBusy
 }
 
 // StoreClient holds the latency histograms of one store client and reads

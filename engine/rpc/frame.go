@@ -23,6 +23,7 @@ const (
 	TypeMetadata   = rpcframe.TypeMetadata
 	TypeNotify     = rpcframe.TypeNotify
 	TypeProbe      = rpcframe.TypeProbe
+	TypeStore      = rpcframe.TypeStore
 	TypeLegacy     = rpcframe.TypeLegacy
 	KeepAlive      = rpcframe.KeepAlive
 )

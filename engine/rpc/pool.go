@@ -47,7 +47,7 @@ func NewPool() *Pool { return &Pool{idle: make(map[string][]pooledConn)} }
 // as t|KeepAlive (t must be a base type: Connection, Metadata, Notify or
 // Probe).
 func (p *Pool) Call(ctx context.Context, addr string, t Type, body []byte, cfg ClientConfig) ([]byte, error) {
-	if t > TypeProbe {
+	if t > TypeStore {
 		return nil, &CallError{Addr: addr, Type: t, Stage: "send", Err: fmt.Errorf("%w: no keep-alive form of type %s", ErrFrame, t)}
 	}
 	cfg = cfg.withDefaults()

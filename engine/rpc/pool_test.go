@@ -26,7 +26,7 @@ func TestKeepAliveType(t *testing.T) {
 	assert.Equal(t, typ.Base(), TypeNotify)
 	assert.Equal(t, string(body), "{}")
 	assert.Equal(t, kt.String(), "notify+keepalive")
-	for _, b := range []Type{TypeConnection, TypeMetadata, TypeNotify, TypeProbe, TypeLegacy, '{', '[', 0x44} {
+	for _, b := range []Type{TypeConnection, TypeMetadata, TypeNotify, TypeProbe, TypeStore, TypeLegacy, '{', '[', 0x45} {
 		assert.Equal(t, b.Base(), b)
 	}
 	legacy := AppendFrame(nil, TypeLegacy, []byte(`{"qp_num":[]}`))
@@ -55,7 +55,7 @@ func echoServer(t *testing.T, cfg ServerConfig) (*Server, *countingListener) {
 	assert.NilError(t, err)
 	cl := &countingListener{Listener: ln}
 	srv := NewServer(cl, func(_ context.Context, typ Type, body []byte, _ net.Addr) ([]byte, error) {
-		if typ > TypeProbe {
+		if typ > TypeStore {
 			return nil, errors.New("handler saw a flagged type")
 		}
 		return append([]byte(typ.String()+":"), body...), nil

@@ -102,7 +102,8 @@ class _SegmentMixin:
 
     def get_offload_rpc_read_count(self):
         """How many reads were served from a disk tier (this client's own
-        files, and objects brought back from another client's disk); 0
+        files, files on another client's disk read through its serve
+        buffer, and objects promoted from another client's disk); 0
         without a client."""
         if not self._h:
             return 0

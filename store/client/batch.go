@@ -385,7 +385,7 @@ func (c *Client) batchGet(ctx context.Context, keys []string, bufs [][]Buffer) (
 		if c.hot.read(k, res.GetUid(), size, d) {
 			continue
 		}
-		if served, err := c.readOwnDisk(k, res.GetUid(), size, res.GetReplicas(), d); served {
+		if served, err := c.readDisk(ctx, k, res.GetUid(), size, res.GetReplicas(), d); served {
 			errs[i] = err
 			continue
 		}

@@ -77,6 +77,9 @@ type Client struct {
 	obs     *kvmetrics.StoreClient
 	grants  grantPool
 	disk    *ssd.Store // the disk tier (tier.go); nil without one
+	// diskSrv serves other clients' reads of the disk tier (diskserve.go);
+	// nil without a tier, or when another client of a shared engine does.
+	diskSrv *diskServer
 	// diskLogAt is when a failed disk-replica read was last logged
 	// (UnixNano; tier.go logDiskFailure).
 	diskLogAt atomic.Int64
@@ -386,6 +389,9 @@ func (c *Client) teardown() {
 		mc.closer.Close()
 	}
 	c.closeExtras()
+	if c.diskSrv != nil {
+		c.diskSrv.close()
+	}
 	if c.e != nil {
 		if c.global != nil {
 			_ = c.e.UnregisterMemory(c.global.Addr())

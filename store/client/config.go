@@ -22,6 +22,9 @@ const (
 	DefaultMasterAddr = "127.0.0.1:50051"
 	// DefaultLocalBufferSize is the registered staging buffer (16 MiB).
 	DefaultLocalBufferSize = 16 << 20
+	// DefaultDiskServeBufferSize is the registered buffer a client with a
+	// disk tier serves other clients' reads of its files from (64 MiB).
+	DefaultDiskServeBufferSize = 64 << 20
 	// DefaultPingInterval is the heartbeat period (Mooncake: 1 s).
 	DefaultPingInterval = time.Second
 	// DefaultPingFailures is how many missed heartbeats make the client
@@ -159,6 +162,13 @@ type Config struct {
 	// SSDCapacity bounds the bytes the disk tier takes (0: 90% of the
 	// directory's free space).
 	SSDCapacity uint64
+	// DiskServeBufferSize is the registered memory a client with a disk
+	// tier reads its files into when other clients read them
+	// (diskserve.go; Mooncake's client buffer of the offload RPC). 0 means
+	// DefaultDiskServeBufferSize; it is mapped when the tier opens and
+	// fills only as reads come. An object larger than it is read through
+	// a promotion into the holder's memory instead.
+	DiskServeBufferSize uint64
 	// DrainOnClose, when positive, makes Close unmount gracefully: the
 	// master moves the objects of this client's segment to other segments
 	// first, waiting up to this long (rolling restarts keep their KV
@@ -183,6 +193,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.LocalBufferSize == 0 {
 		c.LocalBufferSize = DefaultLocalBufferSize
+	}
+	if c.DiskServeBufferSize == 0 {
+		c.DiskServeBufferSize = DefaultDiskServeBufferSize
 	}
 	if c.Protocol == "" {
 		c.Protocol = "tcp"

@@ -1,5 +1,7 @@
 package client
 
+import "time"
+
 // StopHeartbeatForTest stops c's heartbeat without unmounting, as if the
 // process had died.
 func StopHeartbeatForTest(c *Client) {
@@ -31,4 +33,20 @@ func HoldStagingForTest(c *Client) (release func()) {
 // does after a NEED_REMOUNT answer.
 func RemountForTest(c *Client) {
 	c.remount(c.conn.Load())
+}
+
+// DiskServeGrabForTest takes size bytes of c's disk serve buffer as a
+// reader would, with a lease, and never gives them back: a reader that
+// died after its holder read the file for it.
+func DiskServeGrabForTest(c *Client, size uint64, lease time.Duration) error {
+	_, g, err := c.diskSrv.grant(size)
+	if err != nil {
+		return err
+	}
+	c.diskSrv.mu.Lock()
+	c.diskSrv.mu.reading--
+	g.expiry = time.Now().Add(lease)
+	c.diskSrv.mu.Unlock()
+	c.diskSrv.inflight.Done()
+	return nil
 }

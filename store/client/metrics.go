@@ -23,6 +23,9 @@ type metrics struct {
 	offloads, diskLoads       atomic.Uint64
 	promotions                atomic.Uint64
 	diskReads, diskReadBytes  atomic.Uint64
+	remoteDiskReads           atomic.Uint64
+	remoteDiskReadBytes       atomic.Uint64
+	remoteDiskWaits           atomic.Uint64
 	putWaits, promoteWaits    atomic.Uint64
 	stagedBytes               atomic.Uint64
 	specReads, specHits       atomic.Uint64
@@ -80,6 +83,20 @@ type Metrics struct {
 	// tier into the caller's buffer (an object whose only replica is a
 	// file here; tier.go), DiskReadBytes their bytes.
 	DiskReads, DiskReadBytes uint64
+	// RemoteDiskReads counts reads served from another client's disk tier
+	// through its serve buffer (diskserve.go; what Mooncake's
+	// get_offload_rpc_read_count counts), RemoteDiskReadBytes their bytes;
+	// RemoteDiskWaits the times a holder's serve buffer was full and the
+	// read asked again.
+	RemoteDiskReads, RemoteDiskReadBytes, RemoteDiskWaits uint64
+	// DiskServed counts reads of this client's files it served to other
+	// clients, DiskServedBytes their bytes; DiskServeBusy the requests it
+	// answered NO_AVAILABLE_HANDLE (its serve buffer full), DiskServeLapsed
+	// the grants it reclaimed unreleased (a reader that died or stalled);
+	// DiskServeUsedBytes the bytes of its serve buffer granted now, and
+	// DiskServePeakBytes the most granted at once.
+	DiskServed, DiskServedBytes, DiskServeBusy, DiskServeLapsed uint64
+	DiskServeUsedBytes, DiskServePeakBytes                      uint64
 	// PutWaits counts the times a put asked the master again because it
 	// could not allocate yet (UNAVAILABLE_IN_CURRENT_STATUS): most often
 	// memory waiting for disk-tier writers (backpressure), or a new HA
@@ -100,7 +117,7 @@ type Metrics struct {
 // Metrics returns a snapshot.
 func (c *Client) Metrics() Metrics {
 	m := &c.metrics
-	return Metrics{
+	out := Metrics{
 		Puts: m.puts.Load(), PutBytes: m.putBytes.Load(), PutErrors: m.putErrors.Load(),
 		Gets: m.gets.Load(), GetBytes: m.getBytes.Load(), GetErrors: m.getErrors.Load(), GetMisses: m.getMisses.Load(),
 		LocalCopies: m.localCopies.Load(), Remounts: m.remounts.Load(),
@@ -110,10 +127,18 @@ func (c *Client) Metrics() Metrics {
 		GrantLapses: m.grantLapses.Load(),
 		Offloads:    m.offloads.Load(), DiskLoads: m.diskLoads.Load(), Promotions: m.promotions.Load(),
 		DiskReads: m.diskReads.Load(), DiskReadBytes: m.diskReadBytes.Load(),
-		PutWaits:    m.putWaits.Load(),
+		RemoteDiskReads: m.remoteDiskReads.Load(), RemoteDiskReadBytes: m.remoteDiskReadBytes.Load(),
+		RemoteDiskWaits: m.remoteDiskWaits.Load(),
+		PutWaits:        m.putWaits.Load(), PromoteWaits: m.promoteWaits.Load(),
 		StagedBytes: m.stagedBytes.Load(),
 		SpecReads:   m.specReads.Load(), SpecHits: m.specHits.Load(), SpecMisses: m.specMisses.Load(),
 	}
+	if s := c.diskSrv; s != nil {
+		out.DiskServed, out.DiskServedBytes = s.served.Load(), s.servedBytes.Load()
+		out.DiskServeBusy, out.DiskServeLapsed = s.busy.Load(), s.lapsed.Load()
+		out.DiskServeUsedBytes, out.DiskServePeakBytes = s.usedBytes(), s.peak.Load()
+	}
+	return out
 }
 
 // countGetErr counts a failed read (and a miss when the key is absent).
@@ -141,5 +166,6 @@ func (c *Client) counters() kvmetrics.StoreCounters {
 		Gets: m.Gets, GetBytes: m.GetBytes, GetErrors: m.GetErrors, GetMisses: m.GetMisses,
 		LocalCopies: m.LocalCopies, Remounts: m.Remounts, MasterSwitches: m.MasterSwitches, PingFailures: m.PingFailures,
 		GrantPuts: m.GrantPuts, GrantFallbacks: m.GrantFallbacks, GrantAcquires: m.GrantAcquires, GrantReturns: m.GrantReturns,
+		DiskReads: m.DiskReads, RemoteDiskReads: m.RemoteDiskReads, DiskServed: m.DiskServed, DiskServeBusy: m.DiskServeBusy,
 	}
 }

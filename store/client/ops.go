@@ -575,7 +575,7 @@ func (c *Client) get(ctx context.Context, key string, mayGuess bool, dest func(s
 	if c.hot.read(key, resp.GetUid(), size, d) {
 		return size, nil
 	}
-	if served, err := c.readOwnDisk(key, resp.GetUid(), size, resp.GetReplicas(), d); served {
+	if served, err := c.readDisk(ctx, key, resp.GetUid(), size, resp.GetReplicas(), d); served {
 		if err != nil {
 			return 0, err
 		}

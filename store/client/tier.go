@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kvferry/kvferry/engine"
+	"github.com/kvferry/kvferry/engine/rpc"
 	"github.com/kvferry/kvferry/internal/cmem"
 	"github.com/kvferry/kvferry/store/ssd"
 	"github.com/kvferry/kvferry/store/wire"
@@ -63,7 +64,7 @@ func (c *Client) openDisk() error {
 		return fmt.Errorf("store client: disk tier: %w", err)
 	}
 	c.disk = s
-	return nil
+	return c.startDiskServer()
 }
 
 // mountDisk mounts the disk tier at the master with the files it holds,
@@ -358,19 +359,143 @@ func (c *Client) memoryReplicas(ctx context.Context, key string, reps []*wire.Re
 
 // The read path of a disk replica (issue 32).
 //
-// An object whose only replicas are files is read from the file whenever
-// the file lies in this client's own disk tier: straight into the caller's
-// buffer (host memory, one contiguous range), or through one temporary
-// buffer (GPU memory, several buffers). Promotion into memory is not asked
-// for then: it cannot decide whether the read succeeds (memory may be full
-// of leased objects), and it would cost a second copy. A reader whose disk
-// replica lies on another client asks for a promotion (the holder reads
-// the file into its own memory; PromoteObject); when the holder's memory
-// cannot take it the read fails with the master's code
-// (NO_AVAILABLE_HANDLE), never with an empty value. Mooncake serves such
-// reads with a client-to-client RPC (the holder reads the file into a
-// buffer of its own and the reader pulls it with the transfer engine);
-// kvferry has no client-to-client RPC yet.
+// An object whose only replicas are files is read from a file, never
+// through a memory that may be full of leased objects:
+//
+//   - a file in this client's own disk tier is read straight into the
+//     caller's buffer (host memory, one contiguous range), or through one
+//     temporary buffer (GPU memory, several buffers);
+//   - a file on another client (the holder) is read the way Mooncake's
+//     offload RPC does it (diskserve.go): the holder reads it into its serve
+//     buffer, this client pulls the bytes with the transfer engine and
+//     releases the room. A busy serve buffer (NO_AVAILABLE_HANDLE) is asked
+//     again with growing pauses until RPCTimeout has passed; a holder that
+//     dies or stalls fails the read within the same deadline.
+//
+// Promotion into the holder's memory (PromoteObject) remains for the
+// objects a holder does not serve: an object larger than its serve buffer,
+// or a holder that serves no disk reads (another client of a shared engine
+// serves them, or an older build). A failure there returns the master's
+// code (NO_AVAILABLE_HANDLE when the holder's memory cannot take it), never
+// an empty value.
+
+// readDisk reads key from a file when reps says its only replicas are
+// files: from this client's disk tier, else from a holder's. served is
+// false when it is no such object, or when the holder does not serve the
+// read (the caller asks for a promotion).
+func (c *Client) readDisk(ctx context.Context, key string, uid, size uint64, reps []*wire.Replica, d span) (served bool, err error) {
+	if served, err := c.readOwnDisk(key, uid, size, reps, d); served {
+		return true, err
+	}
+	return c.readRemoteDisk(ctx, key, uid, size, reps, d)
+}
+
+// remoteDiskReplica returns a complete LOCAL_DISK replica of reps on
+// another client, when reps has no complete memory replica; nil otherwise.
+func (c *Client) remoteDiskReplica(reps []*wire.Replica) *wire.Replica {
+	var far *wire.Replica
+	for _, r := range reps {
+		if r.GetStatus() != wire.ReplicaStatus_REPLICA_STATUS_COMPLETE {
+			continue
+		}
+		switch r.GetKind() {
+		case wire.ReplicaKind_REPLICA_KIND_MEMORY:
+			return nil
+		case wire.ReplicaKind_REPLICA_KIND_LOCAL_DISK:
+			if far == nil && r.GetSegmentName() != c.segName && (c.disk == nil || r.GetSegmentId() != c.disk.ID()) {
+				far = r
+			}
+		}
+	}
+	return far
+}
+
+// readRemoteDisk reads key (version uid, size bytes) from the file of its
+// holder into d, through the holder's serve buffer (diskserve.go).
+func (c *Client) readRemoteDisk(ctx context.Context, key string, uid, size uint64, reps []*wire.Replica, d span) (bool, error) {
+	rep := c.remoteDiskReplica(reps)
+	if rep == nil {
+		return false, nil
+	}
+	tenant, err := wire.TenantID(c.tenant)
+	if err != nil {
+		return true, fmt.Errorf("get %q: %w", key, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.RPCTimeout)
+	defer cancel()
+	err = c.pullDiskFile(ctx, rep, diskRead{uid: uid, size: size, tenant: tenant, disk: rep.GetSegmentId(), key: key}, d)
+	switch code := wire.CodeOf(err); {
+	case err == nil:
+		c.metrics.remoteDiskReads.Add(1)
+		c.metrics.remoteDiskReadBytes.Add(size)
+		return true, nil
+	case code == wire.ErrNotSupported || code == wire.ErrInvalidParams:
+		// Not served there (no server, or larger than its buffer): a
+		// promotion may still bring it into the holder's memory.
+		c.log.Debug("disk replica not served by its holder, promoting", "key", key, "segment", rep.GetSegmentName(), "err", err)
+		return false, nil
+	}
+	c.logDiskFailure(key, err)
+	return true, fmt.Errorf("get %q: read from the disk of %s: %w", key, rep.GetSegmentName(), err)
+}
+
+// pullDiskFile asks the holder of rep to read req into its serve buffer,
+// reads the bytes into d with the transfer engine and releases the room.
+// A busy buffer is asked again, with growing pauses, until ctx is done.
+func (c *Client) pullDiskFile(ctx context.Context, rep *wire.Replica, req diskRead, d span) error {
+	ids, err := c.open(ctx, []*wire.Replica{rep})
+	if err != nil {
+		return err
+	}
+	pause := allocRetryMin
+	body := make([]byte, 0, diskReadHeader+len(req.tenant)+len(req.disk)+len(req.key))
+	for {
+		asked := time.Now()
+		dl, _ := ctx.Deadline()
+		req.leaseMs = uint32(max(time.Until(dl), 0) / time.Millisecond)
+		raw, err := c.e.CallPeer(ctx, ids[0], rpc.TypeStore, req.append(body[:0]))
+		if err != nil {
+			_ = c.e.RemoveSegment(rep.GetSegmentName()) // a restarted holder is looked up afresh
+			code := wire.ErrRPCFail
+			if ctx.Err() != nil {
+				code = wire.ErrRPCTimeout
+			}
+			return fmt.Errorf("ask %s for its file: %v: %w", rep.GetSegmentName(), err, code)
+		}
+		r, err := decodeDiskReply(raw)
+		if err == nil {
+			err = r.err()
+		}
+		if wire.CodeOf(err) == wire.ErrNoAvailableHandle {
+			c.metrics.remoteDiskWaits.Add(1)
+			if c.pause(ctx, &pause) {
+				continue
+			}
+			return fmt.Errorf("%w (until the deadline)", err)
+		}
+		if err != nil {
+			return err
+		}
+		src := &wire.Replica{SegmentName: rep.GetSegmentName(), Address: r.addr, Size: req.size}
+		err = c.readReplica(ctx, src, d, req.size)
+		if err == nil && time.Since(asked) >= time.Duration(req.leaseMs)*time.Millisecond {
+			err = fmt.Errorf("pull from %s outlasted its grant's lease: %w", rep.GetSegmentName(), wire.ErrLeaseExpired)
+		}
+		c.releaseDiskGrant(ids[0], rep.GetSegmentName(), r.token)
+		return err
+	}
+}
+
+// releaseDiskGrant gives a grant of a holder's serve buffer back (best
+// effort: an unreleased grant lapses after its lease).
+func (c *Client) releaseDiskGrant(id engine.SegmentID, holder string, token uint64) {
+	ctx, cancel := context.WithTimeout(c.ctx, min(c.cfg.RPCTimeout, time.Second))
+	defer cancel()
+	var b [9]byte
+	if _, err := c.e.CallPeer(ctx, id, rpc.TypeStore, appendDiskRelease(b[:0], token)); err != nil {
+		c.log.Debug("disk grant not released", "segment", holder, "err", err)
+	}
+}
 
 // ownDiskReplica returns the complete LOCAL_DISK replica of reps that is a
 // file of this client's disk tier, when reps has no memory replica; nil

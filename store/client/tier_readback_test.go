@@ -147,23 +147,39 @@ func TestSSDReadWhilePutting(t *testing.T) {
 }
 
 // TestSSDSecondReader: a client without memory or disk of its own reads
-// every object the holder put (4x its memory): objects only on the
-// holder's disk come through a promotion into the holder's memory, whose
-// copies are leased briefly, so that memory full of promoted copies makes
-// the next promotion wait, not fail.
+// every object the holder put (4x its memory). Objects only on the
+// holder's disk come through the holder's serve buffer (diskserve.go);
+// with a serve buffer too small for them, through promotions into the
+// holder's memory, whose copies are leased briefly, so that memory full of
+// promoted copies makes the next promotion wait, not fail.
 func TestSSDSecondReader(t *testing.T) {
-	ctx := ctxT(t, 120*time.Second)
-	srv, holder := rbSetup(t, t.TempDir())
-	user := newClient(t, client.Config{MasterServerAddr: srv.Addr()})
-	n := 4 * rbSeg / rbObj
-	rbPut(ctx, t, holder, 0, n)
-	t0 := time.Now()
-	rbCheck(ctx, t, user, seq(n))
-	um := user.Metrics()
-	t.Logf("second reader: %d objects in %v, %d promotions, %d promotion waits", n, time.Since(t0).Round(time.Millisecond),
-		um.Promotions, um.PromoteWaits)
-	assert.Assert(t, um.Promotions > 0)
-	assert.Equal(t, um.GetErrors, uint64(0))
+	for _, tc := range []struct {
+		name  string
+		serve uint64
+	}{{"served", 0}, {"promoted", 4096}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := ctxT(t, 120*time.Second)
+			srv := startMaster(t, master.Config{})
+			holder := newClient(t, client.Config{MasterServerAddr: srv.Addr(), GlobalSegmentSize: rbSeg,
+				SSDOffloadPath: t.TempDir(), SSDCapacity: 256 << 20, DiskServeBufferSize: tc.serve})
+			user := newClient(t, client.Config{MasterServerAddr: srv.Addr()})
+			n := 4 * rbSeg / rbObj
+			rbPut(ctx, t, holder, 0, n)
+			t0 := time.Now()
+			rbCheck(ctx, t, user, seq(n))
+			um := user.Metrics()
+			t.Logf("second reader: %d objects in %v, %d served from the holder's disk, %d promotions, %d promotion waits",
+				n, time.Since(t0).Round(time.Millisecond), um.RemoteDiskReads, um.Promotions, um.PromoteWaits)
+			assert.Equal(t, um.GetErrors, uint64(0))
+			if tc.serve == 0 {
+				assert.Assert(t, um.RemoteDiskReads > 0)
+				assert.Equal(t, um.Promotions, uint64(0))
+			} else {
+				assert.Assert(t, um.Promotions > 0)
+				assert.Equal(t, um.RemoteDiskReads, uint64(0))
+			}
+		})
+	}
 }
 
 // TestSSDHolderRestart: the holder closes in the middle of the puts and

@@ -110,7 +110,7 @@ func (c *Client) getVersioned(ctx context.Context, key string, minVersion uint64
 		return 0, 0, err
 	}
 	d = c.gpuSpan(d)
-	if served, err := c.readOwnDisk(key, resp.GetUid(), size, resp.GetReplicas(), d); served {
+	if served, err := c.readDisk(ctx, key, resp.GetUid(), size, resp.GetReplicas(), d); served {
 		if err != nil {
 			return 0, 0, err
 		}

@@ -85,6 +85,7 @@ type Store struct {
 	bufs sync.Pool // *cmem.Map of chunk bytes, page aligned
 
 	writeHook atomic.Pointer[func(bytes uint64)] // SetWriteHook
+	readHook  atomic.Pointer[func(key string)]   // SetReadHook
 }
 
 // SetWriteHook makes every file write call f with the file's length first,
@@ -96,6 +97,18 @@ func (s *Store) SetWriteHook(f func(bytes uint64)) {
 		return
 	}
 	s.writeHook.Store(&f)
+}
+
+// SetReadHook makes every file read call f with the object's key first,
+// on the reading goroutine (nil: none). Tests use it to hold a read up (a
+// stalled disk, or a holder that dies in the middle of a read); f must
+// return.
+func (s *Store) SetReadHook(f func(key string)) {
+	if f == nil {
+		s.readHook.Store(nil)
+		return
+	}
+	s.readHook.Store(&f)
 }
 
 // Config configures a Store.
@@ -435,6 +448,9 @@ func (s *Store) Read(tenant, key string, uid uint64, dst []byte) error {
 	s.mu.Unlock()
 	if !ok || e.UID != uid || e.Size != uint64(len(dst)) {
 		return fmt.Errorf("ssd: read %q version %d: %w", key, uid, wire.ErrObjectNotFound)
+	}
+	if f := s.readHook.Load(); f != nil {
+		(*f)(key)
 	}
 	err := s.readFile(tenant, key, uid, dst)
 	if errors.Is(err, errTorn) {

@@ -3,13 +3,16 @@ binding with an embedded master at its defaults: a client with a 4 MiB
 segment and setup(..., enable_ssd_offload=True, ssd_offload_path=DIR) puts
 several times its memory in objects, as fast as it can, and reads each
 back: every put that answered 0 reads back intact, in order, at random,
-with get, get_into and batch_get_into, and after the client restarts on the
-same directory."""
+with get, get_into and batch_get_into, after the client restarts on the
+same directory, and by a second client while the holder's memory is full of
+objects it has just read (leased): that client reads the files through the
+holder's serve buffer, as Mooncake's offload RPC does."""
 
 import ctypes
 import random
 import shutil
 import tempfile
+import threading
 import unittest
 
 from _util import pattern
@@ -88,6 +91,44 @@ class SSDReadBack(unittest.TestCase):
         random.Random(8).shuffle(order)
         self.check(order)
 
+    def test_second_client_reads_holder_disk(self):
+        n = 4 * SEG // OBJ
+        self.put_all(0, n)
+        other = MooncakeDistributedStore()
+        self.assertEqual(other.setup("127.0.0.1", "P2PHANDSHAKE", 0, 4 * MiB, "tcp", "",
+                                     self.s.master_address()), 0)
+        self.addCleanup(other.close)
+        # Meanwhile the holder reads everything back, again and again: what
+        # is in its memory stays leased, so nothing there can make room
+        # for a promotion.
+        done, holder_bad = threading.Event(), []
+
+        def lease():
+            while not done.is_set():
+                for i in range(n):
+                    if self.s.get("o%d" % i) != value(i):
+                        holder_bad.append(i)
+
+        t = threading.Thread(target=lease)
+        t.start()
+        before = other.get_offload_rpc_read_count()
+        buf = ctypes.create_string_buffer(OBJ)
+        try:
+            for i in range(n):
+                key, want = "o%d" % i, value(i)
+                if i % 2 == 0:
+                    self.assertTrue(other.get(key) == want, key)
+                else:
+                    got = other.get_into(key, ctypes.addressof(buf), OBJ)
+                    self.assertEqual(got, len(want), key)
+                    self.assertTrue(buf.raw[:got] == want, key)
+        finally:
+            done.set()
+            t.join(60)
+        self.assertFalse(t.is_alive())
+        self.assertEqual(holder_bad, [])
+        served = other.get_offload_rpc_read_count() - before
+        self.assertGreaterEqual(served, n // 2, "reads served from the holder's disk")
 
 if __name__ == "__main__":
     unittest.main()

@@ -20,10 +20,19 @@ const (
 	TypeMetadata   Type = 1
 	TypeNotify     Type = 2
 	TypeProbe      Type = 3
+	// TypeStore is kvferry's extension for requests between store clients
+	// (a disk-tier holder serving another client's read of its file). No
+	// Mooncake peer sends it; a Mooncake node would take such a frame for
+	// a legacy one (first byte above 3) and refuse it. It is sent only to
+	// kvferry store clients, named by the master.
+	TypeStore Type = 4
 	// TypeLegacy marks a frame from a peer that predates the type byte; it
 	// is treated as a Connection request and answered without a type byte.
 	TypeLegacy Type = 0xff
 )
+
+// maxType is the highest request type (KeepAlive aside).
+const maxType = TypeStore
 
 // KeepAlive is a flag of the type byte (kvferry's extension, sent only to
 // peers announcing descriptor.FeatureRPCKeepAlive): the client keeps the
@@ -35,7 +44,7 @@ const KeepAlive Type = 0x40
 
 // Base returns t without the KeepAlive flag.
 func (t Type) Base() Type {
-	if t != TypeLegacy && t&KeepAlive != 0 && t&^KeepAlive <= TypeProbe {
+	if t != TypeLegacy && t&KeepAlive != 0 && t&^KeepAlive <= maxType {
 		return t &^ KeepAlive
 	}
 	return t
@@ -55,6 +64,8 @@ func (t Type) String() string {
 		return "notify"
 	case TypeProbe:
 		return "probe"
+	case TypeStore:
+		return "store"
 	case TypeLegacy:
 		return "legacy"
 	}
@@ -124,7 +135,7 @@ func Decode(buf []byte, maxLen uint64) (Type, []byte, int, error) {
 // one) into its type and body: a payload whose first byte is no type is a
 // legacy frame, all body.
 func Split(payload []byte) (Type, []byte) {
-	if t := Type(payload[0]); t.Base() <= TypeProbe {
+	if t := Type(payload[0]); t.Base() <= maxType {
 		return t, payload[1:]
 	}
 	return TypeLegacy, payload

@@ -19,6 +19,9 @@ func TestGolden(t *testing.T) {
 		{TypeProbe, "{}", "0300000000000000" + "03" + "7b7d"},
 		{TypeMetadata, `{"a":1}`, "0800000000000000" + "01" + hex.EncodeToString([]byte(`{"a":1}`))},
 		{TypeProbe | KeepAlive, "{}", "0300000000000000" + "43" + "7b7d"},
+		// kvferry's store request, plain and kept alive: not Mooncake's.
+		{TypeStore, "\x01", "0200000000000000" + "04" + "01"},
+		{TypeStore | KeepAlive, "\x02", "0200000000000000" + "44" + "02"},
 		{TypeLegacy, `{"qp_num":[]}`, "0d00000000000000" + hex.EncodeToString([]byte(`{"qp_num":[]}`))},
 	}
 	for _, c := range cases {
