@@ -172,12 +172,15 @@ keep_corpus() {
   find "$dir" -type f 2>/dev/null | wc -l
 }
 
-# seed_corpus pkg target: a target without a committed corpus takes what
-# Go's fuzz cache already holds for it (runs before this ledger's, found on
-# this machine), checked by running the target's inputs with go test; if
-# that fails (entries of an older signature), none are kept.
+# seed_corpus pkg target: with FUZZ_SEED_FROM_CACHE=1, a target without a
+# committed corpus takes what Go's fuzz cache already holds for it (runs
+# before this ledger's, found on this machine), checked by running the
+# target's inputs with go test (a test build of its own: at nice 19 on a
+# loaded machine it can take many minutes, hence opt-in); if that fails
+# (entries of an older signature), none are kept.
 seed_corpus() {
   local pkg=$1 target=$2 dir="$1/testdata/fuzz/$2" n out
+  [ "${FUZZ_SEED_FROM_CACHE:-0}" = 1 ] || return 0
   [ -z "$(find "$dir" -type f 2>/dev/null | head -1)" ] || return 0
   [ -n "$(find "$cache/$pkg/$target" -maxdepth 1 -type f 2>/dev/null | head -1)" ] || return 0
   n=$(keep_corpus "$pkg" "$target" any)
@@ -257,7 +260,14 @@ stop_child() {
   else
     kill -INT -- "-$child" 2>/dev/null || true
   fi
-  for _ in $(seq 60); do kill -0 -- "-$child" 2>/dev/null || break; sleep 1; done
+  # A coordinator slow to stop (at nice 19 on a loaded machine it kept
+  # fuzzing for a minute and more) gets the signal group-wide after 15 s,
+  # and SIGKILL after 30.
+  for i in $(seq 30); do
+    kill -0 -- "-$child" 2>/dev/null || break
+    [ "$i" -eq 15 ] && kill -INT -- "-$child" 2>/dev/null
+    sleep 1
+  done
   kill -KILL -- "-$child" 2>/dev/null || true
   wait "$child" 2>/dev/null || true
   child=""
