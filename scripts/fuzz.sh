@@ -260,14 +260,7 @@ stop_child() {
   else
     kill -INT -- "-$child" 2>/dev/null || true
   fi
-  # A coordinator slow to stop (at nice 19 on a loaded machine it kept
-  # fuzzing for a minute and more) gets the signal group-wide after 15 s,
-  # and SIGKILL after 30.
-  for i in $(seq 30); do
-    kill -0 -- "-$child" 2>/dev/null || break
-    [ "$i" -eq 15 ] && kill -INT -- "-$child" 2>/dev/null
-    sleep 1
-  done
+  for _ in $(seq 60); do kill -0 -- "-$child" 2>/dev/null || break; sleep 1; done
   kill -KILL -- "-$child" 2>/dev/null || true
   wait "$child" 2>/dev/null || true
   child=""
