@@ -347,11 +347,13 @@ func masterRestart(t *testing.T, rpc string) {
 // 20 s the test gives the failover).
 func TestHAFollowLeader(t *testing.T) {
 	etcd := etcdtest.Start(t)
-	ctx := ctxT(t, 60*time.Second)
+	ctx := ctxT(t, 120*time.Second)
 	mcfg := master.Config{EnableHA: true, EtcdEndpoints: []string{etcd.Endpoint()}, ClusterID: "ha_client",
 		MasterViewLeaseTTL: 8 * time.Second}
 	m1 := startMaster(t, mcfg)
-	deadline := time.Now().Add(10 * time.Second)
+	// The first election took more than 10 s once at load 40 (etcd and
+	// the master starting under -race beside the stress runs).
+	deadline := time.Now().Add(45 * time.Second)
 	for m1.Role() != master.RoleLeader {
 		assert.Assert(t, time.Now().Before(deadline), "m1 not leader")
 		time.Sleep(20 * time.Millisecond)
