@@ -93,10 +93,12 @@ test-suites: all mod-download
 
 .PHONY: faults fuzz-long kill-matrix soak asan hw-check hw-check-build hw-rehearse
 # Every fuzz target to its long budget (parsers 10 million executions,
-# stateful targets an hour or a million) and the C API fuzz driver, resumable:
-# cumulative counts in build/fuzz-long-ledger.tsv (a rerun does what is still
-# missing), corpora kept in build/fuzz-corpus (scripts/fuzz.sh). At SCHED_IDLE
-# where chrt allows it, else nice 19: it yields to everything else.
+# stateful targets an hour or a million) and the C API fuzz driver, resumable
+# across machines: cumulative counts in docs/reports/fuzz-ledger.tsv and
+# corpora in each package's testdata/fuzz, both committed (a rerun does what
+# is still missing). FUZZ_LONG_BUDGET=2h bounds one run's wall time, split
+# across the targets (scripts/fuzz.sh). At SCHED_IDLE where chrt allows it,
+# else nice 19: it yields to everything else.
 fuzz-long: all
 	if chrt -i 0 true 2>/dev/null; then chrt -i 0 scripts/fuzz.sh long; else nice -n 19 scripts/fuzz.sh long; fi
 

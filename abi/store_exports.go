@@ -181,6 +181,9 @@ func kvf_store_destroy(h C.uintptr_t) {
 	}
 }
 
+// maxStallMs caps KVFERRY_STORE_MASTER_STALL_MS (ten minutes).
+const maxStallMs = 10 * 60 * 1000
+
 // storeEnv reads the store's MC_* environment (through hostenv, the one
 // reader of the environment).
 func storeEnv(cfg *client.Config) {
@@ -214,6 +217,11 @@ func storeEnv(cfg *client.Config) {
 	if v, ok := hostenv.Getenv("KVFERRY_STORE_DRAIN_ON_CLOSE_MS"); ok {
 		if n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64); err == nil {
 			cfg.DrainOnClose = time.Duration(min(n, maxDrainMs)) * time.Millisecond
+		}
+	}
+	if v, ok := hostenv.Getenv("KVFERRY_STORE_MASTER_STALL_MS"); ok {
+		if n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64); err == nil && n > 0 {
+			cfg.MasterStallTimeout = time.Duration(min(n, maxStallMs)) * time.Millisecond
 		}
 	}
 	if v, ok := hostenv.Getenv("MC_RPC_TIMEOUT_MS"); ok {

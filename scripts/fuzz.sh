@@ -13,28 +13,44 @@
 #                           comes first, the C driver to FUZZ_CFUZZ_CALLS (a
 #                           million) calls per API: make fuzz-long
 #
-# The long form is resumable. build/fuzz-long-ledger.tsv holds, per target,
-# the executions and seconds of every long run so far (with the corpus kept
-# in build/fuzz-corpus/<package>/<target>, restored into Go's fuzz cache
-# before each run, so a cleaned cache loses nothing); a run gives each
-# target only what its budget still lacks, skips the targets that met it,
-# and ends by printing every target's cumulative executions, budget and
-# whether it is met. While a target runs, its ledger line and kept corpus
-# are brought up to date every FUZZ_LEDGER_EVERY seconds (10), so a run that
-# is killed keeps what it did but the last few seconds; SIGINT or SIGTERM
-# stops the running target and records it. Targets run most-lacking first
-# (the ledger's rate times what is missing; never-run targets first);
-# FUZZ_SLICE_SECS=N gives each at most N seconds in this run (a pass over
-# all of them), FUZZ_ONLY=REGEX limits the run to the matching "package
-# target kind" lines and FUZZ_SKIP=REGEX leaves matching ones out (the C
-# driver's lines are "tests/cfuzz te cfuzz" and "tests/cfuzz store cfuzz"),
-# FUZZ_CFUZZ_CALLS=0 leaves the C driver out. Budgets are execution
-# counts given to go test, never durations (see the Makefile's note on
-# go.dev/issue/75804): a time limit stops the target from outside (SIGINT,
-# after which Go writes nothing but its summary). build/fuzz-long.tsv holds
-# this run's own counts. Findings are failing inputs Go writes to the
-# package's testdata/fuzz/<target>: commit them with the fix, and they run
-# as regression tests in every go test.
+# The long form is resumable, and its progress lives in the repository:
+# docs/reports/fuzz-ledger.tsv holds, per target, the executions, seconds
+# and runs of every long run so far with the date and commit of the last,
+# and each target's corpus is the package's testdata/fuzz/<target>, where
+# go test expects it (every go test runs it as regression inputs). Commit
+# both after a run. A run gives each target only what its budget still
+# lacks, skips the targets that met it, and ends by printing every target's
+# cumulative executions, budget and whether it is met.
+#
+# FUZZ_LONG_BUDGET=2h (or 90m, 600s, 1h30m, a bare number of seconds) is
+# the run's wall time, builds included: it is split across the targets
+# still short of their budgets (what one leaves unused goes to the next),
+# and the run stops when it is spent; the ledger carries the rest to the
+# next run. Without it the run goes until every budget is met.
+#
+# Corpus entries are what Go's fuzz cache holds ($(go env GOCACHE)/fuzz):
+# Go writes an input there only when it adds coverage (minimized first).
+# Entries the testdata directory lacks are copied to it, smallest first,
+# within caps: FUZZ_CORPUS_ENTRY_BYTES (4096) per entry,
+# FUZZ_CORPUS_TARGET_ENTRIES (100) and FUZZ_CORPUS_TARGET_BYTES (65536)
+# per target, FUZZ_CORPUS_TOTAL_BYTES (1.5 MiB) over the repository
+# (internal/lint fails above 2 MiB). While a target runs, its ledger line
+# and corpus are brought up to date every FUZZ_LEDGER_EVERY seconds (10),
+# so a run that is killed keeps what it did but the last few seconds;
+# SIGINT or SIGTERM stops the running target and records it. Targets run
+# most-lacking first (the ledger's rate times what is missing; never-run
+# targets first); FUZZ_SLICE_SECS=N gives each at most N seconds of
+# fuzzing in this run (a pass over all of them), FUZZ_ONLY=REGEX limits the
+# run to the matching "package target kind" lines and FUZZ_SKIP=REGEX
+# leaves matching ones out (the C driver's lines are "tests/cfuzz te
+# cfuzz" and "tests/cfuzz store cfuzz"), FUZZ_CFUZZ_CALLS=0 leaves the C
+# driver out. Budgets are execution counts given to go test, never
+# durations (see the Makefile's note on go.dev/issue/75804): a time limit
+# stops the target from outside (SIGINT, after which Go writes nothing but
+# its summary). build/fuzz-long.tsv holds this run's own counts. Findings
+# are failing inputs Go writes to the package's testdata/fuzz/<target>:
+# commit them with the fix, and they run as regression tests in every
+# go test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode="${1:-short}"
@@ -59,6 +75,7 @@ engine/metadata/connstr FuzzParse parser
 engine/peerauth FuzzServer state
 engine/transport/samehost/shwire FuzzWire parser
 engine/transport/samehost/shwire FuzzExportWire parser
+engine/transport/samehost/nring FuzzDrain parser
 engine/transport/rdma/handshake FuzzDecodeHandshake parser
 engine/transport/rdma/priority FuzzParseMatrix parser
 engine/transport/rdma/ibv FuzzParseGID parser
@@ -100,8 +117,9 @@ run_target() {
 # last_execs log: the final execution count Go printed.
 last_execs() { { grep -o 'execs: [0-9]*' "$1" || true; } | tail -1 | awk '{print $2}'; }
 
-ledger=${FUZZ_LEDGER:-build/fuzz-long-ledger.tsv}
-ledger_head='target	kind	executions	seconds	wall_seconds	runs	corpus	updated_utc'
+ledger=${FUZZ_LEDGER:-docs/reports/fuzz-ledger.tsv}
+ledger_head='target	kind	executions	seconds	wall_seconds	runs	corpus	updated_utc	commit'
+commit=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 
 # ledger_get key: "executions seconds wall_seconds runs" of key so far
 # (zeros if none). seconds are fuzzing time as Go counts it (from the
@@ -110,17 +128,96 @@ ledger_get() {
   awk -F'\t' -v k="$1" '$1 == k { e = $3; s = $4; w = $5; r = $6 } END { print e + 0, s + 0, w + 0, r + 0 }' "$ledger"
 }
 
-# ledger_put key kind executions seconds wall_seconds runs corpus: sets key's line
-# (written beside the ledger and renamed over it: a kill leaves the old or
-# the new ledger, never half of one).
+# ledger_put key kind executions seconds wall_seconds runs corpus: sets key's
+# line, dated now and stamped with the commit fuzzed (written beside the
+# ledger and renamed over it: a kill leaves the old or the new ledger, never
+# half of one). Lines stay in list order.
 ledger_put() {
   local tmp="$ledger.tmp.$$"
-  awk -F'\t' -v OFS='\t' -v k="$1" -v kind="$2" -v e="$3" -v s="$4" -v w="$5" -v r="$6" -v c="$7" -v u="$(date -u +%FT%TZ)" '
+  awk -F'\t' -v OFS='\t' -v k="$1" -v kind="$2" -v e="$3" -v s="$4" -v w="$5" -v r="$6" -v c="$7" -v u="$(date -u +%FT%TZ)" -v g="$commit" '
     NR == 1 { print; next }
-    $1 == k { if (!done) print k, kind, e, s, w, r, c, u; done = 1; next }
+    $1 == k { if (!done) print k, kind, e, s, w, r, c, u, g; done = 1; next }
     { print }
-    END { if (!done) print k, kind, e, s, w, r, c, u }' "$ledger" > "$tmp"
+    END { if (!done) print k, kind, e, s, w, r, c, u, g }' "$ledger" | { IFS= read -r h; echo "$h"; sort; } > "$tmp"
   mv -f "$tmp" "$ledger"
+}
+
+# keep_corpus pkg target stamp: copies the entries of Go's fuzz cache for
+# target that pkg/testdata/fuzz/target lacks into it, smallest first,
+# within the caps (per entry, per target, over the repository); prints the
+# entries it holds then. Go names an entry by its content's hash, so a
+# name already there is the same input. An entry must have the argument
+# types of the target as it is now: those of the entries kept before, or
+# of those this run wrote (newer than the stamp file); an older cache
+# entry of another signature would fail every go test. With "any" for
+# stamp, every type is taken (seed_corpus checks them with go test).
+keep_corpus() {
+  local pkg=$1 target=$2 stamp=$3 dir="$1/testdata/fuzz/$2" src="$cache/$1/$2"
+  local ecap=${FUZZ_CORPUS_ENTRY_BYTES:-4096} ncap=${FUZZ_CORPUS_TARGET_ENTRIES:-100}
+  local bcap=${FUZZ_CORPUS_TARGET_BYTES:-65536} tcap=${FUZZ_CORPUS_TOTAL_BYTES:-1572864}
+  local n bytes total size name ref
+  if [ -d "$src" ]; then
+    mkdir -p "$dir"
+    n=$(find "$dir" -type f | wc -l)
+    bytes=$(find "$dir" -type f -printf '%s\n' | awk '{ t += $1 } END { print t + 0 }')
+    total=$(corpus_bytes)
+    ref=$(find "$dir" -type f | head -1)
+    [ -n "$ref" ] || [ "$stamp" = any ] || ref=$(find "$src" -maxdepth 1 -type f -newer "$stamp" | head -1)
+    [ -n "$ref" ] && ref=$(entry_sig "$ref")
+    while read -r size name; do
+      [ -n "$name" ] || continue
+      [ -e "$dir/$name" ] && continue
+      [ "$size" -le "$ecap" ] || continue
+      [ "$stamp" = any ] || { [ -n "$ref" ] && [ "$(entry_sig "$src/$name")" = "$ref" ]; } || continue
+      [ "$n" -lt "$ncap" ] && [ $(( bytes + size )) -le "$bcap" ] && [ $(( total + size )) -le "$tcap" ] || break
+      cp "$src/$name" "$dir/$name.tmp" && mv -f "$dir/$name.tmp" "$dir/$name"
+      n=$(( n + 1 )) bytes=$(( bytes + size )) total=$(( total + size ))
+    done < <(find "$src" -maxdepth 1 -type f -printf '%s %f\n' | sort -n -k1,1 -k2,2)
+    rmdir "$dir" 2>/dev/null || true
+  fi
+  find "$dir" -type f 2>/dev/null | wc -l
+}
+
+# seed_corpus pkg target: with FUZZ_SEED_FROM_CACHE=1, a target without a
+# committed corpus takes what Go's fuzz cache already holds for it (runs
+# before this ledger's, found on this machine), checked by running the
+# target's inputs with go test (a test build of its own: at nice 19 on a
+# loaded machine it can take many minutes, hence opt-in); if that fails
+# (entries of an older signature), none are kept.
+seed_corpus() {
+  local pkg=$1 target=$2 dir="$1/testdata/fuzz/$2" n out
+  [ "${FUZZ_SEED_FROM_CACHE:-0}" = 1 ] || return 0
+  [ -z "$(find "$dir" -type f 2>/dev/null | head -1)" ] || return 0
+  [ -n "$(find "$cache/$pkg/$target" -maxdepth 1 -type f 2>/dev/null | head -1)" ] || return 0
+  n=$(keep_corpus "$pkg" "$target" any)
+  [ "$n" -gt 0 ] || return 0
+  if out=$(timeout 600 $NETNS go test -count=1 -run "^${target}\$" "./$pkg" 2>&1); then
+    echo "seeded $dir with $n entries of the fuzz cache"
+  else
+    echo "$out" | tail -5
+    echo "fuzz: the fuzz cache's entries fail $target; none kept"
+    rm -rf "$dir"
+  fi
+}
+
+# entry_sig file: a corpus entry's argument types ("[]byte,uint64,").
+entry_sig() { awk 'NR == 1 && $0 != "go test fuzz v1" { exit } NR > 1 { sub(/\(.*/, ""); printf "%s,", $0 }' "$1"; }
+
+# corpus_bytes: the bytes of every committed fuzz corpus (testdata/fuzz).
+corpus_bytes() {
+  find . -path ./build -prune -o -path '*/testdata/fuzz/*' -type f -printf '%s\n' | awk '{ t += $1 } END { print t + 0 }'
+}
+
+# parse_secs duration: seconds of 2h, 90m, 45s, 1h30m or a bare number.
+parse_secs() {
+  local d=$1 v=0 n u
+  if [[ $d =~ ^[0-9]+$ ]]; then echo "$d"; return; fi
+  [[ $d =~ ^([0-9]+[hms])+$ ]] || { echo "fuzz: bad FUZZ_LONG_BUDGET $d (want 2h, 90m, 600s, 1h30m or seconds)" >&2; return 1; }
+  while [[ $d =~ ^([0-9]+)([hms])(.*)$ ]]; do
+    n=${BASH_REMATCH[1]} u=${BASH_REMATCH[2]} d=${BASH_REMATCH[3]}
+    case $u in h) v=$(( v + n * 3600 )) ;; m) v=$(( v + n * 60 )) ;; s) v=$(( v + n )) ;; esac
+  done
+  echo "$v"
 }
 
 # budget_left kind executions seconds: "executions seconds" still lacking
@@ -159,6 +256,7 @@ shortfall_secs() {
 # was running as a failing one. Before the coordinator exists (the build),
 # and for the C driver, the whole process group gets it.
 child=""
+deadline=0
 stop_child() {
   [ -n "$child" ] || return 0
   local coord
@@ -187,34 +285,41 @@ last_secs() {
     printf "%d\n", v }'
 }
 
-# fuzz_one pkg target kind: runs one target for what its budget lacks
-# (FUZZ_SLICE_SECS at most), keeping the ledger and corpus up to date.
+# fuzz_one pkg target kind [share]: runs one target for what its budget
+# lacks (FUZZ_SLICE_SECS of fuzzing at most, and share seconds of fuzzing
+# if above 0), never past the run's deadline (FUZZ_LONG_BUDGET), keeping
+# the ledger and the committed corpus up to date.
 fuzz_one() {
-  local pkg=$1 target=$2 kind=$3 key="$1 $2" e0 s0 w0 r0 left secs cap log start wall execs fsecs corpus rc=0 stopped=""
-  local keep="build/fuzz-corpus/$pkg/$target"
+  local pkg=$1 target=$2 kind=$3 share=${4:-0} key="$1 $2" e0 s0 w0 r0 left secs cap log stamp start wall execs fsecs=0 nap corpus=0 rc=0 stopped="" tick=0
   read -r e0 s0 w0 r0 <<< "$(ledger_get "$key")"
   read -r left secs <<< "$(budget_left "$kind" "$e0" "$s0")"
   cap=${FUZZ_SLICE_SECS:-0}
   if [ "$secs" != - ] && { [ "$cap" -eq 0 ] || [ "$secs" -lt "$cap" ]; }; then cap=$secs; fi
-  if [ "$cap" -gt 0 ]; then
-    echo "=== $key: $e0 executions so far, $left to go, at most ${cap} s of fuzzing now"
-  else
-    echo "=== $key: $e0 executions so far, $left to go"
-  fi
-  mkdir -p "$keep" "$cache/$pkg/$target"
-  cp -n "$keep"/* "$cache/$pkg/$target/" 2>/dev/null || true
+  local msg
+  msg="=== $key: $e0 executions so far, $left to go"
+  [ "$share" -gt 0 ] && { [ "$cap" -eq 0 ] || [ "$share" -lt "$cap" ]; } && cap=$share
+  [ "$cap" -gt 0 ] && msg="$msg, at most ${cap} s of fuzzing now"
+  echo "$msg"
+  seed_corpus "$pkg" "$target"
   log=$(mktemp)
+  stamp=$(mktemp)
   start=$(date +%s)
   # In its own process group (setsid), so a stop reaches the test binary
   # and its workers too. No -timeout: an hour of fuzzing is no hang.
   setsid $NETNS go test -run '^$' -fuzz "^${target}\$" -fuzztime "${left}x" -timeout 0 -parallel "${FUZZ_PARALLEL:-2}" "./$pkg" > "$log" 2>&1 &
   child=$!
   while kill -0 "$child" 2>/dev/null; do
-    sleep "${FUZZ_LEDGER_EVERY:-10}" & wait $! || true
+    # Sleep to the next ledger update, or sooner to stop on time.
+    nap=${FUZZ_LEDGER_EVERY:-10}
+    [ "$cap" -gt 0 ] && [ $(( cap - ${fsecs:-0} )) -lt "$nap" ] && nap=$(( cap - ${fsecs:-0} ))
+    [ "$deadline" -gt 0 ] && [ $(( deadline - $(date +%s) )) -lt "$nap" ] && nap=$(( deadline - $(date +%s) ))
+    [ "$nap" -ge 1 ] || nap=1
+    sleep "$nap" & wait $! || true
     execs=$(last_execs "$log") fsecs=$(last_secs "$log") wall=$(( $(date +%s) - start ))
-    cp -n "$cache/$pkg/$target"/* "$keep/" 2>/dev/null || true
-    ledger_put "$key" "$kind" "$(( e0 + ${execs:-0} ))" "$(( s0 + ${fsecs:-0} ))" "$(( w0 + wall ))" "$(( r0 + 1 ))" "$(ls "$keep" | wc -l)"
-    if [ -n "$stopping" ] || { [ "$cap" -gt 0 ] && [ "${fsecs:-0}" -ge "$cap" ]; }; then
+    tick=$(( tick + 1 ))
+    [ $(( tick % 6 )) -eq 1 ] && corpus=$(keep_corpus "$pkg" "$target" "$stamp")
+    ledger_put "$key" "$kind" "$(( e0 + ${execs:-0} ))" "$(( s0 + ${fsecs:-0} ))" "$(( w0 + wall ))" "$(( r0 + 1 ))" "$corpus"
+    if [ -n "$stopping" ] || { [ "$cap" -gt 0 ] && [ "${fsecs:-0}" -ge "$cap" ]; } || { [ "$deadline" -gt 0 ] && [ "$(date +%s)" -ge "$deadline" ]; }; then
       stopped=1
       stop_child
       break
@@ -222,8 +327,8 @@ fuzz_one() {
   done
   if [ -n "$child" ]; then wait "$child" || rc=$?; child=""; fi
   execs=$(last_execs "$log") fsecs=$(last_secs "$log") wall=$(( $(date +%s) - start ))
-  cp -n "$cache/$pkg/$target"/* "$keep/" 2>/dev/null || true
-  corpus=$(ls "$keep" | wc -l)
+  corpus=$(keep_corpus "$pkg" "$target" "$stamp")
+  rm -f "$stamp"
   ledger_put "$key" "$kind" "$(( e0 + ${execs:-0} ))" "$(( s0 + ${fsecs:-0} ))" "$(( w0 + wall ))" "$(( r0 + 1 ))" "$corpus"
   printf '%s\t%s\t%s\t%s\t%s\n' "$key" "${execs:-0}" "${fsecs:-0}" "$(( ${execs:-0} / (${fsecs:-0} > 0 ? ${fsecs:-0} : 1) ))" "$corpus" >> "$tsv"
   if grep -q 'no fuzz tests to fuzz' "$log"; then
@@ -239,18 +344,20 @@ fuzz_one() {
     return 1
   fi
   if [ -n "$stopped" ]; then
-    echo "stopped after ${fsecs:-0} s: ${execs:-0} executions"
+    echo "stopped after ${fsecs:-0} s of fuzzing, ${wall} s in all: ${execs:-0} executions"
   else
     tail -2 "$log"
   fi
   rm -f "$log"
 }
 
-# cfuzz_one api: the C driver over one API in chunks of FUZZ_CFUZZ_CHUNK
-# calls (it reports its count when it ends), each chunk recorded in the
-# ledger; a chunk cut short by a stop counts nothing.
+# cfuzz_one api [wallcap]: the C driver over one API in chunks of
+# FUZZ_CFUZZ_CHUNK calls (it reports its count when it ends), each chunk
+# recorded in the ledger; a chunk cut short by a stop counts nothing. With
+# a wall cap (seconds, above 0) a chunk is sized at the ledger's rate to
+# end within it.
 cfuzz_one() {
-  local api=$1 key="tests/cfuzz $1" e0 s0 w0 r0 left secs chunk log start elapsed calls arg="" rc cap=${FUZZ_SLICE_SECS:-0} t0
+  local api=$1 wallcap=${2:-0} key="tests/cfuzz $1" e0 s0 w0 r0 left secs chunk log start elapsed calls arg="" rc cap=${FUZZ_SLICE_SECS:-0} t0 rest rate
   [ "$api" = store ] && arg=store
   read -r e0 s0 w0 r0 <<< "$(ledger_get "$key")"
   t0=$(date +%s)
@@ -260,6 +367,14 @@ cfuzz_one() {
     read -r left secs <<< "$(budget_left cfuzz "$e0" "$s0")"
     chunk=${FUZZ_CFUZZ_CHUNK:-20000}
     [ "$left" -lt "$chunk" ] && chunk=$left
+    if [ "$wallcap" -gt 0 ]; then
+      rest=$(( wallcap - ($(date +%s) - t0) ))
+      [ "$rest" -ge 5 ] || break
+      rate=1000
+      [ "$s0" -gt 0 ] && [ "$e0" -gt 0 ] && rate=$(( e0 / s0 ))
+      [ $(( rate * rest * 3 / 4 )) -lt "$chunk" ] && chunk=$(( rate * rest * 3 / 4 ))
+      [ "$chunk" -ge 200 ] || chunk=200
+    fi
     log=$(mktemp)
     start=$(date +%s)
     KVFERRY_LOG_LEVEL=off setsid timeout 900 build/cfuzz build/lib/libkvferry.so.1 "$RANDOM" "$chunk" $arg > "$log" 2>&1 &
@@ -275,6 +390,7 @@ cfuzz_one() {
     rm -f "$log"
     e0=$(( e0 + ${calls:-0} )) s0=$(( s0 + elapsed )) w0=$(( w0 + elapsed ))
     ledger_put "$key" cfuzz "$e0" "$s0" "$w0" "$r0" -
+    [ "$wallcap" -gt 0 ] && [ $(( $(date +%s) - t0 )) -ge "$wallcap" ] && break
     printf '%s\t%s\t%s\t%s\t-\n' "$key" "${calls:-0}" "$elapsed" "$(( ${calls:-0} / (elapsed > 0 ? elapsed : 1) ))" >> "$tsv"
     [ "$cap" -gt 0 ] && [ $(( $(date +%s) - t0 )) -ge "$cap" ] && break
   done
@@ -317,13 +433,22 @@ long_form() {
   state_execs=${FUZZ_STATE_EXECS:-1000000}
   state_secs=${FUZZ_STATE_SECS:-3600}
   cfuzz_calls=${FUZZ_CFUZZ_CALLS:-1000000}
-  mkdir -p build/fuzz-corpus
+  local budget=0 rest n slice
+  if [ -n "${FUZZ_LONG_BUDGET:-}" ]; then
+    budget=$(parse_secs "$FUZZ_LONG_BUDGET") || exit 2
+    deadline=$(( $(date +%s) + budget ))
+  fi
+  mkdir -p build "$(dirname "$ledger")"
   [ -s "$ledger" ] || echo "$ledger_head" > "$ledger"
+  if ! head -1 "$ledger" | grep -q '	commit$'; then
+    echo "fuzz: $ledger has an old header (want: $ledger_head)" >&2
+    exit 2
+  fi
   tsv=build/fuzz-long.tsv
   printf 'target\texecutions\tseconds\texec_per_s\tcorpus\n' > "$tsv"
   trap on_signal INT TERM
   trap stop_child EXIT
-  echo "fuzz long: parsers ${parser_execs} executions, stateful ${state_execs} or ${state_secs} s, C driver ${cfuzz_calls} calls per API${FUZZ_SLICE_SECS:+, at most ${FUZZ_SLICE_SECS} s per target now}; ledger $ledger"
+  echo "fuzz long: parsers ${parser_execs} executions, stateful ${state_execs} or ${state_secs} s, C driver ${cfuzz_calls} calls per API${FUZZ_SLICE_SECS:+, at most ${FUZZ_SLICE_SECS} s per target now}${FUZZ_LONG_BUDGET:+, ${budget} s in all now}; ledger $ledger"
   if [ "$cfuzz_calls" -gt 0 ] && all_targets | grep -q ' cfuzz$'; then
     make -s lib headers
     gcc -O1 -g -Wall -Wextra -Werror -std=gnu11 -Iinclude -Itests/c -o build/cfuzz tests/cfuzz/cfuzz.c -ldl -lpthread
@@ -336,13 +461,29 @@ long_form() {
     is_met "$kind" "$e" "$s" && continue
     printf '%s\t%s %s %s\n' "$(shortfall_secs "$kind" "$e" "$s")" "$pkg" "$target" "$kind"
   done | sort -s -t"$(printf '\t')" -k1,1nr | cut -f2)
+  # With a budget, each target gets an equal share of what is left of it
+  # (a target that ends early leaves its rest to the others), but never
+  # less than FUZZ_MIN_SLICE_SECS (20): the run ends when less than that is
+  # left, and the targets it did not reach come first in the next run.
+  n=$(grep -c . <<< "$order" || true)
+  slice=0
   while read -r pkg target kind; do
     [ -n "$pkg" ] || continue
     [ -z "$stopping" ] || break
+    if [ "$deadline" -gt 0 ]; then
+      rest=$(( deadline - $(date +%s) ))
+      slice=$(( rest / (n > 0 ? n : 1) ))
+      if [ "$rest" -lt "${FUZZ_MIN_SLICE_SECS:-20}" ]; then
+        echo "fuzz long: budget spent (${budget} s); $n targets wait for the next run"
+        break
+      fi
+      [ "$slice" -ge "${FUZZ_MIN_SLICE_SECS:-20}" ] || slice=${FUZZ_MIN_SLICE_SECS:-20}
+    fi
+    n=$(( n - 1 ))
     if [ "$kind" = cfuzz ]; then
-      cfuzz_one "$target" || exit 1
+      cfuzz_one "$target" "$slice" || exit 1
     else
-      fuzz_one "$pkg" "$target" "$kind" || exit 1
+      fuzz_one "$pkg" "$target" "$kind" "$slice" || exit 1
     fi
   done <<< "$order"
   summary

@@ -262,7 +262,7 @@ func (c *Client) dialMaster(ctx context.Context, addr string) (*masterConn, erro
 	if c.cfg.MasterRPC != MasterRPCGRPC {
 		timeout := min(c.cfg.RPCTimeout, wire.DefaultMuxDialTimeout)
 		mux := wire.NewMuxClient(wire.MuxClientConfig{Addr: addr, DialTimeout: timeout, Auth: c.auth, TLS: c.tls,
-			SpinWait: c.spinWait()})
+			SpinWait: c.spinWait(), StallTimeout: c.cfg.MasterStallTimeout})
 		dctx, cancel := context.WithTimeout(ctx, timeout)
 		err := mux.Connect(dctx)
 		cancel()

@@ -337,13 +337,23 @@ func masterRestart(t *testing.T, rpc string) {
 
 // TestHAFollowLeader: clients given etcd:// find the leader, and follow a
 // failover to the standby.
+//
+// The leader's lease has a long TTL: m1 must keep leading, under load too,
+// until the test closes it (with a 2 s TTL, a loaded machine that held
+// m1's or etcd's keep-alives back for 2 s handed the lead to m2 before the
+// clients started: flaky under load). The failover itself does not wait
+// for the TTL: a closing master revokes its lease, which deletes the
+// leader key at once (were that revoke lost, the TTL still ends within the
+// 20 s the test gives the failover).
 func TestHAFollowLeader(t *testing.T) {
 	etcd := etcdtest.Start(t)
-	ctx := ctxT(t, 60*time.Second)
+	ctx := ctxT(t, 120*time.Second)
 	mcfg := master.Config{EnableHA: true, EtcdEndpoints: []string{etcd.Endpoint()}, ClusterID: "ha_client",
-		MasterViewLeaseTTL: 2 * time.Second}
+		MasterViewLeaseTTL: 8 * time.Second}
 	m1 := startMaster(t, mcfg)
-	deadline := time.Now().Add(10 * time.Second)
+	// The first election took more than 10 s once at load 40 (etcd and
+	// the master starting under -race beside the stress runs).
+	deadline := time.Now().Add(45 * time.Second)
 	for m1.Role() != master.RoleLeader {
 		assert.Assert(t, time.Now().Before(deadline), "m1 not leader")
 		time.Sleep(20 * time.Millisecond)

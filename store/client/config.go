@@ -129,6 +129,14 @@ type Config struct {
 	NoPutGrants bool
 	// RPCTimeout bounds one master call (default 10 s; MC_RPC_TIMEOUT_MS).
 	RPCTimeout time.Duration
+	// MasterStallTimeout is the floor of the liveness bound of the mux
+	// connection to the master: a connection on which requests have waited
+	// this long with no answer arriving is taken for dead, and the calls
+	// in flight fail (the next call dials again). The bound rises above it
+	// to 4 times the longest answerless wait the client saw end in an
+	// answer (a slow, loaded machine raises it by itself), up to a minute.
+	// Zero means wire.DefaultMuxStall (5 s); KVFERRY_STORE_MASTER_STALL_MS.
+	MasterStallTimeout time.Duration
 	// PingInterval is the heartbeat period (default 1 s).
 	PingInterval time.Duration
 	// PingFailures is the number of consecutive failed heartbeats after
@@ -221,6 +229,9 @@ func (c Config) withDefaults() Config {
 	if c.TenantID == "" {
 		c.TenantID = wire.DefaultTenant
 	}
+	if c.MasterStallTimeout == 0 {
+		c.MasterStallTimeout = wire.DefaultMuxStall
+	}
 	return c
 }
 
@@ -228,7 +239,7 @@ func (c Config) withDefaults() Config {
 func (c Config) Validate() error {
 	c = c.withDefaults()
 	switch {
-	case c.RPCTimeout < 0 || c.PingInterval < 0:
+	case c.RPCTimeout < 0 || c.PingInterval < 0 || c.MasterStallTimeout < 0:
 		return errors.New("store client config: negative timeout")
 	case c.PingFailures < 0:
 		return errors.New("store client config: negative PingFailures")
@@ -257,7 +268,7 @@ func (c Config) String() string {
 	c = c.withDefaults()
 	return fmt.Sprintf("local_hostname=%s metadata=%s global_segment_size=%d lazy_segment=%v huge_pages=%v "+
 		"local_buffer_size=%d no_local_buffer=%v "+
-		"protocol=%s master=%q master_rpc=%s put_grants=%v cluster_id=%s tenant_id=%q rpc_timeout=%v ping_interval=%v",
+		"protocol=%s master=%q master_rpc=%s put_grants=%v cluster_id=%s tenant_id=%q rpc_timeout=%v ping_interval=%v master_stall=%v",
 		c.LocalHostname, connstr.Redact(c.MetadataServer), c.GlobalSegmentSize, c.LazySegment, !c.NoHugePages, c.LocalBufferSize, c.NoLocalBuffer,
-		c.Protocol, c.MasterServerAddr, c.MasterRPC, !c.NoPutGrants, c.ClusterID, c.TenantID, c.RPCTimeout, c.PingInterval)
+		c.Protocol, c.MasterServerAddr, c.MasterRPC, !c.NoPutGrants, c.ClusterID, c.TenantID, c.RPCTimeout, c.PingInterval, c.MasterStallTimeout)
 }

@@ -120,6 +120,7 @@ func TestAsStatusError(t *testing.T) {
 type fakeMaster struct {
 	UnimplementedMasterServer
 	block   chan struct{} // ExistKey of "block" waits for it
+	slow    chan struct{} // ExistKey of "slow" waits for one value of it
 	pings   atomic.Int64
 	started chan struct{} // gets a value when ExistKey("block") starts
 }
@@ -136,6 +137,9 @@ func (f *fakeMaster) ExistKey(_ context.Context, req *KeyRequest) (*ExistKeyResp
 			f.started <- struct{}{}
 			<-f.block
 		}
+	case "slow":
+		f.started <- struct{}{}
+		<-f.slow
 	case "missing":
 		return nil, fmt.Errorf("exist %q: %w", req.GetKey(), ErrObjectNotFound)
 	case "status":
@@ -165,7 +169,7 @@ func startMuxServer(t *testing.T, addr string) *muxServer {
 	t.Helper()
 	lis, err := net.Listen("tcp", addr)
 	assert.NilError(t, err)
-	s := &muxServer{lis: lis, f: &fakeMaster{block: make(chan struct{}), started: make(chan struct{}, 16)}}
+	s := &muxServer{lis: lis, f: &fakeMaster{block: make(chan struct{}), slow: make(chan struct{}), started: make(chan struct{}, 16)}}
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -596,9 +600,9 @@ func TestMuxSlowAnswerKeepsConnection(t *testing.T) {
 	}()
 	<-s.f.started
 	// Longer than a heartbeat's deadline (1 s at Mooncake's default
-	// interval), shorter than muxStall.
+	// interval), shorter than the stall bound.
 	wait := 1500 * time.Millisecond
-	assert.Assert(t, wait < muxStall)
+	assert.Assert(t, wait < DefaultMuxStall)
 	short, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	_, err := c.Ping(short, &PingRequest{ClientId: "x"})
@@ -615,13 +619,14 @@ func TestMuxSlowAnswerKeepsConnection(t *testing.T) {
 }
 
 // TestMuxStallTakesConnectionForDead: a connection on which requests wait
-// muxStall with no answer arriving is taken for dead, also when every
+// the stall bound with no answer arriving is taken for dead, also when every
 // call that gives up is a short one started after the wait began (only
 // heartbeats): the calls in flight fail with RPC_FAIL, and the next call
 // dials a new connection.
 func TestMuxStallTakesConnectionForDead(t *testing.T) {
 	s := startMuxServer(t, "127.0.0.1:0")
-	c := NewMuxClient(MuxClientConfig{Addr: s.addr()})
+	const muxStall = 3 * time.Second // the floor; the answers seen before are fast
+	c := NewMuxClient(MuxClientConfig{Addr: s.addr(), StallTimeout: muxStall})
 	defer c.Close()
 	ctx := ctxFor(t, 30*time.Second)
 	assert.NilError(t, c.Connect(ctx))
@@ -662,4 +667,110 @@ func TestMuxStallTakesConnectionForDead(t *testing.T) {
 	close(s.f.block)
 	_, err := c.Ping(ctx, &PingRequest{ClientId: "x"})
 	assert.NilError(t, err)
+}
+
+// TestStallRule: the liveness bound is the floor until a wait that ended
+// in an answer says the master can be slower; then stallFactor times that
+// wait, capped; the wait's weight halves every stallMemory after the first.
+func TestStallRule(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	for _, tc := range []struct {
+		name  string
+		floor time.Duration
+		waits []time.Duration // observed at t0, t0+1s, ...
+		at    time.Duration   // bound asked at t0+at
+		want  time.Duration
+	}{
+		{name: "nothing seen", floor: 5 * time.Second, want: 5 * time.Second},
+		{name: "fast answers", floor: 5 * time.Second, waits: []time.Duration{50 * time.Microsecond, time.Millisecond}, at: 2 * time.Second, want: 5 * time.Second},
+		{name: "one slow spell", floor: 5 * time.Second, waits: []time.Duration{time.Millisecond, 2 * time.Second, 10 * time.Millisecond}, at: 3 * time.Second, want: 8 * time.Second},
+		{name: "the longest counts", floor: time.Second, waits: []time.Duration{900 * time.Millisecond, 300 * time.Millisecond}, at: 2 * time.Second, want: 3600 * time.Millisecond},
+		{name: "capped", floor: 5 * time.Second, waits: []time.Duration{40 * time.Second}, at: time.Second, want: MaxMuxStall},
+		{name: "a floor above the cap", floor: 2 * time.Minute, waits: []time.Duration{time.Minute}, at: time.Second, want: 2 * time.Minute},
+		{name: "halved after stallMemory", floor: time.Second, waits: []time.Duration{2 * time.Second}, at: stallMemory + time.Second, want: 4 * time.Second},
+		{name: "quartered after two", floor: time.Second, waits: []time.Duration{2 * time.Second}, at: 2*stallMemory + time.Second, want: 2 * time.Second},
+		{name: "forgotten", floor: time.Second, waits: []time.Duration{2 * time.Second}, at: 10 * stallMemory, want: time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := stallRule{floor: tc.floor}
+			for i, w := range tc.waits {
+				r.observe(w, t0.Add(time.Duration(i)*time.Second))
+			}
+			assert.Equal(t, r.bound(t0.Add(tc.at)), tc.want)
+		})
+	}
+	// A wait seen after the longest faded replaces it.
+	r := stallRule{floor: time.Second}
+	r.observe(2*time.Second, t0)
+	later := t0.Add(3 * stallMemory) // 2 s weighs 250 ms now
+	r.observe(500*time.Millisecond, later)
+	assert.Equal(t, r.bound(later), 2*time.Second)
+	assert.Equal(t, r.bound(later.Add(stallMemory+time.Second)), time.Second)
+}
+
+// TestMuxStallBoundAdapts: once a master was seen to take a while to
+// answer (the machine is loaded), a later answerless wait of that length
+// no longer takes the connection for dead, while the floor alone would:
+// the soak's "no answer for 1.008s" on a loaded 2-core machine, with the
+// floor scaled down to keep the test short.
+func TestMuxStallBoundAdapts(t *testing.T) {
+	s := startMuxServer(t, "127.0.0.1:0")
+	const floor = 200 * time.Millisecond
+	const spell = 3 * floor // how long the master is slow, each time
+	c := NewMuxClient(MuxClientConfig{Addr: s.addr(), StallTimeout: floor})
+	defer c.Close()
+	ctx := ctxFor(t, 30*time.Second)
+	assert.NilError(t, c.Connect(ctx))
+	session, _ := c.Session()
+
+	// slowCall runs ExistKey("slow"), which the master answers a spell
+	// after it starts.
+	slowCall := func() chan error {
+		done := make(chan error, 1)
+		go func() {
+			_, err := c.ExistKey(ctx, &KeyRequest{Key: "slow"})
+			done <- err
+		}()
+		select {
+		case <-s.f.started:
+		case <-ctx.Done():
+			t.Fatal("the slow call never reached the master")
+		}
+		time.AfterFunc(spell, func() { s.f.slow <- struct{}{} })
+		return done
+	}
+
+	// First slow spell: nothing gives up meanwhile, the answer comes.
+	assert.NilError(t, <-slowCall())
+	bound := c.stall.bound(time.Now())
+	assert.Assert(t, bound >= stallFactor*spell, "bound %v after a %v wait", bound, spell)
+
+	// Second: heartbeats with short deadlines give up while the master is
+	// slow again, each past the floor; the connection lives on.
+	done := slowCall()
+	var lerr error
+	for answered := false; !answered; {
+		short, cancel := context.WithTimeout(ctx, floor/2)
+		_, err := c.Ping(short, &PingRequest{ClientId: "x"})
+		cancel()
+		if err == nil {
+			// Answered after the slow call (the master serves in order):
+			// its answer is on the way.
+			select {
+			case lerr = <-done:
+			case <-ctx.Done():
+				t.Fatal("a ping was answered, the slow call before it never")
+			}
+			break
+		}
+		select {
+		case lerr = <-done:
+			answered = true
+		default:
+		}
+	}
+	assert.NilError(t, lerr)
+	now, up := c.Session()
+	assert.Assert(t, up)
+	assert.Equal(t, now, session, "the connection was taken for dead")
 }

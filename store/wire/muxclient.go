@@ -27,14 +27,29 @@ import (
 const (
 	// DefaultMuxDialTimeout bounds a connection attempt, hello included.
 	DefaultMuxDialTimeout = 2 * time.Second
-	// muxStall is how long a connection may go without any answer arriving
-	// while requests wait on it before a call that gives up takes it for
-	// dead (failing the calls in flight; the next call dials a new one). It
-	// is counted from the first request sent after the last answer, not
-	// from the call giving up: a master slow to answer one short-deadline
-	// call (the heartbeat's Ping) must not fail the others, and a
-	// connection that only heartbeats still reaches it.
-	muxStall = 3 * time.Second
+	// DefaultMuxStall is the least time a connection may go without any
+	// answer arriving while requests wait on it before a call that gives
+	// up takes it for dead (failing the calls in flight; the next call
+	// dials a new one): MuxClientConfig.StallTimeout's default. It is
+	// counted from the first request sent after the last answer, not from
+	// the call giving up: a master slow to answer one short-deadline call
+	// (the heartbeat's Ping) must not fail the others, and a connection
+	// that only heartbeats still reaches it. The bound in force grows past
+	// it with the waits the client has seen end in an answer (stallRule).
+	// A 2-core machine at load 10-30 held a live master's answers back
+	// for up to about 1 s (the soak's "no answer for 1.008s" under the
+	// old 1 s rule); 5 s leaves room on top of that.
+	DefaultMuxStall = 5 * time.Second
+	// MaxMuxStall caps the bound the observed waits can raise it to.
+	MaxMuxStall = time.Minute
+	// stallFactor times the longest answerless wait that ended in an
+	// answer is how long a wait may last before the connection is taken
+	// for dead (when that is above the floor).
+	stallFactor = 4
+	// stallMemory is how long an observed wait counts in full; after that
+	// its weight halves every stallMemory, so a passing slow spell does not
+	// hold the bound up for ever.
+	stallMemory = 2 * time.Minute
 	// Buffers larger than this go back to the garbage collector, not to the
 	// pool.
 	muxPoolMaxBytes = 1 << 20
@@ -62,6 +77,55 @@ type MuxClientConfig struct {
 	// value). Without TLS only. The poll offers its CPU to other threads
 	// between reads (spin.ReadingShared): see newMuxConn.
 	SpinWait time.Duration
+	// StallTimeout is the floor of the bound after which a connection on
+	// which requests wait with no answer arriving is taken for dead
+	// (stallRule: the bound is stallFactor times the longest such wait
+	// seen to end in an answer, when that is more, up to MaxMuxStall).
+	// Zero means DefaultMuxStall.
+	StallTimeout time.Duration
+}
+
+// stallRule is the liveness bound of a client's master connections: a
+// connection whose requests have waited bound() with no answer arriving is
+// dead. The bound is the configured floor, or stallFactor times the
+// longest wait that did end in an answer (the slowest a live master was
+// seen to be, at the load this machine has), whichever is more, capped by
+// MaxMuxStall. That wait counts in full for stallMemory and half as much
+// for each stallMemory after. Only the goroutine holding a connection's
+// reader role observes (one at a time); bound is safe from any goroutine.
+type stallRule struct {
+	floor time.Duration
+	// longest is the longest observed wait (ns), at when it was seen
+	// (Unix ns).
+	longest, at atomic.Int64
+}
+
+// recent is the weight the longest wait has at now: itself within
+// stallMemory, halved for every stallMemory after.
+func (r *stallRule) recent(now time.Time) time.Duration {
+	d, at := time.Duration(r.longest.Load()), r.at.Load()
+	if age := now.UnixNano() - at; age > int64(stallMemory) {
+		halvings := age / int64(stallMemory)
+		if halvings >= 63 {
+			return 0
+		}
+		d >>= halvings
+	}
+	return d
+}
+
+// observe records a wait of d that ended in an answer at now.
+func (r *stallRule) observe(d time.Duration, now time.Time) {
+	if d > r.recent(now) {
+		r.longest.Store(int64(d))
+		r.at.Store(now.UnixNano())
+	}
+}
+
+// bound is how long requests may wait answerless at now.
+func (r *stallRule) bound(now time.Time) time.Duration {
+	b := max(r.floor, stallFactor*r.recent(now))
+	return min(b, max(MaxMuxStall, r.floor))
 }
 
 // MuxClient is a MasterClient over the mux protocol: every call of the
@@ -77,6 +141,9 @@ type MuxClientConfig struct {
 // Close every call fails with RPC_FAIL.
 type MuxClient struct {
 	cfg MuxClientConfig
+	// stall is the liveness bound shared by the client's connections, so
+	// what one saw outlives it.
+	stall stallRule
 	// sessions numbers the connections (Session).
 	sessions atomic.Uint64
 
@@ -96,7 +163,12 @@ func NewMuxClient(cfg MuxClientConfig) *MuxClient {
 	if cfg.DialTimeout <= 0 {
 		cfg.DialTimeout = DefaultMuxDialTimeout
 	}
-	return &MuxClient{cfg: cfg}
+	if cfg.StallTimeout <= 0 {
+		cfg.StallTimeout = DefaultMuxStall
+	}
+	c := &MuxClient{cfg: cfg}
+	c.stall.floor = cfg.StallTimeout
+	return c
 }
 
 // Addr returns the master address.
@@ -248,6 +320,7 @@ func (c *MuxClient) dial(ctx context.Context) (*muxConn, error) {
 	}
 	_ = conn.SetDeadline(time.Time{})
 	mc := newMuxConn(conn, c.cfg.Addr, c.cfg.SpinWait)
+	mc.stall = &c.stall
 	mc.session = c.sessions.Add(1)
 	return mc, nil
 }
@@ -302,6 +375,9 @@ type muxConn struct {
 	// (Unix ns): with silentSince > lastRead the connection has been
 	// waiting, answerless, since then (noteSent, stalled).
 	silentSince atomic.Int64
+	// stall is the client's liveness bound (MuxClient.stall); nil: the
+	// default floor alone.
+	stall *stallRule
 	// tok holds the reader role: receive it to read, send it back after.
 	tok chan struct{}
 	// w coalesces concurrent requests: while one caller writes, the others
@@ -479,7 +555,11 @@ func (mc *muxConn) readFor(ctx context.Context, id uint32, p *muxPending, deadli
 		if err != nil {
 			return false, err
 		}
-		mc.lastRead.Store(time.Now().UnixNano())
+		now := time.Now()
+		if since := mc.silentSince.Load(); since > mc.lastRead.Load() && mc.stall != nil {
+			mc.stall.observe(now.Sub(time.Unix(0, since)), now)
+		}
+		mc.lastRead.Store(now.UnixNano())
 		mc.mu.Lock()
 		q := mc.mu.pending[h.ID]
 		delete(mc.mu.pending, h.ID)
@@ -697,14 +777,15 @@ func (call *MuxCall) wait(out proto.Message) error {
 
 // giveUp ends a call whose ctx is done: it returns the ctx error, or nil
 // when the answer came meanwhile (then it is in p). A connection on which
-// requests waited muxStall with no answer arriving is taken for dead.
+// requests waited the stall bound (stallRule) with no answer arriving is
+// taken for dead.
 func (c *MuxClient) giveUp(ctx context.Context, mc *muxConn, id uint32, p *muxPending, m MuxMethod) error {
 	if !mc.forget(id) {
 		<-p.done // answered meanwhile by another goroutine
 		return nil
 	}
-	if d, ok := mc.stalled(time.Now()); ok {
-		mc.fail(fmt.Errorf("no answer for %v", d.Round(time.Millisecond)))
+	if d, bound, ok := mc.stalled(time.Now()); ok {
+		mc.fail(fmt.Errorf("no answer for %v (bound %v)", d.Round(time.Millisecond), bound.Round(time.Millisecond)))
 	}
 	pendingPool.Put(p)
 	if ctx.Err() == nil { // the read deadline passed before ctx noticed
@@ -729,14 +810,18 @@ func (mc *muxConn) noteSent(t time.Time) {
 }
 
 // stalled reports how long requests have waited on the connection with no
-// answer arriving, and whether that is muxStall or more.
-func (mc *muxConn) stalled(now time.Time) (time.Duration, bool) {
+// answer arriving, the bound in force, and whether the wait reached it.
+func (mc *muxConn) stalled(now time.Time) (time.Duration, time.Duration, bool) {
+	bound := DefaultMuxStall
+	if mc.stall != nil {
+		bound = mc.stall.bound(now)
+	}
 	since := mc.silentSince.Load()
 	if since <= mc.lastRead.Load() {
-		return 0, false
+		return 0, bound, false
 	}
 	d := now.Sub(time.Unix(0, since))
-	return d, d >= muxStall
+	return d, bound, d >= bound
 }
 
 // Ping calls Master.Ping.

@@ -123,35 +123,64 @@ func rawGet(t *testing.T, cli *clientv3.Client, key string) (string, int64, bool
 	return string(resp.Kvs[0].Value), resp.Kvs[0].Lease, true
 }
 
+// mustGet reads key from etcd directly: its value and lease, or ok false
+// when it does not exist. Unlike rawGet, a failed read fails the test
+// rather than reading as a missing key.
+func mustGet(t *testing.T, cli *clientv3.Client, key string) (string, int64, bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	resp, err := cli.Get(ctx, key)
+	assert.NilError(t, err, "read %q from etcd", key)
+	if len(resp.Kvs) == 0 {
+		return "", 0, false
+	}
+	return string(resp.Kvs[0].Value), resp.Kvs[0].Lease, true
+}
+
+// TestKV: get, put under the KV's lease, delete, and Close revoking the
+// lease. It checks results, not speed: every call has a generous deadline
+// (with newKV's 2 s a loaded machine failed a call or the revoke, so a
+// key outlived Close until its TTL: flaky under load), reads fail the
+// test instead of reading as "missing", and the key's lease is compared
+// with the KV's once the two agree (a lease the KV lost under load and
+// replaced moves the key to the new one).
 func TestKV(t *testing.T) {
 	srv := etcdtest.Start(t)
-	kv := newKV(t, srv.Endpoint(), 5*time.Second)
+	kv, err := etcd.New(context.Background(), etcd.Config{Endpoints: []string{srv.Endpoint()}, LeaseTTL: 5 * time.Second,
+		OpTimeout: 20 * time.Second, DialTimeout: 20 * time.Second})
+	assert.NilError(t, err)
+	t.Cleanup(func() { kv.Close() })
 	cli := rawClient(t, srv.Endpoint())
 	ctx := context.Background()
 
-	_, err := kv.Get(ctx, "mooncake/ram/a")
+	_, err = kv.Get(ctx, "mooncake/ram/a")
 	assert.Assert(t, errors.Is(err, metadata.ErrNotFound), "got %v", err)
 	assert.NilError(t, kv.Put(ctx, "mooncake/ram/a", []byte(`{"a":1}`)))
 	v, err := kv.Get(ctx, "mooncake/ram/a")
 	assert.NilError(t, err)
 	assert.Equal(t, string(v), `{"a":1}`)
 
-	val, lease, ok := rawGet(t, cli, "mooncake/ram/a")
+	val, _, ok := mustGet(t, cli, "mooncake/ram/a")
 	assert.Assert(t, ok)
 	assert.Equal(t, val, `{"a":1}`)
-	assert.Equal(t, lease, kv.Metrics().Lease, "key not under the KV's lease")
+	waitFor(t, 20*time.Second, "key under the KV's lease", func() bool {
+		_, lease, ok := mustGet(t, cli, "mooncake/ram/a")
+		assert.Assert(t, ok, "key vanished")
+		return lease == kv.Metrics().Lease
+	})
 
 	assert.NilError(t, kv.Delete(ctx, "mooncake/ram/a"))
 	assert.NilError(t, kv.Delete(ctx, "mooncake/ram/a"))
-	_, _, ok = rawGet(t, cli, "mooncake/ram/a")
+	_, _, ok = mustGet(t, cli, "mooncake/ram/a")
 	assert.Assert(t, !ok)
 
 	// Close revokes the lease: the keys vanish at once.
 	assert.NilError(t, kv.Put(ctx, "mooncake/ram/b", []byte(`1`)))
 	assert.NilError(t, kv.Close())
 	assert.NilError(t, kv.Close())
-	_, _, ok = rawGet(t, cli, "mooncake/ram/b")
-	assert.Assert(t, !ok)
+	_, _, ok = mustGet(t, cli, "mooncake/ram/b")
+	assert.Assert(t, !ok, "key outlived Close (lease not revoked)")
 	assert.Assert(t, errors.Is(kv.Put(ctx, "k", nil), metadata.ErrClosed))
 	_, err = kv.Get(ctx, "k")
 	assert.Assert(t, errors.Is(err, metadata.ErrClosed))
