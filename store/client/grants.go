@@ -67,6 +67,7 @@ type clientGrant struct {
 	free                     []extentAbs // sorted by addr, never adjacent
 	inflight                 int         // puts writing into it now
 	retired                  bool        // nothing more goes in; returned when inflight is 0
+	unmounted                bool        // its segment is being unmounted: no put may write into it
 	lastUse                  time.Time
 }
 
@@ -234,6 +235,44 @@ func (p *grantPool) retireAll() {
 	p.retireAllLocked()
 }
 
+// retireSegment retires the grants in segment segID, which this client is
+// unmounting, so that no put writes into them any more (writeDeadline
+// refuses them), and returns how many puts are still writing into them.
+func (p *grantPool) retireSegment(segID string) (writing int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, g := range p.mu.grants {
+		if g.segID == segID {
+			g.retired, g.unmounted = true, true
+			writing += g.inflight
+		}
+	}
+	return writing
+}
+
+// waitSegmentIdle waits until no put writes into a grant of segment segID
+// (retireSegment called before), or ctx ends.
+func (p *grantPool) waitSegmentIdle(ctx context.Context, segID string) error {
+	for {
+		p.mu.Lock()
+		writing := 0
+		for _, g := range p.mu.grants {
+			if g.segID == segID {
+				writing += g.inflight
+			}
+		}
+		p.mu.Unlock()
+		if writing == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%d puts still writing into segment %s: %w", writing, segID, ctx.Err())
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
+
 // reserve places n replicas of size bytes in grants on distinct segment
 // names; false when the grants cannot take them now. Only grants of the
 // pool's current session and generation are used (a grant of an older
@@ -294,6 +333,9 @@ func (p *grantPool) writeDeadline(mc *masterConn, slots []slot) (time.Time, erro
 			p.mu.session, id, ok, errGrantLapsed)
 	}
 	for _, s := range slots {
+		if s.g.unmounted {
+			return time.Time{}, fmt.Errorf("grant %d: segment %s is being unmounted: %w", s.g.id, s.g.segID, errGrantLapsed)
+		}
 		if s.g.session != id || s.g.gen != p.mu.gen {
 			return time.Time{}, fmt.Errorf("grant %d of generation %d, session %d; now %d, %d: %w",
 				s.g.id, s.g.gen, s.g.session, p.mu.gen, id, errGrantLapsed)

@@ -110,6 +110,42 @@ func TestWriteDeadline(t *testing.T) {
 	assert.Assert(t, errors.Is(err, errGrantLapsed), "%v", err)
 }
 
+// TestUnmountRetiresSegmentGrants: a segment being unmounted takes its
+// put grants out of use at once: no put places a replica in them, a put
+// that holds slots in them may not write any more, and the unmount waits
+// for the puts writing into them before the memory goes (a grant put
+// copies into its own segment with no engine pin; it once wrote into an
+// unmapped segment: TestMountedSegments, -race -count=8).
+func TestUnmountRetiresSegmentGrants(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	r := newGrantRig(t, master.Config{GrantLease: 3 * time.Second}, Config{})
+	assert.NilError(t, r.w.Put(ctx, "k", testPattern(1000, 1), ReplicateConfig{}))
+	p := &r.w.grants
+	slots, ok := p.reserve(r.mc, 1, 1000)
+	assert.Assert(t, ok)
+	seg := slots[0].g.segID
+	_, err := p.writeDeadline(r.mc, slots)
+	assert.NilError(t, err)
+
+	assert.Equal(t, p.retireSegment(seg), 1, "one put writes into the segment")
+	_, err = p.writeDeadline(r.mc, slots)
+	assert.Assert(t, errors.Is(err, errGrantLapsed), "%v", err)
+	if other, ok := p.reserve(r.mc, 1, 1000); ok { // a grant in another segment may take it
+		assert.Assert(t, other[0].g.segID != seg, "a retired segment's grants take no replica")
+		p.done(other, slotGiveBack)
+	}
+
+	short, cancelShort := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancelShort()
+	assert.Assert(t, errors.Is(p.waitSegmentIdle(short, seg), context.DeadlineExceeded))
+	waited := make(chan error, 1)
+	go func() { waited <- p.waitSegmentIdle(ctx, seg) }()
+	p.done(slots, slotRetire)
+	assert.NilError(t, <-waited)
+	assert.Equal(t, p.retireSegment(seg), 0)
+}
+
 // TestWriteReplicasChecksEachChunk: a bounded write checks its bound
 // before every transfer submission, so a bound that fails between two
 // staging chunks stops the write after the chunk already sent; and every

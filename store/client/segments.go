@@ -166,6 +166,11 @@ func (c *Client) UnmountSegment(ctx context.Context, id string, kind SegmentKind
 	if !ok {
 		return fmt.Errorf("unmount segment %q: %w", id, ErrNotMounted)
 	}
+	// Put grants in the segment: no put places or writes anything in them
+	// any more, and the puts writing into them now finish before the
+	// memory goes (a grant put copies into its own segment directly, with
+	// no engine pin to wait for).
+	c.grants.retireSegment(id)
 	err = c.unmountAtMaster(ctx, mc, id, grace)
 	c.segMu.Lock()
 	if err != nil {
@@ -178,6 +183,10 @@ func (c *Client) UnmountSegment(ctx context.Context, id string, kind SegmentKind
 	c.segMu.Unlock()
 	if err != nil {
 		return err
+	}
+	if werr := c.grants.waitSegmentIdle(ctx, id); werr != nil {
+		c.log.Warn("segment unmounted but puts still write into it; it is not unmapped", "segment", c.segName, "id", id, "err", werr)
+		return fmt.Errorf("unmount segment %q: %w", id, werr)
 	}
 	// Transfers and tasks still using the memory hold the engine's pin;
 	// the unregistration waits for them before the memory goes.
