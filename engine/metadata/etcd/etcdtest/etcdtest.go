@@ -25,6 +25,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/kvferry/kvferry/internal/etcddial"
+	"github.com/kvferry/kvferry/internal/testutil"
 )
 
 // DefaultBinary is where Debian's etcd-server package installs etcd.
@@ -33,26 +34,13 @@ const DefaultBinary = "/usr/bin/etcd"
 // startTimeout bounds waiting for a started etcd to report healthy.
 const startTimeout = 20 * time.Second
 
-// Binary returns the etcd binary to use: DefaultBinary, or else "etcd"
-// found on PATH.
-func Binary() string {
-	if _, err := os.Stat(DefaultBinary); err == nil {
-		return DefaultBinary
-	}
-	if p, err := exec.LookPath("etcd"); err == nil {
-		return p
-	}
-	return DefaultBinary
-}
+// Binary returns the etcd binary to use: DefaultBinary, or else
+// "etcd" found on PATH.
+func Binary() string { return testutil.Binary(DefaultBinary, "etcd") }
 
 // SkipIfAbsent skips t when the etcd binary does not exist; any other
 // problem is left to fail the test.
-func SkipIfAbsent(t testing.TB) {
-	t.Helper()
-	if _, err := os.Stat(Binary()); errors.Is(err, os.ErrNotExist) {
-		t.Skipf("etcd binary %s absent (install Debian package etcd-server)", Binary())
-	}
-}
+func SkipIfAbsent(t testing.TB) { testutil.SkipIfAbsent(t, Binary(), "etcd-server") }
 
 // Server is one etcd process (and its restarts).
 type Server struct {

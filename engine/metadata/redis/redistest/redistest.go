@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/kvferry/kvferry/engine/tlsconf"
+	"github.com/kvferry/kvferry/internal/testutil"
 )
 
 // DefaultBinary is where Debian's redis-server package installs the server.
@@ -40,24 +41,11 @@ const startTimeout = 20 * time.Second
 
 // Binary returns the redis-server binary to use: DefaultBinary, or else
 // "redis-server" found on PATH.
-func Binary() string {
-	if _, err := os.Stat(DefaultBinary); err == nil {
-		return DefaultBinary
-	}
-	if p, err := exec.LookPath("redis-server"); err == nil {
-		return p
-	}
-	return DefaultBinary
-}
+func Binary() string { return testutil.Binary(DefaultBinary, "redis-server") }
 
-// SkipIfAbsent skips t when the redis-server binary does not exist; any
-// other problem is left to fail the test.
-func SkipIfAbsent(t testing.TB) {
-	t.Helper()
-	if _, err := os.Stat(Binary()); errors.Is(err, os.ErrNotExist) {
-		t.Skipf("redis-server binary %s absent (install Debian package redis-server)", Binary())
-	}
-}
+// SkipIfAbsent skips t when the redis-server binary does not exist; any other
+// problem is left to fail the test.
+func SkipIfAbsent(t testing.TB) { testutil.SkipIfAbsent(t, Binary(), "redis-server") }
 
 // Options configures Start. The zero value works.
 type Options struct {
