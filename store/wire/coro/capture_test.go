@@ -51,7 +51,6 @@ func TestCaptureProxy(t *testing.T) {
 	var (
 		mu    sync.Mutex
 		n     int
-		names = map[uint32]string{} // seq -> method, per proxy (seqs are per client connection)
 		wg    sync.WaitGroup
 	)
 	save := func(kind, method string, frame []byte) {
@@ -68,6 +67,7 @@ func TestCaptureProxy(t *testing.T) {
 		}
 		up, err := net.Dial("tcp", *captureTarget)
 		assert.NilError(t, err)
+		names := map[uint32]string{} // seq -> method; seqs count per connection
 		wg.Add(2)
 		go func() { // client -> master: requests
 			defer wg.Done()
@@ -123,7 +123,7 @@ func TestCaptureProxy(t *testing.T) {
 // modelled methods and the others MasterClient may send.
 var capturedNames = []string{"CalcCacheStats", "BatchQueryIp", "BatchReplicaClear",
 	"QuerySegmentStatus", "QuerySegmentStatusById", "MountLocalDiskSegment", "UnmountLocalDiskSegment",
-	"PollRemoveAll", "EvictDiskReplica", "BatchEvictDiskReplica", "OffloadObjectHeartbeat", "ReportSsdCapacity"}
+	"PollRemoveAll", "FetchTasks", "EvictDiskReplica", "BatchEvictDiskReplica", "OffloadObjectHeartbeat", "ReportSsdCapacity"}
 
 // methodNameOf names any master function id the proxy may see.
 func methodNameOf(id uint32) (string, bool) {
