@@ -49,9 +49,9 @@ func TestCaptureProxy(t *testing.T) {
 	time.AfterFunc(*captureFor, func() { lis.Close() })
 
 	var (
-		mu    sync.Mutex
-		n     int
-		wg    sync.WaitGroup
+		mu sync.Mutex
+		n  int
+		wg sync.WaitGroup
 	)
 	save := func(kind, method string, frame []byte) {
 		mu.Lock()
