@@ -190,6 +190,31 @@ func Marshal[T any](c Codec[T], v *T) []byte {
 
 // AppendMarshal appends the message Marshal would return to dst.
 func AppendMarshal[T any](dst []byte, c Codec[T], v *T) []byte {
+	return appendMarshal(dst, c, v, false)
+}
+
+// MarshalWithLiteral encodes v as a build of struct_pack without NDEBUG
+// does: the metainfo byte always present, with its type-literal bit, and
+// the type literal and a NUL after it, then the body. Mooncake's own CMake
+// Release build drops NDEBUG, so mooncake_master and its clients send
+// every message in this form (testdata/mooncake in store/wire/coro).
+func MarshalWithLiteral[T any](c Codec[T], v *T) []byte {
+	return appendMarshal(nil, c, v, true)
+}
+
+// AppendMarshalWithLiteral appends the message MarshalWithLiteral would
+// return to dst.
+func AppendMarshalWithLiteral[T any](dst []byte, c Codec[T], v *T) []byte {
+	return appendMarshal(dst, c, v, true)
+}
+
+// HasLiteral reports whether a message carries its type literal (metainfo
+// bit 2), as a struct_pack build without NDEBUG writes it.
+func HasLiteral(b []byte) bool {
+	return len(b) > 4 && b[0]&1 != 0 && b[4]&metaTypeLiteral != 0
+}
+
+func appendMarshal[T any](dst []byte, c Codec[T], v *T, withLit bool) []byte {
 	m := Encoder{measure: true, width: 1}
 	c.enc(&m, v)
 	width, code := 1, byte(0)
@@ -203,19 +228,27 @@ func AppendMarshal[T any](dst []byte, c Codec[T], v *T) []byte {
 		width, code = 8, 3
 	}
 	total := 4 + m.size + m.nLens*(width-1)
-	if code != 0 {
+	if code != 0 || withLit {
 		total++
+	}
+	if withLit {
+		total += len(c.lit) + 1
 	}
 	e := Encoder{buf: dst, width: width}
 	if cap(e.buf)-len(e.buf) < total {
 		e.buf = append(make([]byte, 0, len(dst)+total), dst...)
 	}
 	hash := c.hash
-	if code != 0 {
+	if code != 0 || withLit {
 		hash |= 1
 	}
 	e.buf = binary.LittleEndian.AppendUint32(e.buf, hash)
-	if code != 0 {
+	switch {
+	case withLit:
+		e.buf = append(e.buf, code<<metaWidthShift|metaTypeLiteral)
+		e.buf = append(e.buf, c.lit...)
+		e.buf = append(e.buf, 0)
+	case code != 0:
 		e.buf = append(e.buf, code<<metaWidthShift)
 	}
 	c.enc(&e, v)

@@ -231,3 +231,30 @@ func TestDepthLimit(t *testing.T) {
 	_, err := Unmarshal(c, Marshal(c, &deep), Limits{})
 	assert.Assert(t, errors.Is(err, ErrMalformed))
 }
+
+// TestMarshalWithLiteral: the form a struct_pack build without NDEBUG
+// writes (Mooncake's Release build): the string mooncake_master sent as a
+// coro_rpc failure text (store/wire/coro/testdata/mooncake), and a message
+// with wide lengths, whose metainfo byte carries both.
+func TestMarshalWithLiteral(t *testing.T) {
+	msg := "the rpc function not registered"
+	want := append([]byte{0x77, 0xfa, 0xcf, 0x9d, 0x04, 0x80, 0x0c, 0x00, 0x1f}, msg...)
+	got := MarshalWithLiteral(String, &msg)
+	assert.DeepEqual(t, got, want)
+	assert.Assert(t, HasLiteral(got))
+	assert.Assert(t, !HasLiteral(Marshal(String, &msg)))
+	back, err := Unmarshal(String, got, Limits{})
+	assert.NilError(t, err)
+	assert.Equal(t, back, msg)
+
+	long := strings.Repeat("k", 300)
+	got = AppendMarshalWithLiteral([]byte{0xee}, String, &long)
+	assert.Equal(t, got[0], byte(0xee))
+	got = got[1:]
+	assert.Equal(t, got[4], byte(0x0c), "width code 1 and the literal bit")
+	assert.DeepEqual(t, got[5:8], []byte{0x80, 0x0c, 0x00})
+	assert.DeepEqual(t, got[8:10], []byte{0x2c, 0x01})
+	back, err = Unmarshal(String, got, Limits{})
+	assert.NilError(t, err)
+	assert.Equal(t, back, long)
+}
