@@ -36,6 +36,35 @@ func sessionClient(h *storeHandle) (*client.Client, error) {
 	return nil, fmt.Errorf("store is not set up: %w", wire.ErrInvalidParams)
 }
 
+// perKey runs one per-key call of an export over count keys: a bad
+// handle or count is storeErr; when the store has no client here or call
+// fails as a whole, every result is that error's code, else result i is
+// key i's.
+func perKey(h C.uintptr_t, keys **C.char, count C.size_t, results *C.int,
+	call func(c *client.Client, ks []string) ([]error, error)) C.int {
+	s, ok := lookupStore(h)
+	if !ok || count > maxBatch {
+		return storeErr
+	}
+	if count == 0 {
+		return 0
+	}
+	out := unsafe.Slice(results, int(count))
+	c, err := sessionClient(s)
+	var errs []error
+	if err == nil {
+		errs, err = call(c, goKeys(keys, count))
+	}
+	if err != nil {
+		fillInt(out, s.fail(err))
+		return 0
+	}
+	for i, err := range errs {
+		out[i] = C.int(s.fail(err))
+	}
+	return 0
+}
+
 // rangeLists converts the flat range arrays of count keys: key i owns
 // counts[i] consecutive entries of addrs, offsets and sizes. A total over
 // maxBatch is INVALID_PARAMS.
@@ -114,23 +143,9 @@ func kvf_store_get_into_ranges(h C.uintptr_t, keys **C.char, count C.size_t, add
 //export kvf_store_get_session_start
 func kvf_store_get_session_start(h C.uintptr_t, keys **C.char, count C.size_t, results *C.int) (rc C.int) {
 	defer recoverStoreInt(&rc)
-	s, ok := lookupStore(h)
-	if !ok || count > maxBatch {
-		return storeErr
-	}
-	if count == 0 {
-		return 0
-	}
-	out := unsafe.Slice(results, int(count))
-	c, err := sessionClient(s)
-	if err != nil {
-		fillInt(out, s.fail(err))
-		return 0
-	}
-	for i, err := range c.StartGetSession(context.Background(), goKeys(keys, count)) {
-		out[i] = C.int(s.fail(err))
-	}
-	return 0
+	return perKey(h, keys, count, results, func(c *client.Client, ks []string) ([]error, error) {
+		return c.StartGetSession(context.Background(), ks), nil
+	})
 }
 
 //export kvf_store_get_session_end
@@ -204,64 +219,32 @@ func kvf_store_put_session_ranges(h C.uintptr_t, keys **C.char, count C.size_t, 
 func kvf_store_put_session_start(h C.uintptr_t, keys **C.char, count C.size_t, sizes *C.uint64_t,
 	cfg *C.mooncake_replicate_config_t, groups **C.char, results *C.int) (rc C.int) {
 	defer recoverStoreInt(&rc)
-	s, ok := lookupStore(h)
-	if !ok || count > maxBatch {
-		return storeErr
-	}
-	if count == 0 {
-		return 0
-	}
-	out := unsafe.Slice(results, int(count))
-	c, err := sessionClient(s)
-	var rcfg client.ReplicateConfig
-	if err == nil {
-		rcfg, err = replicateConfig(cfg)
-	}
-	if err != nil {
-		fillInt(out, s.fail(err))
-		return 0
-	}
-	if groups != nil {
-		rcfg.GroupIDs = goKeys(groups, count)
-	}
-	ns := unsafe.Slice(sizes, int(count))
-	sz := make([]uint64, count)
-	for i := range sz {
-		sz[i] = uint64(ns[i])
-	}
-	for i, err := range c.StartPutSession(context.Background(), goKeys(keys, count), sz, rcfg) {
-		out[i] = C.int(s.fail(err))
-	}
-	return 0
+	return perKey(h, keys, count, results, func(c *client.Client, ks []string) ([]error, error) {
+		rcfg, err := replicateConfig(cfg)
+		if err != nil {
+			return nil, err
+		}
+		if groups != nil {
+			rcfg.GroupIDs = goKeys(groups, count)
+		}
+		ns := unsafe.Slice(sizes, int(count))
+		sz := make([]uint64, count)
+		for i := range sz {
+			sz[i] = uint64(ns[i])
+		}
+		return c.StartPutSession(context.Background(), ks, sz, rcfg), nil
+	})
 }
 
 //export kvf_store_put_session_finish
 func kvf_store_put_session_finish(h C.uintptr_t, keys **C.char, count C.size_t, revoke C.int, results *C.int) (rc C.int) {
 	defer recoverStoreInt(&rc)
-	s, ok := lookupStore(h)
-	if !ok || count > maxBatch {
-		return storeErr
-	}
-	if count == 0 {
-		return 0
-	}
-	out := unsafe.Slice(results, int(count))
-	c, err := sessionClient(s)
-	if err != nil {
-		fillInt(out, s.fail(err))
-		return 0
-	}
-	ks := goKeys(keys, count)
-	var errs []error
-	if revoke != 0 {
-		errs = c.RevokePutSession(context.Background(), ks)
-	} else {
-		errs = c.EndPutSession(context.Background(), ks)
-	}
-	for i, err := range errs {
-		out[i] = C.int(s.fail(err))
-	}
-	return 0
+	return perKey(h, keys, count, results, func(c *client.Client, ks []string) ([]error, error) {
+		if revoke != 0 {
+			return c.RevokePutSession(context.Background(), ks), nil
+		}
+		return c.EndPutSession(context.Background(), ks), nil
+	})
 }
 
 //export kvf_store_batch_replica_clear
