@@ -197,6 +197,23 @@ type batch struct {
 	// (Transfer, Await); slices submitted after it is set see it.
 	awaited atomic.Bool
 
+	// oneUsed is set by the submit that took one.
+	oneUsed atomic.Bool
+	// one is the storage of a batch's first submit when it is one request
+	// of one slice (batch-1, the common small case), so that it allocates
+	// nothing beyond the batch: its task, group and slice, and the first
+	// elements of mu.tasks and mu.pollers. It lives as long as the batch,
+	// so a transport that still holds the slice after completing it
+	// holds live memory.
+	one struct {
+		task    [1]task
+		group   [1]group
+		slice   [1]Slice
+		slices  [1]*Slice
+		tasks   [1]*task
+		pollers [1]Poller
+	}
+
 	mu struct {
 		sync.Mutex
 		tasks   []*task

@@ -1118,6 +1118,8 @@ func (e *Engine) AllocateBatch(capacity int) (BatchID, error) {
 		return 0, fmt.Errorf("allocate batch of %d: %w", capacity, ErrInvalidArgument)
 	}
 	b := &batch{capacity: capacity, e: e}
+	b.mu.tasks = b.one.tasks[:0:1]
+	b.mu.pollers = b.one.pollers[:0:1]
 	b.id = BatchID(e.nextBatch.Add(1))
 	e.batches.Lock()
 	e.batches.m[b.id] = b
@@ -1179,8 +1181,14 @@ func (e *Engine) submit(id BatchID, reqs []Request, n *Notification) error {
 		return fmt.Errorf("submit to batch %d: %w", id, ErrCanceled)
 	}
 	// Validate everything before adding anything.
-	tasks := make([]task, len(reqs))
+	var tasks []task
 	var groups []group
+	one := len(reqs) == 1 && b.oneUsed.CompareAndSwap(false, true)
+	if one {
+		tasks, groups = b.one.task[:], b.one.group[:0]
+	} else {
+		tasks = make([]task, len(reqs))
+	}
 	var routes []route      // transports chosen for (peer, memory kinds)
 	var probes []*pathProbe // by request: measuring the route taken (nil: none)
 	gidx := make([]int, len(reqs))
@@ -1312,7 +1320,13 @@ func (e *Engine) submit(id BatchID, reqs []Request, n *Notification) error {
 		total += n
 		npieces += p
 	}
-	slices := make([]Slice, total)
+	var slices []Slice
+	if one && total == 1 {
+		slices = b.one.slice[:]
+		groups[gidx[0]].slices = b.one.slices[:0]
+	} else {
+		slices = make([]Slice, total)
+	}
 	var arena []Piece
 	if npieces > 0 {
 		arena = make([]Piece, npieces)

@@ -65,6 +65,10 @@ type lane struct {
 		inline bool // the submitter writes (submit), not the writer goroutine
 		v1done []*engine.Slice
 		stager *cuda.Stager // stages WRITEs from device memory (gpu.go)
+		// spare is the backing of the queue last taken and written, its
+		// pointers cleared: the next take hands it to the queue, so that
+		// enqueueing allocates nothing in the steady state.
+		spare []*engine.Slice
 	}
 
 	mu struct {
@@ -109,11 +113,16 @@ func (l *lane) enqueue(ss []*engine.Slice) {
 	l.mu.Unlock()
 }
 
-func (l *lane) take() []*engine.Slice {
+// take returns what is queued, leaving spare (empty) as the queue's
+// backing; the caller holds l.w.
+func (l *lane) take(spare []*engine.Slice) []*engine.Slice {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	q := l.mu.queue
-	l.mu.queue = nil
+	if len(q) == 0 {
+		return nil
+	}
+	l.mu.queue = spare
 	return q
 }
 
@@ -617,10 +626,12 @@ func (l *lane) closeStager() {
 // drainLocked writes everything queued; the caller holds l.w.
 func (l *lane) drainLocked() {
 	for {
-		batch := l.take()
+		batch := l.take(l.w.spare[:0])
 		if len(batch) == 0 {
 			return
 		}
+		l.w.spare = nil // the queue's now
+		taken, written := batch, true
 		for len(batch) > 0 {
 			cs := l.w.cs
 			if cs != nil && cs.dead.Load() {
@@ -631,6 +642,7 @@ func (l *lane) drainLocked() {
 				var err error
 				if cs, err = l.dial(); err != nil {
 					l.t.log.Warn("tcp connect failed", "peer", l.peerName, "err", err)
+					written = false // reread and fail may keep batch
 					if errors.Is(err, ErrStaleIncarnation) {
 						l.reread(batch, err)
 						break
@@ -645,6 +657,10 @@ func (l *lane) drainLocked() {
 			chunk := batch[:min(len(batch), maxWriteBatch)]
 			batch = batch[len(chunk):]
 			l.writeChunk(cs, chunk)
+		}
+		if written && cap(taken) <= 4*maxWriteBatch {
+			clear(taken)
+			l.w.spare = taken[:0]
 		}
 	}
 }

@@ -139,7 +139,54 @@ type respBatch struct {
 	iov    net.Buffers
 	pins   []*engine.Region
 	bytes  int
-	stops  []func() bool // AfterFunc stops of the flush in progress
+	// wiov is the iovec header writeBuffers consumes, kept here so that a
+	// flush does not move one to the heap.
+	wiov net.Buffers
+	// watches are the regions whose unregistration cuts this connection's
+	// write (Region.Gone), each armed once and kept while the connection
+	// serves them: a flush arms nothing for a region already watched.
+	watches [respWatches]regionWatch
+	nextW   int // the slot replaced next when all are taken
+}
+
+// respWatches is how many regions a connection keeps watched.
+const respWatches = 4
+
+// regionWatch is one region's armed context.AfterFunc and its stop.
+type regionWatch struct {
+	r    *engine.Region
+	stop func() bool
+}
+
+// watch makes sure that r's unregistration sets c's write deadline in the
+// past. The caller has just set the flush's deadline: a region gone before
+// that is cut here, since its callback has already run.
+func (b *respBatch) watch(c net.Conn, r *engine.Region) {
+	for i := range b.watches {
+		if b.watches[i].r == r {
+			if r.Gone().Err() != nil {
+				_ = c.SetWriteDeadline(aLongTimeAgo)
+			}
+			return
+		}
+	}
+	w := &b.watches[b.nextW]
+	b.nextW = (b.nextW + 1) % respWatches
+	if w.stop != nil {
+		w.stop()
+	}
+	w.r = r
+	w.stop = context.AfterFunc(r.Gone(), func() { _ = c.SetWriteDeadline(aLongTimeAgo) })
+}
+
+// unwatch disarms every watch; the connection is done.
+func (b *respBatch) unwatch() {
+	for i := range b.watches {
+		if w := &b.watches[i]; w.stop != nil {
+			w.stop()
+			*w = regionWatch{}
+		}
+	}
 }
 
 func (b *respBatch) add(code uint32, payload []byte, pin *engine.Region) {
@@ -181,17 +228,13 @@ func (b *respBatch) flush(c net.Conn, timeout time.Duration) error {
 	var last *engine.Region
 	for _, p := range b.pins {
 		if p != last {
-			b.stops = append(b.stops, context.AfterFunc(p.Gone(), func() { _ = c.SetWriteDeadline(aLongTimeAgo) }))
+			b.watch(c, p)
 			last = p
 		}
 	}
-	iov := b.iov
-	_, err := writeBuffers(c, &iov)
-	for i, stop := range b.stops {
-		stop()
-		b.stops[i] = nil
-	}
-	b.stops = b.stops[:0]
+	b.wiov = b.iov
+	_, err := writeBuffers(c, &b.wiov)
+	b.wiov = nil
 	b.release()
 	clear(b.iov)
 	b.iov, b.nst, b.bytes = b.iov[:0], 0, 0
@@ -261,6 +304,7 @@ func (s *server) serveConn(c net.Conn, slot *netguard.Slot) {
 	timeout := s.t.cfg.StatusTimeout
 	out := &respBatch{iov: make(net.Buffers, 0, 2*respMaxRequests), pins: make([]*engine.Region, 0, respMaxRequests)}
 	defer out.release()
+	defer out.unwatch()
 	var st *cuda.Stager // stages requests on device memory (gpu.go)
 	defer func() {
 		if st != nil {

@@ -1,0 +1,78 @@
+package engine_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"gotest.tools/v3/assert"
+
+	"github.com/kvferry/kvferry/engine"
+	"github.com/kvferry/kvferry/engine/stack"
+	"github.com/kvferry/kvferry/internal/cmem"
+)
+
+// tcpPair4K is two engines of this process joined over TCP loopback, with
+// one 4 KiB request of each direction ready to Transfer: the batch-1 path
+// whose steady state should allocate nothing on either side (issue 38).
+type tcpPair4K struct {
+	x     *engine.Engine
+	read  []engine.Request
+	write []engine.Request
+}
+
+func newTCPPair4K(tb testing.TB) *tcpPair4K {
+	tb.Helper()
+	mk := func() *engine.Engine {
+		e, err := stack.New(context.Background(), stack.Config{Engine: engine.Config{LocalServerName: "127.0.0.1",
+			Transports: []string{"tcp"}, TransferTimeout: 10 * time.Second}})
+		assert.NilError(tb, err)
+		tb.Cleanup(func() { e.Close() })
+		return e
+	}
+	x, y := mk(), mk()
+	const n = 1 << 20
+	src, err := cmem.MapAnon(n)
+	assert.NilError(tb, err)
+	dst, err := cmem.MapAnon(n)
+	assert.NilError(tb, err)
+	tb.Cleanup(func() { src.Close(); dst.Close() })
+	assert.NilError(tb, x.RegisterMemory(src.Addr(), n, "cpu:0", true))
+	assert.NilError(tb, y.RegisterMemory(dst.Addr(), n, "cpu:0", true))
+	tb.Cleanup(func() { x.UnregisterMemory(src.Addr()); y.UnregisterMemory(dst.Addr()) })
+	seg, err := x.OpenSegment(context.Background(), y.SegmentName())
+	assert.NilError(tb, err)
+	assert.Equal(tb, x.ChooseTransport(seg), "tcp")
+	p := &tcpPair4K{x: x}
+	for _, op := range []engine.OpCode{engine.OpRead, engine.OpWrite} {
+		r := []engine.Request{{Op: op, Source: src.Addr(), Target: seg, TargetOffset: uint64(dst.Addr()), Length: 4096}}
+		if op == engine.OpRead {
+			p.read = r
+		} else {
+			p.write = r
+		}
+	}
+	return p
+}
+
+// BenchmarkTCPAllocs4K times one batch-1 4 KiB Transfer over TCP loopback
+// with allocations: -benchmem's B/op and allocs/op count both the
+// initiator and the target, which share this process.
+func BenchmarkTCPAllocs4K(b *testing.B) {
+	p := newTCPPair4K(b)
+	for _, c := range []struct {
+		name string
+		reqs []engine.Request
+	}{{"read", p.read}, {"write", p.write}} {
+		b.Run(c.name, func(b *testing.B) {
+			ctx := context.Background()
+			b.SetBytes(4096)
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := p.x.Transfer(ctx, c.reqs); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
