@@ -21,11 +21,13 @@ type tcpPair4K struct {
 	write []engine.Request
 }
 
-func newTCPPair4K(tb testing.TB) *tcpPair4K {
+// spin is the engines' SpinWait: 0 the default, negative never polling (a
+// wait parks at once: the path a loaded machine takes).
+func newTCPPair4K(tb testing.TB, spin time.Duration) *tcpPair4K {
 	tb.Helper()
 	mk := func() *engine.Engine {
 		e, err := stack.New(context.Background(), stack.Config{Engine: engine.Config{LocalServerName: "127.0.0.1",
-			Transports: []string{"tcp"}, TransferTimeout: 10 * time.Second}})
+			Transports: []string{"tcp"}, TransferTimeout: 10 * time.Second, SpinWait: spin}})
 		assert.NilError(tb, err)
 		tb.Cleanup(func() { e.Close() })
 		return e
@@ -59,17 +61,18 @@ func newTCPPair4K(tb testing.TB) *tcpPair4K {
 // with allocations: -benchmem's B/op and allocs/op count both the
 // initiator and the target, which share this process.
 func BenchmarkTCPAllocs4K(b *testing.B) {
-	p := newTCPPair4K(b)
+	p, park := newTCPPair4K(b, 0), newTCPPair4K(b, -1)
 	for _, c := range []struct {
 		name string
+		x    *engine.Engine
 		reqs []engine.Request
-	}{{"read", p.read}, {"write", p.write}} {
+	}{{"read", p.x, p.read}, {"write", p.x, p.write}, {"read-park", park.x, park.read}, {"write-park", park.x, park.write}} {
 		b.Run(c.name, func(b *testing.B) {
 			ctx := context.Background()
 			b.SetBytes(4096)
 			b.ReportAllocs()
 			for b.Loop() {
-				if err := p.x.Transfer(ctx, c.reqs); err != nil {
+				if err := c.x.Transfer(ctx, c.reqs); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -86,25 +89,27 @@ func BenchmarkTCPAllocs4K(b *testing.B) {
 const maxTransferAllocs4K = 1
 
 // TestTransferAllocs4K pins the allocations of a batch-1 4 KiB READ and
-// WRITE over TCP, initiator and target in this process: everything but
-// the batch comes from storage reused across ops.
+// WRITE over TCP, initiator and target in this process, for a wait that
+// polls and one that parks at once: everything but the batch comes from
+// storage reused across ops.
 func TestTransferAllocs4K(t *testing.T) {
 	if testing.Short() {
 		t.Skip("two engines over loopback")
 	}
-	p := newTCPPair4K(t)
+	p, park := newTCPPair4K(t, 0), newTCPPair4K(t, -1)
 	ctx := context.Background()
 	for _, c := range []struct {
 		name string
+		x    *engine.Engine
 		reqs []engine.Request
-	}{{"read", p.read}, {"write", p.write}} {
+	}{{"read", p.x, p.read}, {"write", p.x, p.write}, {"read-park", park.x, park.read}, {"write-park", park.x, park.write}} {
 		t.Run(c.name, func(t *testing.T) {
 			for range 50 { // warm up: connections, lane queues, watches
-				assert.NilError(t, p.x.Transfer(ctx, c.reqs))
+				assert.NilError(t, c.x.Transfer(ctx, c.reqs))
 			}
 			var err error
 			n := testing.AllocsPerRun(200, func() {
-				if e := p.x.Transfer(ctx, c.reqs); e != nil {
+				if e := c.x.Transfer(ctx, c.reqs); e != nil {
 					err = e
 				}
 			})

@@ -212,6 +212,7 @@ type batch struct {
 		slices  [1]*Slice
 		tasks   [1]*task
 		pollers [1]Poller
+		waiters [1]*idleWaiter
 	}
 
 	mu struct {
@@ -222,7 +223,7 @@ type batch struct {
 		// (waitPolled); WaitWith refuses from then on.
 		parked bool
 		notify *pendingNotify
-		waitCh chan struct{} // closed when the batch is idle (waitIdle)
+		waiters []*idleWaiter // signalled when the batch is idle (waitIdle)
 		freed  bool
 	}
 }
@@ -287,34 +288,105 @@ func (b *batch) idle() bool {
 // wakeIfIdle wakes waitIdle's waiters once the batch is idle.
 func (b *batch) wakeIfIdle() {
 	b.mu.Lock()
-	if b.mu.waitCh != nil && b.idle() {
-		close(b.mu.waitCh)
-		b.mu.waitCh = nil
+	if len(b.mu.waiters) > 0 && b.idle() {
+		for i, w := range b.mu.waiters {
+			w.wake()
+			b.mu.waiters[i] = nil
+		}
+		b.mu.waiters = b.mu.waiters[:0]
 	}
 	b.mu.Unlock()
 }
 
+// idleWaiter is one goroutine's wait in waitIdle: a wake-up signal and a
+// deadline timer, taken from the engine's pool and returned to it once the
+// wait no longer appears in any batch.
+type idleWaiter struct {
+	ch    chan struct{} // one token: the batch became idle
+	timer *time.Timer   // nil until a wait with a timeout used it
+}
+
+// wake leaves the token unless one is there already.
+func (w *idleWaiter) wake() {
+	select {
+	case w.ch <- struct{}{}:
+	default:
+	}
+}
+
+func (e *Engine) getWaiter() *idleWaiter {
+	if w, ok := e.waiters.Get().(*idleWaiter); ok {
+		return w
+	}
+	return &idleWaiter{ch: make(chan struct{}, 1)}
+}
+
+// putWaiter returns w, which no batch lists any more, with no token left.
+func (e *Engine) putWaiter(w *idleWaiter) {
+	select {
+	case <-w.ch:
+	default:
+	}
+	e.waiters.Put(w)
+}
+
 // waitIdle waits until every submitted task is terminal and the batch's
-// notification (if any) has settled, or ctx is done.
-func (b *batch) waitIdle(ctx context.Context) error {
-	for {
-		if b.idle() {
-			return nil
+// notification (if any) has settled, ctx is done, or timeout (if not 0)
+// has passed; then it returns context.DeadlineExceeded.
+func (b *batch) waitIdle(ctx context.Context, timeout time.Duration) error {
+	if b.idle() {
+		return nil
+	}
+	w := b.e.getWaiter()
+	defer b.e.putWaiter(w)
+	var expired <-chan time.Time
+	if timeout > 0 {
+		if w.timer == nil {
+			w.timer = time.NewTimer(timeout)
+		} else {
+			w.timer.Reset(timeout)
 		}
+		defer w.timer.Stop()
+		expired = w.timer.C
+	}
+	listed := false
+	defer func() {
+		if !listed {
+			return
+		}
+		b.mu.Lock()
+		for i, x := range b.mu.waiters {
+			if x == w {
+				last := len(b.mu.waiters) - 1
+				b.mu.waiters[i] = b.mu.waiters[last]
+				b.mu.waiters[last] = nil
+				b.mu.waiters = b.mu.waiters[:last]
+				break
+			}
+		}
+		b.mu.Unlock()
+	}()
+	for {
 		b.mu.Lock()
 		if b.idle() {
 			b.mu.Unlock()
 			return nil
 		}
-		if b.mu.waitCh == nil {
-			b.mu.waitCh = make(chan struct{})
+		if !listed {
+			b.mu.waiters = append(b.mu.waiters, w)
+			listed = true
 		}
-		ch := b.mu.waitCh
 		b.mu.Unlock()
 		select {
-		case <-ch:
+		case <-w.ch:
+			listed = false // wakeIfIdle took it off the list
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-expired:
+			if b.idle() {
+				return nil
+			}
+			return context.DeadlineExceeded
 		}
 	}
 }

@@ -101,6 +101,9 @@ type Engine struct {
 		sync.RWMutex
 		m map[BatchID]*batch
 	}
+	// waiters holds *idleWaiter: a parked wait for a batch takes one and
+	// returns it, so that parking allocates nothing (batch.waitIdle).
+	waiters sync.Pool
 	nextBatch atomic.Uint64
 	inbox     struct {
 		sync.Mutex
@@ -1120,6 +1123,7 @@ func (e *Engine) AllocateBatch(capacity int) (BatchID, error) {
 	b := &batch{capacity: capacity, e: e}
 	b.mu.tasks = b.one.tasks[:0:1]
 	b.mu.pollers = b.one.pollers[:0:1]
+	b.mu.waiters = b.one.waiters[:0:1]
 	b.id = BatchID(e.nextBatch.Add(1))
 	e.batches.Lock()
 	e.batches.m[b.id] = b
@@ -1496,15 +1500,24 @@ func (e *Engine) wait(ctx context.Context, id BatchID, yield bool) (BatchStatus,
 	if b.idle() {
 		return b.aggregate(), nil
 	}
+	// Without a deadline in ctx the transfer timeout bounds the wait, kept
+	// beside ctx rather than in a derived context: parking allocates nothing.
+	var timeout time.Duration
+	var deadline time.Time
 	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, e.cfg.TransferTimeout)
-		defer cancel()
+		timeout = e.cfg.TransferTimeout
+		deadline = time.Now().Add(timeout)
 	}
-	if b.waitPolled(ctx) {
+	if b.waitPolled(ctx, deadline) {
 		return b.aggregate(), nil
 	}
-	if err := b.waitIdle(ctx); err != nil {
+	if !deadline.IsZero() {
+		timeout = time.Until(deadline)
+		if timeout <= 0 {
+			timeout = 1 // expired: waitIdle reports it after one last look
+		}
+	}
+	if err := b.waitIdle(ctx, timeout); err != nil {
 		bs := b.aggregate()
 		return bs, fmt.Errorf("wait for batch %d: %w", id, ErrTimeout)
 	}
@@ -1533,7 +1546,7 @@ func (e *Engine) Cancel(ctx context.Context, id BatchID) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, e.cfg.TransferTimeout+5*time.Second)
 	defer cancel()
-	if err := b.waitIdle(ctx); err != nil {
+	if err := b.waitIdle(ctx, 0); err != nil {
 		e.log.Error("canceled batch still has requests in flight", "batch", id, "after", e.cfg.TransferTimeout+5*time.Second)
 		return fmt.Errorf("cancel batch %d: in-flight requests did not finish: %w", id, ErrTimeout)
 	}

@@ -51,7 +51,7 @@ const pollWaitSlice = time.Millisecond
 // waitPolled blocks in the batch's WaitPollers until the batch is idle
 // (true), or until none has anything to wait for or ctx ended (false: the
 // caller parks as usual).
-func (b *batch) waitPolled(ctx context.Context) bool {
+func (b *batch) waitPolled(ctx context.Context, deadline time.Time) bool {
 	for {
 		b.mu.Lock()
 		ps := b.mu.pollers
@@ -67,13 +67,13 @@ func (b *batch) waitPolled(ctx context.Context) bool {
 		if b.idle() {
 			return true
 		}
-		if waited && ctx.Err() == nil {
+		if waited && ctx.Err() == nil && (deadline.IsZero() || time.Now().Before(deadline)) {
 			continue
 		}
 		// Parking: from now on a transport must not leave an answer to
 		// this waiter (WaitWith), unless one was offered meanwhile.
 		b.mu.Lock()
-		more := len(b.mu.pollers) > len(ps) && ctx.Err() == nil
+		more := len(b.mu.pollers) > len(ps) && ctx.Err() == nil && (deadline.IsZero() || time.Now().Before(deadline))
 		if !more {
 			b.mu.parked = true
 		}
