@@ -221,10 +221,10 @@ type batch struct {
 		pollers []Poller // read the answers of slices in flight (PollWith)
 		// parked: the waiter stopped blocking in WaitPollers and parks
 		// (waitPolled); WaitWith refuses from then on.
-		parked bool
-		notify *pendingNotify
+		parked  bool
+		notify  *pendingNotify
 		waiters []*idleWaiter // signalled when the batch is idle (waitIdle)
-		freed  bool
+		freed   bool
 	}
 }
 

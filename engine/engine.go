@@ -103,7 +103,7 @@ type Engine struct {
 	}
 	// waiters holds *idleWaiter: a parked wait for a batch takes one and
 	// returns it, so that parking allocates nothing (batch.waitIdle).
-	waiters sync.Pool
+	waiters   sync.Pool
 	nextBatch atomic.Uint64
 	inbox     struct {
 		sync.Mutex
