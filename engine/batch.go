@@ -213,6 +213,7 @@ type batch struct {
 		tasks   [1]*task
 		pollers [1]Poller
 		waiters [1]*idleWaiter
+		route   [1]route
 	}
 
 	mu struct {
@@ -314,8 +315,17 @@ func (w *idleWaiter) wake() {
 	}
 }
 
+// maxFreeWaiters caps the engine's free list of idle waiters: as many
+// goroutines as park at once on a busy engine.
+const maxFreeWaiters = 64
+
 func (e *Engine) getWaiter() *idleWaiter {
-	if w, ok := e.waiters.Get().(*idleWaiter); ok {
+	e.waiters.Lock()
+	defer e.waiters.Unlock()
+	if n := len(e.waiters.free); n > 0 {
+		w := e.waiters.free[n-1]
+		e.waiters.free[n-1] = nil
+		e.waiters.free = e.waiters.free[:n-1]
 		return w
 	}
 	return &idleWaiter{ch: make(chan struct{}, 1)}
@@ -327,7 +337,11 @@ func (e *Engine) putWaiter(w *idleWaiter) {
 	case <-w.ch:
 	default:
 	}
-	e.waiters.Put(w)
+	e.waiters.Lock()
+	if len(e.waiters.free) < maxFreeWaiters {
+		e.waiters.free = append(e.waiters.free, w)
+	}
+	e.waiters.Unlock()
 }
 
 // waitIdle waits until every submitted task is terminal and the batch's

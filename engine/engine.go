@@ -101,9 +101,14 @@ type Engine struct {
 		sync.RWMutex
 		m map[BatchID]*batch
 	}
-	// waiters holds *idleWaiter: a parked wait for a batch takes one and
-	// returns it, so that parking allocates nothing (batch.waitIdle).
-	waiters   sync.Pool
+	// waiters is the free list of idle waiters: a parked wait for a batch
+	// takes one and returns it, so that parking allocates nothing
+	// (batch.waitIdle). A free list, not a sync.Pool, so that it stays
+	// allocation-free under the race detector too; capped at maxFreeWaiters.
+	waiters struct {
+		sync.Mutex
+		free []*idleWaiter
+	}
 	nextBatch atomic.Uint64
 	inbox     struct {
 		sync.Mutex
@@ -1194,6 +1199,9 @@ func (e *Engine) submit(id BatchID, reqs []Request, n *Notification) error {
 		tasks = make([]task, len(reqs))
 	}
 	var routes []route      // transports chosen for (peer, memory kinds)
+	if one {
+		routes = b.one.route[:0]
+	}
 	var probes []*pathProbe // by request: measuring the route taken (nil: none)
 	gidx := make([]int, len(reqs))
 	var split []bool // by request: pieces never gathered in one slice (nil: none)
