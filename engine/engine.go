@@ -1198,7 +1198,7 @@ func (e *Engine) submit(id BatchID, reqs []Request, n *Notification) error {
 	} else {
 		tasks = make([]task, len(reqs))
 	}
-	var routes []route      // transports chosen for (peer, memory kinds)
+	var routes []route // transports chosen for (peer, memory kinds)
 	if one {
 		routes = b.one.route[:0]
 	}
