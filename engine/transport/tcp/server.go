@@ -145,48 +145,89 @@ type respBatch struct {
 	// watches are the regions whose unregistration cuts this connection's
 	// write (Region.Gone), each armed once and kept while the connection
 	// serves them: a flush arms nothing for a region already watched.
-	watches [respWatches]regionWatch
+	watches [respWatches]*regionWatch
 	nextW   int // the slot replaced next when all are taken
+	// extra are the AfterFunc stops of regions this flush answers from
+	// beyond the slots, stopped when it ends.
+	extra []func() bool
 }
 
 // respWatches is how many regions a connection keeps watched.
 const respWatches = 4
 
-// regionWatch is one region's armed context.AfterFunc and its stop.
+// regionWatch is one region's armed context.AfterFunc and its stop. The
+// callback cuts the write only while a flush answers from the region
+// (flushing), so that a region gone while the connection answers from
+// others costs them nothing.
 type regionWatch struct {
-	r    *engine.Region
-	stop func() bool
+	r        *engine.Region
+	stop     func() bool
+	flushing atomic.Bool
 }
 
-// watch makes sure that r's unregistration sets c's write deadline in the
-// past. The caller has just set the flush's deadline: a region gone before
-// that is cut here, since its callback has already run.
+// watch makes sure that r's unregistration during this flush sets c's
+// write deadline in the past. The caller has just set the flush's
+// deadline: flushing is set after it, so either the callback sees it and
+// cuts the write, or the check here sees r gone.
 func (b *respBatch) watch(c net.Conn, r *engine.Region) {
-	for i := range b.watches {
-		if b.watches[i].r == r {
+	var w *regionWatch
+	for _, x := range b.watches {
+		if x != nil && x.r == r {
+			w = x
+			break
+		}
+	}
+	if w == nil {
+		old := b.watches[b.nextW]
+		if old != nil && old.flushing.Load() {
+			// More regions in this flush than slots: this one is watched
+			// for this flush only (extra), keeping the slots armed.
+			b.extra = append(b.extra, context.AfterFunc(r.Gone(), func() { _ = c.SetWriteDeadline(aLongTimeAgo) }))
 			if r.Gone().Err() != nil {
 				_ = c.SetWriteDeadline(aLongTimeAgo)
 			}
 			return
 		}
+		if old != nil {
+			old.stop()
+		}
+		w = &regionWatch{r: r}
+		w.stop = context.AfterFunc(r.Gone(), func() {
+			if w.flushing.Load() {
+				_ = c.SetWriteDeadline(aLongTimeAgo)
+			}
+		})
+		b.watches[b.nextW] = w
+		b.nextW = (b.nextW + 1) % respWatches
 	}
-	w := &b.watches[b.nextW]
-	b.nextW = (b.nextW + 1) % respWatches
-	if w.stop != nil {
-		w.stop()
+	w.flushing.Store(true)
+	if r.Gone().Err() != nil {
+		_ = c.SetWriteDeadline(aLongTimeAgo)
 	}
-	w.r = r
-	w.stop = context.AfterFunc(r.Gone(), func() { _ = c.SetWriteDeadline(aLongTimeAgo) })
 }
 
 // unwatch disarms every watch; the connection is done.
 func (b *respBatch) unwatch() {
-	for i := range b.watches {
-		if w := &b.watches[i]; w.stop != nil {
+	for i, w := range b.watches {
+		if w != nil {
 			w.stop()
-			*w = regionWatch{}
+			b.watches[i] = nil
 		}
 	}
+}
+
+// flushed ends the flush for every watch.
+func (b *respBatch) flushed() {
+	for _, w := range b.watches {
+		if w != nil {
+			w.flushing.Store(false)
+		}
+	}
+	for i, stop := range b.extra {
+		stop()
+		b.extra[i] = nil
+	}
+	b.extra = b.extra[:0]
 }
 
 func (b *respBatch) add(code uint32, payload []byte, pin *engine.Region) {
@@ -235,6 +276,7 @@ func (b *respBatch) flush(c net.Conn, timeout time.Duration) error {
 	b.wiov = b.iov
 	_, err := writeBuffers(c, &b.wiov)
 	b.wiov = nil
+	b.flushed()
 	b.release()
 	clear(b.iov)
 	b.iov, b.nst, b.bytes = b.iov[:0], 0, 0
