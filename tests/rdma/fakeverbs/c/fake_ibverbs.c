@@ -94,7 +94,10 @@
 // events), fakeverbs_fail_next (next completions with an error status),
 // fakeverbs_qp_error (force a QP to ERROR with a QP_FATAL event),
 // fakeverbs_set_delay_us (a slow device), fakeverbs_hold and fakeverbs_held
-// (work requests past a count wait at the device until released). fakeverbs_bytes reports the bytes
+// (work requests past a count wait at the device until released);
+// FAKEVERBS_DOWN_AFTER=N takes each device's port down when its N+1-th work
+// request of the process arrives (a NIC that dies mid-batch in a process no
+// test can reach into). fakeverbs_bytes reports the bytes
 // a device moved as requester.
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -143,6 +146,7 @@ struct fdev {
 	atomic_int hold_on;   /* fakeverbs_hold: WRs past hold_pass wait */
 	atomic_int hold_pass; /* WRs still let through while held */
 	atomic_int held;      /* WRs waiting at the hold now */
+	atomic_int down_after; /* FAKEVERBS_DOWN_AFTER: WRs left before the port goes down; < 0: never */
 	atomic_ullong bytes;
 };
 
@@ -314,6 +318,8 @@ static void init(void) {
 		struct fdev *f = &devs[ndev];
 		f->idx = ndev;
 		atomic_store(&f->port_up, 1);
+		const char *da = getenv("FAKEVERBS_DOWN_AFTER");
+		atomic_store(&f->down_after, da && *da ? atoi(da) : -1);
 		f->dev.node_type = IBV_NODE_CA;
 		f->dev.transport_type = IBV_TRANSPORT_IB;
 		snprintf(f->dev.name, sizeof(f->dev.name), "%s", t);
@@ -1565,6 +1571,8 @@ static int no_ack(struct fqp *q, long us) {
 	}
 }
 
+int fakeverbs_set_port(const char *dev, int up);
+
 /* The longest a WR waits at a hold (fakeverbs_hold), in milliseconds of
  * sleep: a test that never releases it does not hang. */
 #define HOLD_MAX_MS 60000
@@ -1590,6 +1598,8 @@ static int execute(struct fqp *q, const struct fwr *w, int fd_in, int *fd_out) {
 	int us = atomic_load(&d->delay_us);
 	if (us > 0) usleep(us);
 	if (atomic_load(&d->hold_on)) hold_wait(d);
+	if (atomic_load(&d->down_after) >= 0 && atomic_fetch_sub(&d->down_after, 1) == 0)
+		fakeverbs_set_port(d->dev.name, 0); /* this WR and every later one meet it */
 	int fc = atomic_load(&d->fail_count);
 	while (fc > 0) {
 		if (atomic_compare_exchange_weak(&d->fail_count, &fc, fc - 1)) return atomic_load(&d->fail_status);
