@@ -95,9 +95,10 @@
 // fakeverbs_qp_error (force a QP to ERROR with a QP_FATAL event),
 // fakeverbs_set_delay_us (a slow device), fakeverbs_hold and fakeverbs_held
 // (work requests past a count wait at the device until released);
-// FAKEVERBS_DOWN_AFTER=N takes each device's port down when its N+1-th work
-// request of the process arrives (a NIC that dies mid-batch in a process no
-// test can reach into). fakeverbs_bytes reports the bytes
+// FAKEVERBS_DOWN_AFTER=N kills each device's link when its N+1-th work
+// request of the process arrives: that one and every later one complete with
+// IBV_WC_RETRY_EXC_ERR and the port goes down (a NIC that dies mid-batch in
+// a process no test can reach into). fakeverbs_bytes reports the bytes
 // a device moved as requester.
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -1598,8 +1599,15 @@ static int execute(struct fqp *q, const struct fwr *w, int fd_in, int *fd_out) {
 	int us = atomic_load(&d->delay_us);
 	if (us > 0) usleep(us);
 	if (atomic_load(&d->hold_on)) hold_wait(d);
-	if (atomic_load(&d->down_after) >= 0 && atomic_fetch_sub(&d->down_after, 1) == 0)
-		fakeverbs_set_port(d->dev.name, 0); /* this WR and every later one meet it */
+	if (atomic_load(&d->down_after) >= 0 && atomic_fetch_sub(&d->down_after, 1) == 0) {
+		/* The link dies: this WR and every later one complete at once with
+		 * the error a dead link gives (not after the port-down wait each,
+		 * which would serialize the batch's remaining WRs past its
+		 * deadline), and the port goes down. */
+		atomic_store(&d->fail_status, IBV_WC_RETRY_EXC_ERR);
+		atomic_store(&d->fail_count, 1 << 30);
+		fakeverbs_set_port(d->dev.name, 0);
+	}
 	int fc = atomic_load(&d->fail_count);
 	while (fc > 0) {
 		if (atomic_compare_exchange_weak(&d->fail_count, &fc, fc - 1)) return atomic_load(&d->fail_status);
