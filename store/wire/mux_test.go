@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -148,10 +149,29 @@ func (f *fakeMaster) ExistKey(_ context.Context, req *KeyRequest) (*ExistKeyResp
 	return &ExistKeyResponse{Exists: true}, nil
 }
 
+// The fake master's ListKeys answer: listKeysCount keys of listKeyBytes
+// each, listKey(i) the i-th. Its body (about 1.6 MiB) is larger than the
+// mux read buffer many times over and larger than the largest pooled
+// buffer, which is what the test of a large answer needs; it is made of
+// long keys rather than many short ones (once 200,000 of 12 bytes), so
+// that building, encoding and decoding it under -race on a loaded 2-core
+// machine costs a fraction of a second, not most of a 10 s deadline.
+const (
+	listKeyBytes  = 100
+	listKeysCount = (muxPoolMaxBytes + muxPoolMaxBytes/2) / listKeyBytes
+)
+
+// listKey is the fake master's i-th key: "key-%08d" padded with 'x' to
+// listKeyBytes.
+func listKey(i int) string {
+	k := fmt.Sprintf("key-%08d", i)
+	return k + strings.Repeat("x", listKeyBytes-len(k))
+}
+
 func (f *fakeMaster) ListKeys(context.Context, *ListKeysRequest) (*ListKeysResponse, error) {
-	keys := make([]string, 0, 200000)
-	for i := range cap(keys) {
-		keys = append(keys, fmt.Sprintf("key-%08d", i))
+	keys := make([]string, listKeysCount)
+	for i := range keys {
+		keys[i] = listKey(i)
 	}
 	return &ListKeysResponse{Keys: keys}, nil
 }
@@ -225,7 +245,9 @@ func TestMuxClientCalls(t *testing.T) {
 	s := startMuxServer(t, "127.0.0.1:0")
 	c := NewMuxClient(MuxClientConfig{Addr: s.addr()})
 	defer c.Close()
-	ctx := ctxFor(t, 10*time.Second)
+	// A bound for a hung call, not a speed check: a loaded 2-core
+	// machine under -race needs seconds for what takes milliseconds idle.
+	ctx := ctxFor(t, 30*time.Second)
 	assert.NilError(t, c.Connect(ctx))
 	p, err := c.Ping(ctx, &PingRequest{ClientId: "abc"})
 	assert.NilError(t, err)
@@ -238,11 +260,17 @@ func TestMuxClientCalls(t *testing.T) {
 	// A method the server does not implement: gRPC's Unimplemented.
 	_, err = c.Remove(ctx, &RemoveRequest{Key: "k"})
 	assert.Equal(t, CodeOf(err), ErrNotSupported)
-	// A large answer (several MiB, more than one read buffer).
+	// A large answer (more than the largest pooled buffer, many read
+	// buffers), every key in its place.
 	keys, err := c.ListKeys(ctx, &ListKeysRequest{})
 	assert.NilError(t, err)
-	assert.Equal(t, len(keys.GetKeys()), 200000)
-	assert.Equal(t, keys.GetKeys()[199999], "key-00199999")
+	assert.Assert(t, listKeysCount*listKeyBytes > muxPoolMaxBytes && listKeysCount*listKeyBytes > 8*muxBufBytes)
+	assert.Equal(t, len(keys.GetKeys()), listKeysCount)
+	for i, k := range keys.GetKeys() {
+		if k != listKey(i) {
+			t.Fatalf("key %d: got %q, want %q", i, k, listKey(i))
+		}
+	}
 }
 
 // TestMuxClientConcurrent: many goroutines share the connection; each

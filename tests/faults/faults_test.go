@@ -353,18 +353,21 @@ func (c *kase) inject() string {
 		c.expect("read", rd)
 		return "write " + w + ", read " + rd
 	case "localnicdown":
-		// The initiator runs one command at a time: its NIC goes down from
-		// a timer armed before the batch.
-		undo := c.stretch()
-		r := c.a.Call(10*time.Second, "rdma-after fake_mlx5_0 down %d", lead.Milliseconds())
+		// The initiator runs one command at a time: its NIC carries a few
+		// work requests of the batch, holds the rest, and goes down
+		// while they wait (armed before the batch). (A timer armed for
+		// 500 ms in was a race: on a loaded machine the port could go
+		// down before the first slice, and nothing failed over.)
+		before := c.a.stats().Failovers
+		r := c.a.Call(10*time.Second, "rdma-down-held fake_mlx5_0 4")
 		assert.Assert(t, r["ok"] == true, "%v", r)
-		c.a.Send("%s", writeCmd)
-		w := c.check("write", c.a.Reply(bound), lead, "write", 0)
+		w := c.check("write", c.a.Call(bound, "%s", writeCmd), -1, "write", 0)
+		after := c.a.stats().Failovers
 		r = c.a.Call(10*time.Second, "rdma fake_mlx5_0 up")
 		assert.Assert(t, r["ok"] == true, "%v", r)
-		undo()
 		c.expect("write", w)
-		return "write " + w
+		assert.Assert(t, after > before, "write %s, but no slice failed over (failovers %d -> %d)", w, before, after)
+		return fmt.Sprintf("write %s, %d slices failed over", w, after-before)
 	case "flap", "stop", "nicdown":
 		undo := c.stretch()
 		on, off := c.faultOn, c.faultOff

@@ -140,15 +140,18 @@ func (p *peer) fill(seed uint64) {
 	assert.Assert(p.t, r["ok"] == true, "%s fill: %v", p.Name, r)
 }
 
-// stats are a process's resource counts.
+// stats are a process's resource counts, and the slices its engine
+// failed over to another transport.
 type stats struct {
 	Goroutines, FDs, Threads, RSSKB, Regions int
+	Failovers                                int
 }
 
 func (p *peer) stats() stats {
 	r := p.Call(10*time.Second, "stats")
 	num := func(k string) int { v, _ := r[k].(float64); return int(v) }
-	return stats{Goroutines: num("goroutines"), FDs: num("fds"), Threads: num("threads"), RSSKB: num("rss_kb"), Regions: num("regions")}
+	return stats{Goroutines: num("goroutines"), FDs: num("fds"), Threads: num("threads"), RSSKB: num("rss_kb"), Regions: num("regions"),
+		Failovers: num("failovers")}
 }
 
 // ---- fake drivers ----

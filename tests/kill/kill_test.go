@@ -5,6 +5,8 @@ package kill_test
 import (
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -15,6 +17,7 @@ import (
 	"github.com/kvferry/kvferry/engine/metadata/etcd/etcdtest"
 	"github.com/kvferry/kvferry/tests/internal/servers"
 	"github.com/kvferry/kvferry/tests/internal/suite"
+	"github.com/kvferry/kvferry/tests/rdma/fakeverbs"
 )
 
 // entry is one way into the library.
@@ -26,10 +29,13 @@ type entry struct {
 	store func(t *testing.T, name, meta, masterAddr string, mib int) *driver
 	// p2pOnly: the entry point has no metadata service to kill.
 	p2pOnly bool
+	// failover: the te driver reports the slices its engine failed over
+	// (stats "failovers"), so the entry gets the failover row.
+	failover bool
 }
 
 var entries = []entry{
-	{name: "c",
+	{name: "c", failover: true,
 		te: func(t *testing.T, name, meta string, mib int) *driver {
 			return startDriver(t, name, []string{bins.c, "te", bins.lib, meta, hostOf(name, meta), fmt.Sprint(mib)}, nil)
 		},
@@ -70,9 +76,10 @@ var (
 	storeVictims = []string{"replica holder", "master", "etcd member"}
 )
 
-// short is the make-test selection: one case per entry point.
+// short is the make-test selection: one case per entry point, and the
+// failover row.
 var short = map[string]bool{
-	"c/te/target": true, "nixl/te/initiator": true, "trtllm/te/target": true, "python/te/target": true,
+	"c/te/failover": true, "c/te/target": true, "nixl/te/initiator": true, "trtllm/te/target": true, "python/te/target": true,
 	"c/store/replica holder": true, "python/store/master": true,
 }
 
@@ -94,6 +101,9 @@ func TestKillMatrix(t *testing.T) {
 					}
 					teCase(t, e, v)
 				})
+			}
+			if e.failover && (full || short[e.name+"/te/failover"]) {
+				t.Run("te/failover", func(t *testing.T) { failoverCase(t, e) })
 			}
 			if e.store == nil {
 				return
@@ -227,6 +237,62 @@ func batchAfterKill(t *testing.T, in *driver, killed time.Time) string {
 	}
 	t.Fatalf("batch after the kill: %v", r)
 	return ""
+}
+
+// failoverDownAfter is how many work requests the initiator's NIC carries
+// before its port goes down: an eighth of the first batch's WRITE (64 KiB
+// slices), so the NIC dies mid-batch.
+const failoverDownAfter = batchBytes / (64 << 10) / 8
+
+// failoverCase: the initiator's better transport dies mid-batch (its only
+// RDMA NIC, of the fake verbs provider, goes down after
+// failoverDownAfter work requests, from inside the process, so whatever
+// the load it happens after the batch's first slices and before its last)
+// and the batch completes over TCP with the right bytes, and so does the
+// next. The target runs in its own PID namespace, so the two are not on
+// one host for the engine (no same-host path) and RDMA is the better
+// transport.
+func failoverCase(t *testing.T, e entry) {
+	if _, err := exec.LookPath("unshare"); err != nil {
+		t.Skip("no unshare(1): the target cannot leave the same-host path")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("not root: unshare cannot give the target its own PID namespace")
+	}
+	lib, err := fakeverbs.Build()
+	assert.NilError(t, err)
+	if fakeverbs.Hardware() {
+		t.Skip("fake verbs only: the NIC is taken down from inside the fake provider")
+	}
+	dir, err := os.MkdirTemp("", "fv") // short: the fake's sockets live here
+	assert.NilError(t, err)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	env := fakeverbs.Env(lib, dir, "fake_mlx5_0")
+	start := func(name string, extra ...string) *driver {
+		argv := []string{bins.c, "te", bins.lib, "P2PHANDSHAKE", "127.0.0.1", "64"}
+		if name == "target" {
+			argv = append([]string{"unshare", "--pid", "--fork", "--kill-child"}, argv...)
+		}
+		return startDriver(t, name, argv, append(env, extra...))
+	}
+	tg := start("target")
+	in := start("initiator", fmt.Sprintf("FAKEVERBS_DOWN_AFTER=%d", failoverDownAfter))
+	connect(t, in, tg)
+	failovers := func(p *driver) int {
+		r := p.Call(20*time.Second, "stats")
+		v, _ := r["failovers"].(float64)
+		return int(v)
+	}
+	start0 := time.Now()
+	r := batch(t, in, tg, 1)
+	assert.Assert(t, r["match"] == true, "batch after the NIC died: %v", r)
+	moved := failovers(in)
+	assert.Assert(t, moved > 0, "the batch completed, but no slice failed over (the NIC was not used?)")
+	batch(t, in, tg, 2) // and the next one too, the NIC still down
+	outcome := fmt.Sprintf("batch completed over tcp (bytes checked), %d slices failed over", moved)
+	t.Logf("%s / initiator's RDMA NIC down after %d work requests: %s (%s)", e.name, failoverDownAfter, outcome, time.Since(start0).Round(time.Millisecond))
+	rec.Add(result{Entry: e.name, Victim: "initiator's RDMA NIC (down mid-batch)", Outcome: outcome,
+		Recover: float64(time.Since(start0).Microseconds()) / 1000})
 }
 
 func storeCase(t *testing.T, e entry, victim string) {

@@ -82,7 +82,7 @@ func needsFake(t *testing.T, why string) {
 // TestNICDownMidBatch takes one of two NICs down while a batch is in
 // flight: its slices fail and finish on the other NIC.
 func TestNICDownMidBatch(t *testing.T) {
-	needsFake(t, "a port taken down and slowed work requests")
+	needsFake(t, "a port taken down and held work requests")
 	const size = 32 << 20
 	o := startOwner(t, allDevices[:2], size, 0)
 	a := newEngine(t, rdmaConfig(allDevices[:2]...), 20*time.Second)
@@ -90,20 +90,23 @@ func TestNICDownMidBatch(t *testing.T) {
 	seg, err := a.OpenSegment(context.Background(), o.name)
 	assert.NilError(t, err)
 	pattern(src.Bytes(), 3)
-	for _, d := range allDevices[:2] {
-		assert.NilError(t, fake.SetDelay(d, 200))
-	}
+	// fake_mlx5_1 carries a few slices, then holds its work requests
+	// until its port is down: they fail there, whatever the load (a
+	// sleep before the port went down let a loaded machine finish the
+	// batch first, or take the port down before a slice was posted).
+	const nic = "fake_mlx5_1"
+	assert.NilError(t, fake.Hold(nic, 4))
 	defer func() {
-		for _, d := range allDevices[:2] {
-			fake.SetDelay(d, 0)
-			fake.SetPort(d, true)
-		}
+		fake.Release(nic)
+		fake.SetPort(nic, true)
 	}()
 	id, err := a.AllocateBatch(1)
 	assert.NilError(t, err)
+	before := fakeBytes([]string{nic})
 	assert.NilError(t, a.Submit(id, []engine.Request{{Op: engine.OpWrite, Source: src.Addr(), Target: seg, TargetOffset: o.addr, Length: size}}))
-	time.Sleep(30 * time.Millisecond)
-	assert.NilError(t, fake.SetPort("fake_mlx5_1", false))
+	waitHeld(t, a, id, []string{nic}, before)
+	assert.NilError(t, fake.SetPort(nic, false))
+	assert.NilError(t, fake.Release(nic))
 	bs, err := a.Wait(context.Background(), id)
 	assert.NilError(t, err)
 	assert.Equal(t, bs.State, engine.StateCompleted, "%v", bs.Err)
@@ -123,7 +126,7 @@ func TestNICDownMidBatch(t *testing.T) {
 // TestPeerKilledMidBatch kills the owner while a batch is in flight: the
 // batch ends FAILED within the transfer deadline, nothing hangs.
 func TestPeerKilledMidBatch(t *testing.T) {
-	needsFake(t, "slowed work requests, so that the batch is in flight when the peer dies")
+	needsFake(t, "held work requests, so that the batch is in flight when the peer dies")
 	const size = 32 << 20
 	o := startOwner(t, allDevices[:2], size, 0)
 	const deadline = 4 * time.Second
@@ -131,26 +134,41 @@ func TestPeerKilledMidBatch(t *testing.T) {
 	src := newBuf(t, a, size)
 	seg, err := a.OpenSegment(context.Background(), o.name)
 	assert.NilError(t, err)
+	// The NICs carry a few slices each, then hold the rest until the
+	// owner is dead (with a sleep instead, a loaded machine could finish
+	// the batch before the kill).
 	for _, d := range allDevices[:2] {
-		assert.NilError(t, fake.SetDelay(d, 200))
+		assert.NilError(t, fake.Hold(d, 4))
 	}
 	defer func() {
 		for _, d := range allDevices[:2] {
-			fake.SetDelay(d, 0)
+			fake.Release(d)
 		}
 	}()
 	id, err := a.AllocateBatch(1)
 	assert.NilError(t, err)
+	before := fakeBytes(allDevices[:2])
 	start := time.Now()
 	assert.NilError(t, a.Submit(id, []engine.Request{{Op: engine.OpWrite, Source: src.Addr(), Target: seg, TargetOffset: o.addr, Length: size}}))
-	time.Sleep(30 * time.Millisecond)
+	waitHeld(t, a, id, allDevices[:2], before)
 	o.kill()
-	bs, err := a.Wait(context.Background(), id)
+	for _, d := range allDevices[:2] {
+		assert.NilError(t, fake.Release(d))
+	}
+	// The bound is the one checked below, counted from the start: a Wait
+	// without a deadline bounds itself by the transfer timeout counted
+	// from the call, less than the batch may take to fail (its deadline
+	// counts from the submit, and a failed batch waits for its work
+	// requests to leave the caller's memory).
+	bound := deadline + 5*time.Second
+	wctx, cancel := context.WithDeadline(context.Background(), start.Add(bound))
+	defer cancel()
+	bs, err := a.Wait(wctx, id)
 	took := time.Since(start)
-	assert.NilError(t, err)
+	assert.NilError(t, err, "took %s", took)
 	assert.Equal(t, bs.State, engine.StateFailed)
 	t.Logf("batch FAILED %s after the start: %v", took, bs.Err)
-	assert.Assert(t, took < deadline+5*time.Second, "took %s", took)
+	assert.Assert(t, took < bound, "took %s", took)
 	assert.NilError(t, a.FreeBatch(id))
 }
 

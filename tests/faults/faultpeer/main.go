@@ -258,7 +258,7 @@ func (p *peer) do(f []string) map[string]any {
 	case "rereg":
 		err := p.e.RegisterMemory(p.addr, p.size, p.loc, true)
 		return map[string]any{"ok": err == nil, "err": errText(err)}
-	case "rdma", "rdma-delay", "rdma-fail", "rdma-after":
+	case "rdma", "rdma-delay", "rdma-fail", "rdma-after", "rdma-down-held":
 		if p.verbs == nil {
 			return map[string]any{"ok": false, "err": "no fake verbs provider loaded"}
 		}
@@ -269,6 +269,8 @@ func (p *peer) do(f []string) map[string]any {
 		case "rdma-after": // rdma-after DEV up|down MS: later, while the next command runs
 			dev, up := f[1], f[2] == "up"
 			time.AfterFunc(time.Duration(num(f, 3))*time.Millisecond, func() { _ = p.verbs.SetPort(dev, up) })
+		case "rdma-down-held": // rdma-down-held DEV PASS: DEV dies mid-batch, whatever the load
+			err = p.downWhenHeld(f[1], int(num(f, 2)))
 		case "rdma-delay":
 			err = p.verbs.SetDelay(f[1], int(num(f, 2)))
 		default:
@@ -345,9 +347,35 @@ func (p *peer) xfer(f []string) map[string]any {
 	return res
 }
 
+// downWhenHeld lets dev carry pass more work requests and holds the rest
+// (fakeverbs Hold); once one waits at the hold (within 30 s), it takes
+// dev's port down and releases them: they fail at a port that is down,
+// so the batch running then loses the NIC mid-batch, never before its
+// first slice nor after its last.
+func (p *peer) downWhenHeld(dev string, pass int) error {
+	if err := p.verbs.Hold(dev, pass); err != nil {
+		return err
+	}
+	go func() {
+		defer func() { _ = p.verbs.Release(dev) }()
+		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+			if n, err := p.verbs.Held(dev); err != nil || n > 0 {
+				break
+			}
+		}
+		_ = p.verbs.SetPort(dev, false)
+	}()
+	return nil
+}
+
 func (p *peer) stats() map[string]any {
 	fds, _ := os.ReadDir("/proc/self/fd")
-	st := map[string]any{"ok": true, "goroutines": runtime.NumGoroutine(), "fds": len(fds), "regions": len(p.e.Regions())}
+	var failovers uint64
+	for _, n := range p.e.Metrics().Failovers {
+		failovers += n
+	}
+	st := map[string]any{"ok": true, "goroutines": runtime.NumGoroutine(), "fds": len(fds), "regions": len(p.e.Regions()),
+		"failovers": failovers}
 	if b, err := os.ReadFile("/proc/self/status"); err == nil {
 		for _, l := range strings.Split(string(b), "\n") {
 			k, v, _ := strings.Cut(l, ":")

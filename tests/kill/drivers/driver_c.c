@@ -8,7 +8,8 @@
  *         connect <segment>                   openSegment
  *         batch <addr> <bytes> <seed>         WRITE our [0,n) there, READ it
  *                                             back into [n,2n), compare
- *         stats | unreg | quit
+ *         stats | unreg | quit                (stats: fds, goroutines,
+ *                                             slices failed over)
  *   driver_c store <lib> <metadata> <name> <master> <MiB>
  *       A store client lending <MiB>; prints {"ok","info":<hostname>,"pid"}.
  *         put <key> <bytes> <seed> <replicas>  (acknowledged: "ok":true)
@@ -32,8 +33,26 @@
 static struct te_api te;
 static struct store_api st;
 
+/* metrics_sum is the sum of every sample of the counter name (each label
+ * set) in the library's metrics text; 0 where it has none. */
+static double metrics_sum(const char *name) {
+    static char buf[4 << 20];
+    int64_t n = te.kvferry_metrics_text ? te.kvferry_metrics_text(buf, sizeof buf) : -1;
+    if (n <= 0 || n >= (int64_t)sizeof buf) return 0;
+    double sum = 0;
+    size_t k = strlen(name);
+    for (char *l = buf; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+        if (strncmp(l, name, k) || (l[k] != '{' && l[k] != ' ')) continue;
+        char *v = strchr(l, ' ');
+        if (l[k] == '{') v = strstr(l, "} ") ? strstr(l, "} ") + 1 : NULL;
+        if (v) sum += strtod(v, NULL);
+    }
+    return sum;
+}
+
 static void stats(void) {
-    printf("{\"ok\":true,\"fds\":%d,\"goroutines\":%ld}\n", count_fds(), metrics_goroutines(te.kvferry_metrics_text));
+    printf("{\"ok\":true,\"fds\":%d,\"goroutines\":%ld,\"failovers\":%.0f}\n", count_fds(),
+           metrics_goroutines(te.kvferry_metrics_text), metrics_sum("kvferry_engine_failovers_total"));
 }
 
 /* Runs one batch of n requests of len bytes; returns 0 completed, 1 failed,

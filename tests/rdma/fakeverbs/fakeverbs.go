@@ -102,6 +102,8 @@ type Control struct {
 	setPort  func(dev string, up int32) int32
 	failNext func(dev string, count, status int32) int32
 	delay    func(dev string, us int32) int32
+	hold     func(dev string, pass int32) int32
+	held     func(dev string) int32
 	qpError  func(qpn uint32) int32
 	bytes    func(dev string) uint64
 }
@@ -120,6 +122,8 @@ func Open(lib string) (*Control, error) {
 	purego.RegisterLibFunc(&c.setPort, h, "fakeverbs_set_port")
 	purego.RegisterLibFunc(&c.failNext, h, "fakeverbs_fail_next")
 	purego.RegisterLibFunc(&c.delay, h, "fakeverbs_set_delay_us")
+	purego.RegisterLibFunc(&c.hold, h, "fakeverbs_hold")
+	purego.RegisterLibFunc(&c.held, h, "fakeverbs_held")
 	purego.RegisterLibFunc(&c.qpError, h, "fakeverbs_qp_error")
 	purego.RegisterLibFunc(&c.bytes, h, "fakeverbs_bytes")
 	return c, nil
@@ -158,6 +162,40 @@ func (c *Control) SetDelay(dev string, us int) error {
 		return ErrFakeOnly
 	}
 	return check("set_delay "+dev, c.delay(dev, int32(us)))
+}
+
+// Hold lets dev's next pass work requests run and makes every later one
+// wait at the device (at most a minute) until Release: a test sees work
+// requests in flight (Held), changes the device (a port down) and releases
+// them, knowing they meet the change however loaded the machine is.
+func (c *Control) Hold(dev string, pass int) error {
+	if c.real {
+		return ErrFakeOnly
+	}
+	if pass < 0 {
+		return fmt.Errorf("fakeverbs hold %s: pass %d < 0", dev, pass)
+	}
+	return check("hold "+dev, c.hold(dev, int32(pass)))
+}
+
+// Release lets dev's held work requests (and later ones) run.
+func (c *Control) Release(dev string) error {
+	if c.real {
+		return ErrFakeOnly
+	}
+	return check("release "+dev, c.hold(dev, -1))
+}
+
+// Held returns how many of dev's work requests wait at its hold now.
+func (c *Control) Held(dev string) (int, error) {
+	if c.real {
+		return 0, ErrFakeOnly
+	}
+	n := c.held(dev)
+	if n < 0 {
+		return 0, fmt.Errorf("fakeverbs held %s: no such device", dev)
+	}
+	return int(n), nil
 }
 
 // QPError forces the QP numbered qpn to ERROR (with a QP_FATAL event).

@@ -93,7 +93,12 @@
 // read at open): fakeverbs_set_port (port down/up with PORT_ERR/ACTIVE
 // events), fakeverbs_fail_next (next completions with an error status),
 // fakeverbs_qp_error (force a QP to ERROR with a QP_FATAL event),
-// fakeverbs_set_delay_us (a slow device). fakeverbs_bytes reports the bytes
+// fakeverbs_set_delay_us (a slow device), fakeverbs_hold and fakeverbs_held
+// (work requests past a count wait at the device until released);
+// FAKEVERBS_DOWN_AFTER=N kills each device's link when its N+1-th work
+// request of the process arrives: that one and every later one complete with
+// IBV_WC_RETRY_EXC_ERR and the port goes down (a NIC that dies mid-batch in
+// a process no test can reach into). fakeverbs_bytes reports the bytes
 // a device moved as requester.
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -139,6 +144,10 @@ struct fdev {
 	atomic_int delay_us;
 	atomic_int fail_count;
 	atomic_int fail_status;
+	atomic_int hold_on;   /* fakeverbs_hold: WRs past hold_pass wait */
+	atomic_int hold_pass; /* WRs still let through while held */
+	atomic_int held;      /* WRs waiting at the hold now */
+	atomic_int down_after; /* FAKEVERBS_DOWN_AFTER: WRs left before the port goes down; < 0: never */
 	atomic_ullong bytes;
 };
 
@@ -310,6 +319,8 @@ static void init(void) {
 		struct fdev *f = &devs[ndev];
 		f->idx = ndev;
 		atomic_store(&f->port_up, 1);
+		const char *da = getenv("FAKEVERBS_DOWN_AFTER");
+		atomic_store(&f->down_after, da && *da ? atoi(da) : -1);
 		f->dev.node_type = IBV_NODE_CA;
 		f->dev.transport_type = IBV_TRANSPORT_IB;
 		snprintf(f->dev.name, sizeof(f->dev.name), "%s", t);
@@ -1561,6 +1572,25 @@ static int no_ack(struct fqp *q, long us) {
 	}
 }
 
+int fakeverbs_set_port(const char *dev, int up);
+
+/* The longest a WR waits at a hold (fakeverbs_hold), in milliseconds of
+ * sleep: a test that never releases it does not hang. */
+#define HOLD_MAX_MS 60000
+
+/* hold_wait lets d's next hold_pass WRs through and makes every later one
+ * wait while d is held (at most HOLD_MAX_MS), counted in d->held: a test
+ * sees WRs in flight at the device, takes its port down, releases them and
+ * knows they meet the port down, whatever the machine's load. */
+static void hold_wait(struct fdev *d) {
+	int p = atomic_load(&d->hold_pass);
+	while (p > 0)
+		if (atomic_compare_exchange_weak(&d->hold_pass, &p, p - 1)) return;
+	atomic_fetch_add(&d->held, 1);
+	for (int ms = 0; atomic_load(&d->hold_on) && ms < HOLD_MAX_MS; ms++) msleep(1);
+	atomic_fetch_sub(&d->held, 1);
+}
+
 /* Runs one WR of q (not holding any lock); returns its completion status. */
 static int execute(struct fqp *q, const struct fwr *w, int fd_in, int *fd_out) {
 	struct fctx *c = q->c;
@@ -1568,6 +1598,16 @@ static int execute(struct fqp *q, const struct fwr *w, int fd_in, int *fd_out) {
 	*fd_out = fd_in;
 	int us = atomic_load(&d->delay_us);
 	if (us > 0) usleep(us);
+	if (atomic_load(&d->hold_on)) hold_wait(d);
+	if (atomic_load(&d->down_after) >= 0 && atomic_fetch_sub(&d->down_after, 1) == 0) {
+		/* The link dies: this WR and every later one complete at once with
+		 * the error a dead link gives (not after the port-down wait each,
+		 * which would serialize the batch's remaining WRs past its
+		 * deadline), and the port goes down. */
+		atomic_store(&d->fail_status, IBV_WC_RETRY_EXC_ERR);
+		atomic_store(&d->fail_count, 1 << 30);
+		fakeverbs_set_port(d->dev.name, 0);
+	}
 	int fc = atomic_load(&d->fail_count);
 	while (fc > 0) {
 		if (atomic_compare_exchange_weak(&d->fail_count, &fc, fc - 1)) return atomic_load(&d->fail_status);
@@ -2336,6 +2376,30 @@ int fakeverbs_set_delay_us(const char *dev, int us) {
 	if (!d) return -1;
 	atomic_store(&d->delay_us, us);
 	return 0;
+}
+
+/* fakeverbs_hold holds dev after pass more WRs (pass >= 0): later WRs wait
+ * at the device until released (pass < 0), then run as the device then is
+ * (a port taken down meanwhile fails them). */
+int fakeverbs_hold(const char *dev, int pass) {
+	struct fdev *d = devof(dev);
+	if (!d) return -1;
+	if (pass < 0) {
+		atomic_store(&d->hold_on, 0);
+		atomic_store(&d->hold_pass, 0);
+		return 0;
+	}
+	atomic_store(&d->hold_pass, pass);
+	atomic_store(&d->hold_on, 1);
+	return 0;
+}
+
+/* fakeverbs_held is the number of dev's WRs waiting at its hold now (-1:
+ * no such device). */
+int fakeverbs_held(const char *dev) {
+	struct fdev *d = devof(dev);
+	if (!d) return -1;
+	return atomic_load(&d->held);
 }
 
 int fakeverbs_qp_error(uint32_t qpn) {
