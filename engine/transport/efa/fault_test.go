@@ -134,7 +134,7 @@ func TestDescriptor(t *testing.T) {
 	assert.Assert(t, d.Devices[0].GID != "")
 	for _, b := range d.Buffers {
 		assert.Equal(t, len(b.RKey), 1)
-		assert.Equal(t, uint64(b.RKey[0]), r.Keys[0])
+		assert.Equal(t, b.RKey[0], r.Keys[0])
 	}
 	// Mooncake's decoder rules hold for it (one key per device, a gid).
 	raw, err := descriptor.Marshal(d)

@@ -58,6 +58,13 @@ type Transport struct {
 		sync.Mutex
 		m map[*descriptor.Segment]*peerInfo
 	}
+	// hs holds the endpoint address each peer NIC path handed to a local
+	// device in a Connection handshake, to drop it when the peer restarts.
+	hs struct {
+		sync.Mutex
+		m map[string][]byte
+	}
+	unhook []func()
 }
 
 // memReg is one registered region with its memory region on every device.
@@ -68,11 +75,14 @@ type memReg struct {
 	mrs    []*fabric.MR // by device; nil where it is not registered
 }
 
-// peerInfo is a peer's published record, parsed once per descriptor.
+// peerInfo is a peer's published record, parsed once per descriptor. For
+// a peer that publishes only Mooncake's fields, ready is closed once the
+// handshakes have filled addrs (or err); until then neither may be read.
 type peerInfo struct {
 	pub   *Published
 	addrs [][]byte // endpoint address by device
 	err   error
+	ready chan struct{}
 }
 
 // Available reports whether the transport can run with cfg: libfabric
@@ -122,6 +132,7 @@ func New(e *engine.Engine, cfg Config) (*Transport, error) {
 	t := &Transport{e: e, cfg: cfg, log: e.Logger().With("transport", Name), deadline: e.Config().TransferTimeout}
 	t.ctx, t.cancel = context.WithCancel(e.Context())
 	t.peers.m = map[*descriptor.Segment]*peerInfo{}
+	t.hs.m = map[string][]byte{}
 	empty := []*memReg{}
 	t.regs.snap.Store(&empty)
 	picked, err := pickInfos(l.Infos, cfg, e.SegmentName())
@@ -156,6 +167,10 @@ func New(e *engine.Engine, cfg Config) (*Transport, error) {
 	if err := t.RegisterRegions(e.Regions()); err != nil {
 		t.closeDevices()
 		t.cancel()
+		return nil, err
+	}
+	if err := t.hookConnection(); err != nil {
+		t.Close()
 		return nil, err
 	}
 	for _, d := range t.devs {
@@ -378,15 +393,20 @@ func (t *Transport) Describe(seg *descriptor.Segment) {
 		t.log.Error("efa: encoding the descriptor record failed", "err", err)
 		return
 	}
-	if seg.Extra == nil {
-		seg.Extra = map[string]json.RawMessage{}
+	if !t.cfg.MooncakeOnly {
+		if seg.Extra == nil {
+			seg.Extra = map[string]json.RawMessage{}
+		}
+		seg.Extra[Name] = b
 	}
-	seg.Extra[Name] = b
 	describeMooncake(seg, t.devs, pub)
 }
 
-// peerInfo parses p's record once per descriptor.
-func (t *Transport) peerInfo(d *descriptor.Segment) *peerInfo {
+// peerInfo parses p's record once per descriptor d. A peer that publishes
+// only Mooncake's fields gets its handshakes started here (p names where
+// to send them; nil only checks the fields); a failed handshake is
+// forgotten, so that the next use tries again.
+func (t *Transport) peerInfo(p *engine.Peer, d *descriptor.Segment) *peerInfo {
 	t.peers.Lock()
 	defer t.peers.Unlock()
 	if pi := t.peers.m[d]; pi != nil {
@@ -394,7 +414,26 @@ func (t *Transport) peerInfo(d *descriptor.Segment) *peerInfo {
 	}
 	pi := &peerInfo{}
 	if raw, ok := d.Extra[Name]; !ok {
-		pi.err = fmt.Errorf("efa: %q publishes no efa devices: %w", d.Name, engine.ErrNotSupportedTransport)
+		pub, err := t.mooncakePublished(d)
+		if err != nil {
+			pi.err = err
+			return pi
+		}
+		if p == nil {
+			return &peerInfo{pub: pub}
+		}
+		pi.pub, pi.ready = pub, make(chan struct{})
+		go func() { // bounded by the handshake deadline
+			t.connectMooncake(p, d, pi)
+			if pi.err != nil {
+				t.log.Warn("efa handshake failed", "peer", d.Name, "err", pi.err)
+				t.peers.Lock()
+				if t.peers.m[d] == pi {
+					delete(t.peers.m, d)
+				}
+				t.peers.Unlock()
+			}
+		}()
 	} else if pub, err := ParsePublished(raw); err != nil {
 		pi.err = fmt.Errorf("efa: %q: %w", d.Name, err)
 	} else if pub.Provider != t.provider {
@@ -439,7 +478,7 @@ func (t *Transport) Reaches(p *engine.Peer) bool {
 	if d == nil {
 		return false
 	}
-	return t.peerInfo(d).err == nil
+	return t.peerInfo(nil, d).err == nil
 }
 
 // NICStats reports each device (showLinks): its provider and fabric as the
@@ -476,7 +515,30 @@ func (t *Transport) Submit(p *engine.Peer, slices []*engine.Slice) {
 	if p.Local() {
 		pi = t.selfInfo()
 	} else if d := p.Descriptor(); d != nil {
-		pi = t.peerInfo(d)
+		pi = t.peerInfo(p, d)
+	}
+	if pi != nil && pi.ready != nil {
+		select {
+		case <-pi.ready:
+		default: // a Mooncake peer's handshake runs: submit once it is over
+			go func() {
+				select {
+				case <-pi.ready:
+					if pi.err != nil {
+						for _, s := range slices {
+							s.Complete(pi.err)
+						}
+						return
+					}
+					t.Submit(p, slices)
+				case <-t.ctx.Done():
+					for _, s := range slices {
+						s.Complete(engine.ErrClosed)
+					}
+				}
+			}()
+			return
+		}
 	}
 	groups := make([][]pending, len(t.devs))
 	for _, s := range slices {
@@ -573,6 +635,9 @@ func failErr(op *pending, dev string, errno int32, prov int32) error {
 func (t *Transport) Close() error {
 	if t.closed.Swap(true) {
 		return nil
+	}
+	for _, u := range t.unhook {
+		u()
 	}
 	t.cancel()
 	for _, d := range t.devs {
