@@ -140,15 +140,47 @@ func (d *device) fiAddr(addr []byte) (uint64, error) {
 	return a, nil
 }
 
-// goneTTL is how long a failed peer endpoint fails operations at once.
+// goneTTL is how long a failed peer endpoint fails operations at once,
+// at most (never longer than the transfer deadline, so that a peer back at
+// the same address costs at most one deadline; a new incarnation of the
+// peer clears it at once: forget).
 const goneTTL = time.Minute
+
+func (d *device) goneFor() time.Duration {
+	if t := d.t.deadline; t > 0 && t < goneTTL {
+		return t
+	}
+	return goneTTL
+}
+
+// forget clears what this device holds of a peer endpoint: its failure
+// mark and its AV entry, which is inserted afresh at the next use (a new
+// incarnation of the peer may answer at the old address: on EFA a reused
+// QPN; its provider state must be new).
+func (d *device) forget(addr []byte) {
+	d.mu.Lock()
+	_, gone := d.mu.gone[string(addr)]
+	delete(d.mu.gone, string(addr))
+	d.mu.Unlock()
+	if gone {
+		d.dropPeer(addr)
+	}
+}
+
+// isGone reports whether addr is marked failed on d.
+func (d *device) isGone(addr []byte) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	_, ok := d.mu.gone[string(addr)]
+	return ok
+}
 
 // goneErr returns the error of an operation to a peer endpoint that
 // failed within goneTTL, or nil.
 func (d *device) goneErr(o pending) error {
 	d.mu.Lock()
 	at, ok := d.mu.gone[string(o.peer)]
-	if ok && time.Since(at) > goneTTL {
+	if ok && time.Since(at) > d.goneFor() {
 		delete(d.mu.gone, string(o.peer))
 		ok = false
 	}

@@ -168,3 +168,43 @@ func TestSelf(t *testing.T) {
 	assert.Equal(t, st[0].State, "down")
 	assert.Assert(t, !tr.Reaches(&engine.Peer{ID: engine.LocalSegment}))
 }
+
+// TestRestartAtOldAddress: a restarted peer whose endpoint answers at an
+// address that failed under its old incarnation (on EFA a reused QPN) is
+// reached at once: its new incarnation clears the failure mark and the AV
+// entry, where the mark alone would fail every operation to it.
+func TestRestartAtOldAddress(t *testing.T) {
+	skipWithoutLibfabric(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	assert.NilError(t, err)
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	o := startOwner(t, 4<<20, port)
+	l := newLocal(t, 4<<20, nil)
+	tr := l.e.Transport(efa.Name).(*efa.Transport)
+	seg := l.open(t, o.segment)
+	pattern(l.buf[:1<<20], 5)
+	write := []engine.Request{{Op: engine.OpWrite, Source: l.addr, Target: seg, TargetOffset: o.addr, Length: 1 << 20}}
+	assert.NilError(t, l.transfer(t, write))
+	o.kill()
+
+	o2 := startOwner(t, 4<<20, port)
+	seg2, err := l.e.OpenSegmentNoCache(contextWithTimeout(t), o2.segment)
+	assert.NilError(t, err)
+	d, err := l.e.SegmentDescriptor(seg2)
+	assert.NilError(t, err)
+	pub, err := efa.ParsePublished(d.Extra[efa.Name])
+	assert.NilError(t, err)
+	// As if the old incarnation had failed at the address the new one has.
+	tr.MarkGone(pub.Devices[0].Addr)
+	assert.Assert(t, tr.IsGone(pub.Devices[0].Addr))
+	write[0].Target = seg2
+	assert.NilError(t, l.transfer(t, write))
+	assert.Equal(t, o2.do(t, "check", 5, 0, 1<<20), "ok")
+	assert.Assert(t, !tr.IsGone(pub.Devices[0].Addr))
+
+	// The same incarnation keeps its mark: operations fail at once.
+	tr.MarkGone(pub.Devices[0].Addr)
+	err = l.transfer(t, write)
+	assert.ErrorIs(t, err, engine.ErrPeerGone)
+}

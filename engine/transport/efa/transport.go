@@ -65,6 +65,11 @@ type Transport struct {
 		m map[string][]byte
 	}
 	unhook []func()
+	// inc holds each peer segment's last seen incarnation (renewPeer).
+	inc struct {
+		sync.Mutex
+		m map[string]string
+	}
 }
 
 // memReg is one registered region with its memory region on every device.
@@ -83,6 +88,9 @@ type peerInfo struct {
 	addrs [][]byte // endpoint address by device
 	err   error
 	ready chan struct{}
+	// renew runs once, from Submit or Warmup (under t.life), when the
+	// descriptor is a new incarnation of the peer (renewPeer).
+	renew sync.Once
 }
 
 // Available reports whether the transport can run with cfg: libfabric
@@ -133,6 +141,7 @@ func New(e *engine.Engine, cfg Config) (*Transport, error) {
 	t.ctx, t.cancel = context.WithCancel(e.Context())
 	t.peers.m = map[*descriptor.Segment]*peerInfo{}
 	t.hs.m = map[string][]byte{}
+	t.inc.m = map[string]string{}
 	empty := []*memReg{}
 	t.regs.snap.Store(&empty)
 	picked, err := pickInfos(l.Infos, cfg, e.SegmentName())
@@ -517,6 +526,9 @@ func (t *Transport) Submit(p *engine.Peer, slices []*engine.Slice) {
 	} else if d := p.Descriptor(); d != nil {
 		pi = t.peerInfo(p, d)
 	}
+	if pi != nil && pi.err == nil && !p.Local() && (pi.ready == nil || isClosed(pi.ready)) {
+		t.renewPeer(p.Descriptor(), pi)
+	}
 	if pi != nil && pi.ready != nil {
 		select {
 		case <-pi.ready:
@@ -566,6 +578,44 @@ func (t *Transport) Submit(p *engine.Peer, slices []*engine.Slice) {
 			t.devs[i].submit(g)
 		}
 	}
+}
+
+func isClosed(c chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+// renewPeer, once per parsed descriptor, sees whether d is a new
+// incarnation of its segment (a restarted peer): then every device forgets
+// the failure marks and AV entries of the peer's addresses, so that the
+// new process is reached at once even where it answers at an old address.
+// The caller holds t.life.
+func (t *Transport) renewPeer(d *descriptor.Segment, pi *peerInfo) {
+	pi.renew.Do(func() {
+		if d == nil || d.Incarnation == "" {
+			return
+		}
+		t.inc.Lock()
+		prev, seen := t.inc.m[d.Name]
+		if len(t.inc.m) >= DefaultAVCount {
+			clear(t.inc.m)
+		}
+		t.inc.m[d.Name] = d.Incarnation
+		t.inc.Unlock()
+		if !seen || prev == d.Incarnation {
+			return
+		}
+		t.log.Info("efa peer restarted: its endpoints are re-created", "peer", d.Name, "incarnation", d.Incarnation)
+		for _, dev := range t.devs {
+			for _, a := range pi.addrs {
+				dev.forget(a)
+			}
+		}
+	})
 }
 
 // route checks s against the local and the peer's registered regions and
