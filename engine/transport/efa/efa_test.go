@@ -69,7 +69,11 @@ func engineConfig(domains []string) stack.Config {
 //	check <seed> <off> <n>  compare with a pattern -> ok | bad
 func ownerMain() int {
 	size, _ := strconv.ParseUint(os.Getenv("EFA_TEST_SIZE"), 10, 64)
-	cfg := engineConfig(nil)
+	var domains []string
+	if v := os.Getenv("EFA_TEST_DOMAINS"); v != "" {
+		domains = strings.Split(v, ",")
+	}
+	cfg := engineConfig(domains)
 	cfg.EFA.MooncakeOnly = os.Getenv("EFA_TEST_MOONCAKE") == "1"
 	if p, err := strconv.Atoi(os.Getenv("EFA_TEST_PORT")); err == nil {
 		cfg.Engine.MinRPCPort, cfg.Engine.MaxRPCPort = p, p

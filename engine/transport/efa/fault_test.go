@@ -208,3 +208,41 @@ func TestRestartAtOldAddress(t *testing.T) {
 	err = l.transfer(t, write)
 	assert.ErrorIs(t, err, engine.ErrPeerGone)
 }
+
+// TestRetryOnAnotherDevice: the owner has two devices and one of its
+// endpoints is marked failed here (as after a failed completion on it):
+// the slices striped to it move to the other device pair instead of
+// failing, and every byte arrives, both ways.
+func TestRetryOnAnotherDevice(t *testing.T) {
+	skipWithoutLibfabric(t)
+	o := startOwner(t, 16<<20, 0, "EFA_TEST_DOMAINS=lo,lo")
+	l := newLocal(t, 8<<20, []string{"lo", "lo"})
+	tr := l.e.Transport(efa.Name).(*efa.Transport)
+	seg := l.open(t, o.segment)
+	d, err := l.e.SegmentDescriptor(seg)
+	assert.NilError(t, err)
+	pub, err := efa.ParsePublished(d.Extra[efa.Name])
+	assert.NilError(t, err)
+	assert.Equal(t, len(pub.Devices), 2)
+	tr.MarkGone(pub.Devices[1].Addr)
+
+	pattern(l.buf, 21)
+	assert.NilError(t, l.transfer(t, []engine.Request{{Op: engine.OpWrite, Source: l.addr, Target: seg, TargetOffset: o.addr, Length: 8 << 20}}))
+	assert.Equal(t, o.do(t, "check", 21, 0, 8<<20), "ok")
+	assert.Equal(t, o.do(t, "fill", 22, 0, 8<<20), "ok")
+	clear(l.buf)
+	assert.NilError(t, l.transfer(t, []engine.Request{{Op: engine.OpRead, Source: l.addr, Target: seg, TargetOffset: o.addr, Length: 8 << 20}}))
+	want := make([]byte, 8<<20)
+	pattern(want, 22)
+	assert.Assert(t, bytes.Equal(l.buf, want))
+	var failed uint64
+	for _, s := range l.e.NICStats() {
+		failed += s.SlicesFailed
+	}
+	assert.Equal(t, failed, uint64(0), "slices failed instead of moving: %+v", l.e.NICStats())
+
+	// With both of its endpoints marked, nothing is left to retry on.
+	tr.MarkGone(pub.Devices[0].Addr)
+	err = l.transfer(t, []engine.Request{{Op: engine.OpWrite, Source: l.addr, Target: seg, TargetOffset: o.addr, Length: 1 << 20}})
+	assert.ErrorIs(t, err, engine.ErrPeerGone)
+}

@@ -638,27 +638,63 @@ func (t *Transport) route(p *engine.Peer, pi *peerInfo, s *engine.Slice) (pendin
 		return pending{}, 0, fmt.Errorf("efa: local %#x+%d (%s memory) is not registered with %s: %w", s.Local, s.Length, m.region.Kind, t.devs[li].name, engine.ErrAddressNotRegistered)
 	}
 	pd := int(n % uint64(len(pi.addrs)))
-	key := r.Keys[pd]
-	if key == 0 && len(r.Keys) > 1 { // a region the peer left off this device
+	if r.Keys[pd] == 0 && len(r.Keys) > 1 { // a region the peer left off this device
 		for j, k := range r.Keys {
 			if k != 0 {
-				pd, key = j, k
+				pd = j
 				break
 			}
 		}
 	}
+	return t.pairOp(pending{s: s, peerName: p.Name, pi: pi, m: m, r: r}, li, pd), li, nil
+}
+
+// pairOp builds o's operation from local device li to peer device pd.
+func (t *Transport) pairOp(o pending, li, pd int) pending {
+	s := o.s
 	raddr := s.Remote
-	if !pi.pub.VirtAddr {
-		raddr -= r.Addr
+	if !o.pi.pub.VirtAddr {
+		raddr -= o.r.Addr
 	}
-	op := fabric.Op{Local: uint64(s.Local), Length: s.Length, Remote: raddr, Key: key}
+	op := fabric.Op{Local: uint64(s.Local), Length: s.Length, Remote: raddr, Key: o.r.Keys[pd]}
 	if t.devs[li].mrLocal {
-		op.Desc = m.mrs[li].Desc()
+		op.Desc = o.m.mrs[li].Desc()
 	}
 	if s.Op == engine.OpWrite {
 		op.Write = 1
 	}
-	return pending{s: s, op: op, peer: pi.addrs[pd], peerName: p.Name}, li, nil
+	o.op, o.peer, o.li, o.pd = op, o.pi.addrs[pd], li, pd
+	o.tried |= pairBit(li, pd, len(o.pi.addrs))
+	return o
+}
+
+// pairBit is the bit of the (local device, peer device) pair in
+// pending.tried; pairs past 64 share the last bit.
+func pairBit(li, pd, npeer int) uint64 {
+	return 1 << min(li*npeer+pd, 63)
+}
+
+// reroute returns o moved to another (local device, peer device) pair it
+// has not tried, as the RDMA transport retries a slice on another NIC: a
+// local device registered for its memory, a peer device with a key for
+// its range, a peer endpoint not marked failed there. False when none is
+// left, the slice is canceled, or the transport is closing.
+func (t *Transport) reroute(o pending) (pending, bool) {
+	if o.pi == nil || o.s.Canceled() || t.closed.Load() {
+		return o, false
+	}
+	npeer := len(o.pi.addrs)
+	for k := 1; k < len(t.devs)*npeer; k++ {
+		// Peer devices first (another NIC of the peer from the same local
+		// one), then the local devices.
+		pd := (o.pd + k) % npeer
+		li := (o.li + (o.pd+k)/npeer) % len(t.devs)
+		if o.tried&pairBit(li, pd, npeer) != 0 || o.m.mrs[li] == nil || o.r.Keys[pd] == 0 || t.devs[li].isGone(o.pi.addrs[pd]) {
+			continue
+		}
+		return t.pairOp(o, li, pd), true
+	}
+	return o, false
 }
 
 // failErr turns a failed completion into the slice's error: a lost
