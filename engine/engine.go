@@ -896,6 +896,12 @@ func (e *Engine) Peer(id SegmentID) *Peer { return e.peer(id) }
 // ---- notifications ----
 
 func (e *Engine) handleRPC(ctx context.Context, t rpc.Type, body []byte, peer net.Addr) ([]byte, error) {
+	if h := e.hooks.getFirst(t); h != nil {
+		reply, err := h(ctx, body, peer)
+		if !errors.Is(err, ErrRPCDeclined) {
+			return reply, err
+		}
+	}
 	if h := e.hooks.get(t); h != nil {
 		return h(ctx, body, peer)
 	}

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"sync"
@@ -14,10 +15,48 @@ import (
 // returns the reply body; an error drops the connection without a reply.
 type RPCHandler func(ctx context.Context, body []byte, peer net.Addr) ([]byte, error)
 
+// ErrRPCDeclined, returned by a handler added with HandleRPCFirst, passes
+// the request on to the type's handler added with HandleRPC (or to the
+// engine's own answer): two transports share the Connection handshake so.
+var ErrRPCDeclined = errors.New("rpc request declined by its first handler")
+
 // rpcHooks holds the transports' RPC handlers by message type.
 type rpcHooks struct {
-	mu sync.RWMutex
-	m  map[rpc.Type]RPCHandler
+	mu    sync.RWMutex
+	m     map[rpc.Type]RPCHandler
+	first map[rpc.Type]RPCHandler
+}
+
+func (h *rpcHooks) getFirst(t rpc.Type) RPCHandler {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	return h.first[t]
+}
+
+// HandleRPCFirst makes h look at requests of type t before the handler
+// added with HandleRPC and the engine's own answer; h returns an error
+// wrapping ErrRPCDeclined for a request that is not its own (the efa
+// transport answers the Connection handshakes that carry an efa_addr and
+// leaves the others to the rdma transport). The returned function removes
+// the handler. A second first handler for the same type is an error.
+func (e *Engine) HandleRPCFirst(t rpc.Type, h RPCHandler) (remove func(), err error) {
+	e.hooks.mu.Lock()
+	defer e.hooks.mu.Unlock()
+	if e.hooks.first == nil {
+		e.hooks.first = make(map[rpc.Type]RPCHandler)
+	}
+	if e.hooks.first[t] != nil {
+		return nil, fmt.Errorf("rpc type %s already has a first handler: %w", t, ErrInvalidArgument)
+	}
+	e.hooks.first[t] = h
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			e.hooks.mu.Lock()
+			delete(e.hooks.first, t)
+			e.hooks.mu.Unlock()
+		})
+	}, nil
 }
 
 func (h *rpcHooks) get(t rpc.Type) RPCHandler {

@@ -45,9 +45,11 @@ type Buffer struct {
 	Addr uint64 `json:"addr"`
 	// Length is the size of the range in bytes.
 	Length uint64 `json:"length"`
-	// RKey and LKey hold one key per device (RDMA only).
-	RKey []uint32 `json:"rkey,omitempty"`
-	LKey []uint32 `json:"lkey,omitempty"`
+	// RKey and LKey hold one key per device (rdma and efa). They are 64
+	// bits wide, as Mooncake's mr_key_t in its EFA builds (libfabric's
+	// fi_mr_key); verbs keys and Mooncake's other builds use 32 bits.
+	RKey []uint64 `json:"rkey,omitempty"`
+	LKey []uint64 `json:"lkey,omitempty"`
 	// ShmName is the IPC handle of GPU memory in the form Mooncake's
 	// nvlink and nvlink_intra transports publish it: the 64 bytes of a
 	// CUipcMemHandle (or, for VMM memory, a CUmemFabricHandle) in

@@ -36,7 +36,7 @@ func TestDecodeMooncake(t *testing.T) {
 	r, err := Unmarshal([]byte(mooncakeRDMA))
 	nilErr(t, err)
 	eq(t, r.Devices[0].Name, "mlx5_0")
-	deepEq(t, r.Buffers[0].RKey, []uint32{17})
+	deepEq(t, r.Buffers[0].RKey, []uint64{17})
 }
 
 func TestMissingProtoVersionMeansV1(t *testing.T) {
@@ -141,19 +141,19 @@ func FuzzUnmarshal(f *testing.F) {
 // of separate registrations are not merged.
 func TestFindContinues(t *testing.T) {
 	s := &Segment{Buffers: []Buffer{
-		{Name: "cpu:0", Addr: 0x1000, Length: 0x1000, RKey: []uint32{1}},
-		{Name: "cpu:0", Addr: 0x2000, Length: 0x1000, RKey: []uint32{2}, Continues: true},
-		{Name: "cpu:0", Addr: 0x3000, Length: 0x1000, RKey: []uint32{3}, Continues: true},
-		{Name: "cpu:0", Addr: 0x4000, Length: 0x1000, RKey: []uint32{4}},
+		{Name: "cpu:0", Addr: 0x1000, Length: 0x1000, RKey: []uint64{1}},
+		{Name: "cpu:0", Addr: 0x2000, Length: 0x1000, RKey: []uint64{2}, Continues: true},
+		{Name: "cpu:0", Addr: 0x3000, Length: 0x1000, RKey: []uint64{3}, Continues: true},
+		{Name: "cpu:0", Addr: 0x4000, Length: 0x1000, RKey: []uint64{4}},
 	}}
 	b, ok := s.Find(0x1800, 0x2000)
 	check(t, ok)
 	eq(t, b.Addr, uint64(0x1000))
 	eq(t, b.Length, uint64(0x3000))
-	deepEq(t, b.RKey, []uint32{1})
+	deepEq(t, b.RKey, []uint64{1})
 	b, ok = s.Find(0x2800, 0x100)
 	check(t, ok)
-	deepEq(t, b.RKey, []uint32{2})
+	deepEq(t, b.RKey, []uint64{2})
 	_, ok = s.Find(0x3800, 0x1000) // into the next registration
 	check(t, !ok)
 	_, ok = s.Find(0x1000, 0x3001)

@@ -430,7 +430,7 @@ func TestMooncakeGolden(t *testing.T) {
 	assert.NilError(t, err)
 	assert.Equal(t, seg.Protocol, "rdma")
 	assert.Equal(t, len(seg.Devices), 2)
-	assert.DeepEqual(t, seg.Buffers[0].RKey, []uint32{21, 22})
+	assert.DeepEqual(t, seg.Buffers[0].RKey, []uint64{21, 22})
 
 	// Field names: ours (without kvferry_ extensions) equal Mooncake's.
 	ours, err := descriptor.Marshal(testSegment("node-a", 4096))

@@ -45,6 +45,11 @@ type Config struct {
 	// Slots caps the operations in flight per device; 0 means
 	// DefaultSlots, never more than the provider's transmit queue.
 	Slots int
+	// MooncakeOnly publishes only what Mooncake's EFA transport publishes
+	// (no kvferry record): peers then learn the endpoint addresses in the
+	// Connection handshake, as from a Mooncake node
+	// (KVFERRY_EFA_MOONCAKE_ONLY=1).
+	MooncakeOnly bool
 }
 
 func (c Config) withDefaults() Config {
@@ -68,6 +73,7 @@ func (c Config) withDefaults() Config {
 //	KVFERRY_LIBFABRIC_DOMAINS    comma list of the domains to open
 //	KVFERRY_EFA_SLICE_SIZE       slice size in bytes (1 MiB; 4 KiB - 1 GiB)
 //	KVFERRY_EFA_SLOTS            operations in flight per device (1024)
+//	KVFERRY_EFA_MOONCAKE_ONLY    1: publish only Mooncake's EFA fields
 func ConfigFromEnv(env hostenv.Env) Config {
 	var c Config
 	if v, ok := env.Str("KVFERRY_LIBFABRIC_LIB"); ok {
@@ -88,6 +94,9 @@ func ConfigFromEnv(env hostenv.Env) Config {
 	}
 	if n, ok := env.Int("KVFERRY_EFA_SLOTS"); ok && n > 0 && n <= 1<<16 {
 		c.Slots = int(n)
+	}
+	if n, ok := env.Int("KVFERRY_EFA_MOONCAKE_ONLY"); ok {
+		c.MooncakeOnly = n != 0
 	}
 	return c
 }

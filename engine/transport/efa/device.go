@@ -36,6 +36,14 @@ type pending struct {
 	op       fabric.Op // all but Peer and Slot
 	peer     []byte    // the peer device's endpoint address
 	peerName string
+	// What reroute needs to move the slice to another pair of devices:
+	// the peer's record, the local registration, the remote region, the
+	// pair in use and the pairs tried (pairBit).
+	pi     *peerInfo
+	m      *memReg
+	r      PublishedRegion
+	li, pd int
+	tried  uint64
 }
 
 // flight is an operation the provider holds, by slot.
@@ -79,7 +87,8 @@ type device struct {
 	bytesDone     atomic.Uint64
 	slicesDone    atomic.Uint64
 	slicesFailed  atomic.Uint64
-	waiting       atomic.Bool // the poller parks on the CQ
+	retried       atomic.Uint64 // slices moved from this device to another pair
+	waiting       atomic.Bool   // the poller parks on the CQ
 }
 
 func openDevice(t *Transport, idx int, name string, in fabric.Info) (*device, error) {
@@ -140,15 +149,47 @@ func (d *device) fiAddr(addr []byte) (uint64, error) {
 	return a, nil
 }
 
-// goneTTL is how long a failed peer endpoint fails operations at once.
+// goneTTL is how long a failed peer endpoint fails operations at once,
+// at most (never longer than the transfer deadline, so that a peer back at
+// the same address costs at most one deadline; a new incarnation of the
+// peer clears it at once: forget).
 const goneTTL = time.Minute
+
+func (d *device) goneFor() time.Duration {
+	if t := d.t.deadline; t > 0 && t < goneTTL {
+		return t
+	}
+	return goneTTL
+}
+
+// forget clears what this device holds of a peer endpoint: its failure
+// mark and its AV entry, which is inserted afresh at the next use (a new
+// incarnation of the peer may answer at the old address: on EFA a reused
+// QPN; its provider state must be new).
+func (d *device) forget(addr []byte) {
+	d.mu.Lock()
+	_, gone := d.mu.gone[string(addr)]
+	delete(d.mu.gone, string(addr))
+	d.mu.Unlock()
+	if gone {
+		d.dropPeer(addr)
+	}
+}
+
+// isGone reports whether addr is marked failed on d.
+func (d *device) isGone(addr []byte) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	_, ok := d.mu.gone[string(addr)]
+	return ok
+}
 
 // goneErr returns the error of an operation to a peer endpoint that
 // failed within goneTTL, or nil.
 func (d *device) goneErr(o pending) error {
 	d.mu.Lock()
 	at, ok := d.mu.gone[string(o.peer)]
-	if ok && time.Since(at) > goneTTL {
+	if ok && time.Since(at) > d.goneFor() {
 		delete(d.mu.gone, string(o.peer))
 		ok = false
 	}
@@ -247,7 +288,7 @@ func (d *device) post(ops []pending) {
 		for i, o := range chunk {
 			if err := d.goneErr(o); err != nil {
 				ok[i] = false
-				d.fail(o.s, err)
+				d.failOrRetry(o, err)
 				continue
 			}
 			a, err := d.fiAddr(o.peer)
@@ -334,6 +375,23 @@ func (d *device) takeLocked(slot uint32) flight {
 	return f
 }
 
+// failOrRetry moves an operation whose path failed (engine.ErrPeerGone)
+// to another pair of devices it has not tried (Transport.reroute), or
+// fails its slice with err. Called from a poller or a submitter, while
+// every device is open.
+func (d *device) failOrRetry(o pending, err error) {
+	if errors.Is(err, engine.ErrPeerGone) {
+		if alt, ok := d.t.reroute(o); ok {
+			d.retried.Add(1)
+			d.t.log.Debug("efa: slice retried on another device pair", "peer", o.peerName, "from", d.name, "to", d.t.devs[alt.li].name,
+				"peer_device", alt.pd, "err", err)
+			d.t.devs[alt.li].submit([]pending{alt})
+			return
+		}
+	}
+	d.fail(o.s, err)
+}
+
 func (d *device) fail(s *engine.Slice, err error) {
 	d.slicesFailed.Add(1)
 	s.Complete(err)
@@ -415,8 +473,10 @@ func (d *device) complete(comps []fabric.Comp) {
 			}
 			if f.expired {
 				err = fmt.Errorf("efa: %s %#x+%d on %q via %s: no completion within %v: %w", opName(f.op.Write), f.s.Remote, f.s.Length, f.peerName, d.name, d.t.deadline, engine.ErrTimeout)
+				d.fail(f.s, err)
+				continue
 			}
-			d.fail(f.s, err)
+			d.failOrRetry(f.pending, err)
 			continue
 		}
 		d.bytesDone.Add(f.s.Length)

@@ -18,9 +18,13 @@
 // that the device's poller posts as completions free room. One poller per
 // device reads the completion queue, parking on its wait object when idle,
 // which also drives the progress manual-progress providers need on the
-// target side. A failed completion fails its slice (engine.ErrPeerGone for
-// a lost peer) and drops the peer's address, so a restarted peer is
-// reached at its new one; an operation still in flight at the transfer
+// target side. A failed completion of a lost peer drops the peer's
+// address and moves its slice to another (local device, peer device) pair
+// not tried yet, or fails it (engine.ErrPeerGone); a restarted peer is
+// reached at its new address, and its new incarnation clears what the old
+// one left at an old one. Peers that publish only Mooncake's fields (a
+// Mooncake EFA node) are reached through Mooncake's Connection handshake
+// (efa_addr), which the transport also answers (mooncake.go); an operation still in flight at the transfer
 // deadline makes the poller drop the peer's address, which fails what the
 // provider holds for it, and its slice fails with engine.ErrTimeout.
 package efa

@@ -69,7 +69,12 @@ func engineConfig(domains []string) stack.Config {
 //	check <seed> <off> <n>  compare with a pattern -> ok | bad
 func ownerMain() int {
 	size, _ := strconv.ParseUint(os.Getenv("EFA_TEST_SIZE"), 10, 64)
-	cfg := engineConfig(nil)
+	var domains []string
+	if v := os.Getenv("EFA_TEST_DOMAINS"); v != "" {
+		domains = strings.Split(v, ",")
+	}
+	cfg := engineConfig(domains)
+	cfg.EFA.MooncakeOnly = os.Getenv("EFA_TEST_MOONCAKE") == "1"
 	if p, err := strconv.Atoi(os.Getenv("EFA_TEST_PORT")); err == nil {
 		cfg.Engine.MinRPCPort, cfg.Engine.MaxRPCPort = p, p
 	}
@@ -139,10 +144,11 @@ type owner struct {
 	addr    uint64
 }
 
-func startOwner(t testing.TB, size uint64, port int) *owner {
+func startOwner(t testing.TB, size uint64, port int, env ...string) *owner {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), "EFA_TEST_CHILD=owner", fmt.Sprintf("EFA_TEST_SIZE=%d", size))
+	cmd.Env = append(cmd.Env, env...)
 	if port > 0 {
 		cmd.Env = append(cmd.Env, fmt.Sprintf("EFA_TEST_PORT=%d", port))
 	}

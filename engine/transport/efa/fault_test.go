@@ -134,7 +134,7 @@ func TestDescriptor(t *testing.T) {
 	assert.Assert(t, d.Devices[0].GID != "")
 	for _, b := range d.Buffers {
 		assert.Equal(t, len(b.RKey), 1)
-		assert.Equal(t, uint64(b.RKey[0]), r.Keys[0])
+		assert.Equal(t, b.RKey[0], r.Keys[0])
 	}
 	// Mooncake's decoder rules hold for it (one key per device, a gid).
 	raw, err := descriptor.Marshal(d)
@@ -167,4 +167,82 @@ func TestSelf(t *testing.T) {
 	assert.Equal(t, len(st), 1)
 	assert.Equal(t, st[0].State, "down")
 	assert.Assert(t, !tr.Reaches(&engine.Peer{ID: engine.LocalSegment}))
+}
+
+// TestRestartAtOldAddress: a restarted peer whose endpoint answers at an
+// address that failed under its old incarnation (on EFA a reused QPN) is
+// reached at once: its new incarnation clears the failure mark and the AV
+// entry, where the mark alone would fail every operation to it.
+func TestRestartAtOldAddress(t *testing.T) {
+	skipWithoutLibfabric(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	assert.NilError(t, err)
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	o := startOwner(t, 4<<20, port)
+	l := newLocal(t, 4<<20, nil)
+	tr := l.e.Transport(efa.Name).(*efa.Transport)
+	seg := l.open(t, o.segment)
+	pattern(l.buf[:1<<20], 5)
+	write := []engine.Request{{Op: engine.OpWrite, Source: l.addr, Target: seg, TargetOffset: o.addr, Length: 1 << 20}}
+	assert.NilError(t, l.transfer(t, write))
+	o.kill()
+
+	o2 := startOwner(t, 4<<20, port)
+	seg2, err := l.e.OpenSegmentNoCache(contextWithTimeout(t), o2.segment)
+	assert.NilError(t, err)
+	d, err := l.e.SegmentDescriptor(seg2)
+	assert.NilError(t, err)
+	pub, err := efa.ParsePublished(d.Extra[efa.Name])
+	assert.NilError(t, err)
+	// As if the old incarnation had failed at the address the new one has.
+	tr.MarkGone(pub.Devices[0].Addr)
+	assert.Assert(t, tr.IsGone(pub.Devices[0].Addr))
+	write[0].Target = seg2
+	assert.NilError(t, l.transfer(t, write))
+	assert.Equal(t, o2.do(t, "check", 5, 0, 1<<20), "ok")
+	assert.Assert(t, !tr.IsGone(pub.Devices[0].Addr))
+
+	// The same incarnation keeps its mark: operations fail at once.
+	tr.MarkGone(pub.Devices[0].Addr)
+	err = l.transfer(t, write)
+	assert.ErrorIs(t, err, engine.ErrPeerGone)
+}
+
+// TestRetryOnAnotherDevice: the owner has two devices and one of its
+// endpoints is marked failed here (as after a failed completion on it):
+// the slices striped to it move to the other device pair instead of
+// failing, and every byte arrives, both ways.
+func TestRetryOnAnotherDevice(t *testing.T) {
+	skipWithoutLibfabric(t)
+	o := startOwner(t, 16<<20, 0, "EFA_TEST_DOMAINS=lo,lo")
+	l := newLocal(t, 8<<20, []string{"lo", "lo"})
+	tr := l.e.Transport(efa.Name).(*efa.Transport)
+	seg := l.open(t, o.segment)
+	d, err := l.e.SegmentDescriptor(seg)
+	assert.NilError(t, err)
+	pub, err := efa.ParsePublished(d.Extra[efa.Name])
+	assert.NilError(t, err)
+	assert.Equal(t, len(pub.Devices), 2)
+	tr.MarkGone(pub.Devices[1].Addr)
+
+	pattern(l.buf, 21)
+	assert.NilError(t, l.transfer(t, []engine.Request{{Op: engine.OpWrite, Source: l.addr, Target: seg, TargetOffset: o.addr, Length: 8 << 20}}))
+	assert.Equal(t, o.do(t, "check", 21, 0, 8<<20), "ok")
+	assert.Equal(t, o.do(t, "fill", 22, 0, 8<<20), "ok")
+	clear(l.buf)
+	assert.NilError(t, l.transfer(t, []engine.Request{{Op: engine.OpRead, Source: l.addr, Target: seg, TargetOffset: o.addr, Length: 8 << 20}}))
+	want := make([]byte, 8<<20)
+	pattern(want, 22)
+	assert.Assert(t, bytes.Equal(l.buf, want))
+	var failed uint64
+	for _, s := range l.e.NICStats() {
+		failed += s.SlicesFailed
+	}
+	assert.Equal(t, failed, uint64(0), "slices failed instead of moving: %+v", l.e.NICStats())
+
+	// With both of its endpoints marked, nothing is left to retry on.
+	tr.MarkGone(pub.Devices[0].Addr)
+	err = l.transfer(t, []engine.Request{{Op: engine.OpWrite, Source: l.addr, Target: seg, TargetOffset: o.addr, Length: 1 << 20}})
+	assert.ErrorIs(t, err, engine.ErrPeerGone)
 }

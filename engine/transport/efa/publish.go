@@ -4,11 +4,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"math"
 	"slices"
 	"sort"
-
-	"github.com/kvferry/kvferry/engine/descriptor"
 )
 
 // Published is what the transport publishes in the segment descriptor's
@@ -16,13 +13,13 @@ import (
 // address, and each registered region with its key on every device. It is
 // pure data.
 //
-// Mooncake's EFA transport (specs: its efa_transport sources) publishes
-// protocol "efa", one device per EFA NIC with lid 0 and gid = the hex of
-// the provider's source address, and per buffer one rkey and lkey per
-// device (fi_mr_key, held in 32 bits); endpoint addresses travel in its
-// Connection handshake (efa_addr, hex of fi_getname). Describe fills those
-// fields too when no RDMA transport claims them; kvferry peers read this
-// record, which carries the endpoint addresses and full 64-bit keys.
+// Mooncake's EFA transport publishes protocol "efa", one device per EFA
+// NIC with lid 0 and gid = the hex of the provider's source address, and
+// per buffer one rkey and lkey per device (fi_mr_key, 64 bits in its EFA
+// builds); endpoint addresses travel in its Connection handshake
+// (efa_addr, hex of fi_getname). Describe fills those fields too when no
+// RDMA transport claims them (mooncake.go); kvferry peers read this record,
+// which carries the endpoint addresses and saves the handshake.
 type Published struct {
 	// Provider and Fabric name the libfabric provider and fabric; peers
 	// only talk over the same provider.
@@ -63,11 +60,29 @@ func ParsePublished(raw json.RawMessage) (*Published, error) {
 		return nil, fmt.Errorf("efa descriptor: no devices")
 	}
 	for _, d := range p.Devices {
-		b, err := hex.DecodeString(d.Addr)
-		if err != nil || len(b) == 0 || len(b) > 256 {
-			return nil, fmt.Errorf("efa descriptor: device %q: bad address %q", d.Name, d.Addr)
+		if _, err := decodeAddr(d.Addr); err != nil {
+			return nil, fmt.Errorf("efa descriptor: device %q: %w", d.Name, err)
 		}
 	}
+	if err := p.checkRegions(); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+// decodeAddr decodes an endpoint address in hex (Mooncake's efa_addr):
+// 1 to 256 bytes.
+func decodeAddr(s string) ([]byte, error) {
+	b, err := hex.DecodeString(s)
+	if err != nil || len(b) == 0 || len(b) > 256 {
+		return nil, fmt.Errorf("bad endpoint address %q", s)
+	}
+	return b, nil
+}
+
+// checkRegions sorts the regions by address and checks each: one key per
+// device, inside the address space, not overlapping the next.
+func (p *Published) checkRegions() error {
 	if !sort.SliceIsSorted(p.Regions, func(i, j int) bool { return p.Regions[i].Addr < p.Regions[j].Addr }) {
 		slices.SortFunc(p.Regions, func(a, b PublishedRegion) int {
 			if a.Addr < b.Addr {
@@ -81,16 +96,16 @@ func ParsePublished(raw json.RawMessage) (*Published, error) {
 	}
 	for i, r := range p.Regions {
 		if len(r.Keys) != len(p.Devices) {
-			return nil, fmt.Errorf("efa descriptor: region %#x+%d has %d keys for %d devices", r.Addr, r.Length, len(r.Keys), len(p.Devices))
+			return fmt.Errorf("efa descriptor: region %#x+%d has %d keys for %d devices", r.Addr, r.Length, len(r.Keys), len(p.Devices))
 		}
 		if r.Length == 0 || r.Addr+r.Length < r.Addr {
-			return nil, fmt.Errorf("efa descriptor: region %#x+%d wraps or is empty", r.Addr, r.Length)
+			return fmt.Errorf("efa descriptor: region %#x+%d wraps or is empty", r.Addr, r.Length)
 		}
 		if i > 0 && p.Regions[i-1].Addr+p.Regions[i-1].Length > r.Addr {
-			return nil, fmt.Errorf("efa descriptor: region %#x+%d overlaps the one before", r.Addr, r.Length)
+			return fmt.Errorf("efa descriptor: region %#x+%d overlaps the one before", r.Addr, r.Length)
 		}
 	}
-	return &p, nil
+	return nil
 }
 
 // Region returns the region holding all of [addr, addr+n), or false.
@@ -104,43 +119,4 @@ func (p *Published) Region(addr, n uint64) (PublishedRegion, bool) {
 		return PublishedRegion{}, false
 	}
 	return r, true
-}
-
-// describeMooncake fills the descriptor fields Mooncake's EFA transport
-// publishes: protocol "efa", the devices (lid 0, gid the hex of the
-// provider's source address) and per buffer one rkey and lkey per device.
-// It leaves the descriptor alone when an RDMA transport published its NICs
-// there, or when a key does not fit Mooncake's 32 bits.
-func describeMooncake(seg *descriptor.Segment, devs []*device, pub *Published) bool {
-	if seg.Protocol == descriptor.ProtocolRDMA || len(seg.Devices) > 0 {
-		return false
-	}
-	keys := make([][]uint32, len(seg.Buffers))
-	for i, b := range seg.Buffers {
-		r, ok := pub.Region(b.Addr, b.Length)
-		if !ok {
-			return false
-		}
-		keys[i] = make([]uint32, len(r.Keys))
-		for j, k := range r.Keys {
-			if k > math.MaxUint32 {
-				return false
-			}
-			keys[i][j] = uint32(k)
-		}
-	}
-	seg.Protocol = Name
-	seg.Devices = make([]descriptor.Device, len(devs))
-	for i, d := range devs {
-		gid := d.info.SrcAddr
-		if len(gid) == 0 { // Mooncake's decoder refuses a device without gid
-			gid = d.addr
-		}
-		seg.Devices[i] = descriptor.Device{Name: d.name, LID: 0, GID: hex.EncodeToString(gid)}
-	}
-	for i := range seg.Buffers {
-		seg.Buffers[i].RKey = keys[i]
-		seg.Buffers[i].LKey = keys[i]
-	}
-	return true
 }

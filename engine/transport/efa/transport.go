@@ -58,6 +58,18 @@ type Transport struct {
 		sync.Mutex
 		m map[*descriptor.Segment]*peerInfo
 	}
+	// hs holds the endpoint address each peer NIC path handed to a local
+	// device in a Connection handshake, to drop it when the peer restarts.
+	hs struct {
+		sync.Mutex
+		m map[string][]byte
+	}
+	unhook []func()
+	// inc holds each peer segment's last seen incarnation (renewPeer).
+	inc struct {
+		sync.Mutex
+		m map[string]string
+	}
 }
 
 // memReg is one registered region with its memory region on every device.
@@ -68,11 +80,17 @@ type memReg struct {
 	mrs    []*fabric.MR // by device; nil where it is not registered
 }
 
-// peerInfo is a peer's published record, parsed once per descriptor.
+// peerInfo is a peer's published record, parsed once per descriptor. For
+// a peer that publishes only Mooncake's fields, ready is closed once the
+// handshakes have filled addrs (or err); until then neither may be read.
 type peerInfo struct {
 	pub   *Published
 	addrs [][]byte // endpoint address by device
 	err   error
+	ready chan struct{}
+	// renew runs once, from Submit or Warmup (under t.life), when the
+	// descriptor is a new incarnation of the peer (renewPeer).
+	renew sync.Once
 }
 
 // Available reports whether the transport can run with cfg: libfabric
@@ -122,6 +140,8 @@ func New(e *engine.Engine, cfg Config) (*Transport, error) {
 	t := &Transport{e: e, cfg: cfg, log: e.Logger().With("transport", Name), deadline: e.Config().TransferTimeout}
 	t.ctx, t.cancel = context.WithCancel(e.Context())
 	t.peers.m = map[*descriptor.Segment]*peerInfo{}
+	t.hs.m = map[string][]byte{}
+	t.inc.m = map[string]string{}
 	empty := []*memReg{}
 	t.regs.snap.Store(&empty)
 	picked, err := pickInfos(l.Infos, cfg, e.SegmentName())
@@ -156,6 +176,10 @@ func New(e *engine.Engine, cfg Config) (*Transport, error) {
 	if err := t.RegisterRegions(e.Regions()); err != nil {
 		t.closeDevices()
 		t.cancel()
+		return nil, err
+	}
+	if err := t.hookConnection(); err != nil {
+		t.Close()
 		return nil, err
 	}
 	for _, d := range t.devs {
@@ -378,15 +402,20 @@ func (t *Transport) Describe(seg *descriptor.Segment) {
 		t.log.Error("efa: encoding the descriptor record failed", "err", err)
 		return
 	}
-	if seg.Extra == nil {
-		seg.Extra = map[string]json.RawMessage{}
+	if !t.cfg.MooncakeOnly {
+		if seg.Extra == nil {
+			seg.Extra = map[string]json.RawMessage{}
+		}
+		seg.Extra[Name] = b
 	}
-	seg.Extra[Name] = b
 	describeMooncake(seg, t.devs, pub)
 }
 
-// peerInfo parses p's record once per descriptor.
-func (t *Transport) peerInfo(d *descriptor.Segment) *peerInfo {
+// peerInfo parses p's record once per descriptor d. A peer that publishes
+// only Mooncake's fields gets its handshakes started here (p names where
+// to send them; nil only checks the fields); a failed handshake is
+// forgotten, so that the next use tries again.
+func (t *Transport) peerInfo(p *engine.Peer, d *descriptor.Segment) *peerInfo {
 	t.peers.Lock()
 	defer t.peers.Unlock()
 	if pi := t.peers.m[d]; pi != nil {
@@ -394,7 +423,26 @@ func (t *Transport) peerInfo(d *descriptor.Segment) *peerInfo {
 	}
 	pi := &peerInfo{}
 	if raw, ok := d.Extra[Name]; !ok {
-		pi.err = fmt.Errorf("efa: %q publishes no efa devices: %w", d.Name, engine.ErrNotSupportedTransport)
+		pub, err := t.mooncakePublished(d)
+		if err != nil {
+			pi.err = err
+			return pi
+		}
+		if p == nil {
+			return &peerInfo{pub: pub}
+		}
+		pi.pub, pi.ready = pub, make(chan struct{})
+		go func() { // bounded by the handshake deadline
+			t.connectMooncake(p, d, pi)
+			if pi.err != nil {
+				t.log.Warn("efa handshake failed", "peer", d.Name, "err", pi.err)
+				t.peers.Lock()
+				if t.peers.m[d] == pi {
+					delete(t.peers.m, d)
+				}
+				t.peers.Unlock()
+			}
+		}()
 	} else if pub, err := ParsePublished(raw); err != nil {
 		pi.err = fmt.Errorf("efa: %q: %w", d.Name, err)
 	} else if pub.Provider != t.provider {
@@ -439,7 +487,7 @@ func (t *Transport) Reaches(p *engine.Peer) bool {
 	if d == nil {
 		return false
 	}
-	return t.peerInfo(d).err == nil
+	return t.peerInfo(nil, d).err == nil
 }
 
 // NICStats reports each device (showLinks): its provider and fabric as the
@@ -476,7 +524,33 @@ func (t *Transport) Submit(p *engine.Peer, slices []*engine.Slice) {
 	if p.Local() {
 		pi = t.selfInfo()
 	} else if d := p.Descriptor(); d != nil {
-		pi = t.peerInfo(d)
+		pi = t.peerInfo(p, d)
+	}
+	if pi != nil && pi.err == nil && !p.Local() && (pi.ready == nil || isClosed(pi.ready)) {
+		t.renewPeer(p.Descriptor(), pi)
+	}
+	if pi != nil && pi.ready != nil {
+		select {
+		case <-pi.ready:
+		default: // a Mooncake peer's handshake runs: submit once it is over
+			go func() {
+				select {
+				case <-pi.ready:
+					if pi.err != nil {
+						for _, s := range slices {
+							s.Complete(pi.err)
+						}
+						return
+					}
+					t.Submit(p, slices)
+				case <-t.ctx.Done():
+					for _, s := range slices {
+						s.Complete(engine.ErrClosed)
+					}
+				}
+			}()
+			return
+		}
 	}
 	groups := make([][]pending, len(t.devs))
 	for _, s := range slices {
@@ -506,6 +580,44 @@ func (t *Transport) Submit(p *engine.Peer, slices []*engine.Slice) {
 	}
 }
 
+func isClosed(c chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+// renewPeer, once per parsed descriptor, sees whether d is a new
+// incarnation of its segment (a restarted peer): then every device forgets
+// the failure marks and AV entries of the peer's addresses, so that the
+// new process is reached at once even where it answers at an old address.
+// The caller holds t.life.
+func (t *Transport) renewPeer(d *descriptor.Segment, pi *peerInfo) {
+	pi.renew.Do(func() {
+		if d == nil || d.Incarnation == "" {
+			return
+		}
+		t.inc.Lock()
+		prev, seen := t.inc.m[d.Name]
+		if len(t.inc.m) >= DefaultAVCount {
+			clear(t.inc.m)
+		}
+		t.inc.m[d.Name] = d.Incarnation
+		t.inc.Unlock()
+		if !seen || prev == d.Incarnation {
+			return
+		}
+		t.log.Info("efa peer restarted: its endpoints are re-created", "peer", d.Name, "incarnation", d.Incarnation)
+		for _, dev := range t.devs {
+			for _, a := range pi.addrs {
+				dev.forget(a)
+			}
+		}
+	})
+}
+
 // route checks s against the local and the peer's registered regions and
 // builds its operation on the next local device.
 func (t *Transport) route(p *engine.Peer, pi *peerInfo, s *engine.Slice) (pending, int, error) {
@@ -526,27 +638,63 @@ func (t *Transport) route(p *engine.Peer, pi *peerInfo, s *engine.Slice) (pendin
 		return pending{}, 0, fmt.Errorf("efa: local %#x+%d (%s memory) is not registered with %s: %w", s.Local, s.Length, m.region.Kind, t.devs[li].name, engine.ErrAddressNotRegistered)
 	}
 	pd := int(n % uint64(len(pi.addrs)))
-	key := r.Keys[pd]
-	if key == 0 && len(r.Keys) > 1 { // a region the peer left off this device
+	if r.Keys[pd] == 0 && len(r.Keys) > 1 { // a region the peer left off this device
 		for j, k := range r.Keys {
 			if k != 0 {
-				pd, key = j, k
+				pd = j
 				break
 			}
 		}
 	}
+	return t.pairOp(pending{s: s, peerName: p.Name, pi: pi, m: m, r: r}, li, pd), li, nil
+}
+
+// pairOp builds o's operation from local device li to peer device pd.
+func (t *Transport) pairOp(o pending, li, pd int) pending {
+	s := o.s
 	raddr := s.Remote
-	if !pi.pub.VirtAddr {
-		raddr -= r.Addr
+	if !o.pi.pub.VirtAddr {
+		raddr -= o.r.Addr
 	}
-	op := fabric.Op{Local: uint64(s.Local), Length: s.Length, Remote: raddr, Key: key}
+	op := fabric.Op{Local: uint64(s.Local), Length: s.Length, Remote: raddr, Key: o.r.Keys[pd]}
 	if t.devs[li].mrLocal {
-		op.Desc = m.mrs[li].Desc()
+		op.Desc = o.m.mrs[li].Desc()
 	}
 	if s.Op == engine.OpWrite {
 		op.Write = 1
 	}
-	return pending{s: s, op: op, peer: pi.addrs[pd], peerName: p.Name}, li, nil
+	o.op, o.peer, o.li, o.pd = op, o.pi.addrs[pd], li, pd
+	o.tried |= pairBit(li, pd, len(o.pi.addrs))
+	return o
+}
+
+// pairBit is the bit of the (local device, peer device) pair in
+// pending.tried; pairs past 64 share the last bit.
+func pairBit(li, pd, npeer int) uint64 {
+	return 1 << min(li*npeer+pd, 63)
+}
+
+// reroute returns o moved to another (local device, peer device) pair it
+// has not tried, as the RDMA transport retries a slice on another NIC: a
+// local device registered for its memory, a peer device with a key for
+// its range, a peer endpoint not marked failed there. False when none is
+// left, the slice is canceled, or the transport is closing.
+func (t *Transport) reroute(o pending) (pending, bool) {
+	if o.pi == nil || o.s.Canceled() || t.closed.Load() {
+		return o, false
+	}
+	npeer := len(o.pi.addrs)
+	for k := 1; k < len(t.devs)*npeer; k++ {
+		// Peer devices first (another NIC of the peer from the same local
+		// one), then the local devices.
+		pd := (o.pd + k) % npeer
+		li := (o.li + (o.pd+k)/npeer) % len(t.devs)
+		if o.tried&pairBit(li, pd, npeer) != 0 || o.m.mrs[li] == nil || o.r.Keys[pd] == 0 || t.devs[li].isGone(o.pi.addrs[pd]) {
+			continue
+		}
+		return t.pairOp(o, li, pd), true
+	}
+	return o, false
 }
 
 // failErr turns a failed completion into the slice's error: a lost
@@ -573,6 +721,9 @@ func failErr(op *pending, dev string, errno int32, prov int32) error {
 func (t *Transport) Close() error {
 	if t.closed.Swap(true) {
 		return nil
+	}
+	for _, u := range t.unhook {
+		u()
 	}
 	t.cancel()
 	for _, d := range t.devs {

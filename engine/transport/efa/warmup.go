@@ -26,9 +26,9 @@ func (t *Transport) Warmup(ctx context.Context, name string) error {
 	if err != nil {
 		return fmt.Errorf("efa warmup %q: %w", name, err)
 	}
-	pi := t.peerInfo(d)
-	if pi.err != nil {
-		return fmt.Errorf("efa warmup: %w", pi.err)
+	pi := t.peerInfo(t.e.Peer(id), d)
+	if err := waitReady(ctx, pi); err != nil {
+		return fmt.Errorf("efa warmup %q: %w", name, err)
 	}
 	for _, dev := range t.devs {
 		for _, a := range pi.addrs {

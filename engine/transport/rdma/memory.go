@@ -509,17 +509,17 @@ func (t *Transport) describeBuffers(seg *descriptor.Segment) {
 				cb.Continues = true
 				cb.ShmName, cb.IPCOffset = "", 0 // the first buffer names the whole allocation
 			}
-			cb.LKey = make([]uint32, len(c.mrs))
+			cb.LKey = make([]uint64, len(c.mrs))
 			for j, mr := range c.mrs {
 				if mr != nil {
-					cb.LKey[j] = mr.LKey
+					cb.LKey[j] = uint64(mr.LKey)
 				}
 			}
 			if m.remote {
-				cb.RKey = make([]uint32, len(c.mrs))
+				cb.RKey = make([]uint64, len(c.mrs))
 				for j, mr := range c.mrs {
 					if mr != nil {
-						cb.RKey[j] = mr.RKey
+						cb.RKey[j] = uint64(mr.RKey)
 					}
 				}
 			}

@@ -436,12 +436,12 @@ func (t *Transport) route(o *op) (ep *endpoint, rest *op, err error) {
 	}
 	o.nic = n
 	o.lkey = lc.mrs[n.idx].LKey
-	o.rkey = buf.RKey[pi.index[peerName]]
+	o.rkey = uint32(buf.RKey[pi.index[peerName]]) // verbs keys are 32 bits
 	ep, err = n.endpoint(handshake.NICPath(pi.server, peerName), o.peer.Endpoint.Addr())
 	return ep, rest, err
 }
 
-func hasKey(keys []uint32) bool {
+func hasKey(keys []uint64) bool {
 	for _, k := range keys {
 		if k != 0 {
 			return true

@@ -11,8 +11,11 @@ import (
 // TransferHandshakeUtil). Fields are in the order jsoncpp's FastWriter
 // writes them (sorted keys), so the encoding matches Mooncake's bytes.
 // ready_ack is present only from peers that support the ready-ACK phase
-// (its presence, not its value, says so).
+// (its presence, not its value, says so). efa_addr is the hex endpoint
+// address (fi_getname) that Mooncake's EFA builds add (efa_transport's
+// EfaEndPoint): present only in the EFA transport's handshakes.
 type Desc struct {
+	EFAAddr      string   `json:"efa_addr,omitempty"`
 	LocalGID     string   `json:"local_gid"`
 	LocalLID     uint16   `json:"local_lid"`
 	LocalNICPath string   `json:"local_nic_path"`
@@ -60,6 +63,7 @@ func Decode(b []byte) (*Desc, error) {
 	h.LocalGID = str("local_gid")
 	h.PeerNICPath = str("peer_nic_path")
 	h.ReplyMsg = str("reply_msg")
+	h.EFAAddr = str("efa_addr")
 	if v, ok := raw["local_lid"]; ok {
 		var n uint16
 		if json.Unmarshal(v, &n) == nil {
