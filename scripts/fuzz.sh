@@ -468,8 +468,8 @@ cfuzz_one() {
     rm -f "$log"
     e0=$(( e0 + ${calls:-0} )) s0=$(( s0 + elapsed )) w0=$(( w0 + elapsed ))
     ledger_put "$key" cfuzz "$e0" "$s0" "$w0" "$r0" -
-    [ "$wallcap" -gt 0 ] && [ $(( $(date +%s) - t0 )) -ge "$wallcap" ] && break
     printf '%s\t%s\t%s\t%s\t%s\t-\n' "$key" "${calls:-0}" "$elapsed" "$elapsed" "$(( ${calls:-0} / (elapsed > 0 ? elapsed : 1) ))" >> "$tsv"
+    [ "$wallcap" -gt 0 ] && [ $(( $(date +%s) - t0 )) -ge "$wallcap" ] && break
     [ "$cap" -gt 0 ] && [ $(( $(date +%s) - t0 )) -ge "$cap" ] && break
   done
   return 0
