@@ -13,10 +13,16 @@
 
 int kvf_forked(void);
 
-/* check_keys: count keys, none NULL (and no NULL group id). */
+/* MAX_BATCH is the Go side's maxBatch (store_exports.go): a larger count
+ * fails here, before the checks below walk that many entries of arrays a
+ * garbage count does not describe. */
+#define MAX_BATCH ((size_t)1 << 22)
+
+/* check_keys: count keys (at most MAX_BATCH), none NULL (and no NULL group
+ * id). */
 static int check_keys(const char **keys, size_t count, const char **group_ids) {
     if (count == 0) return 0;
-    if (!keys) return -1;
+    if (count > MAX_BATCH || !keys) return -1;
     for (size_t i = 0; i < count; i++)
         if (!keys[i] || (group_ids && !group_ids[i])) return -1;
     return 0;
@@ -29,8 +35,12 @@ static int check_ranges(const char **keys, size_t count, void **addrs, const uin
     if (count == 0) return 0;
     if (check_keys(keys, count, NULL) != 0 || !range_counts) return -1;
     size_t total = 0;
-    for (size_t i = 0; i < count; i++) total += range_counts[i];
-    if (total > 0 && (!addrs || !offsets || !sizes)) return -1;
+    int some = 0;
+    for (size_t i = 0; i < count; i++) {
+        total += range_counts[i];
+        some |= range_counts[i] != 0;
+    }
+    if (some && (!addrs || !offsets || !sizes)) return -1;
     return 0;
 }
 

@@ -164,7 +164,9 @@ func kvf_store_get_session_end(h C.uintptr_t, keys **C.char, count C.size_t) (rc
 }
 
 // sessionRanges runs a get (put false) or put session's ranged call:
-// results[i] is the bytes moved for keys[i] or its code.
+// results[i] is the bytes moved for keys[i] or its code. More than
+// maxBatch ranges is INVALID_PARAMS, returned (as by
+// kvf_store_get_into_ranges, kvferry.h) and in every result.
 func sessionRanges(h C.uintptr_t, keys **C.char, count C.size_t, addrs *unsafe.Pointer, offsets, sizes *C.uint64_t,
 	counts *C.size_t, results *C.int64_t, put bool) C.int {
 	s, ok := lookupStore(h)
@@ -176,10 +178,12 @@ func sessionRanges(h C.uintptr_t, keys **C.char, count C.size_t, addrs *unsafe.P
 	}
 	out := unsafe.Slice(results, int(count))
 	ranges, _, err := rangeLists(addrs, offsets, sizes, counts, count)
-	var c *client.Client
-	if err == nil {
-		c, err = sessionClient(s)
+	if err != nil {
+		code := s.fail(err)
+		fillInt(out, code)
+		return C.int(code)
 	}
+	c, err := sessionClient(s)
 	if err != nil {
 		fillInt(out, s.fail(err))
 		return 0

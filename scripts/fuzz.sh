@@ -30,7 +30,8 @@
 #
 # Corpus entries are what Go's fuzz cache holds ($(go env GOCACHE)/fuzz):
 # Go writes an input there only when it adds coverage (minimized first).
-# Entries the testdata directory lacks are copied to it, smallest first,
+# Entries written by this run that the testdata directory lacks are
+# copied to it, smallest first,
 # within caps: FUZZ_CORPUS_ENTRY_BYTES (4096) per entry,
 # FUZZ_CORPUS_TARGET_ENTRIES (100) and FUZZ_CORPUS_TARGET_BYTES (65536)
 # per target, FUZZ_CORPUS_TOTAL_BYTES (1.5 MiB) over the repository
@@ -44,10 +45,15 @@
 # run to the matching "package target kind" lines and FUZZ_SKIP=REGEX
 # leaves matching ones out (the C driver's lines are "tests/cfuzz te
 # cfuzz" and "tests/cfuzz store cfuzz"), FUZZ_CFUZZ_CALLS=0 leaves the C
-# driver out. Budgets are execution counts given to go test, never
-# durations (see the Makefile's note on go.dev/issue/75804): a time limit
-# stops the target from outside (SIGINT, after which Go writes nothing but
-# its summary). build/fuzz-long.tsv holds this run's own counts. Findings
+# driver out. Each package's test binary is built first (go test -c
+# -fuzz, FUZZ_BUILD_SECS at most), outside the target's share, and the
+# share is wall time from the binary's start, enforced by timeout(1):
+# SIGINT to the coordinator at the end of the share (Go then prints its
+# final count and nothing else), SIGKILL FUZZ_STOP_GRACE (20) seconds
+# later, so a target never runs much past its share however loaded the
+# machine. Budgets are execution counts given to the binary, never
+# durations (see the Makefile's note on go.dev/issue/75804).
+# build/fuzz-long.tsv holds this run's own counts. Findings
 # are failing inputs Go writes to the package's testdata/fuzz/<target>:
 # commit them with the fix, and they run as regression tests in every
 # go test.
@@ -79,6 +85,7 @@ engine/transport/samehost/nring FuzzDrain parser
 engine/transport/rdma/handshake FuzzDecodeHandshake parser
 engine/transport/rdma/priority FuzzParseMatrix parser
 engine/transport/rdma/ibv FuzzParseGID parser
+engine/transport/efa FuzzParsePublished parser
 store/wire FuzzMessages parser
 store/wire FuzzParseMuxError parser
 store/wire/shape FuzzCheckShape parser
@@ -86,6 +93,7 @@ store/wire/structpack FuzzUnmarshal parser
 store/wire/coro FuzzMessages parser
 store/wire/coro FuzzReadRequest parser
 store/wire/coro FuzzReadResponse parser
+store/client FuzzDiskWire parser
 store/wire FuzzServeMuxConn state
 store/master FuzzService state
 store/master FuzzRestore state
@@ -143,7 +151,9 @@ ledger_put() {
 }
 
 # keep_corpus pkg target stamp: copies the entries of Go's fuzz cache for
-# target that pkg/testdata/fuzz/target lacks into it, smallest first,
+# target that this run wrote (newer than the stamp file: each is an input
+# the fuzzer found to add coverage) and pkg/testdata/fuzz/target lacks into
+# it, smallest first,
 # within the caps (per entry, per target, over the repository); prints the
 # entries it holds then. Go names an entry by its content's hash, so a
 # name already there is the same input. An entry must have the argument
@@ -168,7 +178,7 @@ keep_corpus() {
       [ -n "$name" ] || continue
       [ -e "$dir/$name" ] && continue
       [ "$size" -le "$ecap" ] || continue
-      [ "$stamp" = any ] || { [ -n "$ref" ] && [ "$(entry_sig "$src/$name")" = "$ref" ]; } || continue
+      [ "$stamp" = any ] || { [ "$src/$name" -nt "$stamp" ] && [ -n "$ref" ] && [ "$(entry_sig "$src/$name")" = "$ref" ]; } || continue
       [ "$n" -lt "$ncap" ] && [ $(( bytes + size )) -le "$bcap" ] && [ $(( total + size )) -le "$tcap" ] || break
       cp "$src/$name" "$dir/$name.tmp" && mv -f "$dir/$name.tmp" "$dir/$name"
       n=$(( n + 1 )) bytes=$(( bytes + size )) total=$(( total + size ))
@@ -250,23 +260,28 @@ shortfall_secs() {
 }
 
 # stop_child: ends the running target. SIGINT goes to the fuzzing
-# coordinator only (the test binary without -test.fuzzworker), which stops
-# its workers and exits: a worker that got the signal itself would die
-# first, and the coordinator would report a crash and write the input it
-# was running as a failing one. Before the coordinator exists (the build),
-# and for the C driver, the whole process group gets it.
+# coordinator only (the test binary without -test.fuzzworker; not the
+# timeout(1) above it), which stops its workers, prints its last count and
+# exits: a worker that got the signal itself would die first, and the
+# coordinator would report a crash and write the input it was running as a
+# failing one. A coordinator still there FUZZ_STOP_GRACE seconds (20)
+# later is killed, then the whole group: SIGKILL leaves no failing input
+# (a killed coordinator writes nothing), and the count is the last one it
+# printed. For the C driver, and before the coordinator exists, the whole
+# process group gets SIGINT.
 child=""
 deadline=0
 stop_child() {
   [ -n "$child" ] || return 0
-  local coord
-  coord=$(ps -e -o pid=,pgid=,args= | awk -v g="$child" '$2 == g && /-test\.fuzz=/ && !/-test\.fuzzworker/ { print $1 }')
+  local coord i grace=${FUZZ_STOP_GRACE:-20}
+  coord=$(ps -e -o pid=,pgid=,args= | awk -v g="$child" '$2 == g && $3 !~ /(^|\/)timeout$/ && /-test\.fuzz=/ && !/-test\.fuzzworker/ { print $1 }')
   if [ -n "$coord" ]; then
     kill -INT $coord 2>/dev/null || true
   else
     kill -INT -- "-$child" 2>/dev/null || true
   fi
-  for _ in $(seq 60); do kill -0 -- "-$child" 2>/dev/null || break; sleep 1; done
+  for (( i = 0; i < grace; i++ )); do kill -0 -- "-$child" 2>/dev/null || break; sleep 1; done
+  [ -z "$coord" ] || kill -KILL $coord 2>/dev/null || true
   kill -KILL -- "-$child" 2>/dev/null || true
   wait "$child" 2>/dev/null || true
   child=""
@@ -285,12 +300,44 @@ last_secs() {
     printf "%d\n", v }'
 }
 
+# build_bin pkg target: builds pkg's fuzzing test binary (go test -c
+# -fuzz, which instruments the package for coverage as go test -fuzz does)
+# once per run into build/fuzzbin, within FUZZ_BUILD_SECS (900) and the
+# run's deadline, so that a slow build on a loaded machine never eats a
+# target's share of fuzzing; prints the binary's path. Returns 2 when the
+# deadline came first, 1 when the build failed (its output printed).
+build_bin() {
+  local pkg=$1 target=$2 bin="build/fuzzbin/${1//\//_}.test" lim=${FUZZ_BUILD_SECS:-900} out rc=0
+  if [ ! -x "$bin" ]; then
+    [ "$deadline" -gt 0 ] && [ $(( deadline - $(date +%s) )) -lt "$lim" ] && lim=$(( deadline - $(date +%s) ))
+    [ "$lim" -ge 1 ] || return 2
+    mkdir -p build/fuzzbin
+    out=$(timeout -k 10 "$lim" go test -c -fuzz "^${target}\$" -o "$bin.tmp" "./$pkg" 2>&1) || rc=$?
+    if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+      echo "fuzz: building $pkg's test binary took more than $lim s" >&2
+      [ "$deadline" -gt 0 ] && [ "$(date +%s)" -ge "$deadline" ] && return 2
+      return 1
+    fi
+    [ "$rc" -eq 0 ] || { echo "$out" >&2; return 1; }
+    mv -f "$bin.tmp" "$bin"
+  fi
+  echo "$bin"
+}
+
 # fuzz_one pkg target kind [share]: runs one target for what its budget
 # lacks (FUZZ_SLICE_SECS of fuzzing at most, and share seconds of fuzzing
 # if above 0), never past the run's deadline (FUZZ_LONG_BUDGET), keeping
-# the ledger and the committed corpus up to date.
+# the ledger and the committed corpus up to date. The binary is built
+# first (build_bin); the cap is wall time from its start, enforced by
+# timeout(1) around the coordinator (SIGINT at the cap, SIGKILL
+# FUZZ_STOP_GRACE seconds later) and by this loop, so a starved
+# coordinator that prints nothing for minutes still stops on time. Its
+# fuzz time stays an execution count (-test.fuzztime Nx, what the budget
+# lacks): a duration can fail a busy target falsely (the Makefile's note
+# on go.dev/issue/75804). The executions counted are the last count the
+# coordinator printed: its final one when the stop was a SIGINT.
 fuzz_one() {
-  local pkg=$1 target=$2 kind=$3 share=${4:-0} key="$1 $2" e0 s0 w0 r0 left secs cap log stamp start wall execs fsecs=0 nap corpus=0 rc=0 stopped="" tick=0
+  local pkg=$1 target=$2 kind=$3 share=${4:-0} key="$1 $2" e0 s0 w0 r0 left secs cap log stamp start fstart fend wall execs napper woke wst fsecs=0 nap corpus=0 rc=0 stopped="" tick=0 bin brc=0 grace=${FUZZ_STOP_GRACE:-20}
   read -r e0 s0 w0 r0 <<< "$(ledger_get "$key")"
   read -r left secs <<< "$(budget_left "$kind" "$e0" "$s0")"
   cap=${FUZZ_SLICE_SECS:-0}
@@ -301,36 +348,67 @@ fuzz_one() {
   [ "$cap" -gt 0 ] && msg="$msg, at most ${cap} s of fuzzing now"
   echo "$msg"
   seed_corpus "$pkg" "$target"
+  start=$(date +%s)
+  bin=$(build_bin "$pkg" "$target") || brc=$?
+  if [ "$brc" -eq 2 ]; then echo "fuzz long: the budget ended while building $pkg"; return 0; fi
+  [ "$brc" -eq 0 ] || { echo "FAIL $key (test binary build)"; return 1; }
+  if [ "$deadline" -gt 0 ]; then
+    local rest=$(( deadline - $(date +%s) ))
+    [ "$rest" -ge 1 ] || { echo "fuzz long: the budget ended while building $pkg"; return 0; }
+    { [ "$cap" -eq 0 ] || [ "$rest" -lt "$cap" ]; } && cap=$rest
+  fi
+  local -a bound=()
+  [ "$cap" -gt 0 ] && bound=(timeout --foreground -s INT -k "$grace" "$cap")
   log=$(mktemp)
   stamp=$(mktemp)
-  start=$(date +%s)
-  # In its own process group (setsid), so a stop reaches the test binary
-  # and its workers too. No -timeout: an hour of fuzzing is no hang.
-  setsid $NETNS go test -run '^$' -fuzz "^${target}\$" -fuzztime "${left}x" -timeout 0 -parallel "${FUZZ_PARALLEL:-2}" "./$pkg" > "$log" 2>&1 &
+  fstart=$(date +%s)
+  # In its own process group (setsid), so a stop reaches the workers too;
+  # in the package's directory, as go test runs it (testdata/fuzz), with
+  # the fuzz cache go test would give it. No -test.timeout: an hour of
+  # fuzzing is no hang.
+  setsid $NETNS bash -c 'cd "$0" && exec "$@"' "$pkg" "${bound[@]}" "$PWD/$bin" -test.run='^$' -test.fuzz="^${target}\$" \
+    -test.fuzztime="${left}x" -test.timeout=0 -test.parallel="${FUZZ_PARALLEL:-2}" -test.fuzzcachedir="$cache/$pkg" > "$log" 2>&1 &
   child=$!
-  while kill -0 "$child" 2>/dev/null; do
+  while [ -n "$child" ]; do
     # Sleep to the next ledger update, or sooner to stop on time.
     nap=${FUZZ_LEDGER_EVERY:-10}
-    [ "$cap" -gt 0 ] && [ $(( cap - ${fsecs:-0} )) -lt "$nap" ] && nap=$(( cap - ${fsecs:-0} ))
     [ "$deadline" -gt 0 ] && [ $(( deadline - $(date +%s) )) -lt "$nap" ] && nap=$(( deadline - $(date +%s) ))
     [ "$nap" -ge 1 ] || nap=1
-    sleep "$nap" & wait $! || true
+    # Wake when the nap ends or the target does, whichever is first.
+    # (wait -n reaps what it reports, so the target's status is taken here.)
+    sleep "$nap" &
+    napper=$!
+    woke="" wst=0
+    wait -n -p woke "$napper" "$child" || wst=$?
+    if [ "$woke" = "$child" ]; then
+      rc=$wst child=""
+      kill "$napper" 2>/dev/null || true
+      wait "$napper" 2>/dev/null || true
+      break
+    fi
     execs=$(last_execs "$log") fsecs=$(last_secs "$log") wall=$(( $(date +%s) - start ))
     tick=$(( tick + 1 ))
     [ $(( tick % 6 )) -eq 1 ] && corpus=$(keep_corpus "$pkg" "$target" "$stamp")
     ledger_put "$key" "$kind" "$(( e0 + ${execs:-0} ))" "$(( s0 + ${fsecs:-0} ))" "$(( w0 + wall ))" "$(( r0 + 1 ))" "$corpus"
-    if [ -n "$stopping" ] || { [ "$cap" -gt 0 ] && [ "${fsecs:-0}" -ge "$cap" ]; } || { [ "$deadline" -gt 0 ] && [ "$(date +%s)" -ge "$deadline" ]; }; then
+    # A signal, the run's deadline, or a coordinator timeout(1) failed to
+    # end within its grace: stop it here.
+    if [ -n "$stopping" ] || { [ "$deadline" -gt 0 ] && [ "$(date +%s)" -ge "$deadline" ]; } ||
+      { [ "$cap" -gt 0 ] && [ $(( $(date +%s) - fstart )) -ge $(( cap + grace + 5 )) ]; }; then
       stopped=1
       stop_child
       break
     fi
   done
   if [ -n "$child" ]; then wait "$child" || rc=$?; child=""; fi
+  fend=$(date +%s)
+  # timeout(1) ends with 124 when the cap stopped the coordinator, 137
+  # when it had to kill it.
+  if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then stopped=1; fi
   execs=$(last_execs "$log") fsecs=$(last_secs "$log") wall=$(( $(date +%s) - start ))
   corpus=$(keep_corpus "$pkg" "$target" "$stamp")
   rm -f "$stamp"
   ledger_put "$key" "$kind" "$(( e0 + ${execs:-0} ))" "$(( s0 + ${fsecs:-0} ))" "$(( w0 + wall ))" "$(( r0 + 1 ))" "$corpus"
-  printf '%s\t%s\t%s\t%s\t%s\n' "$key" "${execs:-0}" "${fsecs:-0}" "$(( ${execs:-0} / (${fsecs:-0} > 0 ? ${fsecs:-0} : 1) ))" "$corpus" >> "$tsv"
+  printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$key" "${execs:-0}" "${fsecs:-0}" "$(( fend - fstart ))" "$(( ${execs:-0} / (${fsecs:-0} > 0 ? ${fsecs:-0} : 1) ))" "$corpus" >> "$tsv"
   if grep -q 'no fuzz tests to fuzz' "$log"; then
     cat "$log"; rm -f "$log"
     echo "fuzz: $pkg has no fuzz target $target"
@@ -344,7 +422,7 @@ fuzz_one() {
     return 1
   fi
   if [ -n "$stopped" ]; then
-    echo "stopped after ${fsecs:-0} s of fuzzing, ${wall} s in all: ${execs:-0} executions"
+    echo "stopped after $(( fend - fstart )) s (cap ${cap} s; Go counted ${fsecs:-0} s of fuzzing), ${wall} s with the build: ${execs:-0} executions"
   else
     tail -2 "$log"
   fi
@@ -390,8 +468,8 @@ cfuzz_one() {
     rm -f "$log"
     e0=$(( e0 + ${calls:-0} )) s0=$(( s0 + elapsed )) w0=$(( w0 + elapsed ))
     ledger_put "$key" cfuzz "$e0" "$s0" "$w0" "$r0" -
+    printf '%s\t%s\t%s\t%s\t%s\t-\n' "$key" "${calls:-0}" "$elapsed" "$elapsed" "$(( ${calls:-0} / (elapsed > 0 ? elapsed : 1) ))" >> "$tsv"
     [ "$wallcap" -gt 0 ] && [ $(( $(date +%s) - t0 )) -ge "$wallcap" ] && break
-    printf '%s\t%s\t%s\t%s\t-\n' "$key" "${calls:-0}" "$elapsed" "$(( ${calls:-0} / (elapsed > 0 ? elapsed : 1) ))" >> "$tsv"
     [ "$cap" -gt 0 ] && [ $(( $(date +%s) - t0 )) -ge "$cap" ] && break
   done
   return 0
@@ -445,7 +523,8 @@ long_form() {
     exit 2
   fi
   tsv=build/fuzz-long.tsv
-  printf 'target\texecutions\tseconds\texec_per_s\tcorpus\n' > "$tsv"
+  printf 'target\texecutions\tseconds\tfuzz_wall_seconds\texec_per_s\tcorpus\n' > "$tsv"
+  rm -rf build/fuzzbin
   trap on_signal INT TERM
   trap stop_child EXIT
   echo "fuzz long: parsers ${parser_execs} executions, stateful ${state_execs} or ${state_secs} s, C driver ${cfuzz_calls} calls per API${FUZZ_SLICE_SECS:+, at most ${FUZZ_SLICE_SECS} s per target now}${FUZZ_LONG_BUDGET:+, ${budget} s in all now}; ledger $ledger"

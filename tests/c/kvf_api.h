@@ -80,6 +80,15 @@
     X(kvferry_store_batch_put_from_multi)     \
     X(kvferry_store_batch_get_into_multi)     \
     X(kvferry_store_set_ssd_offload)          \
+    X(kvferry_store_get_into_ranges)          \
+    X(kvferry_store_get_session_start)        \
+    X(kvferry_store_get_session_ranges)       \
+    X(kvferry_store_get_session_end)          \
+    X(kvferry_store_put_session_start)        \
+    X(kvferry_store_put_session_ranges)       \
+    X(kvferry_store_put_session_end)          \
+    X(kvferry_store_put_session_revoke)       \
+    X(kvferry_store_batch_replica_clear)      \
     X(kvferry_metrics_text)
 
 /* te_api is the transfer engine, one field per name of TE_FUNCS. */
