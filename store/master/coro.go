@@ -404,6 +404,15 @@ var coroHandlers = map[uint32]coroHandler{
 		}
 		return expVoid(svc.DrainSegment(h.s.ctx, a.ClientID.String(), a.SegmentID.String(), grace))
 	}),
+	// kvferry-master runs no Mooncake copy/move tasks (its drains move
+	// replicas master-side), so FetchTasks, which MasterClient sends from
+	// its heartbeat, answers none, and MarkTaskToComplete TASK_NOT_FOUND.
+	coro.MethodFetchTasks.ID: serve(coro.FetchTasksArgsCodec, coro.ExpTasksCodec, func(*coroServer, *Service, *coro.FetchTasksArgs) coro.ExpTasks {
+		return coro.OK([]coro.TaskAssignment{})
+	}),
+	coro.MethodMarkTaskToComplete.ID: serve(coro.MarkTaskToCompleteArgsCodec, coro.ExpVoidCodec, func(*coroServer, *Service, *coro.MarkTaskToCompleteArgs) coro.ExpVoid {
+		return coro.Fail[struct{}](coro.CodeTaskNotFound)
+	}),
 }
 
 // maxRemountSegments caps the segments of one ReMountSegment (the mux's

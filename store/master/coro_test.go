@@ -90,6 +90,15 @@ func TestCoroRPCMethods(t *testing.T) {
 	assert.Assert(t, ping.OK)
 	assert.Equal(t, ping.Value.ClientStatus, coro.ClientOK)
 
+	// MasterClient's heartbeat fetches tasks: kvferry-master has none to
+	// give, and a completion report names a task it never assigned.
+	tasks := call(cc, coro.MethodFetchTasks, coro.FetchTasksArgsCodec, coro.FetchTasksArgs{ClientID: cid, BatchSize: 8}, coro.ExpTasksCodec)
+	assert.Assert(t, tasks.OK)
+	assert.Equal(t, len(tasks.Value), 0)
+	done := call(cc, coro.MethodMarkTaskToComplete, coro.MarkTaskToCompleteArgsCodec, coro.MarkTaskToCompleteArgs{ClientID: cid,
+		Request: coro.TaskCompleteRequest{ID: coro.UUID{Hi: 9, Lo: 9}, Status: coro.TaskSuccess, Message: "done"}}, coro.ExpVoidCodec)
+	assert.DeepEqual(t, done, coro.Fail[struct{}](coro.CodeTaskNotFound))
+
 	exist := func(key string) coro.ExpBool {
 		return call(cc, coro.MethodExistKey, coro.KeyArgsCodec, coro.KeyArgs{Key: key, TenantID: tenant}, coro.ExpBoolCodec)
 	}
