@@ -12,7 +12,8 @@
  *       put objects named MINE-*, create DIR/MINE.ready, wait (deadline)
  *       for DIR/THEIRS.ready, get and check THEIRS-* (put by the other
  *       process, whose segment may hold them), create DIR/MINE.done, wait
- *       for DIR/THEIRS.done so the other's reads of our segment finish.
+ *       for DIR/THEIRS.done so the other's reads of our segment finish
+ *       (and, with PAIR_HOLD set, for DIR/release), then regex-remove MINE-*.
  *
  * Every check prints "ok NAME" or "FAIL NAME ..."; the exit status is the
  * number of failures (capped at 100).
@@ -247,6 +248,10 @@ static void run_pair(store_t s, const char *mine, const char *theirs, const char
     touch(path);
     snprintf(path, sizeof path, "%s/%s.done", dir, theirs);
     check(wait_file(path, 120), "peer-done", "%lld%lld", 0, 0);
+    if (getenv("PAIR_HOLD")) { /* the script inspects placement first */
+        snprintf(path, sizeof path, "%s/release", dir);
+        check(wait_file(path, 120), "released", "%lld%lld", 0, 0);
+    }
     snprintf(key, sizeof key, "^%s-", mine);
     int64_t n = api.remove_by_regex(s, key, 1);
     snprintf(name, sizeof name, "%s-regex-remove", mine);
