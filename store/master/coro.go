@@ -410,6 +410,12 @@ var coroHandlers = map[uint32]coroHandler{
 	coro.MethodFetchTasks.ID: serve(coro.FetchTasksArgsCodec, coro.ExpTasksCodec, func(*coroServer, *Service, *coro.FetchTasksArgs) coro.ExpTasks {
 		return coro.OK([]coro.TaskAssignment{})
 	}),
+	coro.MethodQuerySegmentStatus.ID: serve(sp.String, coro.ExpSegmentStatusCodec, func(h *coroServer, svc *Service, name *string) coro.ExpSegmentStatus {
+		return segmentStatus(svc.SegmentStatusOf(*name))
+	}),
+	coro.MethodQuerySegmentStatusByID.ID: serve(coro.UUIDCodec, coro.ExpSegmentStatusCodec, func(h *coroServer, svc *Service, id *coro.UUID) coro.ExpSegmentStatus {
+		return segmentStatus(svc.SegmentStatusByID(id.String()))
+	}),
 	coro.MethodMarkTaskToComplete.ID: serve(coro.MarkTaskToCompleteArgsCodec, coro.ExpVoidCodec, func(*coroServer, *Service, *coro.MarkTaskToCompleteArgs) coro.ExpVoid {
 		return coro.Fail[struct{}](coro.CodeTaskNotFound)
 	}),
@@ -491,4 +497,13 @@ func batchEnd(h *coroServer, svc *Service, client coro.UUID, tenant string, keys
 		out[i] = expVoid(err)
 	}
 	return out
+}
+
+// segmentStatus is a segment state's answer (kvferry's states and
+// Mooncake's SegmentStatus share their numbering).
+func segmentStatus(st SegmentStatus, err error) coro.ExpSegmentStatus {
+	if err != nil {
+		return coro.Fail[coro.SegmentStatus](errorCode(err))
+	}
+	return coro.OK(coro.SegmentStatus(st))
 }

@@ -99,6 +99,16 @@ func TestCoroRPCMethods(t *testing.T) {
 		Request: coro.TaskCompleteRequest{ID: coro.UUID{Hi: 9, Lo: 9}, Status: coro.TaskSuccess, Message: "done"}}, coro.ExpVoidCodec)
 	assert.DeepEqual(t, done, coro.Fail[struct{}](coro.CodeTaskNotFound))
 
+	// Segment status, by TE name and by id, as the drain tooling asks.
+	assert.DeepEqual(t, call(cc, coro.MethodQuerySegmentStatus, sp.String, endpoint, coro.ExpSegmentStatusCodec),
+		coro.OK(coro.SegmentStatus(SegmentOK)))
+	assert.DeepEqual(t, call(cc, coro.MethodQuerySegmentStatusByID, coro.UUIDCodec, segID, coro.ExpSegmentStatusCodec),
+		coro.OK(coro.SegmentStatus(SegmentOK)))
+	assert.DeepEqual(t, call(cc, coro.MethodQuerySegmentStatus, sp.String, "nope:1", coro.ExpSegmentStatusCodec),
+		coro.Fail[coro.SegmentStatus](coro.CodeSegmentNotFound))
+	assert.DeepEqual(t, call(cc, coro.MethodQuerySegmentStatusByID, coro.UUIDCodec, coro.UUID{Hi: 7}, coro.ExpSegmentStatusCodec),
+		coro.Fail[coro.SegmentStatus](coro.CodeSegmentNotFound))
+
 	exist := func(key string) coro.ExpBool {
 		return call(cc, coro.MethodExistKey, coro.KeyArgsCodec, coro.KeyArgs{Key: key, TenantID: tenant}, coro.ExpBoolCodec)
 	}

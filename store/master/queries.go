@@ -239,3 +239,15 @@ func (s *Service) SegmentStatusOf(name string) (SegmentStatus, error) {
 	}
 	return segs[0].statusLocked(), nil
 }
+
+// SegmentStatusByID returns the state of the mounted segment with the id
+// (Mooncake's QuerySegmentStatusById). Errors: SEGMENT_NOT_FOUND.
+func (s *Service) SegmentStatusByID(id string) (SegmentStatus, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	seg := s.mu.segments[id]
+	if seg == nil {
+		return SegmentUndefined, fmt.Errorf("segment status of id %q: %w", id, wire.ErrSegmentNotFound)
+	}
+	return seg.statusLocked(), nil
+}

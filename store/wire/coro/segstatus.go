@@ -1,0 +1,26 @@
+package coro
+
+import (
+	sp "github.com/kvferry/kvferry/store/wire/structpack"
+)
+
+// SegmentStatus is Mooncake's SegmentStatus (an enum class without a
+// base: int): UNDEFINED 0, OK, DRAINING, DRAINED, GRACEFULLY_UNMOUNTING,
+// UNMOUNTING.
+type SegmentStatus int32
+
+// ExpSegmentStatus answers QuerySegmentStatus and QuerySegmentStatusById.
+type ExpSegmentStatus = sp.Expected[SegmentStatus, ErrorCode]
+
+// Segment status methods: QuerySegmentStatus sends a bare segment name,
+// QuerySegmentStatusById a bare segment UUID.
+var (
+	MethodQuerySegmentStatus     = method("QuerySegmentStatus")
+	MethodQuerySegmentStatusByID = method("QuerySegmentStatusById")
+)
+
+// Segment status codecs.
+var (
+	SegmentStatusCodec    = enumI32[SegmentStatus]()
+	ExpSegmentStatusCodec = sp.ExpectedOf(SegmentStatusCodec, ErrorCodeCodec)
+)
