@@ -416,6 +416,24 @@ var coroHandlers = map[uint32]coroHandler{
 	coro.MethodQuerySegmentStatusByID.ID: serve(coro.UUIDCodec, coro.ExpSegmentStatusCodec, func(h *coroServer, svc *Service, id *coro.UUID) coro.ExpSegmentStatus {
 		return segmentStatus(svc.SegmentStatusByID(id.String()))
 	}),
+	coro.MethodBatchQueryIP.ID: serve(coro.UUIDsCodec, coro.ExpClientIPsCodec, func(h *coroServer, svc *Service, ids *[]coro.UUID) coro.ExpClientIPs {
+		if len(*ids) > h.maxBatch {
+			return coro.Fail[[]sp.KV[coro.UUID, []string]](coro.CodeInvalidParams)
+		}
+		names := make([]string, len(*ids))
+		for i, id := range *ids {
+			names[i] = id.String()
+		}
+		hosts := svc.ClientHosts(names)
+		out := make([]sp.KV[coro.UUID, []string], 0, len(hosts))
+		for i, id := range *ids {
+			if hs, ok := hosts[names[i]]; ok {
+				out = append(out, sp.KV[coro.UUID, []string]{Key: id, Value: hs})
+				delete(hosts, names[i])
+			}
+		}
+		return coro.OK(out)
+	}),
 	coro.MethodMarkTaskToComplete.ID: serve(coro.MarkTaskToCompleteArgsCodec, coro.ExpVoidCodec, func(*coroServer, *Service, *coro.MarkTaskToCompleteArgs) coro.ExpVoid {
 		return coro.Fail[struct{}](coro.CodeTaskNotFound)
 	}),

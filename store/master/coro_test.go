@@ -99,6 +99,10 @@ func TestCoroRPCMethods(t *testing.T) {
 		Request: coro.TaskCompleteRequest{ID: coro.UUID{Hi: 9, Lo: 9}, Status: coro.TaskSuccess, Message: "done"}}, coro.ExpVoidCodec)
 	assert.DeepEqual(t, done, coro.Fail[struct{}](coro.CodeTaskNotFound))
 
+	// BatchQueryIp: the mounted client's host, an unknown client left out.
+	assert.DeepEqual(t, call(cc, coro.MethodBatchQueryIP, coro.UUIDsCodec, []coro.UUID{cid, {Hi: 5}}, coro.ExpClientIPsCodec),
+		coro.OK([]sp.KV[coro.UUID, []string]{{Key: cid, Value: []string{"127.0.0.1"}}}))
+
 	// Segment status, by TE name and by id, as the drain tooling asks.
 	assert.DeepEqual(t, call(cc, coro.MethodQuerySegmentStatus, sp.String, endpoint, coro.ExpSegmentStatusCodec),
 		coro.OK(coro.SegmentStatus(SegmentOK)))

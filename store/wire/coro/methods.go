@@ -65,7 +65,7 @@ var Methods = []Method{
 	MethodBatchUpsertStart, MethodBatchUpsertEnd, MethodBatchUpsertRevoke, MethodRemove,
 	MethodRemoveByRegex, MethodRemoveAll, MethodBatchRemove, MethodGetReplicaListByRegex, MethodGetFsdir,
 	MethodGetStorageConfig, MethodFetchTasks, MethodMarkTaskToComplete,
-	MethodQuerySegmentStatus, MethodQuerySegmentStatusByID,
+	MethodQuerySegmentStatus, MethodQuerySegmentStatusByID, MethodBatchQueryIP,
 }
 
 // MethodByID returns the modelled method with the function id.

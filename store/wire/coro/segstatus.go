@@ -24,3 +24,16 @@ var (
 	SegmentStatusCodec    = enumI32[SegmentStatus]()
 	ExpSegmentStatusCodec = sp.ExpectedOf(SegmentStatusCodec, ErrorCodeCodec)
 )
+
+// ExpClientIPs answers BatchQueryIp: per client that has segments, the
+// hosts of its segments (an unordered_map<UUID, vector<string>>).
+type ExpClientIPs = sp.Expected[[]sp.KV[UUID, []string], ErrorCode]
+
+// MethodBatchQueryIP is BatchQueryIp: a bare vector of client UUIDs.
+var MethodBatchQueryIP = method("BatchQueryIp")
+
+// BatchQueryIp codecs.
+var (
+	UUIDsCodec        = sp.Vec(UUIDCodec)
+	ExpClientIPsCodec = sp.ExpectedOf(sp.MapOf(UUIDCodec, vecString), ErrorCodeCodec)
+)
