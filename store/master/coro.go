@@ -404,6 +404,39 @@ var coroHandlers = map[uint32]coroHandler{
 		}
 		return expVoid(svc.DrainSegment(h.s.ctx, a.ClientID.String(), a.SegmentID.String(), grace))
 	}),
+	// kvferry-master runs no Mooncake copy/move tasks (its drains move
+	// replicas master-side), so FetchTasks, which MasterClient sends from
+	// its heartbeat, answers none, and MarkTaskToComplete TASK_NOT_FOUND.
+	coro.MethodFetchTasks.ID: serve(coro.FetchTasksArgsCodec, coro.ExpTasksCodec, func(*coroServer, *Service, *coro.FetchTasksArgs) coro.ExpTasks {
+		return coro.OK([]coro.TaskAssignment{})
+	}),
+	coro.MethodQuerySegmentStatus.ID: serve(sp.String, coro.ExpSegmentStatusCodec, func(h *coroServer, svc *Service, name *string) coro.ExpSegmentStatus {
+		return segmentStatus(svc.SegmentStatusOf(*name))
+	}),
+	coro.MethodQuerySegmentStatusByID.ID: serve(coro.UUIDCodec, coro.ExpSegmentStatusCodec, func(h *coroServer, svc *Service, id *coro.UUID) coro.ExpSegmentStatus {
+		return segmentStatus(svc.SegmentStatusByID(id.String()))
+	}),
+	coro.MethodBatchQueryIP.ID: serve(coro.UUIDsCodec, coro.ExpClientIPsCodec, func(h *coroServer, svc *Service, ids *[]coro.UUID) coro.ExpClientIPs {
+		if len(*ids) > h.maxBatch {
+			return coro.Fail[[]sp.KV[coro.UUID, []string]](coro.CodeInvalidParams)
+		}
+		names := make([]string, len(*ids))
+		for i, id := range *ids {
+			names[i] = id.String()
+		}
+		hosts := svc.ClientHosts(names)
+		out := make([]sp.KV[coro.UUID, []string], 0, len(hosts))
+		for i, id := range *ids {
+			if hs, ok := hosts[names[i]]; ok {
+				out = append(out, sp.KV[coro.UUID, []string]{Key: id, Value: hs})
+				delete(hosts, names[i])
+			}
+		}
+		return coro.OK(out)
+	}),
+	coro.MethodMarkTaskToComplete.ID: serve(coro.MarkTaskToCompleteArgsCodec, coro.ExpVoidCodec, func(*coroServer, *Service, *coro.MarkTaskToCompleteArgs) coro.ExpVoid {
+		return coro.Fail[struct{}](coro.CodeTaskNotFound)
+	}),
 }
 
 // maxRemountSegments caps the segments of one ReMountSegment (the mux's
@@ -482,4 +515,13 @@ func batchEnd(h *coroServer, svc *Service, client coro.UUID, tenant string, keys
 		out[i] = expVoid(err)
 	}
 	return out
+}
+
+// segmentStatus is a segment state's answer (kvferry's states and
+// Mooncake's SegmentStatus share their numbering).
+func segmentStatus(st SegmentStatus, err error) coro.ExpSegmentStatus {
+	if err != nil {
+		return coro.Fail[coro.SegmentStatus](errorCode(err))
+	}
+	return coro.OK(coro.SegmentStatus(st))
 }

@@ -90,6 +90,29 @@ func TestCoroRPCMethods(t *testing.T) {
 	assert.Assert(t, ping.OK)
 	assert.Equal(t, ping.Value.ClientStatus, coro.ClientOK)
 
+	// MasterClient's heartbeat fetches tasks: kvferry-master has none to
+	// give, and a completion report names a task it never assigned.
+	tasks := call(cc, coro.MethodFetchTasks, coro.FetchTasksArgsCodec, coro.FetchTasksArgs{ClientID: cid, BatchSize: 8}, coro.ExpTasksCodec)
+	assert.Assert(t, tasks.OK)
+	assert.Equal(t, len(tasks.Value), 0)
+	done := call(cc, coro.MethodMarkTaskToComplete, coro.MarkTaskToCompleteArgsCodec, coro.MarkTaskToCompleteArgs{ClientID: cid,
+		Request: coro.TaskCompleteRequest{ID: coro.UUID{Hi: 9, Lo: 9}, Status: coro.TaskSuccess, Message: "done"}}, coro.ExpVoidCodec)
+	assert.DeepEqual(t, done, coro.Fail[struct{}](coro.CodeTaskNotFound))
+
+	// BatchQueryIp: the mounted client's host, an unknown client left out.
+	assert.DeepEqual(t, call(cc, coro.MethodBatchQueryIP, coro.UUIDsCodec, []coro.UUID{cid, {Hi: 5}}, coro.ExpClientIPsCodec),
+		coro.OK([]sp.KV[coro.UUID, []string]{{Key: cid, Value: []string{"127.0.0.1"}}}))
+
+	// Segment status, by TE name and by id, as the drain tooling asks.
+	assert.DeepEqual(t, call(cc, coro.MethodQuerySegmentStatus, sp.String, endpoint, coro.ExpSegmentStatusCodec),
+		coro.OK(coro.SegmentStatus(SegmentOK)))
+	assert.DeepEqual(t, call(cc, coro.MethodQuerySegmentStatusByID, coro.UUIDCodec, segID, coro.ExpSegmentStatusCodec),
+		coro.OK(coro.SegmentStatus(SegmentOK)))
+	assert.DeepEqual(t, call(cc, coro.MethodQuerySegmentStatus, sp.String, "nope:1", coro.ExpSegmentStatusCodec),
+		coro.Fail[coro.SegmentStatus](coro.CodeSegmentNotFound))
+	assert.DeepEqual(t, call(cc, coro.MethodQuerySegmentStatusByID, coro.UUIDCodec, coro.UUID{Hi: 7}, coro.ExpSegmentStatusCodec),
+		coro.Fail[coro.SegmentStatus](coro.CodeSegmentNotFound))
+
 	exist := func(key string) coro.ExpBool {
 		return call(cc, coro.MethodExistKey, coro.KeyArgsCodec, coro.KeyArgs{Key: key, TenantID: tenant}, coro.ExpBoolCodec)
 	}

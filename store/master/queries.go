@@ -239,3 +239,48 @@ func (s *Service) SegmentStatusOf(name string) (SegmentStatus, error) {
 	}
 	return segs[0].statusLocked(), nil
 }
+
+// SegmentStatusByID returns the state of the mounted segment with the id
+// (Mooncake's QuerySegmentStatusById). Errors: SEGMENT_NOT_FOUND.
+func (s *Service) SegmentStatusByID(id string) (SegmentStatus, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	seg := s.mu.segments[id]
+	if seg == nil {
+		return SegmentUndefined, fmt.Errorf("segment status of id %q: %w", id, wire.ErrSegmentNotFound)
+	}
+	return seg.statusLocked(), nil
+}
+
+// ClientHosts returns, per client id that has mounted segments, the
+// distinct hosts of its segments' transfer-engine names (the name without
+// its port), sorted (Mooncake's BatchQueryIp). A client without segments,
+// or unknown, is left out.
+func (s *Service) ClientHosts(ids []string) map[string][]string {
+	out := make(map[string][]string, len(ids))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, id := range ids {
+		c := s.mu.clients[id]
+		if c == nil {
+			continue
+		}
+		seen := map[string]bool{}
+		var hosts []string
+		for _, seg := range c.segments {
+			h := seg.info.Name
+			if host, _, err := net.SplitHostPort(h); err == nil {
+				h = host
+			}
+			if h != "" && !seen[h] {
+				seen[h] = true
+				hosts = append(hosts, h)
+			}
+		}
+		if len(hosts) > 0 {
+			slices.Sort(hosts)
+			out[id] = hosts
+		}
+	}
+	return out
+}

@@ -123,7 +123,7 @@ func TestCaptureProxy(t *testing.T) {
 // modelled methods and the others MasterClient may send.
 var capturedNames = []string{"CalcCacheStats", "BatchQueryIp", "BatchReplicaClear",
 	"QuerySegmentStatus", "QuerySegmentStatusById", "MountLocalDiskSegment", "UnmountLocalDiskSegment",
-	"PollRemoveAll", "FetchTasks", "EvictDiskReplica", "BatchEvictDiskReplica", "OffloadObjectHeartbeat", "ReportSsdCapacity"}
+	"PollRemoveAll", "EvictDiskReplica", "BatchEvictDiskReplica", "OffloadObjectHeartbeat", "ReportSsdCapacity"}
 
 // methodNameOf names any master function id the proxy may see.
 func methodNameOf(id uint32) (string, bool) {
@@ -189,6 +189,8 @@ var capturedCodecs = map[string][2]func([]byte) ([]byte, error){
 	"GetFsdir":              {nil, reencode(ExpStringCodec)},
 	"GetStorageConfig":      {nil, reencode(ExpStorageConfigCodec)},
 	"ServiceReady":          {nil, reencode(ExpStringCodec)},
+	"FetchTasks":            {reencode(FetchTasksArgsCodec), reencode(ExpTasksCodec)},
+	"MarkTaskToComplete":    {reencode(MarkTaskToCompleteArgsCodec), reencode(ExpVoidCodec)},
 }
 
 // capturedSets are the directories of captured frames, each with its

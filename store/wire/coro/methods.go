@@ -64,7 +64,8 @@ var Methods = []Method{
 	MethodBatchPutEnd, MethodBatchPutRevoke, MethodUpsertStart, MethodUpsertEnd, MethodUpsertRevoke,
 	MethodBatchUpsertStart, MethodBatchUpsertEnd, MethodBatchUpsertRevoke, MethodRemove,
 	MethodRemoveByRegex, MethodRemoveAll, MethodBatchRemove, MethodGetReplicaListByRegex, MethodGetFsdir,
-	MethodGetStorageConfig,
+	MethodGetStorageConfig, MethodFetchTasks, MethodMarkTaskToComplete,
+	MethodQuerySegmentStatus, MethodQuerySegmentStatusByID, MethodBatchQueryIP,
 }
 
 // MethodByID returns the modelled method with the function id.
