@@ -401,3 +401,48 @@ func TestLayouts(t *testing.T) {
 	assert.Equal(t, unsafe.Sizeof(accessDesc{}), uintptr(12))
 	assert.Equal(t, unsafe.Sizeof(IPCHandle{}), uintptr(64))
 }
+
+// TestCopierAndStager: batches on the copier's streams land and complete
+// through their events; the stager moves device memory to and from a
+// byte stream through its pinned ring, across several pieces.
+func TestCopierAndStager(t *testing.T) {
+	r, c := load(t)
+	const n = 1<<20 + 333
+	a, err := r.MemAlloc(0, n)
+	assert.NilError(t, err)
+	defer r.MemFree(0, a)
+	b, err := r.MemAlloc(1, n)
+	assert.NilError(t, err)
+	defer r.MemFree(1, b)
+
+	st, err := r.NewStager(64<<10, 3)
+	assert.NilError(t, err)
+	defer st.Close()
+	want := pattern(n, 6)
+	off := 0
+	assert.NilError(t, st.ToDevice(0, a, n, func(p []byte) error {
+		off += copy(p, want[off:])
+		return nil
+	}))
+	assert.Assert(t, bytes.Equal(c.Bytes(a, n), want))
+
+	cp, err := r.NewCopier(0, 2)
+	assert.NilError(t, err)
+	defer cp.Close()
+	assert.Equal(t, cp.Device(), 0)
+	for range 3 {
+		assert.NilError(t, cp.Copy([]Copy{{Dst: b, Src: a, N: n / 2}, {Dst: b + n/2, Src: a + n/2, N: n - n/2}}))
+	}
+	var got []byte
+	assert.NilError(t, st.FromDevice(1, b, n, func(p []byte) error {
+		got = append(got, p...)
+		return nil
+	}))
+	assert.Assert(t, bytes.Equal(got, want))
+
+	c.Fail("hipMemcpyAsync", 1, false, int(ErrorIllegalAddress))
+	err = cp.Copy([]Copy{{Dst: b, Src: a, N: 16}})
+	assert.Equal(t, Code(err), ErrorIllegalAddress)
+	cp.Close()
+	assert.Assert(t, errors.Is(cp.Copy([]Copy{{Dst: b, Src: a, N: 16}}), ErrClosed))
+}

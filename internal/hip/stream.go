@@ -103,6 +103,13 @@ func (e *Event) Done() (bool, error) {
 	return c == Success, e.r.check("hipEventQuery", c)
 }
 
+// Synchronize blocks until the work before the event's last record has
+// run (hipEventSynchronize; the event blocks instead of spinning). Device
+// copies always finish, so this wait ends; use Wait for a deadline.
+func (e *Event) Synchronize() error {
+	return e.r.Do(e.dev, func() error { return e.r.check("hipEventSynchronize", e.r.f.eventSynchronize(e.e)) })
+}
+
 // Wait waits until the event has completed or ctx ends, polling
 // hipEventQuery with a back-off from 2 µs to 1 ms (hipEventSynchronize has
 // no deadline).
