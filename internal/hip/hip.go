@@ -242,3 +242,28 @@ func (r *Runtime) Do(dev int, f func() error) error {
 	}
 	return f()
 }
+
+// rtldNoload is glibc's RTLD_NOLOAD: dlopen only finds an object already
+// loaded.
+const rtldNoload = 0x4
+
+// Loaded reports whether the runtime file path (DefaultLibrary when empty)
+// is already mapped into this process (by kvferry or by the host, e.g.
+// PyTorch on ROCm), without loading it.
+func Loaded(path string) bool {
+	if path == "" {
+		path = DefaultLibrary
+	}
+	loaded.Lock()
+	r := loaded.m[path]
+	loaded.Unlock()
+	if r != nil {
+		return true
+	}
+	h, err := purego.Dlopen(path, purego.RTLD_LAZY|purego.RTLD_LOCAL|rtldNoload)
+	if err != nil || h == 0 {
+		return false
+	}
+	_ = purego.Dlclose(h)
+	return true
+}
