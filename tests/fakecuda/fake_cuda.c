@@ -133,9 +133,15 @@ enum { MEMTYPE_HOST = 1, MEMTYPE_DEVICE = 2 };
 enum { HANDLE_POSIX_FD = 1, HANDLE_FABRIC = 8 };
 
 #define MAX_DEVICES 8
+// fake_hip.c moves both ranges, so that a fake CUDA and a fake HIP can be
+// loaded in one process (a test that runs on each in turn).
+#ifndef DEV_BASE
 #define DEV_BASE 0x7d0000000000ULL
+#endif
 #define DEV_STRIDE (1ULL << 36)
+#ifndef WIN_BASE
 #define WIN_BASE 0x7c0000000000ULL
+#endif
 #define WIN_SIZE (1ULL << 38)
 #define GRANULARITY (2ULL << 20)
 #define IPC_MAGIC 0x50494b46u /* "FKIP" */

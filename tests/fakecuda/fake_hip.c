@@ -11,7 +11,7 @@
 // What the layer adds is HIP's model: a current device per host thread
 // (hipSetDevice, device 0 until set) instead of a context stack. Each call
 // pushes the current device's primary context, runs the CUDA call and pops
-// it. The HIP enums it translates are those of the ROCm 6 headers
+// it. Its device memory lies at 0x7a0000000000 (+ 64 GiB a device). The HIP enums it translates are those of the ROCm 6 headers
 // (docs/specs/hip.md): hipMemoryType (Unregistered 0, Host 1, Device 2,
 // Managed 3) and hipDeviceAttribute_t ordinals; result codes, memory
 // handle types, access descriptors and allocation properties have the
@@ -23,6 +23,11 @@
 // (-DFAKEHIP_NO_VMM) leaves out the VMM and dma-buf symbols, as an older
 // ROCm does, so a binding must report them missing instead of crashing.
 
+// Device memory and mapping windows of their own (the fake CUDA's lie at
+// 0x7d0000000000 and 0x7c0000000000), so that both fakes fit in one
+// process.
+#define DEV_BASE 0x7a0000000000ULL
+#define WIN_BASE 0x790000000000ULL
 #define EXPORT __attribute__((visibility("hidden")))
 #define EXPORT_CTL __attribute__((visibility("default")))
 #include "fake_cuda.c"
