@@ -13,10 +13,11 @@ import (
 	"github.com/kvferry/kvferry/engine/stack"
 	"github.com/kvferry/kvferry/internal/cuda"
 	"github.com/kvferry/kvferry/internal/testutil/fakecuda"
+	"github.com/kvferry/kvferry/internal/testutil/gputest"
 )
 
 // gpuConfig is the GPU configuration of an engine on rt's fake.
-func gpuConfig(t testing.TB, rt fakecuda.GPURuntime) (gpu.Config, string) {
+func gpuConfig(t testing.TB, rt gputest.Runtime) (gpu.Config, string) {
 	lib := rt.Path(t)
 	if rt.Name == "hip" {
 		return gpu.Config{HIPLibrary: lib, Runtime: gpu.HIP}, lib
@@ -24,7 +25,7 @@ func gpuConfig(t testing.TB, rt fakecuda.GPURuntime) (gpu.Config, string) {
 	return gpu.Config{Library: lib}, lib
 }
 
-func gpuEngine(t *testing.T, rt fakecuda.GPURuntime) (*engine.Engine, fakecuda.Allocator, *fakecuda.Control) {
+func gpuEngine(t *testing.T, rt gputest.Runtime) (*engine.Engine, gputest.Allocator, *fakecuda.Control) {
 	t.Helper()
 	cfg, lib := gpuConfig(t, rt)
 	e, err := stack.New(context.Background(), stack.Config{
@@ -33,7 +34,7 @@ func gpuEngine(t *testing.T, rt fakecuda.GPURuntime) (*engine.Engine, fakecuda.A
 	})
 	assert.NilError(t, err)
 	t.Cleanup(func() { e.Close() })
-	var d fakecuda.Allocator
+	var d gputest.Allocator
 	if rt.Name == "hip" {
 		d, err = gpu.Shared(cfg).HIP()
 	} else {
@@ -46,7 +47,7 @@ func gpuEngine(t *testing.T, rt fakecuda.GPURuntime) (*engine.Engine, fakecuda.A
 	return e, d, c
 }
 
-func devBuf(t *testing.T, rt fakecuda.GPURuntime, e *engine.Engine, d fakecuda.Allocator, dev int, n uint64) uint64 {
+func devBuf(t *testing.T, rt gputest.Runtime, e *engine.Engine, d gputest.Allocator, dev int, n uint64) uint64 {
 	t.Helper()
 	p, err := d.MemAlloc(dev, n)
 	assert.NilError(t, err)
@@ -61,12 +62,12 @@ func devBuf(t *testing.T, rt fakecuda.GPURuntime, e *engine.Engine, d fakecuda.A
 // within a process and between two engines of it, byte checked, on each
 // GPU runtime.
 func TestGPUCopies(t *testing.T) {
-	for _, rt := range fakecuda.GPURuntimes() {
+	for _, rt := range gputest.Runtimes() {
 		t.Run(rt.Name, func(t *testing.T) { testGPUCopies(t, rt) })
 	}
 }
 
-func testGPUCopies(t *testing.T, rt fakecuda.GPURuntime) {
+func testGPUCopies(t *testing.T, rt gputest.Runtime) {
 	a, d, c := gpuEngine(t, rt)
 	b, _, _ := gpuEngine(t, rt)
 	const n = 5<<20 + 77

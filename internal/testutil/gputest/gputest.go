@@ -1,4 +1,7 @@
-package fakecuda
+// Package gputest is the table of GPU runtimes the GPU tests run on: the
+// fake CUDA driver and the fake HIP runtime of internal/testutil/fakecuda.
+// Only tests import it.
+package gputest
 
 import (
 	"fmt"
@@ -6,11 +9,12 @@ import (
 
 	"github.com/kvferry/kvferry/internal/cuda"
 	"github.com/kvferry/kvferry/internal/hip"
+	"github.com/kvferry/kvferry/internal/testutil/fakecuda"
 )
 
-// GPURuntime is one GPU runtime the GPU tests run on, by table: the fake
+// Runtime is one GPU runtime the GPU tests run on, by table: the fake
 // CUDA driver or the fake HIP runtime (the same fake under HIP names).
-type GPURuntime struct {
+type Runtime struct {
 	// Name is "cuda" or "hip" (engine/gpu's Kind).
 	Name string
 	// Prefix begins the runtime's entry point names ("cu", "hip"), for
@@ -19,24 +23,24 @@ type GPURuntime struct {
 	path   func(testing.TB) string
 }
 
-// GPURuntimes returns the runtimes the GPU tests run on. In a hardware
+// Runtimes returns the runtimes the GPU tests run on. In a hardware
 // run the HIP case skips (its fake is a fake-only fixture).
-func GPURuntimes() []GPURuntime {
-	return []GPURuntime{
-		{Name: "cuda", Prefix: "cu", path: Path},
-		{Name: "hip", Prefix: "hip", path: func(tb testing.TB) string { return HIPPath(tb, false) }},
+func Runtimes() []Runtime {
+	return []Runtime{
+		{Name: "cuda", Prefix: "cu", path: fakecuda.Path},
+		{Name: "hip", Prefix: "hip", path: func(tb testing.TB) string { return fakecuda.HIPPath(tb, false) }},
 	}
 }
 
 // Path builds the runtime's fake and returns its path.
-func (g GPURuntime) Path(tb testing.TB) string { return g.path(tb) }
+func (g Runtime) Path(tb testing.TB) string { return g.path(tb) }
 
 // Location returns the location string a registration of device dev's
 // memory uses: Mooncake's "cuda:N" for CUDA and "hip:N" for HIP.
-func (g GPURuntime) Location(dev int) string { return fmt.Sprintf("%s:%d", g.Name, dev) }
+func (g Runtime) Location(dev int) string { return fmt.Sprintf("%s:%d", g.Name, dev) }
 
 // Code returns the runtime result inside err (the two share their values).
-func (g GPURuntime) Code(err error) int {
+func (g Runtime) Code(err error) int {
 	if g.Name == "hip" {
 		return int(hip.Code(err))
 	}
