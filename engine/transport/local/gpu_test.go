@@ -16,31 +16,16 @@ import (
 	"github.com/kvferry/kvferry/internal/testutil/gputest"
 )
 
-// gpuConfig is the GPU configuration of an engine on rt's fake.
-func gpuConfig(t testing.TB, rt gputest.Runtime) (gpu.Config, string) {
-	lib := rt.Path(t)
-	if rt.Name == "hip" {
-		return gpu.Config{HIPLibrary: lib, Runtime: gpu.HIP}, lib
-	}
-	return gpu.Config{Library: lib}, lib
-}
-
 func gpuEngine(t *testing.T, rt gputest.Runtime) (*engine.Engine, gputest.Allocator, *fakecuda.Control) {
 	t.Helper()
-	cfg, lib := gpuConfig(t, rt)
+	cfg, lib := rt.Config(t)
 	e, err := stack.New(context.Background(), stack.Config{
 		Engine: engine.Config{LocalServerName: "127.0.0.1", Transports: []string{"local", "tcp"}, TransferTimeout: 5 * time.Second},
 		GPU:    cfg,
 	})
 	assert.NilError(t, err)
 	t.Cleanup(func() { e.Close() })
-	var d gputest.Allocator
-	if rt.Name == "hip" {
-		d, err = gpu.Shared(cfg).HIP()
-	} else {
-		d, err = gpu.Shared(cfg).Driver()
-	}
-	assert.NilError(t, err)
+	d := rt.Allocator(t, cfg)
 	c := fakecuda.Open(lib)
 	c.Reset()
 	t.Cleanup(c.Reset)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/kvferry/kvferry/engine/gpu"
 	"github.com/kvferry/kvferry/internal/cuda"
 	"github.com/kvferry/kvferry/internal/hip"
 	"github.com/kvferry/kvferry/internal/testutil/fakecuda"
@@ -47,10 +48,41 @@ func (g Runtime) Code(err error) int {
 	return int(cuda.Code(err))
 }
 
-// Allocator allocates device memory; both bindings' runtimes are one.
+// Allocator allocates device memory and copies synchronously; both
+// bindings' runtimes are one.
 type Allocator interface {
 	MemAlloc(dev int, n uint64) (uint64, error)
 	MemFree(dev int, p uint64) error
+	MemcpySync(dev int, dst, src, n uint64) error
+}
+
+// Config builds the runtime's fake and returns the GPU configuration of
+// an engine on it (the HIP case forces the HIP runtime) with the fake's
+// path.
+func (g Runtime) Config(tb testing.TB) (gpu.Config, string) {
+	lib := g.Path(tb)
+	if g.Name == "hip" {
+		return gpu.Config{HIPLibrary: lib, Runtime: gpu.HIP}, lib
+	}
+	return gpu.Config{Library: lib}, lib
+}
+
+// Allocator returns the binding the process's shared runtime for cfg
+// loaded, failing tb when it cannot load.
+func (g Runtime) Allocator(tb testing.TB, cfg gpu.Config) Allocator {
+	tb.Helper()
+	if g.Name == "hip" {
+		h, err := gpu.Shared(cfg).HIP()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		return h
+	}
+	d, err := gpu.Shared(cfg).Driver()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return d
 }
 
 var (
