@@ -28,10 +28,14 @@ type DmaBuf struct {
 // closed. An error wraps engine.ErrNotSupported when the driver or device
 // cannot export dma-bufs.
 func (r *Runtime) ExportDmaBufs(dev int, addr, length uint64) ([]DmaBuf, error) {
-	d, err := r.Driver()
+	k, err := r.load(CUDA)
 	if err != nil {
 		return nil, err
 	}
+	if k == HIP {
+		return r.exportDmaBufsHIP(dev, addr, length)
+	}
+	d := r.drv
 	info, err := d.Device(dev)
 	if err != nil {
 		return nil, fmt.Errorf("dma-buf export: device %d: %w", dev, err)

@@ -23,4 +23,8 @@ func TestConfigFromEnv(t *testing.T) {
 	// On, and a stage below 4 KiB keeps the default.
 	c = gpu.ConfigFromEnv(env(map[string]string{"KVFERRY_CUDA": "1", "KVFERRY_GPU_STAGE_BYTES": "1024"}))
 	assert.DeepEqual(t, c, gpu.Config{})
+	c = gpu.ConfigFromEnv(env(map[string]string{"KVFERRY_HIP_LIB": "/x/libamdhip64.so", "KVFERRY_GPU_RUNTIME": "HIP"}))
+	assert.DeepEqual(t, c, gpu.Config{HIPLibrary: "/x/libamdhip64.so", Runtime: gpu.HIP})
+	c = gpu.ConfigFromEnv(env(map[string]string{"KVFERRY_GPU_RUNTIME": "ascend"}))
+	assert.DeepEqual(t, c, gpu.Config{})
 }

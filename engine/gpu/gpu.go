@@ -1,13 +1,19 @@
-// Package gpu connects the engine to the CUDA driver binding
-// (internal/cuda): the classifier registration uses (engine.Config.Memory)
-// and the per-process GPU runtime the transports share for device memory
-// (a copier per device, pinned stagers).
+// Package gpu connects the engine to the GPU runtime bindings
+// (internal/cuda for NVIDIA, internal/hip for AMD): the classifier
+// registration uses (engine.Config.Memory) and the per-process GPU runtime
+// the transports share for device memory (a copier per device, pinned
+// stagers, IPC mappings, dma-buf export), behind one API (Copier, Stager,
+// Copy), so that transports do not learn a second one.
 //
-// The driver is loaded lazily: only a registration at a "cuda" location, or
-// one made while the process already has the driver loaded (PyTorch with
-// CUDA, for one), asks it anything. A process that never touches a GPU
-// never loads libcuda, and a host without one runs every host path as
-// before; a "cuda" registration then fails with engine.ErrNotSupported.
+// A process loads at most one GPU runtime, lazily: only a registration at
+// a GPU location ("cuda", "hip", "rocm", with or without ":N"), or one made
+// while the process already has a runtime loaded (PyTorch with CUDA or
+// ROCm, for one), asks it anything. The runtime already in the process
+// wins; otherwise the location's (HIP for "hip"/"rocm", CUDA for "cuda"),
+// then the other; Config.Runtime (KVFERRY_GPU_RUNTIME) forces one. A
+// process that never touches a GPU loads neither, and a host without one
+// runs every host path as before; a GPU registration then fails with
+// engine.ErrNotSupported.
 package gpu
 
 import (
@@ -20,6 +26,7 @@ import (
 	"github.com/kvferry/kvferry/engine"
 	"github.com/kvferry/kvferry/engine/descriptor"
 	"github.com/kvferry/kvferry/internal/cuda"
+	"github.com/kvferry/kvferry/internal/hip"
 )
 
 // Config configures GPU support.
@@ -27,6 +34,12 @@ type Config struct {
 	// Library is the CUDA driver to load (KVFERRY_CUDA_LIB; default
 	// libcuda.so.1).
 	Library string
+	// HIPLibrary is the HIP runtime to load (KVFERRY_HIP_LIB; default
+	// libamdhip64.so).
+	HIPLibrary string
+	// Runtime forces the GPU runtime (KVFERRY_GPU_RUNTIME=cuda|hip); empty:
+	// chosen by what is present.
+	Runtime Kind
 	// Disabled turns GPU support off: memory is never classified as GPU
 	// memory and "cuda" registrations are refused (KVFERRY_CUDA=0).
 	Disabled bool
@@ -50,8 +63,10 @@ type Runtime struct {
 	log *slog.Logger
 
 	mu      sync.Mutex
+	kind    Kind // the runtime loaded, "" until one is
 	drv     *cuda.Driver
-	copiers map[int]*cuda.Copier
+	hip     *hip.Runtime
+	copiers map[int]Copier
 }
 
 var shared = struct {
@@ -59,13 +74,17 @@ var shared = struct {
 	m map[string]*Runtime
 }{m: make(map[string]*Runtime)}
 
-// Shared returns the process's runtime for cfg.Library (the first caller's
-// settings win).
+// Shared returns the process's runtime for cfg's runtime and libraries
+// (the first caller's other settings win).
 func Shared(cfg Config) *Runtime {
-	key := cfg.Library
-	if key == "" {
-		key = cuda.DefaultLibrary
+	lib, hlib := cfg.Library, cfg.HIPLibrary
+	if lib == "" {
+		lib = cuda.DefaultLibrary
 	}
+	if hlib == "" {
+		hlib = hip.DefaultLibrary
+	}
+	key := string(cfg.Runtime) + "\x00" + lib + "\x00" + hlib
 	if cfg.Disabled {
 		key = "\x00disabled"
 	}
@@ -74,7 +93,7 @@ func Shared(cfg Config) *Runtime {
 	if r := shared.m[key]; r != nil {
 		return r
 	}
-	r := &Runtime{cfg: cfg, log: cfg.Logger, copiers: make(map[int]*cuda.Copier)}
+	r := &Runtime{cfg: cfg, log: cfg.Logger, copiers: make(map[int]Copier)}
 	if r.log == nil {
 		r.log = slog.New(slog.DiscardHandler)
 	}
@@ -82,51 +101,122 @@ func Shared(cfg Config) *Runtime {
 	return r
 }
 
-// Driver returns the loaded driver, loading it on first use. Failures are
-// not cached (the next call tries again) and wrap engine.ErrNotSupported.
-func (r *Runtime) Driver() (*cuda.Driver, error) {
+// load loads the process's GPU runtime on first use, preferring prefer
+// (see the package comment), and returns its kind. Failures are not cached
+// (the next call tries again) and wrap engine.ErrNotSupported.
+func (r *Runtime) load(prefer Kind) (Kind, error) {
 	if r.cfg.Disabled {
-		return nil, fmt.Errorf("GPU support is off (KVFERRY_CUDA=0): %w", engine.ErrNotSupported)
+		return "", fmt.Errorf("GPU support is off (KVFERRY_CUDA=0): %w", engine.ErrNotSupported)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.drv != nil {
-		return r.drv, nil
+	if r.kind != "" {
+		return r.kind, nil
 	}
-	d, err := cuda.Load(r.cfg.Library)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", engine.ErrNotSupported, err)
+	order := []Kind{prefer, other(prefer)}
+	switch {
+	case r.cfg.Runtime != "":
+		order = []Kind{r.cfg.Runtime}
+	case hip.Loaded(r.cfg.HIPLibrary) && !cuda.Loaded(r.cfg.Library):
+		order = []Kind{HIP}
+	case cuda.Loaded(r.cfg.Library):
+		order = []Kind{CUDA}
 	}
-	r.drv = d
-	r.log.Info("CUDA driver loaded", "path", d.Path(), "version", d.Version(), "devices", d.DeviceCount())
-	return d, nil
+	var errs []error
+	for _, k := range order {
+		switch k {
+		case CUDA:
+			d, err := cuda.Load(r.cfg.Library)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			r.drv, r.kind = d, CUDA
+			r.log.Info("CUDA driver loaded", "path", d.Path(), "version", d.Version(), "devices", d.DeviceCount())
+		case HIP:
+			h, err := hip.Load(r.cfg.HIPLibrary)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			r.hip, r.kind = h, HIP
+			r.log.Info("HIP runtime loaded", "path", h.Path(), "version", h.Version(), "devices", h.DeviceCount())
+		}
+		return r.kind, nil
+	}
+	return "", fmt.Errorf("%w: %w", engine.ErrNotSupported, errors.Join(errs...))
 }
 
-// loadedDriver returns the driver when this process already has it mapped
-// (by us or by the host), without loading it otherwise.
-func (r *Runtime) loadedDriver() *cuda.Driver {
-	if r.cfg.Disabled {
-		return nil
+func other(k Kind) Kind {
+	if k == HIP {
+		return CUDA
 	}
+	return HIP
+}
+
+// Kind returns the GPU runtime the process loaded, "" while none is.
+func (r *Runtime) Kind() Kind {
 	r.mu.Lock()
-	d := r.drv
-	r.mu.Unlock()
-	if d != nil {
-		return d
-	}
-	if !cuda.Loaded(r.cfg.Library) {
-		return nil
-	}
-	d, err := r.Driver()
+	defer r.mu.Unlock()
+	return r.kind
+}
+
+// Driver returns the CUDA driver, loading the process's GPU runtime on
+// first use. When that runtime is HIP, the CUDA-only paths (fabric
+// handles, the CUDA VMM helpers, stream gates) get an error wrapping
+// engine.ErrNotSupported.
+func (r *Runtime) Driver() (*cuda.Driver, error) {
+	k, err := r.load(CUDA)
 	if err != nil {
-		return nil
+		return nil, err
 	}
-	return d
+	if k != CUDA {
+		return nil, fmt.Errorf("this process's GPU runtime is %s, not CUDA: %w", k, engine.ErrNotSupported)
+	}
+	return r.drv, nil
+}
+
+// HIP returns the HIP runtime, loading the process's GPU runtime on first
+// use; an error wrapping engine.ErrNotSupported when that runtime is CUDA.
+func (r *Runtime) HIP() (*hip.Runtime, error) {
+	k, err := r.load(HIP)
+	if err != nil {
+		return nil, err
+	}
+	if k != HIP {
+		return nil, fmt.Errorf("this process's GPU runtime is %s, not HIP: %w", k, engine.ErrNotSupported)
+	}
+	return r.hip, nil
+}
+
+// loadedKind returns the runtime when this process already has one mapped
+// (by us or by the host), without loading one otherwise.
+func (r *Runtime) loadedKind() Kind {
+	if r.cfg.Disabled {
+		return ""
+	}
+	if k := r.Kind(); k != "" {
+		return k
+	}
+	var prefer Kind
+	switch {
+	case r.cfg.Runtime != HIP && cuda.Loaded(r.cfg.Library):
+		prefer = CUDA
+	case r.cfg.Runtime != CUDA && hip.Loaded(r.cfg.HIPLibrary):
+		prefer = HIP
+	default:
+		return ""
+	}
+	k, err := r.load(prefer)
+	if err != nil {
+		return ""
+	}
+	return k
 }
 
 // Copier returns device dev's copier (made on first use).
-func (r *Runtime) Copier(dev int) (*cuda.Copier, error) {
-	d, err := r.Driver()
+func (r *Runtime) Copier(dev int) (Copier, error) {
+	k, err := r.load(CUDA)
 	if err != nil {
 		return nil, err
 	}
@@ -135,9 +225,20 @@ func (r *Runtime) Copier(dev int) (*cuda.Copier, error) {
 	if c := r.copiers[dev]; c != nil {
 		return c, nil
 	}
-	c, err := d.NewCopier(dev, r.cfg.Streams)
-	if err != nil {
-		return nil, err
+	var c Copier
+	switch k {
+	case HIP:
+		hc, err := r.hip.NewCopier(dev, r.cfg.Streams)
+		if err != nil {
+			return nil, err
+		}
+		c = hipCopier{hc}
+	default:
+		cc, err := r.drv.NewCopier(dev, r.cfg.Streams)
+		if err != nil {
+			return nil, err
+		}
+		c = cc
 	}
 	r.copiers[dev] = c
 	return c, nil
@@ -145,12 +246,53 @@ func (r *Runtime) Copier(dev int) (*cuda.Copier, error) {
 
 // NewStager returns a stager of pinned bounce buffers; the caller owns it
 // (one goroutine at a time) and closes it.
-func (r *Runtime) NewStager() (*cuda.Stager, error) {
-	d, err := r.Driver()
+func (r *Runtime) NewStager() (Stager, error) {
+	k, err := r.load(CUDA)
 	if err != nil {
 		return nil, err
 	}
-	return d.NewStager(r.cfg.StagePieceBytes, r.cfg.StageDepth)
+	if k == HIP {
+		return r.hip.NewStager(r.cfg.StagePieceBytes, r.cfg.StageDepth)
+	}
+	return r.drv.NewStager(r.cfg.StagePieceBytes, r.cfg.StageDepth)
+}
+
+// HostRegister pins n bytes of host memory at p with the process's GPU
+// runtime (cuMemHostRegister, hipHostRegister).
+func (r *Runtime) HostRegister(p uintptr, n uint64) error {
+	k, err := r.load(CUDA)
+	if err != nil {
+		return err
+	}
+	if k == HIP {
+		return r.hip.HostRegister(p, n)
+	}
+	return r.drv.HostRegister(p, n)
+}
+
+// MemcpySync copies n bytes from src to dst (any kinds) synchronously,
+// with device dev current.
+func (r *Runtime) MemcpySync(dev int, dst, src, n uint64) error {
+	k, err := r.load(CUDA)
+	if err != nil {
+		return err
+	}
+	if k == HIP {
+		return r.hip.MemcpySync(dev, dst, src, n)
+	}
+	return r.drv.MemcpySync(dev, dst, src, n)
+}
+
+// HostUnregister undoes HostRegister.
+func (r *Runtime) HostUnregister(p uintptr) error {
+	k, err := r.load(CUDA)
+	if err != nil {
+		return err
+	}
+	if k == HIP {
+		return r.hip.HostUnregister(p)
+	}
+	return r.drv.HostUnregister(p)
 }
 
 // maxAllocations bounds the driver allocations one registration may span.
@@ -172,16 +314,20 @@ const maxAllocations = descriptor.MaxChunks
 //     shareable handle types, and its fabric handles (one per allocation)
 //     when it may be shared as fabric memory.
 func (r *Runtime) Classify(addr uintptr, length uint64, location string) (engine.MemoryInfo, error) {
-	wantGPU := engine.IsCUDALocation(location)
-	var d *cuda.Driver
+	wantGPU := IsGPULocation(location)
+	var k Kind
 	if wantGPU {
 		var err error
-		if d, err = r.Driver(); err != nil {
+		if k, err = r.load(locationKind(location)); err != nil {
 			return engine.MemoryInfo{}, fmt.Errorf("register at %q: %w", location, err)
 		}
-	} else if d = r.loadedDriver(); d == nil {
+	} else if k = r.loadedKind(); k == "" {
 		return engine.MemoryInfo{}, nil
 	}
+	if k == HIP {
+		return r.classifyHIP(addr, length, location, wantGPU)
+	}
+	d := r.drv
 	pi, err := d.Pointer(uint64(addr))
 	if err != nil {
 		return engine.MemoryInfo{}, fmt.Errorf("classify %#x: %w: %w", addr, engine.ErrInvalidArgument, err)
@@ -349,22 +495,27 @@ var ipcMaps = struct {
 // are shared by the whole process and counted: every OpenIPC needs one
 // CloseIPC.
 func (r *Runtime) OpenIPC(dev int, h cuda.IPCHandle) (uint64, error) {
-	d, err := r.Driver()
+	k, err := r.load(CUDA)
 	if err != nil {
 		return 0, err
 	}
-	k := ipcKey{dev: dev, h: h}
+	key := ipcKey{dev: dev, h: h}
 	ipcMaps.Lock()
 	defer ipcMaps.Unlock()
-	if e := ipcMaps.m[k]; e != nil {
+	if e := ipcMaps.m[key]; e != nil {
 		e.refs++
 		return e.base, nil
 	}
-	base, err := d.IPCOpen(dev, h)
+	var base uint64
+	if k == HIP {
+		base, err = r.hip.IPCOpen(dev, hip.IPCHandle{Reserved: h.Reserved})
+	} else {
+		base, err = r.drv.IPCOpen(dev, h)
+	}
 	if err != nil {
 		return 0, err
 	}
-	ipcMaps.m[k] = &ipcEntry{base: base, refs: 1}
+	ipcMaps.m[key] = &ipcEntry{base: base, refs: 1}
 	return base, nil
 }
 
@@ -381,10 +532,15 @@ func (r *Runtime) CloseIPC(dev int, h cuda.IPCHandle) {
 		return
 	}
 	delete(ipcMaps.m, k)
-	if d, err := r.Driver(); err == nil {
-		if err := d.IPCClose(dev, e.base); err != nil {
-			r.log.Warn("closing a CUDA IPC mapping failed", "device", dev, "err", err)
-		}
+	var err error
+	switch r.Kind() {
+	case HIP:
+		err = r.hip.IPCClose(dev, e.base)
+	case CUDA:
+		err = r.drv.IPCClose(dev, e.base)
+	}
+	if err != nil {
+		r.log.Warn("closing a GPU IPC mapping failed", "runtime", r.Kind(), "device", dev, "err", err)
 	}
 }
 

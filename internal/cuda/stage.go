@@ -3,6 +3,7 @@ package cuda
 import (
 	"fmt"
 
+	"github.com/kvferry/kvferry/internal/bounce"
 	"github.com/kvferry/kvferry/internal/cmem"
 )
 
@@ -12,6 +13,8 @@ const (
 	DefaultPieceBytes = 256 << 10
 	// DefaultDepth is the number of bounce buffers of a Stager.
 	DefaultDepth = 4
+	// MaxDepth caps the bounce buffers of a Stager.
+	MaxDepth = 64
 )
 
 // Stager moves device memory to and from a host-side byte stream (a
@@ -40,6 +43,7 @@ func (d *Driver) NewStager(piece uint64, depth int) (*Stager, error) {
 	if depth <= 0 {
 		depth = DefaultDepth
 	}
+	depth = min(depth, MaxDepth)
 	st := &Stager{d: d, piece: piece, devs: make(map[int]*stageDev)}
 	for range depth {
 		p, err := d.HostAlloc(piece)
@@ -103,6 +107,20 @@ func (st *Stager) wait(sd *stageDev, i int) error {
 	return nil
 }
 
+// ring is the Stager's buffers with one device's stream and events, for
+// the shared pipeline (internal/bounce).
+type ring struct {
+	st *Stager
+	sd *stageDev
+}
+
+func (r ring) Depth() int                            { return len(r.st.bufs) }
+func (r ring) PieceBytes() uint64                    { return r.st.piece }
+func (r ring) Buf(i int, n uint64) []byte            { return r.st.buf(i, n) }
+func (r ring) Addr(i int) uint64                     { return uint64(r.st.bufs[i]) }
+func (r ring) Issue(i int, dst, src, n uint64) error { return r.st.issue(r.sd, i, dst, src, n) }
+func (r ring) Wait(i int) error                      { return r.st.wait(r.sd, i) }
+
 // FromDevice reads n bytes of device dev's memory at src and hands them to
 // sink in order, a bounce buffer at a time (sink must not keep the slice).
 // The device copies of the following pieces run while sink works.
@@ -111,36 +129,7 @@ func (st *Stager) FromDevice(dev int, src, n uint64, sink func([]byte) error) er
 	if err != nil {
 		return err
 	}
-	depth := len(st.bufs)
-	pieces := int((n + st.piece - 1) / st.piece)
-	size := func(k int) uint64 { return min(st.piece, n-uint64(k)*st.piece) }
-	issued := 0
-	var first error
-	for ; issued < min(depth, pieces); issued++ {
-		if err := st.issue(sd, issued, uint64(st.bufs[issued]), src+uint64(issued)*st.piece, size(issued)); err != nil {
-			first = err
-			break
-		}
-	}
-	for k := 0; k < issued; k++ {
-		i := k % depth
-		if err := st.wait(sd, i); err != nil && first == nil {
-			first = err
-		}
-		if first == nil {
-			if err := sink(st.buf(i, size(k))); err != nil {
-				first = err
-			}
-		}
-		if first == nil && issued < pieces {
-			if err := st.issue(sd, i, uint64(st.bufs[i]), src+uint64(issued)*st.piece, size(issued)); err != nil {
-				first = err
-			} else {
-				issued++
-			}
-		}
-	}
-	return first
+	return bounce.FromDevice(ring{st, sd}, src, n, sink)
 }
 
 // ToDevice fills n bytes of device dev's memory at dst from source, which
@@ -152,38 +141,7 @@ func (st *Stager) ToDevice(dev int, dst, n uint64, source func([]byte) error) er
 	if err != nil {
 		return err
 	}
-	depth := len(st.bufs)
-	pieces := int((n + st.piece - 1) / st.piece)
-	inflight := make([]bool, depth)
-	var first error
-	for k := 0; k < pieces && first == nil; k++ {
-		i := k % depth
-		if inflight[i] {
-			inflight[i] = false
-			if err := st.wait(sd, i); err != nil {
-				first = err
-				break
-			}
-		}
-		m := min(st.piece, n-uint64(k)*st.piece)
-		if err := source(st.buf(i, m)); err != nil {
-			first = err
-			break
-		}
-		if err := st.issue(sd, i, dst+uint64(k)*st.piece, uint64(st.bufs[i]), m); err != nil {
-			first = err
-			break
-		}
-		inflight[i] = true
-	}
-	for i, f := range inflight {
-		if f {
-			if err := st.wait(sd, i); err != nil && first == nil {
-				first = err
-			}
-		}
-	}
-	return first
+	return bounce.ToDevice(ring{st, sd}, dst, n, source)
 }
 
 // Close frees the buffers, streams and events.

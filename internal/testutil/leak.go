@@ -27,6 +27,7 @@ var leakIgnored = []string{
 	"google.golang.org/grpc/internal/resolver/dns",
 	"go.opencensus.io",
 	"kvferry/internal/cuda.(*copyStream).runCompleter", // engine/gpu's per-device copiers live as long as the process
+	"kvferry/internal/hip.(*copyStream).runCompleter",  // the same, on the HIP runtime
 }
 
 // VerifyNoLeaks runs the tests of m and then fails the binary if goroutines

@@ -74,14 +74,10 @@ func (c *Client) kindOf(addr uintptr, n uint64) (engine.MemoryKind, int) {
 	return engine.MemoryHost, 0
 }
 
-// gpuCopy copies n bytes from src to dst with the driver (either may be
-// device memory).
+// gpuCopy copies n bytes from src to dst with the GPU runtime (either may
+// be device memory).
 func (s span) gpuCopy(dst, src uintptr, n uint64) error {
-	d, err := s.gpu.Driver()
-	if err != nil {
-		return err
-	}
-	if err := d.MemcpySync(s.dev, uint64(dst), uint64(src), n); err != nil {
+	if err := s.gpu.MemcpySync(s.dev, uint64(dst), uint64(src), n); err != nil {
 		return fmt.Errorf("copy of GPU memory: %w", err)
 	}
 	return nil

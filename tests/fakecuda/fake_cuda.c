@@ -92,7 +92,15 @@
 #include <time.h>
 #include <unistd.h>
 
+// fake_hip.c includes this file with EXPORT defined as hidden, so that
+// its HIP names are the only driver API it exports; EXPORT_CTL (the
+// fakecuda_* control functions) stays visible in both.
+#ifndef EXPORT
 #define EXPORT __attribute__((visibility("default")))
+#endif
+#ifndef EXPORT_CTL
+#define EXPORT_CTL __attribute__((visibility("default")))
+#endif
 
 typedef int CUresult;
 typedef int CUdevice;
@@ -125,9 +133,15 @@ enum { MEMTYPE_HOST = 1, MEMTYPE_DEVICE = 2 };
 enum { HANDLE_POSIX_FD = 1, HANDLE_FABRIC = 8 };
 
 #define MAX_DEVICES 8
+// fake_hip.c moves both ranges, so that a fake CUDA and a fake HIP can be
+// loaded in one process (a test that runs on each in turn).
+#ifndef DEV_BASE
 #define DEV_BASE 0x7d0000000000ULL
+#endif
 #define DEV_STRIDE (1ULL << 36)
+#ifndef WIN_BASE
 #define WIN_BASE 0x7c0000000000ULL
+#endif
 #define WIN_SIZE (1ULL << 38)
 #define GRANULARITY (2ULL << 20)
 #define IPC_MAGIC 0x50494b46u /* "FKIP" */
@@ -2639,12 +2653,12 @@ OLD(cuLinkAddFile)
 
 // ---- test control (not part of any CUDA ABI) ----
 
-EXPORT int fakecuda_fail(const char *name, int nth, int sticky, int code) {
+EXPORT_CTL int fakecuda_fail(const char *name, int nth, int sticky, int code) {
 	add_fault(name, nth, sticky, code);
 	return 0;
 }
 
-EXPORT void fakecuda_reset(void) {
+EXPORT_CTL void fakecuda_reset(void) {
 	pthread_mutex_lock(&f_mu);
 	g_nfaults = 0;
 	pthread_mutex_unlock(&f_mu);
@@ -2653,23 +2667,23 @@ EXPORT void fakecuda_reset(void) {
 	for (int d = 0; d < MAX_DEVICES; d++) g_dev[d].lost = 0;
 }
 
-EXPORT void fakecuda_set_copy_delay_us(int us) { __atomic_store_n(&g_delay_us, us, __ATOMIC_RELAXED); }
+EXPORT_CTL void fakecuda_set_copy_delay_us(int us) { __atomic_store_n(&g_delay_us, us, __ATOMIC_RELAXED); }
 
 // fakecuda_set_copy_mbps sets the copy speeds (MB/s, 0 = unthrottled) of
 // copies with a pageable host end, a pinned host end, and device to device.
-EXPORT void fakecuda_set_copy_mbps(int pageable, int pinned, int device) {
+EXPORT_CTL void fakecuda_set_copy_mbps(int pageable, int pinned, int device) {
 	__atomic_store_n(&g_mbps[COPY_PAGEABLE], pageable, __ATOMIC_RELAXED);
 	__atomic_store_n(&g_mbps[COPY_PINNED], pinned, __ATOMIC_RELAXED);
 	__atomic_store_n(&g_mbps[COPY_DEVICE], device, __ATOMIC_RELAXED);
 }
 
-EXPORT void fakecuda_lose_context(int dev) {
+EXPORT_CTL void fakecuda_lose_context(int dev) {
 	if (dev >= 0 && dev < MAX_DEVICES) g_dev[dev].lost = 1;
 }
 
 // fakecuda_backing returns a host pointer to the bytes of device address p
 // (NULL when p is not device memory), for tests to check what arrived.
-EXPORT void *fakecuda_backing(unsigned long long p) {
+EXPORT_CTL void *fakecuda_backing(unsigned long long p) {
 	pthread_mutex_lock(&g_mu);
 	struct range *r = range_find(p);
 	void *b = r && is_device_kind(r->kind) ? r->backing + (p - r->start) : NULL;
@@ -2677,7 +2691,7 @@ EXPORT void *fakecuda_backing(unsigned long long p) {
 	return b;
 }
 
-EXPORT unsigned long long fakecuda_calls(const char *name) {
+EXPORT_CTL unsigned long long fakecuda_calls(const char *name) {
 	unsigned long long n = 0;
 	pthread_mutex_lock(&f_mu);
 	for (int i = 0; i < g_ncounters; i++)
@@ -2686,12 +2700,12 @@ EXPORT unsigned long long fakecuda_calls(const char *name) {
 	return n;
 }
 
-EXPORT unsigned long long fakecuda_wrong_version_calls(void) { return __atomic_load_n(&g_wrong_version, __ATOMIC_RELAXED); }
+EXPORT_CTL unsigned long long fakecuda_wrong_version_calls(void) { return __atomic_load_n(&g_wrong_version, __ATOMIC_RELAXED); }
 
 // fakecuda_count returns how many live ranges of a kind exist: 1 device,
 // 2 pinned, 3 registered, 4 managed, 5 IPC opens, 6 VMM mappings; 0 for
 // all; -1 for live VMM physical allocations.
-EXPORT int fakecuda_count(int kind) {
+EXPORT_CTL int fakecuda_count(int kind) {
 	pthread_mutex_lock(&g_mu);
 	int n = 0;
 	if (kind == -1) n = g_nphys;

@@ -3,7 +3,6 @@ package local_test
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
@@ -14,47 +13,54 @@ import (
 	"github.com/kvferry/kvferry/engine/stack"
 	"github.com/kvferry/kvferry/internal/cuda"
 	"github.com/kvferry/kvferry/internal/testutil/fakecuda"
+	"github.com/kvferry/kvferry/internal/testutil/gputest"
 )
 
-func gpuEngine(t *testing.T) (*engine.Engine, *cuda.Driver, *fakecuda.Control) {
+func gpuEngine(t *testing.T, rt gputest.Runtime) (*engine.Engine, gputest.Allocator, *fakecuda.Control) {
 	t.Helper()
-	lib := fakecuda.Path(t)
+	cfg, lib := rt.Config(t)
 	e, err := stack.New(context.Background(), stack.Config{
 		Engine: engine.Config{LocalServerName: "127.0.0.1", Transports: []string{"local", "tcp"}, TransferTimeout: 5 * time.Second},
-		GPU:    gpu.Config{Library: lib},
+		GPU:    cfg,
 	})
 	assert.NilError(t, err)
 	t.Cleanup(func() { e.Close() })
-	d, err := gpu.Shared(gpu.Config{Library: lib}).Driver()
-	assert.NilError(t, err)
+	d := rt.Allocator(t, cfg)
 	c := fakecuda.Open(lib)
 	c.Reset()
 	t.Cleanup(c.Reset)
 	return e, d, c
 }
 
-func devBuf(t *testing.T, e *engine.Engine, d *cuda.Driver, dev int, n uint64) uint64 {
+func devBuf(t *testing.T, rt gputest.Runtime, e *engine.Engine, d gputest.Allocator, dev int, n uint64) uint64 {
 	t.Helper()
 	p, err := d.MemAlloc(dev, n)
 	assert.NilError(t, err)
 	t.Cleanup(func() { d.MemFree(dev, p) })
 	if e != nil {
-		assert.NilError(t, e.RegisterMemory(uintptr(p), n, fmt.Sprintf("cuda:%d", dev), true))
+		assert.NilError(t, e.RegisterMemory(uintptr(p), n, rt.Location(dev), true))
 	}
 	return p
 }
 
 // TestGPUCopies moves host<->device and device<->device (across devices)
-// within a process and between two engines of it, byte checked.
+// within a process and between two engines of it, byte checked, on each
+// GPU runtime.
 func TestGPUCopies(t *testing.T) {
-	a, d, c := gpuEngine(t)
-	b, _, _ := gpuEngine(t)
+	for _, rt := range gputest.Runtimes() {
+		t.Run(rt.Name, func(t *testing.T) { testGPUCopies(t, rt) })
+	}
+}
+
+func testGPUCopies(t *testing.T, rt gputest.Runtime) {
+	a, d, c := gpuEngine(t, rt)
+	b, _, _ := gpuEngine(t, rt)
 	const n = 5<<20 + 77
 	host := newBuf(t, a, n)
 	back := newBuf(t, a, n)
 	fill(host.Bytes(), 3)
-	d0 := devBuf(t, a, d, 0, n)
-	d1 := devBuf(t, b, d, fakecuda.Second(t), n)
+	d0 := devBuf(t, rt, a, d, 0, n)
+	d1 := devBuf(t, rt, b, d, fakecuda.Second(t), n)
 	ctx := context.Background()
 	seg, err := a.OpenSegment(ctx, b.SegmentName())
 	assert.NilError(t, err)
@@ -84,7 +90,7 @@ func TestGPUCopies(t *testing.T) {
 		assert.Assert(t, err != nil)
 		return // the rest loses a context, which only the fake can
 	}
-	assert.Assert(t, c.Calls("cuEventSynchronize") > 0)
+	assert.Assert(t, c.Calls(rt.Prefix+"EventSynchronize") > 0)
 
 	// Outside the target's registered device memory: refused.
 	err = a.Transfer(ctx, []engine.Request{{Op: engine.OpWrite, Source: host.Addr(), Target: seg, TargetOffset: d1 + n - 10, Length: 20}})
@@ -93,7 +99,7 @@ func TestGPUCopies(t *testing.T) {
 	// A lost context fails the transfer; nothing hangs.
 	c.LoseContext(0)
 	err = a.Transfer(ctx, []engine.Request{{Op: engine.OpWrite, Source: host.Addr(), Target: engine.LocalSegment, TargetOffset: d0, Length: 4096}})
-	assert.Equal(t, cuda.Code(err), cuda.ErrorIllegalAddress, "%v", err)
+	assert.Equal(t, rt.Code(err), int(cuda.ErrorIllegalAddress), "%v", err)
 	c.Reset()
 	assert.NilError(t, a.Transfer(ctx, []engine.Request{{Op: engine.OpWrite, Source: host.Addr(), Target: engine.LocalSegment, TargetOffset: d0, Length: 4096}}))
 }

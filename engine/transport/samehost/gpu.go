@@ -92,12 +92,12 @@ func (d *devOps) copy(rt *gpu.Runtime, pin func()) error {
 	return first
 }
 
-// stagingPin registers a session's staging memory with the CUDA driver
+// stagingPin registers a session's staging memory with the GPU runtime
 // (once, when device memory first goes through it), so that the device
 // copies to and from it run at pinned speed; best effort.
 type stagingPin struct {
 	once sync.Once
-	drv  *cuda.Driver
+	rt   *gpu.Runtime // set once pinned
 	addr uintptr
 }
 
@@ -106,21 +106,17 @@ func (p *stagingPin) pin(rt *gpu.Runtime, m *shmap) {
 		return
 	}
 	p.once.Do(func() {
-		d, err := rt.Driver()
-		if err != nil {
-			return
-		}
-		if err := d.HostRegister(m.addr(), uint64(len(m.b))); err == nil {
-			p.drv, p.addr = d, m.addr()
+		if err := rt.HostRegister(m.addr(), uint64(len(m.b))); err == nil {
+			p.rt, p.addr = rt, m.addr()
 		}
 	})
 }
 
 func (p *stagingPin) unpin() {
 	p.once.Do(func() {}) // no pin after this
-	if p.drv != nil {
-		_ = p.drv.HostUnregister(p.addr)
-		p.drv = nil
+	if p.rt != nil {
+		_ = p.rt.HostUnregister(p.addr)
+		p.rt = nil
 	}
 }
 

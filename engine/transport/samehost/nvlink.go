@@ -366,12 +366,17 @@ func (im *ipcMaps) open(s *session, dev int, b descriptor.Buffer, share engine.S
 	if im.rt == nil {
 		return nil, gpu.ErrNoGPU
 	}
-	d, err := im.rt.Driver()
-	if err != nil {
-		return nil, err
+	if share&engine.ShareLegacyIPC == 0 {
+		// File descriptors and fabric handles are the CUDA driver's VMM
+		// paths; legacy IPC handles are CUDA's or HIP's.
+		d, err := im.rt.Driver()
+		if err != nil {
+			return nil, err
+		}
+		return im.openVMM(s, d, dev, b, share, a)
 	}
 	switch {
-	case share&engine.ShareLegacyIPC != 0 && len(b.Chunks) > 0:
+	case len(b.Chunks) > 0:
 		// One handle per allocation; the allocation holding a.
 		c, ok := b.ChunkAt(a)
 		if !ok {
@@ -386,7 +391,7 @@ func (im *ipcMaps) open(s *session, dev int, b descriptor.Buffer, share engine.S
 			return nil, fmt.Errorf("open the owner's IPC handle: %w", err)
 		}
 		return &ipcMapping{kind: engine.ShareLegacyIPC, dev: dev, remoteBase: c.Addr, size: c.Size, localBase: base, handle: cuda.IPCHandle{Reserved: h}}, nil
-	case share&engine.ShareLegacyIPC != 0:
+	default:
 		h, err := parseHandle(b.ShmName)
 		if err != nil {
 			return nil, err
@@ -398,6 +403,13 @@ func (im *ipcMaps) open(s *session, dev int, b descriptor.Buffer, share engine.S
 		// The buffer lies in one allocation that starts IPCOffset before it.
 		return &ipcMapping{kind: engine.ShareLegacyIPC, dev: dev, remoteBase: b.Addr - b.IPCOffset,
 			size: b.IPCOffset + b.Length, localBase: base, handle: cuda.IPCHandle{Reserved: h}, shm: b.ShmName}, nil
+	}
+}
+
+// openVMM maps the allocation of b holding a by a POSIX fd the owner
+// exports or by its fabric handle (CUDA VMM memory).
+func (im *ipcMaps) openVMM(s *session, d *cuda.Driver, dev int, b descriptor.Buffer, share engine.ShareKind, a uint64) (*ipcMapping, error) {
+	switch {
 	case share&engine.SharePosixFD != 0 && s == nil:
 		return nil, fmt.Errorf("buffer %#x+%d is exported as file descriptors, and segment %q has no session: %w", b.Addr, b.Length, im.peer, engine.ErrNotSupported)
 	case share&engine.SharePosixFD != 0 && len(b.Chunks) > 1:

@@ -9,7 +9,6 @@ import (
 	"github.com/kvferry/kvferry/engine"
 	"github.com/kvferry/kvferry/engine/gpu"
 	"github.com/kvferry/kvferry/engine/transport/tcp/tcpwire"
-	"github.com/kvferry/kvferry/internal/cuda"
 )
 
 // GPU memory over TCP. The wire stays Mooncake's: device memory is staged
@@ -40,7 +39,7 @@ func (t *Transport) Carries(_ *engine.Peer, e engine.Ends) bool {
 var errDevice = errors.New("device copy failed")
 
 // stager returns the transport's runtime's new stager.
-func (t *Transport) newStager() (*cuda.Stager, error) {
+func (t *Transport) newStager() (gpu.Stager, error) {
 	if t.cfg.GPU == nil {
 		return nil, fmt.Errorf("device memory: %w", gpu.ErrNoGPU)
 	}
@@ -170,7 +169,7 @@ func (l *lane) readStaged(cs *conn, s *engine.Slice) error {
 
 // serveDevice serves one request whose target is device memory: pin holds
 // it. It returns false when the connection must close.
-func (s *server) serveDevice(c net.Conn, rd *connReader, st **cuda.Stager, h tcpwire.Header, pin *engine.Region, out *respBatch) bool {
+func (s *server) serveDevice(c net.Conn, rd *connReader, st *gpu.Stager, h tcpwire.Header, pin *engine.Region, out *respBatch) bool {
 	defer pin.Release()
 	timeout := s.t.cfg.StatusTimeout
 	// Earlier responses go first: this one is written directly.

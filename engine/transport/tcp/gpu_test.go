@@ -12,12 +12,11 @@ import (
 	"gotest.tools/v3/assert"
 
 	"github.com/kvferry/kvferry/engine"
-	"github.com/kvferry/kvferry/engine/gpu"
 	"github.com/kvferry/kvferry/engine/stack"
 	"github.com/kvferry/kvferry/engine/transport/tcp"
 	"github.com/kvferry/kvferry/internal/cmem"
-	"github.com/kvferry/kvferry/internal/cuda"
 	"github.com/kvferry/kvferry/internal/testutil/fakecuda"
+	"github.com/kvferry/kvferry/internal/testutil/gputest"
 )
 
 type gpuSide struct {
@@ -26,20 +25,18 @@ type gpuSide struct {
 	dev  uint64
 }
 
-func gpuPair(t *testing.T, size uint64, proto int) (a, b gpuSide, seg engine.SegmentID, d *cuda.Driver, c *fakecuda.Control) {
+func gpuPair(t *testing.T, rt gputest.Runtime, size uint64, proto int) (a, b gpuSide, seg engine.SegmentID, d gputest.Allocator, c *fakecuda.Control) {
 	t.Helper()
-	lib := fakecuda.Path(t)
+	cfg, lib := rt.Config(t)
 	c = fakecuda.Open(lib)
 	c.Reset()
 	t.Cleanup(c.Reset)
-	var err error
-	d, err = gpu.Shared(gpu.Config{Library: lib}).Driver()
-	assert.NilError(t, err)
+	d = rt.Allocator(t, cfg)
 	mk := func(dev int) gpuSide {
 		e, err := stack.New(context.Background(), stack.Config{
 			Engine: engine.Config{LocalServerName: "127.0.0.1", Transports: []string{"tcp"}, TransferTimeout: 10 * time.Second},
 			TCP:    tcp.Config{ProtoVersion: proto, StatusTimeout: 5 * time.Second, Lanes: lanes(proto)},
-			GPU:    gpu.Config{Library: lib},
+			GPU:    cfg,
 		})
 		assert.NilError(t, err)
 		t.Cleanup(func() { e.Close() })
@@ -50,11 +47,11 @@ func gpuPair(t *testing.T, size uint64, proto int) (a, b gpuSide, seg engine.Seg
 		assert.NilError(t, err)
 		t.Cleanup(func() { d.MemFree(dev, p) })
 		assert.NilError(t, e.RegisterMemory(h.Addr(), size, "cpu:0", true))
-		assert.NilError(t, e.RegisterMemory(uintptr(p), size, fmt.Sprintf("cuda:%d", dev), true))
+		assert.NilError(t, e.RegisterMemory(uintptr(p), size, rt.Location(dev), true))
 		return gpuSide{e: e, host: h, dev: p}
 	}
 	a, b = mk(0), mk(fakecuda.Second(t))
-	seg, err = a.e.OpenSegment(context.Background(), b.e.SegmentName())
+	seg, err := a.e.OpenSegment(context.Background(), b.e.SegmentName())
 	assert.NilError(t, err)
 	assert.Equal(t, a.e.ChooseTransport(seg), "tcp")
 	return a, b, seg, d, c
@@ -70,15 +67,19 @@ func lanes(proto int) int {
 	return 4
 }
 
+// TestGPUOverTCP stages device memory through pinned buffers on both
+// sides, on each GPU runtime and framing.
 func TestGPUOverTCP(t *testing.T) {
-	for _, proto := range []int{2, 1} {
-		t.Run(fmt.Sprintf("v%d", proto), func(t *testing.T) { gpuOverTCP(t, proto) })
+	for _, rt := range gputest.Runtimes() {
+		for _, proto := range []int{2, 1} {
+			t.Run(fmt.Sprintf("%s/v%d", rt.Name, proto), func(t *testing.T) { gpuOverTCP(t, rt, proto) })
+		}
 	}
 }
 
-func gpuOverTCP(t *testing.T, proto int) {
+func gpuOverTCP(t *testing.T, rt gputest.Runtime, proto int) {
 	const size = 8 << 20
-	a, b, seg, d, c := gpuPair(t, size, proto)
+	a, b, seg, d, c := gpuPair(t, rt, size, proto)
 	ctx := context.Background()
 	src := make([]byte, size)
 	rand.Read(src)
@@ -164,7 +165,7 @@ func gpuOverTCP(t *testing.T, proto int) {
 func TestGPUOverTCPPeerDies(t *testing.T) {
 	fakecuda.FakeOnly(t, "device copies slowed down while the peer goes away")
 	const size = 8 << 20
-	a, b, seg, _, c := gpuPair(t, size, 2)
+	a, b, seg, _, c := gpuPair(t, gputest.Runtimes()[0], size, 2)
 	c.SetCopyDelay(20000) // 20 ms per staged piece
 	done := make(chan error, 1)
 	go func() {

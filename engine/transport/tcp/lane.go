@@ -15,10 +15,10 @@ import (
 
 	"github.com/kvferry/kvferry/engine"
 	"github.com/kvferry/kvferry/engine/descriptor"
+	"github.com/kvferry/kvferry/engine/gpu"
 	"github.com/kvferry/kvferry/engine/peerauth"
 	"github.com/kvferry/kvferry/engine/transport/tcp/tcpwire"
 	"github.com/kvferry/kvferry/internal/cmem"
-	"github.com/kvferry/kvferry/internal/cuda"
 	"github.com/kvferry/kvferry/internal/spin"
 	"github.com/kvferry/kvferry/metrics"
 )
@@ -64,7 +64,7 @@ type lane struct {
 		piece  net.Buffers
 		inline bool // the submitter writes (submit), not the writer goroutine
 		v1done []*engine.Slice
-		stager *cuda.Stager // stages WRITEs from device memory (gpu.go)
+		stager gpu.Stager // stages WRITEs from device memory (gpu.go)
 		// spare is the backing of the queue last taken and written, its
 		// pointers cleared: the next take hands it to the queue, so that
 		// enqueueing allocates nothing in the steady state.
@@ -178,7 +178,7 @@ type conn struct {
 	rcause    error // why reading failed: the slices after fail with it
 	exited    bool  // the reader goroutine is gone: nobody reads any more
 	dead      atomic.Bool
-	stager    *cuda.Stager // the reader's, for READs into device memory (gpu.go)
+	stager    gpu.Stager // the reader's, for READs into device memory (gpu.go)
 	// cause is why the writer gave the connection up (a stalled write is a
 	// timeout, not a dropped connection), so that the reader fails the
 	// slices in flight with it instead of retrying them.

@@ -12,10 +12,10 @@ import (
 	"time"
 
 	"github.com/kvferry/kvferry/engine"
+	"github.com/kvferry/kvferry/engine/gpu"
 	"github.com/kvferry/kvferry/engine/peerauth"
 	"github.com/kvferry/kvferry/engine/transport/tcp/tcpwire"
 	"github.com/kvferry/kvferry/internal/cmem"
-	"github.com/kvferry/kvferry/internal/cuda"
 	"github.com/kvferry/kvferry/internal/netguard"
 	"github.com/kvferry/kvferry/metrics"
 )
@@ -347,7 +347,7 @@ func (s *server) serveConn(c net.Conn, slot *netguard.Slot) {
 	out := &respBatch{iov: make(net.Buffers, 0, 2*respMaxRequests), pins: make([]*engine.Region, 0, respMaxRequests)}
 	defer out.release()
 	defer out.unwatch()
-	var st *cuda.Stager // stages requests on device memory (gpu.go)
+	var st gpu.Stager // stages requests on device memory (gpu.go)
 	defer func() {
 		if st != nil {
 			st.Close()

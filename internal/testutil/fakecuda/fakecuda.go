@@ -25,11 +25,23 @@ import (
 	"github.com/kvferry/kvferry/internal/cmem"
 )
 
-var build struct {
+// fixture is one build of the fake: a source file (beside fake_cuda.c,
+// which every fixture includes or is) compiled into a library name.
+type fixture struct {
+	src, lib string
+	flags    []string
+
 	once sync.Once
 	path string
 	err  error
 }
+
+var (
+	cudaBuild     = &fixture{src: "fake_cuda.c", lib: "libcuda.so.1"}
+	hipBuild      = &fixture{src: "fake_hip.c", lib: "libamdhip64.so"}
+	hipNoVMMBuild = &fixture{src: "fake_hip.c", lib: "libamdhip64.so", flags: []string{"-DFAKEHIP_NO_VMM"}}
+	clearVisible  sync.Once
+)
 
 // Source returns the path of fake_cuda.c.
 func Source() string {
@@ -48,44 +60,79 @@ func Build() (string, error) {
 	if Hardware() {
 		return realLibrary(), nil
 	}
-	build.once.Do(func() {
-		os.Unsetenv("CUDA_VISIBLE_DEVICES")
-		src, err := os.ReadFile(Source())
-		if err != nil {
-			build.err = fmt.Errorf("fake cuda source: %w", err)
-			return
+	return cudaBuild.build()
+}
+
+// BuildHIP compiles the fake HIP runtime (tests/fakecuda/fake_hip.c: the
+// fake driver under HIP names) as Build does, and returns the path of its
+// libamdhip64.so. With noVMM it leaves out the VMM and dma-buf entry
+// points, as an older ROCm does.
+func BuildHIP(noVMM bool) (string, error) {
+	if noVMM {
+		return hipNoVMMBuild.build()
+	}
+	return hipBuild.build()
+}
+
+// HIPPath builds the fake HIP runtime and returns its path, failing tb on
+// error. The fake HIP runs only on the fake: a hardware run skips tb.
+func HIPPath(tb testing.TB, noVMM bool) string {
+	tb.Helper()
+	if Hardware() {
+		tb.Skip("the fake HIP runtime is a fake-only fixture")
+	}
+	p, err := BuildHIP(noVMM)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return p
+}
+
+func (f *fixture) build() (string, error) {
+	f.once.Do(func() {
+		clearVisible.Do(func() { os.Unsetenv("CUDA_VISIBLE_DEVICES") })
+		dir := filepath.Dir(Source())
+		sum := sha256.New()
+		for _, name := range []string{"fake_cuda.c", f.src} {
+			src, err := os.ReadFile(filepath.Join(dir, name))
+			if err != nil {
+				f.err = fmt.Errorf("fake source: %w", err)
+				return
+			}
+			sum.Write(src)
 		}
-		sum := sha256.Sum256(src)
-		dir := filepath.Join(os.TempDir(), "kvferry-fakecuda-"+hex.EncodeToString(sum[:8]))
-		out := filepath.Join(dir, "libcuda.so.1")
+		for _, fl := range f.flags {
+			sum.Write([]byte(fl))
+		}
+		out := filepath.Join(os.TempDir(), "kvferry-fake-"+hex.EncodeToString(sum.Sum(nil)[:8]), f.lib)
 		if _, err := os.Stat(out); err == nil {
-			build.path = out
+			f.path = out
 			return
 		}
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			build.err = err
+		if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+			f.err = err
 			return
 		}
-		tmp, err := os.CreateTemp(dir, "build-*.so")
+		tmp, err := os.CreateTemp(filepath.Dir(out), "build-*.so")
 		if err != nil {
-			build.err = err
+			f.err = err
 			return
 		}
 		tmp.Close()
-		cmd := exec.Command("gcc", "-O2", "-g", "-Wall", "-Wextra", "-std=gnu11", "-shared", "-fPIC",
-			"-fvisibility=hidden", "-o", tmp.Name(), Source(), "-lpthread")
-		if b, err := cmd.CombinedOutput(); err != nil {
+		args := append([]string{"-O2", "-g", "-Wall", "-Wextra", "-std=gnu11", "-shared", "-fPIC", "-fvisibility=hidden"}, f.flags...)
+		args = append(args, "-o", tmp.Name(), filepath.Join(dir, f.src), "-lpthread")
+		if b, err := exec.Command("gcc", args...).CombinedOutput(); err != nil {
 			os.Remove(tmp.Name())
-			build.err = fmt.Errorf("build fake cuda: %v: %s", err, b)
+			f.err = fmt.Errorf("build %s: %v: %s", f.src, err, b)
 			return
 		}
 		if err := os.Rename(tmp.Name(), out); err != nil {
-			build.err = err
+			f.err = err
 			return
 		}
-		build.path = out
+		f.path = out
 	})
-	return build.path, build.err
+	return f.path, f.err
 }
 
 // Path builds the fake and returns its path, failing tb on error. In a
