@@ -1465,7 +1465,10 @@ func (e *Engine) Wait(ctx context.Context, id BatchID) (BatchStatus, error) {
 // WaitLocked is Wait for a goroutine locked to its thread, as every C
 // thread calling in through cgo is: its poll before parking does not
 // yield, since a locked goroutine that yields hands its thread's P away
-// and back (two thread wake-ups).
+// and back (two thread wake-ups), and it does not park in the Go
+// scheduler either: its thread sleeps in the kernel until the goroutine
+// that completes the batch wakes it (a futex; issue 38), or until ctx's
+// deadline (a cancellation of ctx without one is noticed within 10 ms).
 func (e *Engine) WaitLocked(ctx context.Context, id BatchID) (BatchStatus, error) {
 	return e.wait(ctx, id, false)
 }
@@ -1490,7 +1493,11 @@ func (e *Engine) wait(ctx context.Context, id BatchID, yield bool) (BatchStatus,
 	if b.waitPolled(ctx) {
 		return b.aggregate(), nil
 	}
-	if err := b.waitIdle(ctx); err != nil {
+	park := b.waitIdle
+	if !yield {
+		park = b.waitIdleThread // a locked waiter sleeps in the kernel
+	}
+	if err := park(ctx); err != nil {
 		bs := b.aggregate()
 		return bs, fmt.Errorf("wait for batch %d: %w", id, ErrTimeout)
 	}
