@@ -1478,8 +1478,16 @@ func (e *Engine) wait(ctx context.Context, id BatchID, yield bool) (BatchStatus,
 	if err != nil {
 		return BatchStatus{}, err
 	}
-	// An answer offered to block for is far (a large payload): no spin.
-	if !b.waitOffered.Load() && spin.Until(e.SpinBudget(), yield, b.settled) {
+	// An answer offered to block for is far (a large payload): no spin. A
+	// locked waiter's poll offers its thread's CPU between polls
+	// (sched_yield, which keeps the P), as a getTransferStatus loop does:
+	// on a small VM a poll that holds its CPU keeps the reader that
+	// completes the batch from running (issue 38).
+	poll := spin.Until
+	if !yield {
+		poll = spin.UntilShared
+	}
+	if !b.waitOffered.Load() && poll(e.SpinBudget(), yield, b.settled) {
 		return b.aggregate(), nil
 	}
 	if b.idle() {
