@@ -108,6 +108,8 @@ if want tcp || want notify; then
   [ -z "${SPIN_ALT:-}" ] || start_target tcp_alt "$SPIN_ALT" tcp
 fi
 if want tcp; then
+  declare -A awaited
+  cwait=()
   echo "Transfer engine over TCP, 4 KiB, batch 1, 1 thread (kvferry-bench; p99/p50 target <= 3, p50 <= 3x the spinning floor):"
   echo
   echo "$HEAD"
@@ -128,7 +130,31 @@ if want tcp; then
     out=$(KVFERRY_SPIN_US=$SPIN_ON MC_FORCE_TCP=1 "${PRIO[@]}" "$BIN" --mode=initiator --protocol=tcp --segment_id="$SEG_tcp_on" --operation=$op \
       --block_size=4096 --batch_size=1 --threads=1 --duration="$DURATION" --buffer_size=$BUF --json --quiet --await --locked)
     row "tcp $op 4 KiB, awaited, locked waiter" "$SPIN_ON" "$out"
+    awaited[$op]=$out
+    # C callers that do not declare the batch awaited (issue 38, target 4:
+    # within 1.5x the awaited row, p50 and p99): kvferry_batch_wait from a
+    # locked thread, and a getTransferStatus loop from one.
+    for how in "kvferry_batch_wait:" "getTransferStatus loop:--poll_status"; do
+      out=$(KVFERRY_SPIN_US=$SPIN_ON MC_FORCE_TCP=1 "${PRIO[@]}" "$BIN" --mode=initiator --protocol=tcp --segment_id="$SEG_tcp_on" --operation=$op \
+        --block_size=4096 --batch_size=1 --threads=1 --duration="$DURATION" --buffer_size=$BUF --json --quiet --locked ${how#*:})
+      row "tcp $op 4 KiB, not awaited, locked, ${how%%:*}" "$SPIN_ON" "$out"
+      cwait+=("$(python3 - "$op" "${how%%:*}" "${awaited[$op]}" "$out" <<'PY'
+import json, sys
+op, how, a, r = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), json.loads(sys.argv[4])
+ap50, ap99 = a["p50_batch_latency_us"], a["p99_batch_latency_us"]
+p50, p99 = r["p50_batch_latency_us"], r["p99_batch_latency_us"]
+met = "yes" if p50 <= 1.5 * ap50 and p99 <= 1.5 * ap99 else "no"
+print(f"| {op} | {how} | {p50:.1f} / {p99:.1f} | {ap50:.1f} / {ap99:.1f} | **{p50 / ap50:.2f}x** / **{p99 / ap99:.2f}x** | {met} |")
+PY
+)")
+    done
   done
+  echo
+  echo "C waiters without await against the awaited, locked waiter of the same run (target: <= 1.5x, p50 and p99):"
+  echo
+  echo "| op | wait | p50 / p99 us | awaited p50 / p99 us | ratio p50 / p99 | met |"
+  echo "|---|---|---|---|---|---|"
+  printf '%s\n' "${cwait[@]}"
   echo
   # Mooncake's transfer_engine_bench beside kvferry-bench, when it is given.
   if [ -n "${MOONCAKE_TE_BENCH:-}" ]; then bench/te_mooncake.sh; echo; fi

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kvferry/kvferry/internal/futex"
 	"github.com/kvferry/kvferry/metrics"
 )
 
@@ -215,6 +216,11 @@ type batch struct {
 		waiters [1]*idleWaiter
 		route   [1]route
 	}
+	// idleSeq changes each time the batch may have become idle
+	// (wakeIfIdle); threads of locked waiters sleep on it in the kernel
+	// (waitIdleThread), sleepers counts them.
+	idleSeq  atomic.Uint32
+	sleepers atomic.Int32
 
 	mu struct {
 		sync.Mutex
@@ -286,8 +292,18 @@ func (b *batch) idle() bool {
 	return b.remaining.Load() == 0 && b.storing.Load() == 0 && !b.notifying.Load()
 }
 
-// wakeIfIdle wakes waitIdle's waiters once the batch is idle.
+// wakeIfIdle wakes waitIdle's and waitIdleThread's waiters once the
+// batch is idle.
 func (b *batch) wakeIfIdle() {
+	if b.idle() {
+		// After the state the waiter reads: a waiter that read the batch
+		// busy is counted in sleepers before this load, and sees idleSeq
+		// changed or is woken (waitIdleThread).
+		b.idleSeq.Add(1)
+		if b.sleepers.Load() > 0 {
+			futex.Wake(&b.idleSeq)
+		}
+	}
 	b.mu.Lock()
 	if len(b.mu.waiters) > 0 && b.idle() {
 		for i, w := range b.mu.waiters {
@@ -402,6 +418,47 @@ func (b *batch) waitIdle(ctx context.Context, timeout time.Duration) error {
 			}
 			return context.DeadlineExceeded
 		}
+	}
+}
+
+// lockedWaitSlice bounds one sleep of waitIdleThread: how late a waiter
+// notices a cancellation of its context that is not its deadline (a
+// completion wakes it at once, and the deadline bounds the last sleep).
+const lockedWaitSlice = 10 * time.Millisecond
+
+// waitIdleThread is waitIdle for a goroutine locked to its thread (a C
+// caller): the thread sleeps in the kernel on idleSeq (futex) and the
+// goroutine that makes the batch idle wakes it directly (wakeIfIdle), with
+// no hand-off through the Go scheduler, which for a locked goroutine costs
+// a second thread wake-up and on a loaded VM a millisecond tail. The
+// earlier of ctx's deadline and timeout (when positive) bounds the wait;
+// with neither it sleeps lockedWaitSlice at a time until ctx ends.
+func (b *batch) waitIdleThread(ctx context.Context, timeout time.Duration) error {
+	deadline, hasDeadline := ctx.Deadline()
+	if timeout > 0 {
+		if d := time.Now().Add(timeout); !hasDeadline || d.Before(deadline) {
+			deadline, hasDeadline = d, true
+		}
+	}
+	for {
+		seq := b.idleSeq.Load()
+		if b.idle() {
+			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		d := lockedWaitSlice
+		if hasDeadline {
+			if d = min(d, time.Until(deadline)); d <= 0 {
+				return context.DeadlineExceeded
+			}
+		}
+		b.sleepers.Add(1)
+		if !b.idle() {
+			futex.Wait(&b.idleSeq, seq, d)
+		}
+		b.sleepers.Add(-1)
 	}
 }
 

@@ -1497,7 +1497,10 @@ func (e *Engine) Wait(ctx context.Context, id BatchID) (BatchStatus, error) {
 // WaitLocked is Wait for a goroutine locked to its thread, as every C
 // thread calling in through cgo is: its poll before parking does not
 // yield, since a locked goroutine that yields hands its thread's P away
-// and back (two thread wake-ups).
+// and back (two thread wake-ups), and it does not park in the Go
+// scheduler either: its thread sleeps in the kernel until the goroutine
+// that completes the batch wakes it (a futex; issue 38), or until ctx's
+// deadline (a cancellation of ctx without one is noticed within 10 ms).
 func (e *Engine) WaitLocked(ctx context.Context, id BatchID) (BatchStatus, error) {
 	return e.wait(ctx, id, false)
 }
@@ -1507,8 +1510,15 @@ func (e *Engine) wait(ctx context.Context, id BatchID, yield bool) (BatchStatus,
 	if err != nil {
 		return BatchStatus{}, err
 	}
-	// An answer offered to block for is far (a large payload): no spin.
-	if !b.waitOffered.Load() && spin.Until(e.SpinBudget(), yield, b.settled) {
+	// An answer offered to block for is far (a large payload): no spin. A
+	// locked waiter's poll offers its thread's CPU between polls
+	// (sched_yield, which keeps the P), as a getTransferStatus loop does:
+	// on a small VM a poll that holds its CPU keeps the reader that
+	// completes the batch from running (issue 38).
+	// (Direct calls, not a function value: through one, the method value
+	// b.settled escapes and every wait allocates.)
+	if !b.waitOffered.Load() && (yield && spin.Until(e.SpinBudget(), yield, b.settled) ||
+		!yield && spin.UntilShared(e.SpinBudget(), yield, b.settled)) {
 		return b.aggregate(), nil
 	}
 	if b.idle() {
@@ -1531,7 +1541,12 @@ func (e *Engine) wait(ctx context.Context, id BatchID, yield bool) (BatchStatus,
 			timeout = 1 // expired: waitIdle reports it after one last look
 		}
 	}
-	if err := b.waitIdle(ctx, timeout); err != nil {
+	if yield {
+		err = b.waitIdle(ctx, timeout)
+	} else {
+		err = b.waitIdleThread(ctx, timeout) // a locked waiter sleeps in the kernel
+	}
+	if err != nil { // (a method value here would allocate on every wait)
 		bs := b.aggregate()
 		return bs, fmt.Errorf("wait for batch %d: %w", id, ErrTimeout)
 	}

@@ -42,6 +42,19 @@ type WaitPoller interface {
 	PollWait(d time.Duration) bool
 }
 
+// A Handoffer is a Poller that wants to know when the waiter stops
+// polling and parks: it then reads the answers still to come itself, at
+// once, instead of when its fallback timer fires. Such a timer is short
+// (the spin budget), and when every P is idle the runtime's network poller
+// runs it only after a millisecond (epoll_wait's unit): a waiter that
+// parked, a C caller of kvferry_batch_wait above all, paid that
+// millisecond (issue 38).
+type Handoffer interface {
+	Poller
+	// Handoff must not block; it may be called after the slice completed.
+	Handoff()
+}
+
 // pollWaitSlice bounds one PollWait: how late a waiter notices that its
 // context ended, or that the transport's reader finished the batch while
 // the waiter blocked (the reader does so only when the waiter did not come
@@ -76,9 +89,16 @@ func (b *batch) waitPolled(ctx context.Context, deadline time.Time) bool {
 		more := len(b.mu.pollers) > len(ps) && ctx.Err() == nil && (deadline.IsZero() || time.Now().Before(deadline))
 		if !more {
 			b.mu.parked = true
+			ps = b.mu.pollers
 		}
 		b.mu.Unlock()
 		if !more {
+			// Nobody polls from now on: the transports read the rest.
+			for _, p := range ps {
+				if h, ok := p.(Handoffer); ok {
+					h.Handoff()
+				}
+			}
 			return false
 		}
 	}

@@ -70,6 +70,7 @@ var (
 	useVRAM         = flag.Bool("use_vram", false, "Allocate the buffer in GPU memory (CUDA driver; RDMA then needs GPUDirect)")
 	gpuID           = flag.Int("gpu_id", 0, "GPU of the buffer with --use_vram")
 	lockedWaits     = flag.Bool("locked", false, "Submit and wait from goroutines locked to their threads, as every C caller of the library is (kvferry_batch_wait: Engine.WaitLocked)")
+	pollStatus      = flag.Bool("poll_status", false, "Wait for each batch by polling its task's status in a loop (Mooncake's getTransferStatus loop: Engine.PollTaskStatus) instead of Engine.Wait; with --locked from locked threads, as a C caller")
 	awaitBatches    = flag.Bool("await", false, "Declare each batch awaited before submitting it (kvferry_batch_await, what the Python sync calls do): the submitting thread may do its I/O")
 	samplesFile     = flag.String("samples_file", "", "Append every batch latency, in the order measured, to this file (lines: thread, nanoseconds)")
 )
@@ -401,6 +402,32 @@ func sweepTag(n int, r Result) string {
 	return fmt.Sprintf(" [block %d, batch %d, threads %d]", r.BlockSize, r.BatchSize, r.Threads)
 }
 
+// pollUntilDone polls every task of batch id until each is terminal, as a
+// Mooncake caller's getTransferStatus loop does (--poll_status), bounded
+// by ctx and the transfer timeout.
+func pollUntilDone(ctx context.Context, e *engine.Engine, id engine.BatchID, n int) (engine.BatchStatus, error) {
+	end := time.Now().Add(e.Config().TransferTimeout)
+	bs := engine.BatchStatus{State: engine.StateCompleted, Tasks: n}
+	for i := 0; i < n; i++ {
+		for {
+			st, err := e.PollTaskStatus(id, i)
+			if err != nil {
+				return bs, err
+			}
+			if st.State.Terminal() {
+				if st.State != engine.StateCompleted {
+					bs.State = st.State
+				}
+				break
+			}
+			if ctx.Err() != nil || time.Now().After(end) {
+				return bs, fmt.Errorf("batch %d task %d: %w", id, i, engine.ErrTimeout)
+			}
+		}
+	}
+	return bs, nil
+}
+
 // runPoint runs one point of the sweep for --duration seconds.
 func runPoint(ctx context.Context, e *engine.Engine, buf region, seg engine.SegmentID, remoteAddr uint64, op engine.OpCode, pt point, label string) Result {
 	var running atomic.Bool
@@ -438,7 +465,12 @@ func runPoint(ctx context.Context, e *engine.Engine, buf region, seg engine.Segm
 				if err := e.Submit(id, reqs); err != nil {
 					failed.Add(1)
 				}
-				bs, err := wait(ctx, id)
+				var bs engine.BatchStatus
+				if *pollStatus {
+					bs, err = pollUntilDone(ctx, e, id, len(reqs))
+				} else {
+					bs, err = wait(ctx, id)
+				}
 				if err != nil || bs.State != engine.StateCompleted {
 					failed.Add(1)
 					if err != nil {

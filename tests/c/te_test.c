@@ -159,6 +159,8 @@ static void test_bad_input(transfer_engine_t e, segment_id_t seg, uint8_t *local
         CHECK(te.getTransferStatus(x, 1, 0, &st) != 0, "status on bad engine");
         CHECK(te.freeBatchID(x, 1) != 0, "free on bad engine");
         CHECK(te.kvferry_batch_await(x, 1) < 0, "await on bad engine");
+        int wst = -1;
+        CHECK(te.kvferry_batch_wait(x, 1, 10, &wst) < 0, "wait on bad engine");
         CHECK(te.getLocalIpAndPort(x, buf, sizeof buf) < 0, "ip on bad engine");
         int n = 5;
         CHECK(te.getNotifsFromEngine(x, &n) == NULL && n == 0, "notifs on bad engine");
@@ -178,6 +180,8 @@ static void test_bad_input(transfer_engine_t e, segment_id_t seg, uint8_t *local
     CHECK(te.registerLocalMemoryBatch(e, NULL, 3, "*") == -1, "batch register NULL list");
     CHECK(te.kvferry_batch_status(e, 987654321, NULL, NULL, NULL) < 0, "status of unknown batch");
     CHECK(te.kvferry_batch_await(e, 987654321) < 0, "await of unknown batch");
+    CHECK(te.kvferry_batch_wait(e, 987654321, 10, NULL) < 0, "wait for unknown batch");
+    CHECK(te.kvferry_batch_wait(e, 987654321, -1, NULL) < 0, "wait for unknown batch, default timeout");
 
     /* Registration rules. */
     CHECK(te.registerLocalMemory(e, local, 0, "*", 1) == -1, "zero length register");
@@ -344,6 +348,15 @@ static int run_initiator(const char *seg_name, uint64_t remote) {
     int state = -1;
     CHECK(te.kvferry_batch_wait(e, b, 30000, &state) == 0 && state == STATUS_COMPLETED, "batch wait");
     CHECK(te.freeBatchID(e, b) == 0, "free after wait");
+    /* Batch-1 waits without await (the waiter sleeps in the kernel until
+     * the lane's reader completes the batch, issue 38). */
+    for (int k = 0; k < 50; k++) {
+        b = te.allocateBatchID(e, 1);
+        CHECK(te.submitTransfer(e, b, reqs, 1) == 0, "submit batch-1 %d", k);
+        state = -1;
+        CHECK(te.kvferry_batch_wait(e, b, 30000, &state) == 0 && state == STATUS_COMPLETED, "batch-1 wait %d", k);
+        CHECK(te.freeBatchID(e, b) == 0, "free batch-1 %d", k);
+    }
     /* Awaited batches (the submit writes a large request itself, the wait
      * reads the answer): slot 5 of the peer gets slot 3's bytes, is read
      * back and compared, then gets its own bytes again. */

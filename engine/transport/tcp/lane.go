@@ -1063,6 +1063,17 @@ func (cs *conn) Poll() {
 	}
 }
 
+// Handoff reads what has arrived, as Poll does, and kicks the reader for
+// what is still to come (engine.Handoffer: the waiter stopped polling), so
+// that the answer is read when it comes, not when the fallback timer
+// fires, which the runtime may run a millisecond late.
+func (cs *conn) Handoff() {
+	cs.Poll()
+	if cs.pending.Load() != 0 {
+		cs.kickReader()
+	}
+}
+
 // errNotOK stops a poller at a status frame that is not OK: the reader
 // reads it again and reports it.
 var errNotOK = errors.New("tcp: status not OK")

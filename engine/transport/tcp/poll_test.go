@@ -3,7 +3,9 @@ package tcp_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"runtime"
 	"testing"
 	"time"
 
@@ -244,4 +246,81 @@ func TestAwaitedSmallAnswerAfterSpinIsReadByWaiter(t *testing.T) {
 	polled := tr.Stats().SlicesPolled - before
 	t.Logf("%d of %d late small answers read by their waiter", polled, n)
 	assert.Assert(t, polled > n/2, "%d of %d late small answers read by their waiter", polled, n)
+}
+
+// A C caller's wait (WaitLocked from a thread-locked goroutine) for a
+// batch not declared awaited, whose answer comes after the waiter's spin
+// budget: the waiter hands the answer to the lane's reader when it stops
+// polling (Handoff) and sleeps in the kernel until the reader completes
+// the batch (issue 38); every batch completes with the right bytes, and
+// so does a C-style status poll (PollTaskStatus in a loop).
+func TestLockedWaitWithoutAwaitCompletes(t *testing.T) {
+	a, _, seg, src, dst := pollPair(t, time.Microsecond, 1<<20)
+	done := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		done <- lockedRounds(a, seg, src, dst)
+	}()
+	select {
+	case err := <-done:
+		assert.NilError(t, err)
+	case <-time.After(2 * time.Minute):
+		t.Fatal("locked waits did not finish")
+	}
+}
+
+// lockedRounds runs 40 reads waited for with WaitLocked and 40 polled for
+// with PollTaskStatus, each checked.
+func lockedRounds(a *engine.Engine, seg engine.SegmentID, src, dst *cmem.Map) error {
+	for i := range 80 {
+		copy(dst.Bytes()[:4096], bytes.Repeat([]byte{byte(i), 9}, 2048))
+		id, err := a.AllocateBatch(1)
+		if err != nil {
+			return err
+		}
+		r := engine.Request{Op: engine.OpRead, Source: src.Addr() + 8192, Target: seg, TargetOffset: uint64(dst.Addr()), Length: 4096}
+		if err := a.Submit(id, []engine.Request{r}); err != nil {
+			return err
+		}
+		if i%2 == 0 {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			bs, err := a.WaitLocked(ctx, id)
+			cancel()
+			if err != nil || bs.State != engine.StateCompleted {
+				return fmt.Errorf("wait %d: %v %v", i, bs.State, err)
+			}
+		} else {
+			end := time.Now().Add(30 * time.Second)
+			for {
+				st, err := a.PollTaskStatus(id, 0)
+				if err != nil {
+					return fmt.Errorf("status %d: %w", i, err)
+				}
+				if st.State.Terminal() {
+					if st.State != engine.StateCompleted {
+						return fmt.Errorf("status %d: %v", i, st.State)
+					}
+					break
+				}
+				if time.Now().After(end) {
+					return fmt.Errorf("status %d: still %v after 30 s", i, st.State)
+				}
+			}
+		}
+		if !bytes.Equal(src.Bytes()[8192:8192+4096], dst.Bytes()[:4096]) {
+			return fmt.Errorf("read %d: wrong bytes", i)
+		}
+		if err := a.FreeBatch(id); err != nil {
+			return err
+		}
+	}
+	// Bad handles: an unknown batch is an error, at once.
+	if _, err := a.WaitLocked(context.Background(), 987654321); !errors.Is(err, engine.ErrUnknownBatch) {
+		return fmt.Errorf("wait for an unknown batch: %v", err)
+	}
+	if _, err := a.PollTaskStatus(987654321, 0); !errors.Is(err, engine.ErrUnknownBatch) {
+		return fmt.Errorf("status of an unknown batch: %v", err)
+	}
+	return nil
 }
