@@ -10,10 +10,10 @@ import (
 
 	"github.com/kvferry/kvferry/engine"
 	"github.com/kvferry/kvferry/engine/gpu"
+	"github.com/kvferry/kvferry/engine/gpu/gputest"
 	"github.com/kvferry/kvferry/engine/stack"
 	"github.com/kvferry/kvferry/internal/cuda"
 	"github.com/kvferry/kvferry/internal/testutil/fakecuda"
-	"github.com/kvferry/kvferry/internal/testutil/gputest"
 )
 
 func gpuEngine(t *testing.T, rt gputest.Runtime) (*engine.Engine, gputest.Allocator, *fakecuda.Control) {

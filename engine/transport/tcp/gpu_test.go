@@ -12,11 +12,11 @@ import (
 	"gotest.tools/v3/assert"
 
 	"github.com/kvferry/kvferry/engine"
+	"github.com/kvferry/kvferry/engine/gpu/gputest"
 	"github.com/kvferry/kvferry/engine/stack"
 	"github.com/kvferry/kvferry/engine/transport/tcp"
 	"github.com/kvferry/kvferry/internal/cmem"
 	"github.com/kvferry/kvferry/internal/testutil/fakecuda"
-	"github.com/kvferry/kvferry/internal/testutil/gputest"
 )
 
 type gpuSide struct {
