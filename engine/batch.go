@@ -111,8 +111,16 @@ func (t *task) setErr(err error) {
 
 func (t *task) sliceDone(s *Slice, err error) {
 	if err != nil {
+		probe := s.probe
 		if t.batch.e.failover(s, err) {
 			return // on its way over another transport
+		}
+		if probe && t.peer != nil && s.via != nil {
+			// Not decided by a path failure (failover recorded that):
+			// canceled or a request error. Let the next submission probe.
+			if _, path := failoverCause(err); !path {
+				t.peer.health.probeDone(s.via.Name())
+			}
 		}
 		t.setErr(err)
 	} else {

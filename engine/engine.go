@@ -407,14 +407,17 @@ func (e *Engine) Transports() []string {
 // describes: the best one that reaches p and carries them (see
 // MemoryCarrier).
 func (e *Engine) choose(p *Peer, ends Ends) (Transport, *atomic.Uint64) {
-	t, ctr, _ := e.chooseMeasured(p, ends)
+	t, ctr, _, _ := e.chooseMeasured(p, ends, false)
 	return t, ctr
 }
 
 // chooseMeasured is choose, which for measured ends (see Alternative) may
 // pick the alternative route instead; the probe (nil otherwise) measures
-// the submission on the route taken.
-func (e *Engine) chooseMeasured(p *Peer, ends Ends) (Transport, *atomic.Uint64, *pathProbe) {
+// the submission on the route taken. With claim set, it may return a
+// transport being probed for p (failover.go): health is then set, and the
+// caller sends it exactly one slice (Engine.probeOnly) or releases the
+// claim (peerHealth.probeDone). Without claim such a transport is skipped.
+func (e *Engine) chooseMeasured(p *Peer, ends Ends, claim bool) (t Transport, ctr *atomic.Uint64, pp *pathProbe, health bool) {
 	e.transports.RLock()
 	defer e.transports.RUnlock()
 	force := e.cfg.ForceTransport
@@ -426,37 +429,54 @@ again:
 		if force != "" && in.t.Name() != force {
 			continue
 		}
-		if !carries(in.t, p, ends) || !in.t.Reaches(p) || skip && p.health.down(e, p, in.t.Name(), time.Now()) {
+		if !carries(in.t, p, ends) || !in.t.Reaches(p) {
 			continue
 		}
+		if skip {
+			down, probe := p.health.check(e, p, in.t.Name(), time.Now(), claim)
+			if down {
+				continue
+			}
+			if probe {
+				return in.t, in.slices, nil, true // the probe: not measured
+			}
+		}
 		if force != "" || !ends.measured() {
-			return in.t, in.slices, nil
+			return in.t, in.slices, nil, false
 		}
 		for _, alt := range e.transports.list[i+1:] {
 			a, ok := alt.t.(Alternative)
-			if !ok || !a.AlternativeTo(in.t.Name(), ends) || !carries(alt.t, p, ends) || !alt.t.Reaches(p) ||
-				skip && p.health.down(e, p, alt.t.Name(), time.Now()) {
+			if !ok || !a.AlternativeTo(in.t.Name(), ends) || !carries(alt.t, p, ends) || !alt.t.Reaches(p) {
 				continue
+			}
+			if skip {
+				down, probe := p.health.check(e, p, alt.t.Name(), time.Now(), claim)
+				if down {
+					continue
+				}
+				if probe {
+					return alt.t, alt.slices, nil, true
+				}
 			}
 			switch e.cfg.PathChoice {
 			case in.t.Name():
-				return in.t, in.slices, nil
+				return in.t, in.slices, nil, false
 			case alt.t.Name():
-				return alt.t, alt.slices, nil
+				return alt.t, alt.slices, nil, false
 			}
 			pp := p.pathFor(ends, in.t.Name(), alt.t.Name(), e.log).pick(time.Now())
 			if pp.route == 1 {
-				return alt.t, alt.slices, pp
+				return alt.t, alt.slices, pp, false
 			}
-			return in.t, in.slices, pp
+			return in.t, in.slices, pp, false
 		}
-		return in.t, in.slices, nil
+		return in.t, in.slices, nil, false
 	}
 	if skip {
 		skip = false // every transport that reaches p is down: the best anyway
 		goto again
 	}
-	return nil, nil, nil
+	return nil, nil, nil, false
 }
 
 // ChooseTransport returns the name of the transport that requests to
@@ -1182,6 +1202,10 @@ type group struct {
 	tasks  int
 	slices []*Slice
 	gather bool // t takes slices with pieces (Gatherer)
+	// probe: t is being probed for p, this group's claim (failover.go):
+	// its first slice goes to t, the others to the next transport.
+	probe bool
+	ends  Ends // the memory ends t was chosen for (probe only)
 }
 
 func (e *Engine) submit(id BatchID, reqs []Request, n *Notification) error {
@@ -1210,6 +1234,7 @@ func (e *Engine) submit(id BatchID, reqs []Request, n *Notification) error {
 	}
 	var probes []*pathProbe // by request: measuring the route taken (nil: none)
 	gidx := make([]int, len(reqs))
+	probing := false // some group probes its transport (failover.go)
 	var split []bool // by request: pieces never gathered in one slice (nil: none)
 	localGPU := e.HasDeviceMemory()
 	var refreshed []*Peer // peers re-fetched during this submit (at most once each)
@@ -1265,7 +1290,19 @@ func (e *Engine) submit(id BatchID, reqs []Request, n *Notification) error {
 			}
 		}
 		if gi < 0 {
-			t, ctr, probe := e.chooseMeasured(p, ends)
+			t, ctr, probe, health := e.chooseMeasured(p, ends, true)
+			if health && !probing {
+				probing = true
+				// A claim not handed out (an error return, no slice) is
+				// released; submitProbe clears probe once it is.
+				defer func() {
+					for j := range groups {
+						if g := &groups[j]; g.probe {
+							g.p.health.probeDone(g.t.Name())
+						}
+					}
+				}()
+			}
 			if t == nil {
 				return fmt.Errorf("submit: request %d: no transport reaches segment %q for %s to %s memory (it offers %q, forced %q): %w",
 					i, p.Name, ends.Local, ends.Remote, p.Descriptor().Protocol, e.cfg.ForceTransport, ErrNotSupportedTransport)
@@ -1274,13 +1311,13 @@ func (e *Engine) submit(id BatchID, reqs []Request, n *Notification) error {
 				e.log.Debug("transport chosen", "batch", id, "segment", p.Name, "transport", t.Name(), "local", ends.Local, "remote", ends.Remote, "forced", e.cfg.ForceTransport)
 			}
 			for j := range groups {
-				if groups[j].p == p && groups[j].t == t {
+				if groups[j].p == p && groups[j].t == t && !groups[j].probe && !health { // a probe's group is its own
 					gi = j
 					break
 				}
 			}
 			if gi < 0 {
-				groups = append(groups, group{t: t, p: p, ctr: ctr, link: e.metrics.link(t, p)})
+				groups = append(groups, group{t: t, p: p, ctr: ctr, link: e.metrics.link(t, p), probe: health, ends: ends})
 				gi = len(groups) - 1
 			}
 			routes = append(routes, route{p: p, ends: ends, g: gi, probe: probe})
@@ -1425,6 +1462,17 @@ func (e *Engine) submit(id BatchID, reqs []Request, n *Notification) error {
 		g := &groups[i]
 		if len(g.slices) == 0 {
 			continue
+		}
+		if g.probe {
+			g.probe = false // handed out now: its result decides
+			if rest, next, ctr := e.probeOnly(g.p, g.ends, g.t, g.slices); next != nil {
+				g.slices = g.slices[:1]
+				ctr.Add(uint64(len(rest)))
+				if l := e.metrics.link(next, g.p); l != nil {
+					l.Sliced(len(rest))
+				}
+				next.Submit(g.p, rest)
+			}
 		}
 		g.ctr.Add(uint64(len(g.slices)))
 		if g.link != nil {

@@ -36,8 +36,17 @@ import (
 // After healthFailures of them the transport is down for that peer: the
 // selector skips it (while another transport reaches the peer) for a
 // back-off, healthBackoffMin doubling up to healthBackoffMax, and then
-// probes it with the next submissions: one success brings it up, one
-// failure takes it down again for twice as long. Mooncake's TENT pauses
+// probes it with one slice: the first submission that picks the transport
+// after the back-off claims the probe (under the peer's health lock, so
+// concurrent submitters never all become probes), sends its first slice
+// over it and the rest of its slices, like every other submission while
+// the probe is in flight, to the next transport, as while down. The
+// probe's result decides: a success brings it up, a path failure takes it
+// down again for twice as long (and the probe slice fails over like any
+// other), any other end (canceled, a request error, a submission that
+// never handed it out) releases the claim for the next submission. A
+// failing-over slice never lands on a transport down or probing for its
+// peer. So a dead path costs one slice per back-off. Mooncake's TENT pauses
 // connecting to a peer after failures the same way (specs/mooncake.md).
 // Engine.PathHealth reports it (showLinks prints it), every move counts
 // in kvferry_engine_failovers_total{from,to,cause}, and the log gets state
@@ -183,6 +192,7 @@ func (e *Engine) failover(s *Slice, err error) bool {
 	if pp := t.probe; pp != nil {
 		pp.failed.Store(true) // the measured route failed: left alone a while
 	}
+	s.probe = false
 	out := reslice(s, next)
 	t.pending.Add(int32(len(out) - 1))
 	ctr.Add(uint64(len(out)))
@@ -193,8 +203,34 @@ func (e *Engine) failover(s *Slice, err error) bool {
 	return true
 }
 
+// probeOnly keeps the first of slices, all for peer p and the memory ends,
+// on transport via, which is being probed for p, as the probe, and returns
+// the others cut for the next transport that carries them (ctr counts
+// them there; nil next: there is none, and all of slices stay on via). It
+// runs before any of slices is handed out: the tasks' pending counts grow
+// by the extra slices.
+func (e *Engine) probeOnly(p *Peer, ends Ends, via Transport, slices []*Slice) (rest []*Slice, next Transport, ctr *atomic.Uint64) {
+	slices[0].probe = true
+	if len(slices) == 1 {
+		return nil, nil, nil
+	}
+	if next, ctr = e.nextTransport(p, ends, via); next == nil {
+		return nil, nil, nil
+	}
+	for _, s := range slices[1:] {
+		out := reslice(s, next)
+		for _, ns := range out {
+			ns.moved = false // handed out by the submitter, not moved
+		}
+		s.task.pending.Add(int32(len(out) - 1))
+		rest = append(rest, out...)
+	}
+	return rest, next, ctr
+}
+
 // nextTransport returns the first transport after from in the selector's
-// order that carries ends to p, reaches it, and is not down for it.
+// order that carries ends to p, reaches it, and is neither down nor
+// probing for it (a moved slice never claims a probe).
 func (e *Engine) nextTransport(p *Peer, ends Ends, from Transport) (Transport, *atomic.Uint64) {
 	e.transports.RLock()
 	defer e.transports.RUnlock()
@@ -204,7 +240,7 @@ func (e *Engine) nextTransport(p *Peer, ends Ends, from Transport) (Transport, *
 			after = in.t == from
 			continue
 		}
-		if carries(in.t, p, ends) && in.t.Reaches(p) && !p.health.down(e, p, in.t.Name(), time.Now()) {
+		if carries(in.t, p, ends) && in.t.Reaches(p) && !p.health.skip(e, p, in.t.Name(), time.Now(), false) {
 			return in.t, in.slices
 		}
 	}
@@ -266,6 +302,7 @@ type pathHealth struct {
 	backoff   time.Duration
 	downUntil time.Time
 	lastErr   string
+	probing   bool // while probing: the probe slice is in flight
 }
 
 // peerHealth holds a peer's transports' health (see above).
@@ -329,7 +366,7 @@ func (ph *peerHealth) failed(e *Engine, p *Peer, name string, err error, now tim
 		default:
 			return
 		}
-		h.state, h.downUntil, backoff = healthDown, now.Add(h.backoff), h.backoff
+		h.state, h.downUntil, h.probing, backoff = healthDown, now.Add(h.backoff), false, h.backoff
 	})
 	if backoff > 0 {
 		if ok, suppressed := e.failoverLogs.Allow(p.Name + "\x00" + name + "\x00down"); ok {
@@ -347,7 +384,7 @@ func (ph *peerHealth) succeeded(e *Engine, p *Peer, name string) {
 			return // a slice sent before it went down
 		}
 		up = h.state == healthProbing
-		h.state, h.fails, h.backoff = healthUp, 0, 0
+		h.state, h.fails, h.backoff, h.probing = healthUp, 0, 0, false
 	})
 	if up {
 		e.log.Info("transport up again for peer", "segment", p.Name, "transport", name)
@@ -359,28 +396,52 @@ func (ph *peerHealth) movedOff(name string) {
 	ph.update(name, false, func(h *pathHealth) { h.failovers++ })
 }
 
-// down reports whether transport name is down for p: skipped. A down
-// transport whose back-off has passed becomes probing (not down).
-func (ph *peerHealth) down(e *Engine, p *Peer, name string, now time.Time) bool {
+// skip reports whether the selector passes over transport name for p
+// now. A down transport is skipped until its back-off has passed; then
+// (and while probing with no probe in flight) the caller takes it as the
+// probe if claim is set (probe: it now sends exactly one slice, see
+// Engine.probeOnly, and then probeDone or a result), and skips it
+// otherwise. The claim is taken under ph.mu: of concurrent submitters one
+// probes and the others skip. A probing transport with its probe in
+// flight is skipped.
+func (ph *peerHealth) skip(e *Engine, p *Peer, name string, now time.Time, claim bool) (skip bool) {
+	skip, _ = ph.check(e, p, name, now, claim)
+	return skip
+}
+
+// check is skip, also reporting whether the caller claimed the probe.
+func (ph *peerHealth) check(e *Engine, p *Peer, name string, now time.Time, claim bool) (skip, probe bool) {
 	if ph.watch.Load() == 0 {
-		return false
+		return false, false
 	}
 	ph.mu.Lock()
 	h := ph.mu.m[name]
-	if h == nil || h.state != healthDown {
+	switch {
+	case h == nil || h.state == healthUp:
 		ph.mu.Unlock()
-		return false
-	}
-	if now.Before(h.downUntil) {
+		return false, false
+	case h.state == healthDown && now.Before(h.downUntil), h.state == healthProbing && h.probing, !claim:
 		ph.mu.Unlock()
-		return true
+		return true, false
 	}
-	h.state = healthProbing
+	again := h.state == healthProbing
+	h.state, h.probing = healthProbing, true
 	ph.mu.Unlock()
-	if e.log.Enabled(e.ctx, slog.LevelInfo) {
+	if !again && e.log.Enabled(e.ctx, slog.LevelInfo) {
 		e.log.Info("transport probed again for peer", "segment", p.Name, "transport", name)
 	}
-	return false
+	return false, true
+}
+
+// probeDone releases the probe claimed on transport name for p when the
+// probe slice ended without deciding (canceled, a request error) or was
+// never handed out: the next submission may probe.
+func (ph *peerHealth) probeDone(name string) {
+	ph.update(name, true, func(h *pathHealth) {
+		if h.state == healthProbing {
+			h.probing = false
+		}
+	})
 }
 
 // PathHealth is one transport's health toward one peer (Engine.PathHealth).
@@ -390,7 +451,8 @@ type PathHealth struct {
 	// Transport is the transport's name.
 	Transport string
 	// State is "up", "down" (skipped until RetryIn has passed) or
-	// "probing" (down before; the next result decides).
+	// "probing" (down before; one slice is sent over it, and its result
+	// decides).
 	State string
 	// ConsecutiveFailures counts path failures since the last success.
 	ConsecutiveFailures int

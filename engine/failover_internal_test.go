@@ -47,8 +47,9 @@ func TestFailoverCause(t *testing.T) {
 }
 
 // TestPathHealth walks one transport's health toward a peer: down after
-// healthFailures failures, skipped for the back-off, probed after it, down
-// again for twice as long after a failed probe, up after a good one.
+// healthFailures failures, skipped for the back-off, probed by one claimant
+// after it (the others skip it meanwhile), down again for twice as long
+// after a failed probe, up after a good one.
 func TestPathHealth(t *testing.T) {
 	e := &Engine{log: slog.New(slog.DiscardHandler), ctx: context.Background()}
 	p := &Peer{Name: "peer"}
@@ -60,7 +61,7 @@ func TestPathHealth(t *testing.T) {
 		defer h.mu.Unlock()
 		return h.mu.m["rdma"].state
 	}
-	assert.Assert(t, !h.down(e, p, "rdma", t0))
+	assert.Assert(t, !h.skip(e, p, "rdma", t0, true))
 	for i := range healthFailures - 1 {
 		h.failed(e, p, "rdma", boom, t0)
 		assert.Equal(t, state(), healthUp, "after %d", i+1)
@@ -72,21 +73,35 @@ func TestPathHealth(t *testing.T) {
 		h.failed(e, p, "rdma", boom, t0)
 	}
 	assert.Equal(t, state(), healthDown)
-	assert.Assert(t, h.down(e, p, "rdma", t0.Add(healthBackoffMin/2)))
-	assert.Assert(t, !h.down(e, p, "tcp", t0)) // others unaffected
-	assert.Assert(t, !h.down(e, p, "rdma", t0.Add(healthBackoffMin)))
+	assert.Assert(t, h.skip(e, p, "rdma", t0.Add(healthBackoffMin/2), true))
+	assert.Assert(t, !h.skip(e, p, "tcp", t0, true)) // others unaffected
+	// After the back-off: a caller that does not claim (a moving slice,
+	// ChooseTransport) still skips it; the first claimant probes, and
+	// while its probe is in flight everyone else skips it.
+	assert.Assert(t, h.skip(e, p, "rdma", t0.Add(healthBackoffMin), false))
+	assert.Equal(t, state(), healthDown)
+	skip, probe := h.check(e, p, "rdma", t0.Add(healthBackoffMin), true)
+	assert.Assert(t, !skip && probe)
 	assert.Equal(t, state(), healthProbing)
+	skip, probe = h.check(e, p, "rdma", t0.Add(healthBackoffMin), true)
+	assert.Assert(t, skip && !probe, "a second probe while one is in flight")
+	// A probe that ends undecided (canceled) lets the next one probe.
+	h.probeDone("rdma")
+	skip, probe = h.check(e, p, "rdma", t0.Add(healthBackoffMin), true)
+	assert.Assert(t, !skip && probe)
 	// A failed probe: down for twice as long.
 	t1 := t0.Add(healthBackoffMin)
 	h.failed(e, p, "rdma", boom, t1)
 	assert.Equal(t, state(), healthDown)
-	assert.Assert(t, h.down(e, p, "rdma", t1.Add(2*healthBackoffMin-time.Millisecond)))
-	assert.Assert(t, !h.down(e, p, "rdma", t1.Add(2*healthBackoffMin)))
+	assert.Assert(t, h.skip(e, p, "rdma", t1.Add(2*healthBackoffMin-time.Millisecond), true))
+	assert.Assert(t, !h.skip(e, p, "rdma", t1.Add(2*healthBackoffMin), true))
+	assert.Assert(t, h.skip(e, p, "rdma", t1.Add(2*healthBackoffMin), true))
 	// A success while down (sent before) changes nothing; while probing it
 	// brings the transport up.
 	h.succeeded(e, p, "rdma")
 	assert.Equal(t, state(), healthUp)
 	assert.Equal(t, h.watch.Load(), int32(0))
+	assert.Assert(t, !h.skip(e, p, "rdma", t1, true))
 	// The back-off stops doubling at healthBackoffMax.
 	now := t1
 	for range 20 {
@@ -94,7 +109,7 @@ func TestPathHealth(t *testing.T) {
 			h.failed(e, p, "rdma", boom, now)
 		}
 		now = now.Add(healthBackoffMax)
-		assert.Assert(t, !h.down(e, p, "rdma", now))
+		assert.Assert(t, !h.skip(e, p, "rdma", now, true))
 	}
 	ph := e.pathHealthOf(p, now)
 	assert.Equal(t, len(ph), 1)

@@ -253,3 +253,89 @@ func TestFailoverPeerDeadEverywhere(t *testing.T) {
 	}
 	assert.Equal(t, total, moved)
 }
+
+// downThenDue takes f down for b's segment with one failing batch of
+// a's (8 slices of 1 MiB, all moved to TCP) and waits until its back-off
+// has passed: the next submission probes it.
+func downThenDue(t *testing.T, a, b *engine.Engine, f *flaky, src, dst *cmem.Map, seg engine.SegmentID) {
+	t.Helper()
+	write := []engine.Request{{Op: engine.OpWrite, Source: src.Addr(), Target: seg, TargetOffset: uint64(dst.Addr()), Length: 8 << 20}}
+	assert.NilError(t, a.Transfer(context.Background(), write))
+	assert.Equal(t, f.submitted.Load(), int64(8))
+	h := health(a, b.SegmentName(), "rdma")
+	assert.Equal(t, h.State, "down", "%+v", h)
+	for end := time.Now().Add(20 * time.Second); health(a, b.SegmentName(), "rdma").RetryIn > 0; {
+		assert.Assert(t, time.Now().Before(end), "the back-off never passed")
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestFailoverProbeFails: after the back-off one slice, not the
+// submission, goes to the dead transport as the probe (even with several
+// submitters at once: one of them claims it); its failure takes the
+// transport down again for twice as long, and every other slice goes to
+// TCP as while down, with the right bytes.
+func TestFailoverProbeFails(t *testing.T) {
+	f := &flaky{sliceSize: 1 << 20}
+	f.failWith(pathDown)
+	a := newFlakyEngine(t, f, engine.Config{})
+	b := newEngine(t, "tcp")
+	const n, submitters = 8 << 20, 4
+	src, dst := newBuf(t, a, submitters*n), newBuf(t, b, submitters*n)
+	seg, err := a.OpenSegment(context.Background(), b.SegmentName())
+	assert.NilError(t, err)
+	downThenDue(t, a, b, f, src, dst, seg)
+	fill(src.Bytes(), 45)
+	moved := failovers(a)[metrics.FailoverKey{From: "rdma", To: "tcp", Cause: engine.FailoverCompletion}]
+	tcp := a.Metrics().SlicesByTransport["tcp"]
+
+	errs := make(chan error, submitters)
+	for i := range submitters {
+		off := uint64(i * n)
+		go func() {
+			errs <- a.Transfer(context.Background(), []engine.Request{{Op: engine.OpWrite, Source: src.Addr() + uintptr(off),
+				Target: seg, TargetOffset: uint64(dst.Addr()) + off, Length: n}})
+		}()
+	}
+	for range submitters {
+		assert.NilError(t, <-errs)
+	}
+	assert.Assert(t, bytes.Equal(src.Bytes(), dst.Bytes()), "written bytes differ")
+	assert.Equal(t, f.submitted.Load(), int64(8+1), "not one probe slice")
+	m := a.Metrics()
+	assert.Equal(t, m.Failovers[metrics.FailoverKey{From: "rdma", To: "tcp", Cause: engine.FailoverCompletion}], moved+1)
+	// Every slice but the probe went to TCP at once (cut at 64 KiB), and
+	// the probe after it failed.
+	assert.Equal(t, m.SlicesByTransport["tcp"], tcp+submitters*n/(64<<10))
+	h := health(a, b.SegmentName(), "rdma")
+	assert.Equal(t, h.State, "down", "%+v", h)
+	assert.Assert(t, h.RetryIn > time.Second, "the back-off did not double: %+v", h)
+}
+
+// TestFailoverProbeSucceeds: the transport works again after its
+// back-off: the probe (one slice; the rest go to TCP) brings it up, and
+// the next submission goes to it whole.
+func TestFailoverProbeSucceeds(t *testing.T) {
+	f := &flaky{sliceSize: 1 << 20}
+	f.failWith(pathDown)
+	a := newFlakyEngine(t, f, engine.Config{})
+	b := newEngine(t, "tcp")
+	const n = 8 << 20
+	src, dst := newBuf(t, a, n), newBuf(t, b, n)
+	seg, err := a.OpenSegment(context.Background(), b.SegmentName())
+	assert.NilError(t, err)
+	downThenDue(t, a, b, f, src, dst, seg)
+	f.ok.Store(1 << 30)                            // the path is back
+	assert.Equal(t, a.ChooseTransport(seg), "tcp") // asking claims no probe
+
+	for i, want := range []int64{8 + 1, 8 + 1 + 8} {
+		fill(src.Bytes(), uint64(46+i))
+		assert.NilError(t, a.Transfer(context.Background(), []engine.Request{{Op: engine.OpWrite, Source: src.Addr(), Target: seg, TargetOffset: uint64(dst.Addr()), Length: n}}))
+		assert.Assert(t, bytes.Equal(src.Bytes(), dst.Bytes()), "written bytes differ (batch %d)", i)
+		assert.Equal(t, f.submitted.Load(), want, "batch %d", i)
+		h := health(a, b.SegmentName(), "rdma")
+		assert.Equal(t, h.State, "up", "%+v", h)
+		assert.Equal(t, h.ConsecutiveFailures, 0)
+	}
+	assert.Equal(t, a.ChooseTransport(seg), "rdma")
+}

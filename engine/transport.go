@@ -173,6 +173,7 @@ type Slice struct {
 	region *Region
 	via    Transport // the transport it was handed to
 	moved  bool      // failed over from another transport (failover.go)
+	probe  bool      // the one slice probing via for the peer (failover.go)
 }
 
 // LocalRegion returns the registered region holding the slice's local
