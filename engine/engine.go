@@ -1235,6 +1235,18 @@ func (e *Engine) submit(id BatchID, reqs []Request, n *Notification) error {
 	var probes []*pathProbe // by request: measuring the route taken (nil: none)
 	gidx := make([]int, len(reqs))
 	probing := false // some group probes its transport (failover.go)
+	defer func() {
+		if !probing {
+			return
+		}
+		// A probe claim not handed out (an error return, no slice) is
+		// released; the submission below clears probe once it is.
+		for j := range groups {
+			if g := &groups[j]; g.probe {
+				g.p.health.probeDone(g.t.Name())
+			}
+		}
+	}()
 	var split []bool // by request: pieces never gathered in one slice (nil: none)
 	localGPU := e.HasDeviceMemory()
 	var refreshed []*Peer // peers re-fetched during this submit (at most once each)
@@ -1291,18 +1303,7 @@ func (e *Engine) submit(id BatchID, reqs []Request, n *Notification) error {
 		}
 		if gi < 0 {
 			t, ctr, probe, health := e.chooseMeasured(p, ends, true)
-			if health && !probing {
-				probing = true
-				// A claim not handed out (an error return, no slice) is
-				// released; submitProbe clears probe once it is.
-				defer func() {
-					for j := range groups {
-						if g := &groups[j]; g.probe {
-							g.p.health.probeDone(g.t.Name())
-						}
-					}
-				}()
-			}
+			probing = probing || health
 			if t == nil {
 				return fmt.Errorf("submit: request %d: no transport reaches segment %q for %s to %s memory (it offers %q, forced %q): %w",
 					i, p.Name, ends.Local, ends.Remote, p.Descriptor().Protocol, e.cfg.ForceTransport, ErrNotSupportedTransport)

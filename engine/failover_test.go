@@ -314,7 +314,8 @@ func TestFailoverProbeFails(t *testing.T) {
 
 // TestFailoverProbeSucceeds: the transport works again after its
 // back-off: the probe (one slice; the rest go to TCP) brings it up, and
-// the next submission goes to it whole.
+// the next submission goes to it whole. A claim never handed out is
+// released.
 func TestFailoverProbeSucceeds(t *testing.T) {
 	f := &flaky{sliceSize: 1 << 20}
 	f.failWith(pathDown)
@@ -327,6 +328,12 @@ func TestFailoverProbeSucceeds(t *testing.T) {
 	downThenDue(t, a, b, f, src, dst, seg)
 	f.ok.Store(1 << 30)                            // the path is back
 	assert.Equal(t, a.ChooseTransport(seg), "tcp") // asking claims no probe
+	// A submission that claims the probe but hands out no slice (its
+	// source is not registered) releases it for the next one.
+	other := newBuf(t, b, n) // registered with b, not a
+	err = a.Transfer(context.Background(), []engine.Request{{Op: engine.OpWrite, Source: other.Addr(), Target: seg, TargetOffset: uint64(dst.Addr()), Length: n}})
+	assert.Assert(t, errors.Is(err, engine.ErrAddressNotRegistered), "%v", err)
+	assert.Equal(t, f.submitted.Load(), int64(8))
 
 	for i, want := range []int64{8 + 1, 8 + 1 + 8} {
 		fill(src.Bytes(), uint64(46+i))
