@@ -9,6 +9,7 @@ import "C"
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 	"unsafe"
@@ -193,19 +194,21 @@ func kvf_cuda_memcpy(dst, src C.uintptr_t, n C.size_t) (rc C.int) {
 	if dst == 0 || src == 0 {
 		return errInvalidArgument
 	}
-	d, err := gpuRuntime().Driver()
-	if err != nil {
-		return C.int(resourceCode(err))
-	}
-	// The context of the device the memory belongs to (either end).
+	// The process's GPU runtime, CUDA or HIP (a ROCm PyTorch's tensors
+	// come here as torch.cuda ones), with the device the memory belongs to
+	// (either end) current.
+	r := gpuRuntime()
 	dev := 0
 	for _, p := range []C.uintptr_t{dst, src} {
-		if pi, err := d.Pointer(uint64(p)); err == nil && pi.Type == cuda.MemoryTypeDevice {
-			dev = pi.Device
+		if d, ok := r.DeviceOf(uint64(p)); ok {
+			dev = d
 			break
 		}
 	}
-	if err := d.MemcpySync(dev, uint64(dst), uint64(src), uint64(n)); err != nil {
+	if err := r.MemcpySync(dev, uint64(dst), uint64(src), uint64(n)); err != nil {
+		if errors.Is(err, engine.ErrNotSupported) {
+			return C.int(resourceCode(err))
+		}
 		logger.Warn("kvferry_cuda_memcpy failed", "dst", uint64(dst), "src", uint64(src), "bytes", n, "err", err)
 		return errInvalidArgument
 	}

@@ -550,3 +550,25 @@ func RuntimeOf(e *engine.Engine) *Runtime {
 	rt, _ := e.Config().Memory.(*Runtime)
 	return rt
 }
+
+// DeviceOf returns the device whose memory p is, on the process's GPU
+// runtime (either binding), and false for host memory, for a pointer the
+// runtime does not know, or when no runtime loads.
+func (r *Runtime) DeviceOf(p uint64) (int, bool) {
+	k, err := r.load(CUDA)
+	if err != nil {
+		return 0, false
+	}
+	if k == HIP {
+		pi, err := r.hip.Pointer(p)
+		if err != nil || (pi.Type != hip.MemoryTypeDevice && !pi.Managed) {
+			return 0, false
+		}
+		return pi.Device, true
+	}
+	pi, err := r.drv.Pointer(p)
+	if err != nil || pi.Type != cuda.MemoryTypeDevice {
+		return 0, false
+	}
+	return pi.Device, true
+}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/kvferry/kvferry/engine"
 	"github.com/kvferry/kvferry/engine/gpu"
+	"github.com/kvferry/kvferry/engine/gpu/gputest"
 	"github.com/kvferry/kvferry/internal/cmem"
 	"github.com/kvferry/kvferry/internal/cuda"
 	"github.com/kvferry/kvferry/internal/testutil/fakecuda"
@@ -176,4 +177,35 @@ func chunkedVMM(t *testing.T, r *gpu.Runtime, d *cuda.Driver) {
 	assert.NilError(t, err)
 	assert.Equal(t, info.Kind, engine.MemoryDevice)
 	assert.Equal(t, info.Share, engine.ShareKind(0))
+}
+
+// TestDeviceOf finds the device of device memory on each GPU runtime
+// (kvferry_cuda_memcpy's choice of the current device), and none for host
+// memory.
+func TestDeviceOf(t *testing.T) {
+	for _, rt := range gputest.Runtimes() {
+		t.Run(rt.Name, func(t *testing.T) {
+			cfg, _ := rt.Config(t)
+			r := gpu.Shared(cfg)
+			d := rt.Allocator(t, cfg)
+			second := fakecuda.SecondOf(d.(interface{ DeviceCount() int }).DeviceCount())
+			p, err := d.MemAlloc(second, 1<<20)
+			assert.NilError(t, err)
+			defer d.MemFree(second, p)
+			dev, ok := r.DeviceOf(p + 4096)
+			assert.Assert(t, ok)
+			assert.Equal(t, dev, second)
+			host, err := cmem.MapAnon(4096)
+			assert.NilError(t, err)
+			defer host.Close()
+			_, ok = r.DeviceOf(uint64(host.Addr()))
+			assert.Assert(t, !ok)
+			// A copy with that device current reaches the memory.
+			copy(host.Bytes(), "device-of")
+			assert.NilError(t, r.MemcpySync(dev, p, uint64(host.Addr()), 9))
+			clear(host.Bytes())
+			assert.NilError(t, r.MemcpySync(dev, uint64(host.Addr()), p, 9))
+			assert.Equal(t, string(host.Bytes()[:9]), "device-of")
+		})
+	}
 }

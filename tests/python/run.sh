@@ -23,6 +23,8 @@ export KVFERRY_LIB_DIR="$(cd "$LIBDIR" && pwd)"
 FAKE="$(mktemp -d)"
 trap 'rm -rf "$FAKE"' EXIT
 export KVFERRY_TEST_FAKECUDA="$(tests/fakecuda/build.sh "$FAKE")"
+# The fake HIP runtime (the same fake under HIP names) for test_hip.py.
+export KVFERRY_TEST_FAKEHIP="$(tests/fakecuda/build.sh "$FAKE" hip)"
 unset CUDA_VISIBLE_DEVICES # the fake honours it as the driver does; the suites want all its devices
 export PYTHONDONTWRITEBYTECODE=1
 cd tests/python

@@ -61,10 +61,7 @@ type Allocator interface {
 // path.
 func (g Runtime) Config(tb testing.TB) (gpu.Config, string) {
 	lib := g.Path(tb)
-	if g.Name == "hip" {
-		return gpu.Config{HIPLibrary: lib, Runtime: gpu.HIP}, lib
-	}
-	return gpu.Config{Library: lib}, lib
+	return g.ConfigFor(lib), lib
 }
 
 // Allocator returns the binding the process's shared runtime for cfg
@@ -89,3 +86,34 @@ var (
 	_ Allocator = (*cuda.Driver)(nil)
 	_ Allocator = (*hip.Runtime)(nil)
 )
+
+// Env returns the environment a child process needs to load the same
+// runtime from lib: the library variable and, for HIP, the forced runtime.
+func (g Runtime) Env(lib string) []string {
+	if g.Name == "hip" {
+		return []string{"KVFERRY_HIP_LIB=" + lib, "KVFERRY_GPU_RUNTIME=hip"}
+	}
+	return []string{"KVFERRY_CUDA_LIB=" + lib}
+}
+
+// FromEnv returns the runtime and library a child started with Env
+// loads, read through lookup (os.LookupEnv): HIP when KVFERRY_GPU_RUNTIME
+// is "hip", else CUDA.
+func FromEnv(lookup func(string) (string, bool)) (Runtime, string) {
+	rts := Runtimes()
+	if v, _ := lookup("KVFERRY_GPU_RUNTIME"); v == "hip" {
+		lib, _ := lookup("KVFERRY_HIP_LIB")
+		return rts[1], lib
+	}
+	lib, _ := lookup("KVFERRY_CUDA_LIB")
+	return rts[0], lib
+}
+
+// ConfigFor returns the GPU configuration of an engine on the runtime's
+// fake at lib, which Path or Config built before (a child's).
+func (g Runtime) ConfigFor(lib string) gpu.Config {
+	if g.Name == "hip" {
+		return gpu.Config{HIPLibrary: lib, Runtime: gpu.HIP}
+	}
+	return gpu.Config{Library: lib}
+}

@@ -8,34 +8,40 @@ import (
 
 	"gotest.tools/v3/assert"
 
-	"github.com/kvferry/kvferry/engine/gpu"
+	"github.com/kvferry/kvferry/engine/gpu/gputest"
 	"github.com/kvferry/kvferry/engine/stack"
 	"github.com/kvferry/kvferry/internal/testutil/fakecuda"
 )
 
-// TestNVLinkMappingRefusedFailsOver: the child's driver refuses to open
-// our IPC handles (every cuIpcOpenMemHandle fails), with the mapping
-// route pinned (KVFERRY_GPU_HOST_PATH=map): the requests move to shm's
-// staged path (engine failover) and complete with the right bytes, both
-// ways; later ones go to shm at once.
+// TestNVLinkMappingRefusedFailsOver: the child's runtime refuses to open
+// our IPC handles (every cuIpcOpenMemHandle, or hipIpcOpenMemHandle,
+// fails), with the mapping route pinned (KVFERRY_GPU_HOST_PATH=map): the
+// requests move to shm's staged path (engine failover) and complete with
+// the right bytes, both ways; later ones go to shm at once. It runs on
+// each GPU runtime.
 func TestNVLinkMappingRefusedFailsOver(t *testing.T) {
-	fakecuda.FakeOnly(t, "the fake driver's injected cuIpcOpenMemHandle failure")
-	lib := fakecuda.Path(t)
+	fakecuda.FakeOnly(t, "the fake driver's injected IPC open failure")
+	for _, rt := range gputest.Runtimes() {
+		t.Run(rt.Name, func(t *testing.T) { testNVLinkMappingRefusedFailsOver(t, rt) })
+	}
+}
+
+func testNVLinkMappingRefusedFailsOver(t *testing.T, rt gputest.Runtime) {
+	g, lib := rt.Config(t)
 	fc := fakecuda.Open(lib)
 	fc.Reset()
 	defer fc.Reset()
-	e, err := stack.New(context.Background(), gpuStack(lib))
+	e, err := stack.New(context.Background(), gpuStack(g))
 	assert.NilError(t, err)
 	defer e.Close()
-	d, err := gpu.Shared(gpu.Config{Library: lib}).Driver()
-	assert.NilError(t, err)
-	own, err := allocGPU(e, d)
+	d := rt.Allocator(t, g)
+	own, err := allocGPU(rt, e, d)
 	assert.NilError(t, err)
 	defer own.host.Close()
 	const n = 1 << 20
-	c := startChild(t, childOpts{role: "gpu-initiator", env: []string{
-		ownerEnv + "=" + e.SegmentName(), "KVFERRY_CUDA_LIB=" + lib, "KVFERRY_GPU_HOST_PATH=map",
-		"FAKECUDA_FAIL=cuIpcOpenMemHandle:1:1:1"}})
+	env := append(rt.Env(lib), ownerEnv+"="+e.SegmentName(), "KVFERRY_GPU_HOST_PATH=map",
+		"FAKECUDA_FAIL="+rt.Prefix+"IpcOpenMemHandle:1:1:1")
+	c := startChild(t, childOpts{role: "gpu-initiator", env: env})
 	var used []string
 	for i, op := range []string{"w", "r", "w", "r", "w"} {
 		seed := uint64(300 + i)

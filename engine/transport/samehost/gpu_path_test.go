@@ -11,7 +11,7 @@ import (
 	"gotest.tools/v3/assert"
 
 	"github.com/kvferry/kvferry/engine"
-	"github.com/kvferry/kvferry/engine/gpu"
+	"github.com/kvferry/kvferry/engine/gpu/gputest"
 	"github.com/kvferry/kvferry/engine/stack"
 	"github.com/kvferry/kvferry/internal/testutil/fakecuda"
 )
@@ -33,24 +33,29 @@ func pathChoices(e *engine.Engine) string {
 // (as on a real GPU), staging wins, in both directions; once the child's
 // copies are fast and our pinned ones (the owner's copies out of the
 // staging chunk) are slow, the choice switches to the mapping. Every byte
-// is checked.
+// is checked, on each GPU runtime.
 func TestGPUHostPathMeasured(t *testing.T) {
 	fakecuda.FakeOnly(t, "the fake's copy speeds set per process")
-	lib := fakecuda.Path(t)
+	for _, rt := range gputest.Runtimes() {
+		t.Run(rt.Name, func(t *testing.T) { testGPUHostPathMeasured(t, rt) })
+	}
+}
+
+func testGPUHostPathMeasured(t *testing.T, rt gputest.Runtime) {
+	g, lib := rt.Config(t)
 	fc := fakecuda.Open(lib)
 	fc.Reset()
 	defer fc.Reset()
-	e, err := stack.New(context.Background(), gpuStack(lib))
+	e, err := stack.New(context.Background(), gpuStack(g))
 	assert.NilError(t, err)
 	defer e.Close()
-	d, err := gpu.Shared(gpu.Config{Library: lib}).Driver()
-	assert.NilError(t, err)
-	own, err := allocGPU(e, d)
+	d := rt.Allocator(t, g)
+	own, err := allocGPU(rt, e, d)
 	assert.NilError(t, err)
 	defer own.host.Close()
 	const n = 1 << 20
-	c := startChild(t, childOpts{role: "gpu-initiator", env: []string{
-		ownerEnv + "=" + e.SegmentName(), "KVFERRY_CUDA_LIB=" + lib, "FAKECUDA_PAGEABLE_MBPS=5"}})
+	env := append(rt.Env(lib), ownerEnv+"="+e.SegmentName(), "FAKECUDA_PAGEABLE_MBPS=5")
+	c := startChild(t, childOpts{role: "gpu-initiator", env: env})
 	seed := uint64(100)
 	xfer := func(op string) string {
 		t.Helper()

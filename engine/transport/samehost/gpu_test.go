@@ -14,6 +14,7 @@ import (
 
 	"github.com/kvferry/kvferry/engine"
 	"github.com/kvferry/kvferry/engine/gpu"
+	"github.com/kvferry/kvferry/engine/gpu/gputest"
 	"github.com/kvferry/kvferry/engine/stack"
 	"github.com/kvferry/kvferry/internal/cmem"
 	"github.com/kvferry/kvferry/internal/cuda"
@@ -24,6 +25,8 @@ import (
 // gpuBufs are the buffers of a GPU test process: pageable host memory,
 // cudaMalloc memory (legacy IPC) on device 0 and VMM memory (POSIX-fd
 // export) on device 1 (0 on a machine with one GPU), each gpuBufBytes.
+// On HIP, whose nvlink path shares memory by legacy IPC only, the second
+// buffer ("vmm") is hipMalloc memory on device 1 as well.
 type gpuBufs struct {
 	host     *cmem.Map
 	dev, vmm uint64
@@ -31,19 +34,25 @@ type gpuBufs struct {
 
 const gpuBufBytes = 8 << 20
 
-func gpuStack(lib string) stack.Config {
-	cfg := stack.ConfigFromEnv(hostenv.Lookup) // KVFERRY_TRANSPORT, KVFERRY_CUDA_LIB in children
+// cudaRT is the CUDA entry of the runtime table, for the tests of CUDA
+// driver paths (VMM, fabric handles, Mooncake's CUDA peers).
+var cudaRT = gputest.Runtimes()[0]
+
+// gpuStack returns the stack configuration of a GPU test process on the
+// GPU runtime g names.
+func gpuStack(g gpu.Config) stack.Config {
+	cfg := stack.ConfigFromEnv(hostenv.Lookup) // KVFERRY_TRANSPORT and the GPU runtime in children
 	cfg.Engine.LocalServerName = "127.0.0.1"
 	cfg.Engine.TransferTimeout = 5 * time.Second
 	cfg.AutoDiscover = true
-	cfg.GPU.Library = lib
+	cfg.GPU.Library, cfg.GPU.HIPLibrary, cfg.GPU.Runtime = g.Library, g.HIPLibrary, g.Runtime
 	if conn := os.Getenv(metadataEnv); conn != "" {
 		cfg.Engine.MetadataConn = conn
 	}
 	return cfg
 }
 
-func allocGPU(e *engine.Engine, d *cuda.Driver) (gpuBufs, error) {
+func allocGPU(rt gputest.Runtime, e *engine.Engine, d gputest.Allocator) (gpuBufs, error) {
 	var b gpuBufs
 	var err error
 	if b.host, err = cmem.MapAnon(gpuBufBytes); err != nil {
@@ -52,17 +61,27 @@ func allocGPU(e *engine.Engine, d *cuda.Driver) (gpuBufs, error) {
 	if b.dev, err = d.MemAlloc(0, gpuBufBytes); err != nil {
 		return b, err
 	}
-	second := fakecuda.SecondOf(d.DeviceCount())
-	if b.vmm, _, err = d.VMMAlloc(second, gpuBufBytes); err != nil {
+	second := fakecuda.SecondOf(deviceCount(d))
+	if cd, ok := d.(*cuda.Driver); ok {
+		b.vmm, _, err = cd.VMMAlloc(second, gpuBufBytes)
+	} else {
+		b.vmm, err = d.MemAlloc(second, gpuBufBytes)
+	}
+	if err != nil {
 		return b, err
 	}
 	if err := e.RegisterMemory(b.host.Addr(), gpuBufBytes, "cpu:0", true); err != nil {
 		return b, err
 	}
-	if err := e.RegisterMemory(uintptr(b.dev), gpuBufBytes, "cuda:0", true); err != nil {
+	if err := e.RegisterMemory(uintptr(b.dev), gpuBufBytes, rt.Location(0), true); err != nil {
 		return b, err
 	}
-	return b, e.RegisterMemory(uintptr(b.vmm), gpuBufBytes, fmt.Sprintf("cuda:%d", second), true)
+	return b, e.RegisterMemory(uintptr(b.vmm), gpuBufBytes, rt.Location(second), true)
+}
+
+// deviceCount returns the device count of either binding.
+func deviceCount(d gputest.Allocator) int {
+	return d.(interface{ DeviceCount() int }).DeviceCount()
 }
 
 func (b gpuBufs) addr(kind string) uint64 {
@@ -77,7 +96,7 @@ func (b gpuBufs) addr(kind string) uint64 {
 
 // fill and check put the pattern into a buffer of any kind (through the
 // driver for device memory) and compare against it.
-func (b gpuBufs) fill(d *cuda.Driver, kind string, n, seed uint64) error {
+func (b gpuBufs) fill(d gputest.Allocator, kind string, n, seed uint64) error {
 	copy(b.host.Bytes()[:n], patternAt(seed, n))
 	if kind == "host" {
 		return nil
@@ -85,7 +104,7 @@ func (b gpuBufs) fill(d *cuda.Driver, kind string, n, seed uint64) error {
 	return d.MemcpySync(0, b.addr(kind), uint64(b.host.Addr()), n)
 }
 
-func (b gpuBufs) check(d *cuda.Driver, kind string, n, seed uint64) (bool, error) {
+func (b gpuBufs) check(d gputest.Allocator, kind string, n, seed uint64) (bool, error) {
 	if kind != "host" {
 		clear(b.host.Bytes()[:n])
 		if err := d.MemcpySync(0, uint64(b.host.Addr()), b.addr(kind), n); err != nil {
@@ -95,13 +114,30 @@ func (b gpuBufs) check(d *cuda.Driver, kind string, n, seed uint64) (bool, error
 	return bytes.Equal(b.host.Bytes()[:n], patternAt(seed, n)), nil
 }
 
-// gpuChildEngine starts a GPU child's engine and loads its driver.
+// gpuChildEngine starts a GPU child's engine on the CUDA driver at lib
+// and loads the driver.
 func gpuChildEngine(lib string) (*engine.Engine, *cuda.Driver, error) {
-	e, err := stack.New(context.Background(), gpuStack(lib))
+	e, d, err := gpuChildEngineOn(cudaRT, lib)
+	if err != nil {
+		return nil, nil, err
+	}
+	return e, d.(*cuda.Driver), nil
+}
+
+// gpuChildEngineOn starts a GPU child's engine on runtime rt's library
+// lib and loads that runtime.
+func gpuChildEngineOn(rt gputest.Runtime, lib string) (*engine.Engine, gputest.Allocator, error) {
+	g := rt.ConfigFor(lib)
+	e, err := stack.New(context.Background(), gpuStack(g))
 	if err != nil {
 		return nil, nil, fmt.Errorf("engine: %w", err)
 	}
-	d, err := gpu.Shared(gpu.Config{Library: lib}).Driver()
+	var d gputest.Allocator
+	if rt.Name == "hip" {
+		d, err = gpu.Shared(g).HIP()
+	} else {
+		d, err = gpu.Shared(g).Driver()
+	}
 	if err != nil {
 		e.Close()
 		return nil, nil, err
@@ -122,14 +158,14 @@ func gpuChildMain(role string) int {
 	case "gpu-mooncake-owner":
 		return mooncakeOwnerMain()
 	}
-	lib := os.Getenv("KVFERRY_CUDA_LIB")
-	e, d, err := gpuChildEngine(lib)
+	rt, lib := gputest.FromEnv(os.LookupEnv)
+	e, d, err := gpuChildEngineOn(rt, lib)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	defer e.Close()
-	bufs, err := allocGPU(e, d)
+	bufs, err := allocGPU(rt, e, d)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -205,17 +241,23 @@ func gpuChildMain(role string) int {
 // with the selector (nvlink for our device memory, shm where its device
 // memory meets our host memory, cma host to host) and with each transport
 // forced. Every byte is checked, on our side through the fake's own view
-// of device memory.
+// of device memory. It runs on each GPU runtime (on HIP both device
+// buffers are hipMalloc memory shared by legacy IPC).
 func TestGPUTwoProcesses(t *testing.T) {
-	lib := fakecuda.Path(t)
+	for _, rt := range gputest.Runtimes() {
+		t.Run(rt.Name, func(t *testing.T) { testGPUTwoProcesses(t, rt) })
+	}
+}
+
+func testGPUTwoProcesses(t *testing.T, rt gputest.Runtime) {
+	g, lib := rt.Config(t)
 	fc := fakecuda.Open(lib)
 	fc.Reset()
-	e, err := stack.New(context.Background(), gpuStack(lib))
+	e, err := stack.New(context.Background(), gpuStack(g))
 	assert.NilError(t, err)
 	defer e.Close()
-	d, err := gpu.Shared(gpu.Config{Library: lib}).Driver()
-	assert.NilError(t, err)
-	own, err := allocGPU(e, d)
+	d := rt.Allocator(t, g)
+	own, err := allocGPU(rt, e, d)
 	assert.NilError(t, err)
 	defer own.host.Close()
 	ours := func(kind string, n uint64) []byte {
@@ -243,7 +285,7 @@ func TestGPUTwoProcesses(t *testing.T) {
 		{"tcp", "KVFERRY_TRANSPORT=tcp", map[string]string{"host>vmm": "tcp", "dev>dev": "tcp"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			env := []string{ownerEnv + "=" + e.SegmentName(), "KVFERRY_CUDA_LIB=" + lib}
+			env := append([]string{ownerEnv + "=" + e.SegmentName()}, rt.Env(lib)...)
 			if tc.env != "" {
 				env = append(env, tc.env)
 			}
@@ -270,11 +312,16 @@ func TestGPUTwoProcesses(t *testing.T) {
 			if tc.name != "auto" {
 				return
 			}
-			// The child mapped our cudaMalloc allocation and VMM memory;
-			// once we unregister them, its mappings close (the fake
-			// counts them) and requests to them are refused.
+			// The child mapped our cudaMalloc allocation and VMM memory
+			// (on HIP: our two hipMalloc allocations); once we unregister
+			// them, its mappings close (the fake counts them) and requests
+			// to them are refused.
+			mapped, after := "ipc 1 2", "ipc 0 1" // CUDA: its own VMM buffer and ours
+			if rt.Name == "hip" {
+				mapped, after = "ipc 2 0", "ipc 0 0"
+			}
 			if fc.Fake() {
-				assert.Equal(t, c.do("ipc"), "ipc 1 2") // its own VMM buffer and ours
+				assert.Equal(t, c.do("ipc"), mapped)
 			}
 			assert.NilError(t, e.UnregisterMemory(uintptr(own.dev)))
 			assert.NilError(t, e.UnregisterMemory(uintptr(own.vmm)))
@@ -283,9 +330,9 @@ func TestGPUTwoProcesses(t *testing.T) {
 			r = c.do("xfer w host %d %d 1", own.vmm, 4096)
 			assert.Assert(t, strings.HasPrefix(r, "err"), "%s", r)
 			if fc.Fake() {
-				assert.Equal(t, c.do("ipc"), "ipc 0 1")
+				assert.Equal(t, c.do("ipc"), after)
 			}
-			assert.NilError(t, e.RegisterMemory(uintptr(own.dev), gpuBufBytes, "cuda:0", true))
+			assert.NilError(t, e.RegisterMemory(uintptr(own.dev), gpuBufBytes, rt.Location(0), true))
 			assert.NilError(t, e.RegisterMemory(uintptr(own.vmm), gpuBufBytes, "*", true))
 			// Device memory registered after the child cached our
 			// descriptor: its request refreshes the descriptor before
@@ -293,7 +340,7 @@ func TestGPUTwoProcesses(t *testing.T) {
 			// not the host memory an unknown range would be taken for.
 			fresh, err := d.MemAlloc(0, 1<<20)
 			assert.NilError(t, err)
-			assert.NilError(t, e.RegisterMemory(uintptr(fresh), 1<<20, "cuda:0", true))
+			assert.NilError(t, e.RegisterMemory(uintptr(fresh), 1<<20, rt.Location(0), true))
 			seed++
 			assert.Equal(t, c.do("xfer w dev %d %d %d", fresh, 4096, seed), "ok nvlink")
 			assert.Assert(t, bytes.Equal(fc.Bytes(fresh, 4096), patternAt(seed, 4096)))
@@ -305,21 +352,26 @@ func TestGPUTwoProcesses(t *testing.T) {
 
 // TestGPUOwnerKilled: the owner of device memory dies while we copy into
 // it through CUDA IPC: the batch fails within the deadlines, and our
-// mappings of its memory close.
+// mappings of its memory close. It runs on each GPU runtime.
 func TestGPUOwnerKilled(t *testing.T) {
 	fakecuda.FakeOnly(t, "device copies slowed down while the owner is killed, and the fake's count of open mappings")
-	lib := fakecuda.Path(t)
+	for _, rt := range gputest.Runtimes() {
+		t.Run(rt.Name, func(t *testing.T) { testGPUOwnerKilled(t, rt) })
+	}
+}
+
+func testGPUOwnerKilled(t *testing.T, rt gputest.Runtime) {
+	g, lib := rt.Config(t)
 	fc := fakecuda.Open(lib)
 	fc.Reset()
 	defer fc.Reset()
-	c := startChild(t, childOpts{role: "gpu-owner", env: []string{"KVFERRY_CUDA_LIB=" + lib}})
+	c := startChild(t, childOpts{role: "gpu-owner", env: rt.Env(lib)})
 	segName, dev, vmm := c.ready[0], atou(c.ready[2]), atou(c.ready[3])
-	e, err := stack.New(context.Background(), gpuStack(lib))
+	e, err := stack.New(context.Background(), gpuStack(g))
 	assert.NilError(t, err)
 	defer e.Close()
-	d, err := gpu.Shared(gpu.Config{Library: lib}).Driver()
-	assert.NilError(t, err)
-	own, err := allocGPU(e, d)
+	d := rt.Allocator(t, g)
+	own, err := allocGPU(rt, e, d)
 	assert.NilError(t, err)
 	defer own.host.Close()
 	vmmMaps := fc.Count(fakecuda.KindVMMMapping) // ours, before any import
@@ -331,8 +383,14 @@ func TestGPUOwnerKilled(t *testing.T) {
 		{Op: engine.OpWrite, Source: uintptr(own.vmm), Target: seg, TargetOffset: vmm, Length: gpuBufBytes},
 	}
 	assert.NilError(t, e.Transfer(ctx, reqs))
-	assert.Equal(t, fc.Count(fakecuda.KindIPCOpen), 1)
-	assert.Equal(t, fc.Count(fakecuda.KindVMMMapping), vmmMaps+1)
+	// CUDA maps the owner's cudaMalloc buffer by IPC and its VMM buffer by
+	// fd; HIP maps both of its hipMalloc buffers by IPC.
+	ipcs, imports := 1, 1
+	if rt.Name == "hip" {
+		ipcs, imports = 2, 0
+	}
+	assert.Equal(t, fc.Count(fakecuda.KindIPCOpen), ipcs)
+	assert.Equal(t, fc.Count(fakecuda.KindVMMMapping), vmmMaps+imports)
 	fc.SetCopyDelay(200000) // 200 ms per device copy
 	id, err := e.AllocateBatch(len(reqs))
 	assert.NilError(t, err)
