@@ -25,7 +25,7 @@ BIN="${KVFERRY_BENCH:-build/bin/kvferry-bench}"
 BASE=build/bin/fi_rma_base
 if [ ! -x "$BASE" ] || [ bench/fi_rma_base.c -nt "$BASE" ]; then
   if [ -f /usr/include/rdma/fabric.h ]; then
-    mkdir -p build/bin && ${CC:-cc} -O2 -o "$BASE" bench/fi_rma_base.c -lfabric
+    mkdir -p build/bin && ${CC:-cc} -O2 $(printf -- "-include rdma/%s.h " fabric fi_cm fi_domain fi_endpoint fi_errno fi_rma) -o "$BASE" bench/fi_rma_base.c -lfabric
   else
     echo "libfabric-dev is not installed: no baseline (apt-get install libfabric-dev)"
   fi
