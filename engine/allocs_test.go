@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"math"
 	"testing"
 	"time"
 
@@ -108,11 +109,22 @@ func TestTransferAllocs4K(t *testing.T) {
 				assert.NilError(t, c.x.Transfer(ctx, c.reqs))
 			}
 			var err error
-			n := testing.AllocsPerRun(200, func() {
-				if e := c.x.Transfer(ctx, c.reqs); e != nil {
-					err = e
+			// AllocsPerRun counts every goroutine of the process: the
+			// engines' background work (the other pair still starting, a
+			// descriptor refresh) lands in a round now and then on a loaded
+			// machine. The op's own allocations are in every round, so the
+			// least of a few rounds is the op's figure.
+			n := math.Inf(1)
+			for range 5 {
+				n = min(n, testing.AllocsPerRun(200, func() {
+					if e := c.x.Transfer(ctx, c.reqs); e != nil {
+						err = e
+					}
+				}))
+				if n <= maxTransferAllocs4K {
+					break
 				}
-			})
+			}
 			assert.NilError(t, err)
 			assert.Assert(t, n <= maxTransferAllocs4K, "a 4 KiB %s allocates %v objects per op, want at most %d", c.name, n, maxTransferAllocs4K)
 		})
