@@ -43,6 +43,39 @@ func (r *Runtime) ExportDmaBufs(dev int, addr, length uint64) ([]DmaBuf, error) 
 	if !info.DmaBuf {
 		return nil, fmt.Errorf("CUDA device %d does not support dma-buf (CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED is 0): %w", dev, engine.ErrNotSupported)
 	}
+	return exportAllocations(addr, length, func(at uint64) (uint64, uint64, int, error) {
+		pi, err := d.Pointer(at)
+		if err != nil {
+			return 0, 0, -1, fmt.Errorf("dma-buf export at %#x: %w", at, err)
+		}
+		base, size := pi.RangeStart, pi.RangeSize
+		if pi.MappingBase != 0 {
+			base, size = pi.MappingBase, pi.MappingSize
+		}
+		if pi.Type != cuda.MemoryTypeDevice || pi.Managed || pi.Device != dev || size == 0 || at < base || at >= base+size {
+			return 0, 0, -1, fmt.Errorf("dma-buf export: %#x is not device memory of CUDA device %d: %w", at, dev, engine.ErrInvalidArgument)
+		}
+		var fd int
+		err = d.Do(dev, func() error {
+			var err error
+			fd, err = d.DmaBufFD(base, size)
+			return err
+		})
+		if err != nil {
+			if cuda.Code(err) == cuda.ErrorNotSupported {
+				err = fmt.Errorf("%w: %w", engine.ErrNotSupported, err)
+			}
+			return 0, 0, -1, fmt.Errorf("dma-buf export of %#x+%d: %w", base, size, err)
+		}
+		return base, size, fd, nil
+	})
+}
+
+// exportAllocations walks addr+length one allocation at a time: export
+// returns the allocation holding at (its base and size, which contain at)
+// and a dma-buf descriptor of it. It is the walk of ExportDmaBufs on
+// either runtime; on error every descriptor already made is closed.
+func exportAllocations(addr, length uint64, export func(at uint64) (base, size uint64, fd int, err error)) ([]DmaBuf, error) {
 	var out []DmaBuf
 	fail := func(err error) ([]DmaBuf, error) {
 		for _, b := range out {
@@ -55,28 +88,9 @@ func (r *Runtime) ExportDmaBufs(dev int, addr, length uint64) ([]DmaBuf, error) 
 		if len(out) >= maxAllocations {
 			return fail(fmt.Errorf("dma-buf export of %#x+%d: spans more than %d allocations: %w", addr, length, maxAllocations, engine.ErrInvalidArgument))
 		}
-		pi, err := d.Pointer(at)
+		base, size, fd, err := export(at)
 		if err != nil {
-			return fail(fmt.Errorf("dma-buf export at %#x: %w", at, err))
-		}
-		base, size := pi.RangeStart, pi.RangeSize
-		if pi.MappingBase != 0 {
-			base, size = pi.MappingBase, pi.MappingSize
-		}
-		if pi.Type != cuda.MemoryTypeDevice || pi.Managed || pi.Device != dev || size == 0 || at < base || at >= base+size {
-			return fail(fmt.Errorf("dma-buf export: %#x is not device memory of CUDA device %d: %w", at, dev, engine.ErrInvalidArgument))
-		}
-		var fd int
-		err = d.Do(dev, func() error {
-			var err error
-			fd, err = d.DmaBufFD(base, size)
-			return err
-		})
-		if err != nil {
-			if cuda.Code(err) == cuda.ErrorNotSupported {
-				err = fmt.Errorf("%w: %w", engine.ErrNotSupported, err)
-			}
-			return fail(fmt.Errorf("dma-buf export of %#x+%d: %w", base, size, err))
+			return fail(err)
 		}
 		n := min(end, base+size) - at
 		out = append(out, DmaBuf{Addr: at, Length: n, FD: fd, Offset: at - base})

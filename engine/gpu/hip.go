@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"syscall"
 
 	"github.com/kvferry/kvferry/engine"
 	"github.com/kvferry/kvferry/internal/hip"
@@ -97,36 +96,22 @@ func walkHIP(h *hip.Runtime, pi hip.PointerInfo, addr, length uint64) ([]allocat
 // (hipMemGetHandleForAddressRange of each allocation the range spans).
 func (r *Runtime) exportDmaBufsHIP(dev int, addr, length uint64) ([]DmaBuf, error) {
 	h := r.hip
-	var out []DmaBuf
-	fail := func(err error) ([]DmaBuf, error) {
-		for _, b := range out {
-			syscall.Close(b.FD)
-		}
-		return nil, err
-	}
-	end := addr + length
-	for at := addr; at < end; {
-		if len(out) >= maxAllocations {
-			return fail(fmt.Errorf("dma-buf export of %#x+%d: spans more than %d allocations: %w", addr, length, maxAllocations, engine.ErrInvalidArgument))
-		}
+	return exportAllocations(addr, length, func(at uint64) (uint64, uint64, int, error) {
 		pi, err := h.Pointer(at)
 		if err != nil {
-			return fail(fmt.Errorf("dma-buf export at %#x: %w", at, err))
+			return 0, 0, -1, fmt.Errorf("dma-buf export at %#x: %w", at, err)
 		}
 		base, size := pi.RangeStart, pi.RangeSize
 		if pi.Type != hip.MemoryTypeDevice || pi.Managed || pi.Device != dev || size == 0 || at < base || at >= base+size {
-			return fail(fmt.Errorf("dma-buf export: %#x is not device memory of HIP device %d: %w", at, dev, engine.ErrInvalidArgument))
+			return 0, 0, -1, fmt.Errorf("dma-buf export: %#x is not device memory of HIP device %d: %w", at, dev, engine.ErrInvalidArgument)
 		}
 		fd, err := h.DmaBufFD(dev, base, size)
 		if err != nil {
 			if errors.Is(err, hip.ErrNotSupported) {
 				err = fmt.Errorf("%w: %w", engine.ErrNotSupported, err)
 			}
-			return fail(fmt.Errorf("dma-buf export of %#x+%d: %w", base, size, err))
+			return 0, 0, -1, fmt.Errorf("dma-buf export of %#x+%d: %w", base, size, err)
 		}
-		n := min(end, base+size) - at
-		out = append(out, DmaBuf{Addr: at, Length: n, FD: fd, Offset: at - base})
-		at += n
-	}
-	return out, nil
+		return base, size, fd, nil
+	})
 }
