@@ -24,10 +24,10 @@ import (
 // (KVFERRY_CUDA_LIB, KVFERRY_CUDA).
 func gpuRuntime() *gpu.Runtime { return gpu.Shared(gpu.ConfigFromEnv(hostenv.Lookup)) }
 
-// gpuAvailable reports whether the CUDA driver loads here (then VRAM is
-// among the NIXL plugin's memory types).
+// gpuAvailable reports whether a GPU runtime (CUDA or HIP) loads here
+// (then VRAM is among the NIXL plugin's memory types).
 func gpuAvailable() bool {
-	_, err := gpuRuntime().Driver()
+	_, err := gpuRuntime().AllocProbe(0)
 	return err == nil
 }
 
@@ -39,29 +39,15 @@ func kvf_cuda_malloc(size C.size_t, device C.int) (p C.uintptr_t) {
 			p = 0
 		}
 	}()
-	d, err := gpuRuntime().Driver()
-	if err != nil || int(device) < 0 || int(device) >= d.DeviceCount() {
-		return 0
-	}
-	if vmmDevice(d, int(device)) {
-		v, _, err := d.VMMAlloc(int(device), uint64(max(size, 1)))
-		if err == nil {
-			return C.uintptr_t(v)
-		}
-		logger.Warn("kvferry_cuda_malloc: VMM allocation failed, falling back to cuMemAlloc", "bytes", size, "device", device, "err", err)
-	}
-	v, err := d.MemAlloc(int(device), uint64(max(size, 1)))
+	// The process's GPU runtime, CUDA or HIP (a ROCm PyTorch's pluggable
+	// allocator calls here too): shareable VMM memory where the device has
+	// it, else cuMemAlloc / hipMalloc memory (legacy IPC).
+	v, err := gpuRuntime().Alloc(int(device), uint64(size))
 	if err != nil {
 		logger.Warn("kvferry_cuda_malloc failed", "bytes", size, "device", device, "err", err)
 		return 0
 	}
 	return C.uintptr_t(v)
-}
-
-// vmmDevice reports whether device dev gives shareable VMM memory.
-func vmmDevice(d *cuda.Driver, dev int) bool {
-	info, err := d.Device(dev)
-	return err == nil && d.VMM() && info.VMM && (info.PosixFD || info.Fabric)
 }
 
 //export kvf_cuda_free
@@ -71,22 +57,8 @@ func kvf_cuda_free(p C.uintptr_t, device C.int) {
 			_ = panicked(r)
 		}
 	}()
-	d, err := gpuRuntime().Driver()
-	if err != nil {
-		return
-	}
-	pi, err := d.Pointer(uint64(p))
-	if err != nil || pi.Type != cuda.MemoryTypeDevice {
-		logger.Warn("kvferry_cuda_free: not device memory", "ptr", uint64(p), "err", err)
-		return
-	}
-	if pi.MappingBase != 0 || pi.HandleTypes != 0 {
-		err = d.VMMFree(uint64(p))
-	} else {
-		err = d.MemFree(pi.Device, uint64(p))
-	}
-	if err != nil {
-		logger.Warn("kvferry_cuda_free failed", "ptr", uint64(p), "err", err)
+	if err := gpuRuntime().Free(uint64(p)); err != nil {
+		logger.Warn("kvferry_cuda_free failed", "ptr", uint64(p), "device", device, "err", err)
 	}
 }
 
@@ -98,21 +70,21 @@ func kvf_cuda_probe(device C.int, fabricOnly C.int) (rc C.int) {
 			rc = -2
 		}
 	}()
-	d, err := gpuRuntime().Driver()
-	if err != nil || int(device) < 0 || int(device) >= d.DeviceCount() {
-		return -2
-	}
-	info, err := d.Device(int(device))
+	r := gpuRuntime()
+	kind, err := r.AllocProbe(int(device))
 	if err != nil {
 		return -2
 	}
-	if fabricOnly != 0 {
-		if d.VMM() && info.VMM && info.Fabric {
-			return 1
-		}
+	if fabricOnly == 0 {
+		return C.int(kind)
+	}
+	// Fabric handles are CUDA's (HIP has none).
+	d, err := r.Driver()
+	if err != nil {
 		return 0
 	}
-	if vmmDevice(d, int(device)) {
+	info, err := d.Device(int(device))
+	if err == nil && d.VMM() && info.VMM && info.Fabric {
 		return 1
 	}
 	return 0

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/kvferry/kvferry/engine"
+	"github.com/kvferry/kvferry/engine/gpu"
 )
 
 // Config configures an Agent.
@@ -133,7 +134,9 @@ func (a *Agent) metaCtx() (context.Context, context.CancelFunc) {
 // engine.ErrAddressOverlapped). All or nothing. kDRAM ranges are host
 // memory; kVRAM ranges GPU memory of their DeviceID, which the CUDA driver
 // must know as such (the engine then moves it with CUDA copies, IPC or
-// staging); other types are refused with ErrMemoryType.
+// staging); other types are refused with ErrMemoryType. TensorRT-LLM is
+// CUDA-only: kVRAM in a process whose GPU runtime is HIP is refused with
+// ErrHIPMemory.
 func (a *Agent) Register(mem MemType, descs []Desc) error {
 	if mem != DRAM && mem != VRAM {
 		return fmt.Errorf("register memory: memory type %d (%s): %w", mem, mem, ErrMemoryType)
@@ -177,6 +180,10 @@ func (a *Agent) Register(mem MemType, descs []Desc) error {
 		}
 		a.regs[d.Addr] = &reg{len: d.Len, refs: 1}
 		added = append(added, d.Addr)
+		if mem == VRAM && a.onHIP() {
+			undo()
+			return fmt.Errorf("register memory: desc %d (%#x+%d): %w", i, d.Addr, d.Len, ErrHIPMemory)
+		}
 		if mem == VRAM && !a.isGPU(d.Addr, d.Len) {
 			undo()
 			return fmt.Errorf("register memory: desc %d (%#x+%d) is kVRAM but the CUDA driver does not know it as GPU memory: %w",
@@ -184,6 +191,13 @@ func (a *Agent) Register(mem MemType, descs []Desc) error {
 		}
 	}
 	return nil
+}
+
+// onHIP reports whether the engine's GPU runtime is HIP (loaded by the
+// registration just made, or before it).
+func (a *Agent) onHIP() bool {
+	rt := gpu.RuntimeOf(a.e)
+	return rt != nil && rt.Kind() == gpu.HIP
 }
 
 // isGPU reports whether [addr, addr+n) is registered GPU memory.

@@ -93,4 +93,9 @@ var (
 	// ErrMemoryType: memory other than host (kDRAM) and GPU (kVRAM)
 	// memory. A member of engine.ErrNotSupported.
 	ErrMemoryType = fmt.Errorf("only host (kDRAM) and GPU (kVRAM) memory are supported: %w", engine.ErrNotSupported)
+	// ErrHIPMemory: kVRAM in a process whose GPU runtime is HIP (ROCm).
+	// TensorRT-LLM runs on CUDA only, so its agent takes CUDA memory only
+	// (the engine, the C API, Python and NIXL take HIP memory). A member
+	// of engine.ErrNotSupported.
+	ErrHIPMemory = fmt.Errorf("kVRAM is CUDA memory only (TensorRT-LLM is CUDA-only), and this process's GPU runtime is HIP: %w", engine.ErrNotSupported)
 )
