@@ -284,20 +284,20 @@ func (a *Agent) Register(mem MemType, addr, n, dev uint64) (MD, error) {
 	return MD(a.mds.Add(&md{local: true, reg: r, addr: addr, len: n, dev: dev})), nil
 }
 
-// checkVRAM refuses VRAM the CUDA driver does not know as GPU memory
-// (engine.ErrNotSupported without a driver, engine.ErrInvalidArgument for
+// checkVRAM refuses VRAM the process's GPU runtime (CUDA or HIP) does not
+// know as GPU memory (engine.ErrNotSupported without one, engine.ErrInvalidArgument for
 // host memory), before anything is registered.
 func (a *Agent) checkVRAM(addr, n uint64, loc string) error {
 	mc := a.e.Config().Memory
 	if mc == nil {
-		return fmt.Errorf("register VRAM %#x+%d: no CUDA driver: %w", addr, n, engine.ErrNotSupported)
+		return fmt.Errorf("register VRAM %#x+%d: no GPU runtime: %w", addr, n, engine.ErrNotSupported)
 	}
 	info, err := mc.Classify(uintptr(addr), n, loc)
 	if err != nil {
 		return fmt.Errorf("register VRAM %#x+%d: %w", addr, n, err)
 	}
 	if !info.Kind.GPU() {
-		return fmt.Errorf("register VRAM %#x+%d: the CUDA driver says it is %s memory: %w", addr, n, info.Kind, engine.ErrInvalidArgument)
+		return fmt.Errorf("register VRAM %#x+%d: the GPU runtime says it is %s memory: %w", addr, n, info.Kind, engine.ErrInvalidArgument)
 	}
 	return nil
 }

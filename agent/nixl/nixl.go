@@ -15,8 +15,9 @@ const (
 	// DRAM is host memory.
 	DRAM MemType = 0
 	// VRAM is GPU memory: registered at location "cuda:<devId>" (the
-	// engine classifies it with the CUDA driver; without one it is refused
-	// with engine.ErrNotSupported).
+	// engine classifies it with the process's GPU runtime, CUDA or HIP, as
+	// a ROCm NIXL hands HIP memory over as VRAM_SEG; without one it is
+	// refused with engine.ErrNotSupported).
 	VRAM MemType = 1
 )
 

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # C harness: builds the test programs against include/ only, and runs them
 # against the built library, loaded with dlopen like NIXL and TensorRT-LLM
-# load libtransfer_engine.so. `tests/c/run.sh gpu` runs the GPU part alone
-# (make hw-check: with KVFERRY_HW=1 on the machine's CUDA driver).
+# load libtransfer_engine.so. `tests/c/run.sh gpu` runs the GPU part alone,
+# on the fake CUDA and the fake HIP (make hw-check: with KVFERRY_HW=1 on the
+# machine's CUDA driver, and its HIP runtime where ROCm is installed).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PART="${1:-all}"
@@ -91,29 +92,62 @@ if ldconfig -p | grep -q 'libfabric\.so\.1 '; then
 fi
 fi
 
-DRIVER="the fake CUDA driver"
-[ "${KVFERRY_HW:-}" = 1 ] && DRIVER="the machine's CUDA driver"
-gpu() { # label, env...
-  local label=$1; shift
-  echo "--- GPU memory between two processes on $DRIVER ($label)"
+# The GPU rows run on each GPU runtime, by table: the fake CUDA driver and
+# the fake HIP runtime (the same fake under HIP names; the harness's
+# cuda_app.h drives either), the library on it through KVFERRY_CUDA_LIB or
+# KVFERRY_HIP_LIB + KVFERRY_GPU_RUNTIME=hip. A hardware run (KVFERRY_HW=1)
+# takes the machine's CUDA driver, and its HIP runtime only where ROCm is
+# installed.
+FAKECUDA="$(tests/fakecuda/build.sh "$OUT/fakecuda")"
+FAKEHIP="$(tests/fakecuda/build.sh "$OUT/fakecuda" hip)"
+RUNTIMES=(cuda hip)
+if [ "${KVFERRY_HW:-}" = 1 ] && [ -z "${KVFERRY_HIP_LIB:-}" ] && ! ldconfig -p | grep -q 'libamdhip64\.so '; then
+  RUNTIMES=(cuda)
+  echo "--- HIP rows skipped: no ROCm runtime here (libamdhip64.so)"
+fi
+rt_lib() { if [ "$1" = hip ]; then echo "$FAKEHIP"; else echo "$FAKECUDA"; fi; }
+rt_env() { # runtime lib: the library's variables for it
+  if [ "$1" = hip ]; then echo "KVFERRY_HIP_LIB=$2 KVFERRY_GPU_RUNTIME=hip"; else echo "KVFERRY_CUDA_LIB=$2"; fi
+}
+rt_name() {
+  local hw=""
+  [ "${KVFERRY_HW:-}" = 1 ] && hw=1
+  case "$1:$hw" in
+    cuda:) echo "the fake CUDA driver" ;; cuda:1) echo "the machine's CUDA driver" ;;
+    hip:) echo "the fake HIP runtime" ;; hip:1) echo "the machine's HIP runtime" ;;
+  esac
+}
+gpu() { # runtime, label, env...
+  local rt=$1 label=$2; shift 2
+  local rlib; rlib="$(rt_lib "$rt")"
+  # shellcheck disable=SC2046
+  set -- $(rt_env "$rt" "$rlib") "$@"
+  echo "--- GPU memory between two processes on $(rt_name "$rt") ($label)"
   rm -f "$OUT/g1"
-  env KVFERRY_CUDA_LIB="$FAKECUDA" "$@" "$OUT/te_gpu_test" target "$LIB" "$FAKECUDA" "$OUT/g1" &
+  env "$@" "$OUT/te_gpu_test" target "$LIB" "$rlib" "$OUT/g1" &
   wait_ready "$OUT/g1" 30
   read -r GSEG GLEG GVMM GPID < "$OUT/g1"
-  env KVFERRY_CUDA_LIB="$FAKECUDA" "$@" timeout 120 "$OUT/te_gpu_test" initiator "$LIB" "$FAKECUDA" "$GSEG" "$GLEG" "$GVMM"
+  env "$@" timeout 120 "$OUT/te_gpu_test" initiator "$LIB" "$rlib" "$GSEG" "$GLEG" "$GVMM"
   wait
 }
-FAKECUDA="$(tests/fakecuda/build.sh "$OUT/fakecuda")"
 # The fake honours CUDA_VISIBLE_DEVICES as the driver does; the suites want
 # all its devices (a hardware run keeps the machine's setting).
 [ "${KVFERRY_HW:-}" = 1 ] || unset CUDA_VISIBLE_DEVICES
 gcc $CFLAGS -o "$OUT/te_gpu_test" tests/c/te_gpu_test.c -ldl
-gpu "auto: CUDA IPC"
-gpu "tcp, staged" MC_FORCE_TCP=1
-echo "--- a fork child never calls CUDA"
-KVFERRY_CUDA_LIB="$FAKECUDA" timeout 60 "$OUT/te_gpu_test" fork "$LIB" "$FAKECUDA"
-echo "--- a host without a CUDA driver"
-KVFERRY_CUDA_LIB=/nonexistent/libcuda.so.1 timeout 60 "$OUT/te_gpu_test" nodriver "$LIB"
+for rt in "${RUNTIMES[@]}"; do
+  rlib="$(rt_lib "$rt")"
+  gpu "$rt" "auto: GPU IPC"
+  gpu "$rt" "tcp, staged" MC_FORCE_TCP=1
+  echo "--- a fork child never calls the GPU runtime ($(rt_name "$rt"))"
+  # shellcheck disable=SC2046
+  env $(rt_env "$rt" "$rlib") timeout 60 "$OUT/te_gpu_test" fork "$LIB" "$rlib"
+  echo "--- a host without a GPU runtime ($rt)"
+  if [ "$rt" = hip ]; then
+    KVFERRY_HIP_LIB=/nonexistent/libamdhip64.so KVFERRY_GPU_RUNTIME=hip timeout 60 "$OUT/te_gpu_test" nodriver "$LIB"
+  else
+    KVFERRY_CUDA_LIB=/nonexistent/libcuda.so.1 timeout 60 "$OUT/te_gpu_test" nodriver "$LIB"
+  fi
+done
 
 if [ "$PART" = gpu ]; then
   echo "C harness (GPU part) passed"

@@ -1,5 +1,10 @@
 /* te_gpu_test.c - GPU memory through the Mooncake C API, on the fake CUDA
- * driver (tests/fakecuda) loaded by the library through KVFERRY_CUDA_LIB:
+ * driver (tests/fakecuda) loaded by the library through KVFERRY_CUDA_LIB,
+ * or on the fake HIP runtime (fake_hip.c; KVFERRY_HIP_LIB and
+ * KVFERRY_GPU_RUNTIME=hip): <libcuda> below is either file, and cuda_app.h
+ * drives it as a CUDA or a HIP application would (tests/c/run.sh runs every
+ * mode on both, by table). On HIP, cudaMalloc is hipMalloc and
+ * kvferry_cuda_malloc hands out hipMemCreate memory.
  *
  *   te_gpu_test target <lib> <libcuda> <ready-file>
  *       registers cudaMalloc memory (device 0, legacy IPC) and memory from
