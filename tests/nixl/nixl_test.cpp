@@ -19,8 +19,10 @@
 //   nixl_test vram <plugin> <libcuda> [transport]
 //       Two agents in one process move VRAM_SEG memory (devId 0 and 1) on
 //       the fake CUDA driver (tests/fakecuda, loaded by the plugin through
-//       KVFERRY_CUDA_LIB): VRAM to VRAM, DRAM to VRAM, reads back, byte
-//       checked through the driver, over the given transport.
+//       KVFERRY_CUDA_LIB) or the fake HIP runtime (<libcuda> the fake
+//       libamdhip64.so; KVFERRY_HIP_LIB, KVFERRY_GPU_RUNTIME=hip): VRAM to
+//       VRAM, DRAM to VRAM, reads back, byte checked through the runtime,
+//       over the given transport.
 //   nixl_test fault <plugin> <target-md> <pid> [transport]
 //       Posts a large WRITE (over the given transport: "auto", "tcp"),
 //       SIGKILLs the target mid-flight, and checks that the transfer, a

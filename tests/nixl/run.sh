@@ -3,9 +3,9 @@
 # ABI declarations (plugin/nixl_abi.h) and runs it against the built
 # libplugin_KVFERRY.so, loaded with dlopen as NIXL's plugin manager loads it:
 # two agents in one process, two agents in two processes, a peer killed
-# mid-transfer, and VRAM_SEG on the fake CUDA driver. `tests/nixl/run.sh vram`
-# runs the VRAM part alone (make hw-check: with KVFERRY_HW=1 on the
-# machine's CUDA driver).
+# mid-transfer, and VRAM_SEG on the fake CUDA driver and the fake HIP runtime.
+# `tests/nixl/run.sh vram` runs the VRAM part alone (make hw-check: with
+# KVFERRY_HW=1 on the machine's CUDA driver, and HIP where ROCm is installed).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PART="${1:-all}"
@@ -71,15 +71,32 @@ for tr in auto tcp; do
 done
 fi
 
+# VRAM_SEG on each GPU runtime, by table: the fake CUDA driver and the fake
+# HIP runtime (a ROCm NIXL hands HIP memory over as VRAM_SEG); a hardware run
+# takes the machine's CUDA driver, and its HIP runtime only where ROCm is
+# installed.
 FAKECUDA="$(tests/fakecuda/build.sh "$OUT/fakecuda")"
-DRIVER="the fake CUDA driver"
-[ "${KVFERRY_HW:-}" = 1 ] && DRIVER="the machine's CUDA driver"
+FAKEHIP="$(tests/fakecuda/build.sh "$OUT/fakecuda" hip)"
+RUNTIMES=(cuda hip)
+if [ "${KVFERRY_HW:-}" = 1 ] && [ -z "${KVFERRY_HIP_LIB:-}" ] && ! ldconfig -p | grep -q 'libamdhip64\.so '; then
+  RUNTIMES=(cuda)
+  echo "--- VRAM_SEG on HIP skipped: no ROCm runtime here (libamdhip64.so)"
+fi
 # The fake honours CUDA_VISIBLE_DEVICES as the driver does; the suites want
 # all its devices (a hardware run keeps the machine's setting).
 [ "${KVFERRY_HW:-}" = 1 ] || unset CUDA_VISIBLE_DEVICES
-for tr in auto tcp; do
-  echo "--- VRAM_SEG on $DRIVER ($tr)"
-  KVFERRY_CUDA_LIB="$FAKECUDA" timeout 120 "$OUT/nixl_test" vram "$PLUGIN" "$FAKECUDA" "$tr"
+for rt in "${RUNTIMES[@]}"; do
+  if [ "$rt" = hip ]; then
+    RTLIB="$FAKEHIP" RTENV=(KVFERRY_HIP_LIB="$FAKEHIP" KVFERRY_GPU_RUNTIME=hip) DRIVER="the fake HIP runtime"
+    [ "${KVFERRY_HW:-}" = 1 ] && DRIVER="the machine's HIP runtime"
+  else
+    RTLIB="$FAKECUDA" RTENV=(KVFERRY_CUDA_LIB="$FAKECUDA") DRIVER="the fake CUDA driver"
+    [ "${KVFERRY_HW:-}" = 1 ] && DRIVER="the machine's CUDA driver"
+  fi
+  for tr in auto tcp; do
+    echo "--- VRAM_SEG on $DRIVER ($tr)"
+    env "${RTENV[@]}" timeout 120 "$OUT/nixl_test" vram "$PLUGIN" "$RTLIB" "$tr"
+  done
 done
 
 echo "NIXL plugin harness passed"
