@@ -121,6 +121,17 @@ class InProcess(unittest.TestCase):
             a.close()
             b.close()
 
+
+class Allocator(unittest.TestCase):
+    """kvferry.allocator (kvferry_cuda_malloc / free / probe, behind
+    PyTorch's pluggable allocator) on the process's GPU runtime. test_hip.py
+    runs the same tests on the fake HIP runtime (runtime: its driver)."""
+
+    runtime = staticmethod(_fakecuda.Driver)
+
+    def setUp(self):
+        self.d = self.runtime()
+
     def test_allocator(self):
         self.assertEqual(allocator.probe(0), allocator.MemoryBackend.USE_CUMEMCREATE)
         self.assertEqual(allocator.probe(7), allocator.MemoryBackend.UNSUPPORTED)
@@ -158,6 +169,10 @@ class InProcess(unittest.TestCase):
         try:
             from mooncake.allocator import NVLinkAllocator
 
+            # A fresh cache: an earlier run of this test (on another GPU
+            # runtime, test_hip.py) made its allocator and probed.
+            NVLinkAllocator._instances.pop("cuda:0", None)
+            NVLinkAllocator._backend = None
             al = NVLinkAllocator.get_allocator("cuda:0")
             self.assertIs(al, NVLinkAllocator.get_allocator("cuda:0"))
             self.assertEqual(NVLinkAllocator.detect_mem_backend(), 1)
@@ -220,7 +235,10 @@ class TwoProcesses(unittest.TestCase):
 class StoreTensors(unittest.TestCase):
     """Store tensor calls with CUDA tensors: the data never goes through
     host memory in Python (the fake faults on any CPU access to device
-    memory)."""
+    memory). test_hip.py runs the same tests on the fake HIP runtime (a
+    ROCm torch's tensors are torch.cuda ones; runtime: its driver)."""
+
+    runtime = staticmethod(_fakecuda.Driver)
 
     @classmethod
     def setUpClass(cls):
@@ -229,7 +247,7 @@ class StoreTensors(unittest.TestCase):
         cls.s = MooncakeDistributedStore()
         rc = cls.s.setup("127.0.0.1", "P2PHANDSHAKE", 64 << 20, 16 << 20, "tcp", "", "embedded")
         assert rc == 0, rc
-        cls.d = _fakecuda.Driver()
+        cls.d = cls.runtime()
 
     @classmethod
     def tearDownClass(cls):

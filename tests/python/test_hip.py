@@ -3,7 +3,11 @@
 KVFERRY_TEST_FAKEHIP), with the engine on it by KVFERRY_HIP_LIB and
 KVFERRY_GPU_RUNTIME=hip. A ROCm PyTorch exposes HIP memory as torch.cuda
 tensors, so the pointers are registered at "cuda:N" locations, as a CUDA
-tensor's are: nothing on the Python side may assume the CUDA runtime."""
+tensor's are: nothing on the Python side may assume the CUDA runtime.
+
+The allocator and store tensor suites of test_gpu.py run here too, by
+table: their classes are subclassed with HIP as their runtime (HIP offers
+what they use of _fakecuda.Driver), so one text runs on both fakes."""
 
 import ctypes
 import os
@@ -12,6 +16,7 @@ from ctypes import byref, c_int, c_size_t, c_void_p
 
 import numpy as np
 
+import test_gpu
 from _util import pattern
 
 from kvferry.engine import TransferEngine
@@ -40,10 +45,15 @@ def tearDownModule():
 
 
 class HIP:
-    """The fake libamdhip64 as a HIP application uses it."""
+    """The fake libamdhip64 as a HIP application uses it, with the calls of
+    _fakecuda.Driver that test_gpu.py's suites use (alloc, free, h2d,
+    bytes_at, count, fake)."""
 
     def __init__(self):
         self.h = ctypes.CDLL(PATH)
+        self.fake = hasattr(self.h, "fakecuda_backing")
+        if self.fake:
+            self.h.fakecuda_count.argtypes = [c_int]
         self.h.hipMalloc.argtypes = [ctypes.POINTER(c_void_p), c_size_t]
         self.h.hipFree.argtypes = [c_void_p]
         self.h.hipMemcpy.argtypes = [c_void_p, c_void_p, c_size_t, c_int]
@@ -58,17 +68,25 @@ class HIP:
         if rc != 0:
             raise RuntimeError("%s: hipError %d" % (call, rc))
 
-    def alloc(self, n, dev):
+    def alloc(self, n, dev=0):
+        """hipMalloc memory of dev (legacy IPC)."""
         self._check(self.h.hipSetDevice(dev), "hipSetDevice")
         p = c_void_p()
         self._check(self.h.hipMalloc(byref(p), n), "hipMalloc")
         return p.value
 
-    def free(self, p):
+    def free(self, p, dev=0):
+        self._check(self.h.hipSetDevice(dev), "hipSetDevice")
         self._check(self.h.hipFree(p), "hipFree")
 
-    def h2d(self, dst, data):
-        self._check(self.h.hipMemcpy(dst, data, len(data), 4), "hipMemcpy")
+    def h2d(self, dst, data, dev=0):
+        self._check(self.h.hipSetDevice(dev), "hipSetDevice")
+        self._check(self.h.hipMemcpy(dst, bytes(data), len(data), 4), "hipMemcpy")
+
+    def count(self, kind):
+        """Live allocations of a kind (the fake's only; 6: VMM mappings)."""
+        assert self.fake, "count needs the fake runtime"
+        return self.h.fakecuda_count(kind)
 
     def bytes_at(self, src, n):
         out = ctypes.create_string_buffer(n)
@@ -133,6 +151,21 @@ class InProcess(unittest.TestCase):
         finally:
             e.close()
             self.hip.free(p)
+
+
+class Allocator(test_gpu.Allocator):
+    """kvferry.allocator on HIP: hipMemCreate memory (VMM, POSIX fds) a
+    ROCm PyTorch's pluggable allocator gets."""
+
+    runtime = HIP
+
+
+class StoreTensors(test_gpu.StoreTensors):
+    """The store's tensor calls with HIP memory (a ROCm torch's tensors):
+    put_tensor from it, get_tensor into it, kvferry_cuda_memcpy and the GPU
+    scratch pool on the HIP runtime."""
+
+    runtime = HIP
 
 
 if __name__ == "__main__":
