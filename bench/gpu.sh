@@ -11,6 +11,14 @@
 #   bench/gpu.sh                        # libcuda.so.1, device 0
 #   SIZES=1048576,67108864 SECONDS_PER=1 DEVICE=1 bench/gpu.sh
 #   KVFERRY_CUDA_LIB=/path/to/libcuda.so.1 bench/gpu.sh
+#   bench/gpu.sh --runtime=hip          # the same rows on HIP (ROCm)
+#
+# --runtime=hip runs the same rows on the HIP runtime, with hipMemcpyAsync,
+# hipMemcpy and HIP IPC as the baselines and paths: on a real ROCm box when
+# libamdhip64.so is there (KVFERRY_HIP_LIB, or on the loader path), else on
+# the fake HIP runtime of the tests (tests/fakecuda/fake_hip.c, built here),
+# which checks that the script works and whose figures mean nothing. The
+# first line of the output says which runtime and file ran.
 #
 # It needs only the driver (no CUDA toolkit) and Go to build
 # bench/gpubench, or a gpubench built elsewhere (GPUBENCH=path; make
@@ -20,6 +28,13 @@
 # that the script works; its figures then mean nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+RUNTIME=cuda
+for arg in "$@"; do
+  case "$arg" in
+    --runtime=cuda|--runtime=hip) RUNTIME="${arg#--runtime=}" ;;
+    *) echo "usage: bench/gpu.sh [--runtime=cuda|hip]" >&2; exit 2 ;;
+  esac
+done
 SIZES="${SIZES:-1048576,16777216,268435456}"
 SECONDS_PER="${SECONDS_PER:-2}"
 DEVICE="${DEVICE:-0}"
@@ -36,6 +51,20 @@ if [ -z "$BIN" ]; then
     echo "bench/gpu.sh: no Go to build bench/gpubench and no build/hw/bin/gpubench (make hw-check-build)" >&2
     exit 1
   fi
+fi
+if [ "$RUNTIME" = hip ]; then
+  export KVFERRY_GPU_RUNTIME=hip
+  if [ -n "${KVFERRY_HIP_LIB:-}" ]; then
+    echo "runtime: HIP, $KVFERRY_HIP_LIB"
+  elif ldconfig -p | grep -q 'libamdhip64\.so '; then
+    echo "runtime: HIP, the machine's libamdhip64.so (ROCm)"
+  else
+    KVFERRY_HIP_LIB="$(tests/fakecuda/build.sh "$T/fakehip" hip)"
+    export KVFERRY_HIP_LIB
+    echo "runtime: HIP, the fake HIP runtime of the tests ($KVFERRY_HIP_LIB): a check of the script, figures mean nothing"
+  fi
+else
+  echo "runtime: CUDA, ${KVFERRY_CUDA_LIB:-libcuda.so.1}"
 fi
 timeout 480 "$BIN" -sizes "$SIZES" -seconds "$SECONDS_PER" -device "$DEVICE" > "$T/rows.json"
 [ -n "${OUT_JSON:-}" ] && cp "$T/rows.json" "$OUT_JSON"

@@ -9,9 +9,11 @@
 //   - a batch of 128 x 64 KiB D2D requests: the engine's overhead per
 //     request over one cuMemcpyAsync per block.
 //
-// It uses the driver KVFERRY_CUDA_LIB names (default libcuda.so.1) and
-// re-executes itself as the peer process (-role peer). Output: one JSON
-// object per row on stdout.
+// It uses the driver KVFERRY_CUDA_LIB names (default libcuda.so.1), or,
+// with KVFERRY_GPU_RUNTIME=hip, the HIP runtime KVFERRY_HIP_LIB names
+// (default libamdhip64.so): the same rows, with HIP's calls as baselines.
+// It re-executes itself as the peer process (-role peer), which inherits
+// the environment. Output: one JSON object per row on stdout.
 package main
 
 import (
@@ -28,7 +30,6 @@ import (
 	"github.com/kvferry/kvferry/engine"
 	"github.com/kvferry/kvferry/engine/gpu"
 	"github.com/kvferry/kvferry/engine/stack"
-	"github.com/kvferry/kvferry/internal/cuda"
 	"github.com/kvferry/kvferry/internal/hostenv"
 )
 
@@ -36,7 +37,7 @@ var (
 	role     = flag.String("role", "", "internal: peer")
 	sizesArg = flag.String("sizes", "1048576,16777216,268435456", "block sizes in bytes")
 	seconds  = flag.Float64("seconds", 2, "seconds per measurement")
-	device   = flag.Int("device", 0, "CUDA device")
+	device   = flag.Int("device", 0, "GPU device")
 )
 
 // row is one line of the table.
@@ -61,12 +62,6 @@ func main() {
 		fmt.Fprintln(os.Stderr, "gpubench:", err)
 		os.Exit(1)
 	}
-}
-
-func driver() (*cuda.Driver, *gpu.Runtime, error) {
-	rt := gpu.Shared(gpu.ConfigFromEnv(hostenv.Lookup))
-	d, err := rt.Driver()
-	return d, rt, err
 }
 
 func newEngine(force string) (*engine.Engine, error) {
@@ -116,25 +111,26 @@ func sizes() []uint64 {
 }
 
 func run() error {
-	d, _, err := driver()
+	d, err := openAPI()
 	if err != nil {
 		return err
 	}
 	dev := *device
-	info, err := d.Device(dev)
+	desc, err := d.Describe(dev)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(os.Stderr, "gpubench: %s (%s), driver %d, %d devices\n", info.Name, info.PCIBusID, d.Version(), d.DeviceCount())
+	fmt.Fprintf(os.Stderr, "gpubench: %s\n", desc)
+	loc := location(d.Kind(), dev)
 	max := uint64(8 << 20) // the batch row's 128 x 64 KiB at least
 	for _, s := range sizes() {
 		max = maxU(max, s)
 	}
-	raw, err := d.NewCopier(dev, 1)
+	rawCopy, rawClose, err := d.OneStream(dev)
 	if err != nil {
 		return err
 	}
-	defer raw.Close()
+	defer rawClose()
 	a, err := d.MemAlloc(dev, max)
 	if err != nil {
 		return err
@@ -155,7 +151,7 @@ func run() error {
 	for _, p := range []struct {
 		addr uintptr
 		loc  string
-	}{{uintptr(a), fmt.Sprintf("cuda:%d", dev)}, {uintptr(b), fmt.Sprintf("cuda:%d", dev)}, {pinned, "cpu:0"}} {
+	}{{uintptr(a), loc}, {uintptr(b), loc}, {pinned, "cpu:0"}} {
 		if err := e.RegisterMemory(p.addr, max, p.loc, true); err != nil {
 			return err
 		}
@@ -168,7 +164,7 @@ func run() error {
 
 	// 1. D2D in one process.
 	for _, n := range sizes() {
-		base, err := timeIt(n, func() error { return raw.Copy([]cuda.Copy{{Dst: b, Src: a, N: n}}) })
+		base, err := timeIt(n, func() error { return rawCopy([]gpu.Copy{{Dst: b, Src: a, N: n}}) })
 		if err != nil {
 			return err
 		}
@@ -176,9 +172,9 @@ func run() error {
 		if err != nil {
 			return err
 		}
-		emit(row{Test: "engine D2D in one process vs cuMemcpyAsync", Bytes: n, GBps: got, Baseline: base, Target: 0.9})
+		emit(row{Test: "engine D2D in one process vs " + d.AsyncName(), Bytes: n, GBps: got, Baseline: base, Target: 0.9})
 	}
-	// 2. H2D and D2H through the engine vs cuMemcpy (pinned host memory).
+	// 2. H2D and D2H through the engine vs cuMemcpy / hipMemcpy (pinned host memory).
 	for _, n := range sizes() {
 		base, err := timeIt(n, func() error { return d.MemcpySync(dev, a, uint64(pinned), n) })
 		if err != nil {
@@ -188,7 +184,7 @@ func run() error {
 		if err != nil {
 			return err
 		}
-		emit(row{Test: "engine H2D vs cuMemcpy", Bytes: n, GBps: got, Baseline: base, Target: 0.9})
+		emit(row{Test: "engine H2D vs " + d.SyncName(), Bytes: n, GBps: got, Baseline: base, Target: 0.9})
 		base, err = timeIt(n, func() error { return d.MemcpySync(dev, uint64(pinned), a, n) })
 		if err != nil {
 			return err
@@ -197,19 +193,19 @@ func run() error {
 		if err != nil {
 			return err
 		}
-		emit(row{Test: "engine D2H vs cuMemcpy", Bytes: n, GBps: got, Baseline: base, Target: 0.9})
+		emit(row{Test: "engine D2H vs " + d.SyncName(), Bytes: n, GBps: got, Baseline: base, Target: 0.9})
 	}
 	// 3. A batch of 128 x 64 KiB D2D requests.
 	{
 		const blk, count = 64 << 10, 128
-		ops := make([]cuda.Copy, count)
+		ops := make([]gpu.Copy, count)
 		reqs := make([]engine.Request, count)
 		for i := range ops {
 			off := uint64(i) * blk
-			ops[i] = cuda.Copy{Dst: b + off, Src: a + off, N: blk}
+			ops[i] = gpu.Copy{Dst: b + off, Src: a + off, N: blk}
 			reqs[i] = engine.Request{Op: engine.OpWrite, Source: uintptr(a + off), Target: engine.LocalSegment, TargetOffset: b + off, Length: blk}
 		}
-		base, err := timeIt(blk*count, func() error { return raw.Copy(ops) })
+		base, err := timeIt(blk*count, func() error { return rawCopy(ops) })
 		if err != nil {
 			return err
 		}
@@ -222,7 +218,7 @@ func run() error {
 			OverheadUS: perReq(got) - perReq(base), Target: 2, Note: "target: overhead_us <= 2"})
 	}
 
-	// 4. Another process: CUDA IPC, and TCP.
+	// 4. Another process: CUDA / HIP IPC, and TCP.
 	pr, err := startPeer(max, dev)
 	if err != nil {
 		return err
@@ -242,7 +238,7 @@ func run() error {
 		if err != nil {
 			return err
 		}
-		emit(row{Test: "D2D to another process (CUDA IPC) vs in-process", Bytes: n, GBps: got, Baseline: base, Target: 0.9,
+		emit(row{Test: "D2D to another process (" + d.IPCName() + ") vs in-process", Bytes: n, GBps: got, Baseline: base, Target: 0.9,
 			Note: "transport " + used(before, e.Metrics().SlicesByTransport)})
 	}
 	et, err := newEngine("tcp")
@@ -257,7 +253,7 @@ func run() error {
 	for _, p := range []struct {
 		addr uintptr
 		loc  string
-	}{{uintptr(a), fmt.Sprintf("cuda:%d", dev)}, {host, "cpu:0"}} {
+	}{{uintptr(a), loc}, {host, "cpu:0"}} {
 		if err := et.RegisterMemory(p.addr, max, p.loc, true); err != nil {
 			return err
 		}
@@ -287,6 +283,15 @@ func run() error {
 		emit(row{Test: "device memory over TCP loopback vs host memory (READ)", Bytes: n, GBps: got, Baseline: base, Target: 0.8})
 	}
 	return nil
+}
+
+// location is the registration location of device dev's memory: Mooncake's
+// "cuda:N", and "hip:N" on HIP.
+func location(k gpu.Kind, dev int) string {
+	if k == gpu.HIP {
+		return fmt.Sprintf("hip:%d", dev)
+	}
+	return fmt.Sprintf("cuda:%d", dev)
 }
 
 // used names the transport whose slice count grew.
@@ -354,7 +359,7 @@ func (p *peerProc) stop() {
 // peer registers device and host memory and prints "segment dev host"
 // until its stdin closes.
 func peer() int {
-	d, _, err := driver()
+	d, err := openAPI()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -376,7 +381,7 @@ func peer() int {
 		return 1
 	}
 	defer e.Close()
-	if err := e.RegisterMemory(uintptr(p), size, fmt.Sprintf("cuda:%d", *device), true); err != nil {
+	if err := e.RegisterMemory(uintptr(p), size, location(d.Kind(), *device), true); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
