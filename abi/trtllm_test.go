@@ -46,6 +46,7 @@ var trtCodeCases = []struct {
 	{trtllm.ErrNotLoaded, errMetadata},
 	{trtllm.ErrQueueFull, errTooManyRequests},
 	{trtllm.ErrMemoryType, errNotImplemented},
+	{trtllm.ErrHIPMemory, errNotImplemented},
 	{engine.ErrInvalidArgument, errInvalidArgument},
 	{engine.ErrUnknownBatch, errInvalidArgument},
 	{errNULL, errInvalidArgument},
@@ -87,6 +88,7 @@ func TestTRTCodesBothWays(t *testing.T) {
 		{trtllm.ErrNotLoaded, engine.ErrUnknownSegment},
 		{trtllm.ErrQueueFull, engine.ErrTooManyRequests},
 		{trtllm.ErrMemoryType, engine.ErrNotSupported},
+		{trtllm.ErrHIPMemory, engine.ErrNotSupported},
 	} {
 		assert.Assert(t, trtCode(c.sentinel) != errInvalidArgument, "%v has no code", c.sentinel)
 		assert.Assert(t, errors.Is(c.sentinel, c.class), "%v is not a member of %v", c.sentinel, c.class)

@@ -597,9 +597,45 @@ int runVram(char const *libcuda) {
     return failures ? 1 : 0;
 }
 
+// runVramHIP: TensorRT-LLM is CUDA-only, so on the fake HIP runtime
+// (tests/fakecuda/fake_hip.c; KVFERRY_HIP_LIB, KVFERRY_GPU_RUNTIME=hip)
+// HIP device memory handed over as kVRAM is refused with a clear error,
+// while kDRAM still registers and moves.
+int runVramHIP(char const *libhip) {
+    cuda_app cu;
+    if (cuda_open(&cu, libhip) != 0 || !cu.hip) return 2;
+    Factory f = loadFactory();
+    auto ctx = makeAgent(f, "hip_ctx");
+    constexpr size_t n = 1u << 20;
+    uint64_t a = cuda_malloc(&cu, 0, n);
+    CHECK(a != 0, "HIP device memory");
+    if (!a) return 1;
+    try {
+        ctx->registerMemory(MemRanges{MemKind::kVRAM, {MemRange{a, n, 0}}});
+        CHECK(false, "HIP memory registered as kVRAM");
+    } catch (std::exception const &e) {
+        std::printf("vram-hip: HIP memory as kVRAM refused: %s\n", e.what());
+    }
+    uint8_t *host = map_lazy(n);
+    ctx->registerMemory(dram({MemRange{host, n, 0}}));
+    ctx->deregisterMemory(dram({MemRange{host, n, 0}}));
+    cu.free(a);
+    std::printf("vram-hip: %d failures\n", failures);
+    return failures ? 1 : 0;
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
+    if (argc == 3 && std::string(argv[1]) == "vram-hip") {
+        std::setvbuf(stdout, nullptr, _IOLBF, 0);
+        try {
+            return runVramHIP(argv[2]);
+        } catch (std::exception const &e) {
+            std::fprintf(stderr, "vram-hip: uncaught exception: %s\n", e.what());
+            return 1;
+        }
+    }
     if (argc == 3 && std::string(argv[1]) == "vram") {
         std::setvbuf(stdout, nullptr, _IOLBF, 0);
         try {

@@ -12,7 +12,8 @@
 #
 # Environment: KVFERRY_LIB_DIR (default build/lib); TRTLLM_TEST_BUF_MIB (size
 # of the route B buffers, default 512) and TRTLLM_TEST_NBUF (buffers per
-# process, default 3). `tests/trtllm/run.sh vram` runs route A's kVRAM part
+# process, default 3), and kVRAM of HIP memory refused on the fake HIP
+# runtime (TensorRT-LLM is CUDA-only). `tests/trtllm/run.sh vram` runs route A's kVRAM part
 # alone (make hw-check: with KVFERRY_HW=1 on the machine's CUDA driver).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -100,3 +101,11 @@ for tr in auto tcp; do
   env ${force:+MC_FORCE_TCP=1} KVFERRY_CUDA_LIB="$FAKECUDA" LD_LIBRARY_PATH="$LIBDIR/trtllm" \
     timeout 120 "$OUT/agent_test" vram "$FAKECUDA"
 done
+# TensorRT-LLM is CUDA-only: on the fake HIP runtime kVRAM is refused
+# (a hardware run has no fake HIP).
+if [ "${KVFERRY_HW:-}" != 1 ]; then
+  FAKEHIP="$(tests/fakecuda/build.sh "$OUT/fakecuda" hip)"
+  echo "--- route A: kVRAM of HIP memory refused (the fake HIP runtime)"
+  env KVFERRY_HIP_LIB="$FAKEHIP" KVFERRY_GPU_RUNTIME=hip LD_LIBRARY_PATH="$LIBDIR/trtllm" \
+    timeout 120 "$OUT/agent_test" vram-hip "$FAKEHIP"
+fi
