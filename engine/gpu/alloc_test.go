@@ -1,6 +1,8 @@
 package gpu_test
 
 import (
+	"os"
+	"os/exec"
 	"testing"
 
 	"gotest.tools/v3/assert"
@@ -9,6 +11,7 @@ import (
 	"github.com/kvferry/kvferry/engine/gpu"
 	"github.com/kvferry/kvferry/engine/gpu/gputest"
 	"github.com/kvferry/kvferry/internal/cmem"
+	"github.com/kvferry/kvferry/internal/testutil/fakecuda"
 )
 
 // TestAlloc allocates shareable memory on each GPU runtime: VMM memory
@@ -60,3 +63,32 @@ func TestAlloc(t *testing.T) {
 		})
 	}
 }
+
+// TestAllocHIPWithoutVMM: a HIP runtime without the VMM entry points (an
+// older ROCm) gets hipMalloc memory, which same-host peers map by its
+// legacy IPC handle. That fake lies at the same device addresses as the
+// other, so the test runs in a process of its own.
+func TestAllocHIPWithoutVMM(t *testing.T) {
+	if os.Getenv(noVMMChild) != "1" {
+		lib := fakecuda.HIPPath(t, true)
+		cmd := exec.Command(os.Args[0], "-test.run=^TestAllocHIPWithoutVMM$", "-test.count=1")
+		cmd.Env = append(os.Environ(), noVMMChild+"=1", "KVFERRY_TEST_NOVMM_LIB="+lib)
+		out, err := cmd.CombinedOutput()
+		assert.NilError(t, err, "%s", out)
+		return
+	}
+	r := gpu.Shared(gpu.Config{HIPLibrary: os.Getenv("KVFERRY_TEST_NOVMM_LIB"), Runtime: gpu.HIP})
+	kind, err := r.AllocProbe(0)
+	assert.NilError(t, err)
+	assert.Equal(t, kind, gpu.AllocPlain)
+	p, err := r.Alloc(0, 1<<20)
+	assert.NilError(t, err)
+	info, err := r.Classify(uintptr(p), 1<<20, "cuda:0")
+	assert.NilError(t, err)
+	assert.Equal(t, info.Kind, engine.MemoryDevice)
+	assert.Equal(t, info.Share, engine.ShareLegacyIPC)
+	assert.NilError(t, r.Free(p))
+}
+
+// noVMMChild marks the child process of TestAllocHIPWithoutVMM.
+const noVMMChild = "KVFERRY_TEST_NOVMM_CHILD"
