@@ -749,7 +749,10 @@ int kvferry_store_query_task(mooncake_store_t store, const char *task_id, int *t
  * the device supports them), mapped and accessible from every device, so
  * that same-host peers map it through the nvlink transport; on a device
  * without virtual memory management it falls back to cuMemAlloc (legacy
- * IPC). NULL on failure (no driver, out of memory). stream is ignored.
+ * IPC). When the process's GPU runtime is HIP (ROCm; KVFERRY_GPU_RUNTIME,
+ * KVFERRY_HIP_LIB) it is hipMemCreate memory (POSIX fd handles) mapped for
+ * every device, or hipMalloc memory where the runtime has no VMM. NULL on
+ * failure (no runtime, out of memory). stream is ignored.
  * kvferry_cuda_free frees it (size, device and stream are ignored).
  * mc_nvlink_malloc / mc_nvlink_free are the same functions under the names
  * Mooncake's nvlink_allocator.so exports. */
@@ -774,7 +777,8 @@ int kvferry_cuda_memcpy(void *dst, const void *src, size_t n);
 int kvferry_memory_kind(const void *p, int *device);
 
 /* What kvferry_cuda_malloc hands out on device: 1 shareable VMM memory
- * (cuMemCreate), 0 cuMemAlloc memory, -2 no usable driver or device
+ * (cuMemCreate, hipMemCreate), 0 cuMemAlloc / hipMalloc memory, -2 no
+ * usable runtime or device
  * (Mooncake's mc_probe_fabric_support answers 1 only for fabric memory). */
 int kvferry_cuda_probe(int device);
 int mc_probe_fabric_support(int device);

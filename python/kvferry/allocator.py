@@ -8,7 +8,11 @@ kvferry's library exports an allocator of shareable GPU memory,
 handles where the GPUs support them) and mapped for every device, so the
 engine's ``nvlink`` transport lets same-host peers read and write it
 directly; on GPUs without VMM it falls back to ``cuMemAlloc`` (legacy CUDA
-IPC). ``NVLinkAllocator`` mirrors Mooncake's ``mooncake.allocator``::
+IPC). On ROCm (the process's GPU runtime is HIP: a ROCm PyTorch, or
+``KVFERRY_GPU_RUNTIME=hip``) the same functions hand out ``hipMemCreate``
+memory (POSIX fds) or, without VMM, ``hipMalloc`` memory (HIP IPC); a ROCm
+PyTorch takes them through the same ``torch.cuda`` pluggable allocator.
+``NVLinkAllocator`` mirrors Mooncake's ``mooncake.allocator``::
 
     import torch
     from kvferry.allocator import NVLinkAllocator
@@ -44,8 +48,8 @@ class MemoryBackend(IntEnum):
 
 def probe(device=0):
     """Return the MemoryBackend of device: USE_CUMEMCREATE (shareable VMM
-    memory), USE_CUDAMALLOC (cuMemAlloc fallback) or UNSUPPORTED (no CUDA
-    driver or no such device)."""
+    memory: cuMemCreate, hipMemCreate), USE_CUDAMALLOC (cuMemAlloc /
+    hipMalloc fallback) or UNSUPPORTED (no GPU runtime or no such device)."""
     rc = lib.kvferry_cuda_probe(int(device))
     return MemoryBackend(rc) if rc in (0, 1) else MemoryBackend.UNSUPPORTED
 
@@ -55,7 +59,7 @@ def malloc(size, device=0):
     device address (int). Raises MemoryError when nothing was allocated."""
     p = lib.kvferry_cuda_malloc(int(size), int(device), None)
     if not p:
-        raise MemoryError("kvferry_cuda_malloc(%d, device %d) failed (no CUDA driver, no "
+        raise MemoryError("kvferry_cuda_malloc(%d, device %d) failed (no GPU runtime, no "
                           "device, or out of memory)" % (size, device))
     return p
 
