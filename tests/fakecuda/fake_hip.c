@@ -85,10 +85,18 @@ HIP_EXPORT hipError_t hipInit(unsigned int flags) {
 	return cuInit(flags);
 }
 
+// hip_version is the HIP_VERSION the fake reports: ROCm 6.2's, or the
+// one FAKEHIP_VERSION gives (70100000 and up: ROCm 7.1's import of an fd
+// by value).
+static int hip_version(void) {
+	const char *s = getenv("FAKEHIP_VERSION");
+	return s && *s ? atoi(s) : 60241134;
+}
+
 HIP_EXPORT hipError_t hipRuntimeGetVersion(int *v) {
 	FAULT("hipRuntimeGetVersion");
 	if (!v) return CUDA_ERROR_INVALID_VALUE;
-	*v = 60241134; // HIP_VERSION of ROCm 6.2
+	*v = hip_version();
 	return 0;
 }
 
@@ -365,9 +373,22 @@ HIP_EXPORT hipError_t hipMemExportToShareableHandle(void *out, CUmemGenericAlloc
 	return cuMemExportToShareableHandle(out, h, type, flags);
 }
 
+// hipMemImportFromShareableHandle takes a POSIX fd as the version it
+// reports does: by value cast to a pointer from 7.1 on, before that a
+// pointer to the int holding it (Mooncake's HIP transport passes it both
+// ways by the runtime's version).
 HIP_EXPORT hipError_t hipMemImportFromShareableHandle(CUmemGenericAllocationHandle *h, void *os, int type) {
 	FAULT("hipMemImportFromShareableHandle");
+	if (type == HANDLE_POSIX_FD && hip_version() < 70100000) {
+		if (!os) return CUDA_ERROR_INVALID_VALUE;
+		os = (void *)(intptr_t)*(const int *)os;
+	}
 	return cuMemImportFromShareableHandle(h, os, type);
+}
+
+HIP_EXPORT hipError_t hipMemRetainAllocationHandle(CUmemGenericAllocationHandle *h, void *addr) {
+	FAULT("hipMemRetainAllocationHandle");
+	return cuMemRetainAllocationHandle(h, addr);
 }
 
 HIP_EXPORT hipError_t hipMemGetHandleForAddressRange(void *out, void *p, size_t size, int type, unsigned long long flags) {
