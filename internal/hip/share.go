@@ -65,33 +65,53 @@ func (r *Runtime) ExportFDAt(p uint64) (fd int, base, size uint64, err error) {
 // read-write access for every device), and returns its address and size
 // (rounded up to the granularity). Free it with VMMFree.
 func (r *Runtime) VMMAlloc(dev int, n uint64) (p, size uint64, err error) {
+	return r.VMMAllocChunks(dev, n, 1)
+}
+
+// VMMAllocChunks allocates n chunks of at least chunk bytes each (rounded
+// up to the granularity) side by side in one reservation, one hipMemCreate
+// and hipMemMap per chunk (the layout of PyTorch's expandable segments),
+// shareable as POSIX fds. It returns the address and the whole size; free
+// it with VMMFree.
+func (r *Runtime) VMMAllocChunks(dev int, chunk uint64, n int) (p, size uint64, err error) {
+	if n <= 0 {
+		return 0, 0, fmt.Errorf("VMM allocation of %d chunks: %w", n, &Error{Call: "hipMemCreate", Code: ErrorInvalidValue})
+	}
 	g, err := r.Granularity(dev)
 	if err != nil {
 		return 0, 0, err
 	}
-	size = max((n+g-1)/g*g, g)
-	h, err := r.MemCreate(dev, size)
-	if err != nil {
-		return 0, 0, err
-	}
-	defer r.MemRelease(h) // the mapping holds the allocation from now on
+	chunk = max((chunk+g-1)/g*g, g)
+	size = chunk * uint64(n)
 	if p, err = r.Reserve(size, g); err != nil {
 		return 0, 0, err
 	}
-	if err := r.check("hipMemMap", r.f.memMap(p, size, 0, h, 0)); err != nil {
+	undo := func(mapped int) {
+		for j := range mapped {
+			r.f.memUnmap(p+uint64(j)*chunk, chunk)
+		}
 		r.f.memAddressFree(p, size)
-		return 0, 0, err
+	}
+	for i := range n {
+		h, err := r.MemCreate(dev, chunk)
+		if err == nil {
+			err = r.check("hipMemMap", r.f.memMap(p+uint64(i)*chunk, chunk, 0, h, 0))
+			r.f.memRelease(h) // the mapping holds the allocation
+		}
+		if err != nil {
+			undo(i)
+			return 0, 0, err
+		}
 	}
 	if err := r.setAccessAll(p, size); err != nil {
-		r.f.memUnmap(p, size)
-		r.f.memAddressFree(p, size)
+		undo(n)
 		return 0, 0, err
 	}
 	return p, size, nil
 }
 
-// VMMFree unmaps and frees memory from VMMAlloc (p its address, size its
-// size).
+// VMMFree unmaps and frees memory from VMMAlloc or VMMAllocChunks (p its
+// address, size its size).
 func (r *Runtime) VMMFree(p, size uint64) error {
 	if err := r.Unmap(p, size); err != nil {
 		return err
