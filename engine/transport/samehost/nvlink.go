@@ -259,7 +259,10 @@ func (w *ipcWorker) plan(im *ipcMaps, s *session, p *engine.Peer, sl *engine.Sli
 		dev = sl.LocalRegion().Device
 	}
 	share := engine.ParseShare(b)
-	if im.share != 0 {
+	switch {
+	case im.hip:
+		share = mooncakeHIPShare(b)
+	case im.share != 0:
 		share = im.share // a Mooncake peer's handles are of the kind its transport uses
 	}
 	for off := uint64(0); off < sl.Length; {
@@ -305,6 +308,7 @@ type ipcMaps struct {
 	// every shm_name of a Mooncake peer (its descriptor does not say).
 	peer  string
 	share engine.ShareKind
+	hip   bool // a Mooncake hip peer: the kind is each buffer's (mooncakeHIPShare)
 	mu    sync.Mutex
 	ms    []*ipcMapping
 	ep    uint64 // registration epoch of the last sweep
@@ -414,6 +418,8 @@ func (im *ipcMaps) open(s *session, dev int, b descriptor.Buffer, share engine.S
 // process's GPU runtime).
 func (im *ipcMaps) openFD(s *session, dev int, b descriptor.Buffer, a uint64) (*ipcMapping, error) {
 	switch {
+	case s == nil && im.hip:
+		return im.openPeerFD(dev, b)
 	case s == nil:
 		return nil, fmt.Errorf("buffer %#x+%d is exported as file descriptors, and segment %q has no session: %w", b.Addr, b.Length, im.peer, engine.ErrNotSupported)
 	case len(b.Chunks) > 1:
