@@ -162,6 +162,8 @@ func gpuChildMain(role string) int {
 		return chunkOwnerMain()
 	case "gpu-mooncake-owner":
 		return mooncakeOwnerMain()
+	case "gpu-mooncake-hip-mapper":
+		return mooncakeHIPMapperMain()
 	}
 	rt, lib := gputest.FromEnv(os.LookupEnv)
 	e, d, err := gpuChildEngineOn(rt, lib)

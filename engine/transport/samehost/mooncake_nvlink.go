@@ -41,6 +41,16 @@ import (
 // two apart (Mooncake's own initiator also insists that it matches its
 // own mode); we take either (docs/specs/hip.md).
 
+// Describe publishes the same-host socket and, with
+// Config.MooncakeProtocol set, that protocol for Mooncake's peers (unless
+// a transport described before set one).
+func (t *NVLink) Describe(seg *descriptor.Segment) {
+	t.base.Describe(seg)
+	if t.cfg.MooncakeProtocol != "" && seg.Protocol == "" {
+		seg.Protocol = t.cfg.MooncakeProtocol
+	}
+}
+
 // isForeignNVLink reports whether p is a peer of Mooncake's nvlink,
 // nvlink_intra or hip transport (no kvferry host identity).
 func isForeignNVLink(p *engine.Peer) bool {
