@@ -34,10 +34,6 @@ type gpuBufs struct {
 
 const gpuBufBytes = 8 << 20
 
-// cudaRT is the CUDA entry of the runtime table, for the tests of CUDA
-// driver paths (VMM, fabric handles, Mooncake's CUDA peers).
-var cudaRT = gputest.Runtimes()[0]
-
 // gpuStack returns the stack configuration of a GPU test process on the
 // GPU runtime g names.
 func gpuStack(g gpu.Config) stack.Config {
@@ -117,16 +113,6 @@ func (b gpuBufs) check(d gputest.Allocator, kind string, n, seed uint64) (bool, 
 		}
 	}
 	return bytes.Equal(b.host.Bytes()[:n], patternAt(seed, n)), nil
-}
-
-// gpuChildEngine starts a GPU child's engine on the CUDA driver at lib
-// and loads the driver.
-func gpuChildEngine(lib string) (*engine.Engine, *cuda.Driver, error) {
-	e, d, err := gpuChildEngineOn(cudaRT, lib)
-	if err != nil {
-		return nil, nil, err
-	}
-	return e, d.(*cuda.Driver), nil
 }
 
 // gpuChildEngineOn starts a GPU child's engine on runtime rt's library
