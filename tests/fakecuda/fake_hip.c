@@ -22,6 +22,9 @@
 // call under it checks the CUDA name. FAKEHIP_NO_VMM=1 at build time
 // (-DFAKEHIP_NO_VMM) leaves out the VMM and dma-buf symbols, as an older
 // ROCm does, so a binding must report them missing instead of crashing.
+// FAKEHIP_VERSION=N (run time) changes the HIP_VERSION it reports (ROCm
+// 6.2's by default) and with it how hipMemImportFromShareableHandle takes
+// a POSIX fd: by pointer before 7.1 (70100000), by value from then on.
 
 // Device memory and mapping windows of their own (the fake CUDA's lie at
 // 0x7d0000000000 and 0x7c0000000000), so that both fakes fit in one
