@@ -28,10 +28,12 @@ import (
 //     buffer's shm_name, exactly as Mooncake publishes it, opened with
 //     cuIpcOpenMemHandle (one mapping per allocation and device for the
 //     whole process);
-//   - VMM memory (cuMemCreate: PyTorch's expandable segments, kvferry's
-//     allocator): the owner exports each allocation as a POSIX fd on
-//     request, over the session socket with SCM_RIGHTS; the initiator
-//     imports and maps it (cuMemImportFromShareableHandle, cuMemMap);
+//   - VMM memory (cuMemCreate or hipMemCreate: PyTorch's expandable
+//     segments, kvferry's allocator): the owner exports each allocation as
+//     a POSIX fd on request, over the session socket with SCM_RIGHTS; the
+//     initiator imports and maps it through engine/gpu's SharedMapping
+//     (cuMemImportFromShareableHandle/hipMemImportFromShareableHandle,
+//     then cuMemMap/hipMemMap), on whichever GPU runtime it has;
 //   - fabric handles (MNNVL/IMEX): the 64-byte handle in shm_name,
 //     imported the same way, when the owner offers no fd.
 //
