@@ -82,6 +82,7 @@ engine/peerauth FuzzServer state
 engine/transport/samehost/shwire FuzzWire parser
 engine/transport/samehost/shwire FuzzExportWire parser
 engine/transport/samehost/nring FuzzDrain parser
+engine/transport/samehost FuzzParseFDPid parser
 engine/transport/rdma/handshake FuzzDecodeHandshake parser
 engine/transport/rdma/priority FuzzParseMatrix parser
 engine/transport/rdma/ibv FuzzParseGID parser

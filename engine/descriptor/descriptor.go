@@ -57,7 +57,8 @@ type Buffer struct {
 	ShmName string `json:"shm_name,omitempty"`
 	// Mem is the memory kind of GPU memory ("device", "managed"; empty
 	// for host memory). kvferry extension; for buffers without it, a name
-	// starting with "cuda:" means device memory (Mooncake's location).
+	// starting with "cuda:" or "hip:" means device memory (Mooncake's
+	// locations).
 	Mem string `json:"kvferry_mem,omitempty"`
 	// IPCOffset is where the buffer starts in the allocation ShmName maps
 	// (published by earlier kvferry versions; a buffer that does not start
@@ -145,7 +146,9 @@ func (b Buffer) GPU() bool {
 	case MemDevice, MemManaged:
 		return true
 	case "":
-		return strings.HasPrefix(b.Name, "cuda:")
+		// Mooncake's CUDA builds name device memory "cuda:N", its HIP
+		// builds "hip:N".
+		return strings.HasPrefix(b.Name, "cuda:") || strings.HasPrefix(b.Name, "hip:")
 	}
 	return false
 }

@@ -9,10 +9,12 @@ import (
 	"github.com/kvferry/kvferry/internal/hip"
 )
 
-// classifyHIP is Classify on the HIP runtime. HIP memory is shared with
-// same-host peers by its IPC handle (one per hipMalloc allocation the range
-// spans); memory without one (VMM memory: the HIP runtime reports no
-// allowed handle types for a pointer) is staged by those peers.
+// classifyHIP is Classify on the HIP runtime. hipMalloc memory is shared
+// with same-host peers by its IPC handle (one per allocation the range
+// spans); VMM memory (hipMemCreate, found by hipMemRetainAllocationHandle
+// as Mooncake's HIP transport finds it) by POSIX fds the owner exports on
+// request, as CUDA's VMM memory; memory with neither (or a range mixing
+// the two) is staged by those peers.
 func (r *Runtime) classifyHIP(addr uintptr, length uint64, location string, wantGPU bool) (engine.MemoryInfo, error) {
 	h := r.hip
 	pi, err := h.Pointer(uint64(addr))
@@ -38,6 +40,10 @@ func (r *Runtime) classifyHIP(addr uintptr, length uint64, location string, want
 	chunks, err := walkHIP(h, pi, uint64(addr), length)
 	if err != nil {
 		return engine.MemoryInfo{}, err
+	}
+	if hipVMM(h, chunks) {
+		shareHIPVMM(&info, chunks)
+		return info, nil
 	}
 	if len(chunks) == 1 {
 		ih, err := h.IPCGetHandle(pi.Device, uint64(addr))

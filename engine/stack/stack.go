@@ -67,6 +67,10 @@ type Config struct {
 	Protocol string
 }
 
+// protoHIP is Mooncake's protocol of its ROCm build's same-host GPU
+// transport (specs/mooncake.md §1.7).
+const protoHIP = "hip"
+
 // DefaultTransports are installed by AutoDiscover, best first.
 var DefaultTransports = []string{local.Name, samehost.NameCMA, samehost.NameNVLink, samehost.NameShm, tcp.Name}
 
@@ -109,7 +113,11 @@ func Factory(cfg Config) engine.TransportFactory {
 		case samehost.NameShm:
 			return samehost.NewShm(e, sameHostConfig(cfg)), nil
 		case samehost.NameNVLink:
-			return samehost.NewNVLink(e, sameHostConfig(cfg)), nil
+			sc := sameHostConfig(cfg)
+			if strings.EqualFold(strings.TrimSpace(cfg.Protocol), protoHIP) && sc.MooncakeProtocol == "" {
+				sc.MooncakeProtocol = protoHIP // Mooncake's ROCm peers map our device memory
+			}
+			return samehost.NewNVLink(e, sc), nil
 		case rdma.Name:
 			rc := cfg.RDMA
 			if args := e.TransportArgs(rdma.Name); len(args) > 0 && args[0] != "" {
@@ -229,7 +237,13 @@ func installProtocol(e *engine.Engine, lg *slog.Logger, p string) {
 		return
 	}
 	var why error
-	if p != tcp.Name {
+	switch p {
+	case tcp.Name:
+	case protoHIP:
+		// Mooncake's same-host GPU transport of its ROCm build: ours is
+		// nvlink, which then publishes "hip" (Factory).
+		_, why = e.InstallTransport(samehost.NameNVLink)
+	default:
 		_, why = e.InstallTransport(p)
 	}
 	network := networkTransport(e)

@@ -266,6 +266,51 @@ func TestVMMAndDmaBuf(t *testing.T) {
 	}
 }
 
+// TestVMMAcrossProcesses: VMM memory exported by address (as the
+// same-host transport's owner does) is mapped by another process through
+// the fd alone, which reads the bytes and writes back; under both ways
+// HIP runtimes take the fd at import (by pointer before ROCm 7.1, by value
+// from 7.1). hipMalloc memory is not shareable by fd.
+func TestVMMAcrossProcesses(t *testing.T) {
+	r, c := load(t)
+	p, size, err := r.VMMAlloc(0, 3<<20)
+	assert.NilError(t, err)
+	defer func() { assert.NilError(t, r.VMMFree(p, size)) }()
+	assert.Assert(t, r.Shareable(p+size-1))
+	legacy, err := r.MemAlloc(0, 4096)
+	assert.NilError(t, err)
+	defer r.MemFree(0, legacy)
+	assert.Assert(t, !r.Shareable(legacy))
+	_, _, _, err = r.ExportFDAt(legacy)
+	assert.Assert(t, err != nil)
+	host, err := r.HostAlloc(size)
+	assert.NilError(t, err)
+	defer r.HostFree(host)
+	copy(cmem.Bytes(host, size), pattern(int(size), 9))
+	assert.NilError(t, r.MemcpySync(0, p, uint64(host), size))
+	for _, version := range []string{"60241134", "70100000"} {
+		t.Run(version, func(t *testing.T) {
+			fd, base, n, err := r.ExportFDAt(p + 4096)
+			assert.NilError(t, err)
+			assert.Equal(t, base, p)
+			assert.Equal(t, n, size)
+			f := os.NewFile(uintptr(fd), "vmm")
+			defer f.Close()
+			cmd := exec.Command(os.Args[0], "-test.run=^$")
+			cmd.Env = append(os.Environ(), "KVFERRY_HIP_CHILD=vmm", "KVFERRY_HIP_LIB="+r.Path(),
+				"FAKEHIP_VERSION="+version, fmt.Sprintf("KVFERRY_IPC_SIZE=%d", size))
+			cmd.ExtraFiles = []*os.File{f} // fd 3 in the child
+			cmd.Stderr = os.Stderr
+			out, err := cmd.Output()
+			assert.NilError(t, err)
+			assert.Equal(t, strings.TrimSpace(string(out)), "ok")
+			assert.DeepEqual(t, c.Bytes(p, 16), []byte("written by peer!"))
+			copy(cmem.Bytes(host, 16), pattern(16, 9))
+			assert.NilError(t, r.MemcpySync(0, p, uint64(host), 16))
+		})
+	}
+}
+
 // ---- other processes ----
 
 func runChild(t *testing.T, role, lib string, env ...string) (*bufio.Reader, func()) {
@@ -359,6 +404,38 @@ func child(role string) int {
 			return fail("%v", err)
 		}
 		if err := r.IPCClose(second, p); err != nil {
+			return fail("%v", err)
+		}
+	case "vmm":
+		var n uint64
+		fmt.Sscan(os.Getenv("KVFERRY_IPC_SIZE"), &n)
+		second := fakecuda.SecondOf(r.DeviceCount())
+		m, err := r.ReserveShared(second, n)
+		if err != nil {
+			return fail("%v", err)
+		}
+		defer m.Close()
+		if err := m.MapFD(0, n, 3); err != nil {
+			return fail("map: %v", err)
+		}
+		if err := m.Finish(); err != nil {
+			return fail("%v", err)
+		}
+		host, err := r.HostAlloc(n)
+		if err != nil {
+			return fail("%v", err)
+		}
+		if err := r.MemcpySync(second, uint64(host), m.Addr(), n); err != nil {
+			return fail("%v", err)
+		}
+		if !bytes.Equal(cmem.Bytes(host, n), pattern(int(n), 9)) {
+			return fail("bytes differ")
+		}
+		copy(cmem.Bytes(host, 16), "written by peer!")
+		if err := r.MemcpySync(second, m.Addr(), uint64(host), 16); err != nil {
+			return fail("%v", err)
+		}
+		if err := m.Close(); err != nil {
 			return fail("%v", err)
 		}
 	case "novmm":

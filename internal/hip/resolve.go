@@ -91,7 +91,11 @@ type funcs struct {
 	memUnmap           func(p, size uint64) Result
 	memExportShareable func(out unsafe.Pointer, h uint64, typ int32, flags uint64) Result
 	memImportShareable func(h *uint64, os uintptr, typ int32) Result
-	memGetHandleForAR  func(out unsafe.Pointer, p, size uint64, typ int32, flags uint64) Result
+	// memImportShareablePtr is the same entry point as ROCm before 7.1
+	// takes it: a pointer to the int holding the fd.
+	memImportShareablePtr func(h *uint64, os *int32, typ int32) Result
+	memRetainAllocHandle  func(h *uint64, p uint64) Result
+	memGetHandleForAR     func(out unsafe.Pointer, p, size uint64, typ int32, flags uint64) Result
 }
 
 // resolve binds every entry point: a missing required one fails the load
@@ -148,6 +152,8 @@ func (r *Runtime) resolve() error {
 		{"hipMemUnmap", &f.memUnmap, true},
 		{"hipMemExportToShareableHandle", &f.memExportShareable, true},
 		{"hipMemImportFromShareableHandle", &f.memImportShareable, true},
+		{"hipMemImportFromShareableHandle", &f.memImportShareablePtr, true},
+		{"hipMemRetainAllocationHandle", &f.memRetainAllocHandle, true},
 		{"hipMemGetHandleForAddressRange", &f.memGetHandleForAR, true},
 	} {
 		p, err := purego.Dlsym(r.lib, e.name)
@@ -166,5 +172,5 @@ func (r *Runtime) resolve() error {
 func (f *funcs) hasVMM() bool {
 	return f.memGetGranularity != nil && f.memCreate != nil && f.memRelease != nil && f.memAddressReserve != nil &&
 		f.memAddressFree != nil && f.memMap != nil && f.memSetAccess != nil && f.memUnmap != nil &&
-		f.memExportShareable != nil && f.memImportShareable != nil
+		f.memExportShareable != nil && f.memImportShareable != nil && f.memRetainAllocHandle != nil
 }

@@ -76,10 +76,15 @@ func (r *Runtime) ExportFD(h uint64) (int, error) {
 	return int(fd), nil
 }
 
+// importByValueVersion is the first HIP runtime version (7.1) whose
+// hipMemImportFromShareableHandle takes the fd by value, cast to a
+// pointer; earlier ones take a pointer to the int holding it.
+const importByValueVersion = 70100000
+
 // ImportFD imports a POSIX file descriptor another process exported and
 // returns an allocation handle of this process; fd stays the caller's.
-// The descriptor is passed by value, cast to a pointer, as HIP's own
-// tests pass it.
+// The descriptor is passed as the runtime's version takes it (by value
+// from ROCm 7.1, by pointer before).
 func (r *Runtime) ImportFD(fd int) (uint64, error) {
 	if err := r.needVMM("hipMemImportFromShareableHandle"); err != nil {
 		return 0, err
@@ -88,8 +93,14 @@ func (r *Runtime) ImportFD(fd int) (uint64, error) {
 		return 0, fmt.Errorf("hipMemImportFromShareableHandle: fd %d: %w", fd, &Error{Call: "hipMemImportFromShareableHandle", Code: ErrorInvalidValue})
 	}
 	var h uint64
-	err := r.check("hipMemImportFromShareableHandle", r.f.memImportShareable(&h, uintptr(fd), handlePosixFD))
-	return h, err
+	var c Result
+	if r.version >= importByValueVersion {
+		c = r.f.memImportShareable(&h, uintptr(fd), handlePosixFD)
+	} else {
+		v := int32(fd)
+		c = r.f.memImportShareablePtr(&h, &v, handlePosixFD)
+	}
+	return h, r.check("hipMemImportFromShareableHandle", c)
 }
 
 // Reserve reserves size bytes of device address space.

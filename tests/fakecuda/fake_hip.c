@@ -22,6 +22,9 @@
 // call under it checks the CUDA name. FAKEHIP_NO_VMM=1 at build time
 // (-DFAKEHIP_NO_VMM) leaves out the VMM and dma-buf symbols, as an older
 // ROCm does, so a binding must report them missing instead of crashing.
+// FAKEHIP_VERSION=N (run time) changes the HIP_VERSION it reports (ROCm
+// 6.2's by default) and with it how hipMemImportFromShareableHandle takes
+// a POSIX fd: by pointer before 7.1 (70100000), by value from then on.
 
 // Device memory and mapping windows of their own (the fake CUDA's lie at
 // 0x7d0000000000 and 0x7c0000000000), so that both fakes fit in one
@@ -85,10 +88,18 @@ HIP_EXPORT hipError_t hipInit(unsigned int flags) {
 	return cuInit(flags);
 }
 
+// hip_version is the HIP_VERSION the fake reports: ROCm 6.2's, or the
+// one FAKEHIP_VERSION gives (70100000 and up: ROCm 7.1's import of an fd
+// by value).
+static int hip_version(void) {
+	const char *s = getenv("FAKEHIP_VERSION");
+	return s && *s ? atoi(s) : 60241134;
+}
+
 HIP_EXPORT hipError_t hipRuntimeGetVersion(int *v) {
 	FAULT("hipRuntimeGetVersion");
 	if (!v) return CUDA_ERROR_INVALID_VALUE;
-	*v = 60241134; // HIP_VERSION of ROCm 6.2
+	*v = hip_version();
 	return 0;
 }
 
@@ -365,9 +376,22 @@ HIP_EXPORT hipError_t hipMemExportToShareableHandle(void *out, CUmemGenericAlloc
 	return cuMemExportToShareableHandle(out, h, type, flags);
 }
 
+// hipMemImportFromShareableHandle takes a POSIX fd as the version it
+// reports does: by value cast to a pointer from 7.1 on, before that a
+// pointer to the int holding it (Mooncake's HIP transport passes it both
+// ways by the runtime's version).
 HIP_EXPORT hipError_t hipMemImportFromShareableHandle(CUmemGenericAllocationHandle *h, void *os, int type) {
 	FAULT("hipMemImportFromShareableHandle");
+	if (type == HANDLE_POSIX_FD && hip_version() < 70100000) {
+		if (!os) return CUDA_ERROR_INVALID_VALUE;
+		os = (void *)(intptr_t)*(const int *)os;
+	}
 	return cuMemImportFromShareableHandle(h, os, type);
+}
+
+HIP_EXPORT hipError_t hipMemRetainAllocationHandle(CUmemGenericAllocationHandle *h, void *addr) {
+	FAULT("hipMemRetainAllocationHandle");
+	return cuMemRetainAllocationHandle(h, addr);
 }
 
 HIP_EXPORT hipError_t hipMemGetHandleForAddressRange(void *out, void *p, size_t size, int type, unsigned long long flags) {

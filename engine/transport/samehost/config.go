@@ -98,6 +98,14 @@ type Config struct {
 	// publish legacy IPC handles even where every GPU supports fabric
 	// handles, as Mooncake does with MC_USE_NVLINK_IPC set.
 	MooncakeNVLinkIPC bool
+	// MooncakeProtocol is the protocol nvlink publishes in the segment
+	// descriptor when no transport described before it set one and a
+	// network transport after it does not replace it (rdma does, tcp does
+	// not): "hip" (Mooncake's initialize protocol "hip", what a ROCm
+	// build of Mooncake publishes) makes a same-host Mooncake hip peer
+	// choose its hip transport for our segment and map the buffers' IPC
+	// handles. Empty: nvlink publishes none.
+	MooncakeProtocol string
 	// GPU moves device memory: shm stages it through the session's
 	// shared memory on either side, nvlink maps the owner's device memory
 	// (CUDA IPC). Nil: host memory only.

@@ -10,8 +10,10 @@ import (
 
 	"gotest.tools/v3/assert"
 
+	"github.com/kvferry/kvferry/engine/gpu/gputest"
 	"github.com/kvferry/kvferry/internal/cmem"
 	"github.com/kvferry/kvferry/internal/cuda"
+	"github.com/kvferry/kvferry/internal/hip"
 	"github.com/kvferry/kvferry/internal/testutil/fakecuda"
 )
 
@@ -26,22 +28,30 @@ const chunkBytes = 2 << 20
 // Its ready line gives 0 for what the driver cannot make: fabric handles
 // where the devices have none (a real driver without NVLink fabric),
 // adjacent cudaMalloc allocations where the driver placed none side by
-// side.
+// side. On HIP (the runtime gputest.FromEnv names) it has no fabric
+// memory: HIP offers no fabric handles.
 func chunkOwnerMain() int {
 	fail := func(err error) int { fmt.Fprintln(os.Stderr, err); return 1 }
-	e, d, err := gpuChildEngine(os.Getenv("KVFERRY_CUDA_LIB"))
+	rt, lib := gputest.FromEnv(os.LookupEnv)
+	e, a, err := gpuChildEngineOn(rt, lib)
 	if err != nil {
 		return fail(err)
 	}
 	defer e.Close()
-	second := fakecuda.SecondOf(d.DeviceCount())
-	fd, fdSize, err := d.VMMAllocChunks(0, chunkBytes, 3, cuda.HandlePosixFD)
+	second := fakecuda.SecondOf(deviceCount(a))
+	var fd, fdSize uint64
+	d, isCUDA := a.(*cuda.Driver)
+	if isCUDA {
+		fd, fdSize, err = d.VMMAllocChunks(0, chunkBytes, 3, cuda.HandlePosixFD)
+	} else {
+		fd, fdSize, err = a.(*hip.Runtime).VMMAllocChunks(0, chunkBytes, 3)
+	}
 	if err != nil {
 		return fail(err)
 	}
 	regs := [][3]uint64{{fd + 4096, fdSize - 8192, 0}}
 	var fab, fabSize, legacy uint64
-	if info, err := d.Device(second); err == nil && info.Fabric {
+	if isCUDA && fabricDevice(d, second) {
 		if fab, fabSize, err = d.VMMAllocChunks(second, chunkBytes, 3, cuda.HandleFabric); err != nil {
 			return fail(err)
 		}
@@ -51,7 +61,7 @@ func chunkOwnerMain() int {
 	// a real driver usually does, within a few tries.
 	var prev uint64
 	for range 8 {
-		l, err := d.MemAlloc(second, chunkBytes)
+		l, err := a.MemAlloc(second, chunkBytes)
 		if err != nil {
 			return fail(err)
 		}
@@ -69,7 +79,7 @@ func chunkOwnerMain() int {
 		legacy += 4096
 	}
 	for _, r := range regs {
-		if err := e.RegisterMemory(uintptr(r[0]), r[1], fmt.Sprintf("cuda:%d", r[2]), true); err != nil {
+		if err := e.RegisterMemory(uintptr(r[0]), r[1], rt.Location(int(r[2])), true); err != nil {
 			return fail(err)
 		}
 	}
@@ -83,7 +93,7 @@ func chunkOwnerMain() int {
 		out.Flush()
 	}
 	reply("ready %s %d %d %d", e.SegmentName(), fd+4096, fab, legacy)
-	return deviceOwnerLoop(d, host, reply, func() error {
+	return deviceOwnerLoop(a.(ranger), host, reply, func() error {
 		for _, r := range regs {
 			if err := e.UnregisterMemory(uintptr(r[0])); err != nil {
 				return err
@@ -93,10 +103,28 @@ func chunkOwnerMain() int {
 	})
 }
 
+// fabricDevice reports whether device dev of d exports fabric handles.
+func fabricDevice(d *cuda.Driver, dev int) bool {
+	info, err := d.Device(dev)
+	return err == nil && info.Fabric
+}
+
+// ranger copies synchronously and tells a device address's allocation
+// (both bindings).
+type ranger interface {
+	MemcpySync(dev int, dst, src, n uint64) error
+	AddressRange(p uint64) (base, size uint64, err error)
+}
+
+var (
+	_ ranger = (*cuda.Driver)(nil)
+	_ ranger = (*hip.Runtime)(nil)
+)
+
 // deviceOwnerLoop answers "fill addr n seed" and "check addr n seed" (of
 // device memory, through the driver and the host buffer), "unreg" (calls
 // unreg) and "quit".
-func deviceOwnerLoop(d *cuda.Driver, host *cmem.Map, reply func(string, ...any), unreg func() error) int {
+func deviceOwnerLoop(d ranger, host *cmem.Map, reply func(string, ...any), unreg func() error) int {
 	sc := bufio.NewScanner(os.Stdin)
 	for sc.Scan() {
 		f := strings.Fields(sc.Text())
@@ -133,19 +161,29 @@ func deviceOwnerLoop(d *cuda.Driver, host *cmem.Map, reply func(string, ...any),
 }
 
 // TestGPUChunksTwoProcesses: device memory registered over several
-// allocations crosses processes through CUDA IPC: the importer maps
+// allocations crosses processes through GPU IPC: the importer maps
 // chunked VMM memory side by side in one reservation (POSIX fds the owner
-// exports one per chunk, or the fabric handles of the descriptor), and
-// opens one legacy IPC handle per cudaMalloc allocation. Requests run
-// across the allocations' boundaries in both directions, from device and
-// host memory; every byte is checked on the other side; the mappings close
-// when the owner unregisters.
+// exports one per chunk, or, on CUDA, the fabric handles of the
+// descriptor), and opens one legacy IPC handle per cudaMalloc/hipMalloc
+// allocation. Requests run across the allocations' boundaries in both
+// directions, from device and host memory; every byte is checked on the
+// other side; the mappings close when the owner unregisters. It runs on
+// each GPU runtime.
 func TestGPUChunksTwoProcesses(t *testing.T) {
-	lib := fakecuda.Path(t)
-	env := []string{"KVFERRY_CUDA_LIB=" + lib, "FAKECUDA_FABRIC=1"}
+	for _, rt := range gputest.Runtimes() {
+		t.Run(rt.Name, func(t *testing.T) { testGPUChunksTwoProcesses(t, rt) })
+	}
+}
+
+func testGPUChunksTwoProcesses(t *testing.T, rt gputest.Runtime) {
+	lib := rt.Path(t)
+	env := append(rt.Env(lib), "FAKECUDA_FABRIC=1")
 	owner := startChild(t, childOpts{role: "gpu-chunk-owner", env: env})
 	seg := owner.ready[0]
 	targets := map[string]uint64{"fd": atou(owner.ready[1]), "fabric": atou(owner.ready[2]), "legacy": atou(owner.ready[3])}
+	if rt.Name == "hip" {
+		delete(targets, "fabric") // HIP has no fabric handles
+	}
 	for name, base := range targets {
 		if base == 0 {
 			// Only on a real driver (the owner fails on the fake).
@@ -177,10 +215,14 @@ func TestGPUChunksTwoProcesses(t *testing.T) {
 	// allocation however many devices open it); the initiator's own VMM
 	// buffer and, for each of its two devices (dev and host requests run
 	// on device 0, vmm on 1), 3+3 imported chunks, each kind side by side
-	// in one reservation.
+	// in one reservation (HIP: no fabric chunks).
 	fake := !fakecuda.Hardware()
 	if fake {
-		assert.Equal(t, c.do("ipc"), "ipc 2 13")
+		want := "ipc 2 13"
+		if rt.Name == "hip" {
+			want = "ipc 2 7"
+		}
+		assert.Equal(t, c.do("ipc"), want)
 	}
 	assert.Equal(t, owner.do("unreg"), "ok")
 	for name, base := range targets {
@@ -195,7 +237,7 @@ func TestGPUChunksTwoProcesses(t *testing.T) {
 // copyPieces copies n bytes between host and device memory one driver
 // allocation at a time (a copy may not run from one cudaMalloc allocation
 // into the next); toDevice: dst is the device address.
-func copyPieces(d *cuda.Driver, dst, src, n uint64, toDevice bool) error {
+func copyPieces(d ranger, dst, src, n uint64, toDevice bool) error {
 	for off := uint64(0); off < n; {
 		dev := src + off
 		if toDevice {

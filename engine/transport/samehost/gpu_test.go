@@ -18,25 +18,21 @@ import (
 	"github.com/kvferry/kvferry/engine/stack"
 	"github.com/kvferry/kvferry/internal/cmem"
 	"github.com/kvferry/kvferry/internal/cuda"
+	"github.com/kvferry/kvferry/internal/hip"
 	"github.com/kvferry/kvferry/internal/hostenv"
 	"github.com/kvferry/kvferry/internal/testutil/fakecuda"
 )
 
 // gpuBufs are the buffers of a GPU test process: pageable host memory,
-// cudaMalloc memory (legacy IPC) on device 0 and VMM memory (POSIX-fd
-// export) on device 1 (0 on a machine with one GPU), each gpuBufBytes.
-// On HIP, whose nvlink path shares memory by legacy IPC only, the second
-// buffer ("vmm") is hipMalloc memory on device 1 as well.
+// cudaMalloc/hipMalloc memory (legacy IPC) on device 0 and VMM memory
+// (cuMemCreate/hipMemCreate, POSIX-fd export) on device 1 (0 on a machine
+// with one GPU), each gpuBufBytes.
 type gpuBufs struct {
 	host     *cmem.Map
 	dev, vmm uint64
 }
 
 const gpuBufBytes = 8 << 20
-
-// cudaRT is the CUDA entry of the runtime table, for the tests of CUDA
-// driver paths (VMM, fabric handles, Mooncake's CUDA peers).
-var cudaRT = gputest.Runtimes()[0]
 
 // gpuStack returns the stack configuration of a GPU test process on the
 // GPU runtime g names.
@@ -62,12 +58,7 @@ func allocGPU(rt gputest.Runtime, e *engine.Engine, d gputest.Allocator) (gpuBuf
 		return b, err
 	}
 	second := fakecuda.SecondOf(deviceCount(d))
-	if cd, ok := d.(*cuda.Driver); ok {
-		b.vmm, _, err = cd.VMMAlloc(second, gpuBufBytes)
-	} else {
-		b.vmm, err = d.MemAlloc(second, gpuBufBytes)
-	}
-	if err != nil {
+	if b.vmm, _, err = d.(vmmAllocator).VMMAlloc(second, gpuBufBytes); err != nil {
 		return b, err
 	}
 	if err := e.RegisterMemory(b.host.Addr(), gpuBufBytes, "cpu:0", true); err != nil {
@@ -78,6 +69,16 @@ func allocGPU(rt gputest.Runtime, e *engine.Engine, d gputest.Allocator) (gpuBuf
 	}
 	return b, e.RegisterMemory(uintptr(b.vmm), gpuBufBytes, rt.Location(second), true)
 }
+
+// vmmAllocator allocates shareable VMM memory (both bindings).
+type vmmAllocator interface {
+	VMMAlloc(dev int, n uint64) (p, size uint64, err error)
+}
+
+var (
+	_ vmmAllocator = (*cuda.Driver)(nil)
+	_ vmmAllocator = (*hip.Runtime)(nil)
+)
 
 // deviceCount returns the device count of either binding.
 func deviceCount(d gputest.Allocator) int {
@@ -114,16 +115,6 @@ func (b gpuBufs) check(d gputest.Allocator, kind string, n, seed uint64) (bool, 
 	return bytes.Equal(b.host.Bytes()[:n], patternAt(seed, n)), nil
 }
 
-// gpuChildEngine starts a GPU child's engine on the CUDA driver at lib
-// and loads the driver.
-func gpuChildEngine(lib string) (*engine.Engine, *cuda.Driver, error) {
-	e, d, err := gpuChildEngineOn(cudaRT, lib)
-	if err != nil {
-		return nil, nil, err
-	}
-	return e, d.(*cuda.Driver), nil
-}
-
 // gpuChildEngineOn starts a GPU child's engine on runtime rt's library
 // lib and loads that runtime.
 func gpuChildEngineOn(rt gputest.Runtime, lib string) (*engine.Engine, gputest.Allocator, error) {
@@ -157,6 +148,8 @@ func gpuChildMain(role string) int {
 		return chunkOwnerMain()
 	case "gpu-mooncake-owner":
 		return mooncakeOwnerMain()
+	case "gpu-mooncake-hip-mapper":
+		return mooncakeHIPMapperMain()
 	}
 	rt, lib := gputest.FromEnv(os.LookupEnv)
 	e, d, err := gpuChildEngineOn(rt, lib)
@@ -241,8 +234,7 @@ func gpuChildMain(role string) int {
 // with the selector (nvlink for our device memory, shm where its device
 // memory meets our host memory, cma host to host) and with each transport
 // forced. Every byte is checked, on our side through the fake's own view
-// of device memory. It runs on each GPU runtime (on HIP both device
-// buffers are hipMalloc memory shared by legacy IPC).
+// of device memory. It runs on each GPU runtime.
 func TestGPUTwoProcesses(t *testing.T) {
 	for _, rt := range gputest.Runtimes() {
 		t.Run(rt.Name, func(t *testing.T) { testGPUTwoProcesses(t, rt) })
@@ -312,14 +304,11 @@ func testGPUTwoProcesses(t *testing.T, rt gputest.Runtime) {
 			if tc.name != "auto" {
 				return
 			}
-			// The child mapped our cudaMalloc allocation and VMM memory
-			// (on HIP: our two hipMalloc allocations); once we unregister
-			// them, its mappings close (the fake counts them) and requests
-			// to them are refused.
-			mapped, after := "ipc 1 2", "ipc 0 1" // CUDA: its own VMM buffer and ours
-			if rt.Name == "hip" {
-				mapped, after = "ipc 2 0", "ipc 0 0"
-			}
+			// The child mapped our cudaMalloc/hipMalloc allocation and our
+			// VMM memory (imported from the fd we exported); once we
+			// unregister them, its mappings close (the fake counts them:
+			// its own VMM buffer and ours) and requests to them are refused.
+			mapped, after := "ipc 1 2", "ipc 0 1"
 			if fc.Fake() {
 				assert.Equal(t, c.do("ipc"), mapped)
 			}
@@ -383,12 +372,9 @@ func testGPUOwnerKilled(t *testing.T, rt gputest.Runtime) {
 		{Op: engine.OpWrite, Source: uintptr(own.vmm), Target: seg, TargetOffset: vmm, Length: gpuBufBytes},
 	}
 	assert.NilError(t, e.Transfer(ctx, reqs))
-	// CUDA maps the owner's cudaMalloc buffer by IPC and its VMM buffer by
-	// fd; HIP maps both of its hipMalloc buffers by IPC.
+	// The owner's cudaMalloc/hipMalloc buffer is mapped by IPC, its VMM
+	// buffer by fd.
 	ipcs, imports := 1, 1
-	if rt.Name == "hip" {
-		ipcs, imports = 2, 0
-	}
 	assert.Equal(t, fc.Count(fakecuda.KindIPCOpen), ipcs)
 	assert.Equal(t, fc.Count(fakecuda.KindVMMMapping), vmmMaps+imports)
 	fc.SetCopyDelay(200000) // 200 ms per device copy

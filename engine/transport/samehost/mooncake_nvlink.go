@@ -1,11 +1,17 @@
 package samehost
 
 import (
+	"encoding/binary"
+	"encoding/hex"
 	"fmt"
 	"sync"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/kvferry/kvferry/engine"
+	"github.com/kvferry/kvferry/engine/descriptor"
 	"github.com/kvferry/kvferry/engine/gpu"
+	"github.com/kvferry/kvferry/engine/transport/samehost/shwire"
 )
 
 // Peers of Mooncake's own nvlink transports. Mooncake's "nvlink_intra"
@@ -23,22 +29,97 @@ import (
 // until the buffer leaves the descriptor or the transport closes. Only
 // peers that publish nothing but nvlink are taken (a multi-protocol peer
 // may be on another host, reached by its other transports).
+//
+// Mooncake's "hip" transport (its ROCm build) is taken the same way. It
+// publishes hipMalloc memory as the registered range with the 64-byte
+// hipIpcMemHandle_t in shm_name (its default), or, with MC_USE_HIP_IPC=0
+// on VMM-capable GPUs, hipMemCreate memory as the allocation's range
+// (hipMemGetAddressRange) with an 8-byte shm_name: the exported POSIX fd's
+// number in the owner and the owner's pid (two native ints), which the
+// importer turns into an fd of its own with pidfd_open and pidfd_getfd
+// before hipMemImportFromShareableHandle. The handle's length tells the
+// two apart (Mooncake's own initiator also insists that it matches its
+// own mode); we take either (docs/specs/hip.md).
 
-// isForeignNVLink reports whether p is a peer of Mooncake's nvlink or
-// nvlink_intra transport (no kvferry host identity).
+// Describe publishes the same-host socket and, with
+// Config.MooncakeProtocol set, that protocol for Mooncake's peers (unless
+// a transport described before set one).
+func (t *NVLink) Describe(seg *descriptor.Segment) {
+	t.base.Describe(seg)
+	if t.cfg.MooncakeProtocol != "" && seg.Protocol == "" {
+		seg.Protocol = t.cfg.MooncakeProtocol
+	}
+}
+
+// isForeignNVLink reports whether p is a peer of Mooncake's nvlink,
+// nvlink_intra or hip transport (no kvferry host identity).
 func isForeignNVLink(p *engine.Peer) bool {
 	d := p.Descriptor()
 	if d == nil || d.Host != nil {
 		return false
 	}
-	return d.Protocol == protoNVLink || d.Protocol == protoNVLinkIntra
+	return d.Protocol == protoNVLink || d.Protocol == protoNVLinkIntra || d.Protocol == protoHIP
 }
 
 // Mooncake's protocol names.
 const (
 	protoNVLink      = "nvlink"
 	protoNVLinkIntra = "nvlink_intra"
+	protoHIP         = "hip"
 )
+
+// mooncakeHIPHandleBytes is the size of the shm_name of a Mooncake hip
+// peer's VMM memory: {int fd; int pid} (the fd's number in the owner).
+const mooncakeHIPHandleBytes = 8
+
+// mooncakeHIPShare returns the share kind of a Mooncake hip peer's buffer
+// by its shm_name's length: a 64-byte IPC handle, or an fd and pid.
+func mooncakeHIPShare(b descriptor.Buffer) engine.ShareKind {
+	if len(b.ShmName) == 2*mooncakeHIPHandleBytes {
+		return engine.SharePosixFD
+	}
+	return engine.ShareLegacyIPC
+}
+
+// parseFDPid reads a Mooncake hip peer's 8-byte shm_name: the exported
+// fd's number in the owner and the owner's pid, little-endian ints.
+func parseFDPid(shm string) (fd, pid int, err error) {
+	raw, err := hex.DecodeString(shm)
+	if err != nil || len(raw) != mooncakeHIPHandleBytes {
+		return -1, 0, fmt.Errorf("shm_name %q is not an fd and pid: %w: %w", shm, shwire.ErrBadHandle, engine.ErrInvalidArgument)
+	}
+	fd, pid = int(int32(binary.LittleEndian.Uint32(raw))), int(int32(binary.LittleEndian.Uint32(raw[4:])))
+	if fd < 0 || pid <= 0 {
+		return -1, 0, fmt.Errorf("shm_name %q names fd %d of pid %d: %w", shm, fd, pid, engine.ErrInvalidArgument)
+	}
+	return fd, pid, nil
+}
+
+// openPeerFD maps the VMM allocation a Mooncake hip peer's buffer b
+// publishes (its range is the allocation's): the fd is taken from the
+// owner with pidfd_getfd, as Mooncake's initiator takes it, imported and
+// closed again.
+func (im *ipcMaps) openPeerFD(dev int, b descriptor.Buffer) (*ipcMapping, error) {
+	ofd, pid, err := parseFDPid(b.ShmName)
+	if err != nil {
+		return nil, err
+	}
+	pfd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		return nil, fmt.Errorf("pidfd_open of segment %q's pid %d: %w", im.peer, pid, err)
+	}
+	fd, err := unix.PidfdGetfd(pfd, ofd, 0)
+	unix.Close(pfd)
+	if err != nil {
+		return nil, fmt.Errorf("pidfd_getfd of fd %d of segment %q's pid %d: %w", ofd, im.peer, pid, err)
+	}
+	defer unix.Close(fd)
+	m, err := im.rt.ImportFD(dev, fd, b.Length)
+	if err != nil {
+		return nil, fmt.Errorf("map segment %q's exported memory: %w", im.peer, err)
+	}
+	return &ipcMapping{kind: engine.SharePosixFD, dev: dev, remoteBase: b.Addr, size: b.Length, localBase: m.Addr(), shared: m, shm: b.ShmName}, nil
+}
 
 // foreignPeers holds the mappings of Mooncake nvlink peers, by segment.
 type foreignPeers struct {
@@ -62,7 +143,10 @@ func (f *foreignPeers) maps(rt *gpu.Runtime, p *engine.Peer) *ipcMaps {
 	}
 	im := newIPCMaps(rt, p.Name)
 	im.share = engine.ShareLegacyIPC
-	if p.Descriptor().Protocol == protoNVLink && f.fabricMode(rt) {
+	switch proto := p.Descriptor().Protocol; {
+	case proto == protoHIP:
+		im.share, im.hip = 0, true // by each buffer's handle (mooncakeHIPShare)
+	case proto == protoNVLink && f.fabricMode(rt):
 		im.share = engine.ShareFabric
 	}
 	f.m[p.Name] = im

@@ -28,10 +28,12 @@ import (
 //     buffer's shm_name, exactly as Mooncake publishes it, opened with
 //     cuIpcOpenMemHandle (one mapping per allocation and device for the
 //     whole process);
-//   - VMM memory (cuMemCreate: PyTorch's expandable segments, kvferry's
-//     allocator): the owner exports each allocation as a POSIX fd on
-//     request, over the session socket with SCM_RIGHTS; the initiator
-//     imports and maps it (cuMemImportFromShareableHandle, cuMemMap);
+//   - VMM memory (cuMemCreate or hipMemCreate: PyTorch's expandable
+//     segments, kvferry's allocator): the owner exports each allocation as
+//     a POSIX fd on request, over the session socket with SCM_RIGHTS; the
+//     initiator imports and maps it through engine/gpu's SharedMapping
+//     (cuMemImportFromShareableHandle/hipMemImportFromShareableHandle,
+//     then cuMemMap/hipMemMap), on whichever GPU runtime it has;
 //   - fabric handles (MNNVL/IMEX): the 64-byte handle in shm_name,
 //     imported the same way, when the owner offers no fd.
 //
@@ -259,7 +261,10 @@ func (w *ipcWorker) plan(im *ipcMaps, s *session, p *engine.Peer, sl *engine.Sli
 		dev = sl.LocalRegion().Device
 	}
 	share := engine.ParseShare(b)
-	if im.share != 0 {
+	switch {
+	case im.hip:
+		share = mooncakeHIPShare(b)
+	case im.share != 0:
 		share = im.share // a Mooncake peer's handles are of the kind its transport uses
 	}
 	for off := uint64(0); off < sl.Length; {
@@ -290,11 +295,11 @@ type ipcMapping struct {
 	remoteBase uint64 // the allocation's start in the owner
 	size       uint64 // bytes mapped
 	localBase  uint64
-	handle     cuda.IPCHandle      // legacy
-	shared     *cuda.SharedMapping // VMM allocations mapped side by side
-	shm        string              // the shm_name it was opened from (Mooncake peers' sweep)
-	refs       int                 // workers using it (guarded by ipcMaps.mu)
-	stale      bool                // unmap once unused
+	handle     cuda.IPCHandle    // legacy
+	shared     gpu.SharedMapping // VMM allocations imported by fd (or side by side)
+	shm        string            // the shm_name it was opened from (Mooncake peers' sweep)
+	refs       int               // workers using it (guarded by ipcMaps.mu)
+	stale      bool              // unmap once unused
 }
 
 // ipcMaps holds a session's (or a Mooncake peer's) mappings, sorted by
@@ -305,6 +310,7 @@ type ipcMaps struct {
 	// every shm_name of a Mooncake peer (its descriptor does not say).
 	peer  string
 	share engine.ShareKind
+	hip   bool // a Mooncake hip peer: the kind is each buffer's (mooncakeHIPShare)
 	mu    sync.Mutex
 	ms    []*ipcMapping
 	ep    uint64 // registration epoch of the last sweep
@@ -367,13 +373,16 @@ func (im *ipcMaps) open(s *session, dev int, b descriptor.Buffer, share engine.S
 		return nil, gpu.ErrNoGPU
 	}
 	if share&engine.ShareLegacyIPC == 0 {
-		// File descriptors and fabric handles are the CUDA driver's VMM
-		// paths; legacy IPC handles are CUDA's or HIP's.
+		// File descriptors are CUDA's or HIP's VMM path; fabric handles
+		// the CUDA driver's only.
+		if share&engine.SharePosixFD != 0 {
+			return im.openFD(s, dev, b, a)
+		}
 		d, err := im.rt.Driver()
 		if err != nil {
 			return nil, err
 		}
-		return im.openVMM(s, d, dev, b, share, a)
+		return im.openFabric(d, dev, b, share)
 	}
 	switch {
 	case len(b.Chunks) > 0:
@@ -406,14 +415,17 @@ func (im *ipcMaps) open(s *session, dev int, b descriptor.Buffer, share engine.S
 	}
 }
 
-// openVMM maps the allocation of b holding a by a POSIX fd the owner
-// exports or by its fabric handle (CUDA VMM memory).
-func (im *ipcMaps) openVMM(s *session, d *cuda.Driver, dev int, b descriptor.Buffer, share engine.ShareKind, a uint64) (*ipcMapping, error) {
+// openFD maps the allocation of b holding a by a POSIX fd the owner
+// exports over its session (VMM memory of CUDA or HIP, through the
+// process's GPU runtime).
+func (im *ipcMaps) openFD(s *session, dev int, b descriptor.Buffer, a uint64) (*ipcMapping, error) {
 	switch {
-	case share&engine.SharePosixFD != 0 && s == nil:
+	case s == nil && im.hip:
+		return im.openPeerFD(dev, b)
+	case s == nil:
 		return nil, fmt.Errorf("buffer %#x+%d is exported as file descriptors, and segment %q has no session: %w", b.Addr, b.Length, im.peer, engine.ErrNotSupported)
-	case share&engine.SharePosixFD != 0 && len(b.Chunks) > 1:
-		return im.openChunks(d, dev, b, engine.SharePosixFD, func(m *cuda.SharedMapping, off uint64, c descriptor.Chunk) error {
+	case len(b.Chunks) > 1:
+		return im.openChunks(dev, b, engine.SharePosixFD, func(m gpu.SharedMapping, off uint64, c descriptor.Chunk) error {
 			// An address of the chunk inside the registration: the owner
 			// exports registered memory only.
 			r, fd, err := s.requestExport(max(c.Addr, b.Addr))
@@ -426,27 +438,43 @@ func (im *ipcMaps) openVMM(s *session, d *cuda.Driver, dev int, b descriptor.Buf
 			}
 			return m.MapFD(off, c.Size, fd)
 		})
-	case share&engine.SharePosixFD != 0:
-		r, fd, err := s.requestExport(a)
-		if err != nil {
-			return nil, err
-		}
-		defer unix.Close(fd)
-		if a < r.Base || a-r.Base >= r.Size {
-			return nil, fmt.Errorf("owner exported %#x+%d for address %#x: %w", r.Base, r.Size, a, shwire.ErrProtocol)
-		}
-		local, err := d.ImportFD(dev, fd, r.Size)
-		if err != nil {
-			return nil, fmt.Errorf("map the owner's exported memory: %w", err)
-		}
-		return &ipcMapping{kind: engine.SharePosixFD, dev: dev, remoteBase: r.Base, size: r.Size, localBase: local}, nil
+	}
+	r, fd, err := s.requestExport(a)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	if a < r.Base || a-r.Base >= r.Size {
+		return nil, fmt.Errorf("owner exported %#x+%d for address %#x: %w", r.Base, r.Size, a, shwire.ErrProtocol)
+	}
+	m, err := im.rt.ImportFD(dev, fd, r.Size)
+	if err != nil {
+		return nil, fmt.Errorf("map the owner's exported memory: %w", err)
+	}
+	return &ipcMapping{kind: engine.SharePosixFD, dev: dev, remoteBase: r.Base, size: r.Size, localBase: m.Addr(), shared: m}, nil
+}
+
+// fabricMapper is a shared mapping that also maps fabric handles (the
+// CUDA driver's).
+type fabricMapper interface {
+	MapFabric(off, size uint64, fh cuda.FabricHandle) error
+}
+
+// openFabric maps the allocations of b by their fabric handles (CUDA VMM
+// memory).
+func (im *ipcMaps) openFabric(d *cuda.Driver, dev int, b descriptor.Buffer, share engine.ShareKind) (*ipcMapping, error) {
+	switch {
 	case share&engine.ShareFabric != 0 && len(b.Chunks) > 0:
-		return im.openChunks(d, dev, b, engine.ShareFabric, func(m *cuda.SharedMapping, off uint64, c descriptor.Chunk) error {
+		return im.openChunks(dev, b, engine.ShareFabric, func(m gpu.SharedMapping, off uint64, c descriptor.Chunk) error {
 			h, err := parseHandle(c.Handle)
 			if err != nil {
 				return err
 			}
-			return m.MapFabric(off, c.Size, cuda.FabricHandle{Data: h})
+			fm, ok := m.(fabricMapper)
+			if !ok {
+				return fmt.Errorf("fabric handles on this GPU runtime: %w", engine.ErrNotSupported)
+			}
+			return fm.MapFabric(off, c.Size, cuda.FabricHandle{Data: h})
 		})
 	case share&engine.ShareFabric != 0:
 		h, err := parseHandle(b.ShmName)
@@ -470,11 +498,11 @@ func (im *ipcMaps) openVMM(s *session, d *cuda.Driver, dev int, b descriptor.Buf
 // openChunks maps the VMM allocations of b side by side, as they lie in
 // the owner (one reservation, one cuMemMap each, access granted once), so
 // a range of the owner's that spans allocations is one copy here.
-func (im *ipcMaps) openChunks(d *cuda.Driver, dev int, b descriptor.Buffer, kind engine.ShareKind,
-	mapOne func(m *cuda.SharedMapping, off uint64, c descriptor.Chunk) error) (*ipcMapping, error) {
+func (im *ipcMaps) openChunks(dev int, b descriptor.Buffer, kind engine.ShareKind,
+	mapOne func(m gpu.SharedMapping, off uint64, c descriptor.Chunk) error) (*ipcMapping, error) {
 	first, last := b.Chunks[0], b.Chunks[len(b.Chunks)-1]
 	span := last.Addr + last.Size - first.Addr
-	m, err := d.ReserveShared(dev, span)
+	m, err := im.rt.ReserveShared(dev, span)
 	if err != nil {
 		return nil, fmt.Errorf("map the owner's %d allocations: %w", len(b.Chunks), err)
 	}
@@ -700,11 +728,7 @@ func (n *node) export(a uint64) (shwire.ExportResp, int, error) {
 	if n.cfg.GPU == nil {
 		return shwire.ExportResp{}, -1, gpu.ErrNoGPU
 	}
-	d, err := n.cfg.GPU.Driver()
-	if err != nil {
-		return shwire.ExportResp{}, -1, err
-	}
-	fd, base, size, err := d.ExportFD(a)
+	fd, base, size, err := n.cfg.GPU.ExportFD(a)
 	if err != nil {
 		return shwire.ExportResp{}, -1, err
 	}
