@@ -22,19 +22,19 @@ const (
 	AllocVMM AllocBackend = 1
 )
 
-// hipVMM is one VMM allocation Alloc made on HIP: the reservation at its
-// address, of size bytes, maps allocation handle h of device dev.
-type hipVMM struct {
-	dev     int
-	size, h uint64
+// hipAlloc is one VMM allocation Alloc made on HIP: size bytes of device
+// dev mapped at its address.
+type hipAlloc struct {
+	dev  int
+	size uint64
 }
 
 // hipAllocs are the HIP VMM allocations of the process, by address (HIP
 // has no pointer attribute that tells a VMM mapping from hipMalloc memory).
 var hipAllocs = struct {
 	sync.Mutex
-	m map[uint64]hipVMM
-}{m: make(map[uint64]hipVMM)}
+	m map[uint64]hipAlloc
+}{m: make(map[uint64]hipAlloc)}
 
 // AllocProbe returns what Alloc hands out on device dev, loading the
 // process's GPU runtime on first use (an error wrapping
@@ -101,37 +101,15 @@ func (r *Runtime) Alloc(dev int, n uint64) (uint64, error) {
 }
 
 // hipVMMAlloc makes n bytes (rounded up to the granularity) of VMM memory
-// of dev, exportable as POSIX fds, mapped and accessible from every device.
+// of dev, exportable as POSIX fds, mapped and accessible from every device,
+// and remembers its size for Free.
 func (r *Runtime) hipVMMAlloc(dev int, n uint64) (uint64, error) {
-	h := r.hip
-	g, err := h.Granularity(dev)
+	p, size, err := r.hip.VMMAlloc(dev, n)
 	if err != nil {
-		return 0, err
-	}
-	g = max(g, 1)
-	size := (n + g - 1) / g * g
-	ah, err := h.MemCreate(dev, size)
-	if err != nil {
-		return 0, err
-	}
-	p, err := h.Reserve(size, g)
-	if err != nil {
-		_ = h.MemRelease(ah)
-		return 0, err
-	}
-	if err := h.Map(dev, p, size, ah); err != nil {
-		_ = h.Free(p, size)
-		_ = h.MemRelease(ah)
-		return 0, err
-	}
-	if err := h.SetAccessAll(p, size); err != nil {
-		_ = h.Unmap(p, size)
-		_ = h.Free(p, size)
-		_ = h.MemRelease(ah)
 		return 0, err
 	}
 	hipAllocs.Lock()
-	hipAllocs.m[p] = hipVMM{dev: dev, size: size, h: ah}
+	hipAllocs.m[p] = hipAlloc{dev: dev, size: size}
 	hipAllocs.Unlock()
 	return p, nil
 }
@@ -167,14 +145,7 @@ func (r *Runtime) hipFree(p uint64) error {
 	delete(hipAllocs.m, p)
 	hipAllocs.Unlock()
 	if vmm {
-		err := h.Unmap(p, a.size)
-		if ferr := h.Free(p, a.size); err == nil {
-			err = ferr
-		}
-		if rerr := h.MemRelease(a.h); err == nil {
-			err = rerr
-		}
-		if err != nil {
+		if err := h.VMMFree(p, a.size); err != nil {
 			return fmt.Errorf("free HIP VMM memory %#x+%d of device %d: %w", p, a.size, a.dev, err)
 		}
 		return nil
