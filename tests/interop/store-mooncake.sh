@@ -14,9 +14,15 @@
 #   mc+mc@kv  two Mooncake clients on kvferry-master, the same exchange
 #   mc@mc     Mooncake's client on mooncake_master (the control)
 #   mc+mc@mc  two Mooncake clients on mooncake_master (the control)
-#
-# Not here yet: kvferry's client on mooncake_master (issue 36 item 2; the
-# Go coro_rpc client exists, store/client does not use it yet).
+#   kv@mc     kvferry's client on mooncake_master: the checks of mc@kv.
+#             The client finds out by itself that the master speaks only
+#             coro_rpc (no mux answer, a ServiceReady answer) and calls it
+#             with Mooncake's protocol (store/client moonmaster.go)
+#   kv+mc@mc  one kvferry and one Mooncake client on mooncake_master,
+#             getting each other's objects 1 KiB..64 MiB byte for byte:
+#             segments are published as Mooncake's client does (name and
+#             te_endpoint "ip:port", found by the P2P handshake)
+#   kv+kv@mc  two kvferry clients on mooncake_master
 #
 # Runs only with a Mooncake build given; nothing here builds or fetches
 # Mooncake:
@@ -26,7 +32,8 @@
 #
 # Environment: KVFERRY_LIB_DIR (kvferry's build/lib, default this tree's),
 # KVFERRY_MASTER (default build/bin/kvferry-master), PAIRS (default
-# "mc@kv mc+kv@kv mc+mc@kv mc@mc mc+mc@mc"), SEGMENT_MB (each client's
+# "mc@kv mc+kv@kv mc+mc@kv mc@mc mc+mc@mc kv@mc kv+mc@mc kv+kv@mc"),
+# SEGMENT_MB (each client's
 # segment, default 256), LOGS (a directory that keeps every log).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -41,7 +48,7 @@ KV_LIB="${KVFERRY_LIB_DIR:-$PWD/build/lib}/libkvferry.so"
 KV_MASTER="${KVFERRY_MASTER:-$PWD/build/bin/kvferry-master}"
 [ -f "$KV_LIB" ] || { echo "$KV_LIB missing: run make lib" >&2; exit 1; }
 [ -x "$KV_MASTER" ] || { echo "$KV_MASTER missing: run make all" >&2; exit 1; }
-PAIRS="${PAIRS:-mc@kv mc+kv@kv mc+mc@kv mc@mc mc+mc@mc}"
+PAIRS="${PAIRS:-mc@kv mc+kv@kv mc+mc@kv mc@mc mc+mc@mc kv@mc kv+mc@mc kv+kv@mc}"
 export SEGMENT_MB="${SEGMENT_MB:-256}"
 
 T="$(mktemp -d)"
