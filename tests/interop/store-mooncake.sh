@@ -73,8 +73,9 @@ start_master() {
     mport=$(free_port)
     "$KV_MASTER" --rpc_address=127.0.0.1 --rpc_port="$port" --metrics_port="$mport" >"$log" 2>&1 &
   else
+    mport=$(free_port)
     "$MOONCAKE_MASTER" --rpc_port="$port" --rpc_address=127.0.0.1 --enable_http_metadata_server=false \
-      --metrics_port="$(free_port)" >"$log" 2>&1 &
+      --metrics_port="$mport" >"$log" 2>&1 &
   fi
   mpid=$!
   for _ in $(seq 200); do
@@ -90,7 +91,8 @@ lib_of() { if [ "$1" = kv ]; then echo "$KV_LIB"; else echo "$MOONCAKE_STORE_LIB
 passed=0 failed=0
 
 # placement DIR A B: once both drivers have read each other's objects,
-# asks kvferry-master's admin HTTP where each object's replica lies; a
+# asks the master's admin HTTP (/query_key, kvferry-master's and
+# mooncake_master's) where each object's replica lies; a
 # putter whose objects lie on two segments wrote one into the other
 # client's segment over the TE. Placement is the master's random choice,
 # so no crossing is a note, not a failure. Then releases the drivers.
@@ -141,15 +143,15 @@ for pair in $PAIRS; do
     a=${clients%+*} b=${clients#*+}
     sync="$T/sync-$pair"
     mkdir -p "$sync"
-    hold=()
-    [ "$master" = kv ] && hold=(env PAIR_HOLD=1)
+
+    hold=(env PAIR_HOLD=1)
     timeout 300 "${hold[@]}" "$DRV" "$(lib_of "$a")" "127.0.0.1:$port" "127.0.0.1:$(free_port)" pair "$a"1 "$b"2 "$sync" \
       >"$LOGDIR/$pair.a.out" 2>"$LOGDIR/$pair.a.err" &
     apid=$!
     timeout 300 "${hold[@]}" "$DRV" "$(lib_of "$b")" "127.0.0.1:$port" "127.0.0.1:$(free_port)" pair "$b"2 "$a"1 "$sync" \
       >"$LOGDIR/$pair.b.out" 2>"$LOGDIR/$pair.b.err" &
     bpid=$!
-    [ "$master" = kv ] && placement "$sync" "$a"1 "$b"2
+    placement "$sync" "$a"1 "$b"2
     wait "$bpid"
     rcb=$?
     wait "$apid"
