@@ -24,6 +24,9 @@
 #             te_endpoint "ip:port", found by the P2P handshake)
 #   kv+kv@mc  two kvferry clients on mooncake_master
 #
+# For the pairs, the master's /query_key (kvferry-master's and
+# mooncake_master's admin HTTP) shows whether objects crossed segments.
+#
 # Runs only with a Mooncake build given; nothing here builds or fetches
 # Mooncake:
 #
