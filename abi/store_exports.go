@@ -224,6 +224,12 @@ func storeEnv(cfg *client.Config) {
 			cfg.MasterStallTimeout = time.Duration(min(n, maxStallMs)) * time.Millisecond
 		}
 	}
+	// KVFERRY_MASTER_PROTOCOL: auto (default), kvferry (mux, then gRPC),
+	// mooncake (mooncake_master's coro_rpc), mux or grpc. An unknown value
+	// is left to Config.Validate, which names it.
+	if v, ok := hostenv.Getenv("KVFERRY_MASTER_PROTOCOL"); ok && strings.TrimSpace(v) != "" {
+		cfg.MasterRPC = strings.ToLower(strings.TrimSpace(v))
+	}
 	if v, ok := hostenv.Getenv("MC_RPC_TIMEOUT_MS"); ok {
 		if n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64); err == nil && n > 0 {
 			cfg.RPCTimeout = time.Duration(n) * time.Millisecond

@@ -29,6 +29,7 @@ import (
 	"github.com/kvferry/kvferry/store/ha"
 	"github.com/kvferry/kvferry/store/ssd"
 	"github.com/kvferry/kvferry/store/wire"
+	"github.com/kvferry/kvferry/store/wire/coro"
 )
 
 // ErrClosed is returned by every call after Close.
@@ -93,7 +94,7 @@ type Client struct {
 // embedded master called directly.
 type masterConn struct {
 	addr   string
-	rpc    string // MasterRPCMux or MasterRPCGRPC; "" in process
+	rpc    string // MasterRPCMux, MasterRPCGRPC or MasterRPCMooncake; "" in process
 	closer io.Closer
 	mc     wire.MasterClient
 	// version is the master's view version last seen in a Ping.
@@ -173,6 +174,11 @@ func New(ctx context.Context, cfg Config) (_ *Client, err error) {
 		}
 	}
 	c.conn.Store(mc)
+	if mc.rpc == MasterRPCMooncake {
+		// A Mooncake master names no object incarnations (uid) and no view
+		// in its answers, which speculative reads check hints against.
+		c.hints = nil
+	}
 
 	// The transfer engine.
 	if cfg.Engine != nil {
@@ -255,18 +261,36 @@ func (c *Client) spinWait() time.Duration {
 }
 
 // dialMaster connects to the master at addr over mux (Config.MasterRPC
-// "auto" or "mux") or gRPC. In "auto" a master that answers but does not
-// speak mux is used over gRPC; one that cannot be reached now is kept on
-// mux, which dials again on the next call.
+// "auto", "kvferry" or "mux"), gRPC, or Mooncake's coro_rpc ("mooncake").
+// In "auto" and "kvferry" a master that answers but does not speak mux is
+// used over gRPC, except that in "auto" one that answers a coro_rpc
+// ServiceReady instead (mooncake_master) is used over coro_rpc; one that
+// cannot be reached now is kept on mux, which dials again on the next call.
 func (c *Client) dialMaster(ctx context.Context, addr string) (*masterConn, error) {
+	timeout := min(c.cfg.RPCTimeout, wire.DefaultMuxDialTimeout)
+	if c.cfg.MasterRPC == MasterRPCMooncake {
+		return c.dialMooncake(ctx, addr, "configured (KVFERRY_MASTER_PROTOCOL=mooncake)")
+	}
 	if c.cfg.MasterRPC != MasterRPCGRPC {
-		timeout := min(c.cfg.RPCTimeout, wire.DefaultMuxDialTimeout)
 		mux := wire.NewMuxClient(wire.MuxClientConfig{Addr: addr, DialTimeout: timeout, Auth: c.auth, TLS: c.tls,
 			SpinWait: c.spinWait(), StallTimeout: c.cfg.MasterStallTimeout})
 		dctx, cancel := context.WithTimeout(ctx, timeout)
 		err := mux.Connect(dctx)
 		cancel()
-		if err == nil || (c.cfg.MasterRPC != MasterRPCMux && !errors.Is(err, wire.ErrMuxRefused)) {
+		if err == nil {
+			c.log.Info("store master protocol chosen", "master", addr, "protocol", MasterRPCMux, "why", "answered the mux hello")
+			return &masterConn{addr: addr, rpc: MasterRPCMux, closer: mux, mc: mux}, nil
+		}
+		if c.cfg.MasterRPC == MasterRPCAuto && c.auth == nil && c.tls == nil {
+			// mooncake_master reads the mux hello as the start of a
+			// coro_rpc header and waits: the hello times out (or, with a
+			// refusal, the master speaks something else). Ask in coro_rpc.
+			if ver, perr := probeMooncake(ctx, addr, timeout); perr == nil {
+				mux.Close()
+				return c.dialMooncake(ctx, addr, "no mux answer, a coro_rpc ServiceReady answer (store version "+ver+")")
+			}
+		}
+		if c.cfg.MasterRPC != MasterRPCMux && !errors.Is(err, wire.ErrMuxRefused) {
 			return &masterConn{addr: addr, rpc: MasterRPCMux, closer: mux, mc: mux}, nil
 		}
 		mux.Close()
@@ -295,6 +319,29 @@ func (c *Client) dialMaster(ctx context.Context, addr string) (*masterConn, erro
 		return nil, fmt.Errorf("store client: dial master %s: %w", addr, err)
 	}
 	return &masterConn{addr: addr, rpc: MasterRPCGRPC, closer: cc, mc: wire.NewMasterClient(cc)}, nil
+}
+
+// dialMooncake connects to a master over Mooncake's protocol: it checks
+// the store version the master answers to ServiceReady (Mooncake's client
+// refuses another one the same way: the struct_pack types differ between
+// releases) and keeps a pool of coro_rpc connections.
+func (c *Client) dialMooncake(ctx context.Context, addr, why string) (*masterConn, error) {
+	if c.auth != nil || c.tls != nil {
+		return nil, fmt.Errorf("store client: master %s over mooncake's protocol: a cluster key or TLS is set, which mooncake_master does not speak: %w",
+			addr, ErrNotSupportedByMooncakeMaster)
+	}
+	timeout := min(c.cfg.RPCTimeout, wire.DefaultMuxDialTimeout)
+	ver, err := probeMooncake(ctx, addr, max(timeout, c.cfg.RPCTimeout))
+	if err != nil {
+		return nil, fmt.Errorf("store client: connect to master %s over mooncake's protocol: %w", addr, err)
+	}
+	if ver != coro.StoreVersion {
+		return nil, fmt.Errorf("store client: master %s is mooncake store version %q, this client speaks %q: %w",
+			addr, ver, coro.StoreVersion, wire.ErrInvalidVersion)
+	}
+	c.log.Info("store master protocol chosen", "master", addr, "protocol", MasterRPCMooncake, "why", why)
+	mm := newMoonMaster(addr, timeout)
+	return &masterConn{addr: addr, rpc: MasterRPCMooncake, closer: mm, mc: mm}, nil
 }
 
 func (c *Client) leader(ctx context.Context) (ha.View, error) {

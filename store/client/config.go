@@ -39,9 +39,19 @@ const (
 
 // Values of Config.MasterRPC.
 const (
-	// MasterRPCAuto uses the mux protocol and falls back to gRPC when the
-	// master does not speak it.
+	// MasterRPCAuto uses the mux protocol; a master that does not speak it
+	// is asked a coro_rpc ServiceReady and, when it answers, called with
+	// Mooncake's master protocol (mooncake_master), and otherwise over
+	// gRPC. kvferry-master speaks mux and coro_rpc on one port, and gets
+	// mux: its own protocol is preferred.
 	MasterRPCAuto = "auto"
+	// MasterRPCKvferry uses only kvferry's own protocols: mux, falling
+	// back to gRPC.
+	MasterRPCKvferry = "kvferry"
+	// MasterRPCMooncake uses only Mooncake's master protocol (coro_rpc with
+	// struct_pack bodies), for mooncake_master; the calls it lacks fail
+	// with ErrNotSupportedByMooncakeMaster.
+	MasterRPCMooncake = "mooncake"
 	// MasterRPCMux uses only the mux protocol.
 	MasterRPCMux = "mux"
 	// MasterRPCGRPC uses only gRPC.
@@ -118,7 +128,8 @@ type Config struct {
 	// MetadataServer and Protocol override its fields.
 	Stack stack.Config
 	// MasterRPC is how a remote master is called: MasterRPCAuto (default,
-	// also ""), MasterRPCMux or MasterRPCGRPC. Mux carries the same
+	// also ""), MasterRPCKvferry, MasterRPCMux, MasterRPCGRPC or
+	// MasterRPCMooncake (KVFERRY_MASTER_PROTOCOL in the C API). Mux carries the same
 	// messages as gRPC over one persistent connection per client, with a
 	// round trip several times cheaper (store/wire, mux.go); every kvferry
 	// master serves both on its one port.
@@ -243,8 +254,10 @@ func (c Config) Validate() error {
 		return errors.New("store client config: negative timeout")
 	case c.PingFailures < 0:
 		return errors.New("store client config: negative PingFailures")
-	case c.MasterRPC != MasterRPCAuto && c.MasterRPC != MasterRPCMux && c.MasterRPC != MasterRPCGRPC:
-		return fmt.Errorf("store client config: MasterRPC %q: want %q, %q or %q", c.MasterRPC, MasterRPCAuto, MasterRPCMux, MasterRPCGRPC)
+	case c.MasterRPC != MasterRPCAuto && c.MasterRPC != MasterRPCKvferry && c.MasterRPC != MasterRPCMux &&
+		c.MasterRPC != MasterRPCGRPC && c.MasterRPC != MasterRPCMooncake:
+		return fmt.Errorf("store client config: MasterRPC %q: want %q, %q, %q, %q or %q", c.MasterRPC, MasterRPCAuto,
+			MasterRPCKvferry, MasterRPCMux, MasterRPCGRPC, MasterRPCMooncake)
 	case isEmbedded(c.MasterServerAddr) && c.StartEmbeddedMaster == nil:
 		return errors.New("store client config: the embedded master needs StartEmbeddedMaster (use store/embedded)")
 	}

@@ -14,9 +14,18 @@
 #   mc+mc@kv  two Mooncake clients on kvferry-master, the same exchange
 #   mc@mc     Mooncake's client on mooncake_master (the control)
 #   mc+mc@mc  two Mooncake clients on mooncake_master (the control)
+#   kv@mc     kvferry's client on mooncake_master: the checks of mc@kv.
+#             The client finds out by itself that the master speaks only
+#             coro_rpc (no mux answer, a ServiceReady answer) and calls it
+#             with Mooncake's protocol (store/client moonmaster.go)
+#   kv+mc@mc  one kvferry and one Mooncake client on mooncake_master,
+#             getting each other's objects 1 KiB..64 MiB byte for byte:
+#             segments are published as Mooncake's client does (name and
+#             te_endpoint "ip:port", found by the P2P handshake)
+#   kv+kv@mc  two kvferry clients on mooncake_master
 #
-# Not here yet: kvferry's client on mooncake_master (issue 36 item 2; the
-# Go coro_rpc client exists, store/client does not use it yet).
+# For the pairs, the master's /query_key (kvferry-master's and
+# mooncake_master's admin HTTP) shows whether objects crossed segments.
 #
 # Runs only with a Mooncake build given; nothing here builds or fetches
 # Mooncake:
@@ -26,7 +35,8 @@
 #
 # Environment: KVFERRY_LIB_DIR (kvferry's build/lib, default this tree's),
 # KVFERRY_MASTER (default build/bin/kvferry-master), PAIRS (default
-# "mc@kv mc+kv@kv mc+mc@kv mc@mc mc+mc@mc"), SEGMENT_MB (each client's
+# "mc@kv mc+kv@kv mc+mc@kv mc@mc mc+mc@mc kv@mc kv+mc@mc kv+kv@mc"),
+# SEGMENT_MB (each client's
 # segment, default 256), LOGS (a directory that keeps every log).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -41,7 +51,7 @@ KV_LIB="${KVFERRY_LIB_DIR:-$PWD/build/lib}/libkvferry.so"
 KV_MASTER="${KVFERRY_MASTER:-$PWD/build/bin/kvferry-master}"
 [ -f "$KV_LIB" ] || { echo "$KV_LIB missing: run make lib" >&2; exit 1; }
 [ -x "$KV_MASTER" ] || { echo "$KV_MASTER missing: run make all" >&2; exit 1; }
-PAIRS="${PAIRS:-mc@kv mc+kv@kv mc+mc@kv mc@mc mc+mc@mc}"
+PAIRS="${PAIRS:-mc@kv mc+kv@kv mc+mc@kv mc@mc mc+mc@mc kv@mc kv+mc@mc kv+kv@mc}"
 export SEGMENT_MB="${SEGMENT_MB:-256}"
 
 T="$(mktemp -d)"
@@ -66,8 +76,9 @@ start_master() {
     mport=$(free_port)
     "$KV_MASTER" --rpc_address=127.0.0.1 --rpc_port="$port" --metrics_port="$mport" >"$log" 2>&1 &
   else
+    mport=$(free_port)
     "$MOONCAKE_MASTER" --rpc_port="$port" --rpc_address=127.0.0.1 --enable_http_metadata_server=false \
-      --metrics_port="$(free_port)" >"$log" 2>&1 &
+      --metrics_port="$mport" >"$log" 2>&1 &
   fi
   mpid=$!
   for _ in $(seq 200); do
@@ -83,7 +94,8 @@ lib_of() { if [ "$1" = kv ]; then echo "$KV_LIB"; else echo "$MOONCAKE_STORE_LIB
 passed=0 failed=0
 
 # placement DIR A B: once both drivers have read each other's objects,
-# asks kvferry-master's admin HTTP where each object's replica lies; a
+# asks the master's admin HTTP (/query_key, kvferry-master's and
+# mooncake_master's) where each object's replica lies; a
 # putter whose objects lie on two segments wrote one into the other
 # client's segment over the TE. Placement is the master's random choice,
 # so no crossing is a note, not a failure. Then releases the drivers.
@@ -134,15 +146,15 @@ for pair in $PAIRS; do
     a=${clients%+*} b=${clients#*+}
     sync="$T/sync-$pair"
     mkdir -p "$sync"
-    hold=()
-    [ "$master" = kv ] && hold=(env PAIR_HOLD=1)
+
+    hold=(env PAIR_HOLD=1)
     timeout 300 "${hold[@]}" "$DRV" "$(lib_of "$a")" "127.0.0.1:$port" "127.0.0.1:$(free_port)" pair "$a"1 "$b"2 "$sync" \
       >"$LOGDIR/$pair.a.out" 2>"$LOGDIR/$pair.a.err" &
     apid=$!
     timeout 300 "${hold[@]}" "$DRV" "$(lib_of "$b")" "127.0.0.1:$port" "127.0.0.1:$(free_port)" pair "$b"2 "$a"1 "$sync" \
       >"$LOGDIR/$pair.b.out" 2>"$LOGDIR/$pair.b.err" &
     bpid=$!
-    [ "$master" = kv ] && placement "$sync" "$a"1 "$b"2
+    placement "$sync" "$a"1 "$b"2
     wait "$bpid"
     rcb=$?
     wait "$apid"

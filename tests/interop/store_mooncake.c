@@ -13,7 +13,8 @@
  *       for DIR/THEIRS.ready, get and check THEIRS-* (put by the other
  *       process, whose segment may hold them), create DIR/MINE.done, wait
  *       for DIR/THEIRS.done so the other's reads of our segment finish
- *       (and, with PAIR_HOLD set, for DIR/release), then regex-remove MINE-*.
+ *       (and, with PAIR_HOLD set, for DIR/release), then regex-remove MINE-*
+ *       and wait for DIR/THEIRS.removed before unmounting.
  *
  * Every check prints "ok NAME" or "FAIL NAME ..."; the exit status is the
  * number of failures (capped at 100).
@@ -256,6 +257,12 @@ static void run_pair(store_t s, const char *mine, const char *theirs, const char
     int64_t n = api.remove_by_regex(s, key, 1);
     snprintf(name, sizeof name, "%s-regex-remove", mine);
     check(n == (int64_t)NSIZES, name, "removed=%lld want %lld", n, (long long)NSIZES);
+    /* Stay mounted until the other removed its objects too: some lie in
+     * our segment, and unmounting it (at exit) would drop them first. */
+    snprintf(path, sizeof path, "%s/%s.removed", dir, mine);
+    touch(path);
+    snprintf(path, sizeof path, "%s/%s.removed", dir, theirs);
+    check(wait_file(path, 120), "peer-removed", "%lld%lld", 0, 0);
     free(buf);
 }
 

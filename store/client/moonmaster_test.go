@@ -1,0 +1,309 @@
+package client_test
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"gotest.tools/v3/assert"
+
+	"github.com/kvferry/kvferry/store/client"
+	"github.com/kvferry/kvferry/store/master"
+	"github.com/kvferry/kvferry/store/wire"
+	"github.com/kvferry/kvferry/store/wire/coro"
+	sp "github.com/kvferry/kvferry/store/wire/structpack"
+)
+
+// TestMooncakeProtocol: two kvferry clients forced onto Mooncake's master
+// protocol reach each other's objects through kvferry-master's coro_rpc
+// service (the path they take to mooncake_master), and what that protocol
+// lacks fails with ErrNotSupportedByMooncakeMaster.
+func TestMooncakeProtocol(t *testing.T) {
+	ctx := ctxT(t, 90*time.Second)
+	srv := startMaster(t, master.Config{})
+	mc := client.Config{MasterServerAddr: srv.Addr(), MasterRPC: client.MasterRPCMooncake}
+	hcfg, ucfg := mc, mc
+	hcfg.GlobalSegmentSize = 64 << 20
+	ucfg.LocalBufferSize = 1 << 20
+	holder := newClient(t, hcfg)
+	user := newClient(t, ucfg)
+	assert.Equal(t, client.MasterRPCForTest(user), client.MasterRPCMooncake)
+	assert.Equal(t, client.MasterRPCForTest(holder), client.MasterRPCMooncake)
+
+	// Sizes from 1 KiB to a few MiB (larger than the staging buffer),
+	// read back by both clients byte for byte.
+	for i, n := range []int{1 << 10, 64<<10 + 7, 1 << 20, 3<<20 + 123} {
+		key := fmt.Sprintf("obj-%d", i)
+		val := pattern(n, byte(i))
+		assert.NilError(t, user.Put(ctx, key, val, client.ReplicateConfig{}))
+		for _, c := range []*client.Client{user, holder} {
+			got, err := c.Get(ctx, key)
+			assert.NilError(t, err, "key %s", key)
+			assert.Assert(t, bytes.Equal(got, val), "key %s", key)
+		}
+		size, err := user.GetSize(ctx, key)
+		assert.NilError(t, err)
+		assert.Equal(t, size, uint64(n))
+	}
+	// A put of a key that exists keeps the object (Mooncake's rule).
+	assert.NilError(t, user.Put(ctx, "obj-0", pattern(10, 1), client.ReplicateConfig{}))
+	got, err := holder.Get(ctx, "obj-0")
+	assert.NilError(t, err)
+	assert.Assert(t, bytes.Equal(got, pattern(1<<10, 0)))
+	assert.NilError(t, user.Upsert(ctx, "obj-0", pattern(2048, 9), client.ReplicateConfig{}))
+	got, err = holder.Get(ctx, "obj-0")
+	assert.NilError(t, err)
+	assert.Assert(t, bytes.Equal(got, pattern(2048, 9)))
+	_, err = user.Get(ctx, "absent")
+	assert.Equal(t, code(err), wire.ErrObjectNotFound)
+
+	// Batch calls over registered memory.
+	const n, sz = 6, 128 << 10
+	src, dst := cbuf(t, n*sz), cbuf(t, n*sz)
+	assert.NilError(t, user.RegisterBuffer(src.Addr(), src.Len()))
+	assert.NilError(t, user.RegisterBuffer(dst.Addr(), dst.Len()))
+	keys := make([]string, n)
+	addrs, dsts, sizes := make([]uintptr, n), make([]uintptr, n), make([]uint64, n)
+	for i := range n {
+		keys[i] = fmt.Sprintf("batch-%d", i)
+		addrs[i], dsts[i], sizes[i] = src.Addr()+uintptr(i*sz), dst.Addr()+uintptr(i*sz), sz
+		copy(src.Bytes()[i*sz:(i+1)*sz], pattern(sz, byte(40+i)))
+	}
+	for i, e := range user.BatchPutFrom(ctx, keys, addrs, sizes, client.ReplicateConfig{}) {
+		assert.NilError(t, e, "key %d", i)
+	}
+	keys2 := append(append([]string(nil), keys...), "absent")
+	got2, errs := user.BatchGetInto(ctx, keys2, append(dsts, dst.Addr()), append(append([]uint64(nil), sizes...), sz))
+	for i := range n {
+		assert.NilError(t, errs[i])
+		assert.Equal(t, got2[i], uint64(sz))
+	}
+	assert.Equal(t, code(errs[n]), wire.ErrObjectNotFound)
+	assert.Assert(t, bytes.Equal(src.Bytes(), dst.Bytes()))
+	ex, err := user.BatchIsExist(ctx, keys2)
+	assert.NilError(t, err)
+	assert.DeepEqual(t, ex, []bool{true, true, true, true, true, true, false})
+	ok, err := holder.IsExist(ctx, "batch-0")
+	assert.NilError(t, err)
+	assert.Assert(t, ok)
+	descs, err := user.ReplicaDescs(ctx, []string{"batch-1", "absent"})
+	assert.NilError(t, err)
+	assert.NilError(t, descs[0].Err)
+	assert.Equal(t, descs[0].Size, uint64(sz))
+	assert.Equal(t, descs[0].Replicas[0].SegmentName, holder.Hostname())
+	assert.Equal(t, code(descs[1].Err), wire.ErrObjectNotFound)
+	found, err := user.ReplicaListByRegex(ctx, "^batch-[0-2]$")
+	assert.NilError(t, err)
+	assert.Equal(t, len(found), 3)
+	assert.Equal(t, found["batch-2"].Size, uint64(sz))
+	assert.NilError(t, user.UnregisterBuffer(src.Addr()))
+	assert.NilError(t, user.UnregisterBuffer(dst.Addr()))
+
+	// Removes.
+	// (The batch keys were just read: their read leases hold, so force.)
+	assert.Equal(t, code(user.Remove(ctx, "batch-0", false)), wire.ErrObjectHasLease)
+	assert.NilError(t, user.Remove(ctx, "batch-0", true))
+	assert.Equal(t, code(user.Remove(ctx, "batch-0", true)), wire.ErrObjectNotFound)
+	rerrs, err := user.BatchRemove(ctx, []string{"batch-1", "absent"}, true)
+	assert.NilError(t, err)
+	assert.NilError(t, rerrs[0])
+	assert.Equal(t, code(rerrs[1]), wire.ErrObjectNotFound)
+	removed, err := user.RemoveByRegex(ctx, "^batch-", true)
+	assert.NilError(t, err)
+	assert.Equal(t, removed, int64(n-2))
+	removed, err = holder.RemoveAll(ctx, true)
+	assert.NilError(t, err)
+	assert.Equal(t, removed, int64(4))
+	ok, err = user.IsExist(ctx, "obj-3")
+	assert.NilError(t, err)
+	assert.Assert(t, !ok)
+
+	// What Mooncake's master lacks.
+	_, err = user.Publish(ctx, "v", pattern(16, 1), 0, client.ReplicateConfig{})
+	assert.Assert(t, errors.Is(err, client.ErrNotSupportedByMooncakeMaster), "got %v", err)
+	assert.Equal(t, code(err), wire.ErrNotSupported)
+	_, err = user.CalcCacheStats(ctx)
+	assert.Assert(t, errors.Is(err, client.ErrNotSupportedByMooncakeMaster), "got %v", err)
+	_, err = user.CreateDrainJob(ctx, client.DrainJobRequest{})
+	assert.Assert(t, errors.Is(err, client.ErrNotSupportedByMooncakeMaster), "got %v", err)
+	_, err = user.CreateCopyTask(ctx, "obj-1", []string{holder.Hostname()})
+	assert.Assert(t, errors.Is(err, client.ErrNotSupportedByMooncakeMaster), "got %v", err)
+	assert.NilError(t, user.HealthCheck(ctx))
+
+	// Many goroutines at once: more than the connection pool holds.
+	var wg sync.WaitGroup
+	errc := make(chan error, 32)
+	for g := range 32 {
+		wg.Go(func() {
+			key := fmt.Sprintf("par-%d", g)
+			val := pattern(4096+g, byte(g))
+			if err := user.Put(ctx, key, val, client.ReplicateConfig{}); err != nil {
+				errc <- err
+				return
+			}
+			got, err := holder.Get(ctx, key)
+			if err == nil && !bytes.Equal(got, val) {
+				err = fmt.Errorf("key %s: bytes differ", key)
+			}
+			if err != nil {
+				errc <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		assert.NilError(t, err)
+	}
+}
+
+// TestMasterProtocolDetection: against kvferry-master, which speaks both,
+// "auto" picks kvferry's own mux; against a coro_rpc-only master it picks
+// Mooncake's protocol.
+func TestMasterProtocolDetection(t *testing.T) {
+	srv := startMaster(t, master.Config{})
+	c := newClient(t, client.Config{MasterServerAddr: srv.Addr(), NoLocalBuffer: true})
+	assert.Equal(t, client.MasterRPCForTest(c), client.MasterRPCMux)
+
+	fake := startFakeMooncake(t, nil)
+	c2 := newClient(t, client.Config{MasterServerAddr: fake.addr, NoLocalBuffer: true, RPCTimeout: 3 * time.Second})
+	assert.Equal(t, client.MasterRPCForTest(c2), client.MasterRPCMooncake)
+	ok, err := c2.IsExist(ctxT(t, 10*time.Second), "k")
+	assert.NilError(t, err)
+	assert.Assert(t, !ok)
+}
+
+// TestMooncakeMasterDies: a Mooncake-protocol master that closes the
+// connection in the middle of a call, or stops answering, turns the call
+// into an error within the configured deadline, and the next call dials
+// again.
+func TestMooncakeMasterDies(t *testing.T) {
+	var mu sync.Mutex
+	mode := "ok"
+	fake := startFakeMooncake(t, func(m coro.Method) string {
+		mu.Lock()
+		defer mu.Unlock()
+		if m == coro.MethodExistKey {
+			return mode
+		}
+		return "ok"
+	})
+	c := newClient(t, client.Config{MasterServerAddr: fake.addr, NoLocalBuffer: true, MasterRPC: client.MasterRPCMooncake,
+		RPCTimeout: 500 * time.Millisecond})
+	ctx := ctxT(t, 30*time.Second)
+	set := func(m string) {
+		mu.Lock()
+		mode = m
+		mu.Unlock()
+	}
+
+	set("close")
+	_, err := c.IsExist(ctx, "k")
+	assert.Equal(t, code(err), wire.ErrRPCFail, "got %v", err)
+	set("hang")
+	_, err = c.IsExist(ctx, "k")
+	assert.Equal(t, code(err), wire.ErrRPCTimeout, "got %v", err)
+	set("ok")
+	ok, err := c.IsExist(ctx, "k")
+	assert.NilError(t, err)
+	assert.Assert(t, !ok)
+
+	fake.close()
+	_, err = c.IsExist(ctx, "k")
+	assert.Assert(t, err != nil)
+	assert.Assert(t, code(err) == wire.ErrRPCFail || code(err) == wire.ErrRPCTimeout, "got %v", err)
+}
+
+// fakeMooncake is a coro_rpc master with Mooncake's answers to the calls a
+// client makes at start and to ExistKey; behave says, per call, whether
+// to answer ("ok"), close the connection ("close") or say nothing ("hang").
+type fakeMooncake struct {
+	addr  string
+	lis   net.Listener
+	wg    sync.WaitGroup
+	mu    sync.Mutex
+	conns map[net.Conn]struct{}
+	once  sync.Once
+}
+
+func startFakeMooncake(t *testing.T, behave func(coro.Method) string) *fakeMooncake {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	assert.NilError(t, err)
+	f := &fakeMooncake{addr: lis.Addr().String(), lis: lis, conns: map[net.Conn]struct{}{}}
+	f.wg.Go(func() {
+		for {
+			conn, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			f.mu.Lock()
+			f.conns[conn] = struct{}{}
+			f.mu.Unlock()
+			f.wg.Go(func() { f.serve(conn, behave) })
+		}
+	})
+	t.Cleanup(f.close)
+	return f
+}
+
+func (f *fakeMooncake) close() {
+	f.once.Do(func() {
+		f.lis.Close()
+		f.mu.Lock()
+		for c := range f.conns {
+			c.Close()
+		}
+		f.mu.Unlock()
+		f.wg.Wait()
+	})
+}
+
+func (f *fakeMooncake) serve(conn net.Conn, behave func(coro.Method) string) {
+	defer conn.Close()
+	for {
+		req, err := coro.ReadRequest(conn, coro.DefaultMaxBody)
+		if err != nil {
+			return
+		}
+		m, _ := coro.MethodByID(req.Header.FuncID)
+		if behave != nil {
+			switch behave(m) {
+			case "close":
+				return
+			case "hang":
+				// Read on (the client gives up and closes) without answering.
+				_, _ = io.Copy(io.Discard, conn)
+				return
+			}
+		}
+		var body []byte
+		switch m {
+		case coro.MethodServiceReady:
+			r := coro.OK(coro.StoreVersion)
+			body = sp.Marshal(coro.ExpStringCodec, &r)
+		case coro.MethodPing:
+			r := coro.OK(coro.PingResponse{ViewVersionID: 1, ClientStatus: coro.ClientOK})
+			body = sp.Marshal(coro.ExpPingCodec, &r)
+		case coro.MethodReMountSegment, coro.MethodUnmountSegment:
+			r := coro.OK(struct{}{})
+			body = sp.Marshal(coro.ExpVoidCodec, &r)
+		case coro.MethodExistKey:
+			r := coro.OK(false)
+			body = sp.Marshal(coro.ExpBoolCodec, &r)
+		default:
+			if _, err := conn.Write(coro.AppendError(nil, req.Header.Seq, coro.ErrcFunctionNotRegistered, "the rpc function not registered")); err != nil {
+				return
+			}
+			continue
+		}
+		if _, err := conn.Write(coro.AppendResponse(nil, req.Header.Seq, body)); err != nil {
+			return
+		}
+	}
+}
