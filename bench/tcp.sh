@@ -34,7 +34,7 @@ mkdir -p build/bin
 go build -o "$BIN" ./cmd/kvferry-bench  # always this tree's code
 command -v iperf3 >/dev/null || { echo "iperf3 missing (apt-get install iperf3)"; exit 1; }
 T="$(mktemp -d)"
-trap 'kill $(jobs -p) 2>/dev/null || true; cat "$T"/*.log 2>/dev/null | tail -5 >&2; rm -rf "$T"' EXIT
+trap 'kill $(jobs -p) 2>/dev/null || true; { cat "$T"/*.log 2>/dev/null | tail -5 >&2; } || true; rm -rf "$T"' EXIT
 
 wait_ready() { for _ in $(seq 1 100); do [ -s "$1" ] && break; sleep 0.1; done; cat "$1"; }
 
@@ -68,8 +68,9 @@ print(f"| {sys.argv[1]} | {a:.0f} | {b:.0f} | {a / b:.3f} | {c:.3f} us | {d:.3f}
 }
 # lanes: 128 x 1 MiB batches with N lanes against iperf3 -P N, alternating.
 lanes() {
-  local n i op lt="${LANE_THREADS:-1}" seg port=5299
-  MC_FORCE_TCP=1 "$BIN" --mode=target --protocol=tcp --buffer_size=$BUF --ready_file="$T/ready_lanes" >/dev/null &
+  local n i op lt="${LANE_THREADS:-1}" seg port=5299 lbuf
+  lbuf=$(( ${LANE_THREADS:-1} * (128 << 20) )) # one batch per thread: less to touch per start
+  MC_FORCE_TCP=1 "$BIN" --mode=target --protocol=tcp --buffer_size=$lbuf --ready_file="$T/ready_lanes" >/dev/null &
   seg=$(wait_ready "$T/ready_lanes")
   echo
   echo "Many streams: batches of 128 x 1 MiB, $lt thread(s), N lanes vs iperf3 -P N ($PAIRS alternating rounds of ${DURATION} s; medians, per-round ratio range):"
@@ -87,7 +88,7 @@ lanes() {
       local line="$g"
       for op in write read; do
         line+=" $(MC_TCP_LANES_PER_PEER=$n MC_FORCE_TCP=1 "$BIN" --mode=initiator --protocol=tcp --segment_id="$seg" --operation=$op \
-          --block_size=1048576 --batch_size=128 --threads="$lt" --duration="$DURATION" --buffer_size=$BUF --json --quiet |
+          --block_size=1048576 --batch_size=128 --threads="$lt" --duration="$DURATION" --buffer_size=$lbuf --json --quiet |
           python3 -c 'import json,sys; print(json.load(sys.stdin)["gb_per_s"])')"
       done
       echo "$line" >> "$T/lanes.$n"
