@@ -16,6 +16,12 @@
 #   DURATION=3 THREADS=12 bench/tcp.sh
 #   ONLY=overhead PAIRS=5 bench/tcp.sh     # just the metrics cost
 #   bench/latency.sh tcp notify           # just the batch-1 latency rows (run last here)
+#   ONLY=lanes PAIRS=3 bench/tcp.sh       # just the many-streams rows
+# Many streams (issue 38 target 6): for each N of LANES (default "1 2 4"),
+# PAIRS alternating rounds of `iperf3 -P N` and a kvferry initiator with
+# N lanes (MC_TCP_LANES_PER_PEER=N) moving batches of 128 x 1 MiB, write
+# and read, LANE_THREADS (default 1) submitting threads; each row prints
+# the medians, the median of the per-round ratios to iperf3 and their range.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DURATION="${DURATION:-3}"
@@ -28,7 +34,7 @@ mkdir -p build/bin
 go build -o "$BIN" ./cmd/kvferry-bench  # always this tree's code
 command -v iperf3 >/dev/null || { echo "iperf3 missing (apt-get install iperf3)"; exit 1; }
 T="$(mktemp -d)"
-trap 'kill $(jobs -p) 2>/dev/null || true; cat "$T"/*.log 2>/dev/null | tail -5 >&2; rm -rf "$T"' EXIT
+trap 'kill $(jobs -p) 2>/dev/null || true; { cat "$T"/*.log 2>/dev/null | tail -5 >&2; } || true; rm -rf "$T"' EXIT
 
 wait_ready() { for _ in $(seq 1 100); do [ -s "$1" ] && break; sleep 0.1; done; cat "$1"; }
 
@@ -60,6 +66,50 @@ c, d = med(sys.argv[2], "cpu_us_per_op"), med(sys.argv[3], "cpu_us_per_op")
 print(f"| {sys.argv[1]} | {a:.0f} | {b:.0f} | {a / b:.3f} | {c:.3f} us | {d:.3f} us | {c / d:.3f} |")' "$op" "$T/on.$op" "$T/off.$op"
   done
 }
+# lanes: 128 x 1 MiB batches with N lanes against iperf3 -P N, alternating.
+lanes() {
+  local n i op lt="${LANE_THREADS:-1}" seg port=5299 lbuf
+  lbuf=$(( ${LANE_THREADS:-1} * (128 << 20) )) # one batch per thread: less to touch per start
+  MC_FORCE_TCP=1 "$BIN" --mode=target --protocol=tcp --buffer_size=$lbuf --ready_file="$T/ready_lanes" >/dev/null &
+  seg=$(wait_ready "$T/ready_lanes")
+  echo
+  echo "Many streams: batches of 128 x 1 MiB, $lt thread(s), N lanes vs iperf3 -P N ($PAIRS alternating rounds of ${DURATION} s; medians, per-round ratio range):"
+  echo
+  printf "| N | iperf3 -P N GB/s | write GB/s | write / iperf3 | range | read GB/s | read / iperf3 | range | load |\n|---|---|---|---|---|---|---|---|---|\n"
+  for n in ${LANES:-1 2 4}; do
+    : > "$T/lanes.$n"
+    for i in $(seq 1 "$PAIRS"); do
+      iperf3 -s -B 127.0.0.1 -p $port -1 >/dev/null 2>&1 &
+      local ip=$!
+      sleep 0.3
+      local g
+      g=$(iperf3 -c 127.0.0.1 -p $port -t "$DURATION" -P "$n" -J | python3 -c 'import json,sys; print(json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"]/8e9)')
+      wait "$ip" || true
+      local line="$g"
+      for op in write read; do
+        line+=" $(MC_TCP_LANES_PER_PEER=$n MC_FORCE_TCP=1 "$BIN" --mode=initiator --protocol=tcp --segment_id="$seg" --operation=$op \
+          --block_size=1048576 --batch_size=128 --threads="$lt" --duration="$DURATION" --buffer_size=$lbuf --json --quiet |
+          python3 -c 'import json,sys; print(json.load(sys.stdin)["gb_per_s"])')"
+      done
+      echo "$line" >> "$T/lanes.$n"
+    done
+    python3 - "$n" "$T/lanes.$n" "$(cut -d' ' -f1 /proc/loadavg)" <<'PY'
+import statistics, sys
+rows = [[float(x) for x in l.split()] for l in open(sys.argv[2]) if l.strip()]
+med = lambda k: statistics.median(r[k] for r in rows)
+def ratio(k):
+    rs = [r[k] / r[0] for r in rows]
+    return f"{statistics.median(rs):.2f} | {min(rs):.2f}-{max(rs):.2f}"
+print(f"| {sys.argv[1]} | {med(0):.2f} | {med(1):.2f} | {ratio(1)} | {med(2):.2f} | {ratio(2)} | {sys.argv[3]} |")
+PY
+  done
+}
+if [ "$ONLY" = lanes ]; then
+  lanes
+  echo
+  echo "machine: $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg), $(date -u +%Y-%m-%dT%H:%MZ)"
+  exit 0
+fi
 if [ "$ONLY" = overhead ]; then
   overhead
   echo
@@ -133,6 +183,7 @@ PY
     done
   done
 done
+lanes
 overhead
 echo
 echo "machine: $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg), $(date -u +%Y-%m-%dT%H:%MZ)"
