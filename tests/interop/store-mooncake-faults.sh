@@ -9,7 +9,9 @@
 #                being put is missing or whole, never half-written, that its
 #                own puts and gets keep working, that the victim's objects
 #                go once its client TTL ran out (segment reclaimed), and
-#                that the interrupted key can be put again
+#                that the interrupted key can be put again (on kvferry-master
+#                within REPUT_S of the objects going, as the client's expiry
+#                frees it; mooncake_master frees it after its discard timeout)
 #   restart:C@M  one client of library C puts objects, the master is
 #                SIGKILLed and restarted on the same port; the client must
 #                reconnect (remount) and put and get again. kvferry-master
@@ -26,7 +28,8 @@
 #   MOONCAKE_STORE_LIB=/path/libmooncake_store.so tests/interop/store-mooncake-faults.sh
 #
 # Environment: KVFERRY_LIB_DIR, KVFERRY_MASTER, SEGMENT_MB, LOGS as in
-# store-mooncake.sh; CASES (default all six); CLIENT_TTL (seconds, default 3).
+# store-mooncake.sh; CASES (default all six); CLIENT_TTL (seconds, default 3);
+# PUT_DISCARD_S (--put_start_discard_timeout_sec, default the masters' 30 s).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 if [ -z "${MOONCAKE_MASTER:-}" ] || [ -z "${MOONCAKE_STORE_LIB:-}" ]; then
@@ -42,6 +45,9 @@ KV_MASTER="${KVFERRY_MASTER:-$PWD/build/bin/kvferry-master}"
 [ -x "$KV_MASTER" ] || { echo "$KV_MASTER missing: run make all" >&2; exit 1; }
 CASES="${CASES:-kill:mc@kv kill:kv@kv kill:mc@mc restart:mc@kv restart:kv@kv restart:mc@mc}"
 TTL="${CLIENT_TTL:-3}"
+# --put_start_discard_timeout_sec, when given (both masters default to
+# 30 s: how long a put started and never ended blocks its key).
+DISCARD="${PUT_DISCARD_S:-}"
 export SEGMENT_MB="${SEGMENT_MB:-256}"
 export RECLAIM_S=$((TTL * 4 + 30))
 
@@ -72,10 +78,10 @@ start_master() {
   local kind=$1 port=$2 log=$3 oplog=${4:-}
   if [ "$kind" = kv ]; then
     "$KV_MASTER" --rpc_address=127.0.0.1 --rpc_port="$port" --metrics_port="$(free_port)" \
-      --client_ttl="$TTL" ${oplog:+--oplog_dir="$oplog"} >>"$log" 2>&1 &
+      --client_ttl="$TTL" ${DISCARD:+--put_start_discard_timeout_sec="$DISCARD"} ${oplog:+--oplog_dir="$oplog"} >>"$log" 2>&1 &
   else
     "$MOONCAKE_MASTER" --rpc_port="$port" --rpc_address=127.0.0.1 --enable_http_metadata_server=false \
-      --metrics_port="$(free_port)" --client_ttl="$TTL" >>"$log" 2>&1 &
+      --metrics_port="$(free_port)" --client_ttl="$TTL" ${DISCARD:+--put_start_discard_timeout_sec="$DISCARD"} >>"$log" 2>&1 &
   fi
   mpid=$!
   for _ in $(seq 200); do
@@ -107,7 +113,13 @@ run_kill() {
   mkdir -p "$dir"
   port=$(free_port)
   start_master "$m" "$port" "$LOGDIR/$name.master.log" || { fail "$name: no master"; return; }
-  drv "$name.victim" "$(lib_of "$c")" "$port" victim "$dir"
+  # No timeout(1) around the victim: SIGKILL must reach the driver itself
+  # (it stops on its own after 300 s).
+  # kvferry-master frees the key of a dead client's unfinished put when
+  # the client expires; mooncake_master only after the discard timeout.
+  if [ "$m" = kv ]; then export REPUT_S=$((TTL * 3 + 10)); else unset REPUT_S; fi
+  "$DRV" "$(lib_of "$c")" "127.0.0.1:$port" "127.0.0.1:$(free_port)" victim "$dir" \
+    >"$LOGDIR/$name.victim.out" 2>"$LOGDIR/$name.victim.err" &
   local vpid=$!
   pids+=("$vpid")
   wait_for "$dir/V.ready" 60 || { fail "$name: victim not ready"; kill -9 "$vpid"; return; }
