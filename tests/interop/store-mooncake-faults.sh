@@ -20,7 +20,9 @@
 #                by default (its snapshots are periodic and off), so there
 #                only reconnection and new puts are checked
 #
-# C is mc (Mooncake's libmooncake_store.so) or kv (libkvferry.so); M is kv
+# C is mc (Mooncake's libmooncake_store.so) or kv (libkvferry.so), or for
+# kill V+S the victim's and the survivor's (kill:mc+kv@kv: a Mooncake
+# client dies, a kvferry client survives); M is kv
 # (kvferry-master) or mc (mooncake_master). kv@mc is not here: kvferry's
 # client does not speak coro_rpc yet.
 #
@@ -28,7 +30,7 @@
 #   MOONCAKE_STORE_LIB=/path/libmooncake_store.so tests/interop/store-mooncake-faults.sh
 #
 # Environment: KVFERRY_LIB_DIR, KVFERRY_MASTER, SEGMENT_MB, LOGS as in
-# store-mooncake.sh; CASES (default all six); CLIENT_TTL (seconds, default 3);
+# store-mooncake.sh; CASES (default all seven); CLIENT_TTL (seconds, default 3);
 # PUT_DISCARD_S (--put_start_discard_timeout_sec, default the masters' 30 s).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -43,7 +45,7 @@ KV_LIB="${KVFERRY_LIB_DIR:-$PWD/build/lib}/libkvferry.so"
 KV_MASTER="${KVFERRY_MASTER:-$PWD/build/bin/kvferry-master}"
 [ -f "$KV_LIB" ] || { echo "$KV_LIB missing: run make lib" >&2; exit 1; }
 [ -x "$KV_MASTER" ] || { echo "$KV_MASTER missing: run make all" >&2; exit 1; }
-CASES="${CASES:-kill:mc@kv kill:kv@kv kill:mc@mc restart:mc@kv restart:kv@kv restart:mc@mc}"
+CASES="${CASES:-kill:mc@kv kill:kv@kv kill:mc+kv@kv kill:mc@mc restart:mc@kv restart:kv@kv restart:mc@mc}"
 TTL="${CLIENT_TTL:-3}"
 # --put_start_discard_timeout_sec, when given (both masters default to
 # 30 s: how long a put started and never ended blocks its key).
@@ -118,12 +120,12 @@ run_kill() {
   # kvferry-master frees the key of a dead client's unfinished put when
   # the client expires; mooncake_master only after the discard timeout.
   if [ "$m" = kv ]; then export REPUT_S=$((TTL * 3 + 10)); else unset REPUT_S; fi
-  "$DRV" "$(lib_of "$c")" "127.0.0.1:$port" "127.0.0.1:$(free_port)" victim "$dir" \
+  "$DRV" "$(lib_of "${c%+*}")" "127.0.0.1:$port" "127.0.0.1:$(free_port)" victim "$dir" \
     >"$LOGDIR/$name.victim.out" 2>"$LOGDIR/$name.victim.err" &
   local vpid=$!
   pids+=("$vpid")
   wait_for "$dir/V.ready" 60 || { fail "$name: victim not ready"; kill -9 "$vpid"; return; }
-  drv "$name.survivor" "$(lib_of "$c")" "$port" survivor "$dir"
+  drv "$name.survivor" "$(lib_of "${c#*+}")" "$port" survivor "$dir"
   local spid=$!
   pids+=("$spid")
   wait_for "$dir/S.ready" 60 || fail "$name: survivor not ready"
