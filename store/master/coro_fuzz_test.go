@@ -30,6 +30,35 @@ var coroAnswers = map[string]func([]byte) error{
 	"Remove": check(coro.ExpVoidCodec), "RemoveByRegex": check(coro.ExpInt64Codec),
 	"RemoveAll": check(sp.Int64), "BatchRemove": check(coro.BatchVoidCodec),
 	"GetReplicaListByRegex": check(coro.ExpRegexReplicasCodec), "GetFsdir": check(coro.ExpStringCodec), "GetStorageConfig": check(coro.ExpStorageConfigCodec),
+	"FetchTasks": check(coro.ExpTasksCodec), "MarkTaskToComplete": check(coro.ExpVoidCodec),
+	"QuerySegmentStatus": check(coro.ExpSegmentStatusCodec), "QuerySegmentStatusById": check(coro.ExpSegmentStatusCodec),
+	"BatchQueryIp":      check(coro.ExpClientIPsCodec),
+	"BatchReplicaClear": check(coro.ExpStringsCodec), "CreateCopyTask": check(coro.ExpUUIDCodec),
+	"CreateMoveTask": check(coro.ExpUUIDCodec), "QueryTask": check(coro.ExpQueryTaskCodec),
+	"CopyStart": check(coro.ExpCopyStartCodec), "DynamicReplicaCopyStart": check(coro.ExpCopyStartCodec),
+	"CopyEnd": check(coro.ExpVoidCodec), "CopyRevoke": check(coro.ExpVoidCodec),
+	"DynamicReplicaCopyEnd": check(coro.ExpVoidCodec), "DynamicReplicaCopyRevoke": check(coro.ExpVoidCodec),
+	"MoveStart": check(coro.ExpMoveStartCodec), "MoveEnd": check(coro.ExpVoidCodec), "MoveRevoke": check(coro.ExpVoidCodec),
+	"MountLocalDiskSegment": check(coro.ExpVoidCodec), "UnmountLocalDiskSegment": check(coro.ExpVoidCodec),
+	"OffloadObjectHeartbeat": check(coro.ExpOffloadTasksCodec), "PollRemoveAll": check(coro.ExpBoolCodec),
+	"ReportSsdCapacity": check(coro.ExpVoidCodec), "NotifyOffloadSuccess": check(coro.ExpVoidCodec),
+	"PromotionObjectHeartbeat": check(coro.ExpOffloadTasksCodec), "PromotionAllocStart": check(coro.ExpPromotionAllocCodec),
+	"NotifyPromotionSuccess": check(coro.ExpVoidCodec), "NotifyPromotionFailure": check(coro.ExpVoidCodec),
+	"EvictDiskReplica": check(coro.ExpVoidCodec), "BatchEvictDiskReplica": check(coro.BatchVoidCodec),
+	"MountNoFSegment": check(coro.ExpVoidCodec), "ReMountNoFSegment": check(coro.ExpVoidCodec),
+	"UnmountNoFSegment": check(coro.ExpVoidCodec), "GetAllNoFSegments": check(coro.ExpNoFSegmentsCodec),
+	"GetNoFSegmentsByName": check(coro.ExpNoFOwnersCodec),
+}
+
+// TestCoroAnswersCoverMethods: the fuzzer can check every method's answer
+// (a method missing here would make it call a nil decoder).
+func TestCoroAnswersCoverMethods(t *testing.T) {
+	for _, m := range coro.Methods {
+		_, ok := coroAnswers[m.Name]
+		assert.Assert(t, ok, m.Name)
+		_, ok = coroHandlers[m.ID]
+		assert.Assert(t, ok, "no handler for %s", m.Name)
+	}
 }
 
 // FuzzCoroCall runs arbitrary calls through the coro_rpc service of one
@@ -60,6 +89,19 @@ func FuzzCoroCall(f *testing.F) {
 	seed(coro.MethodPing, sp.Marshal(coro.UUIDCodec, &cid))
 	seed(coro.MethodGracefulUnmountSegment, sp.Marshal(coro.GracefulUnmountSegmentArgsCodec, &coro.GracefulUnmountSegmentArgs{
 		SegmentID: coro.UUID{Hi: 3}, ClientID: cid, GracePeriodMs: 1}))
+
+	seed(coro.MethodBatchReplicaClear, sp.Marshal(coro.ReplicaClearArgsCodec, &coro.ReplicaClearArgs{Keys: []string{"k"}, ClientID: cid}))
+	seed(coro.MethodCreateCopyTask, sp.Marshal(coro.CreateCopyTaskArgsCodec, &coro.CreateCopyTaskArgs{Key: "k", TenantID: "default",
+		Targets: []string{"127.0.0.1:1"}}))
+	seed(coro.MethodCreateMoveTask, sp.Marshal(coro.CreateMoveTaskArgsCodec, &coro.CreateMoveTaskArgs{Key: "k", TenantID: "default",
+		Source: "127.0.0.1:1", Target: "127.0.0.1:2"}))
+	seed(coro.MethodQueryTask, sp.Marshal(coro.UUIDCodec, &cid))
+	seed(coro.MethodNotifyOffloadSuccess, sp.Marshal(coro.NotifyOffloadSuccessArgsCodec, &coro.NotifyOffloadSuccessArgs{ClientID: cid,
+		Tasks: []coro.OffloadTaskItem{{Key: "k", Size: 1}}, Metadatas: []coro.StorageObjectMetadata{{DataSize: 1}}}))
+	seed(coro.MethodBatchEvictDiskReplica, sp.Marshal(coro.BatchEvictDiskReplicaArgsCodec, &coro.BatchEvictDiskReplicaArgs{ClientID: cid,
+		Keys: []string{"k"}, TenantID: "default"}))
+	seed(coro.MethodReMountNoFSegment, sp.Marshal(coro.ReMountNoFSegmentArgsCodec, &coro.ReMountNoFSegmentArgs{
+		Segments: []coro.NoFSegment{{ID: coro.UUID{Hi: 4}, Name: "n"}}, ClientID: cid}))
 
 	srv, err := StartEmbedded(Config{})
 	if err != nil {

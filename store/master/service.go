@@ -1337,6 +1337,7 @@ func (s *Service) Tick() {
 		if c.disk != nil {
 			s.unmountDiskLocked(c.disk)
 		}
+		s.dropExpiredPutsLocked(c, now)
 		delete(s.mu.clients, c.id)
 		s.mu.counters.expiredClients++
 	}
@@ -1393,6 +1394,32 @@ func (s *Service) Tick() {
 			frac := max(s.cfg.EvictionRatio, ratio-s.cfg.EvictionHighWatermarkRatio+s.cfg.EvictionRatio)
 			s.evictLocked(uint64(frac*float64(s.mu.capacity)), now)
 		}
+	}
+}
+
+// dropExpiredPutsLocked preempts the unfinished puts of an expired client
+// whose replicas lie on other clients' segments (those on its own went
+// with them): it can never end them, so their keys are free for a new put
+// at once rather than after PutStartDiscardTimeout (a client SIGKILLed
+// mid-put, tests/interop/store-mooncake-faults.sh). It may still be alive
+// behind a partition and writing, so their space waits
+// PutStartReleaseTimeout, as a preempted zombie put's does; its PutEnd
+// then finds no put of its own.
+func (s *Service) dropExpiredPutsLocked(c *clientState, now time.Time) {
+	var puts []*object
+	for _, o := range s.mu.processing {
+		if o.writer == c.id {
+			puts = append(puts, o)
+		}
+	}
+	slices.SortFunc(puts, func(a, b *object) int {
+		return cmp.Or(cmp.Compare(a.id.tenant, b.id.tenant), cmp.Compare(a.id.key, b.id.key))
+	})
+	for _, o := range puts {
+		s.log.Info("put of an expired client dropped", "key", o.id.key, "tenant", o.id.tenant, "client", c.id,
+			"age", now.Sub(o.putStart))
+		s.mu.counters.zombiePuts++
+		s.dropObjectLocked(o, o.putStart.Add(s.cfg.PutStartReleaseTimeout), now)
 	}
 }
 

@@ -15,6 +15,21 @@
  *       for DIR/THEIRS.done so the other's reads of our segment finish
  *       (and, with PAIR_HOLD set, for DIR/release), then regex-remove MINE-*
  *       and wait for DIR/THEIRS.removed before unmounting.
+ *   store_mooncake LIB MASTER HOST victim DIR
+ *   store_mooncake LIB MASTER HOST survivor DIR
+ *       the kill case of store-mooncake-faults.sh: the victim puts V-small-*
+ *       (alone on the master, so on its own segment), creates DIR/V.ready,
+ *       waits for DIR/go, then puts and removes 64 MiB objects V-big-I in a
+ *       loop, writing I to DIR/V.putting before each put, until the script
+ *       SIGKILLs it. The survivor, once DIR/killed holds the index I being
+ *       put, checks that V-big-I is missing or whole, that its own puts and
+ *       gets work, that V-small-* go once the victim's TTL ran out, and that
+ *       a put of V-big-I then succeeds and reads back.
+ *   store_mooncake LIB MASTER HOST restart DIR
+ *       the restart case: puts R-*, creates DIR/R.ready, waits for
+ *       DIR/restarted, then (deadline) puts and gets new objects through
+ *       the restarted master and reports whether R-* survived; with
+ *       EXPECT_KEEP set, R-* must read back byte for byte.
  *
  * Every check prints "ok NAME" or "FAIL NAME ..."; the exit status is the
  * number of failures (capped at 100).
@@ -266,9 +281,227 @@ static void run_pair(store_t s, const char *mine, const char *theirs, const char
     free(buf);
 }
 
+/* read_int reads the integer in path (-1 when absent). */
+static long read_int(const char *path) {
+    FILE *f = fopen(path, "r");
+    long v = -1;
+    if (f) {
+        if (fscanf(f, "%ld", &v) != 1) v = -1;
+        fclose(f);
+    }
+    return v;
+}
+
+static void write_int(const char *path, long v) {
+    char tmp[600];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f) return;
+    fprintf(f, "%ld\n", v);
+    fclose(f);
+    rename(tmp, path);
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* whole_or_missing gets key into buf (n bytes registered): 1 when the get
+ * fails or returns n bytes of key's pattern, 0 on anything else (a short
+ * or a wrong read: a half-written object). */
+static int whole_or_missing(store_t s, const char *key, uint8_t *buf, size_t n, int64_t *got) {
+    memset(buf, 0, n);
+    *got = api.get_into(s, key, buf, n);
+    if (*got < 0) return 1;
+    return *got == (int64_t)n && mismatch(buf, n, key) == 0;
+}
+
+/* put_retry puts n bytes of key's pattern, retrying (a put may first land on
+ * a dead client's segment) until deadline seconds pass; returns the tries
+ * (negative when none succeeded). */
+static int put_retry(store_t s, const char *key, uint8_t *buf, size_t n, double deadline) {
+    fill(buf, n, key);
+    double end = now_s() + deadline;
+    for (int tries = 1;; tries++) {
+        if (api.put(s, key, buf, n, NULL) == 0) return tries;
+        if (now_s() > end) return -tries;
+        usleep(200000);
+    }
+}
+
+#define BIG (64u << 20)
+static const size_t small_sizes[] = {1024, 64 << 10, 1 << 20, 4 << 20};
+#define NSMALL (sizeof small_sizes / sizeof small_sizes[0])
+
+static void run_victim(store_t s, const char *dir) {
+    char key[128], path[512], name[160];
+    uint8_t *buf = malloc(BIG);
+    if (!buf) exit(100);
+    for (size_t i = 0; i < NSMALL; i++) {
+        snprintf(key, sizeof key, "V-small-%zu", i);
+        fill(buf, small_sizes[i], key);
+        int rc = api.put(s, key, buf, small_sizes[i], NULL);
+        snprintf(name, sizeof name, "victim-put-small-%zu", i);
+        check(rc == 0, name, "rc=%lld%lld", rc, 0);
+    }
+    snprintf(path, sizeof path, "%s/V.ready", dir);
+    touch(path);
+    snprintf(path, sizeof path, "%s/go", dir);
+    if (!wait_file(path, 120)) {
+        check(0, "victim-go", "%lld%lld", 0, 0);
+        return;
+    }
+    snprintf(path, sizeof path, "%s/V.putting", dir);
+    double end = now_s() + 300;
+    for (long i = 0; now_s() < end; i++) {
+        snprintf(key, sizeof key, "V-big-%ld", i);
+        fill(buf, BIG, key);
+        write_int(path, i);
+        api.put(s, key, buf, BIG, NULL);
+        api.remove(s, key, 1);
+    }
+    check(0, "victim-killed", "the script never killed the victim%lld%lld", 0, 0);
+}
+
+static void run_survivor(store_t s, const char *dir) {
+    char key[128], path[512], name[160];
+    uint8_t *buf = malloc(BIG);
+    if (!buf) exit(100);
+    api.register_buffer(s, buf, BIG);
+    snprintf(path, sizeof path, "%s/S.ready", dir);
+    touch(path);
+    snprintf(path, sizeof path, "%s/killed", dir);
+    if (!wait_file(path, 180)) {
+        check(0, "survivor-killed-signal", "%lld%lld", 0, 0);
+        return;
+    }
+    double tkill = now_s();
+    usleep(100000);
+    long n = read_int(path);
+    check(n >= 0, "survivor-kill-index", "index %lld%lld", n, 0);
+    int64_t got;
+    snprintf(key, sizeof key, "V-big-%ld", n);
+    int ok = whole_or_missing(s, key, buf, BIG, &got);
+    check(ok, "no-half-object", "got=%lld (neither missing nor whole)%lld", got, 0);
+    printf("# V-big-%ld right after the kill: %s\n", n, got < 0 ? "missing" : "whole");
+
+    /* The survivor keeps working while the dead client's lease runs. */
+    for (size_t i = 0; i < NSMALL; i++) {
+        snprintf(key, sizeof key, "S-after-kill-%zu", i);
+        int tries = put_retry(s, key, buf, small_sizes[i], 20);
+        snprintf(name, sizeof name, "survivor-put-%zu", small_sizes[i]);
+        check(tries > 0, name, "no success in %lld tries%lld", -tries, 0);
+        if (tries > 1) printf("# %s took %d tries (the first landed on the dead segment)\n", key, tries);
+        memset(buf, 0, small_sizes[i]);
+        got = api.get_into(s, key, buf, small_sizes[i]);
+        snprintf(name, sizeof name, "survivor-get-%zu", small_sizes[i]);
+        check(got == (int64_t)small_sizes[i] && mismatch(buf, small_sizes[i], key) == 0, name, "got=%lld want %lld",
+              got, (long long)small_sizes[i]);
+    }
+
+    /* The dead client's segment is reclaimed after its TTL: its objects go. */
+    const char *dl = getenv("RECLAIM_S");
+    double end = now_s() + (dl ? atoi(dl) : 60), t0 = now_s();
+    int gone = 0, half = 0;
+    while (!gone && now_s() < end) {
+        gone = 1;
+        for (size_t i = 0; i < NSMALL; i++) {
+            snprintf(key, sizeof key, "V-small-%zu", i);
+            if (api.is_exist(s, key) == 1) {
+                gone = 0;
+                /* until then, it is whole */
+                if (!whole_or_missing(s, key, buf, small_sizes[i], &got)) half = 1;
+            }
+        }
+        if (!gone) usleep(250000);
+    }
+    check(gone, "victim-objects-gone", "still there after the deadline%lld%lld", 0, 0);
+    check(!half, "victim-objects-whole-until-gone", "%lld%lld", 0, 0);
+    printf("# the victim's objects went %.1f s after the kill (%.1f s after the survivor's puts)\n", now_s() - tkill,
+           now_s() - t0);
+    snprintf(key, sizeof key, "V-big-%ld", n);
+    check(api.is_exist(s, key) != 1 || whole_or_missing(s, key, buf, BIG, &got), "no-half-object-later",
+          "got=%lld%lld", got, 0);
+
+    /* The same key can be put again and read back: a put of a key whose
+     * interrupted put the master still holds may "succeed" (Mooncake's
+     * client takes OBJECT_ALREADY_EXISTS as done) while the object is not
+     * readable until the master discards the dead put, so put and get
+     * until both work (deadline). */
+    double rt0 = now_s();
+    int tries = 0, reput = 0;
+    while (!reput && now_s() < end + 30) {
+        tries++;
+        fill(buf, BIG, key);
+        if (api.put(s, key, buf, BIG, NULL) == 0) {
+            memset(buf, 0, BIG);
+            got = api.get_into(s, key, buf, BIG);
+            reput = got == (int64_t)BIG && mismatch(buf, BIG, key) == 0;
+        }
+        if (!reput) usleep(500000);
+    }
+    check(reput, "reput-same-key", "no put and get of it in %lld tries (last get %lld)", tries, got);
+    double took = now_s() - rt0;
+    printf("# a put of V-big-%ld read back %.1f s after the objects went (%d tries)\n", n, took, tries);
+    const char *rs = getenv("REPUT_S");
+    if (rs) check(reput && took <= atoi(rs), "reput-after-expiry", "took %lld s, bound %lld s", (long long)took, atoi(rs));
+    int64_t removed = api.remove_by_regex(s, "^(S-after-kill-|V-big-)", 1);
+    check(removed == (int64_t)NSMALL + 1, "survivor-cleanup", "removed=%lld want %lld", removed, (long long)NSMALL + 1);
+    api.unregister_buffer(s, buf);
+    free(buf);
+}
+
+static void run_restart(store_t s, const char *dir) {
+    char key[128], path[512], name[160];
+    uint8_t *buf = malloc(BIG);
+    if (!buf) exit(100);
+    api.register_buffer(s, buf, BIG);
+    for (size_t i = 0; i < NSMALL; i++) {
+        snprintf(key, sizeof key, "R-%zu", i);
+        fill(buf, small_sizes[i], key);
+        int rc = api.put(s, key, buf, small_sizes[i], NULL);
+        snprintf(name, sizeof name, "put-before-restart-%zu", small_sizes[i]);
+        check(rc == 0, name, "rc=%lld%lld", rc, 0);
+    }
+    snprintf(path, sizeof path, "%s/R.ready", dir);
+    touch(path);
+    snprintf(path, sizeof path, "%s/restarted", dir);
+    if (!wait_file(path, 120)) {
+        check(0, "restarted-signal", "%lld%lld", 0, 0);
+        return;
+    }
+    /* New puts work once the client has reconnected (and remounted). */
+    double t0 = now_s();
+    int tries = put_retry(s, "N-0", buf, 1 << 20, 60);
+    check(tries > 0, "put-after-restart", "no success in %lld tries%lld", -tries, 0);
+    printf("# first put after the restart succeeded after %.1f s (%d tries)\n", now_s() - t0, tries);
+    int64_t got = api.get_into(s, "N-0", buf, 1 << 20);
+    check(got == 1 << 20 && mismatch(buf, 1 << 20, "N-0") == 0, "get-after-restart", "got=%lld%lld", got, 0);
+    tries = put_retry(s, "N-1", buf, BIG, 30);
+    check(tries > 0, "put-64MiB-after-restart", "no success in %lld tries%lld", -tries, 0);
+    memset(buf, 0, BIG);
+    got = api.get_into(s, "N-1", buf, BIG);
+    check(got == (int64_t)BIG && mismatch(buf, BIG, "N-1") == 0, "get-64MiB-after-restart", "got=%lld%lld", got, 0);
+    int kept = 0;
+    for (size_t i = 0; i < NSMALL; i++) {
+        snprintf(key, sizeof key, "R-%zu", i);
+        if (whole_or_missing(s, key, buf, small_sizes[i], &got) && got == (int64_t)small_sizes[i]) kept++;
+        else check(got < 0, "old-object-missing-or-whole", "got=%lld%lld", got, 0);
+    }
+    printf("# %d of %zu objects put before the restart read back after it\n", kept, NSMALL);
+    if (getenv("EXPECT_KEEP")) check(kept == (int)NSMALL, "objects-survive-restart", "kept %lld of %lld", kept, NSMALL);
+    snprintf(path, sizeof path, "%s/R.done", dir);
+    touch(path);
+    api.remove_all(s, 1);
+    api.unregister_buffer(s, buf);
+    free(buf);
+}
+
 int main(int argc, char **argv) {
     if (argc < 5) {
-        fprintf(stderr, "usage: %s LIB MASTER HOST self | pair MINE THEIRS DIR\n", argv[0]);
+        fprintf(stderr, "usage: %s LIB MASTER HOST self | pair MINE THEIRS DIR | victim DIR | survivor DIR | restart DIR\n", argv[0]);
         return 100;
     }
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -287,6 +520,12 @@ int main(int argc, char **argv) {
         run_self(s);
     } else if (strcmp(argv[4], "pair") == 0 && argc == 8) {
         run_pair(s, argv[5], argv[6], argv[7]);
+    } else if (strcmp(argv[4], "victim") == 0 && argc == 6) {
+        run_victim(s, argv[5]);
+    } else if (strcmp(argv[4], "survivor") == 0 && argc == 6) {
+        run_survivor(s, argv[5]);
+    } else if (strcmp(argv[4], "restart") == 0 && argc == 6) {
+        run_restart(s, argv[5]);
     } else {
         fprintf(stderr, "unknown mode %s\n", argv[4]);
         return 100;
