@@ -109,6 +109,12 @@ type Engine struct {
 		sync.Mutex
 		free []*idleWaiter
 	}
+	// batchFree is the free list of batches nobody references any more
+	// (batchpool.go), capped at maxFreeBatches; a free list, as waiters.
+	batchFree struct {
+		sync.Mutex
+		free []*batch
+	}
 	nextBatch atomic.Uint64
 	inbox     struct {
 		sync.Mutex
@@ -1151,7 +1157,9 @@ func (e *Engine) AllocateBatch(capacity int) (BatchID, error) {
 	if capacity < 0 {
 		return 0, fmt.Errorf("allocate batch of %d: %w", capacity, ErrInvalidArgument)
 	}
-	b := &batch{capacity: capacity, e: e}
+	b := e.newBatch()
+	b.capacity = capacity
+	b.refs.Store(1) // the owner's: FreeBatch drops it
 	b.mu.tasks = b.one.tasks[:0:1]
 	b.mu.pollers = b.one.pollers[:0:1]
 	b.mu.waiters = b.one.waiters[:0:1]
@@ -1160,16 +1168,6 @@ func (e *Engine) AllocateBatch(capacity int) (BatchID, error) {
 	e.batches.m[b.id] = b
 	e.batches.Unlock()
 	return b.id, nil
-}
-
-func (e *Engine) batch(id BatchID) (*batch, error) {
-	e.batches.RLock()
-	b := e.batches.m[id]
-	e.batches.RUnlock()
-	if b == nil {
-		return nil, fmt.Errorf("batch %d: %w", id, ErrUnknownBatch)
-	}
-	return b, nil
 }
 
 // Submit appends reqs to batch id and starts them. On ErrTooManyRequests,
@@ -1212,10 +1210,11 @@ func (e *Engine) submit(id BatchID, reqs []Request, n *Notification) error {
 	if e.closed.Load() {
 		return ErrClosed
 	}
-	b, err := e.batch(id)
+	b, err := e.lookup(id)
 	if err != nil {
 		return err
 	}
+	defer b.unref()
 	if b.canceled.Load() {
 		return fmt.Errorf("submit to batch %d: %w", id, ErrCanceled)
 	}
@@ -1360,6 +1359,7 @@ func (e *Engine) submit(id BatchID, reqs []Request, n *Notification) error {
 	b.remaining.Add(int64(len(reqs)))
 	if n != nil {
 		b.mu.notify = &pendingNotify{peer: groups[gidx[0]].p, msg: *n}
+		b.noReuse.Store(true) // its sender settles the batch after the last task
 	}
 	b.mu.Unlock()
 
@@ -1472,6 +1472,7 @@ func (e *Engine) submit(id BatchID, reqs []Request, n *Notification) error {
 				if l := e.metrics.link(next, g.p); l != nil {
 					l.Sliced(len(rest))
 				}
+				b.handOut(next, len(rest))
 				next.Submit(g.p, rest)
 			}
 		}
@@ -1479,6 +1480,7 @@ func (e *Engine) submit(id BatchID, reqs []Request, n *Notification) error {
 		if g.link != nil {
 			g.link.Sliced(len(g.slices))
 		}
+		b.handOut(g.t, len(g.slices))
 		g.t.Submit(g.p, g.slices)
 	}
 	return firstErr
@@ -1511,10 +1513,11 @@ func sliceCount(n, ss uint64) int {
 // TaskStatus reports task i of batch id and, if it is terminal, marks it
 // observed (which may send the batch's pending notification).
 func (e *Engine) TaskStatus(id BatchID, i int) (TaskStatus, error) {
-	b, err := e.batch(id)
+	b, err := e.lookup(id)
 	if err != nil {
 		return TaskStatus{}, err
 	}
+	defer b.unref()
 	t := b.taskAt(i)
 	if t == nil {
 		return TaskStatus{}, fmt.Errorf("batch %d has no task %d: %w", id, i, ErrInvalidArgument)
@@ -1525,10 +1528,11 @@ func (e *Engine) TaskStatus(id BatchID, i int) (TaskStatus, error) {
 
 // BatchStatus aggregates batch id; terminal tasks become observed.
 func (e *Engine) BatchStatus(id BatchID) (BatchStatus, error) {
-	b, err := e.batch(id)
+	b, err := e.lookup(id)
 	if err != nil {
 		return BatchStatus{}, err
 	}
+	defer b.unref()
 	b.poll()
 	return b.aggregate(), nil
 }
@@ -1555,10 +1559,11 @@ func (e *Engine) WaitLocked(ctx context.Context, id BatchID) (BatchStatus, error
 }
 
 func (e *Engine) wait(ctx context.Context, id BatchID, yield bool) (BatchStatus, error) {
-	b, err := e.batch(id)
+	b, err := e.lookup(id)
 	if err != nil {
 		return BatchStatus{}, err
 	}
+	defer b.unref()
 	// An answer offered to block for is far (a large payload): no spin. A
 	// locked waiter's poll offers its thread's CPU between polls
 	// (sched_yield, which keeps the P), as a getTransferStatus loop does:
@@ -1611,10 +1616,11 @@ func (e *Engine) wait(ctx context.Context, id BatchID, yield bool) (BatchStatus,
 // still running stay non-terminal (their memory still in use: an
 // UnregisterMemory of it waits for them).
 func (e *Engine) Cancel(ctx context.Context, id BatchID) error {
-	b, err := e.batch(id)
+	b, err := e.lookup(id)
 	if err != nil {
 		return err
 	}
+	defer b.unref()
 	b.canceled.Store(true)
 	b.mu.Lock()
 	b.mu.notify = nil
@@ -1635,19 +1641,25 @@ func (e *Engine) Cancel(ctx context.Context, id BatchID) error {
 // FreeBatch releases batch id. It returns ErrBatchBusy while a task has not
 // been observed terminal (by TaskStatus, BatchStatus, Wait or Cancel).
 func (e *Engine) FreeBatch(id BatchID) error {
-	b, err := e.batch(id)
+	b, err := e.lookup(id)
 	if err != nil {
 		return err
 	}
+	defer b.unref()
 	if b.busy() {
 		return fmt.Errorf("free batch %d: %w", id, ErrBatchBusy)
 	}
 	b.mu.Lock()
+	if b.mu.freed { // a concurrent FreeBatch won
+		b.mu.Unlock()
+		return fmt.Errorf("free batch %d: %w", id, ErrUnknownBatch)
+	}
 	b.mu.freed = true
 	b.mu.Unlock()
 	e.batches.Lock()
 	delete(e.batches.m, id)
 	e.batches.Unlock()
+	b.unref() // the owner's; the lookup's is dropped on return
 	return nil
 }
 
@@ -1660,10 +1672,11 @@ func (e *Engine) FreeBatch(id BatchID) error {
 // completes, only later: the transports read such answers themselves after
 // a few milliseconds. Transfer declares its batch.
 func (e *Engine) Await(id BatchID) error {
-	b, err := e.batch(id)
+	b, err := e.lookup(id)
 	if err != nil {
 		return err
 	}
+	defer b.unref()
 	b.awaited.Store(true)
 	return nil
 }

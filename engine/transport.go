@@ -207,7 +207,12 @@ func (s *Slice) SubmitterWaits() bool {
 	return s.task != nil && !s.moved && s.task.batch.awaited.Load()
 }
 
-// Complete reports the slice's outcome: nil for success.
+// Complete reports the slice's outcome: nil for success. Afterwards the
+// slice and its batch may be reused (Releaser): a transport that reads the
+// slice later holds it (Hold) before completing it.
 func (s *Slice) Complete(err error) {
-	s.task.sliceDone(s, err)
+	b := s.task.batch
+	if s.task.sliceDone(s, err) {
+		b.unref()
+	}
 }
