@@ -679,6 +679,19 @@ func (e *Engine) OpenSegment(ctx context.Context, name string) (SegmentID, error
 	return p.ID, nil
 }
 
+// CachedSegment returns the id of segment name when it is open already,
+// without looking it up (OpenSegment does when it is not).
+func (e *Engine) CachedSegment(name string) (SegmentID, bool) {
+	name = strings.TrimPrefix(name, "/")
+	e.segments.RLock()
+	p := e.segments.byName[name]
+	e.segments.RUnlock()
+	if p == nil {
+		return -1, false
+	}
+	return p.ID, true
+}
+
 // OpenSegmentNoCache refreshes the cached descriptor of name (if cached)
 // and returns its id.
 func (e *Engine) OpenSegmentNoCache(ctx context.Context, name string) (SegmentID, error) {
@@ -1559,6 +1572,11 @@ func (e *Engine) WaitLocked(ctx context.Context, id BatchID) (BatchStatus, error
 }
 
 func (e *Engine) wait(ctx context.Context, id BatchID, yield bool) (BatchStatus, error) {
+	return e.waitBy(ctx, id, yield, time.Time{})
+}
+
+// waitBy is wait, also bounded by by when it is not zero.
+func (e *Engine) waitBy(ctx context.Context, id BatchID, yield bool, by time.Time) (BatchStatus, error) {
 	b, err := e.lookup(id)
 	if err != nil {
 		return BatchStatus{}, err
@@ -1582,9 +1600,14 @@ func (e *Engine) wait(ctx context.Context, id BatchID, yield bool) (BatchStatus,
 	// beside ctx rather than in a derived context: parking allocates nothing.
 	var timeout time.Duration
 	var deadline time.Time
-	if _, ok := ctx.Deadline(); !ok {
+	if cd, ok := ctx.Deadline(); !ok {
 		timeout = e.cfg.TransferTimeout
 		deadline = time.Now().Add(timeout)
+		if !by.IsZero() && by.Before(deadline) {
+			deadline = by
+		}
+	} else if !by.IsZero() && by.Before(cd) {
+		deadline = by
 	}
 	if b.waitPolled(ctx, deadline) {
 		return b.aggregate(), nil
@@ -1689,6 +1712,17 @@ func (e *Engine) Await(id BatchID) error {
 // transport that could not stop a copy in Cancel's bound) does it return
 // with requests in flight; its error then wraps both timeouts.
 func (e *Engine) Transfer(ctx context.Context, reqs []Request) error {
+	return e.transfer(ctx, reqs, time.Time{})
+}
+
+// TransferBy is Transfer with its wait also bounded by deadline (zero: no
+// bound beyond ctx's and the transfer timeout), which a context.WithDeadline
+// would do at the cost of a context and a timer per call (issue 38).
+func (e *Engine) TransferBy(ctx context.Context, deadline time.Time, reqs []Request) error {
+	return e.transfer(ctx, reqs, deadline)
+}
+
+func (e *Engine) transfer(ctx context.Context, reqs []Request, by time.Time) error {
 	id, err := e.AllocateBatch(len(reqs))
 	if err != nil {
 		return err
@@ -1701,7 +1735,7 @@ func (e *Engine) Transfer(ctx context.Context, reqs []Request) error {
 			return fmt.Errorf("transfer: %w", serr)
 		}
 	}
-	bs, werr := e.Wait(ctx, id)
+	bs, werr := e.waitBy(ctx, id, true, by)
 	if werr != nil {
 		if cerr := e.Cancel(context.Background(), id); cerr != nil {
 			return fmt.Errorf("transfer: %w; %w (its memory is still in use)", werr, cerr)
