@@ -451,19 +451,20 @@ func (c *Client) boundTransfer(ctx context.Context, bound *writeBound, reqs []en
 // openBound is open under bound: checked first, and a look-up of a holder
 // not open yet runs under a ctx that ends at the bound's deadline.
 func (c *Client) openBound(ctx context.Context, bound *writeBound, reps []*wire.Replica) ([]engine.SegmentID, error) {
-	if _, err := bound.by(); err != nil {
+	d, err := bound.by() // the one check before the look-up
+	if err != nil {
 		return nil, err
 	}
 	ids := make([]engine.SegmentID, len(reps))
 	for i, r := range reps {
 		id, ok := c.e.CachedSegment(r.GetSegmentName())
 		if !ok {
-			wctx, cancel, err := bound.enter(ctx)
-			if err != nil {
-				return nil, err
+			if !d.IsZero() {
+				wctx, cancel := context.WithDeadline(ctx, d)
+				defer cancel()
+				ctx = wctx
 			}
-			defer cancel()
-			return c.open(wctx, reps)
+			return c.open(ctx, reps)
 		}
 		ids[i] = id
 	}
