@@ -1,6 +1,10 @@
 package engine
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/kvferry/kvferry/internal/invariants"
+)
 
 // Batches are recycled (issue 38): a batch-1 Transfer takes its batch, with
 // the task, slice and lists it carries (batch.one), from the engine's free
@@ -51,8 +55,12 @@ func (b *batch) unref() {
 	if n > 0 {
 		return
 	}
-	if n < 0 {
-		panic("engine: batch reference count below zero")
+	if n < 0 { // a slice completed or released twice: never reuse it
+		if invariants.Enabled {
+			panic("engine: batch reference count below zero")
+		}
+		b.noReuse.Store(true)
+		return
 	}
 	if b.noReuse.Load() {
 		return
