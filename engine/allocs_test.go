@@ -81,18 +81,16 @@ func BenchmarkTCPAllocs4K(b *testing.B) {
 	}
 }
 
-// maxTransferAllocs4K is what a batch-1 4 KiB Transfer over TCP may still
-// allocate per op, both sides together: the batch itself (AllocateBatch),
-// which carries the task, the slice and their lists. Batches are not
-// recycled because a transport may still read a slice it has completed
-// (tcp's writer after queueing it for the reader); see
-// docs/reports/allocs.md.
-const maxTransferAllocs4K = 1
+// maxTransferAllocs4K is what a batch-1 4 KiB Transfer over TCP may
+// allocate per op, both sides together: nothing. The batch, with its task,
+// slice and lists, comes from the engine's free list once the transports
+// released it (batchpool.go).
+const maxTransferAllocs4K = 0
 
 // TestTransferAllocs4K pins the allocations of a batch-1 4 KiB READ and
 // WRITE over TCP, initiator and target in this process, for a wait that
-// polls and one that parks at once: everything but the batch comes from
-// storage reused across ops.
+// polls and one that parks at once: everything comes from storage reused
+// across ops, the batch included.
 func TestTransferAllocs4K(t *testing.T) {
 	if testing.Short() {
 		t.Skip("two engines over loopback")

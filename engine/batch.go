@@ -109,11 +109,14 @@ func (t *task) setErr(err error) {
 	t.err.CompareAndSwap(nil, &err)
 }
 
-func (t *task) sliceDone(s *Slice, err error) {
+// sliceDone records s's outcome; the last slice finishes the task. It
+// reports false when s failed over (it is not complete, and its
+// batch's reference for it went along with it).
+func (t *task) sliceDone(s *Slice, err error) bool {
 	if err != nil {
 		probe := s.probe
 		if t.batch.e.failover(s, err) {
-			return // on its way over another transport
+			return false // on its way over another transport
 		}
 		if probe && t.peer != nil && s.via != nil {
 			// Not decided by a path failure (failover recorded that):
@@ -132,6 +135,7 @@ func (t *task) sliceDone(s *Slice, err error) {
 	if t.pending.Add(-1) == 0 {
 		t.finish()
 	}
+	return true
 }
 
 // finish moves the task to its terminal state; called once.
@@ -205,6 +209,15 @@ type batch struct {
 	// awaited is set for a batch whose submitter waits for it right away
 	// (Transfer, Await); slices submitted after it is set see it.
 	awaited atomic.Bool
+
+	// refs counts who may still touch the batch: its owner until
+	// FreeBatch, each call that looked it up, each slice handed to a
+	// transport until completed or released (batchpool.go). At zero the
+	// batch is recycled unless noReuse.
+	refs atomic.Int32
+	// noReuse: a slice went to a transport that is not a Releaser, or a
+	// notification was submitted; the batch is left to the collector.
+	noReuse atomic.Bool
 
 	// oneUsed is set by the submit that took one.
 	oneUsed atomic.Bool

@@ -109,6 +109,12 @@ type Engine struct {
 		sync.Mutex
 		free []*idleWaiter
 	}
+	// batchFree is the free list of batches nobody references any more
+	// (batchpool.go), capped at maxFreeBatches; a free list, as waiters.
+	batchFree struct {
+		sync.Mutex
+		free []*batch
+	}
 	nextBatch atomic.Uint64
 	inbox     struct {
 		sync.Mutex
@@ -673,6 +679,19 @@ func (e *Engine) OpenSegment(ctx context.Context, name string) (SegmentID, error
 	return p.ID, nil
 }
 
+// CachedSegment returns the id of segment name when it is open already,
+// without looking it up (OpenSegment does when it is not).
+func (e *Engine) CachedSegment(name string) (SegmentID, bool) {
+	name = strings.TrimPrefix(name, "/")
+	e.segments.RLock()
+	p := e.segments.byName[name]
+	e.segments.RUnlock()
+	if p == nil {
+		return -1, false
+	}
+	return p.ID, true
+}
+
 // OpenSegmentNoCache refreshes the cached descriptor of name (if cached)
 // and returns its id.
 func (e *Engine) OpenSegmentNoCache(ctx context.Context, name string) (SegmentID, error) {
@@ -1151,7 +1170,9 @@ func (e *Engine) AllocateBatch(capacity int) (BatchID, error) {
 	if capacity < 0 {
 		return 0, fmt.Errorf("allocate batch of %d: %w", capacity, ErrInvalidArgument)
 	}
-	b := &batch{capacity: capacity, e: e}
+	b := e.newBatch()
+	b.capacity = capacity
+	b.refs.Store(1) // the owner's: FreeBatch drops it
 	b.mu.tasks = b.one.tasks[:0:1]
 	b.mu.pollers = b.one.pollers[:0:1]
 	b.mu.waiters = b.one.waiters[:0:1]
@@ -1160,16 +1181,6 @@ func (e *Engine) AllocateBatch(capacity int) (BatchID, error) {
 	e.batches.m[b.id] = b
 	e.batches.Unlock()
 	return b.id, nil
-}
-
-func (e *Engine) batch(id BatchID) (*batch, error) {
-	e.batches.RLock()
-	b := e.batches.m[id]
-	e.batches.RUnlock()
-	if b == nil {
-		return nil, fmt.Errorf("batch %d: %w", id, ErrUnknownBatch)
-	}
-	return b, nil
 }
 
 // Submit appends reqs to batch id and starts them. On ErrTooManyRequests,
@@ -1212,10 +1223,11 @@ func (e *Engine) submit(id BatchID, reqs []Request, n *Notification) error {
 	if e.closed.Load() {
 		return ErrClosed
 	}
-	b, err := e.batch(id)
+	b, err := e.lookup(id)
 	if err != nil {
 		return err
 	}
+	defer b.unref()
 	if b.canceled.Load() {
 		return fmt.Errorf("submit to batch %d: %w", id, ErrCanceled)
 	}
@@ -1360,6 +1372,7 @@ func (e *Engine) submit(id BatchID, reqs []Request, n *Notification) error {
 	b.remaining.Add(int64(len(reqs)))
 	if n != nil {
 		b.mu.notify = &pendingNotify{peer: groups[gidx[0]].p, msg: *n}
+		b.noReuse.Store(true) // its sender settles the batch after the last task
 	}
 	b.mu.Unlock()
 
@@ -1472,6 +1485,7 @@ func (e *Engine) submit(id BatchID, reqs []Request, n *Notification) error {
 				if l := e.metrics.link(next, g.p); l != nil {
 					l.Sliced(len(rest))
 				}
+				b.handOut(next, len(rest))
 				next.Submit(g.p, rest)
 			}
 		}
@@ -1479,6 +1493,7 @@ func (e *Engine) submit(id BatchID, reqs []Request, n *Notification) error {
 		if g.link != nil {
 			g.link.Sliced(len(g.slices))
 		}
+		b.handOut(g.t, len(g.slices))
 		g.t.Submit(g.p, g.slices)
 	}
 	return firstErr
@@ -1511,10 +1526,11 @@ func sliceCount(n, ss uint64) int {
 // TaskStatus reports task i of batch id and, if it is terminal, marks it
 // observed (which may send the batch's pending notification).
 func (e *Engine) TaskStatus(id BatchID, i int) (TaskStatus, error) {
-	b, err := e.batch(id)
+	b, err := e.lookup(id)
 	if err != nil {
 		return TaskStatus{}, err
 	}
+	defer b.unref()
 	t := b.taskAt(i)
 	if t == nil {
 		return TaskStatus{}, fmt.Errorf("batch %d has no task %d: %w", id, i, ErrInvalidArgument)
@@ -1525,10 +1541,11 @@ func (e *Engine) TaskStatus(id BatchID, i int) (TaskStatus, error) {
 
 // BatchStatus aggregates batch id; terminal tasks become observed.
 func (e *Engine) BatchStatus(id BatchID) (BatchStatus, error) {
-	b, err := e.batch(id)
+	b, err := e.lookup(id)
 	if err != nil {
 		return BatchStatus{}, err
 	}
+	defer b.unref()
 	b.poll()
 	return b.aggregate(), nil
 }
@@ -1555,10 +1572,16 @@ func (e *Engine) WaitLocked(ctx context.Context, id BatchID) (BatchStatus, error
 }
 
 func (e *Engine) wait(ctx context.Context, id BatchID, yield bool) (BatchStatus, error) {
-	b, err := e.batch(id)
+	return e.waitBy(ctx, id, yield, time.Time{})
+}
+
+// waitBy is wait, also bounded by by when it is not zero.
+func (e *Engine) waitBy(ctx context.Context, id BatchID, yield bool, by time.Time) (BatchStatus, error) {
+	b, err := e.lookup(id)
 	if err != nil {
 		return BatchStatus{}, err
 	}
+	defer b.unref()
 	// An answer offered to block for is far (a large payload): no spin. A
 	// locked waiter's poll offers its thread's CPU between polls
 	// (sched_yield, which keeps the P), as a getTransferStatus loop does:
@@ -1577,9 +1600,14 @@ func (e *Engine) wait(ctx context.Context, id BatchID, yield bool) (BatchStatus,
 	// beside ctx rather than in a derived context: parking allocates nothing.
 	var timeout time.Duration
 	var deadline time.Time
-	if _, ok := ctx.Deadline(); !ok {
+	if cd, ok := ctx.Deadline(); !ok {
 		timeout = e.cfg.TransferTimeout
 		deadline = time.Now().Add(timeout)
+		if !by.IsZero() && by.Before(deadline) {
+			deadline = by
+		}
+	} else if !by.IsZero() && by.Before(cd) {
+		deadline = by
 	}
 	if b.waitPolled(ctx, deadline) {
 		return b.aggregate(), nil
@@ -1611,10 +1639,11 @@ func (e *Engine) wait(ctx context.Context, id BatchID, yield bool) (BatchStatus,
 // still running stay non-terminal (their memory still in use: an
 // UnregisterMemory of it waits for them).
 func (e *Engine) Cancel(ctx context.Context, id BatchID) error {
-	b, err := e.batch(id)
+	b, err := e.lookup(id)
 	if err != nil {
 		return err
 	}
+	defer b.unref()
 	b.canceled.Store(true)
 	b.mu.Lock()
 	b.mu.notify = nil
@@ -1635,19 +1664,25 @@ func (e *Engine) Cancel(ctx context.Context, id BatchID) error {
 // FreeBatch releases batch id. It returns ErrBatchBusy while a task has not
 // been observed terminal (by TaskStatus, BatchStatus, Wait or Cancel).
 func (e *Engine) FreeBatch(id BatchID) error {
-	b, err := e.batch(id)
+	b, err := e.lookup(id)
 	if err != nil {
 		return err
 	}
+	defer b.unref()
 	if b.busy() {
 		return fmt.Errorf("free batch %d: %w", id, ErrBatchBusy)
 	}
 	b.mu.Lock()
+	if b.mu.freed { // a concurrent FreeBatch won
+		b.mu.Unlock()
+		return fmt.Errorf("free batch %d: %w", id, ErrUnknownBatch)
+	}
 	b.mu.freed = true
 	b.mu.Unlock()
 	e.batches.Lock()
 	delete(e.batches.m, id)
 	e.batches.Unlock()
+	b.unref() // the owner's; the lookup's is dropped on return
 	return nil
 }
 
@@ -1660,10 +1695,11 @@ func (e *Engine) FreeBatch(id BatchID) error {
 // completes, only later: the transports read such answers themselves after
 // a few milliseconds. Transfer declares its batch.
 func (e *Engine) Await(id BatchID) error {
-	b, err := e.batch(id)
+	b, err := e.lookup(id)
 	if err != nil {
 		return err
 	}
+	defer b.unref()
 	b.awaited.Store(true)
 	return nil
 }
@@ -1676,6 +1712,17 @@ func (e *Engine) Await(id BatchID) error {
 // transport that could not stop a copy in Cancel's bound) does it return
 // with requests in flight; its error then wraps both timeouts.
 func (e *Engine) Transfer(ctx context.Context, reqs []Request) error {
+	return e.transfer(ctx, reqs, time.Time{})
+}
+
+// TransferBy is Transfer with its wait also bounded by deadline (zero: no
+// bound beyond ctx's and the transfer timeout), which a context.WithDeadline
+// would do at the cost of a context and a timer per call (issue 38).
+func (e *Engine) TransferBy(ctx context.Context, deadline time.Time, reqs []Request) error {
+	return e.transfer(ctx, reqs, deadline)
+}
+
+func (e *Engine) transfer(ctx context.Context, reqs []Request, by time.Time) error {
 	id, err := e.AllocateBatch(len(reqs))
 	if err != nil {
 		return err
@@ -1688,7 +1735,7 @@ func (e *Engine) Transfer(ctx context.Context, reqs []Request) error {
 			return fmt.Errorf("transfer: %w", serr)
 		}
 	}
-	bs, werr := e.Wait(ctx, id)
+	bs, werr := e.waitBy(ctx, id, true, by)
 	if werr != nil {
 		if cerr := e.Cancel(context.Background(), id); cerr != nil {
 			return fmt.Errorf("transfer: %w; %w (its memory is still in use)", werr, cerr)

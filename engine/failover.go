@@ -199,6 +199,7 @@ func (e *Engine) failover(s *Slice, err error) bool {
 	if l := e.metrics.link(next, p); l != nil {
 		l.Sliced(len(out))
 	}
+	t.batch.handOut(next, len(out)-1) // s's reference goes along with s (or its first piece)
 	next.Submit(p, out)
 	return true
 }

@@ -46,7 +46,10 @@ func (o OpCode) String() string {
 // wire is completed with ErrCanceled without touching memory. The
 // transport may touch a slice's local memory only between Submit and
 // Complete. After Close, Submit completes every slice with ErrClosed.
-// Implementations are safe for concurrent use.
+// A transport that also leaves the Slice itself alone once completed
+// (outside Slice.Hold and Slice.Release) says so by being a Releaser: the
+// engine then recycles the batch. Implementations are safe for concurrent
+// use.
 type Transport interface {
 	// Name is the transport's name ("tcp", "local", ...).
 	Name() string
@@ -207,7 +210,12 @@ func (s *Slice) SubmitterWaits() bool {
 	return s.task != nil && !s.moved && s.task.batch.awaited.Load()
 }
 
-// Complete reports the slice's outcome: nil for success.
+// Complete reports the slice's outcome: nil for success. Afterwards the
+// slice and its batch may be reused (Releaser): a transport that reads the
+// slice later holds it (Hold) before completing it.
 func (s *Slice) Complete(err error) {
-	s.task.sliceDone(s, err)
+	b := s.task.batch
+	if s.task.sliceDone(s, err) {
+		b.unref()
+	}
 }

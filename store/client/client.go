@@ -273,7 +273,7 @@ func (c *Client) dialMaster(ctx context.Context, addr string) (*masterConn, erro
 	}
 	if c.cfg.MasterRPC != MasterRPCGRPC {
 		mux := wire.NewMuxClient(wire.MuxClientConfig{Addr: addr, DialTimeout: timeout, Auth: c.auth, TLS: c.tls,
-			SpinWait: c.spinWait(), StallTimeout: c.cfg.MasterStallTimeout})
+			SpinWait: c.spinWait(), StallTimeout: c.cfg.MasterStallTimeout, CallTimeout: c.cfg.RPCTimeout})
 		dctx, cancel := context.WithTimeout(ctx, timeout)
 		err := mux.Connect(dctx)
 		cancel()
@@ -309,7 +309,7 @@ func (c *Client) dialMaster(ctx context.Context, addr string) (*masterConn, erro
 		grpc.WithContextDialer(redial.dialer(func(ctx context.Context, addr string) (net.Conn, error) {
 			return peerauth.Dialer(&net.Dialer{}, c.auth, peerauth.RoleMaster)(ctx, "tcp", addr)
 		})),
-		grpc.WithUnaryInterceptor(redial.unary),
+		grpc.WithChainUnaryInterceptor(c.rpcDeadline, redial.unary),
 		grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff:           backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
 			MinConnectTimeout: 2 * time.Second,
@@ -519,8 +519,32 @@ func (c *Client) readCall(fn func(mc *masterConn) error) error {
 	return fn(mc2)
 }
 
+// rpcCtx bounds a master call made with ctx by RPCTimeout. A ctx that
+// can neither be canceled nor expire (no Done channel, as
+// context.Background) is returned as it is: both wires bound a call
+// without a deadline by RPCTimeout themselves (wire.MuxClientConfig's
+// CallTimeout, and the gRPC client's interceptor rpcDeadline), and the
+// mux does so without allocating (issue 38).
 func (c *Client) rpcCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	if ctx.Done() == nil {
+		return ctx, noCancel
+	}
 	return context.WithTimeout(ctx, c.cfg.RPCTimeout)
+}
+
+// noCancel is rpcCtx's cancel for a ctx it returned as it is.
+func noCancel() {}
+
+// rpcDeadline is the gRPC client's interceptor that bounds a call whose
+// ctx has no deadline by RPCTimeout (rpcCtx leaves such a ctx alone).
+func (c *Client) rpcDeadline(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn,
+	invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.cfg.RPCTimeout)
+		defer cancel()
+	}
+	return invoker(ctx, method, req, reply, cc, opts...)
 }
 
 // HealthCheck reports whether the master answers a heartbeat: nil when it

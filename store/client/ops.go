@@ -323,15 +323,30 @@ func (b *writeBound) enter(ctx context.Context) (context.Context, context.Cancel
 	if b == nil {
 		return ctx, func() {}, nil
 	}
-	d, err := b.check()
+	d, err := b.by()
 	if err != nil {
 		return nil, nil, err
 	}
-	if !time.Now().Before(d) {
-		return nil, nil, fmt.Errorf("write deadline %s passed: %w", d.Format(time.StampMilli), errGrantLapsed)
-	}
 	wctx, cancel := context.WithDeadline(ctx, d)
 	return wctx, cancel, nil
+}
+
+// by is enter without the ctx: the deadline to bound the next wait by
+// (zero for a nil bound), or the error when the bound forbids writing now.
+// A wait that takes a deadline of its own (engine.TransferBy) needs no
+// derived context, which would cost a context and a timer (issue 38).
+func (b *writeBound) by() (time.Time, error) {
+	if b == nil {
+		return time.Time{}, nil
+	}
+	d, err := b.check()
+	if err != nil {
+		return time.Time{}, err
+	}
+	if !time.Now().Before(d) {
+		return time.Time{}, fmt.Errorf("write deadline %s passed: %w", d.Format(time.StampMilli), errGrantLapsed)
+	}
+	return d, nil
 }
 
 // allowed reports whether the bound allows writing now.
@@ -382,12 +397,7 @@ func (c *Client) writeReplicas(ctx context.Context, data span, reps []*wire.Repl
 	if len(remote) == 0 {
 		return nil
 	}
-	wctx, cancel, err := bound.enter(ctx)
-	if err != nil {
-		return err
-	}
-	defer cancel()
-	ids, err := c.open(wctx, remote)
+	ids, err := c.openBound(ctx, bound, remote)
 	if err != nil {
 		return err
 	}
@@ -402,7 +412,8 @@ func (c *Client) writeReplicas(ctx context.Context, data span, reps []*wire.Repl
 	if c.staging == nil {
 		return fmt.Errorf("data not in registered memory and no local buffer: %w", wire.ErrInvalidParams)
 	}
-	if wctx, cancel, err = bound.enter(ctx); err != nil {
+	wctx, cancel, err := bound.enter(ctx)
+	if err != nil {
 		return err
 	}
 	defer cancel()
@@ -430,12 +441,34 @@ func (c *Client) writeReplicas(ctx context.Context, data span, reps []*wire.Repl
 // boundTransfer is transfer under bound: checked right before submitting,
 // and bounded by its deadline.
 func (c *Client) boundTransfer(ctx context.Context, bound *writeBound, reqs []engine.Request, reps []*wire.Replica) error {
-	tctx, cancel, err := bound.enter(ctx)
+	by, err := bound.by()
 	if err != nil {
 		return err
 	}
-	defer cancel()
-	return c.transfer(tctx, reqs, reps)
+	return c.transferBy(ctx, by, reqs, reps)
+}
+
+// openBound is open under bound: checked first, and a look-up of a holder
+// not open yet runs under a ctx that ends at the bound's deadline.
+func (c *Client) openBound(ctx context.Context, bound *writeBound, reps []*wire.Replica) ([]engine.SegmentID, error) {
+	d, err := bound.by() // the one check before the look-up
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]engine.SegmentID, len(reps))
+	for i, r := range reps {
+		id, ok := c.e.CachedSegment(r.GetSegmentName())
+		if !ok {
+			if !d.IsZero() {
+				wctx, cancel := context.WithDeadline(ctx, d)
+				defer cancel()
+				ctx = wctx
+			}
+			return c.open(ctx, reps)
+		}
+		ids[i] = id
+	}
+	return ids, nil
 }
 
 // open returns the engine segment ids of the replicas' holders.
@@ -454,7 +487,13 @@ func (c *Client) open(ctx context.Context, reps []*wire.Replica) ([]engine.Segme
 // transfer runs reqs; on failure it drops the cached descriptors of the
 // peers involved, so a restarted holder is looked up afresh.
 func (c *Client) transfer(ctx context.Context, reqs []engine.Request, reps []*wire.Replica) error {
-	err := c.e.Transfer(ctx, reqs)
+	return c.transferBy(ctx, time.Time{}, reqs, reps)
+}
+
+// transferBy is transfer with its wait also bounded by deadline (zero:
+// none beyond ctx's).
+func (c *Client) transferBy(ctx context.Context, deadline time.Time, reqs []engine.Request, reps []*wire.Replica) error {
+	err := c.e.TransferBy(ctx, deadline, reqs)
 	if err != nil {
 		for _, r := range reps {
 			_ = c.e.RemoveSegment(r.GetSegmentName())

@@ -83,6 +83,13 @@ type MuxClientConfig struct {
 	// seen to end in an answer, when that is more, up to MaxMuxStall).
 	// Zero means DefaultMuxStall.
 	StallTimeout time.Duration
+	// CallTimeout bounds a call whose ctx has no deadline, from when it is
+	// sent until its answer is read; 0: none. A call whose ctx can neither
+	// be canceled nor expire (no Done channel) then waits on a timer kept
+	// with the call's pooled state, which allocates nothing, where a
+	// context.WithTimeout per call would allocate a context, its timer and
+	// the AfterFunc that stops the read (issue 38).
+	CallTimeout time.Duration
 }
 
 // stallRule is the liveness bound of a client's master connections: a
@@ -365,10 +372,18 @@ type muxConn struct {
 	c        net.Conn
 	rc       syscall.RawConn // c's raw form (peerOpen), or nil
 	rcBroken bool            // c has no usable raw form: peerOpen says closed
-	addr     string
-	session  uint64 // MuxClient.Session
-	nextID   atomic.Uint32
-	failed   atomic.Bool
+	// peek is peerOpen's: the function handed to rc.Control (made once,
+	// so a peek allocates nothing) and its result.
+	peek struct {
+		sync.Mutex
+		fn   func(fd uintptr)
+		open bool
+		b    [1]byte
+	}
+	addr    string
+	session uint64 // MuxClient.Session
+	nextID  atomic.Uint32
+	failed  atomic.Bool
 	// lastRead is when the last answer arrived (Unix ns).
 	lastRead atomic.Int64
 	// silentSince is when the first request after the last answer was sent
@@ -439,17 +454,24 @@ func (mc *muxConn) peerOpen() bool {
 	if mc.rc == nil {
 		return !mc.rcBroken
 	}
-	open := true
-	var b [1]byte
-	err := mc.rc.Control(func(fd uintptr) {
-		n, _, perr := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		switch {
-		case perr == syscall.EAGAIN || perr == syscall.EINTR:
-		case perr != nil, n == 0:
-			open = false
-		}
-	})
-	return err == nil && open
+	mc.peek.Lock()
+	defer mc.peek.Unlock()
+	if mc.peek.fn == nil {
+		mc.peek.fn = mc.peekFD
+	}
+	mc.peek.open = true
+	err := mc.rc.Control(mc.peek.fn)
+	return err == nil && mc.peek.open
+}
+
+// peekFD is peerOpen's look at the socket; the caller holds mc.peek.
+func (mc *muxConn) peekFD(fd uintptr) {
+	n, _, perr := syscall.Recvfrom(int(fd), mc.peek.b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+	switch {
+	case perr == syscall.EAGAIN || perr == syscall.EINTR:
+	case perr != nil, n == 0:
+		mc.peek.open = false
+	}
 }
 
 // frameReader is a frame read in progress; a read that stops at a deadline
@@ -498,10 +520,20 @@ func (mc *muxConn) readFrame() (MuxHeader, *[]byte, error) {
 
 // muxPending is a call waiting for its answer.
 type muxPending struct {
-	done   chan struct{} // receives once when another goroutine answered it
+	done chan struct{} // receives once when another goroutine answered it
+	// timer bounds a wait whose ctx has no Done channel (CallTimeout);
+	// made on first use, stopped when the wait ends.
+	timer  *time.Timer
 	status uint16
 	body   *[]byte // the answer body (pooled); nil when err is set
 	err    error
+}
+
+// stopTimer stops p's timer, if it has one, before p goes back to its pool.
+func (p *muxPending) stopTimer() {
+	if p.timer != nil {
+		p.timer.Stop()
+	}
 }
 
 var pendingPool = sync.Pool{New: func() any { return &muxPending{done: make(chan struct{}, 1)} }}
@@ -638,8 +670,8 @@ func WithMuxSession(ctx context.Context, session uint64) context.Context {
 
 // invoke sends in as method and decodes the answer into out.
 func (c *MuxClient) invoke(ctx context.Context, m MuxMethod, in, out proto.Message) error {
-	call, err := c.start(ctx, m, in)
-	if err != nil {
+	var call MuxCall // on the stack: a call waited for at once
+	if err := c.send(ctx, m, in, &call); err != nil {
 		return err
 	}
 	return call.wait(out)
@@ -655,6 +687,8 @@ type MuxCall struct {
 	id  uint32
 	p   *muxPending
 	m   MuxMethod
+	// deadline is ctx's, or the CallTimeout from sending when it has none.
+	deadline time.Time
 }
 
 // StartGetReplicaList sends a GetReplicaList request and returns without
@@ -671,31 +705,40 @@ func (call *MuxCall) Wait(out proto.Message) error { return call.wait(out) }
 
 // start sends in as method.
 func (c *MuxClient) start(ctx context.Context, m MuxMethod, in proto.Message) (*MuxCall, error) {
+	call := new(MuxCall)
+	if err := c.send(ctx, m, in, call); err != nil {
+		return nil, err
+	}
+	return call, nil
+}
+
+// send sends in as method and fills call for its wait.
+func (c *MuxClient) send(ctx context.Context, m MuxMethod, in proto.Message, call *MuxCall) error {
 	pinned, isPinned := ctx.Value(muxSessionKey{}).(uint64)
 	if isPinned {
 		c.mu.Lock()
 		cur := c.mu.conn
 		c.mu.Unlock()
 		if cur == nil || cur.failed.Load() || cur.session != pinned {
-			return nil, rpcFail("store master %s: connection %d gone", c.cfg.Addr, pinned)
+			return rpcFail("store master %s: connection %d gone", c.cfg.Addr, pinned)
 		}
 	}
 	mc, err := c.conn(ctx)
 	if err != nil {
 		if errors.Is(err, ErrMuxRefused) {
-			return nil, rpcFail("store master %s: %v", c.cfg.Addr, err)
+			return rpcFail("store master %s: %v", c.cfg.Addr, err)
 		}
-		return nil, err
+		return err
 	}
 	if isPinned && mc.session != pinned {
-		return nil, rpcFail("store master %s: connection %d gone", c.cfg.Addr, pinned)
+		return rpcFail("store master %s: connection %d gone", c.cfg.Addr, pinned)
 	}
 	buf := bufPool.Get().(*[]byte)
 	frame, err := proto.MarshalOptions{}.MarshalAppend(append((*buf)[:0], make([]byte, MuxHeaderBytes)...), in)
 	*buf = frame
 	if err != nil || len(frame)-MuxHeaderBytes > MaxMuxBody {
 		putBuf(buf)
-		return nil, &StatusError{Code: ErrInvalidParams, GRPC: codes.Internal,
+		return &StatusError{Code: ErrInvalidParams, GRPC: codes.Internal,
 			Message: fmt.Sprintf("encode %s request (%d bytes): %v", m.Name(), len(frame)-MuxHeaderBytes, err)}
 	}
 	id := mc.nextID.Add(1)
@@ -708,28 +751,46 @@ func (c *MuxClient) start(ctx context.Context, m MuxMethod, in proto.Message) (*
 		mc.mu.Unlock()
 		putBuf(buf)
 		pendingPool.Put(p)
-		return nil, rpcFail("store master %s: connection lost: %v", c.cfg.Addr, err)
+		return rpcFail("store master %s: connection lost: %v", c.cfg.Addr, err)
 	}
 	mc.mu.pending[id] = p
 	mc.mu.Unlock()
 	sent := time.Now()
+	deadline, ok := ctx.Deadline()
+	if d := c.cfg.CallTimeout; d > 0 && !ok {
+		deadline = sent.Add(d)
+	}
 	mc.noteSent(sent)
 	mc.send(frame)
 	putBuf(buf)
-	return &MuxCall{c: c, ctx: ctx, mc: mc, id: id, p: p, m: m}, nil
+	*call = MuxCall{c: c, ctx: ctx, mc: mc, id: id, p: p, m: m, deadline: deadline}
+	return nil
 }
 
 // wait reads the call's answer into out.
 func (call *MuxCall) wait(out proto.Message) error {
 	c, ctx, mc, id, p, m := call.c, call.ctx, call.mc, call.id, call.p, call.m
 
-	deadline, _ := ctx.Deadline()
+	deadline := call.deadline
+	var expired <-chan time.Time // the CallTimeout of a ctx without Done
 	if ctx.Done() != nil {
 		// A read blocks in the kernel; a cancellation (before the
 		// deadline, or without one: a long poll ended by Close) stops it
 		// through an expired read deadline.
 		stop := context.AfterFunc(ctx, func() { _ = mc.c.SetReadDeadline(time.Unix(1, 0)) })
 		defer stop()
+	}
+	if _, ok := ctx.Deadline(); !ok && !deadline.IsZero() {
+		// A caller that waits while another reads is woken at its
+		// CallTimeout by the call's timer (stopped before p goes back to
+		// its pool), as ctx would wake it at its deadline.
+		d := time.Until(deadline)
+		if p.timer == nil {
+			p.timer = time.NewTimer(d)
+		} else {
+			p.timer.Reset(d)
+		}
+		expired = p.timer.C
 	}
 	for answered := false; !answered; {
 		select {
@@ -757,10 +818,16 @@ func (call *MuxCall) wait(out proto.Message) error {
 				return err
 			}
 			answered = true
+		case <-expired:
+			if err := c.giveUp(ctx, mc, id, p, m); err != nil {
+				return err
+			}
+			answered = true
 		}
 	}
 	err, status, body := p.err, p.status, p.body
 	p.err, p.status, p.body = nil, 0, nil
+	p.stopTimer()
 	pendingPool.Put(p)
 	if err != nil {
 		return err
@@ -787,6 +854,7 @@ func (c *MuxClient) giveUp(ctx context.Context, mc *muxConn, id uint32, p *muxPe
 	if d, bound, ok := mc.stalled(time.Now()); ok {
 		mc.fail(fmt.Errorf("no answer for %v (bound %v)", d.Round(time.Millisecond), bound.Round(time.Millisecond)))
 	}
+	p.stopTimer()
 	pendingPool.Put(p)
 	if ctx.Err() == nil { // the read deadline passed before ctx noticed
 		return &StatusError{Code: ErrRPCTimeout, GRPC: codes.DeadlineExceeded, Message: m.Name() + ": " + context.DeadlineExceeded.Error()}

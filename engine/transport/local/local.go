@@ -202,6 +202,14 @@ func (t *Transport) instanceOf(d *descriptor.Segment) uint64 {
 // SliceSize returns the largest single copy.
 func (t *Transport) SliceSize() uint64 { return t.cfg.SliceSize }
 
+// ReleasesSlices marks that the transport touches no slice once it has
+// completed it (engine.Releaser): the workers complete a slice after its
+// last copy, the device copies after their event, and read nothing of it
+// afterwards.
+func (t *Transport) ReleasesSlices() {}
+
+var _ engine.Releaser = (*Transport)(nil)
+
 // Copies returns the number of slices copied.
 func (t *Transport) Copies() uint64 { return t.copies.Load() }
 

@@ -213,17 +213,25 @@ func (cs *conn) awaitWriter() {
 // holdsCanceled reports whether a slice of a canceled batch is being read
 // or written on cs.
 func (cs *conn) holdsCanceled() bool {
+	cs.wmu.Lock() // the reader clears reading under it (doneReading): s is not completed meanwhile
+	defer cs.wmu.Unlock()
 	if s := cs.reading.Load(); s != nil && s.Canceled() {
 		return true
 	}
-	cs.wmu.Lock()
-	defer cs.wmu.Unlock()
 	for _, s := range cs.wchunk {
 		if s.Canceled() {
 			return true
 		}
 	}
 	return false
+}
+
+// doneReading clears reading before the reader completes the slice, under
+// wmu, so that holdsCanceled no longer reads it once it may be reused.
+func (cs *conn) doneReading() {
+	cs.wmu.Lock()
+	cs.reading.Store(nil)
+	cs.wmu.Unlock()
 }
 
 // kill marks cs dead for cause (the first cause wins) and closes it.
@@ -666,7 +674,21 @@ func (l *lane) drainLocked() {
 }
 
 // writeChunk encodes and writes up to maxWriteBatch slices with one writev.
+// It holds the slices (engine.Slice.Hold) until it is done with the chunk:
+// the reader may complete a slice while the writer still reads it (the
+// chunk after queueing it, wchunk for AbortCanceled).
 func (l *lane) writeChunk(cs *conn, chunk []*engine.Slice) {
+	for _, s := range chunk {
+		s.Hold()
+	}
+	l.writeHeld(cs, chunk)
+	for _, s := range chunk {
+		s.Release()
+	}
+}
+
+// writeHeld is writeChunk with chunk held.
+func (l *lane) writeHeld(cs *conn, chunk []*engine.Slice) {
 	if l.stagedWrites(chunk) {
 		l.writeChunkStaged(cs, chunk)
 		return
@@ -927,12 +949,12 @@ func (l *lane) finish(cs *conn, s *engine.Slice) {
 		if cs.rcause == nil {
 			cs.rcause = cs.failure(fmt.Errorf("connection to %s closed: %w", l.addr, errConn))
 		}
-		cs.reading.Store(nil)
+		cs.doneReading()
 		cs.awaitWriter()
 		l.retryOrFail(s, cs.rcause)
 	default:
 		err := l.readResponse(cs, s)
-		cs.reading.Store(nil)
+		cs.doneReading()
 		if err != nil {
 			cs.rcause = cs.failure(err)
 			cs.kill(cs.rcause)

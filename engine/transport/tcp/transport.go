@@ -536,6 +536,13 @@ func (t *Transport) AbortCanceled() {
 
 var _ engine.Aborter = (*Transport)(nil)
 
+// ReleasesSlices marks that the transport touches no slice after
+// completing it unless it holds it (engine.Releaser): the writer holds the
+// chunk it writes, the reader clears reading before it completes a slice.
+func (t *Transport) ReleasesSlices() {}
+
+var _ engine.Releaser = (*Transport)(nil)
+
 // Close stops the server and every lane; slices in flight fail.
 func (t *Transport) Close() error {
 	if t.closed.Swap(true) {
