@@ -276,13 +276,16 @@ func (c *Client) dialMaster(ctx context.Context, addr string) (*masterConn, erro
 		return c.dialMooncake(ctx, addr, "configured (KVFERRY_MASTER_PROTOCOL=mooncake)")
 	}
 	if c.cfg.MasterRPC != MasterRPCGRPC {
-		why := "answered the mux hello"
+		probe := "not probed (KVFERRY_MASTER_PROTOCOL=" + c.cfg.MasterRPC + ")"
+		if c.auth != nil || c.tls != nil {
+			probe = "not probed (cluster key or TLS)"
+		}
 		if c.cfg.MasterRPC == MasterRPCAuto && c.auth == nil && c.tls == nil {
-			kind, pwhy := probeMaster(ctx, addr, timeout)
+			var kind masterKind
+			kind, probe = probeMaster(ctx, addr, timeout)
 			if kind == masterMooncake {
-				return c.dialMooncake(ctx, addr, pwhy)
+				return c.dialMooncake(ctx, addr, probe)
 			}
-			why = pwhy + ", then the mux hello"
 		}
 		mux := wire.NewMuxClient(wire.MuxClientConfig{Addr: addr, DialTimeout: timeout, Auth: c.auth, TLS: c.tls,
 			SpinWait: c.spinWait(), StallTimeout: c.cfg.MasterStallTimeout})
@@ -290,12 +293,13 @@ func (c *Client) dialMaster(ctx context.Context, addr string) (*masterConn, erro
 		err := mux.Connect(dctx)
 		cancel()
 		if err == nil {
-			c.log.Info("store master protocol chosen", "master", addr, "protocol", MasterRPCMux, "why", why)
+			c.log.Info("store master protocol chosen", "master", addr, "protocol", MasterRPCMux,
+				"why", "answered the mux hello", "probe", probe)
 			return &masterConn{addr: addr, rpc: MasterRPCMux, closer: mux, mc: mux}, nil
 		}
 		if c.cfg.MasterRPC != MasterRPCMux && !errors.Is(err, wire.ErrMuxRefused) {
-			c.log.Info("store master protocol chosen", "master", addr, "protocol", MasterRPCMux,
-				"why", "not answering now, mux dials again on the next call", "probe", why, "err", err)
+			c.log.Debug("store master not answering now, kept on mux, which dials again on the next call",
+				"master", addr, "probe", probe, "err", err)
 			return &masterConn{addr: addr, rpc: MasterRPCMux, closer: mux, mc: mux}, nil
 		}
 		mux.Close()
