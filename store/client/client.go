@@ -262,35 +262,44 @@ func (c *Client) spinWait() time.Duration {
 
 // dialMaster connects to the master at addr over mux (Config.MasterRPC
 // "auto", "kvferry" or "mux"), gRPC, or Mooncake's coro_rpc ("mooncake").
-// In "auto" and "kvferry" a master that answers but does not speak mux is
-// used over gRPC, except that in "auto" one that answers a coro_rpc
-// ServiceReady instead (mooncake_master) is used over coro_rpc; one that
-// cannot be reached now is kept on mux, which dials again on the next call.
+// In "auto" (without a cluster key or TLS, which mooncake_master does not
+// speak) it first calls kvferry_master_info over coro_rpc (probeMaster):
+// kvferry-master answers it and mooncake_master answers "function not
+// registered", both at once, so no path waits on a timeout. A Mooncake
+// master is used over coro_rpc; any other master, including one that did
+// not answer the probe in time, is used natively. Natively, a master that
+// answers but does not speak mux is used over gRPC; one that cannot be
+// reached now is kept on mux, which dials again on the next call.
 func (c *Client) dialMaster(ctx context.Context, addr string) (*masterConn, error) {
 	timeout := min(c.cfg.RPCTimeout, wire.DefaultMuxDialTimeout)
 	if c.cfg.MasterRPC == MasterRPCMooncake {
 		return c.dialMooncake(ctx, addr, "configured (KVFERRY_MASTER_PROTOCOL=mooncake)")
 	}
 	if c.cfg.MasterRPC != MasterRPCGRPC {
+		probe := "not probed (KVFERRY_MASTER_PROTOCOL=" + c.cfg.MasterRPC + ")"
+		if c.auth != nil || c.tls != nil {
+			probe = "not probed (cluster key or TLS)"
+		}
+		if c.cfg.MasterRPC == MasterRPCAuto && c.auth == nil && c.tls == nil {
+			var kind masterKind
+			kind, probe = probeMaster(ctx, addr, timeout)
+			if kind == masterMooncake {
+				return c.dialMooncake(ctx, addr, probe)
+			}
+		}
 		mux := wire.NewMuxClient(wire.MuxClientConfig{Addr: addr, DialTimeout: timeout, Auth: c.auth, TLS: c.tls,
 			SpinWait: c.spinWait(), StallTimeout: c.cfg.MasterStallTimeout, CallTimeout: c.cfg.RPCTimeout})
 		dctx, cancel := context.WithTimeout(ctx, timeout)
 		err := mux.Connect(dctx)
 		cancel()
 		if err == nil {
-			c.log.Info("store master protocol chosen", "master", addr, "protocol", MasterRPCMux, "why", "answered the mux hello")
+			c.log.Info("store master protocol chosen", "master", addr, "protocol", MasterRPCMux,
+				"why", "answered the mux hello", "probe", probe)
 			return &masterConn{addr: addr, rpc: MasterRPCMux, closer: mux, mc: mux}, nil
 		}
-		if c.cfg.MasterRPC == MasterRPCAuto && c.auth == nil && c.tls == nil {
-			// mooncake_master reads the mux hello as the start of a
-			// coro_rpc header and waits: the hello times out (or, with a
-			// refusal, the master speaks something else). Ask in coro_rpc.
-			if ver, perr := probeMooncake(ctx, addr, timeout); perr == nil {
-				mux.Close()
-				return c.dialMooncake(ctx, addr, "no mux answer, a coro_rpc ServiceReady answer (store version "+ver+")")
-			}
-		}
 		if c.cfg.MasterRPC != MasterRPCMux && !errors.Is(err, wire.ErrMuxRefused) {
+			c.log.Debug("store master not answering now, kept on mux, which dials again on the next call",
+				"master", addr, "probe", probe, "err", err)
 			return &masterConn{addr: addr, rpc: MasterRPCMux, closer: mux, mc: mux}, nil
 		}
 		mux.Close()

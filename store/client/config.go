@@ -39,11 +39,12 @@ const (
 
 // Values of Config.MasterRPC.
 const (
-	// MasterRPCAuto uses the mux protocol; a master that does not speak it
-	// is asked a coro_rpc ServiceReady and, when it answers, called with
-	// Mooncake's master protocol (mooncake_master), and otherwise over
-	// gRPC. kvferry-master speaks mux and coro_rpc on one port, and gets
-	// mux: its own protocol is preferred.
+	// MasterRPCAuto first calls the kvferry-only coro_rpc function
+	// kvferry_master_info: a master answering "function not registered"
+	// (mooncake_master) is called with Mooncake's master protocol; any
+	// other, including one that answers it or not in time, with mux,
+	// falling back to gRPC. kvferry-master speaks mux and coro_rpc on one
+	// port, and gets mux: its own protocol is preferred.
 	MasterRPCAuto = "auto"
 	// MasterRPCKvferry uses only kvferry's own protocols: mux, falling
 	// back to gRPC.

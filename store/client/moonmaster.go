@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -848,4 +849,47 @@ func probeMooncake(ctx context.Context, addr string, timeout time.Duration) (str
 		return "", fmt.Errorf("ServiceReady: %w", wire.Code(r.Err))
 	}
 	return r.Value, nil
+}
+
+// masterKind is what probeMaster found a master to be.
+type masterKind int
+
+const (
+	// masterUnknown: no coro_rpc answer (not reachable, closed the
+	// connection, or no answer within the probe's deadline).
+	masterUnknown masterKind = iota
+	// masterKvferry answered kvferry_master_info.
+	masterKvferry
+	// masterMooncake answered kvferry_master_info "function not
+	// registered", as mooncake_master does.
+	masterMooncake
+)
+
+// probeMaster asks the master at addr, over coro_rpc and within timeout,
+// for kvferry_master_info: a function only kvferry-master registers. Both
+// masters answer at once: kvferry-master with its protocol version,
+// mooncake_master with coro_rpc's "function not registered" (checked
+// against the real one; docs/reports/coro-rpc.md). Any other outcome,
+// including a slow master, is masterUnknown, which the caller treats as a
+// kvferry master: a loaded kvferry-master is never taken for Mooncake's.
+// why says what the master answered, for the log.
+func probeMaster(ctx context.Context, addr string, timeout time.Duration) (kind masterKind, why string) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	cl, err := coro.Dial(ctx, addr)
+	if err != nil {
+		return masterUnknown, "no answer to " + coro.MethodKvferryMasterInfo.Name + " (" + err.Error() + ")"
+	}
+	defer cl.Close()
+	info, err := coro.InvokeNoArgs(ctx, cl, coro.MethodKvferryMasterInfo, coro.MasterInfoCodec)
+	var re *coro.RPCError
+	switch {
+	case err == nil:
+		return masterKvferry, fmt.Sprintf("answered %s (kvferry protocol %d, features %s)",
+			coro.MethodKvferryMasterInfo.Name, info.Protocol, strings.Join(info.Features, ","))
+	case errors.As(err, &re) && re.Code == coro.ErrcFunctionNotRegistered:
+		return masterMooncake, "answered " + coro.MethodKvferryMasterInfo.Name + " \"function not registered\" (mooncake_master)"
+	default:
+		return masterUnknown, "no answer to " + coro.MethodKvferryMasterInfo.Name + " (" + err.Error() + ")"
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -170,12 +171,100 @@ func TestMasterProtocolDetection(t *testing.T) {
 	c := newClient(t, client.Config{MasterServerAddr: srv.Addr(), NoLocalBuffer: true})
 	assert.Equal(t, client.MasterRPCForTest(c), client.MasterRPCMux)
 
+	// A coro_rpc-only master that answers an unknown function "not
+	// registered", as mooncake_master does: the probe's answer alone
+	// picks Mooncake's protocol, then ServiceReady checks the version.
 	fake := startFakeMooncake(t, nil)
 	c2 := newClient(t, client.Config{MasterServerAddr: fake.addr, NoLocalBuffer: true, RPCTimeout: 3 * time.Second})
 	assert.Equal(t, client.MasterRPCForTest(c2), client.MasterRPCMooncake)
+	calls := fake.calls()
+	assert.Assert(t, len(calls) >= 2, "calls %v", calls)
+	assert.Equal(t, calls[0], coro.MethodKvferryMasterInfo.ID)
+	assert.Equal(t, calls[1], coro.MethodServiceReady.ID)
 	ok, err := c2.IsExist(ctxT(t, 10*time.Second), "k")
 	assert.NilError(t, err)
 	assert.Assert(t, !ok)
+}
+
+// TestMasterProtocolDetectionSlowProbe: a kvferry-master whose answer to
+// the coro_rpc probe does not come within the probe's deadline is still
+// called in kvferry's protocol, never in Mooncake's.
+func TestMasterProtocolDetectionSlowProbe(t *testing.T) {
+	srv := startMaster(t, master.Config{})
+	p := startCoroStall(t, srv.Addr())
+	c := newClient(t, client.Config{MasterServerAddr: p.addr, NoLocalBuffer: true, RPCTimeout: time.Second})
+	assert.Equal(t, client.MasterRPCForTest(c), client.MasterRPCMux)
+	assert.Assert(t, p.stalled.Load() >= 1, "the client sent no coro_rpc probe")
+	ok, err := c.IsExist(ctxT(t, 10*time.Second), "k")
+	assert.NilError(t, err)
+	assert.Assert(t, !ok)
+}
+
+// coroStall forwards connections to a master, except that one opening
+// with a coro_rpc header gets no answer: it is held until the client
+// closes it (a master too loaded to answer the probe).
+type coroStall struct {
+	addr    string
+	stalled atomic.Int32
+}
+
+func startCoroStall(t *testing.T, target string) *coroStall {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	assert.NilError(t, err)
+	p := &coroStall{addr: lis.Addr().String()}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	conns := map[net.Conn]struct{}{}
+	track := func(c net.Conn) {
+		mu.Lock()
+		conns[c] = struct{}{}
+		mu.Unlock()
+	}
+	wg.Go(func() {
+		for {
+			conn, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			track(conn)
+			wg.Go(func() {
+				defer conn.Close()
+				_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+				var first [1]byte
+				if _, err := io.ReadFull(conn, first[:]); err != nil {
+					return
+				}
+				_ = conn.SetReadDeadline(time.Time{})
+				if first[0] == coro.Magic {
+					p.stalled.Add(1)
+					_, _ = io.Copy(io.Discard, conn) // until the client gives up
+					return
+				}
+				up, err := net.DialTimeout("tcp", target, 5*time.Second)
+				if err != nil {
+					return
+				}
+				track(up)
+				defer up.Close()
+				if _, err := up.Write(first[:]); err != nil {
+					return
+				}
+				wg.Go(func() { _, _ = io.Copy(conn, up); conn.Close() }) // ends when up closes
+				_, _ = io.Copy(up, conn)
+			})
+		}
+	})
+	t.Cleanup(func() {
+		lis.Close()
+		mu.Lock()
+		for c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	return p
 }
 
 // TestMooncakeMasterDies: a Mooncake-protocol master that closes the
@@ -229,6 +318,14 @@ type fakeMooncake struct {
 	mu    sync.Mutex
 	conns map[net.Conn]struct{}
 	once  sync.Once
+	seen  []uint32 // function ids called, in order (under mu)
+}
+
+// calls returns the function ids the fake was called with, in order.
+func (f *fakeMooncake) calls() []uint32 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]uint32(nil), f.seen...)
 }
 
 func startFakeMooncake(t *testing.T, behave func(coro.Method) string) *fakeMooncake {
@@ -271,6 +368,9 @@ func (f *fakeMooncake) serve(conn net.Conn, behave func(coro.Method) string) {
 		if err != nil {
 			return
 		}
+		f.mu.Lock()
+		f.seen = append(f.seen, req.Header.FuncID)
+		f.mu.Unlock()
 		m, _ := coro.MethodByID(req.Header.FuncID)
 		if behave != nil {
 			switch behave(m) {

@@ -116,6 +116,9 @@ func (s *Server) coroEnd(peer string, err error) {
 
 // call answers one request, appending the response frame to out.
 func (h *coroServer) call(out []byte, req coro.Request) []byte {
+	if out, ok := h.coroKvferryCall(out, req); ok {
+		return out
+	}
 	seq := req.Header.Seq
 	m, ok := coro.MethodByID(req.Header.FuncID)
 	if !ok {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -81,6 +82,12 @@ func TestCoroRPCMethods(t *testing.T) {
 
 	ver := callNoArgs(cc, coro.MethodServiceReady, coro.ExpStringCodec)
 	assert.DeepEqual(t, ver, coro.OK(coro.StoreVersion))
+
+	// kvferry_master_info, the kvferry-only function store clients probe
+	// with (mooncake_master answers it "function not registered").
+	info := callNoArgs(cc, coro.MethodKvferryMasterInfo, coro.MasterInfoCodec)
+	assert.Equal(t, info.Protocol, coro.MasterInfoProtocol)
+	assert.Assert(t, slices.Contains(info.Features, "mux"), "features %v", info.Features)
 
 	assert.DeepEqual(t, call(cc, coro.MethodMountSegment, coro.MountSegmentArgsCodec, coro.MountSegmentArgs{
 		Segment:  coro.Segment{ID: segID, Name: endpoint, Base: base, Size: size, TEEndpoint: endpoint, Protocol: "tcp"},
