@@ -75,11 +75,7 @@ type Engine struct {
 	rpcSrv  *rpc.Server
 	rpcPool *rpc.Pool // kept connections to keep-alive peers (notifications)
 	rpcPort int
-	// wakeInbox is wakeInboxNow, made once: the notify handler leaves it
-	// for after its acknowledgement (rpc.AfterReply) without a closure per
-	// notification.
-	wakeInbox func()
-	hostID    *descriptor.Host
+	hostID  *descriptor.Host
 	// incarnation tells this engine from any other instance under the
 	// same segment name (descriptor.Segment.Incarnation).
 	incarnation string
@@ -153,7 +149,6 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 		return nil, fmt.Errorf("start engine: %w", err)
 	}
 	e := &Engine{cfg: cfg, log: cfg.Logger, meta: cfg.Metadata, hostID: localHost(), incarnation: inc, rpcPool: rpc.NewPool()}
-	e.wakeInbox = e.wakeInboxNow
 	e.ctx, e.cancel = context.WithCancel(context.Background())
 	e.segments.byName = make(map[string]*Peer)
 	e.batches.m = make(map[BatchID]*batch)
@@ -938,13 +933,7 @@ func (e *Engine) handleRPC(ctx context.Context, t rpc.Type, body []byte, peer ne
 		if err != nil {
 			return nil, fmt.Errorf("notify from %s: %w: %w", peer, err, ErrInvalidArgument)
 		}
-		// The waiter is woken once the acknowledgement is written: a woken
-		// application that answers at once (a ping-pong) would otherwise
-		// compete for the CPU with the acknowledgement's write, and the
-		// sender's call waits for it (issue 38). A waiter that polls sees
-		// the notification queued before the write.
-		later := rpc.AfterReply(ctx, e.wakeInbox)
-		if !e.deliverWake(Notification{Name: name, Msg: msg}, netguard.IP(peer), !later) {
+		if !e.deliver(Notification{Name: name, Msg: msg}, netguard.IP(peer)) {
 			// An empty notify_msg tells the sender we refused it.
 			return []byte(`{"name":"","notify_msg":""}` + "\n"), nil
 		}
@@ -967,29 +956,14 @@ func (e *Engine) handleRPC(ctx context.Context, t rpc.Type, body []byte, peer ne
 // unless that would pass a cap on count or bytes (in total or from peer).
 // What came the direct way before it is queued first.
 func (e *Engine) deliver(n Notification, peer string) bool {
-	return e.deliverWake(n, peer, true)
-}
-
-// deliverWake is deliver that wakes WaitNotifications only with wake (the
-// caller wakes it later with wakeInboxNow).
-func (e *Engine) deliverWake(n Notification, peer string, wake bool) bool {
 	e.inbox.Lock()
 	defer e.inbox.Unlock()
 	e.drainSourcesLocked()
 	if !e.admitLocked(n, peer) {
 		return false
 	}
-	if wake {
-		e.wakeLocked()
-	}
-	return true
-}
-
-// wakeInboxNow wakes WaitNotifications when something is queued.
-func (e *Engine) wakeInboxNow() {
-	e.inbox.Lock()
 	e.wakeLocked()
-	e.inbox.Unlock()
+	return true
 }
 
 // admitLocked queues n from peer unless that would pass a cap.

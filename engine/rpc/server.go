@@ -228,8 +228,6 @@ func (s *Server) serve(c net.Conn, slot *netguard.Slot) {
 		c = tc
 	}
 	var r io.Reader = c
-	after := &afterReply{}
-	hctx := context.WithValue(s.ctx, afterReplyKey{}, after)
 	for first := true; ; first = false {
 		t, body, err := ReadFrame(r, s.cfg.MaxMessage)
 		if err != nil {
@@ -255,17 +253,15 @@ func (s *Server) serve(c net.Conn, slot *netguard.Slot) {
 			slot.End()
 			return
 		}
-		reply, err := s.safeHandle(hctx, t.Base(), body, peer)
+		reply, err := s.safeHandle(t.Base(), body, peer)
 		<-s.sem
 		if err != nil {
-			after.run()
 			slot.End()
 			s.cfg.Logger.Debug("rpc request refused", "peer", peer.String(), "op", t.String(), "err", err)
 			return
 		}
 		s.served.Add(1)
 		err = WriteFrame(c, t, reply)
-		after.run()
 		slot.End()
 		if err != nil {
 			s.cfg.Logger.Debug("rpc write reply failed", "peer", peer.String(), "err", err)
@@ -293,44 +289,13 @@ func isTimeout(err error) bool {
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
-func (s *Server) safeHandle(ctx context.Context, t Type, body []byte, peer net.Addr) (reply []byte, err error) {
+func (s *Server) safeHandle(t Type, body []byte, peer net.Addr) (reply []byte, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("rpc handler panic: %v", r)
 		}
 	}()
-	return s.handler(ctx, t, body, peer)
-}
-
-// afterReply is the work a handler left for after its reply (AfterReply);
-// one per connection, whose requests are handled one at a time.
-type afterReply struct{ fn func() }
-
-// run calls the work left, once.
-func (a *afterReply) run() {
-	if fn := a.fn; fn != nil {
-		a.fn = nil
-		fn()
-	}
-}
-
-type afterReplyKey struct{}
-
-// AfterReply asks the server whose handler got ctx to call fn right after
-// it has written the handler's reply, or failed to, or refused the request
-// for the handler's error; it always calls it, once, before the next
-// request of the connection is read. It reports false when ctx is no
-// handler's (fn is then not kept: the caller runs it itself). A handler
-// uses it for work the peer need not wait for: a notification's waiter is
-// woken once the acknowledgement is on its way, not before (issue 38).
-// A later call in the same handler replaces fn.
-func AfterReply(ctx context.Context, fn func()) bool {
-	a, ok := ctx.Value(afterReplyKey{}).(*afterReply)
-	if !ok || a == nil {
-		return false
-	}
-	a.fn = fn
-	return true
+	return s.handler(s.ctx, t, body, peer)
 }
 
 // Close stops accepting, aborts requests in progress and waits for them.
