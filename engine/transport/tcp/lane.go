@@ -483,6 +483,18 @@ func (l *lane) queued() bool {
 	return len(l.mu.queue) > 0
 }
 
+// free reports whether the lane has no work now: nothing queued, no
+// writer writing, no answer awaited on its connection. A snapshot only
+// (Transport.startLane's choice), never a promise.
+func (l *lane) free() bool {
+	if l.queued() || !l.w.TryLock() {
+		return false
+	}
+	cs := l.w.cs
+	l.w.Unlock()
+	return cs == nil || cs.pending.Load() == 0
+}
+
 // retired reports whether the lane holds nothing: no writer running,
 // nothing queued, no connection (never used, or its writer retired). A lane
 // someone is writing on right now is not retired.

@@ -452,7 +452,7 @@ func (t *Transport) Submit(p *engine.Peer, slices []*engine.Slice) {
 	n = max(1, min(n, len(pc.lanes), len(slices)))
 	start := 0
 	if n > 1 || total >= stripeMinBytes {
-		start = int(pc.next.Add(1))
+		start = pc.startLane(n)
 	}
 	per := (len(slices) + n - 1) / n
 	last := (len(slices) - 1) / per // the last share's index
@@ -462,6 +462,34 @@ func (t *Transport) Submit(p *engine.Peer, slices []*engine.Slice) {
 		share := slices[lo:hi]
 		pc.lanes[(start+k)%len(pc.lanes)].submit(share, wireBytes(share) <= inlineMaxBytes || (waits && k == last))
 	}
+}
+
+// startLane picks the first of the n consecutive lanes a large submission
+// uses: the first group of n lanes, counting from lane 0, that are all
+// free (nothing queued, written or awaited), else the next lane in turn.
+// So a caller that moves one large request after another (a store client's
+// 1 MiB puts and gets) keeps using the same connections, whose writers and
+// readers on both sides are still polling from the last one, instead of
+// waking parked ones on each request (issue 38: with every request
+// starting one lane further, 4 lanes and 2 stripes, each connection sat
+// idle every other request); concurrent submissions, which find those
+// lanes busy, still spread over the others.
+func (pc *peerConns) startLane(n int) int {
+	if n < len(pc.lanes) {
+		for first := 0; first+n <= len(pc.lanes); first += n {
+			free := true
+			for _, l := range pc.lanes[first : first+n] {
+				if !l.free() {
+					free = false
+					break
+				}
+			}
+			if free {
+				return first
+			}
+		}
+	}
+	return int(pc.next.Add(1))
 }
 
 // movable returns those of ss, queued on lanes that peerFor replaced, that
