@@ -24,8 +24,9 @@ import (
 
 // ErrNotSupportedByMooncakeMaster is wrapped by the error of every call
 // that a Mooncake master (mooncake_master) cannot serve: put grants,
-// versioned publish and waits, the disk tier, tasks, drain jobs and the
-// kvferry-only admin views. Such an error also carries wire.ErrNotSupported.
+// versioned publish and waits, the disk tier, drain jobs, BatchReplicaClear
+// of a tenant other than the default and the kvferry-only admin views.
+// Such an error also carries wire.ErrNotSupported.
 var ErrNotSupportedByMooncakeMaster = errors.New("not supported by a mooncake master")
 
 // moonPoolSize is how many coro_rpc connections a client keeps to a
@@ -792,14 +793,6 @@ func (m *moonMaster) PromoteObject(context.Context, *wire.KeyRequest, ...grpc.Ca
 	return nil, m.unsupported("disk-tier reads (PromoteObject)")
 }
 
-func (m *moonMaster) CreateTask(context.Context, *wire.CreateTaskRequest, ...grpc.CallOption) (*wire.CreateTaskResponse, error) {
-	return nil, m.unsupported("copy and move tasks (CreateTask)")
-}
-
-func (m *moonMaster) QueryTask(context.Context, *wire.QueryTaskRequest, ...grpc.CallOption) (*wire.QueryTaskResponse, error) {
-	return nil, m.unsupported("copy and move tasks (QueryTask)")
-}
-
 func (m *moonMaster) WaitObject(context.Context, *wire.WaitObjectRequest, ...grpc.CallOption) (*wire.GetReplicaListResponse, error) {
 	return nil, m.unsupported("versioned gets (WaitObject)")
 }
@@ -820,8 +813,112 @@ func (m *moonMaster) CancelDrainJob(context.Context, *wire.DrainJobIdRequest, ..
 	return nil, m.unsupported("drain jobs (CancelDrainJob)")
 }
 
-func (m *moonMaster) BatchReplicaClear(context.Context, *wire.BatchReplicaClearRequest, ...grpc.CallOption) (*wire.BatchReplicaClearResponse, error) {
-	return nil, m.unsupported("BatchReplicaClear")
+// BatchReplicaClear maps onto Mooncake's BatchReplicaClear, which has no
+// tenant parameter: it clears keys of the default tenant, so a client of
+// another tenant gets the not-supported error.
+func (m *moonMaster) BatchReplicaClear(ctx context.Context, in *wire.BatchReplicaClearRequest, _ ...grpc.CallOption) (*wire.BatchReplicaClearResponse, error) {
+	tenant, err := tenantOf(in.GetTenantId())
+	if err != nil {
+		return nil, err
+	}
+	if tenant != wire.DefaultTenant {
+		return nil, m.unsupported(fmt.Sprintf("BatchReplicaClear of tenant %q (only the default tenant)", tenant))
+	}
+	id, err := parseID("replica clear client id", in.GetClientId())
+	if err != nil {
+		return nil, err
+	}
+	a := coro.ReplicaClearArgs{Keys: nonNil(in.GetKeys()), ClientID: id, SegmentName: in.GetSegmentName()}
+	r, err := invoke(ctx, m, coro.MethodBatchReplicaClear, coro.ReplicaClearArgsCodec, &a, coro.ExpStringsCodec)
+	if err != nil {
+		return nil, err
+	}
+	if !r.OK {
+		return nil, m.codeErr(coro.MethodBatchReplicaClear, r.Err)
+	}
+	return &wire.BatchReplicaClearResponse{ClearedKeys: r.Value}, nil
+}
+
+// CreateTask maps a copy onto CreateCopyTask and a move onto
+// CreateMoveTask (source to targets[0]); targets are segment names, as
+// Mooncake's are. The task id is Mooncake's UUID in its text form.
+func (m *moonMaster) CreateTask(ctx context.Context, in *wire.CreateTaskRequest, _ ...grpc.CallOption) (*wire.CreateTaskResponse, error) {
+	tenant, err := tenantOf(in.GetTenantId())
+	if err != nil {
+		return nil, err
+	}
+	var r coro.ExpUUID
+	var fn coro.Method
+	switch in.GetKind() {
+	case wire.TaskKind_TASK_KIND_COPY:
+		fn = coro.MethodCreateCopyTask
+		a := coro.CreateCopyTaskArgs{Key: in.GetKey(), TenantID: tenant, Targets: nonNil(in.GetTargets())}
+		r, err = invoke(ctx, m, fn, coro.CreateCopyTaskArgsCodec, &a, coro.ExpUUIDCodec)
+	case wire.TaskKind_TASK_KIND_MOVE:
+		if len(in.GetTargets()) != 1 {
+			return nil, fmt.Errorf("create move task for %q: %d targets, want 1: %w", in.GetKey(), len(in.GetTargets()), wire.ErrInvalidParams)
+		}
+		fn = coro.MethodCreateMoveTask
+		a := coro.CreateMoveTaskArgs{Key: in.GetKey(), TenantID: tenant, Source: in.GetSource(), Target: in.GetTargets()[0]}
+		r, err = invoke(ctx, m, fn, coro.CreateMoveTaskArgsCodec, &a, coro.ExpUUIDCodec)
+	default:
+		return nil, fmt.Errorf("create task for %q: kind %v is neither copy nor move: %w", in.GetKey(), in.GetKind(), wire.ErrInvalidParams)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !r.OK {
+		return nil, m.codeErr(fn, r.Err)
+	}
+	return &wire.CreateTaskResponse{TaskId: r.Value.String()}, nil
+}
+
+// QueryTask maps onto Mooncake's QueryTask; taskStatusFromCoro converts
+// the status back.
+func (m *moonMaster) QueryTask(ctx context.Context, in *wire.QueryTaskRequest, _ ...grpc.CallOption) (*wire.QueryTaskResponse, error) {
+	id, err := parseID("task id", in.GetTaskId())
+	if err != nil {
+		return nil, err
+	}
+	r, err := invoke(ctx, m, coro.MethodQueryTask, coro.UUIDCodec, &id, coro.ExpQueryTaskCodec)
+	if err != nil {
+		return nil, err
+	}
+	if !r.OK {
+		return nil, m.codeErr(coro.MethodQueryTask, r.Err)
+	}
+	return queryTaskFromCoro(r.Value), nil
+}
+
+// queryTaskFromCoro is kvferry's QueryTaskResponse of Mooncake's. A zero
+// assigned client (none, or kvferry-master's for a holder whose id is no
+// UUID) is "".
+func queryTaskFromCoro(q coro.QueryTaskResponse) *wire.QueryTaskResponse {
+	out := &wire.QueryTaskResponse{Id: q.ID.String(), Type: wire.TaskKind_TASK_KIND_COPY, Status: taskStatusFromCoro(q.Status),
+		CreatedAtMsEpoch: q.CreatedAtMsEpoch, LastUpdatedAtMsEpoch: q.LastUpdatedAtMsEpoch, Message: q.Message}
+	if q.Type == coro.TaskReplicaMove {
+		out.Type = wire.TaskKind_TASK_KIND_MOVE
+	}
+	if q.AssignedClient != (coro.UUID{}) {
+		out.AssignedClient = q.AssignedClient.String()
+	}
+	return out
+}
+
+// taskStatusFromCoro is kvferry's status of a Mooncake task status
+// (Mooncake numbers FAILED 2 and SUCCESS 3, kvferry SUCCESS 2 and FAILED
+// 3); one it does not know reads as PENDING.
+func taskStatusFromCoro(st coro.TaskStatus) wire.TaskStatus {
+	switch st {
+	case coro.TaskProcessing:
+		return wire.TaskStatus_TASK_STATUS_PROCESSING
+	case coro.TaskSuccess:
+		return wire.TaskStatus_TASK_STATUS_SUCCESS
+	case coro.TaskFailed:
+		return wire.TaskStatus_TASK_STATUS_FAILED
+	default:
+		return wire.TaskStatus_TASK_STATUS_PENDING
+	}
 }
 
 func nonNil(s []string) []string {

@@ -132,8 +132,6 @@ func TestMooncakeProtocol(t *testing.T) {
 	assert.Assert(t, errors.Is(err, client.ErrNotSupportedByMooncakeMaster), "got %v", err)
 	_, err = user.CreateDrainJob(ctx, client.DrainJobRequest{})
 	assert.Assert(t, errors.Is(err, client.ErrNotSupportedByMooncakeMaster), "got %v", err)
-	_, err = user.CreateCopyTask(ctx, "obj-1", []string{holder.Hostname()})
-	assert.Assert(t, errors.Is(err, client.ErrNotSupportedByMooncakeMaster), "got %v", err)
 	assert.NilError(t, user.HealthCheck(ctx))
 
 	// Many goroutines at once: more than the connection pool holds.
@@ -161,6 +159,116 @@ func TestMooncakeProtocol(t *testing.T) {
 	for err := range errc {
 		assert.NilError(t, err)
 	}
+}
+
+// TestMooncakeProtocolTasks: BatchReplicaClear, CreateCopyTask,
+// CreateMoveTask and QueryTask sent in Mooncake's protocol reach
+// kvferry-master's coro_rpc service. The holders speak kvferry's protocol,
+// so kvferry-master hands them the copies (a holder on Mooncake's protocol
+// gets no tasks: moonMaster.FetchTasks).
+func TestMooncakeProtocolTasks(t *testing.T) {
+	ctx := ctxT(t, 90*time.Second)
+	srv := startMaster(t, master.Config{})
+	hcfg := client.Config{MasterServerAddr: srv.Addr(), GlobalSegmentSize: 8 << 20}
+	a, b, cc := newClient(t, hcfg), newClient(t, hcfg), newClient(t, hcfg)
+	user := newClient(t, client.Config{MasterServerAddr: srv.Addr(), MasterRPC: client.MasterRPCMooncake, LocalBufferSize: 1 << 20})
+	assert.Equal(t, client.MasterRPCForTest(user), client.MasterRPCMooncake)
+	segs := func(key string) map[string]bool {
+		t.Helper()
+		d, err := user.ReplicaDescs(ctx, []string{key})
+		assert.NilError(t, err)
+		assert.NilError(t, d[0].Err)
+		out := map[string]bool{}
+		for _, r := range d[0].Replicas {
+			out[r.SegmentName] = true
+		}
+		return out
+	}
+	waitDone := func(id string) client.TaskInfo {
+		t.Helper()
+		var info client.TaskInfo
+		waitUntil(t, "task "+id, func() bool {
+			var err error
+			info, err = user.QueryTask(ctx, id)
+			assert.NilError(t, err)
+			return info.Status == "SUCCESS" || info.Status == "FAILED"
+		})
+		return info
+	}
+
+	// Copy, then move; the replicas land where asked, with the bytes.
+	v := pattern(300<<10, 7)
+	assert.NilError(t, user.Put(ctx, "k", v, client.ReplicateConfig{PreferredSegments: []string{a.Hostname()}}))
+	assert.DeepEqual(t, segs("k"), map[string]bool{a.Hostname(): true})
+	id, err := user.CreateCopyTask(ctx, "k", []string{b.Hostname()})
+	assert.NilError(t, err)
+	info := waitDone(id)
+	assert.Equal(t, info.Status, "SUCCESS", info.Message)
+	assert.Equal(t, info.ID, id)
+	assert.Assert(t, !info.Move)
+	assert.Assert(t, !info.Created.After(info.Updated))
+	assert.DeepEqual(t, segs("k"), map[string]bool{a.Hostname(): true, b.Hostname(): true})
+
+	id, err = user.CreateMoveTask(ctx, "k", a.Hostname(), cc.Hostname())
+	assert.NilError(t, err)
+	info = waitDone(id)
+	assert.Equal(t, info.Status, "SUCCESS", info.Message)
+	assert.Assert(t, info.Move)
+	assert.DeepEqual(t, segs("k"), map[string]bool{b.Hostname(): true, cc.Hostname(): true})
+	for _, c := range []*client.Client{b, cc, user} {
+		got, err := c.Get(ctx, "k")
+		assert.NilError(t, err)
+		assert.Assert(t, bytes.Equal(got, v))
+	}
+
+	// Errors come back with their codes.
+	_, err = user.CreateMoveTask(ctx, "k", a.Hostname(), cc.Hostname())
+	assert.Equal(t, code(err), wire.ErrReplicaNotFound, "got %v", err)
+	_, err = user.CreateMoveTask(ctx, "k", b.Hostname(), b.Hostname())
+	assert.Equal(t, code(err), wire.ErrInvalidParams, "got %v", err)
+	_, err = user.CreateCopyTask(ctx, "absent", []string{b.Hostname()})
+	assert.Equal(t, code(err), wire.ErrObjectNotFound, "got %v", err)
+	_, err = user.QueryTask(ctx, "00000000-0000-0000-0000-000000000001")
+	assert.Equal(t, code(err), wire.ErrTaskNotFound, "got %v", err)
+	_, err = user.QueryTask(ctx, "no-such-task")
+	assert.Equal(t, code(err), wire.ErrInvalidParams, "got %v", err)
+
+	// BatchReplicaClear: whole objects, then one segment's replica.
+	two := client.ReplicateConfig{ReplicaNum: 2}
+	for _, k := range []string{"c1", "c2", "c3"} {
+		assert.NilError(t, user.Put(ctx, k, pattern(5000, 1), two))
+	}
+	got, err := a.BatchReplicaClear(ctx, []string{"c1"}, "") // not a's object
+	assert.NilError(t, err)
+	assert.Equal(t, len(got), 0)
+	got, err = user.BatchReplicaClear(ctx, []string{"c1", "missing"}, "")
+	assert.NilError(t, err)
+	assert.DeepEqual(t, got, []string{"c1"})
+	_, err = user.Get(ctx, "c1")
+	assert.Equal(t, code(err), wire.ErrObjectNotFound)
+	// c2 is never read (a read, or an exist check, leases it): one
+	// segment at a time, cleared on the two that hold it, the object going
+	// with its last replica; c3 stays.
+	cleared := 0
+	for _, h := range []*client.Client{a, b, cc} {
+		got, err = user.BatchReplicaClear(ctx, []string{"c2"}, h.Hostname())
+		assert.NilError(t, err)
+		cleared += len(got)
+	}
+	assert.Equal(t, cleared, 2)
+	ok, err := user.IsExist(ctx, "c2")
+	assert.NilError(t, err)
+	assert.Assert(t, !ok)
+	ok, err = user.IsExist(ctx, "c3")
+	assert.NilError(t, err)
+	assert.Assert(t, ok)
+
+	// Mooncake's BatchReplicaClear has no tenant: only the default maps.
+	other := newClient(t, client.Config{MasterServerAddr: srv.Addr(), MasterRPC: client.MasterRPCMooncake, NoLocalBuffer: true,
+		TenantID: "other"})
+	_, err = other.BatchReplicaClear(ctx, []string{"c3"}, "")
+	assert.Assert(t, errors.Is(err, client.ErrNotSupportedByMooncakeMaster), "got %v", err)
+	assert.Equal(t, code(err), wire.ErrNotSupported)
 }
 
 // TestMasterProtocolDetection: against kvferry-master, which speaks both,
