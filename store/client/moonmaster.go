@@ -744,7 +744,12 @@ func (m *moonMaster) BatchQueryIp(ctx context.Context, in *wire.BatchQueryIpRequ
 }
 
 // FetchTasks hands out no tasks: kvferry's task kinds (disk-tier offload
-// and load, replica copies of its drains) have no Mooncake counterpart.
+// and load, replica copies of its drains) have no Mooncake counterpart,
+// and the copy and move tasks mooncake_master assigns the holder of their
+// source (Mooncake's FetchTasks, CopyStart/MoveStart, CopyEnd/MoveEnd,
+// MarkTaskToComplete) are not run yet: on mooncake_master a task whose
+// source is this client's segment stays PENDING (docs/reports/coro-rpc.md,
+// "Tasks").
 // The long poll waits its wait_ms (within ctx), so the task loop idles
 // instead of spinning; results to report cannot be taken.
 func (m *moonMaster) FetchTasks(ctx context.Context, in *wire.FetchTasksRequest, _ ...grpc.CallOption) (*wire.FetchTasksResponse, error) {
