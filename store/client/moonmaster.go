@@ -46,8 +46,10 @@ type moonMaster struct {
 	done        chan struct{}     // closed by Close
 	closeOnce   sync.Once
 	mu          struct {
-		sync.Mutex // guards open
+		sync.Mutex // guards open, nextTask and jobs
 		open       map[*coro.Client]struct{}
+		nextTask   uint64              // the last COPY task id handed out
+		jobs       map[uint64]*moonJob // Mooncake tasks by their COPY tasks (moontasks.go)
 	}
 }
 
@@ -57,6 +59,7 @@ func newMoonMaster(addr string, dialTimeout time.Duration) *moonMaster {
 	m := &moonMaster{addr: addr, dialTimeout: dialTimeout, slots: make(chan struct{}, moonPoolSize),
 		idle: make(chan *coro.Client, moonPoolSize), done: make(chan struct{})}
 	m.mu.open = map[*coro.Client]struct{}{}
+	m.mu.jobs = map[uint64]*moonJob{}
 	return m
 }
 
@@ -741,31 +744,6 @@ func (m *moonMaster) BatchQueryIp(ctx context.Context, in *wire.BatchQueryIpRequ
 		out.Clients = append(out.Clients, &wire.ClientIps{ClientId: kv.Key.String(), Ips: kv.Value})
 	}
 	return out, nil
-}
-
-// FetchTasks hands out no tasks: kvferry's task kinds (disk-tier offload
-// and load, replica copies of its drains) have no Mooncake counterpart,
-// and the copy and move tasks mooncake_master assigns the holder of their
-// source (Mooncake's FetchTasks, CopyStart/MoveStart, CopyEnd/MoveEnd,
-// MarkTaskToComplete) are not run yet: on mooncake_master a task whose
-// source is this client's segment stays PENDING (docs/reports/coro-rpc.md,
-// "Tasks").
-// The long poll waits its wait_ms (within ctx), so the task loop idles
-// instead of spinning; results to report cannot be taken.
-func (m *moonMaster) FetchTasks(ctx context.Context, in *wire.FetchTasksRequest, _ ...grpc.CallOption) (*wire.FetchTasksResponse, error) {
-	if len(in.GetDone()) > 0 {
-		return nil, m.unsupported("FetchTasks results")
-	}
-	t := time.NewTimer(time.Duration(in.GetWaitMs()) * time.Millisecond)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return &wire.FetchTasksResponse{}, nil
-	case <-m.done:
-		return nil, fmt.Errorf("mooncake master %s: FetchTasks: %w", m.addr, ErrClosed)
-	case <-ctx.Done():
-		return nil, m.transportErr(ctx, coro.Method{Name: "FetchTasks"}, ctx.Err())
-	}
 }
 
 // The calls a Mooncake master has no counterpart for.

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -427,6 +429,9 @@ type fakeMooncake struct {
 	conns map[net.Conn]struct{}
 	once  sync.Once
 	seen  []uint32 // function ids called, in order (under mu)
+	// extra, when set, answers a call before the fake's own answers
+	// (ok false: not answered).
+	extra func(m coro.Method, body []byte) (resp []byte, ok bool)
 }
 
 // calls returns the function ids the fake was called with, in order.
@@ -438,9 +443,14 @@ func (f *fakeMooncake) calls() []uint32 {
 
 func startFakeMooncake(t *testing.T, behave func(coro.Method) string) *fakeMooncake {
 	t.Helper()
+	return startFakeMooncakeWith(t, behave, nil)
+}
+
+func startFakeMooncakeWith(t *testing.T, behave func(coro.Method) string, extra func(coro.Method, []byte) ([]byte, bool)) *fakeMooncake {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	assert.NilError(t, err)
-	f := &fakeMooncake{addr: lis.Addr().String(), lis: lis, conns: map[net.Conn]struct{}{}}
+	f := &fakeMooncake{addr: lis.Addr().String(), lis: lis, conns: map[net.Conn]struct{}{}, extra: extra}
 	f.wg.Go(func() {
 		for {
 			conn, err := lis.Accept()
@@ -491,6 +501,14 @@ func (f *fakeMooncake) serve(conn net.Conn, behave func(coro.Method) string) {
 			}
 		}
 		var body []byte
+		if f.extra != nil {
+			if resp, ok := f.extra(m, req.Body); ok {
+				if _, err := conn.Write(coro.AppendResponse(nil, req.Header.Seq, resp)); err != nil {
+					return
+				}
+				continue
+			}
+		}
 		switch m {
 		case coro.MethodServiceReady:
 			r := coro.OK(coro.StoreVersion)
@@ -514,4 +532,101 @@ func (f *fakeMooncake) serve(conn net.Conn, behave func(coro.Method) string) {
 			return
 		}
 	}
+}
+
+// TestMooncakeMasterRunsTasks: a kvferry client holding the source of a
+// Mooncake copy task runs it as mooncake_master expects: FetchTasks hands
+// it the task (a JSON payload), CopyStart names the source and target
+// replicas, the client copies and calls CopyEnd, then MarkTaskToComplete
+// SUCCESS; a copy that cannot be written is revoked (CopyRevoke) and
+// reported FAILED. (Checked against the real mooncake_master too:
+// docs/reports/coro-rpc.md, "Tasks".)
+func TestMooncakeMasterRunsTasks(t *testing.T) {
+	const n = 4096
+	ok := coro.OK(struct{}{})
+	okVoid := sp.Marshal(coro.ExpVoidCodec, &ok)
+	good := coro.UUID{Hi: 1, Lo: 1}
+	bad := coro.UUID{Hi: 2, Lo: 2}
+	var mu sync.Mutex
+	var seg coro.Segment
+	var fetched int
+	var calls []string
+	done := map[coro.UUID]coro.TaskCompleteRequest{}
+	reported := make(chan struct{}, 2)
+	extra := func(m coro.Method, body []byte) ([]byte, bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch m {
+		case coro.MethodReMountSegment:
+			a, err := sp.Unmarshal(coro.ReMountSegmentArgsCodec, body, sp.Limits{})
+			assert.Check(t, err)
+			if len(a.Segments) > 0 {
+				seg = a.Segments[0]
+			}
+			return okVoid, true
+		case coro.MethodFetchTasks:
+			var ts []coro.TaskAssignment
+			if fetched == 0 && seg.Name != "" {
+				payload := fmt.Sprintf(`{"tenant_id":"default","key":"k","source":%q,"targets":[%q],`+
+					`"dynamic_replication_lease_id_high":0,"dynamic_replication_lease_id_low":0,"dynamic_replication_version_epoch":0}`,
+					seg.Name, seg.Name)
+				ts = []coro.TaskAssignment{{ID: good, Type: coro.TaskReplicaCopy, Payload: payload},
+					{ID: bad, Type: coro.TaskReplicaCopy, Payload: strings.Replace(payload, `"k"`, `"bad"`, 1)}}
+				fetched++
+			}
+			r := coro.OK(ts)
+			return sp.Marshal(coro.ExpTasksCodec, &r), true
+		case coro.MethodCopyStart:
+			a, err := sp.Unmarshal(coro.CopyStartArgsCodec, body, sp.Limits{})
+			assert.Check(t, err)
+			calls = append(calls, "CopyStart "+a.Key)
+			desc := func(addr uint64) coro.ReplicaDescriptor {
+				return coro.ReplicaDescriptor{Kind: coro.KindMemory, Buffer: coro.BufferDescriptor{Size: n, BufferAddress: addr,
+					Protocol: "tcp", TransportEndpoint: seg.Name}}
+			}
+			src := desc(seg.Base)
+			if a.Key == "bad" {
+				src = desc(seg.Base + seg.Size) // outside the holder's segment
+			}
+			r := coro.OK(coro.CopyStartResponse{Source: src, Targets: []coro.ReplicaDescriptor{desc(seg.Base + n)}})
+			return sp.Marshal(coro.ExpCopyStartCodec, &r), true
+		case coro.MethodCopyEnd, coro.MethodCopyRevoke:
+			a, err := sp.Unmarshal(coro.ClientKeyArgsCodec, body, sp.Limits{})
+			assert.Check(t, err)
+			calls = append(calls, m.Name+" "+a.Key)
+			return okVoid, true
+		case coro.MethodMarkTaskToComplete:
+			a, err := sp.Unmarshal(coro.MarkTaskToCompleteArgsCodec, body, sp.Limits{})
+			assert.Check(t, err)
+			done[a.Request.ID] = a.Request
+			reported <- struct{}{}
+			return okVoid, true
+		}
+		return nil, false
+	}
+	fake := startFakeMooncakeWith(t, nil, extra)
+	newClient(t, client.Config{MasterServerAddr: fake.addr, MasterRPC: client.MasterRPCMooncake, GlobalSegmentSize: 1 << 20,
+		NoLocalBuffer: true, RPCTimeout: 3 * time.Second})
+	timeout := time.After(10 * time.Second)
+	for range 2 {
+		select {
+		case <-reported:
+		case <-timeout:
+			ids := fake.calls()
+			names := make([]string, len(ids))
+			for i, id := range ids {
+				m, _ := coro.MethodByID(id)
+				names[i] = m.Name
+			}
+			t.Fatalf("the tasks were not reported within 10 s (calls %v)", names)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, done[good].Status, coro.TaskSuccess, done[good].Message)
+	assert.Equal(t, done[bad].Status, coro.TaskFailed)
+	assert.Assert(t, done[bad].Message != "")
+	assert.Assert(t, slices.Contains(calls, "CopyEnd k"), "calls %v", calls)
+	assert.Assert(t, slices.Contains(calls, "CopyRevoke bad"), "calls %v", calls)
+	assert.Assert(t, !slices.Contains(calls, "CopyEnd bad"), "calls %v", calls)
 }
