@@ -78,13 +78,21 @@ const (
 	FailoverNoPath = "no_path"
 )
 
+// healthBackoffFloor is the first back-off of a transport taken down,
+// healthBackoffMin unless a test sets a longer one (SetHealthBackoff in
+// export_test.go) so that a loaded machine cannot end it mid-test.
+var healthBackoffFloor atomic.Int64
+
+func init() { healthBackoffFloor.Store(int64(healthBackoffMin)) }
+
 // Health tuning.
 const (
 	// healthFailures consecutive path failures take a transport down for
 	// a peer.
 	healthFailures = 3
 	// healthBackoffMin and healthBackoffMax bound how long a transport
-	// that is down for a peer is skipped before it is probed again.
+	// that is down for a peer is skipped before it is probed again
+	// (healthBackoffFloor is the first back-off; tests lengthen it).
 	healthBackoffMin = time.Second
 	healthBackoffMax = 30 * time.Second
 	// healthErrBytes caps the last error text kept for PathHealth.
@@ -363,7 +371,7 @@ func (ph *peerHealth) failed(e *Engine, p *Peer, name string, err error, now tim
 		case h.state == healthProbing:
 			h.backoff = min(2*h.backoff, healthBackoffMax)
 		case h.fails >= healthFailures:
-			h.backoff = healthBackoffMin
+			h.backoff = time.Duration(healthBackoffFloor.Load())
 		default:
 			return
 		}
