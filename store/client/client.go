@@ -24,6 +24,7 @@ import (
 	"github.com/kvferry/kvferry/engine"
 	"github.com/kvferry/kvferry/engine/peerauth"
 	"github.com/kvferry/kvferry/engine/stack"
+	"github.com/kvferry/kvferry/internal/cmem"
 	"github.com/kvferry/kvferry/internal/spin"
 	kvmetrics "github.com/kvferry/kvferry/metrics"
 	"github.com/kvferry/kvferry/store/ha"
@@ -219,6 +220,10 @@ func New(ctx context.Context, cfg Config) (_ *Client, err error) {
 			return nil, fmt.Errorf("store client: global segment: %w", err)
 		}
 		c.global = m
+		if _, anon := m.(*cmem.Map); anon && !cfg.Stack.SameHost.NoMap && !cfg.LazySegment {
+			c.log.Info("lent segment is anonymous memory: this host faults on first touches of populated pages, "+
+				"so same-host peers copy with process_vm_* rather than through a mapping", "bytes", m.Len())
+		}
 		if err := c.e.RegisterMemory(m.Addr(), m.Len(), "*", true); err != nil {
 			return nil, fmt.Errorf("store client: register global segment: %w", err)
 		}

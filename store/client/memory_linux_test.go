@@ -10,6 +10,8 @@ import (
 
 	"golang.org/x/sys/unix"
 	"gotest.tools/v3/assert"
+
+	"github.com/kvferry/kvferry/internal/memfd"
 )
 
 // vmFlagsOf returns the VmFlags of the mapping that holds addr (the kernel
@@ -78,4 +80,45 @@ func TestMapSegment(t *testing.T) {
 			assert.Equal(t, residentPages(t, m.Bytes()), want)
 		})
 	}
+}
+
+// TestMapGlobalFirstTouch: a populated shared segment is a memfd (mapped
+// by same-host peers) unless the host faults on first touches of populated
+// pages; then it is anonymous memory, which peers copy with process_vm_*.
+// A lazy segment stays a memfd either way (its first touches fault
+// anyway), and an unshared one is anonymous.
+func TestMapGlobalFirstTouch(t *testing.T) {
+	saved := firstTouchCostly
+	defer func() { firstTouchCostly = saved }()
+	const n = 4 << 20
+	for _, tc := range []struct {
+		name                     string
+		costly, populate, shared bool
+		wantMemfd                bool
+	}{
+		{"cheap populated shared", false, true, true, true},
+		{"costly populated shared", true, true, true, false},
+		{"costly lazy shared", true, false, true, true},
+		{"cheap populated unshared", false, true, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			probed := 0
+			firstTouchCostly = func() bool { probed++; return tc.costly }
+			m, err := mapGlobal(n, tc.populate, true, tc.shared)
+			assert.NilError(t, err)
+			defer m.Close()
+			_, isMemfd := m.(*memfd.Map)
+			assert.Equal(t, isMemfd, tc.wantMemfd)
+			assert.Equal(t, m.Len(), uint64(n))
+			assert.Equal(t, probed <= 1, true)
+			if tc.populate {
+				assert.Equal(t, residentPages(t, m.Bytes()), n/os.Getpagesize())
+			}
+		})
+	}
+}
+
+// TestProbeFirstTouch runs the probe itself (its answer is the host's).
+func TestProbeFirstTouch(t *testing.T) {
+	t.Logf("first touch of populated pages costly here: %v", probeFirstTouch())
 }
