@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <set>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -334,6 +335,7 @@ public:
             if (it != pending.end() && !it->second.empty()) {
                 std::string m = it->second.front();
                 it->second.erase(it->second.begin());
+                if (allowed.count(m)) continue;
                 ok = true;
                 return m;
             }
@@ -344,6 +346,9 @@ public:
         return "";
     }
     std::map<std::string, std::vector<std::string>> pending;
+    // Notifications that may come but are not waited for: a transfer
+    // released in flight that finished first sends its own (releaseInFlight).
+    std::set<std::string> allowed;
 
     // ~nixlAgent (§3.15): local section, remote sections, then the engine.
     void destroy() {
