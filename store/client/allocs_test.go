@@ -8,11 +8,8 @@ import (
 
 	"gotest.tools/v3/assert"
 
-	"github.com/kvferry/kvferry/internal/cmem"
 	"github.com/kvferry/kvferry/internal/testutil"
 	"github.com/kvferry/kvferry/store/client"
-	"github.com/kvferry/kvferry/store/embedded"
-	"github.com/kvferry/kvferry/store/master"
 )
 
 // Allocations per 4 KiB op of the store over the mux, client, holder and
@@ -36,25 +33,9 @@ func TestStoreAllocs4K(t *testing.T) {
 		// drop items at random under the race detector.
 		t.Skip("allocation counts through sync.Pool are random under -race")
 	}
-	srv, err := master.NewServer(master.Config{RPCAddr: "127.0.0.1:0"})
-	assert.NilError(t, err)
-	defer srv.Close()
 	ctx := context.Background()
-	mk := func(seg uint64) *client.Client {
-		c, err := embedded.NewClient(ctx, client.Config{LocalHostname: "127.0.0.1", MasterServerAddr: srv.Addr(),
-			GlobalSegmentSize: seg})
-		assert.NilError(t, err)
-		return c
-	}
-	holder := mk(64 << 20)
-	defer holder.Close()
-	user := mk(0)
-	defer user.Close()
-	const sz = 4096
-	buf, err := cmem.MapAnon(sz)
-	assert.NilError(t, err)
-	defer buf.Close()
-	assert.NilError(t, user.RegisterBuffer(buf.Addr(), sz))
+	user, buf := remoteOpsPair(t)
+	const sz = remoteOpsSize
 
 	const runs, rounds = 100, 5
 	keys := make([]string, rounds*(runs+1)+50)

@@ -429,30 +429,42 @@ func TestFallbackToGRPC(t *testing.T) {
 	assert.ErrorContains(t, err, "MasterRPC")
 }
 
+// remoteOpsSize is the value size of BenchmarkRemoteOps and
+// TestStoreAllocs4K.
+const remoteOpsSize = 4096
+
+// remoteOpsPair starts a master server (mux), a holder client lending 64
+// MiB and a user client lending nothing, with remoteOpsSize bytes of
+// registered memory: the shape of BenchmarkRemoteOps and
+// TestStoreAllocs4K. Everything closes when tb ends.
+func remoteOpsPair(tb testing.TB) (*client.Client, *cmem.Map) {
+	srv, err := master.NewServer(master.Config{RPCAddr: "127.0.0.1:0"})
+	assert.NilError(tb, err)
+	tb.Cleanup(func() { srv.Close() })
+	mk := func(seg uint64) *client.Client {
+		c, err := embedded.NewClient(context.Background(), client.Config{LocalHostname: "127.0.0.1",
+			MasterServerAddr: srv.Addr(), GlobalSegmentSize: seg})
+		assert.NilError(tb, err)
+		tb.Cleanup(func() { c.Close() })
+		return c
+	}
+	mk(64 << 20) // the holder
+	user := mk(0)
+	buf, err := cmem.MapAnon(remoteOpsSize)
+	assert.NilError(tb, err)
+	tb.Cleanup(func() { buf.Close() })
+	assert.NilError(tb, user.RegisterBuffer(buf.Addr(), remoteOpsSize))
+	return user, buf
+}
+
 // BenchmarkRemoteOps measures one put and one get of 4 KiB from registered
 // memory through a master server (mux) and a holder in this process
 // (same-process transport): the per-operation cost of the client and the
 // master round trips, with allocations.
 func BenchmarkRemoteOps(b *testing.B) {
-	srv, err := master.NewServer(master.Config{RPCAddr: "127.0.0.1:0"})
-	assert.NilError(b, err)
-	defer srv.Close()
 	ctx := context.Background()
-	mk := func(seg uint64) *client.Client {
-		c, err := embedded.NewClient(ctx, client.Config{LocalHostname: "127.0.0.1", MasterServerAddr: srv.Addr(),
-			GlobalSegmentSize: seg})
-		assert.NilError(b, err)
-		return c
-	}
-	holder := mk(64 << 20)
-	defer holder.Close()
-	user := mk(0)
-	defer user.Close()
-	const sz = 4096
-	buf, err := cmem.MapAnon(sz)
-	assert.NilError(b, err)
-	defer buf.Close()
-	assert.NilError(b, user.RegisterBuffer(buf.Addr(), sz))
+	user, buf := remoteOpsPair(b)
+	const sz = remoteOpsSize
 	keys := make([]string, 1024)
 	for i := range keys {
 		keys[i] = fmt.Sprint("k", i)

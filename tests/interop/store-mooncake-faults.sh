@@ -34,28 +34,13 @@
 # PUT_DISCARD_S (--put_start_discard_timeout_sec, default the masters' 30 s).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-if [ -z "${MOONCAKE_MASTER:-}" ] || [ -z "${MOONCAKE_STORE_LIB:-}" ]; then
-  echo "skipped: MOONCAKE_MASTER and MOONCAKE_STORE_LIB not set (a Mooncake store build beside the project)"
-  exit 0
-fi
-for f in "$MOONCAKE_MASTER" "$MOONCAKE_STORE_LIB"; do
-  [ -f "$f" ] || { echo "$f: no such file" >&2; exit 1; }
-done
-KV_LIB="${KVFERRY_LIB_DIR:-$PWD/build/lib}/libkvferry.so"
-KV_MASTER="${KVFERRY_MASTER:-$PWD/build/bin/kvferry-master}"
-[ -f "$KV_LIB" ] || { echo "$KV_LIB missing: run make lib" >&2; exit 1; }
-[ -x "$KV_MASTER" ] || { echo "$KV_MASTER missing: run make all" >&2; exit 1; }
 CASES="${CASES:-kill:mc@kv kill:kv@kv kill:mc+kv@kv kill:mc@mc restart:mc@kv restart:kv@kv restart:mc@mc}"
 TTL="${CLIENT_TTL:-3}"
 # --put_start_discard_timeout_sec, when given (both masters default to
 # 30 s: how long a put started and never ended blocks its key).
 DISCARD="${PUT_DISCARD_S:-}"
-export SEGMENT_MB="${SEGMENT_MB:-256}"
 export RECLAIM_S=$((TTL * 4 + 30))
-
-T="$(mktemp -d)"
-LOGDIR="${LOGS:-$T/logs}"
-mkdir -p "$LOGDIR"
+. tests/interop/store-lib.sh
 mpid="" pids=()
 cleanup() {
   for p in "${pids[@]}" $mpid; do kill -9 "$p" 2>/dev/null; done
@@ -63,12 +48,6 @@ cleanup() {
   rm -rf "$T"
 }
 trap cleanup EXIT
-DRV="$T/store_mooncake"
-gcc -O2 -g -Wall -Wextra -Werror -std=gnu11 -o "$DRV" tests/interop/store_mooncake.c -ldl || exit 1
-export LD_LIBRARY_PATH="$(dirname "$MOONCAKE_STORE_LIB")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-lib_of() { if [ "$1" = kv ]; then echo "$KV_LIB"; else echo "$MOONCAKE_STORE_LIB"; fi; }
 wait_for() { # wait_for PATH SECONDS
   for _ in $(seq $(($2 * 10))); do [ -e "$1" ] && return 0; sleep 0.1; done
   return 1
@@ -86,25 +65,10 @@ start_master() {
       --metrics_port="$(free_port)" --client_ttl="$TTL" ${DISCARD:+--put_start_discard_timeout_sec="$DISCARD"} >>"$log" 2>&1 &
   fi
   mpid=$!
-  for _ in $(seq 200); do
-    python3 -c "import socket,sys; socket.create_connection(('127.0.0.1',$port),0.2)" 2>/dev/null && return 0
-    sleep 0.1
-  done
-  echo "master $kind did not listen on $port" >&2
-  return 1
+  await_port "$kind" "$port"
 }
 stop_master() { [ -n "$mpid" ] && { kill -9 "$mpid" 2>/dev/null; wait "$mpid" 2>/dev/null; }; mpid=""; }
 
-passed=0 failed=0
-count() { # count OUT: adds the driver's ok/FAIL lines to the totals
-  local ok bad
-  ok=$(grep -c '^ok ' "$1" || true)
-  bad=$(grep -c '^FAIL' "$1" || true)
-  passed=$((passed + ok))
-  failed=$((failed + bad))
-  grep '^FAIL' "$1" | sed "s|^|  $(basename "$1" .out): |" >&2 || true
-  grep '^# ' "$1" | sed "s|^# |  $(basename "$1" .out): |" || true
-}
 fail() { echo "  $1" >&2; failed=$((failed + 1)); }
 drv() { # drv NAME LIB PORT MODE DIR: a driver in the background (pid in $!)
   timeout 300 "$DRV" "$2" "127.0.0.1:$3" "127.0.0.1:$(free_port)" "$4" "$5" >"$LOGDIR/$1.out" 2>"$LOGDIR/$1.err" &

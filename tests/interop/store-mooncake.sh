@@ -40,33 +40,11 @@
 # segment, default 256), LOGS (a directory that keeps every log).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-if [ -z "${MOONCAKE_MASTER:-}" ] || [ -z "${MOONCAKE_STORE_LIB:-}" ]; then
-  echo "skipped: MOONCAKE_MASTER and MOONCAKE_STORE_LIB not set (a Mooncake store build beside the project)"
-  exit 0
-fi
-for f in "$MOONCAKE_MASTER" "$MOONCAKE_STORE_LIB"; do
-  [ -f "$f" ] || { echo "$f: no such file" >&2; exit 1; }
-done
-KV_LIB="${KVFERRY_LIB_DIR:-$PWD/build/lib}/libkvferry.so"
-KV_MASTER="${KVFERRY_MASTER:-$PWD/build/bin/kvferry-master}"
-[ -f "$KV_LIB" ] || { echo "$KV_LIB missing: run make lib" >&2; exit 1; }
-[ -x "$KV_MASTER" ] || { echo "$KV_MASTER missing: run make all" >&2; exit 1; }
 PAIRS="${PAIRS:-mc@kv mc+kv@kv mc+mc@kv mc@mc mc+mc@mc kv@mc kv+mc@mc kv+kv@mc}"
-export SEGMENT_MB="${SEGMENT_MB:-256}"
-
-T="$(mktemp -d)"
-LOGDIR="${LOGS:-$T/logs}"
-mkdir -p "$LOGDIR"
+. tests/interop/store-lib.sh
 mpid=""
 cleanup() { [ -n "$mpid" ] && kill "$mpid" 2>/dev/null; wait 2>/dev/null; rm -rf "$T"; }
 trap cleanup EXIT
-DRV="$T/store_mooncake"
-gcc -O2 -g -Wall -Wextra -Werror -std=gnu11 -o "$DRV" tests/interop/store_mooncake.c -ldl || exit 1
-
-# Mooncake's libraries beside its store library (its TE, glog, ...).
-export LD_LIBRARY_PATH="$(dirname "$MOONCAKE_STORE_LIB")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 # start_master KIND PORT LOG: runs kvferry-master or mooncake_master on
 # loopback and waits (deadline 20 s) until its port answers.
@@ -81,17 +59,8 @@ start_master() {
       --metrics_port="$mport" >"$log" 2>&1 &
   fi
   mpid=$!
-  for _ in $(seq 200); do
-    python3 -c "import socket,sys; socket.create_connection(('127.0.0.1',$port),0.2)" 2>/dev/null && return 0
-    sleep 0.1
-  done
-  echo "master $kind did not listen on $port" >&2
-  return 1
+  await_port "$kind" "$port"
 }
-
-lib_of() { if [ "$1" = kv ]; then echo "$KV_LIB"; else echo "$MOONCAKE_STORE_LIB"; fi; }
-
-passed=0 failed=0
 
 # placement DIR A B: once both drivers have read each other's objects,
 # asks the master's admin HTTP (/query_key, kvferry-master's and
@@ -122,14 +91,6 @@ print(len(eps))')
     echo "  $pair: note: every object lay on its putter's segment (random placement): no TE crossing this run"
   fi
   touch "$dir/release"
-}
-count() { # count OUT: adds the driver's ok/FAIL lines to the totals
-  local ok bad
-  ok=$(grep -c '^ok ' "$1" || true)
-  bad=$(grep -c '^FAIL' "$1" || true)
-  passed=$((passed + ok))
-  failed=$((failed + bad))
-  grep '^FAIL' "$1" | sed "s|^|  $(basename "$1" .out): |" >&2 || true
 }
 
 for pair in $PAIRS; do
