@@ -196,6 +196,20 @@ func invoke[A, R any](ctx context.Context, m *moonMaster, fn coro.Method, ac sp.
 	return r, nil
 }
 
+// invokeOK is invoke for an answer of tl::expected form: the value, or the
+// error of the Mooncake error code the master answered.
+func invokeOK[A, T any](ctx context.Context, m *moonMaster, fn coro.Method, ac sp.Codec[A], a *A, rc sp.Codec[sp.Expected[T, coro.ErrorCode]]) (T, error) {
+	r, err := invoke(ctx, m, fn, ac, a, rc)
+	if err != nil {
+		return r.Value, err
+	}
+	if !r.OK {
+		var zero T
+		return zero, m.codeErr(fn, r.Err)
+	}
+	return r.Value, nil
+}
+
 // codeErr is the error of a Mooncake error code a master answered.
 func (m *moonMaster) codeErr(fn coro.Method, c coro.ErrorCode) error {
 	code := moonCode(c)
@@ -324,14 +338,11 @@ func (m *moonMaster) Ping(ctx context.Context, in *wire.PingRequest, _ ...grpc.C
 	if err != nil {
 		return nil, err
 	}
-	r, err := invoke(ctx, m, coro.MethodPing, coro.UUIDCodec, &id, coro.ExpPingCodec)
+	r, err := invokeOK(ctx, m, coro.MethodPing, coro.UUIDCodec, &id, coro.ExpPingCodec)
 	if err != nil {
 		return nil, err
 	}
-	if !r.OK {
-		return nil, m.codeErr(coro.MethodPing, r.Err)
-	}
-	return &wire.PingResponse{Status: wire.ClientStatus(r.Value.ClientStatus), ViewVersion: uint64(r.Value.ViewVersionID)}, nil
+	return &wire.PingResponse{Status: wire.ClientStatus(r.ClientStatus), ViewVersion: uint64(r.ViewVersionID)}, nil
 }
 
 func (m *moonMaster) MountSegment(ctx context.Context, in *wire.MountSegmentRequest, _ ...grpc.CallOption) (*wire.MountSegmentResponse, error) {
@@ -344,12 +355,8 @@ func (m *moonMaster) MountSegment(ctx context.Context, in *wire.MountSegmentRequ
 		return nil, err
 	}
 	a := coro.MountSegmentArgs{Segment: seg, ClientID: id}
-	r, err := invoke(ctx, m, coro.MethodMountSegment, coro.MountSegmentArgsCodec, &a, coro.ExpVoidCodec)
-	if err != nil {
+	if _, err := invokeOK(ctx, m, coro.MethodMountSegment, coro.MountSegmentArgsCodec, &a, coro.ExpVoidCodec); err != nil {
 		return nil, err
-	}
-	if !r.OK {
-		return nil, m.codeErr(coro.MethodMountSegment, r.Err)
 	}
 	return &wire.MountSegmentResponse{}, nil
 }
@@ -369,12 +376,8 @@ func (m *moonMaster) ReMountSegments(ctx context.Context, in *wire.ReMountSegmen
 		}
 		a.Segments = append(a.Segments, seg)
 	}
-	r, err := invoke(ctx, m, coro.MethodReMountSegment, coro.ReMountSegmentArgsCodec, &a, coro.ExpVoidCodec)
-	if err != nil {
+	if _, err := invokeOK(ctx, m, coro.MethodReMountSegment, coro.ReMountSegmentArgsCodec, &a, coro.ExpVoidCodec); err != nil {
 		return nil, err
-	}
-	if !r.OK {
-		return nil, m.codeErr(coro.MethodReMountSegment, r.Err)
 	}
 	return &wire.ReMountSegmentsResponse{}, nil
 }
@@ -413,14 +416,11 @@ func (m *moonMaster) ExistKey(ctx context.Context, in *wire.KeyRequest, _ ...grp
 		return nil, err
 	}
 	a := coro.KeyArgs{Key: in.GetKey(), TenantID: tenant}
-	r, err := invoke(ctx, m, coro.MethodExistKey, coro.KeyArgsCodec, &a, coro.ExpBoolCodec)
+	r, err := invokeOK(ctx, m, coro.MethodExistKey, coro.KeyArgsCodec, &a, coro.ExpBoolCodec)
 	if err != nil {
 		return nil, err
 	}
-	if !r.OK {
-		return nil, m.codeErr(coro.MethodExistKey, r.Err)
-	}
-	return &wire.ExistKeyResponse{Exists: r.Value}, nil
+	return &wire.ExistKeyResponse{Exists: r}, nil
 }
 
 // batchLen checks that a batch answer has one result per key.
@@ -463,14 +463,11 @@ func (m *moonMaster) GetReplicaList(ctx context.Context, in *wire.KeyRequest, _ 
 		return nil, err
 	}
 	a := coro.KeyArgs{Key: in.GetKey(), TenantID: tenant}
-	r, err := invoke(ctx, m, coro.MethodGetReplicaList, coro.KeyArgsCodec, &a, coro.ExpReplicaListCodec)
+	r, err := invokeOK(ctx, m, coro.MethodGetReplicaList, coro.KeyArgsCodec, &a, coro.ExpReplicaListCodec)
 	if err != nil {
 		return nil, err
 	}
-	if !r.OK {
-		return nil, m.codeErr(coro.MethodGetReplicaList, r.Err)
-	}
-	return m.listFromCoro(in.GetKey(), r.Value)
+	return m.listFromCoro(in.GetKey(), r)
 }
 
 func (m *moonMaster) BatchGetReplicaList(ctx context.Context, in *wire.BatchKeyRequest, _ ...grpc.CallOption) (*wire.BatchGetReplicaListResponse, error) {
@@ -522,14 +519,11 @@ func (m *moonMaster) PutStart(ctx context.Context, in *wire.PutStartRequest, _ .
 		fn = coro.MethodUpsertStart
 	}
 	a := coro.PutStartArgs{ClientID: id, Key: in.GetKey(), SliceLength: in.GetSize(), Config: configToCoro(in.GetConfig()), TenantID: tenant}
-	r, err := invoke(ctx, m, fn, coro.PutStartArgsCodec, &a, coro.ExpDescriptorsCodec)
+	r, err := invokeOK(ctx, m, fn, coro.PutStartArgsCodec, &a, coro.ExpDescriptorsCodec)
 	if err != nil {
 		return nil, err
 	}
-	if !r.OK {
-		return nil, m.codeErr(fn, r.Err)
-	}
-	reps, _, _ := replicasFromCoro(r.Value)
+	reps, _, _ := replicasFromCoro(r)
 	return &wire.PutStartResponse{Replicas: reps}, nil
 }
 
@@ -648,12 +642,8 @@ func (m *moonMaster) Remove(ctx context.Context, in *wire.RemoveRequest, _ ...gr
 		return nil, err
 	}
 	a := coro.RemoveArgs{Key: in.GetKey(), Force: in.GetForce(), TenantID: tenant}
-	r, err := invoke(ctx, m, coro.MethodRemove, coro.RemoveArgsCodec, &a, coro.ExpVoidCodec)
-	if err != nil {
+	if _, err := invokeOK(ctx, m, coro.MethodRemove, coro.RemoveArgsCodec, &a, coro.ExpVoidCodec); err != nil {
 		return nil, err
-	}
-	if !r.OK {
-		return nil, m.codeErr(coro.MethodRemove, r.Err)
 	}
 	return &wire.RemoveResponse{}, nil
 }
@@ -677,14 +667,11 @@ func (m *moonMaster) RemoveByRegex(ctx context.Context, in *wire.RemoveByRegexRe
 		return nil, err
 	}
 	a := coro.RemoveArgs{Key: in.GetPattern(), Force: in.GetForce(), TenantID: tenant}
-	r, err := invoke(ctx, m, coro.MethodRemoveByRegex, coro.RemoveArgsCodec, &a, coro.ExpInt64Codec)
+	r, err := invokeOK(ctx, m, coro.MethodRemoveByRegex, coro.RemoveArgsCodec, &a, coro.ExpInt64Codec)
 	if err != nil {
 		return nil, err
 	}
-	if !r.OK {
-		return nil, m.codeErr(coro.MethodRemoveByRegex, r.Err)
-	}
-	return &wire.CountResponse{Count: r.Value}, nil
+	return &wire.CountResponse{Count: r}, nil
 }
 
 // RemoveAll answers Mooncake's bare count (its RemoveAll has no error
@@ -708,15 +695,12 @@ func (m *moonMaster) GetReplicaListByRegex(ctx context.Context, in *wire.GetRepl
 		return nil, err
 	}
 	a := coro.KeyArgs{Key: in.GetPattern(), TenantID: tenant}
-	r, err := invoke(ctx, m, coro.MethodGetReplicaListByRegex, coro.KeyArgsCodec, &a, coro.ExpRegexReplicasCodec)
+	r, err := invokeOK(ctx, m, coro.MethodGetReplicaListByRegex, coro.KeyArgsCodec, &a, coro.ExpRegexReplicasCodec)
 	if err != nil {
 		return nil, err
 	}
-	if !r.OK {
-		return nil, m.codeErr(coro.MethodGetReplicaListByRegex, r.Err)
-	}
-	out := &wire.GetReplicaListByRegexResponse{Objects: make([]*wire.KeyReplicaList, 0, len(r.Value))}
-	for _, kv := range r.Value {
+	out := &wire.GetReplicaListByRegexResponse{Objects: make([]*wire.KeyReplicaList, 0, len(r))}
+	for _, kv := range r {
 		reps, size, _ := replicasFromCoro(kv.Value)
 		out.Objects = append(out.Objects, &wire.KeyReplicaList{Key: kv.Key, Replicas: reps, Size: size})
 	}
@@ -732,15 +716,12 @@ func (m *moonMaster) BatchQueryIp(ctx context.Context, in *wire.BatchQueryIpRequ
 		}
 		ids[i] = id
 	}
-	r, err := invoke(ctx, m, coro.MethodBatchQueryIP, coro.UUIDsCodec, &ids, coro.ExpClientIPsCodec)
+	r, err := invokeOK(ctx, m, coro.MethodBatchQueryIP, coro.UUIDsCodec, &ids, coro.ExpClientIPsCodec)
 	if err != nil {
 		return nil, err
 	}
-	if !r.OK {
-		return nil, m.codeErr(coro.MethodBatchQueryIP, r.Err)
-	}
-	out := &wire.BatchQueryIpResponse{Clients: make([]*wire.ClientIps, 0, len(r.Value))}
-	for _, kv := range r.Value {
+	out := &wire.BatchQueryIpResponse{Clients: make([]*wire.ClientIps, 0, len(r))}
+	for _, kv := range r {
 		out.Clients = append(out.Clients, &wire.ClientIps{ClientId: kv.Key.String(), Ips: kv.Value})
 	}
 	return out, nil
@@ -812,14 +793,11 @@ func (m *moonMaster) BatchReplicaClear(ctx context.Context, in *wire.BatchReplic
 		return nil, err
 	}
 	a := coro.ReplicaClearArgs{Keys: nonNil(in.GetKeys()), ClientID: id, SegmentName: in.GetSegmentName()}
-	r, err := invoke(ctx, m, coro.MethodBatchReplicaClear, coro.ReplicaClearArgsCodec, &a, coro.ExpStringsCodec)
+	r, err := invokeOK(ctx, m, coro.MethodBatchReplicaClear, coro.ReplicaClearArgsCodec, &a, coro.ExpStringsCodec)
 	if err != nil {
 		return nil, err
 	}
-	if !r.OK {
-		return nil, m.codeErr(coro.MethodBatchReplicaClear, r.Err)
-	}
-	return &wire.BatchReplicaClearResponse{ClearedKeys: r.Value}, nil
+	return &wire.BatchReplicaClearResponse{ClearedKeys: r}, nil
 }
 
 // CreateTask maps a copy onto CreateCopyTask and a move onto
@@ -863,14 +841,11 @@ func (m *moonMaster) QueryTask(ctx context.Context, in *wire.QueryTaskRequest, _
 	if err != nil {
 		return nil, err
 	}
-	r, err := invoke(ctx, m, coro.MethodQueryTask, coro.UUIDCodec, &id, coro.ExpQueryTaskCodec)
+	r, err := invokeOK(ctx, m, coro.MethodQueryTask, coro.UUIDCodec, &id, coro.ExpQueryTaskCodec)
 	if err != nil {
 		return nil, err
 	}
-	if !r.OK {
-		return nil, m.codeErr(coro.MethodQueryTask, r.Err)
-	}
-	return queryTaskFromCoro(r.Value), nil
+	return queryTaskFromCoro(r), nil
 }
 
 // queryTaskFromCoro is kvferry's QueryTaskResponse of Mooncake's. A zero
