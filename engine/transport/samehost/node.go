@@ -468,19 +468,23 @@ func (n *node) serve(c *net.UnixConn, slot *netguard.Slot) {
 		return
 	}
 	defer n.remove(s)
-	var rb [shwire.ReplySize]byte
-	r.Encode(rb[:])
-	if _, _, err := c.WriteMsgUnix(rb[:], unix.UnixRights(fds...), nil); err != nil {
-		return
-	}
-	_ = c.SetDeadline(time.Time{})
 	if s.ring != nil {
+		// Drained from before the reply goes: the initiator may push a
+		// notification (and its application see the batch complete) before
+		// this goroutine runs again, and the owner's next Notifications
+		// call must find it.
 		n.e.AddNotifySource(s.ring)
 		defer func() {
 			n.e.RemoveNotifySource(s.ring) // takes what the ring still holds
 			s.ring.m.Close()
 		}()
 	}
+	var rb [shwire.ReplySize]byte
+	r.Encode(rb[:])
+	if _, _, err := c.WriteMsgUnix(rb[:], unix.UnixRights(fds...), nil); err != nil {
+		return
+	}
+	_ = c.SetDeadline(time.Time{})
 	n.log.Debug("same-host session opened", "transport", kindName(h.Kind), "peer_pid", s.pid, "peer_uid", s.uid)
 	switch h.Kind {
 	case shwire.KindShm:
