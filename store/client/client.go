@@ -111,6 +111,15 @@ func (mc *masterConn) session() (uint64, bool) {
 	return 0, false
 }
 
+// sessionKnown is session without the socket peek
+// (wire.MuxClient.SessionKnown): no system call.
+func (mc *masterConn) sessionKnown() (uint64, bool) {
+	if m, ok := mc.mc.(*wire.MuxClient); ok {
+		return m.SessionKnown()
+	}
+	return 0, false
+}
+
 // New sets up a client: it starts (or takes) a transfer engine, starts the
 // embedded master or finds the master, maps, registers and mounts
 // GlobalSegmentSize bytes, registers the staging buffer, and starts the

@@ -208,12 +208,18 @@ func alignedLen(n uint64) uint64 { return (n + grantAlign - 1) &^ (grantAlign - 
 // checkLocked retires every grant that may no longer be valid: a closed or
 // replaced connection, or a connection other than mc. It reports whether
 // the grants may be written into now (the lease held recently enough).
-func (p *grantPool) checkLocked(mc *masterConn, now time.Time) bool {
+// With peek false it looks at the connection without the socket peek
+// (masterConn.sessionKnown): reserve's check, which writeDeadline repeats
+// with the peek right before the put's transfer.
+func (p *grantPool) checkLocked(mc *masterConn, now time.Time, peek bool) bool {
 	if p.mu.conn != mc {
 		return false
 	}
 	if len(p.mu.grants) > 0 {
-		id, ok := mc.session()
+		id, ok := mc.sessionKnown()
+		if peek {
+			id, ok = mc.session()
+		}
 		if !ok || id != p.mu.session {
 			p.retireAllLocked()
 			return false
@@ -281,7 +287,7 @@ func (p *grantPool) reserve(mc *masterConn, n int, size uint64) ([]slot, bool) {
 	now := time.Now()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if !p.checkLocked(mc, now) {
+	if !p.checkLocked(mc, now, false) {
 		return nil, false
 	}
 	need := alignedLen(size)
@@ -369,7 +375,7 @@ func (c *Client) acquireGrants(ctx context.Context, mc *masterConn, n int, size 
 		p.mu.Unlock()
 		return false
 	}
-	p.checkLocked(mc, time.Now())
+	p.checkLocked(mc, time.Now(), true)
 	// Grants that cannot take this object are full for it: retire them
 	// and ask for as many as the replicas need, elsewhere than the
 	// segments whose grants still have room.
@@ -518,13 +524,16 @@ const (
 	slotRetire
 )
 
-// committed records a successful PutCommit sent at sent.
+// committed records a successful PutCommit sent at sent. The commit went
+// over the grants' session (pinned) and its answer came back over it, so
+// what the client knows of the connection (no peek) tells whether that is
+// still the grants' session.
 func (p *grantPool) committed(mc *masterConn, slots []slot, sent time.Time, gen uint64) {
 	p.done(slots, slotCommitted)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.mu.conn == mc {
-		if id, ok := mc.session(); ok && id == p.mu.session {
+		if id, ok := mc.sessionKnown(); ok && id == p.mu.session {
 			p.confirmLocked(sent, gen)
 		}
 	}

@@ -448,17 +448,19 @@ func (c *Client) boundTransfer(ctx context.Context, bound *writeBound, reqs []en
 	return c.transferBy(ctx, by, reqs, reps)
 }
 
-// openBound is open under bound: checked first, and a look-up of a holder
-// not open yet runs under a ctx that ends at the bound's deadline.
+// openBound is open under bound: a look-up of a holder not open yet is
+// checked first and runs under a ctx that ends at the bound's deadline.
+// Holders already open need no check here: nothing waits, and the
+// transfer's own check (boundTransfer) comes next.
 func (c *Client) openBound(ctx context.Context, bound *writeBound, reps []*wire.Replica) ([]engine.SegmentID, error) {
-	d, err := bound.by() // the one check before the look-up
-	if err != nil {
-		return nil, err
-	}
 	ids := make([]engine.SegmentID, len(reps))
 	for i, r := range reps {
 		id, ok := c.e.CachedSegment(r.GetSegmentName())
 		if !ok {
+			d, err := bound.by() // the one check before the look-up
+			if err != nil {
+				return nil, err
+			}
 			if !d.IsZero() {
 				wctx, cancel := context.WithDeadline(ctx, d)
 				defer cancel()

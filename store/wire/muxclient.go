@@ -343,6 +343,20 @@ func (c *MuxClient) dial(ctx context.Context) (*muxConn, error) {
 // which granted it may be gone: a restarted master on the same address is
 // reached over a new connection, with a new number.
 func (c *MuxClient) Session() (uint64, bool) {
+	return c.session(true)
+}
+
+// SessionKnown is Session without the peek: what this client already
+// knows (a connection it failed or closed, or one the last Session or call
+// found closed), and no system call. It suits a caller that peeks with
+// Session right before it acts and only wants to skip work on a
+// connection already known down, or one that confirms what an answer over
+// the session just showed.
+func (c *MuxClient) SessionKnown() (uint64, bool) {
+	return c.session(false)
+}
+
+func (c *MuxClient) session(peek bool) (uint64, bool) {
 	c.mu.Lock()
 	mc := c.mu.conn
 	closed := c.mu.closed
@@ -353,7 +367,7 @@ func (c *MuxClient) Session() (uint64, bool) {
 	if closed || mc.failed.Load() {
 		return mc.session, false
 	}
-	if !mc.peerOpen() {
+	if peek && !mc.peerOpen() {
 		// Dead: fail it now, so the next call dials instead of sending
 		// into it and reading the end of the stream.
 		mc.fail(errors.New("closed by the master"))
