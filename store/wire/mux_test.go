@@ -413,7 +413,15 @@ func TestMuxSession(t *testing.T) {
 		assert.Assert(t, id == id1 && ok)
 	}
 
+	id, ok = c.SessionKnown()
+	assert.Assert(t, id == id1 && ok, "SessionKnown while up: %d %v", id, ok)
+
 	s.stop()
+	// SessionKnown does not look at the socket: the close is news to it
+	// until a Session (or a call) finds it.
+	time.Sleep(50 * time.Millisecond)
+	id, ok = c.SessionKnown()
+	assert.Assert(t, id == id1 && ok, "SessionKnown peeked: %d %v", id, ok)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		if _, ok = c.Session(); !ok || time.Now().After(deadline) {
@@ -425,6 +433,8 @@ func TestMuxSession(t *testing.T) {
 		}
 	}
 	assert.Assert(t, !ok, "the master closed the connection, Session still says it is up")
+	id, ok = c.SessionKnown()
+	assert.Assert(t, id == id1 && !ok, "after Session found it closed, SessionKnown: %d %v", id, ok)
 
 	startMuxServer(t, addr)
 	deadline = time.Now().Add(10 * time.Second)
