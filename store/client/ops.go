@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/kvferry/kvferry/engine"
@@ -375,7 +376,10 @@ func (b *writeBound) allowed() error {
 // back for a whole lease after the last confirmation the client could have
 // seen); a staging chunk is at most 4 MiB.
 func (c *Client) writeReplicas(ctx context.Context, data span, reps []*wire.Replica, bound *writeBound) error {
-	remote := make([]*wire.Replica, 0, len(reps))
+	// The lists below live on the stack for the usual few replicas of one
+	// request each (issue 38: allocations per put).
+	var remoteBuf [4]*wire.Replica
+	remote := remoteBuf[:0]
 	for _, r := range reps {
 		if r.GetSize() < data.size {
 			return fmt.Errorf("replica of %d bytes for %d: %w", r.GetSize(), data.size, wire.ErrInvalidReplica)
@@ -397,12 +401,14 @@ func (c *Client) writeReplicas(ctx context.Context, data span, reps []*wire.Repl
 	if len(remote) == 0 {
 		return nil
 	}
-	ids, err := c.openBound(ctx, bound, remote)
+	var idBuf [4]engine.SegmentID
+	ids, err := c.openBound(ctx, bound, remote, idBuf[:0])
 	if err != nil {
 		return err
 	}
 	if data.registered(c.e) {
-		reqs := make([]engine.Request, 0, len(remote)*data.requests())
+		var reqBuf [4]engine.Request
+		reqs := reqBuf[:0]
 		for i, r := range remote {
 			reqs = data.appendRequests(reqs, engine.OpWrite, ids[i], r.GetAddress())
 		}
@@ -451,10 +457,10 @@ func (c *Client) boundTransfer(ctx context.Context, bound *writeBound, reqs []en
 // openBound is open under bound: a look-up of a holder not open yet is
 // checked first and runs under a ctx that ends at the bound's deadline.
 // Holders already open need no check here: nothing waits, and the
-// transfer's own check (boundTransfer) comes next.
-func (c *Client) openBound(ctx context.Context, bound *writeBound, reps []*wire.Replica) ([]engine.SegmentID, error) {
-	ids := make([]engine.SegmentID, len(reps))
-	for i, r := range reps {
+// transfer's own check (boundTransfer) comes next. The ids are appended to
+// ids (the caller's buffer).
+func (c *Client) openBound(ctx context.Context, bound *writeBound, reps []*wire.Replica, ids []engine.SegmentID) ([]engine.SegmentID, error) {
+	for _, r := range reps {
 		id, ok := c.e.CachedSegment(r.GetSegmentName())
 		if !ok {
 			d, err := bound.by() // the one check before the look-up
@@ -468,7 +474,7 @@ func (c *Client) openBound(ctx context.Context, bound *writeBound, reps []*wire.
 			}
 			return c.open(ctx, reps)
 		}
-		ids[i] = id
+		ids = append(ids, id)
 	}
 	return ids, nil
 }
@@ -567,19 +573,23 @@ func (c *Client) get(ctx context.Context, key string, mayGuess bool, dest func(s
 	}
 	start := time.Now()
 	var spec *speculation
+	var specState speculation // spec's storage: no allocation per get
 	if mayGuess {
-		spec = c.speculate(ctx, key, dest) // spec.go
+		spec = c.speculate(ctx, key, dest, &specState) // spec.go
 	}
 	var resp *wire.GetReplicaListResponse
 	err = c.readCall(func(mc *masterConn) error {
 		rctx, cancel := c.rpcCtx(ctx)
 		defer cancel()
-		req := &wire.KeyRequest{TenantId: c.tenant, Key: key}
+		req := keyRequests.Get().(*wire.KeyRequest) // encoded when sent, not kept
+		defer keyRequests.Put(req)
+		req.TenantId, req.Key = c.tenant, key
+		defer req.Reset()
 		if mux, ok := mc.mc.(*wire.MuxClient); ok && spec != nil && !spec.waited {
 			// Ask, read the value while the master answers, then read
 			// the answer (most often there by then).
-			call, err := mux.StartGetReplicaList(rctx, req)
-			if err != nil {
+			var call wire.MuxCall
+			if err := mux.StartGetReplicaListInto(rctx, req, &call); err != nil {
 				return c.rpcErr(err)
 			}
 			c.wait(rctx, spec) // bounded by the RPC timeout
@@ -636,6 +646,11 @@ func (c *Client) get(ctx context.Context, key string, mayGuess bool, dest func(s
 	}
 	return size, nil
 }
+
+// keyRequests holds the KeyRequests of gets: a request is encoded when it
+// is sent (mux, gRPC, Mooncake's protocol, the in-process master reads it
+// during the call) and not kept past the call.
+var keyRequests = sync.Pool{New: func() any { return new(wire.KeyRequest) }}
 
 // readAny reads from the first replica that answers (ours first), which
 // it returns, and checks that the lease granted at start still held when

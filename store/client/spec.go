@@ -141,14 +141,14 @@ type speculation struct {
 }
 
 // speculate starts reading key's hinted replica into the destination dest
-// gives for the hinted size; nil when there is no hint or the get does not
-// qualify (see above). The getter then starts its master call, waits for
+// gives for the hinted size, and returns into filled in; nil when there is
+// no hint or the get does not qualify (see above). The getter then starts its master call, waits for
 // the read under the call's context (it reads the value itself,
 // engine.Await, as a plain read does; a read that outlasts the RPC timeout,
 // a holder that stopped answering, waits for the answer first) and only
 // then for the answer, which has most often come meanwhile; it ends the
 // speculation with keep or drop.
-func (c *Client) speculate(ctx context.Context, key string, dest func(size uint64) (span, error)) *speculation {
+func (c *Client) speculate(ctx context.Context, key string, dest func(size uint64) (span, error), into *speculation) *speculation {
 	h, ok := c.hints.get(key)
 	if !ok || h.seg == c.segName || c.hot.holds(key, h.uid) || !c.startsCalls() {
 		return nil
@@ -166,7 +166,8 @@ func (c *Client) speculate(ctx context.Context, key string, dest func(size uint6
 		c.hints.drop(key)
 		return nil
 	}
-	reqs := d.appendRequests(nil, engine.OpRead, id, h.addr)
+	var one [1]engine.Request // a plain span's one request
+	reqs := d.appendRequests(one[:0], engine.OpRead, id, h.addr)
 	batch, err := c.e.AllocateBatch(len(reqs))
 	if err != nil {
 		return nil
@@ -181,7 +182,8 @@ func (c *Client) speculate(ctx context.Context, key string, dest func(size uint6
 		// decides as for the rest (keep sees it failed).
 	}
 	c.metrics.specReads.Add(1)
-	return &speculation{h: h, batch: batch}
+	*into = speculation{h: h, batch: batch}
+	return into
 }
 
 // wait waits for s's read to end; keep and drop wait again if it did not

@@ -713,6 +713,13 @@ func (c *MuxClient) StartGetReplicaList(ctx context.Context, in *KeyRequest) (*M
 	return c.start(ctx, MuxGetReplicaList, in)
 }
 
+// StartGetReplicaListInto is StartGetReplicaList with the call's state in
+// call, which the caller owns (it may live on the caller's stack: nothing
+// keeps a pointer to it past Wait).
+func (c *MuxClient) StartGetReplicaListInto(ctx context.Context, in *KeyRequest, call *MuxCall) error {
+	return c.send(ctx, MuxGetReplicaList, in, call)
+}
+
 // Wait reads the answer of the call into out (the message type of its
 // method's answer). Call it once.
 func (call *MuxCall) Wait(out proto.Message) error { return call.wait(out) }
