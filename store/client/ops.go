@@ -589,7 +589,7 @@ func (c *Client) get(ctx context.Context, key string, mayGuess bool, dest func(s
 			// Ask, read the value while the master answers, then read
 			// the answer (most often there by then).
 			var call wire.MuxCall
-			if err := mux.StartGetReplicaListInto(rctx, req, &call); err != nil {
+			if err := mux.StartGetReplicaList(rctx, req, &call); err != nil {
 				return c.rpcErr(err)
 			}
 			c.wait(rctx, spec) // bounded by the RPC timeout

@@ -142,12 +142,12 @@ type speculation struct {
 
 // speculate starts reading key's hinted replica into the destination dest
 // gives for the hinted size, and returns into filled in; nil when there is
-// no hint or the get does not qualify (see above). The getter then starts its master call, waits for
-// the read under the call's context (it reads the value itself,
-// engine.Await, as a plain read does; a read that outlasts the RPC timeout,
-// a holder that stopped answering, waits for the answer first) and only
-// then for the answer, which has most often come meanwhile; it ends the
-// speculation with keep or drop.
+// no hint or the get does not qualify (see above). The getter then starts
+// its master call, waits for the read under the call's context (it reads
+// the value itself, engine.Await, as a plain read does; a read that
+// outlasts the RPC timeout, a holder that stopped answering, waits for the
+// answer first) and only then for the answer, which has most often come
+// meanwhile; it ends the speculation with keep or drop.
 func (c *Client) speculate(ctx context.Context, key string, dest func(size uint64) (span, error), into *speculation) *speculation {
 	h, ok := c.hints.get(key)
 	if !ok || h.seg == c.segName || c.hot.holds(key, h.uid) || !c.startsCalls() {

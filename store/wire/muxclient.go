@@ -706,32 +706,18 @@ type MuxCall struct {
 }
 
 // StartGetReplicaList sends a GetReplicaList request and returns without
-// waiting for the answer, which Wait reads: the caller can do other work
-// during the round trip (store/client's speculative gets read a value).
-// ctx bounds the call until Wait returns.
-func (c *MuxClient) StartGetReplicaList(ctx context.Context, in *KeyRequest) (*MuxCall, error) {
-	return c.start(ctx, MuxGetReplicaList, in)
-}
-
-// StartGetReplicaListInto is StartGetReplicaList with the call's state in
-// call, which the caller owns (it may live on the caller's stack: nothing
-// keeps a pointer to it past Wait).
-func (c *MuxClient) StartGetReplicaListInto(ctx context.Context, in *KeyRequest, call *MuxCall) error {
+// waiting for the answer, which call.Wait reads: the caller can do other
+// work during the round trip (store/client's speculative gets read a
+// value). ctx bounds the call until Wait returns. The call's state is in
+// call, which the caller owns: nothing keeps a pointer to it past Wait, so
+// it may live on the caller's stack.
+func (c *MuxClient) StartGetReplicaList(ctx context.Context, in *KeyRequest, call *MuxCall) error {
 	return c.send(ctx, MuxGetReplicaList, in, call)
 }
 
 // Wait reads the answer of the call into out (the message type of its
 // method's answer). Call it once.
 func (call *MuxCall) Wait(out proto.Message) error { return call.wait(out) }
-
-// start sends in as method.
-func (c *MuxClient) start(ctx context.Context, m MuxMethod, in proto.Message) (*MuxCall, error) {
-	call := new(MuxCall)
-	if err := c.send(ctx, m, in, call); err != nil {
-		return nil, err
-	}
-	return call, nil
-}
 
 // send sends in as method and fills call for its wait.
 func (c *MuxClient) send(ctx context.Context, m MuxMethod, in proto.Message, call *MuxCall) error {
