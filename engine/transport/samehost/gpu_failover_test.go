@@ -35,7 +35,7 @@ func testNVLinkMappingRefusedFailsOver(t *testing.T, rt gputest.Runtime) {
 	assert.NilError(t, err)
 	defer e.Close()
 	d := rt.Allocator(t, g)
-	own, err := allocGPU(rt, e, d)
+	own, err := allocGPU(t, rt, e, d)
 	assert.NilError(t, err)
 	defer own.host.Close()
 	const n = 1 << 20

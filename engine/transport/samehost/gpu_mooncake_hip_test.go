@@ -113,7 +113,7 @@ func TestGPUMooncakeHIPMapsOurs(t *testing.T) {
 	assert.NilError(t, err)
 	defer e.Close()
 	d := rt.Allocator(t, g)
-	own, err := allocGPU(rt, e, d)
+	own, err := allocGPU(t, rt, e, d)
 	assert.NilError(t, err)
 	defer own.host.Close()
 

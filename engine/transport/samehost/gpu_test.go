@@ -30,6 +30,7 @@ import (
 type gpuBufs struct {
 	host     *cmem.Map
 	dev, vmm uint64
+	vmmSize  uint64
 }
 
 const gpuBufBytes = 8 << 20
@@ -48,8 +49,14 @@ func gpuStack(g gpu.Config) stack.Config {
 	return cfg
 }
 
-func allocGPU(rt gputest.Runtime, e *engine.Engine, d gputest.Allocator) (gpuBufs, error) {
+// With tb set, the device memory goes back when the test ends (after its
+// engine closed): every test of the process shares the fake's small
+// device arena. A child passes nil (its exit frees everything).
+func allocGPU(tb testing.TB, rt gputest.Runtime, e *engine.Engine, d gputest.Allocator) (gpuBufs, error) {
 	var b gpuBufs
+	if tb != nil {
+		tb.Cleanup(func() { b.freeDevice(d) }) // what was allocated, even on failure
+	}
 	var err error
 	if b.host, err = cmem.MapAnon(gpuBufBytes); err != nil {
 		return b, err
@@ -58,7 +65,7 @@ func allocGPU(rt gputest.Runtime, e *engine.Engine, d gputest.Allocator) (gpuBuf
 		return b, err
 	}
 	second := fakecuda.SecondOf(deviceCount(d))
-	if b.vmm, _, err = d.(vmmAllocator).VMMAlloc(second, gpuBufBytes); err != nil {
+	if b.vmm, b.vmmSize, err = d.(vmmAllocator).VMMAlloc(second, gpuBufBytes); err != nil {
 		return b, err
 	}
 	if err := e.RegisterMemory(b.host.Addr(), gpuBufBytes, "cpu:0", true); err != nil {
@@ -68,6 +75,22 @@ func allocGPU(rt gputest.Runtime, e *engine.Engine, d gputest.Allocator) (gpuBuf
 		return b, err
 	}
 	return b, e.RegisterMemory(uintptr(b.vmm), gpuBufBytes, rt.Location(second), true)
+}
+
+// freeDevice frees allocGPU's device memory.
+func (b gpuBufs) freeDevice(d gputest.Allocator) {
+	if b.dev != 0 {
+		_ = d.MemFree(0, b.dev)
+	}
+	if b.vmm == 0 {
+		return
+	}
+	switch v := d.(type) {
+	case *cuda.Driver:
+		_ = v.VMMFree(b.vmm)
+	case *hip.Runtime:
+		_ = v.VMMFree(b.vmm, b.vmmSize)
+	}
 }
 
 // vmmAllocator allocates shareable VMM memory (both bindings).
@@ -158,7 +181,7 @@ func gpuChildMain(role string) int {
 		return 1
 	}
 	defer e.Close()
-	bufs, err := allocGPU(rt, e, d)
+	bufs, err := allocGPU(nil, rt, e, d)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -249,7 +272,7 @@ func testGPUTwoProcesses(t *testing.T, rt gputest.Runtime) {
 	assert.NilError(t, err)
 	defer e.Close()
 	d := rt.Allocator(t, g)
-	own, err := allocGPU(rt, e, d)
+	own, err := allocGPU(t, rt, e, d)
 	assert.NilError(t, err)
 	defer own.host.Close()
 	ours := func(kind string, n uint64) []byte {
@@ -360,7 +383,7 @@ func testGPUOwnerKilled(t *testing.T, rt gputest.Runtime) {
 	assert.NilError(t, err)
 	defer e.Close()
 	d := rt.Allocator(t, g)
-	own, err := allocGPU(rt, e, d)
+	own, err := allocGPU(t, rt, e, d)
 	assert.NilError(t, err)
 	defer own.host.Close()
 	vmmMaps := fc.Count(fakecuda.KindVMMMapping) // ours, before any import
