@@ -2,14 +2,12 @@ package samehost_test
 
 import (
 	"bytes"
-	"context"
 	"strings"
 	"testing"
 
 	"gotest.tools/v3/assert"
 
 	"github.com/kvferry/kvferry/engine/gpu/gputest"
-	"github.com/kvferry/kvferry/engine/stack"
 	"github.com/kvferry/kvferry/internal/testutil/fakecuda"
 )
 
@@ -31,13 +29,7 @@ func testNVLinkMappingRefusedFailsOver(t *testing.T, rt gputest.Runtime) {
 	fc := fakecuda.Open(lib)
 	fc.Reset()
 	defer fc.Reset()
-	e, err := stack.New(context.Background(), gpuStack(g))
-	assert.NilError(t, err)
-	defer e.Close()
-	d := rt.Allocator(t, g)
-	own, err := allocGPU(t, rt, e, d)
-	assert.NilError(t, err)
-	defer own.host.Close()
+	e, _, own := gpuOwner(t, rt, g, gpuStack(g))
 	const n = 1 << 20
 	env := append(rt.Env(lib), ownerEnv+"="+e.SegmentName(), "KVFERRY_GPU_HOST_PATH=map",
 		"FAKECUDA_FAIL="+rt.Prefix+"IpcOpenMemHandle:1:1:1")

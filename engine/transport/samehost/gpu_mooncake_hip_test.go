@@ -3,7 +3,6 @@ package samehost_test
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -16,7 +15,6 @@ import (
 	"github.com/kvferry/kvferry/engine/descriptor"
 	"github.com/kvferry/kvferry/engine/gpu"
 	"github.com/kvferry/kvferry/engine/gpu/gputest"
-	"github.com/kvferry/kvferry/engine/stack"
 	"github.com/kvferry/kvferry/internal/cmem"
 	"github.com/kvferry/kvferry/internal/hip"
 	"github.com/kvferry/kvferry/internal/testutil/fakecuda"
@@ -109,13 +107,7 @@ func TestGPUMooncakeHIPMapsOurs(t *testing.T) {
 	fc.Reset()
 	cfg := gpuStack(g)
 	cfg.Protocol = "hip"
-	e, err := stack.New(context.Background(), cfg)
-	assert.NilError(t, err)
-	defer e.Close()
-	d := rt.Allocator(t, g)
-	own, err := allocGPU(t, rt, e, d)
-	assert.NilError(t, err)
-	defer own.host.Close()
+	e, _, own := gpuOwner(t, rt, g, cfg)
 
 	raw, err := descriptor.Marshal(e.LocalDescriptor())
 	assert.NilError(t, err)

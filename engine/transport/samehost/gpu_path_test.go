@@ -2,7 +2,6 @@ package samehost_test
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -12,7 +11,6 @@ import (
 
 	"github.com/kvferry/kvferry/engine"
 	"github.com/kvferry/kvferry/engine/gpu/gputest"
-	"github.com/kvferry/kvferry/engine/stack"
 	"github.com/kvferry/kvferry/internal/testutil/fakecuda"
 )
 
@@ -46,13 +44,7 @@ func testGPUHostPathMeasured(t *testing.T, rt gputest.Runtime) {
 	fc := fakecuda.Open(lib)
 	fc.Reset()
 	defer fc.Reset()
-	e, err := stack.New(context.Background(), gpuStack(g))
-	assert.NilError(t, err)
-	defer e.Close()
-	d := rt.Allocator(t, g)
-	own, err := allocGPU(t, rt, e, d)
-	assert.NilError(t, err)
-	defer own.host.Close()
+	e, _, own := gpuOwner(t, rt, g, gpuStack(g))
 	const n = 1 << 20
 	env := append(rt.Env(lib), ownerEnv+"="+e.SegmentName(), "FAKECUDA_PAGEABLE_MBPS=5")
 	c := startChild(t, childOpts{role: "gpu-initiator", env: env})

@@ -49,13 +49,18 @@ func gpuStack(g gpu.Config) stack.Config {
 	return cfg
 }
 
-// With tb set, the device memory goes back when the test ends (after its
-// engine closed): every test of the process shares the fake's small
+// With tb set, the memory goes back when the test ends (after its engine
+// closed): every test of the process shares the fake's small
 // device arena. A child passes nil (its exit frees everything).
 func allocGPU(tb testing.TB, rt gputest.Runtime, e *engine.Engine, d gputest.Allocator) (gpuBufs, error) {
 	var b gpuBufs
 	if tb != nil {
-		tb.Cleanup(func() { b.freeDevice(d) }) // what was allocated, even on failure
+		tb.Cleanup(func() { // what was allocated, even on failure
+			if b.host != nil {
+				b.host.Close()
+			}
+			b.freeDevice(d)
+		})
 	}
 	var err error
 	if b.host, err = cmem.MapAnon(gpuBufBytes); err != nil {
@@ -75,6 +80,20 @@ func allocGPU(tb testing.TB, rt gputest.Runtime, e *engine.Engine, d gputest.All
 		return b, err
 	}
 	return b, e.RegisterMemory(uintptr(b.vmm), gpuBufBytes, rt.Location(second), true)
+}
+
+// gpuOwner starts an engine with cfg and gives it allocGPU's buffers on
+// runtime rt (configuration g); all of it goes when the test ends, the
+// engine first.
+func gpuOwner(t *testing.T, rt gputest.Runtime, g gpu.Config, cfg stack.Config) (*engine.Engine, gputest.Allocator, gpuBufs) {
+	t.Helper()
+	e, err := stack.New(context.Background(), cfg)
+	assert.NilError(t, err)
+	d := rt.Allocator(t, g)
+	own, err := allocGPU(t, rt, e, d)
+	t.Cleanup(func() { e.Close() }) // before allocGPU's cleanup, which frees the memory
+	assert.NilError(t, err)
+	return e, d, own
 }
 
 // freeDevice frees allocGPU's device memory.
@@ -268,13 +287,7 @@ func testGPUTwoProcesses(t *testing.T, rt gputest.Runtime) {
 	g, lib := rt.Config(t)
 	fc := fakecuda.Open(lib)
 	fc.Reset()
-	e, err := stack.New(context.Background(), gpuStack(g))
-	assert.NilError(t, err)
-	defer e.Close()
-	d := rt.Allocator(t, g)
-	own, err := allocGPU(t, rt, e, d)
-	assert.NilError(t, err)
-	defer own.host.Close()
+	e, d, own := gpuOwner(t, rt, g, gpuStack(g))
 	ours := func(kind string, n uint64) []byte {
 		if kind == "host" {
 			return own.host.Bytes()[:n]
@@ -379,13 +392,7 @@ func testGPUOwnerKilled(t *testing.T, rt gputest.Runtime) {
 	defer fc.Reset()
 	c := startChild(t, childOpts{role: "gpu-owner", env: rt.Env(lib)})
 	segName, dev, vmm := c.ready[0], atou(c.ready[2]), atou(c.ready[3])
-	e, err := stack.New(context.Background(), gpuStack(g))
-	assert.NilError(t, err)
-	defer e.Close()
-	d := rt.Allocator(t, g)
-	own, err := allocGPU(t, rt, e, d)
-	assert.NilError(t, err)
-	defer own.host.Close()
+	e, _, own := gpuOwner(t, rt, g, gpuStack(g))
 	vmmMaps := fc.Count(fakecuda.KindVMMMapping) // ours, before any import
 	ctx := context.Background()
 	seg, err := e.OpenSegment(ctx, segName)
