@@ -89,6 +89,8 @@ engine/transport/rdma/ibv FuzzParseGID parser
 engine/transport/efa FuzzParsePublished parser
 store/wire FuzzMessages parser
 store/wire FuzzParseMuxError parser
+store/wire FuzzDecodeReplicaList parser
+store/wire FuzzParseKeyRequest parser
 store/wire/shape FuzzCheckShape parser
 store/wire/structpack FuzzUnmarshal parser
 store/wire/coro FuzzMessages parser

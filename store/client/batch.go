@@ -390,7 +390,7 @@ func (c *Client) batchGet(ctx context.Context, keys []string, bufs [][]Buffer) (
 			continue
 		}
 		keyStart := start
-		reps, err := c.memoryReplicas(ctx, k, res.GetReplicas(), &keyStart)
+		reps, err := c.memoryReplicas(ctx, k, nil, res.GetReplicas(), &keyStart)
 		if err != nil {
 			errs[i] = err
 			continue
@@ -443,7 +443,7 @@ func (c *Client) batchGet(ctx context.Context, keys []string, bufs [][]Buffer) (
 		}
 		// Fall back to the other replicas of this key.
 		var rest []*wire.Replica
-		for _, r := range c.readOrder(results[i].GetReplicas()) {
+		for _, r := range c.readOrder(nil, results[i].GetReplicas()) {
 			if r != bad {
 				rest = append(rest, r)
 			}

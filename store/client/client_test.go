@@ -437,19 +437,22 @@ const remoteOpsSize = 4096
 // MiB and a user client lending nothing, with remoteOpsSize bytes of
 // registered memory: the shape of BenchmarkRemoteOps and
 // TestStoreAllocs4K. Everything closes when tb ends.
-func remoteOpsPair(tb testing.TB) (*client.Client, *cmem.Map) {
+func remoteOpsPair(tb testing.TB, userConfig ...func(*client.Config)) (*client.Client, *cmem.Map) {
 	srv, err := master.NewServer(master.Config{RPCAddr: "127.0.0.1:0"})
 	assert.NilError(tb, err)
 	tb.Cleanup(func() { srv.Close() })
-	mk := func(seg uint64) *client.Client {
-		c, err := embedded.NewClient(context.Background(), client.Config{LocalHostname: "127.0.0.1",
-			MasterServerAddr: srv.Addr(), GlobalSegmentSize: seg})
+	mk := func(seg uint64, with ...func(*client.Config)) *client.Client {
+		cfg := client.Config{LocalHostname: "127.0.0.1", MasterServerAddr: srv.Addr(), GlobalSegmentSize: seg}
+		for _, f := range with {
+			f(&cfg)
+		}
+		c, err := embedded.NewClient(context.Background(), cfg)
 		assert.NilError(tb, err)
 		tb.Cleanup(func() { c.Close() })
 		return c
 	}
 	mk(64 << 20) // the holder
-	user := mk(0)
+	user := mk(0, userConfig...)
 	buf, err := cmem.MapAnon(remoteOpsSize)
 	assert.NilError(tb, err)
 	tb.Cleanup(func() { buf.Close() })

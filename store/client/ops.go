@@ -578,6 +578,12 @@ func (c *Client) get(ctx context.Context, key string, mayGuess bool, dest func(s
 		spec = c.speculate(ctx, key, dest, &specState) // spec.go
 	}
 	var resp *wire.GetReplicaListResponse
+	var pooled *wire.GetReplicaListResponse // resp, when it is from replicaLists
+	defer func() {
+		if pooled != nil {
+			replicaLists.Put(pooled)
+		}
+	}()
 	err = c.readCall(func(mc *masterConn) error {
 		rctx, cancel := c.rpcCtx(ctx)
 		defer cancel()
@@ -585,15 +591,21 @@ func (c *Client) get(ctx context.Context, key string, mayGuess bool, dest func(s
 		defer keyRequests.Put(req)
 		req.TenantId, req.Key = c.tenant, key
 		defer req.Reset()
-		if mux, ok := mc.mc.(*wire.MuxClient); ok && spec != nil && !spec.waited {
-			// Ask, read the value while the master answers, then read
-			// the answer (most often there by then).
+		if mux, ok := mc.mc.(*wire.MuxClient); ok {
+			// Ask, read the value while the master answers (when a hint
+			// names it), then read the answer (most often there by then)
+			// into a reused message.
 			var call wire.MuxCall
 			if err := mux.StartGetReplicaList(rctx, req, &call); err != nil {
 				return c.rpcErr(err)
 			}
-			c.wait(rctx, spec) // bounded by the RPC timeout
-			resp = new(wire.GetReplicaListResponse)
+			if spec != nil && !spec.waited {
+				c.wait(rctx, spec) // bounded by the RPC timeout
+			}
+			if pooled == nil {
+				pooled = replicaLists.Get().(*wire.GetReplicaListResponse)
+			}
+			resp = pooled
 			return c.rpcErr(call.Wait(resp))
 		}
 		var err error
@@ -632,7 +644,8 @@ func (c *Client) get(ctx context.Context, key string, mayGuess bool, dest func(s
 		}
 		return size, nil
 	}
-	reps, err := c.memoryReplicas(ctx, key, resp.GetReplicas(), &start)
+	var mem [4]*wire.Replica // on the stack for up to four replicas
+	reps, err := c.memoryReplicas(ctx, key, mem[:0], resp.GetReplicas(), &start)
 	if err != nil {
 		return 0, err
 	}
@@ -646,6 +659,11 @@ func (c *Client) get(ctx context.Context, key string, mayGuess bool, dest func(s
 	}
 	return size, nil
 }
+
+// replicaLists holds the answers of gets over the mux: the mux decodes
+// into one, reusing its replicas; nothing of it is kept past the get (a
+// hint copies what it needs, hintOf).
+var replicaLists = sync.Pool{New: func() any { return new(wire.GetReplicaListResponse) }}
 
 // keyRequests holds the KeyRequests of gets: a request is encoded when it
 // is sent (mux, gRPC, Mooncake's protocol, the in-process master reads it
@@ -662,7 +680,8 @@ func (c *Client) readAny(ctx context.Context, key string, reps []*wire.Replica, 
 	}
 	var lastErr error
 	var from *wire.Replica
-	for _, r := range c.readOrder(reps) {
+	var order [4]*wire.Replica // on the stack for up to four replicas
+	for _, r := range c.readOrder(order[:0], reps) {
 		if lastErr = c.readReplica(ctx, r, d, size); lastErr == nil {
 			from = r
 			break
@@ -678,10 +697,10 @@ func (c *Client) readAny(ctx context.Context, key string, reps []*wire.Replica, 
 	return from, nil
 }
 
-// readOrder returns the memory replicas of reps (disk replicas are read
-// through a promotion, tier.go), those in this client's segment first.
-func (c *Client) readOrder(reps []*wire.Replica) []*wire.Replica {
-	out := make([]*wire.Replica, 0, len(reps))
+// readOrder appends to out the memory replicas of reps (disk replicas are
+// read through a promotion, tier.go), those in this client's segment
+// first.
+func (c *Client) readOrder(out, reps []*wire.Replica) []*wire.Replica {
 	for _, r := range reps {
 		if r.GetSegmentName() == c.segName && r.GetKind() == wire.ReplicaKind_REPLICA_KIND_MEMORY {
 			out = append(out, r)
@@ -706,13 +725,15 @@ func (c *Client) readReplica(ctx context.Context, r *wire.Replica, d span, size 
 		c.metrics.localCopies.Add(1)
 		return nil
 	}
-	one := []*wire.Replica{r}
-	ids, err := c.open(ctx, one)
+	id, err := c.e.OpenSegment(ctx, r.GetSegmentName())
 	if err != nil {
-		return err
+		return fmt.Errorf("open segment %q: %w", r.GetSegmentName(), err)
 	}
+	oneBuf := [1]*wire.Replica{r} // on the stack, as the request below
+	one := oneBuf[:]
 	if d.registered(c.e) {
-		return c.transfer(ctx, d.appendRequests(nil, engine.OpRead, ids[0], r.GetAddress()), one)
+		var reqs [1]engine.Request
+		return c.transfer(ctx, d.appendRequests(reqs[:0], engine.OpRead, id, r.GetAddress()), one)
 	}
 	if c.staging == nil {
 		return fmt.Errorf("buffer not in registered memory and no local buffer: %w", wire.ErrInvalidParams)
@@ -724,7 +745,7 @@ func (c *Client) readReplica(ctx context.Context, r *wire.Replica, d span, size 
 	defer c.staging.put(chunk)
 	for off := uint64(0); off < size; off += c.staging.chunk {
 		n := min(c.staging.chunk, size-off)
-		if err := c.transfer(ctx, []engine.Request{{Op: engine.OpRead, Source: chunk, Target: ids[0],
+		if err := c.transfer(ctx, []engine.Request{{Op: engine.OpRead, Source: chunk, Target: id,
 			TargetOffset: r.GetAddress() + off, Length: n}}, one); err != nil {
 			return err
 		}

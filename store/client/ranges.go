@@ -133,7 +133,7 @@ func (c *Client) rangeIO(ctx context.Context, op engine.OpCode, r *wire.Replica,
 
 // readRanges reads rs of key from the first of reps that serves them all.
 func (c *Client) readRanges(ctx context.Context, key string, reps []*wire.Replica, rs []Range) error {
-	order := c.readOrder(reps)
+	order := c.readOrder(nil, reps)
 	if len(order) == 0 {
 		return fmt.Errorf("get %q ranges: %w", key, wire.ErrReplicaIsNotReady)
 	}
@@ -220,12 +220,12 @@ func (c *Client) GetRanges(ctx context.Context, keys []string, ranges [][]Range)
 			continue
 		}
 		keyStart := start
-		reps, err := c.memoryReplicas(ctx, k, res.reps, &keyStart)
+		reps, err := c.memoryReplicas(ctx, k, nil, res.reps, &keyStart)
 		if err != nil {
 			fail(i, err)
 			continue
 		}
-		order := c.readOrder(reps)
+		order := c.readOrder(nil, reps)
 		if len(order) == 0 || order[0].GetSegmentName() == c.segName {
 			// Nothing to read, or a copy from this client's own segment.
 			pend = append(pend, pendingRanges{key: i, reps: reps, ranges: ok, start: keyStart})
@@ -362,8 +362,8 @@ func (c *Client) StartGetSession(ctx context.Context, keys []string) []error {
 			continue
 		}
 		keyStart := start
-		reps, err := c.memoryReplicas(ctx, k, res.reps, &keyStart)
-		if err == nil && len(c.readOrder(reps)) == 0 {
+		reps, err := c.memoryReplicas(ctx, k, nil, res.reps, &keyStart)
+		if err == nil && len(c.readOrder(nil, reps)) == 0 {
 			err = fmt.Errorf("get session %q: no memory replica: %w", k, wire.ErrInvalidReplica)
 		}
 		if err != nil {

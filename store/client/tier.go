@@ -323,7 +323,7 @@ func (c *Client) promote(ctx context.Context, key string) ([]*wire.Replica, erro
 		return nil, fmt.Errorf("get %q: promote from disk: %w", key, err)
 	}
 	c.metrics.promotions.Add(1)
-	return c.readOrder(resp.GetReplicas()), nil
+	return c.readOrder(nil, resp.GetReplicas()), nil
 }
 
 // promoteWait is the extra time a promotion may take (a file read).
@@ -339,11 +339,12 @@ func onDisk(reps []*wire.Replica) bool {
 	return false
 }
 
-// memoryReplicas returns the MEMORY replicas of reps, or those of a
-// promotion when reps has none but a disk replica; then *start becomes the
-// time the promotion was asked for (its answer granted a new lease).
-func (c *Client) memoryReplicas(ctx context.Context, key string, reps []*wire.Replica, start *time.Time) ([]*wire.Replica, error) {
-	mem := c.readOrder(reps)
+// memoryReplicas appends to dst the MEMORY replicas of reps (readOrder),
+// or returns those of a promotion when reps has none but a disk replica;
+// then *start becomes the time the promotion was asked for (its answer
+// granted a new lease).
+func (c *Client) memoryReplicas(ctx context.Context, key string, dst, reps []*wire.Replica, start *time.Time) ([]*wire.Replica, error) {
+	mem := c.readOrder(dst, reps)
 	if len(mem) > 0 || !onDisk(reps) {
 		return mem, nil
 	}

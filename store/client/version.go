@@ -116,7 +116,7 @@ func (c *Client) getVersioned(ctx context.Context, key string, minVersion uint64
 		}
 		return resp.GetVersion(), size, nil
 	}
-	reps, err := c.memoryReplicas(ctx, key, resp.GetReplicas(), &start)
+	reps, err := c.memoryReplicas(ctx, key, nil, resp.GetReplicas(), &start)
 	if err != nil {
 		return 0, 0, err
 	}

@@ -486,3 +486,12 @@ func (g *handlers) ReturnGrants(_ context.Context, req *wire.ReturnGrantsRequest
 	svc.ReturnGrants(req.GetClientId(), req.GetGrantIds())
 	return &wire.ReturnGrantsResponse{}, nil
 }
+
+// AppendReplicaList answers a mux GetReplicaList (wire.MuxReplicaLister).
+func (g *handlers) AppendReplicaList(_ context.Context, b []byte, tenant, key []byte) ([]byte, error) {
+	svc, err := g.svc()
+	if err != nil {
+		return b, err
+	}
+	return svc.AppendReplicaList(b, tenant, key)
+}

@@ -680,13 +680,23 @@ func (s *Service) BatchGetReplicaList(tenant string, keys []string) ([]ReplicaLi
 }
 
 func (s *Service) getLocked(id objectKey, now time.Time) (ReplicaList, error) {
+	o := s.mu.objects[id]
+	if err := s.readLocked(o, now); err != nil {
+		return ReplicaList{}, fmt.Errorf("get replica list %v: %w", id, err)
+	}
+	return ReplicaList{Size: o.size, Replicas: o.descriptors(), LeaseTTL: s.cfg.DefaultKVLeaseTTL, UID: o.uid,
+		Version: o.version}, nil
+}
+
+// readLocked counts a get of object o (nil: none under the key) and
+// leases it, or returns why it cannot be read (unwrapped).
+func (s *Service) readLocked(o *object, now time.Time) error {
 	s.mu.counters.gets++
-	o, ok := s.mu.objects[id]
-	if !ok {
-		return ReplicaList{}, fmt.Errorf("get replica list %v: %w", id, wire.ErrObjectNotFound)
+	if o == nil {
+		return wire.ErrObjectNotFound
 	}
 	if !o.complete || len(o.replicas) == 0 && len(o.disk) == 0 {
-		return ReplicaList{}, fmt.Errorf("get replica list %v: %w", id, wire.ErrReplicaIsNotReady)
+		return wire.ErrReplicaIsNotReady
 	}
 	s.mu.counters.getHits++
 	if len(o.replicas) > 0 {
@@ -695,8 +705,32 @@ func (s *Service) getLocked(id objectKey, now time.Time) (ReplicaList, error) {
 		s.mu.counters.diskHits++
 	}
 	s.leaseLocked(o, now)
-	return ReplicaList{Size: o.size, Replicas: o.descriptors(), LeaseTTL: s.cfg.DefaultKVLeaseTTL, UID: o.uid,
-		Version: o.version}, nil
+	return nil
+}
+
+// AppendReplicaList is GetReplicaList with its answer appended to b as an
+// encoded wire.GetReplicaListResponse (the mux's get: no strings made of
+// tenant and key, no messages built). tenant and key are valid UTF-8.
+func (s *Service) AppendReplicaList(b []byte, tenant, key []byte) ([]byte, error) {
+	if err := wire.CheckTenantID(tenant); err != nil {
+		return b, fmt.Errorf("get replica list %q: %w", key, err)
+	}
+	now := s.clock.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var o *object
+	if len(tenant) == 0 {
+		o = s.mu.objects[objectKey{tenant: wire.DefaultTenant, key: string(key)}]
+	} else {
+		o = s.mu.objects[objectKey{tenant: string(tenant), key: string(key)}]
+	}
+	if err := s.readLocked(o, now); err != nil {
+		t, _ := tenantOf(string(tenant))
+		return b, fmt.Errorf("get replica list %v: %w", objectKey{tenant: t, key: string(key)}, err)
+	}
+	b = o.appendDescriptors(b)
+	return wire.AppendReplicaListTail(b, uint64(s.cfg.DefaultKVLeaseTTL/time.Millisecond), o.size, o.uid,
+		o.version, s.ViewVersion()), nil
 }
 
 func (s *Service) leaseLocked(o *object, now time.Time) {
@@ -743,6 +777,24 @@ func (o *object) descriptors() []Replica {
 			Kind: wire.ReplicaKind_REPLICA_KIND_LOCAL_DISK, FilePath: d.seg.info.Path})
 	}
 	return out
+}
+
+// appendDescriptors appends descriptors() to b, encoded as the replicas of
+// a wire.GetReplicaListResponse (replicasToWire's fields).
+func (o *object) appendDescriptors(b []byte) []byte {
+	st := wire.ReplicaStatus_REPLICA_STATUS_PROCESSING
+	if o.complete {
+		st = wire.ReplicaStatus_REPLICA_STATUS_COMPLETE
+	}
+	for _, r := range o.replicas {
+		b = wire.AppendReplica(b, &wire.ReplicaFields{SegmentID: r.seg.info.ID, SegmentName: r.seg.info.Name,
+			Address: r.seg.info.Base + r.off, Size: r.size, Status: st, Protocol: r.seg.info.Protocol, Tag: r.tag})
+	}
+	for _, d := range o.disk {
+		b = wire.AppendReplica(b, &wire.ReplicaFields{SegmentID: d.seg.info.ID, SegmentName: d.seg.info.Name,
+			Size: o.size, Status: st, Kind: wire.ReplicaKind_REPLICA_KIND_LOCAL_DISK, FilePath: d.seg.info.Path})
+	}
+	return b
 }
 
 // ---------------------------------------------------------------------------

@@ -74,15 +74,19 @@ func CheckShape(md protoreflect.MessageDescriptor, b []byte, maxElements int) er
 	}
 }
 
+// checkKey applies the key limit to a key of n bytes.
+func (l RequestLimits) checkKey(n int) error {
+	l = l.withDefaults()
+	if n > l.MaxKeyBytes {
+		return fmt.Errorf("key of %d bytes (at most %d): %w", n, l.MaxKeyBytes, ErrRequestLimit)
+	}
+	return nil
+}
+
 // Check applies the key and list limits to a decoded request.
 func (l RequestLimits) Check(req proto.Message) error {
 	l = l.withDefaults()
-	key := func(k string) error {
-		if len(k) > l.MaxKeyBytes {
-			return fmt.Errorf("key of %d bytes (at most %d): %w", len(k), l.MaxKeyBytes, ErrRequestLimit)
-		}
-		return nil
-	}
+	key := func(k string) error { return l.checkKey(len(k)) }
 	keys := func(ks []string) error {
 		if len(ks) > l.MaxBatchKeys {
 			return fmt.Errorf("batch of %d keys (at most %d): %w", len(ks), l.MaxBatchKeys, ErrRequestLimit)

@@ -558,29 +558,70 @@ func FuzzServeMuxConn(f *testing.F) {
 	f.Add(frame(MuxHeader{Method: MuxRemove, ID: 3}, nil))
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 1, 0, 0, 0, 1, 0, 0, 0})
 	f.Add([]byte{})
+	get, _ := proto.Marshal(&KeyRequest{Key: "c", TenantId: "t1"})
+	f.Add(append(frame(MuxHeader{Method: MuxGetReplicaList, ID: 4}, get),
+		frame(MuxHeader{Method: MuxGetReplicaList, ID: 5}, []byte{0x0a, 0x01, 0xff})...))
+	lists := map[string]*GetReplicaListResponse{}
+	for i, m := range replicaListCases() {
+		lists[[]string{"/a", "/b", "t1/c", "t2/d"}[i]] = m
+	}
 	f.Fuzz(func(t *testing.T, in []byte) {
-		c := &memConn{r: bytes.NewReader(in)}
-		_ = ServeMuxConn(context.Background(), c, &fakeMaster{})
-		out := c.w.Bytes()
-		if !bytes.HasPrefix(out, MuxHello[:]) {
-			t.Fatalf("no hello")
-		}
-		out = out[len(MuxHello):]
-		for len(out) >= MuxHeaderBytes {
-			h, err := ParseMuxHeader(out)
-			if err != nil {
-				t.Fatalf("server sent a bad header: %v", err)
+		serve := func(srv MasterServer) []muxFrame {
+			c := &memConn{r: bytes.NewReader(in)}
+			_ = ServeMuxConn(context.Background(), c, srv)
+			out := c.w.Bytes()
+			if !bytes.HasPrefix(out, MuxHello[:]) {
+				t.Fatalf("no hello")
 			}
-			if int(h.BodyBytes) > len(out)-MuxHeaderBytes {
-				t.Fatalf("server sent a short frame")
+			out = out[len(MuxHello):]
+			var frames []muxFrame
+			for len(out) >= MuxHeaderBytes {
+				h, err := ParseMuxHeader(out)
+				if err != nil {
+					t.Fatalf("server sent a bad header: %v", err)
+				}
+				if int(h.BodyBytes) > len(out)-MuxHeaderBytes {
+					t.Fatalf("server sent a short frame")
+				}
+				frames = append(frames, muxFrame{h, out[MuxHeaderBytes : MuxHeaderBytes+int(h.BodyBytes)]})
+				out = out[MuxHeaderBytes+int(h.BodyBytes):]
 			}
-			out = out[MuxHeaderBytes+int(h.BodyBytes):]
+			if len(out) != 0 {
+				t.Fatalf("server sent %d trailing bytes", len(out))
+			}
+			return frames
 		}
-		if len(out) != 0 {
-			t.Fatalf("server sent %d trailing bytes", len(out))
+		// The hand path of GetReplicaList answers what the generic one
+		// does: the same frames, the same bytes or the same error code.
+		fast := serve(&listerMaster{lists: lists})
+		generic := serve(genericOnly{&listerMaster{lists: lists}})
+		if len(fast) != len(generic) {
+			t.Fatalf("%d answers with the hand path, %d without", len(fast), len(generic))
+		}
+		for i, a := range fast {
+			b := generic[i]
+			if a.h.ID != b.h.ID || a.h.Method != b.h.Method || a.h.Status != b.h.Status {
+				t.Fatalf("answer %d: %+v with the hand path, %+v without", i, a.h, b.h)
+			}
+			if a.h.Status == 0 && !bytes.Equal(a.body, b.body) {
+				t.Fatalf("answer %d: %x with the hand path, %x without", i, a.body, b.body)
+			}
+			if a.h.Status != 0 && CodeOf(ParseMuxError(a.h.Status, a.body)) != CodeOf(ParseMuxError(b.h.Status, b.body)) {
+				t.Fatalf("answer %d: %v with the hand path, %v without", i,
+					ParseMuxError(a.h.Status, a.body), ParseMuxError(b.h.Status, b.body))
+			}
 		}
 	})
 }
+
+// muxFrame is one frame a server sent.
+type muxFrame struct {
+	h    MuxHeader
+	body []byte
+}
+
+// genericOnly hides a server's MuxReplicaLister.
+type genericOnly struct{ MasterServer }
 
 // memConn reads from r and writes to w.
 type memConn struct {

@@ -153,6 +153,8 @@ type MuxClient struct {
 	stall stallRule
 	// sessions numbers the connections (Session).
 	sessions atomic.Uint64
+	// names interns the strings of GetReplicaList answers (replicalist.go).
+	names names
 
 	mu struct {
 		sync.Mutex
@@ -843,7 +845,12 @@ func (call *MuxCall) wait(out proto.Message) error {
 	if status != 0 {
 		return ParseMuxError(status, *body)
 	}
-	if err := proto.Unmarshal(*body, out); err != nil {
+	if l, ok := out.(*GetReplicaListResponse); ok {
+		err = decodeReplicaList(*body, l, &c.names) // no allocation for a get
+	} else {
+		err = proto.Unmarshal(*body, out)
+	}
+	if err != nil {
 		return rpcFail("decode %s answer from %s: %v", m.Name(), c.cfg.Addr, err)
 	}
 	return nil

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/kvferry/kvferry/internal/netguard"
 	"github.com/kvferry/kvferry/internal/spin"
@@ -118,6 +119,7 @@ func ServeMuxConnConfig(ctx context.Context, conn net.Conn, srv MasterServer, cf
 	var body []byte
 	out := make([]byte, MuxHeaderBytes, 4<<10)
 	var held int64 // budget bytes the current request holds
+	lister, _ := srv.(MuxReplicaLister)
 	defer func() { cfg.Budget.Release(held) }()
 	for {
 		if r.Buffered() < MuxHeaderBytes {
@@ -147,9 +149,23 @@ func ServeMuxConnConfig(ctx context.Context, conn net.Conn, srv MasterServer, cf
 			return fmt.Errorf("mux read body: %w", err)
 		}
 		call := &muxCalls[h.Method]
+		t0 := time.Now()
+		if lister != nil && h.Method == MuxGetReplicaList {
+			// A get: no messages on this path (replicalist.go).
+			out, err = answerReplicaList(ctx, out, h, body, lister, cfg.Limits)
+			if obs, ok := srv.(MuxObserver); ok {
+				obs.ObserveMuxCall(h.Method.Name(), time.Since(t0), err)
+			}
+			poll.after(nil)
+			cfg.Budget.Release(held)
+			held = 0
+			if err := w.answer(out, !wholeFrameBuffered(r)); err != nil {
+				return err
+			}
+			continue
+		}
 		req := call.newReq()
 		var resp proto.Message
-		t0 := time.Now()
 		if err = CheckShape(req.ProtoReflect().Descriptor(), body, cfg.Limits.MaxElements); err != nil {
 			err = fmt.Errorf("%s request: %w", h.Method.Name(), err)
 		} else if err = proto.Unmarshal(body, req); err != nil {
@@ -330,6 +346,43 @@ func encodeAnswer(out []byte, h MuxHeader, resp proto.Message, err error) []byte
 	}
 	PutMuxHeader(out, MuxHeader{BodyBytes: uint32(len(out) - MuxHeaderBytes), ID: h.ID, Method: h.Method, Status: status})
 	return out
+}
+
+// keyRequestDesc is KeyRequest's descriptor, for the shape check of the
+// requests answerReplicaList decodes by hand.
+// (Made on first use: package variables are set before the generated
+// code registers its descriptors.)
+var keyRequestDesc = sync.OnceValue(func() protoreflect.MessageDescriptor {
+	return (&KeyRequest{}).ProtoReflect().Descriptor()
+})
+
+// answerReplicaList appends to out[:0] the answer frame to the
+// GetReplicaList request body of header h, from lister: the checks of
+// the generic path (shape, decoding, the key limit) without a message.
+func answerReplicaList(ctx context.Context, out []byte, h MuxHeader, body []byte, lister MuxReplicaLister, limits RequestLimits) ([]byte, error) {
+	if cap(out) < MuxHeaderBytes {
+		out = make([]byte, MuxHeaderBytes, 4<<10)
+	}
+	out = out[:MuxHeaderBytes]
+	var err error
+	if err = CheckShape(keyRequestDesc(), body, limits.MaxElements); err != nil {
+		err = fmt.Errorf("%s request: %w", h.Method.Name(), err)
+	} else if key, tenant, perr := parseKeyRequest(body); perr != nil {
+		err = fmt.Errorf("decode %s request: %v: %w", h.Method.Name(), perr, ErrInvalidParams)
+	} else if err = limits.checkKey(len(key)); err != nil {
+		err = fmt.Errorf("%s request: %w", h.Method.Name(), err)
+	} else {
+		out, err = lister.AppendReplicaList(ctx, out, tenant, key)
+	}
+	if err == nil && len(out)-MuxHeaderBytes > MaxMuxBody {
+		err = fmt.Errorf("%s answer of %d bytes (at most %d): %w",
+			h.Method.Name(), len(out)-MuxHeaderBytes, MaxMuxBody, ErrBufferOverflow)
+	}
+	if err != nil {
+		return encodeAnswer(out, h, nil, err), err
+	}
+	PutMuxHeader(out, MuxHeader{BodyBytes: uint32(len(out) - MuxHeaderBytes), ID: h.ID, Method: h.Method})
+	return out, nil
 }
 
 // readMuxBody reads an n-byte body into body (reused when it is large

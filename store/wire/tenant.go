@@ -24,16 +24,30 @@ func TenantID(raw string) (string, error) {
 	if raw == "" {
 		return DefaultTenant, nil
 	}
+	if err := checkTenantID(raw); err != nil {
+		return "", err
+	}
+	return raw, nil
+}
+
+// CheckTenantID is TenantID's check of a raw id held as bytes ("" is the
+// default tenant, valid), without making a string of it.
+func CheckTenantID(raw []byte) error { return checkTenantID(raw) }
+
+func checkTenantID[T string | []byte](raw T) error {
+	if len(raw) == 0 {
+		return nil
+	}
 	if len(raw) > MaxTenantIDBytes {
-		return "", fmt.Errorf("tenant id of %d bytes (at most %d): %w", len(raw), MaxTenantIDBytes, ErrInvalidParams)
+		return fmt.Errorf("tenant id of %d bytes (at most %d): %w", len(raw), MaxTenantIDBytes, ErrInvalidParams)
 	}
 	if raw[0] == '_' {
-		return "", fmt.Errorf("tenant id %q: ids starting with '_' are reserved: %w", raw, ErrInvalidParams)
+		return fmt.Errorf("tenant id %q: ids starting with '_' are reserved: %w", raw, ErrInvalidParams)
 	}
 	for i := 0; i < len(raw); i++ {
 		if c := raw[i]; c < 0x20 || c == 0x7f {
-			return "", fmt.Errorf("tenant id %q: control character at byte %d: %w", raw, i, ErrInvalidParams)
+			return fmt.Errorf("tenant id %q: control character at byte %d: %w", raw, i, ErrInvalidParams)
 		}
 	}
-	return raw, nil
+	return nil
 }
