@@ -17,7 +17,7 @@ import (
 // issue 38 took them; docs/reports/allocs.md lists what remains and why.
 // The test fails above them, so that nothing creeps back in.
 const (
-	maxPutAllocs4K = 23
+	maxPutAllocs4K = 15
 	maxGetAllocs4K = 0
 )
 

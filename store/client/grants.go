@@ -283,7 +283,7 @@ func (p *grantPool) waitSegmentIdle(ctx context.Context, segID string) error {
 // names; false when the grants cannot take them now. Only grants of the
 // pool's current session and generation are used (a grant of an older
 // generation may be one the master took back).
-func (p *grantPool) reserve(mc *masterConn, n int, size uint64) ([]slot, bool) {
+func (p *grantPool) reserve(mc *masterConn, dst []slot, n int, size uint64) ([]slot, bool) {
 	now := time.Now()
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -291,7 +291,7 @@ func (p *grantPool) reserve(mc *masterConn, n int, size uint64) ([]slot, bool) {
 		return nil, false
 	}
 	need := alignedLen(size)
-	out := make([]slot, 0, n)
+	out := dst[:0]
 	for _, g := range p.mu.grants {
 		if len(out) == n {
 			break
@@ -647,21 +647,22 @@ func (c *Client) returnGrants(ctx context.Context, mc *masterConn, idleBefore ti
 func (c *Client) putGranted(ctx context.Context, mc *masterConn, key string, data span, cfg ReplicateConfig,
 	upsert bool) (bool, error) {
 	n := max(cfg.ReplicaNum, 1)
-	slots, ok := c.grants.reserve(mc, n, data.size)
+	st := commitStates.Get().(*commitState)
+	defer st.release()
+	slots, ok := c.grants.reserve(mc, st.slots[:0], n, data.size)
 	if !ok {
 		if !c.acquireGrants(ctx, mc, n, data.size) {
 			return false, nil
 		}
-		if slots, ok = c.grants.reserve(mc, n, data.size); !ok {
+		if slots, ok = c.grants.reserve(mc, st.slots[:0], n, data.size); !ok {
 			return false, nil
 		}
 	}
-	reps := make([]*wire.Replica, len(slots))
-	placed := make([]*wire.GrantedReplica, len(slots))
+	reps, placed := st.lists(len(slots))
 	for i, s := range slots {
-		reps[i] = &wire.Replica{SegmentName: s.g.segName, SegmentId: s.g.segID, Protocol: s.g.protocol,
+		*reps[i] = wire.Replica{SegmentName: s.g.segName, SegmentId: s.g.segID, Protocol: s.g.protocol,
 			Address: s.addr, Size: data.size}
-		placed[i] = &wire.GrantedReplica{GrantId: s.g.id, Address: s.addr}
+		*placed[i] = wire.GrantedReplica{GrantId: s.g.id, Address: s.addr}
 	}
 	bound := &writeBound{check: func() (time.Time, error) { return c.grants.writeDeadline(mc, slots) }}
 	if werr := c.writeReplicas(ctx, data, reps, bound); werr != nil {
@@ -678,11 +679,22 @@ func (c *Client) putGranted(ctx context.Context, mc *masterConn, key string, dat
 		return false, nil
 	}
 	sent := time.Now()
+	cfg.fillWire(&st.cfg)
+	st.req = wire.PutCommitRequest{TenantId: c.tenant, ClientId: c.clientID, Key: key, Size: data.size,
+		Config: &st.cfg, Upsert: upsert, Replicas: placed, Versioned: cfg.ver != nil, ExpectedVersion: cfg.ver.expected()}
 	// Over the grants' session only (a new one may reach another master).
-	rctx, cancel := c.rpcCtx(wire.WithMuxSession(ctx, slots[0].g.session))
-	resp, err := mc.mc.PutCommit(rctx, &wire.PutCommitRequest{TenantId: c.tenant, ClientId: c.clientID, Key: key, Size: data.size,
-		Config: cfg.toWire(), Upsert: upsert, Replicas: placed, Versioned: cfg.ver != nil, ExpectedVersion: cfg.ver.expected()})
-	cancel()
+	var resp *wire.PutCommitResponse
+	var err error
+	if mux, ok := mc.mc.(*wire.MuxClient); ok {
+		rctx, cancel := c.rpcCtx(ctx)
+		resp = &st.resp
+		err = mux.PutCommitOn(rctx, slots[0].g.session, &st.req, resp)
+		cancel()
+	} else {
+		rctx, cancel := c.rpcCtx(wire.WithMuxSession(ctx, slots[0].g.session))
+		resp, err = mc.mc.PutCommit(rctx, &st.req)
+		cancel()
+	}
 	if err == nil {
 		c.grants.committed(mc, slots, sent, resp.GetGrantGeneration())
 		c.metrics.grantPuts.Add(1)
@@ -708,4 +720,48 @@ func (c *Client) putGranted(ctx context.Context, mc *masterConn, key string, dat
 	c.log.Debug("put commit failed, putting with put start", "key", key, "err", err)
 	c.metrics.grantFallbacks.Add(1)
 	return false, nil
+}
+
+// commitState holds what a put into grants sends and reads back: the
+// grant slots it takes, the replicas it writes, the PutCommit request with its config and granted
+// replicas, and the answer, for up to four replicas without allocating
+// (more are made as needed). A request is encoded when sent and kept by
+// no wire (mux, gRPC, the in-process master); the replicas are read by
+// the transfers and copied by the put's hint (hintPut); nothing of it
+// outlives putGranted.
+type commitState struct {
+	req     wire.PutCommitRequest
+	cfg     wire.ReplicateConfig
+	resp    wire.PutCommitResponse
+	reps    [4]wire.Replica
+	repPtrs [4]*wire.Replica
+	placed  [4]wire.GrantedReplica
+	plPtrs  [4]*wire.GrantedReplica
+	slots   [4]slot
+}
+
+var commitStates = sync.Pool{New: func() any { return new(commitState) }}
+
+// lists returns n replicas and n granted replicas to fill.
+func (st *commitState) lists(n int) ([]*wire.Replica, []*wire.GrantedReplica) {
+	if n > len(st.reps) {
+		reps := make([]*wire.Replica, n)
+		placed := make([]*wire.GrantedReplica, n)
+		for i := range n {
+			reps[i], placed[i] = new(wire.Replica), new(wire.GrantedReplica)
+		}
+		return reps, placed
+	}
+	for i := range n {
+		st.repPtrs[i], st.plPtrs[i] = &st.reps[i], &st.placed[i]
+	}
+	return st.repPtrs[:n], st.plPtrs[:n]
+}
+
+// release clears what st refers to and gives it back.
+func (st *commitState) release() {
+	tags := st.resp.ReplicaTags[:0]
+	*st = commitState{}
+	st.resp.ReplicaTags = tags
+	commitStates.Put(st)
 }

@@ -64,7 +64,7 @@ func TestWriteDeadline(t *testing.T) {
 	r := newGrantRig(t, master.Config{GrantLease: 3 * time.Second}, Config{})
 	assert.NilError(t, r.w.Put(ctx, "k", testPattern(1000, 1), ReplicateConfig{}))
 	p := &r.w.grants
-	slots, ok := p.reserve(r.mc, 1, 1000)
+	slots, ok := p.reserve(r.mc, nil, 1, 1000)
 	assert.Assert(t, ok)
 	defer p.done(slots, slotGiveBack)
 
@@ -122,7 +122,7 @@ func TestUnmountRetiresSegmentGrants(t *testing.T) {
 	r := newGrantRig(t, master.Config{GrantLease: 3 * time.Second}, Config{})
 	assert.NilError(t, r.w.Put(ctx, "k", testPattern(1000, 1), ReplicateConfig{}))
 	p := &r.w.grants
-	slots, ok := p.reserve(r.mc, 1, 1000)
+	slots, ok := p.reserve(r.mc, nil, 1, 1000)
 	assert.Assert(t, ok)
 	seg := slots[0].g.segID
 	_, err := p.writeDeadline(r.mc, slots)
@@ -131,7 +131,7 @@ func TestUnmountRetiresSegmentGrants(t *testing.T) {
 	assert.Equal(t, p.retireSegment(seg), 1, "one put writes into the segment")
 	_, err = p.writeDeadline(r.mc, slots)
 	assert.Assert(t, errors.Is(err, errGrantLapsed), "%v", err)
-	if other, ok := p.reserve(r.mc, 1, 1000); ok { // a grant in another segment may take it
+	if other, ok := p.reserve(r.mc, nil, 1, 1000); ok { // a grant in another segment may take it
 		assert.Assert(t, other[0].g.segID != seg, "a retired segment's grants take no replica")
 		p.done(other, slotGiveBack)
 	}
@@ -219,7 +219,7 @@ func TestStaleAcquireAnswer(t *testing.T) {
 	assert.Equal(t, len(p.mu.grants), 2)
 	assert.Assert(t, p.mu.grants[1].retired)
 	p.mu.Unlock()
-	_, ok = p.reserve(r.mc, 1, 1000)
+	_, ok = p.reserve(r.mc, nil, 1, 1000)
 	assert.Assert(t, !ok, "reserved in a grant of an older generation")
 
 	// An answer at the current generation is taken; one of another
@@ -230,12 +230,12 @@ func TestStaleAcquireAnswer(t *testing.T) {
 	assert.Assert(t, p.acceptLocked(r.mc, session, epoch, time.Now(), cur, true))
 	p.mu.grants[2].session = session + 1
 	p.mu.Unlock()
-	_, ok = p.reserve(r.mc, 1, 1000)
+	_, ok = p.reserve(r.mc, nil, 1, 1000)
 	assert.Assert(t, !ok, "reserved in a grant of another session")
 	p.mu.Lock()
 	p.mu.grants[2].session = session
 	p.mu.Unlock()
-	slots, ok := p.reserve(r.mc, 1, 1000)
+	slots, ok := p.reserve(r.mc, nil, 1, 1000)
 	assert.Assert(t, ok)
 	assert.Equal(t, slots[0].g.id, uint64(1002))
 	p.done(slots, slotGiveBack)
@@ -271,7 +271,7 @@ func TestOfferReturnsGrants(t *testing.T) {
 	gb, lease := p.mu.bytes, p.mu.lease
 	p.mu.Unlock()
 	p.offer(r.mc, &wire.ReMountSegmentsResponse{GrantBytes: gb, GrantLeaseMs: uint64(lease / time.Millisecond)})
-	_, ok := p.reserve(r.mc, 1, 1000)
+	_, ok := p.reserve(r.mc, nil, 1, 1000)
 	assert.Assert(t, !ok, "reserved in a grant held before the offer")
 	r.w.returnGrants(ctx, r.mc, time.Time{})
 	assert.Equal(t, r.grants(), 0, "grant leaked at the master")

@@ -63,7 +63,14 @@ func (r ReplicateConfig) forKeys(idx []int) ReplicateConfig {
 }
 
 func (r ReplicateConfig) toWire() *wire.ReplicateConfig {
-	w := &wire.ReplicateConfig{
+	w := new(wire.ReplicateConfig)
+	r.fillWire(w)
+	return w
+}
+
+// fillWire sets w to toWire's config.
+func (r ReplicateConfig) fillWire(w *wire.ReplicateConfig) {
+	*w = wire.ReplicateConfig{
 		ReplicaNum:        uint32(max(r.ReplicaNum, 0)),
 		SoftPinTtlMs:      uint64(r.SoftPinTTL / time.Millisecond),
 		HardPin:           r.HardPin,
@@ -74,7 +81,6 @@ func (r ReplicateConfig) toWire() *wire.ReplicateConfig {
 	if r.SoftPin {
 		w.SoftPin = wire.SoftPinAction_SOFT_PIN_ENABLE
 	}
-	return w
 }
 
 // span is the caller's side of a transfer: C memory at addr (buf nil), C

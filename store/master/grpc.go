@@ -451,9 +451,10 @@ func (g *handlers) PutCommit(_ context.Context, req *wire.PutCommitRequest) (*wi
 	if err != nil {
 		return nil, err
 	}
-	reps := make([]GrantedReplica, len(req.GetReplicas()))
-	for i, r := range req.GetReplicas() {
-		reps[i] = GrantedReplica{GrantID: r.GetGrantId(), Addr: r.GetAddress()}
+	var repBuf [4]GrantedReplica // on the stack for up to four replicas
+	reps := repBuf[:0]
+	for _, r := range req.GetReplicas() {
+		reps = append(reps, GrantedReplica{GrantID: r.GetGrantId(), Addr: r.GetAddress()})
 	}
 	cfg := configFromWire(req.GetConfig())
 	cfg.Versioned, cfg.ExpectedVersion = req.GetVersioned(), req.GetExpectedVersion()

@@ -724,6 +724,12 @@ func (call *MuxCall) Wait(out proto.Message) error { return call.wait(out) }
 // send sends in as method and fills call for its wait.
 func (c *MuxClient) send(ctx context.Context, m MuxMethod, in proto.Message, call *MuxCall) error {
 	pinned, isPinned := ctx.Value(muxSessionKey{}).(uint64)
+	return c.sendOn(ctx, m, in, call, pinned, isPinned)
+}
+
+// sendOn is send over the connection numbered pinned when isPinned
+// (WithMuxSession).
+func (c *MuxClient) sendOn(ctx context.Context, m MuxMethod, in proto.Message, call *MuxCall, pinned uint64, isPinned bool) error {
 	if isPinned {
 		c.mu.Lock()
 		cur := c.mu.conn
@@ -845,9 +851,16 @@ func (call *MuxCall) wait(out proto.Message) error {
 	if status != 0 {
 		return ParseMuxError(status, *body)
 	}
-	if l, ok := out.(*GetReplicaListResponse); ok {
-		err = decodeReplicaList(*body, l, &c.names) // no allocation for a get
-	} else {
+	switch o := out.(type) {
+	case *GetReplicaListResponse:
+		err = decodeReplicaList(*body, o, &c.names) // no allocation for a get
+	case *PutCommitResponse:
+		// Reset, but merge into the tags' backing (no allocation for a
+		// put's commit into a reused answer).
+		tags := o.ReplicaTags[:0]
+		*o = PutCommitResponse{ReplicaTags: tags}
+		err = proto.UnmarshalOptions{Merge: true}.Unmarshal(*body, o)
+	default:
 		err = proto.Unmarshal(*body, out)
 	}
 	if err != nil {
@@ -1088,6 +1101,18 @@ func (c *MuxClient) PutCommit(ctx context.Context, in *PutCommitRequest, _ ...gr
 		return nil, err
 	}
 	return out, nil
+}
+
+// PutCommitOn is PutCommit over the connection numbered session, as under
+// WithMuxSession, with the answer decoded into out (reused: its
+// replica_tags keep their backing). ctx needs no session value, so a
+// put's commit makes no context.
+func (c *MuxClient) PutCommitOn(ctx context.Context, session uint64, in *PutCommitRequest, out *PutCommitResponse) error {
+	var call MuxCall
+	if err := c.sendOn(ctx, MuxPutCommit, in, &call, session, true); err != nil {
+		return err
+	}
+	return call.wait(out)
 }
 
 // ReturnGrants calls Master.ReturnGrants.
