@@ -215,11 +215,11 @@ func decodeReplicaList(b []byte, out *GetReplicaListResponse, in *names) error {
 			out.Replicas = reps[:n]
 			continue
 		case num >= 2 && num <= 6 && typ == protowire.VarintType:
-			v, m := protowire.ConsumeVarint(b)
-			if m < 0 {
-				return errProto("varint")
+			var v uint64
+			var err error
+			if v, b, err = consumeVarint(b); err != nil {
+				return err
 			}
-			b = b[m:]
 			switch num {
 			case 2:
 				out.LeaseTtlMs = v
@@ -234,13 +234,10 @@ func decodeReplicaList(b []byte, out *GetReplicaListResponse, in *names) error {
 			}
 			continue
 		}
-		m = protowire.ConsumeFieldValue(num, typ, b)
-		if m < 0 {
-			return errProto("field")
+		var err error
+		if unknown, b, err = keepUnknown(unknown, num, typ, b); err != nil {
+			return err
 		}
-		// Kept as proto.Unmarshal keeps it: the tag encoded anew.
-		unknown = append(protowire.AppendTag(unknown, num, typ), b[:m]...)
-		b = b[m:]
 	}
 	if n == 0 {
 		out.Replicas = reps[:0]
@@ -283,11 +280,11 @@ func decodeReplica(b []byte, r *Replica, in *names) error {
 			}
 			continue
 		case (num == 2 || num == 3 || num == 4 || num == 7 || num == 9) && typ == protowire.VarintType:
-			v, m := protowire.ConsumeVarint(b)
-			if m < 0 {
-				return errProto("varint")
+			var v uint64
+			var err error
+			if v, b, err = consumeVarint(b); err != nil {
+				return err
 			}
-			b = b[m:]
 			switch num {
 			case 2:
 				r.Address = v
@@ -302,18 +299,35 @@ func decodeReplica(b []byte, r *Replica, in *names) error {
 			}
 			continue
 		}
-		m = protowire.ConsumeFieldValue(num, typ, b)
-		if m < 0 {
-			return errProto("field")
+		var err error
+		if unknown, b, err = keepUnknown(unknown, num, typ, b); err != nil {
+			return err
 		}
-		// Kept as proto.Unmarshal keeps it: the tag encoded anew.
-		unknown = append(protowire.AppendTag(unknown, num, typ), b[:m]...)
-		b = b[m:]
 	}
 	if len(unknown) > 0 {
 		r.unknownFields = unknown
 	}
 	return nil
+}
+
+// consumeVarint reads a varint at the head of b; it returns b advanced.
+func consumeVarint(b []byte) (uint64, []byte, error) {
+	v, m := protowire.ConsumeVarint(b)
+	if m < 0 {
+		return 0, b, errProto("varint")
+	}
+	return v, b[m:], nil
+}
+
+// keepUnknown consumes the value of field num (wire type typ) at the head
+// of b and appends the field to unknown as proto.Unmarshal keeps one it
+// does not know (the tag encoded anew); it returns both advanced.
+func keepUnknown(unknown []byte, num protowire.Number, typ protowire.Type, b []byte) ([]byte, []byte, error) {
+	m := protowire.ConsumeFieldValue(num, typ, b)
+	if m < 0 {
+		return unknown, b, errProto("field")
+	}
+	return append(protowire.AppendTag(unknown, num, typ), b[:m]...), b[m:], nil
 }
 
 func replicaStringField(num protowire.Number) string {
