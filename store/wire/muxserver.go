@@ -162,6 +162,7 @@ func ServeMuxConnConfig(ctx context.Context, conn net.Conn, srv MasterServer, cf
 			if err := w.answer(out, !wholeFrameBuffered(r)); err != nil {
 				return err
 			}
+			out, body = trimBuffers(out, body)
 			continue
 		}
 		req := call.newReq()
@@ -203,13 +204,20 @@ func ServeMuxConnConfig(ctx context.Context, conn net.Conn, srv MasterServer, cf
 		if err := w.answer(out, !wholeFrameBuffered(r)); err != nil {
 			return err
 		}
-		if cap(out) > 4*muxBufBytes {
-			out = make([]byte, MuxHeaderBytes, 4<<10) // do not keep a huge answer's buffer
-		}
-		if cap(body) > 4*muxBufBytes {
-			body = nil // nor a huge request's
-		}
+		out, body = trimBuffers(out, body)
 	}
+}
+
+// trimBuffers drops a connection's answer and request buffers once a huge
+// answer or request grew them: a connection does not keep them.
+func trimBuffers(out, body []byte) ([]byte, []byte) {
+	if cap(out) > 4*muxBufBytes {
+		out = make([]byte, MuxHeaderBytes, 4<<10)
+	}
+	if cap(body) > 4*muxBufBytes {
+		body = nil
+	}
+	return out, body
 }
 
 // serverReading returns the reader of a served connection: it polls the
