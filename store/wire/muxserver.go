@@ -150,47 +150,37 @@ func ServeMuxConnConfig(ctx context.Context, conn net.Conn, srv MasterServer, cf
 		}
 		call := &muxCalls[h.Method]
 		t0 := time.Now()
+		var req, resp proto.Message // req stays nil on the get's own path
 		if lister != nil && h.Method == MuxGetReplicaList {
 			// A get: no messages on this path (replicalist.go).
 			out, err = answerReplicaList(ctx, out, h, body, lister, cfg.Limits)
-			if obs, ok := srv.(MuxObserver); ok {
-				obs.ObserveMuxCall(h.Method.Name(), time.Since(t0), err)
-			}
-			poll.after(nil)
-			cfg.Budget.Release(held)
-			held = 0
-			if err := w.answer(out, !wholeFrameBuffered(r)); err != nil {
-				return err
-			}
-			out, body = trimBuffers(out, body)
-			continue
-		}
-		req := call.newReq()
-		var resp proto.Message
-		if err = CheckShape(req.ProtoReflect().Descriptor(), body, cfg.Limits.MaxElements); err != nil {
-			err = fmt.Errorf("%s request: %w", h.Method.Name(), err)
-		} else if err = proto.Unmarshal(body, req); err != nil {
-			err = fmt.Errorf("decode %s request: %v: %w", h.Method.Name(), err, ErrInvalidParams)
-		} else if err = cfg.Limits.Check(req); err != nil {
-			err = fmt.Errorf("%s request: %w", h.Method.Name(), err)
-		} else if call.slow {
-			select {
-			case slowSem <- struct{}{}:
-				cfg.Budget.Release(held) // the request is decoded: its body is not needed
-				held = 0
-				slowWG.Add(1)
-				go func(h MuxHeader) { // owned by this call; ends with slowCtx at the latest
-					defer slowWG.Done()
-					defer func() { <-slowSem }()
-					resp, err := call.serve(slowCtx, srv, req)
-					_ = w.answer(encodeAnswer(nil, h, resp, err), true)
-				}(h)
-				continue
-			default: // too many waiting: this one is answered in line
+		} else {
+			req = call.newReq()
+			if err = CheckShape(req.ProtoReflect().Descriptor(), body, cfg.Limits.MaxElements); err != nil {
+				err = fmt.Errorf("%s request: %w", h.Method.Name(), err)
+			} else if err = proto.Unmarshal(body, req); err != nil {
+				err = fmt.Errorf("decode %s request: %v: %w", h.Method.Name(), err, ErrInvalidParams)
+			} else if err = cfg.Limits.Check(req); err != nil {
+				err = fmt.Errorf("%s request: %w", h.Method.Name(), err)
+			} else if call.slow {
+				select {
+				case slowSem <- struct{}{}:
+					cfg.Budget.Release(held) // the request is decoded: its body is not needed
+					held = 0
+					slowWG.Add(1)
+					go func(h MuxHeader) { // owned by this call; ends with slowCtx at the latest
+						defer slowWG.Done()
+						defer func() { <-slowSem }()
+						resp, err := call.serve(slowCtx, srv, req)
+						_ = w.answer(encodeAnswer(nil, h, resp, err), true)
+					}(h)
+					continue
+				default: // too many waiting: this one is answered in line
+					resp, err = call.serve(ctx, srv, req)
+				}
+			} else {
 				resp, err = call.serve(ctx, srv, req)
 			}
-		} else {
-			resp, err = call.serve(ctx, srv, req)
 		}
 		if obs, ok := srv.(MuxObserver); ok {
 			obs.ObserveMuxCall(h.Method.Name(), time.Since(t0), err)
@@ -198,26 +188,21 @@ func ServeMuxConnConfig(ctx context.Context, conn net.Conn, srv MasterServer, cf
 		poll.after(req)
 		cfg.Budget.Release(held)
 		held = 0
-		out = encodeAnswer(out, h, resp, err)
+		if req != nil { // (the get's own path wrote its answer)
+			out = encodeAnswer(out, h, resp, err)
+		}
 		// Flush once no further whole request is already buffered: answers
 		// to requests that arrived together leave in one write.
 		if err := w.answer(out, !wholeFrameBuffered(r)); err != nil {
 			return err
 		}
-		out, body = trimBuffers(out, body)
+		if cap(out) > 4*muxBufBytes {
+			out = make([]byte, MuxHeaderBytes, 4<<10) // do not keep a huge answer's buffer
+		}
+		if cap(body) > 4*muxBufBytes {
+			body = nil // nor a huge request's
+		}
 	}
-}
-
-// trimBuffers drops a connection's answer and request buffers once a huge
-// answer or request grew them: a connection does not keep them.
-func trimBuffers(out, body []byte) ([]byte, []byte) {
-	if cap(out) > 4*muxBufBytes {
-		out = make([]byte, MuxHeaderBytes, 4<<10)
-	}
-	if cap(body) > 4*muxBufBytes {
-		body = nil
-	}
-	return out, body
 }
 
 // serverReading returns the reader of a served connection: it polls the
@@ -338,15 +323,31 @@ func (l *lockedWriter) answer(frame []byte, flush bool) error {
 // encodeAnswer appends to out[:0] (or a new buffer) the answer frame to
 // the request of header h: resp, or err.
 func encodeAnswer(out []byte, h MuxHeader, resp proto.Message, err error) []byte {
+	out = answerHead(out)
+	if err == nil {
+		if out, err = (proto.MarshalOptions{}).MarshalAppend(out, resp); err != nil {
+			err = fmt.Errorf("encode %s answer: %v: %w", h.Method.Name(), err, ErrInternal)
+		}
+	}
+	return finishAnswer(out, h, err)
+}
+
+// answerHead returns out[:MuxHeaderBytes] (or a new buffer), for an
+// answer's body to be appended.
+func answerHead(out []byte) []byte {
 	if cap(out) < MuxHeaderBytes {
 		out = make([]byte, MuxHeaderBytes, 4<<10)
 	}
-	out = out[:MuxHeaderBytes]
+	return out[:MuxHeaderBytes]
+}
+
+// finishAnswer completes the answer frame out to the request of header h:
+// its body as appended, or err's answer in its place; a body over
+// MaxMuxBody becomes BUFFER_OVERFLOW.
+func finishAnswer(out []byte, h MuxHeader, err error) []byte {
 	status := uint16(0)
 	if err != nil {
-		out, status = AppendMuxError(out, err)
-	} else if out, err = (proto.MarshalOptions{}).MarshalAppend(out, resp); err != nil {
-		out, status = AppendMuxError(out[:MuxHeaderBytes], fmt.Errorf("encode %s answer: %v: %w", h.Method.Name(), err, ErrInternal))
+		out, status = AppendMuxError(out[:MuxHeaderBytes], err)
 	}
 	if len(out)-MuxHeaderBytes > MaxMuxBody {
 		out, status = AppendMuxError(out[:MuxHeaderBytes], fmt.Errorf("%s answer of %d bytes (at most %d): %w",
@@ -368,10 +369,7 @@ var keyRequestDesc = sync.OnceValue(func() protoreflect.MessageDescriptor {
 // GetReplicaList request body of header h, from lister: the checks of
 // the generic path (shape, decoding, the key limit) without a message.
 func answerReplicaList(ctx context.Context, out []byte, h MuxHeader, body []byte, lister MuxReplicaLister, limits RequestLimits) ([]byte, error) {
-	if cap(out) < MuxHeaderBytes {
-		out = make([]byte, MuxHeaderBytes, 4<<10)
-	}
-	out = out[:MuxHeaderBytes]
+	out = answerHead(out)
 	var err error
 	if err = CheckShape(keyRequestDesc(), body, limits.MaxElements); err != nil {
 		err = fmt.Errorf("%s request: %w", h.Method.Name(), err)
@@ -382,15 +380,7 @@ func answerReplicaList(ctx context.Context, out []byte, h MuxHeader, body []byte
 	} else {
 		out, err = lister.AppendReplicaList(ctx, out, tenant, key)
 	}
-	if err == nil && len(out)-MuxHeaderBytes > MaxMuxBody {
-		err = fmt.Errorf("%s answer of %d bytes (at most %d): %w",
-			h.Method.Name(), len(out)-MuxHeaderBytes, MaxMuxBody, ErrBufferOverflow)
-	}
-	if err != nil {
-		return encodeAnswer(out, h, nil, err), err
-	}
-	PutMuxHeader(out, MuxHeader{BodyBytes: uint32(len(out) - MuxHeaderBytes), ID: h.ID, Method: h.Method})
-	return out, nil
+	return finishAnswer(out, h, err), err
 }
 
 // readMuxBody reads an n-byte body into body (reused when it is large
