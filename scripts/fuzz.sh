@@ -91,6 +91,8 @@ store/wire FuzzMessages parser
 store/wire FuzzParseMuxError parser
 store/wire FuzzDecodeReplicaList parser
 store/wire FuzzParseKeyRequest parser
+store/wire FuzzDecodePutCommitRequest parser
+store/wire FuzzDecodePutCommitResponse parser
 store/wire/shape FuzzCheckShape parser
 store/wire/structpack FuzzUnmarshal parser
 store/wire/coro FuzzMessages parser

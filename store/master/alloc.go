@@ -119,7 +119,8 @@ func carve(free []extent, off, n uint64) ([]extent, bool) {
 		if !e.inside(off, n) {
 			continue
 		}
-		var parts []extent
+		var buf [2]extent
+		parts := buf[:0]
 		if off > e.off {
 			parts = append(parts, extent{e.off, off - e.off})
 		}

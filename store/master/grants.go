@@ -321,16 +321,33 @@ func (s *Service) putCommitLocked(clientID string, id objectKey, size uint64, cf
 	if err := s.claimKeyLocked(id, upsert, now); err != nil {
 		return c.grantGen, fmt.Errorf("put commit %v: %w", id, err)
 	}
-	out := make([]*replica, len(reps))
+	var rec *objectRecord
+	var out []*replica
+	if len(reps) == 1 {
+		rec = new(objectRecord)
+		out = rec.reps[:]
+	} else {
+		out = make([]*replica, len(reps))
+	}
 	for i, g := range grants {
 		off := reps[i].Addr - g.seg.info.Base
 		g.take(off, need)
 		s.mu.granted -= need
-		r := s.newReplicaLocked(g.seg, off, size)
+		var r *replica
+		if rec != nil {
+			r = s.initReplicaLocked(&rec.rep, g.seg, off, size)
+		} else {
+			r = s.newReplicaLocked(g.seg, off, size)
+		}
 		g.seg.replicas[r] = struct{}{}
 		out[i] = r
 	}
-	o := s.newObjectLocked(clientID, id, size, out, cfg, gid, now)
+	var o *object
+	if rec != nil {
+		o = s.initObjectLocked(&rec.obj, clientID, id, size, out, cfg, gid, now)
+	} else {
+		o = s.newObjectLocked(clientID, id, size, out, cfg, gid, now)
+	}
 	s.completeLocked(o, now)
 	return c.grantGen, nil
 }

@@ -67,13 +67,15 @@ func groupsOf(cfg ReplicateConfig, n int) ([]groupChoice, error) {
 	return out, nil
 }
 
-// groupOf is groupsOf for a call of one key.
+// groupOf is groupsOf for a call of one key (without a list).
 func groupOf(cfg ReplicateConfig) (groupChoice, error) {
-	g, err := groupsOf(cfg, 1)
-	if err != nil {
-		return groupChoice{}, err
+	if cfg.GroupIDs == nil {
+		return groupChoice{}, nil
 	}
-	return g[0], nil
+	if len(cfg.GroupIDs) != 1 {
+		return groupChoice{}, fmt.Errorf("%d group ids for 1 key: %w", len(cfg.GroupIDs), wire.ErrInvalidParams)
+	}
+	return groupChoice{id: cfg.GroupIDs[0], set: true}, nil
 }
 
 // effectiveGroupLocked returns the group a new object under id gets: an

@@ -451,6 +451,30 @@ func (g *handlers) PutCommit(_ context.Context, req *wire.PutCommitRequest) (*wi
 	if err != nil {
 		return nil, err
 	}
+	c, err := putCommit(svc, req, nil)
+	if err != nil {
+		return nil, err
+	}
+	return &wire.PutCommitResponse{GrantGeneration: c.Gen, Version: c.Version, Uid: c.UID, ReplicaTags: c.Tags,
+		ViewVersion: svc.ViewVersion()}, nil
+}
+
+// AppendPutCommit answers a mux PutCommit (wire.MuxPutCommitter).
+func (g *handlers) AppendPutCommit(_ context.Context, b []byte, req *wire.PutCommitRequest) ([]byte, error) {
+	svc, err := g.svc()
+	if err != nil {
+		return b, err
+	}
+	var tags [4]uint64 // on the stack for up to four replicas
+	c, err := putCommit(svc, req, tags[:0])
+	if err != nil {
+		return b, err
+	}
+	return wire.AppendPutCommitResponse(b, c.Gen, c.Version, c.UID, c.Tags, svc.ViewVersion()), nil
+}
+
+// putCommit runs req on svc, the replicas' tags appended to tags.
+func putCommit(svc *Service, req *wire.PutCommitRequest, tags []uint64) (Committed, error) {
 	var repBuf [4]GrantedReplica // on the stack for up to four replicas
 	reps := repBuf[:0]
 	for _, r := range req.GetReplicas() {
@@ -458,13 +482,8 @@ func (g *handlers) PutCommit(_ context.Context, req *wire.PutCommitRequest) (*wi
 	}
 	cfg := configFromWire(req.GetConfig())
 	cfg.Versioned, cfg.ExpectedVersion = req.GetVersioned(), req.GetExpectedVersion()
-	c, err := svc.PutCommitVersion(req.GetClientId(), req.GetTenantId(), req.GetKey(), req.GetSize(), cfg,
-		req.GetUpsert(), reps)
-	if err != nil {
-		return nil, err
-	}
-	return &wire.PutCommitResponse{GrantGeneration: c.Gen, Version: c.Version, Uid: c.UID, ReplicaTags: c.Tags,
-		ViewVersion: svc.ViewVersion()}, nil
+	return svc.putCommitVersion(req.GetClientId(), req.GetTenantId(), req.GetKey(), req.GetSize(), cfg,
+		req.GetUpsert(), reps, tags)
 }
 
 func (g *handlers) WaitObject(ctx context.Context, req *wire.WaitObjectRequest) (*wire.GetReplicaListResponse, error) {

@@ -226,8 +226,25 @@ type replica struct {
 // newReplicaLocked returns a replica of size bytes at off in seg, with a
 // fresh tag.
 func (s *Service) newReplicaLocked(seg *segment, off, size uint64) *replica {
+	return s.initReplicaLocked(new(replica), seg, off, size)
+}
+
+// initReplicaLocked makes r a new replica of size bytes at off in seg.
+func (s *Service) initReplicaLocked(r *replica, seg *segment, off, size uint64) *replica {
 	s.mu.lastUID++
-	return &replica{seg: seg, off: off, size: size, tag: s.mu.lastUID}
+	*r = replica{seg: seg, off: off, size: size, tag: s.mu.lastUID}
+	return r
+}
+
+// objectRecord is an object of one replica, with that replica and its
+// list, in one allocation: a put's commit of one replica (the common
+// case) makes no other record. Its parts are used as any object's and
+// replica's are (the list may grow elsewhere, the replica move to a
+// discard list); they are never reused for another object.
+type objectRecord struct {
+	obj  object
+	rep  replica
+	reps [1]*replica
 }
 
 type object struct {
@@ -967,7 +984,13 @@ func (s *Service) claimKeyLocked(id objectKey, upsert bool, now time.Time) error
 // yet complete), a member of group gid ("" is none).
 func (s *Service) newObjectLocked(clientID string, id objectKey, size uint64, reps []*replica, cfg ReplicateConfig,
 	gid string, now time.Time) *object {
-	o := &object{id: id, size: size, replicas: reps, writer: clientID, putStart: now, hardPin: cfg.HardPin}
+	return s.initObjectLocked(new(object), clientID, id, size, reps, cfg, gid, now)
+}
+
+// initObjectLocked is newObjectLocked making o the new object.
+func (s *Service) initObjectLocked(o *object, clientID string, id objectKey, size uint64, reps []*replica, cfg ReplicateConfig,
+	gid string, now time.Time) *object {
+	*o = object{id: id, size: size, replicas: reps, writer: clientID, putStart: now, hardPin: cfg.HardPin}
 	if cfg.SoftPin == wire.SoftPinAction_SOFT_PIN_ENABLE {
 		o.softPinTTL = cfg.SoftPinTTL
 		if o.softPinTTL <= 0 {

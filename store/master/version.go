@@ -91,7 +91,13 @@ func (s *Service) PutEndVersion(clientID, tenant, key string) (_ uint64, err err
 
 // PutCommitVersion is PutCommit returning what it published (Committed).
 func (s *Service) PutCommitVersion(clientID, tenant, key string, size uint64, cfg ReplicateConfig, upsert bool,
-	reps []GrantedReplica) (c Committed, err error) {
+	reps []GrantedReplica) (Committed, error) {
+	return s.putCommitVersion(clientID, tenant, key, size, cfg, upsert, reps, nil)
+}
+
+// putCommitVersion is PutCommitVersion with the tags appended to tags.
+func (s *Service) putCommitVersion(clientID, tenant, key string, size uint64, cfg ReplicateConfig, upsert bool,
+	reps []GrantedReplica, tags []uint64) (c Committed, err error) {
 	id, err := objectKeyOf(tenant, key)
 	if err != nil {
 		return c, fmt.Errorf("put commit %q: %w", key, err)
@@ -113,9 +119,9 @@ func (s *Service) PutCommitVersion(clientID, tenant, key string, size uint64, cf
 	}
 	if o, ok := s.mu.objects[id]; ok && o.complete {
 		c.Version, c.UID = o.version, o.uid
-		c.Tags = make([]uint64, len(o.replicas))
-		for i, r := range o.replicas {
-			c.Tags[i] = r.tag
+		c.Tags = tags[:0]
+		for _, r := range o.replicas {
+			c.Tags = append(c.Tags, r.tag)
 		}
 	}
 	return c, nil

@@ -562,6 +562,12 @@ func FuzzServeMuxConn(f *testing.F) {
 	get, _ := proto.Marshal(&KeyRequest{Key: "c", TenantId: "t1"})
 	f.Add(append(frame(MuxHeader{Method: MuxGetReplicaList, ID: 4}, get),
 		frame(MuxHeader{Method: MuxGetReplicaList, ID: 5}, []byte{0x0a, 0x01, 0xff})...))
+	for i, m := range putCommitRequestCases()[1:3] {
+		b, _ := proto.Marshal(m)
+		f.Add(frame(MuxHeader{Method: MuxPutCommit, ID: uint32(6 + i)}, b))
+	}
+	exists, _ := proto.Marshal(&PutCommitRequest{Key: "exists"})
+	f.Add(frame(MuxHeader{Method: MuxPutCommit, ID: 8}, exists))
 	lists := map[string]*GetReplicaListResponse{}
 	for i, m := range replicaListCases() {
 		lists[[]string{"/a", "/b", "t1/c", "t2/d"}[i]] = m
@@ -592,8 +598,8 @@ func FuzzServeMuxConn(f *testing.F) {
 			}
 			return frames
 		}
-		// The hand path of GetReplicaList answers what the generic one
-		// does: the same frames, the same bytes or the same error code.
+		// The hand paths of GetReplicaList and PutCommit answer what the
+		// generic ones do: the same frames, the same bytes or the same error code.
 		// Slow calls are answered from goroutines of their own, in any
 		// order: they are compared by header, apart from the others.
 		fast, fastSlow := splitSlow(serve(&listerMaster{lists: lists}))
@@ -641,7 +647,7 @@ type muxFrame struct {
 	body []byte
 }
 
-// genericOnly hides a server's MuxReplicaLister.
+// genericOnly hides a server's MuxReplicaLister and MuxPutCommitter.
 type genericOnly struct{ MasterServer }
 
 // memConn reads from r and writes to w.

@@ -855,11 +855,7 @@ func (call *MuxCall) wait(out proto.Message) error {
 	case *GetReplicaListResponse:
 		err = decodeReplicaList(*body, o, &c.names) // no allocation for a get
 	case *PutCommitResponse:
-		// Reset, but merge into the tags' backing (no allocation for a
-		// put's commit into a reused answer).
-		tags := o.ReplicaTags[:0]
-		*o = PutCommitResponse{ReplicaTags: tags}
-		err = proto.UnmarshalOptions{Merge: true}.Unmarshal(*body, o)
+		err = decodePutCommitResponse(*body, o) // no allocation into a reused answer
 	default:
 		err = proto.Unmarshal(*body, out)
 	}

@@ -120,6 +120,8 @@ func ServeMuxConnConfig(ctx context.Context, conn net.Conn, srv MasterServer, cf
 	out := make([]byte, MuxHeaderBytes, 4<<10)
 	var held int64 // budget bytes the current request holds
 	lister, _ := srv.(MuxReplicaLister)
+	committer, _ := srv.(MuxPutCommitter)
+	var commits *putCommitDecoder // made on the first PutCommit
 	defer func() { cfg.Budget.Release(held) }()
 	for {
 		if r.Buffered() < MuxHeaderBytes {
@@ -150,11 +152,19 @@ func ServeMuxConnConfig(ctx context.Context, conn net.Conn, srv MasterServer, cf
 		}
 		call := &muxCalls[h.Method]
 		t0 := time.Now()
-		var req, resp proto.Message // req stays nil on the get's own path
-		if lister != nil && h.Method == MuxGetReplicaList {
+		var req, resp proto.Message // req stays nil on the get's and put's own paths
+		var putSize uint64          // the bytes a put names (serverPoll.after)
+		switch {
+		case lister != nil && h.Method == MuxGetReplicaList:
 			// A get: no messages on this path (replicalist.go).
 			out, err = answerReplicaList(ctx, out, h, body, lister, cfg.Limits)
-		} else {
+		case committer != nil && h.Method == MuxPutCommit:
+			// A put's commit: one reused message (putcommit.go).
+			if commits == nil {
+				commits = new(putCommitDecoder)
+			}
+			out, putSize, err = answerPutCommit(ctx, out, h, body, commits, committer, cfg.Limits)
+		default:
 			req = call.newReq()
 			if err = CheckShape(req.ProtoReflect().Descriptor(), body, cfg.Limits.MaxElements); err != nil {
 				err = fmt.Errorf("%s request: %w", h.Method.Name(), err)
@@ -181,14 +191,15 @@ func ServeMuxConnConfig(ctx context.Context, conn net.Conn, srv MasterServer, cf
 			} else {
 				resp, err = call.serve(ctx, srv, req)
 			}
+			putSize = putBytes(req)
 		}
 		if obs, ok := srv.(MuxObserver); ok {
 			obs.ObserveMuxCall(h.Method.Name(), time.Since(t0), err)
 		}
-		poll.after(req)
+		poll.after(putSize)
 		cfg.Budget.Release(held)
 		held = 0
-		if req != nil { // (the get's own path wrote its answer)
+		if req != nil { // (the get's and put's own paths wrote their answers)
 			out = encodeAnswer(out, h, resp, err)
 		}
 		// Flush once no further whole request is already buffered: answers
@@ -255,11 +266,20 @@ const largePutBytes = 64 << 10
 // does), so that the call finds the master awake rather than paying a
 // wake-up: 1 MiB store puts in a loop on 2 vCPUs, median p50 451 -> 424
 // us with eight budgets, 436 -> 415 us with sixteen rather than eight.
-// Other calls keep the budget.
-func (p *serverPoll) after(req proto.Message) {
+// Other calls (n 0: putBytes) keep the budget.
+func (p *serverPoll) after(n uint64) {
 	if p == nil {
 		return
 	}
+	p.budget = p.base
+	if n >= largePutBytes {
+		p.budget = min(max(8*p.base, time.Duration(n)), 20*p.base, spin.Max)
+	}
+}
+
+// putBytes returns the bytes a put request names (PutStart,
+// BatchPutStart, PutCommit), 0 for other requests.
+func putBytes(req proto.Message) uint64 {
 	var n uint64
 	switch r := req.(type) {
 	case *PutStartRequest:
@@ -271,10 +291,7 @@ func (p *serverPoll) after(req proto.Message) {
 			n += s
 		}
 	}
-	p.budget = p.base
-	if n >= largePutBytes {
-		p.budget = min(max(8*p.base, time.Duration(n)), 20*p.base, spin.Max)
-	}
+	return n
 }
 
 func (p *serverPoll) Read(b []byte) (int, error) {
@@ -381,6 +398,32 @@ func answerReplicaList(ctx context.Context, out []byte, h MuxHeader, body []byte
 		out, err = lister.AppendReplicaList(ctx, out, tenant, key)
 	}
 	return finishAnswer(out, h, err), err
+}
+
+// putCommitRequestDesc is PutCommitRequest's descriptor (keyRequestDesc).
+var putCommitRequestDesc = sync.OnceValue(func() protoreflect.MessageDescriptor {
+	return (&PutCommitRequest{}).ProtoReflect().Descriptor()
+})
+
+// answerPutCommit appends to out[:0] the answer frame to the PutCommit
+// request body of header h, decoded by d, from committer: the checks of
+// the generic path. It returns the size the request names.
+func answerPutCommit(ctx context.Context, out []byte, h MuxHeader, body []byte, d *putCommitDecoder,
+	committer MuxPutCommitter, limits RequestLimits) ([]byte, uint64, error) {
+	out = answerHead(out)
+	var err error
+	var size uint64
+	if err = CheckShape(putCommitRequestDesc(), body, limits.MaxElements); err != nil {
+		err = fmt.Errorf("%s request: %w", h.Method.Name(), err)
+	} else if req, derr := d.decode(body); derr != nil {
+		err = fmt.Errorf("decode %s request: %v: %w", h.Method.Name(), derr, ErrInvalidParams)
+	} else if err = limits.Check(req); err != nil {
+		err = fmt.Errorf("%s request: %w", h.Method.Name(), err)
+	} else {
+		size = req.GetSize()
+		out, err = committer.AppendPutCommit(ctx, out, req)
+	}
+	return finishAnswer(out, h, err), size, err
 }
 
 // readMuxBody reads an n-byte body into body (reused when it is large

@@ -125,9 +125,9 @@ func TestServerPollAfterLargePut(t *testing.T) {
 		{&BatchPutStartRequest{Sizes: []uint64{32 << 10, 32 << 10}}, 8 * budget},
 		{&PutCommitRequest{Size: 4096}, budget},
 	} {
-		p.after(tc.req)
+		p.after(putBytes(tc.req))
 		assert.Equal(t, p.budget, tc.want, "%T", tc.req)
 	}
 	var none *serverPoll
-	none.after(&PutCommitRequest{Size: 1 << 20}) // a connection that does not poll
+	none.after(1 << 20) // a connection that does not poll
 }

@@ -152,17 +152,24 @@ func parseKeyRequest(b []byte) (key, tenant []byte, err error) {
 // names interns the strings of decoded answers (segment names and ids,
 // protocols): a client sees few distinct ones, and a get should not make
 // them anew each time. Past maxNames distinct strings the rest are made
-// as usual.
+// as usual, as are strings over maxNameBytes.
 type names struct {
 	mu sync.Mutex
 	m  map[string]string
 }
 
-const maxNames = 4096
+// maxNames and maxNameBytes bound what names keeps.
+const (
+	maxNames     = 4096
+	maxNameBytes = 256
+)
 
 func (t *names) intern(b []byte) string {
 	if len(b) == 0 {
 		return ""
+	}
+	if len(b) > maxNameBytes {
+		return string(b)
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()

@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"net"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -106,9 +107,12 @@ func TestDecodeReplicaListUnknownFields(t *testing.T) {
 
 func TestNamesBounded(t *testing.T) {
 	var in names
+	long := strings.Repeat("n", maxNameBytes+1)
+	assert.Equal(t, in.intern([]byte(long)), long)
+	assert.Equal(t, len(in.m), 0, "a long string is not kept")
 	for i := range maxNames + 10 {
-		s := in.intern([]byte(strings.Repeat("n", i+1)))
-		assert.Equal(t, len(s), i+1)
+		want := strconv.Itoa(i)
+		assert.Equal(t, in.intern([]byte(want)), want)
 	}
 	assert.Equal(t, len(in.m), maxNames)
 	assert.Equal(t, in.intern(nil), "")
