@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # kvferry's store beside Mooncake's, in one run (issue 18: 1 MiB put and get
-# from one client >= 2x Mooncake's store). Runs only with Mooncake's binaries
-# given; nothing here builds or fetches Mooncake:
+# from one client >= 2x Mooncake's store; issue 38: >= 0.8x the one-stream
+# floor). Mooncake's rows run when its binaries are given; nothing here
+# builds or fetches Mooncake:
 #
 #   MOONCAKE_MASTER=/path/mooncake_master \
 #   MOONCAKE_STORE_LIB=/path/libmooncake_store.so bench/store_mooncake.sh
+#   bench/store_mooncake.sh     # kvferry's rows and the floor alone
 #
 # (bench/store.sh calls it when both are set.) MOONCAKE_STORE_LIB is a
 # library exporting Mooncake's store_c.h: Mooncake's own, built with
@@ -42,8 +44,11 @@
 # process of the rows under chrt -r RT_PRIO).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-: "${MOONCAKE_MASTER:?set MOONCAKE_MASTER to the Mooncake mooncake_master binary}"
-: "${MOONCAKE_STORE_LIB:?set MOONCAKE_STORE_LIB to the Mooncake libmooncake_store.so}"
+WITH_MC=1
+if [ -z "${MOONCAKE_MASTER:-}" ] || [ -z "${MOONCAKE_STORE_LIB:-}" ]; then
+  echo "MOONCAKE_MASTER and MOONCAKE_STORE_LIB not both set: kvferry's rows and the floor only" >&2
+  WITH_MC=
+fi
 SIZES="${SIZES:-1048576}"
 STORE_OPS="${STORE_OPS:-400}"
 TRIALS="${TRIALS:-3}"
@@ -84,6 +89,7 @@ KV_MASTER=$(awk '/^listening on/ {print $3}' "$T/kv_master.out")
 [ -n "$KV_MASTER" ] || { echo "kvferry-master did not start" >&2; cat "$T/kv_master.err" >&2; exit 1; }
 
 # Mooncake's master.
+if [ -n "$WITH_MC" ]; then
 MC_PORT=$(free_port)
 env "${MC_ENV[@]}" "${PRIO[@]}" "$MOONCAKE_MASTER" --port="$MC_PORT" --rpc_address=127.0.0.1 --enable_metric_reporting=false \
   --metrics_port="$(free_port)" > "$T/mc_master.out" 2> "$T/mc_master.err" &
@@ -93,6 +99,7 @@ for _ in $(seq 1 100); do
   python3 -c 'import socket,sys; socket.create_connection(("127.0.0.1", int(sys.argv[1])), 0.2)' "$MC_PORT" 2>/dev/null && break
   sleep 0.1
 done
+fi
 
 # start_holder NAME LIB MASTER [ENV...]: a holder lending HOLDER_BYTES.
 start_holder() {
@@ -107,7 +114,7 @@ start_holder() {
   grep -q '^ready' "$T/$name.out" || { echo "$name holder did not start" >&2; tail -20 "$T/$name.err" >&2; exit 1; }
 }
 start_holder kv_holder "$KVFERRY_LIB" "$KV_MASTER"
-start_holder mc_holder "$MOONCAKE_STORE_LIB" "$MC_MASTER" "${MC_ENV[@]}"
+[ -z "$WITH_MC" ] || start_holder mc_holder "$MOONCAKE_STORE_LIB" "$MC_MASTER" "${MC_ENV[@]}"
 
 # client SYSTEM SIZE OPS TAG: one store_c_bench run of SYSTEM.
 client() {
@@ -122,13 +129,14 @@ client() {
 R="$T/results"
 mkdir -p "$R"
 systems=(kvferry_tcp kvferry_auto mooncake kvferry_tcp_nospec)
+[ -n "$WITH_MC" ] || systems=(kvferry_tcp kvferry_auto kvferry_tcp_nospec)
 for size in $SIZES; do
   ops=$((STORE_OPS * 1048576 / size))
   [ "$ops" -ge 1 ] || ops=1
   for trial in $(seq 1 "$TRIALS"); do
     floor "$size" # beside each trial: the floor moves with the machine's load
-    for k in 0 1 2 3; do
-      s=${systems[$(((trial - 1 + k) % 4))]}
+    for k in "${!systems[@]}"; do
+      s=${systems[$(((trial - 1 + k) % ${#systems[@]}))]}
       client "$s" "$size" "$ops" "$s-$size-$trial" > "$R/${size}_${trial}.$s.json" 2> "$R/${size}_${trial}.$s.err" ||
         { echo "$s client failed (size $size, trial $trial):" >&2; tail -20 "$R/${size}_${trial}.$s.err" >&2; exit 1; }
       sleep 1 # removed objects' leases (kvferry-master: 500 ms) expire and free their space
@@ -136,9 +144,9 @@ for size in $SIZES; do
   done
 done
 
-python3 - "$R" "$TRIALS" "$SIZES" "$LOAD_START" "$(load)" "$(nproc)" "${MOONCAKE_ENV-MC_TCP_ENABLE_CONNECTION_POOL=1}" "${RT_PRIO:-}" "$FLOORS" <<'PY'
+python3 - "$R" "$TRIALS" "$SIZES" "$LOAD_START" "$(load)" "$(nproc)" "${MOONCAKE_ENV-MC_TCP_ENABLE_CONNECTION_POOL=1}" "${RT_PRIO:-}" "$FLOORS" "$WITH_MC" <<'PY'
 import json, statistics, sys
-R, trials, sizes, load0, load1, ncpu, mcenv, prio, floors = sys.argv[1:10]
+R, trials, sizes, load0, load1, ncpu, mcenv, prio, floors, with_mc = sys.argv[1:11]
 floor = {}  # (op, size) -> {mode: [p50 us of each trial]}
 for line in open(floors):
     op, shape, mode, js = line.split(" ", 3)
@@ -146,11 +154,15 @@ for line in open(floors):
     floor.setdefault((op, size), {}).setdefault(mode, []).append(json.loads(js)["p50_us"])
 trials = int(trials)
 med = statistics.median
-systems = ("kvferry_tcp", "kvferry_auto", "mooncake", "kvferry_tcp_nospec")
+systems = ("kvferry_tcp", "kvferry_auto", "mooncake", "kvferry_tcp_nospec") if with_mc else \
+    ("kvferry_tcp", "kvferry_auto", "kvferry_tcp_nospec")
 print("Store: one client (lends nothing), holder in another process, master in a third; put_from / get_into of a "
       "registered buffer through store_c.h (bench/store_c_bench.c), the same loop for both libraries; medians of "
       f"{trials} trials, systems alternating:")
 print()
+if not with_mc:
+    print("(Mooncake not given: its columns are empty and the ratios are against the floor below.)")
+    print()
 print("| op | value | Mooncake GB/s | p50 us | kvferry TCP GB/s | p50 us | vs Mooncake | kvferry same-host GB/s | p50 us | vs Mooncake | range of trial ratios (TCP; same-host) |")
 print("|---|---|---|---|---|---|---|---|---|---|---|")
 errs = []
@@ -171,9 +183,19 @@ for size in map(int, sizes.split()):
         ft = floor[(op, size)]
         floor_lines.append(f"- {op} {size >> 10} KiB: one-stream floor p50 {f['spin']:.0f} us spinning, {f['block']:.0f} us "
                            f"blocking (medians of the trials; trials {min(min(v) for v in ft.values()):.0f}-"
-                           f"{max(max(v) for v in ft.values()):.0f} us; {size / best / 1e3:.2f} GB/s at best); kvferry TCP p50 {p50['kvferry_tcp'] / best:.2f}x it, "
-                           f"Mooncake {p50['mooncake'] / best:.2f}x; 2x Mooncake's p50 is {p50['mooncake'] / 2:.0f} us = "
-                           f"{p50['mooncake'] / 2 / best:.2f}x the floor")
+                           f"{max(max(v) for v in ft.values()):.0f} us; {size / best / 1e3:.2f} GB/s at best); kvferry TCP p50 {p50['kvferry_tcp'] / best:.2f}x it "
+                           f"({gb['kvferry_tcp'] / (size / best / 1e3):.2f}x its throughput)" +
+                           (f", Mooncake {p50['mooncake'] / best:.2f}x; 2x Mooncake's p50 is {p50['mooncake'] / 2:.0f} us = "
+                            f"{p50['mooncake'] / 2 / best:.2f}x the floor" if with_mc else ""))
+        if not with_mc:  # a row of kvferry alone, its ratios against the floor's best throughput
+            fl = size / best / 1e3
+            rt = [a[op + "_gb_per_s"] / fl for a in runs["kvferry_tcp"]]
+            v = f"{size >> 20} MiB" if size >= 1 << 20 else f"{size >> 10} KiB"
+            print(f"| {op} | {v} | | | {gb['kvferry_tcp']:.2f} | {p50['kvferry_tcp']:.0f} | (floor) **{gb['kvferry_tcp'] / fl:.2f}x** | "
+                  f"{gb['kvferry_auto']:.2f} | {p50['kvferry_auto']:.0f} | (floor) {gb['kvferry_auto'] / fl:.2f}x | {min(rt):.2f}-{max(rt):.2f} |")
+            if op == "get":
+                nospec_lines.append(f"- get {v}: {gb['kvferry_tcp_nospec']:.2f} GB/s, p50 {p50['kvferry_tcp_nospec']:.0f} us")
+            continue
         rt = [a[op + "_gb_per_s"] / m[op + "_gb_per_s"] for a, m in zip(runs["kvferry_tcp"], runs["mooncake"])]
         ra = [a[op + "_gb_per_s"] / m[op + "_gb_per_s"] for a, m in zip(runs["kvferry_auto"], runs["mooncake"])]
         v = f"{size >> 20} MiB" if size >= 1 << 20 else f"{size >> 10} KiB"
@@ -197,6 +219,8 @@ for line in floor_lines:
 print()
 for e in errs:
     print("ERRORS:", e)
-print(f"Mooncake processes' environment: {mcenv or '(none)'}; RT priority: {prio or 'none'}")
+if with_mc:
+    print(f"Mooncake processes' environment: {mcenv or '(none)'}")
+print(f"RT priority: {prio or 'none'}")
 print(f"machine: {ncpu} CPUs, load {load0} at start, {load1} at end")
 PY
