@@ -206,8 +206,6 @@ func (d *putCommitDecoder) decode(b []byte) (*PutCommitRequest, error) {
 			d.config.unknownFields = configUnknown
 		}
 		out.Config = &d.config
-	} else {
-		d.config.unknownFields = configUnknown // keep the backing
 	}
 	if len(unknown) > 0 {
 		out.unknownFields = unknown
