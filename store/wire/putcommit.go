@@ -54,11 +54,10 @@ func decodePutCommitResponse(b []byte, out *PutCommitResponse) error {
 	unknown := out.unknownFields[:0]
 	*out = PutCommitResponse{}
 	for len(b) > 0 {
-		num, typ, m := protowire.ConsumeTag(b)
-		if m < 0 || num > protowire.MaxValidNumber {
-			return errProto("tag")
+		num, typ, terr := consumeTag(&b)
+		if terr != nil {
+			return terr
 		}
-		b = b[m:]
 		var err error
 		switch {
 		case num == 4 && typ == protowire.BytesType: // packed
@@ -129,11 +128,10 @@ func (d *putCommitDecoder) decode(b []byte) (*PutCommitRequest, error) {
 	hasConfig := false
 	var configUnknown []byte
 	for len(b) > 0 {
-		num, typ, m := protowire.ConsumeTag(b)
-		if m < 0 || num > protowire.MaxValidNumber {
-			return nil, errProto("tag")
+		num, typ, terr := consumeTag(&b)
+		if terr != nil {
+			return nil, terr
 		}
-		b = b[m:]
 		var err error
 		switch {
 		case (num == 1 || num == 2 || num == 4 || num == 6 || num == 7) && typ == protowire.BytesType:
@@ -218,11 +216,10 @@ func (d *putCommitDecoder) decode(b []byte) (*PutCommitRequest, error) {
 // unknown fields are appended to unknown, returned extended.
 func decodeReplicateConfig(b []byte, c *ReplicateConfig, unknown []byte) ([]byte, error) {
 	for len(b) > 0 {
-		num, typ, m := protowire.ConsumeTag(b)
-		if m < 0 || num > protowire.MaxValidNumber {
-			return unknown, errProto("tag")
+		num, typ, terr := consumeTag(&b)
+		if terr != nil {
+			return unknown, terr
 		}
-		b = b[m:]
 		var err error
 		switch {
 		case (num == 5 || num == 6) && typ == protowire.BytesType:
@@ -274,11 +271,10 @@ func decodeGrantedReplica(b []byte, r *GrantedReplica) error {
 	unknown := r.unknownFields[:0]
 	*r = GrantedReplica{}
 	for len(b) > 0 {
-		num, typ, m := protowire.ConsumeTag(b)
-		if m < 0 || num > protowire.MaxValidNumber {
-			return errProto("tag")
+		num, typ, terr := consumeTag(&b)
+		if terr != nil {
+			return terr
 		}
-		b = b[m:]
 		var err error
 		if (num == 1 || num == 2) && typ == protowire.VarintType {
 			var v uint64

@@ -116,11 +116,10 @@ func errUTF8(field string) error { return fmt.Errorf("proto: field %s contains i
 // unknown field), a string that is not UTF-8 is an error.
 func parseKeyRequest(b []byte) (key, tenant []byte, err error) {
 	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 || num > protowire.MaxValidNumber {
-			return nil, nil, errProto("tag")
+		num, typ, terr := consumeTag(&b)
+		if terr != nil {
+			return nil, nil, terr
 		}
-		b = b[n:]
 		if (num == 1 || num == 2) && typ == protowire.BytesType {
 			v, m := protowire.ConsumeBytes(b)
 			if m < 0 {
@@ -196,11 +195,10 @@ func decodeReplicaList(b []byte, out *GetReplicaListResponse, in *names) error {
 	*out = GetReplicaListResponse{}
 	n := 0
 	for len(b) > 0 {
-		num, typ, m := protowire.ConsumeTag(b)
-		if m < 0 || num > protowire.MaxValidNumber {
-			return errProto("tag")
+		num, typ, terr := consumeTag(&b)
+		if terr != nil {
+			return terr
 		}
-		b = b[m:]
 		switch {
 		case num == 1 && typ == protowire.BytesType:
 			v, m := protowire.ConsumeBytes(b)
@@ -260,11 +258,10 @@ func decodeReplica(b []byte, r *Replica, in *names) error {
 	unknown := r.unknownFields[:0]
 	*r = Replica{}
 	for len(b) > 0 {
-		num, typ, m := protowire.ConsumeTag(b)
-		if m < 0 || num > protowire.MaxValidNumber {
-			return errProto("tag")
+		num, typ, terr := consumeTag(&b)
+		if terr != nil {
+			return terr
 		}
-		b = b[m:]
 		switch {
 		case (num == 1 || num == 5 || num == 6 || num == 8) && typ == protowire.BytesType:
 			v, m := protowire.ConsumeBytes(b)
@@ -315,6 +312,18 @@ func decodeReplica(b []byte, r *Replica, in *names) error {
 		r.unknownFields = unknown
 	}
 	return nil
+}
+
+// consumeTag reads a field's tag at the head of *b and advances *b past
+// it, refusing what proto.Unmarshal refuses (a bad varint, a number above
+// the largest valid one).
+func consumeTag(b *[]byte) (protowire.Number, protowire.Type, error) {
+	num, typ, m := protowire.ConsumeTag(*b)
+	if m < 0 || num > protowire.MaxValidNumber {
+		return 0, 0, errProto("tag")
+	}
+	*b = (*b)[m:]
+	return num, typ, nil
 }
 
 // consumeVarint reads a varint at the head of b; it returns b advanced.
