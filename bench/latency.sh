@@ -14,6 +14,14 @@
 #           in another process through a kvferry-master process, p50/p99
 #           and one-client ops/s, beside redis-benchmark -c 1 SET/GET of
 #           4 KiB on redis-server in the same run;
+#   allocs  allocations per operation of the same small operations (issue 38
+#           target 2: 0 after warm-up): go test -benchmem rows of a batch-1
+#           4 KiB TCP read/write and a store 4 KiB put/get, both sides in
+#           the test's process, and the AllocsPerRun tests that fail on
+#           any allocation (TestTransferAllocs4K, TestStoreAllocs4K);
+#   footprint  an idle engine with 1 GiB registered (bench/footprint.sh:
+#           RSS beyond the buffer, threads, goroutines; Mooncake's target
+#           beside it with MOONCAKE_TE_BENCH), run last, alone;
 # each with spinning as configured (KVFERRY_SPIN_US, default 50 µs) and
 # with it off (KVFERRY_SPIN_US=0 on every process of the row), and each
 # figure as a multiple of the spinning and of the blocking floor. Last, the
@@ -47,7 +55,7 @@ DURATION="${DURATION:-3}"
 OPS="${OPS:-5000}"
 IDLE_SECS="${IDLE_SECS:-2}"
 SECTIONS=("$@")
-[ ${#SECTIONS[@]} -gt 0 ] || SECTIONS=(tcp notify cma store)
+[ ${#SECTIONS[@]} -gt 0 ] || SECTIONS=(tcp notify cma store allocs footprint)
 want() { local s; for s in "${SECTIONS[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
 
 T="$(mktemp -d)"
@@ -285,21 +293,53 @@ PY
   echo
 fi
 
+if want allocs; then
+  # The -benchmem rows: both ends of each operation run in the test's
+  # process, so each count is initiator and target (client, holder and
+  # master for the store) together.
+  echo "Allocations per operation after warm-up, both ends in one process (target 2: 0 B and 0 allocs; go test -benchmem):"
+  echo
+  echo "| row | B/op | allocs/op | target | AllocsPerRun test (fails on any allocation) |"
+  echo "|---|---|---|---|---|"
+  verdict() { if go test "$1" -count=1 -run "^$2\$" >"$T/$2.log" 2>&1; then echo "$2 passed"; else echo "$2 **FAILED** ($(grep -m1 -E 'allocs|FAIL' "$T/$2.log"))"; fi; }
+  te_test=$(verdict ./engine TestTransferAllocs4K)
+  st_test=$(verdict ./store/client TestStoreAllocs4K)
+  benchrows() { go test "$1" -count=1 -run '^$' -bench "$2" -benchmem -benchtime="$3" 2>&1 | awk '/allocs\/op/ {print $1, $(NF-3), $(NF-1)}'; }
+  { benchrows ./engine 'TCPAllocs4K' 3000x | sed "s/\$/ $te_test/"
+    benchrows ./store/client 'RemoteOps/(put|get)$' 5000x | sed "s/\$/ $st_test/"; } |
+    while read -r name bytes allocs verdict_text; do
+      echo "| $name | $bytes | $allocs | 0 / 0 | $verdict_text |"
+    done
+  echo
+  echo "(The store's put row counts the benchmark's RemoveAll every 1024 puts; TestStoreAllocs4K allows a put of a fresh key"
+  echo "the 2 allocations the master keeps for the new object, its key and its record: docs/reports/allocs.md.)"
+  echo
+fi
+
 # Idle CPU: every server process, after the traffic stopped.
-sleep 0.5
-declare -A before
-for s in "${servers[@]}"; do
-  set -- $s
-  before[$1]=$(awk '{print $14 + $15}' "/proc/$2/stat")
-done
-sleep "$IDLE_SECS"
-tck=$(getconf CLK_TCK)
-line="Idle CPU over ${IDLE_SECS} s after the traffic (percent of one core, /proc/PID/stat):"
-for s in "${servers[@]}"; do
-  set -- $s
-  now=$(awk '{print $14 + $15}' "/proc/$2/stat")
-  line+=" $1 $(python3 -c "print(f'{($now - ${before[$1]}) / $tck / $IDLE_SECS * 100:.1f}%')")"
-done
-echo "$line"
-echo
+if [ ${#servers[@]} -gt 0 ]; then
+  sleep 0.5
+  declare -A before
+  for s in "${servers[@]}"; do
+    set -- $s
+    before[$1]=$(awk '{print $14 + $15}' "/proc/$2/stat")
+  done
+  sleep "$IDLE_SECS"
+  tck=$(getconf CLK_TCK)
+  line="Idle CPU over ${IDLE_SECS} s after the traffic (percent of one core, /proc/PID/stat):"
+  for s in "${servers[@]}"; do
+    set -- $s
+    now=$(awk '{print $14 + $15}' "/proc/$2/stat")
+    line+=" $1 $(python3 -c "print(f'{($now - ${before[$1]}) / $tck / $IDLE_SECS * 100:.1f}%')")"
+  done
+  echo "$line"
+  echo
+fi
+if want footprint; then
+  # Last, with the rows' processes stopped, so that each footprint process
+  # has the machine to itself.
+  cleanup_rows() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; pids=(); }
+  cleanup_rows
+  bench/footprint.sh | sed '/^machine:/d'
+fi
 echo "machine: $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg), $(date -u +%Y-%m-%dT%H:%MZ)"
