@@ -118,6 +118,7 @@ fi
 if want tcp; then
   declare -A awaited
   cwait=()
+  tail3=()
   echo "Transfer engine over TCP, 4 KiB, batch 1, 1 thread (kvferry-bench; p99/p50 target <= 3, p50 <= 3x the spinning floor):"
   echo
   echo "$HEAD"
@@ -131,6 +132,14 @@ if want tcp; then
       out=$(KVFERRY_SPIN_US=$spin MC_FORCE_TCP=1 "${PRIO[@]}" "$BIN" --mode=initiator --protocol=tcp --segment_id="${!seg}" --operation=$op \
         --block_size=4096 --batch_size=1 --threads=1 --duration="$DURATION" --buffer_size=$BUF --json --quiet)
       row "tcp $op 4 KiB" "$spin" "$out"
+      [ "$spin" != "$SPIN_ON" ] || tail3+=("$(python3 - "$op" "$out" "$FLOOR_GO_SPIN_US" "$FLOOR_GO_SPIN_P99_US" <<'PY'
+import json, sys
+op, r, g50, g99 = sys.argv[1], json.loads(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
+p50, p99 = r["p50_batch_latency_us"], r["p99_batch_latency_us"]
+x = (p99 / p50) / (g99 / g50)
+print(f"| {op} | {p50:.1f} / {p99:.1f} | {p99 / p50:.2f} | {g50:.1f} / {g99:.1f} = {g99 / g50:.2f} | **{x:.2f}x** | {'yes' if x <= 1.25 else 'no'} |")
+PY
+)")
     done
     # The synchronous calls' way (Python's transfer_sync_*, C callers that
     # declare the batch awaited): the waiter reads the answer itself, from a
@@ -163,6 +172,12 @@ PY
   echo "| op | wait | p50 / p99 us | awaited p50 / p99 us | ratio p50 / p99 | met |"
   echo "|---|---|---|---|---|---|"
   printf '%s\n' "${cwait[@]}"
+  echo
+  echo "The tail against the Go floor's of the same run (target 3: TE p99/p50 <= 1.25x the Go floor's, spin $SPIN_ON us, default GOMAXPROCS):"
+  echo
+  echo "| op | p50 / p99 us | p99/p50 | Go floor p50 / p99 us = p99/p50 | ratio of the two | met |"
+  echo "|---|---|---|---|---|---|"
+  printf '%s\n' "${tail3[@]}"
   echo
   # Mooncake's transfer_engine_bench beside kvferry-bench, when it is given.
   if [ -n "${MOONCAKE_TE_BENCH:-}" ]; then bench/te_mooncake.sh; echo; fi
@@ -203,6 +218,12 @@ if want notify; then
       --buffer_size=$BUF --json --quiet)
     row "notify sent -> seen" "$spin" "$out" deliver
     row "notify call (sent -> accepted)" "$spin" "$out" accept
+    [ "$spin" != "$SPIN_ON" ] || call5=$(python3 - "$out" "$FLOOR_SPIN_US" <<'PY'
+import json, sys
+p, f = json.loads(sys.argv[1])["p50_accept_latency_us"], float(sys.argv[2])
+print(f"{p:.1f} us against the spinning floor's {f:.1f} us: **{p / f:.1f}x** (target 5: <= 2x; {'met' if p <= 2 * f else 'not met'})")
+PY
+)
     row "notify round trip" "$spin" "$out"
     cost+=("$(notify_cost "$spin" "$out" "$before" "$(proc_usage "${!pid}")")")
   done
@@ -210,6 +231,8 @@ if want notify; then
   # What a round trip costs the two processes: the machine has two vCPUs, so
   # CPU near twice the mean round trip means both are busy (the polls), and
   # every context switch is a thread woken or a CPU handed over.
+  echo "The sender's notify call, p50, spin $SPIN_ON us: $call5"
+  echo
   echo "CPU and context switches per round trip (initiator: its timed loop, getrusage; target: the whole run with its 200 untimed round trips, /proc):"
   echo
   printf '%s\n' "${cost[@]}"
