@@ -36,6 +36,12 @@
 # An operation over TCP cannot beat it; the line also gives what 2x
 # Mooncake's p50 asks for against it.
 #
+# Then the transfer alone (kvferry-bench between two processes, TCP, batch
+# 1, one thread, also measured before each trial): a put's write into the
+# holder and a get's read from it without the master, so that what an
+# operation takes beyond it (the commit or the lookup, and three processes
+# sharing the CPUs) shows in the same run.
+#
 # Environment: SIZES (bytes, default "1048576"), STORE_OPS (operations per phase
 # at 1 MiB, scaled to the same bytes at other sizes; default 400), TRIALS
 # (default 3), HOLDER_BYTES (default 1 GiB), MOONCAKE_ENV (default
@@ -62,6 +68,7 @@ fi
 go build -o "$T/kvferry-master" ./cmd/kvferry-master
 cc -O2 -Wall -std=gnu11 -Iinclude -o "$T/store_c_bench" bench/store_c_bench.c -ldl
 cc -O2 -o "$T/pingpong" bench/pingpong.c
+go build -o "$T/kvferry-bench" ./cmd/kvferry-bench
 FLOORS="$T/floors"
 : > "$FLOORS"
 # floor SIZE: one measurement of each shape and mode, appended to FLOORS.
@@ -72,6 +79,15 @@ floor() {
     set -- $shape
     echo "$1 ${2}x$3 spin $("${PRIO[@]}" "$T/pingpong" -s -q "$2" -r "$3" -n "$n" -w 50)" >> "$FLOORS"
     echo "$1 ${2}x$3 block $("${PRIO[@]}" "$T/pingpong" -q "$2" -r "$3" -n "$n" -w 50)" >> "$FLOORS"
+  done
+}
+# transfer SIZE: one TE batch-1 write and read of SIZE bytes against the
+# kvferry-bench target, appended to FLOORS.
+transfer() {
+  local op
+  for op in write read; do
+    echo "te $op $1 $(MC_FORCE_TCP=1 "${PRIO[@]}" "$T/kvferry-bench" --mode=initiator --protocol=tcp --segment_id="$TE_SEG" \
+      --operation=$op --batch_size=1 --block_size="$1" --threads=1 --duration=2 --buffer_size=$((64 << 20)) --json --quiet)" >> "$FLOORS"
   done
 }
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
@@ -100,6 +116,13 @@ for _ in $(seq 1 100); do
   sleep 0.1
 done
 fi
+
+# The transfer engine's target for the transfer-alone rows.
+MC_FORCE_TCP=1 "${PRIO[@]}" "$T/kvferry-bench" --mode=target --protocol=tcp --buffer_size=$((64 << 20)) --ready_file="$T/te.ready" \
+  > "$T/te_target.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 1 100); do [ -s "$T/te.ready" ] && break; sleep 0.1; done
+TE_SEG=$(cat "$T/te.ready" 2>/dev/null) || { echo "kvferry-bench target did not start" >&2; cat "$T/te_target.log" >&2; exit 1; }
 
 # start_holder NAME LIB MASTER [ENV...]: a holder lending HOLDER_BYTES.
 start_holder() {
@@ -135,6 +158,7 @@ for size in $SIZES; do
   [ "$ops" -ge 1 ] || ops=1
   for trial in $(seq 1 "$TRIALS"); do
     floor "$size" # beside each trial: the floor moves with the machine's load
+    transfer "$size"
     for k in "${!systems[@]}"; do
       s=${systems[$(((trial - 1 + k) % ${#systems[@]}))]}
       client "$s" "$size" "$ops" "$s-$size-$trial" > "$R/${size}_${trial}.$s.json" 2> "$R/${size}_${trial}.$s.err" ||
@@ -148,8 +172,12 @@ python3 - "$R" "$TRIALS" "$SIZES" "$LOAD_START" "$(load)" "$(nproc)" "${MOONCAKE
 import json, statistics, sys
 R, trials, sizes, load0, load1, ncpu, mcenv, prio, floors, with_mc = sys.argv[1:11]
 floor = {}  # (op, size) -> {mode: [p50 us of each trial]}
+te = {}  # (op, size) -> [p50 us of each trial]: put's write, get's read alone
 for line in open(floors):
     op, shape, mode, js = line.split(" ", 3)
+    if op == "te":
+        te.setdefault(({"write": "put", "read": "get"}[shape], int(mode)), []).append(json.loads(js)["p50_batch_latency_us"])
+        continue
     size = max(int(v) for v in shape.split("x"))
     floor.setdefault((op, size), {}).setdefault(mode, []).append(json.loads(js)["p50_us"])
 trials = int(trials)
@@ -167,6 +195,7 @@ print("| op | value | Mooncake GB/s | p50 us | kvferry TCP GB/s | p50 us | vs Mo
 print("|---|---|---|---|---|---|---|---|---|---|---|")
 errs = []
 floor_lines = []
+te_lines = []
 nospec_lines = []
 for size in map(int, sizes.split()):
     runs = {s: [json.load(open(f"{R}/{size}_{t}.{s}.json")) for t in range(1, trials + 1)] for s in systems}
@@ -187,6 +216,14 @@ for size in map(int, sizes.split()):
                            f"({gb['kvferry_tcp'] / (size / best / 1e3):.2f}x its throughput)" +
                            (f", Mooncake {p50['mooncake'] / best:.2f}x; 2x Mooncake's p50 is {p50['mooncake'] / 2:.0f} us = "
                             f"{p50['mooncake'] / 2 / best:.2f}x the floor" if with_mc else ""))
+        if (op, size) in te:
+            t = med(te[(op, size)])
+            what = "write into the holder" if op == "put" else "read from the holder"
+            te_lines.append(f"- {op} {size >> 10} KiB: the {what} alone p50 {t:.0f} us (trials {min(te[(op, size)]):.0f}-"
+                            f"{max(te[(op, size)]):.0f}), {t / best:.2f}x the floor; the {op}'s p50 over TCP {p50['kvferry_tcp']:.0f} us is "
+                            f"{p50['kvferry_tcp'] - t:+.0f} us beside it (the "
+                            f"{'commit at the master' if op == 'put' else 'master lookup, overlapped with the read when speculative'}"
+                            f", and three processes sharing the CPUs)")
         if not with_mc:  # a row of kvferry alone, its ratios against the floor's best throughput
             fl = size / best / 1e3
             rt = [a[op + "_gb_per_s"] / fl for a in runs["kvferry_tcp"]]
@@ -215,6 +252,11 @@ print()
 print("Floor (bench/pingpong.c, one TCP stream between two processes, one round trip per operation, no master call, "
       "measured before each trial):")
 for line in floor_lines:
+    print(line)
+print()
+print("The transfer alone (kvferry-bench, TE batch 1 over TCP between two processes, one thread, no master; measured before "
+      "each trial):")
+for line in te_lines:
     print(line)
 print()
 for e in errs:
