@@ -17,6 +17,14 @@
 #   ONLY=overhead PAIRS=5 bench/tcp.sh     # just the metrics cost
 #   bench/latency.sh tcp notify           # just the batch-1 latency rows (run last here)
 #   ONLY=lanes PAIRS=3 bench/tcp.sh       # just the many-streams rows
+#   ONLY=ab BASE=12ff1a8 PAIRS=4 bench/tcp.sh  # the large-batch rows against another commit
+# Against another commit (issue 38 target 8: no regression beyond noise):
+# ONLY=ab builds kvferry-bench at BASE in a temporary worktree, starts a
+# target of each build, and runs each row of AB_ROWS (block:batch:threads,
+# default "1048576:128:1 1048576:128:4 4194304:128:1"), write and read, as
+# PAIRS alternating pairs (the first of each pair alternates too); each
+# row prints both medians, the median of the per-pair ratios and their
+# range, which is the noise a difference must exceed.
 # Many streams (issue 38 target 6): for each N of LANES (default "1 2 4"),
 # PAIRS alternating rounds of `iperf3 -P N` and a kvferry initiator with
 # N lanes (MC_TCP_LANES_PER_PEER=N) moving batches of 128 x 1 MiB, write
@@ -104,6 +112,59 @@ print(f"| {sys.argv[1]} | {med(0):.2f} | {med(1):.2f} | {ratio(1)} | {med(2):.2f
 PY
   done
 }
+# ab: AB_ROWS of this tree's build against BASE's, PAIRS alternating pairs.
+ab() {
+  [ -n "${BASE:-}" ] || { echo "ONLY=ab needs BASE (a commit)" >&2; exit 1; }
+  local wt="$T/base-tree" bin_base="$T/kvferry-bench-base" abuf=$((512 << 20)) seg_new seg_base row bs batch th op i
+  git worktree add --detach -q "$wt" "$BASE"
+  (cd "$wt" && go build -o "$bin_base" ./cmd/kvferry-bench) || { git worktree remove --force "$wt"; exit 1; }
+  git worktree remove --force "$wt"
+  MC_FORCE_TCP=1 "$BIN" --mode=target --protocol=tcp --buffer_size=$abuf --ready_file="$T/ready_ab_new" >/dev/null &
+  MC_FORCE_TCP=1 "$bin_base" --mode=target --protocol=tcp --buffer_size=$abuf --ready_file="$T/ready_ab_base" >/dev/null &
+  seg_new=$(wait_ready "$T/ready_ab_new")
+  seg_base=$(wait_ready "$T/ready_ab_base")
+  echo
+  echo "This tree ($(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . || echo ', with changes')) against $BASE: $PAIRS alternating pairs of ${DURATION} s per row (medians; per-pair ratio range):"
+  echo
+  printf "| op | block | batch | threads | %s GB/s | this tree GB/s | this / base (median of pairs) | range |\n|---|---|---|---|---|---|---|---|\n" "$BASE"
+  for row in ${AB_ROWS:-1048576:128:1 1048576:128:4 4194304:128:1}; do
+    IFS=: read -r bs batch th <<< "$row"
+    for op in write read; do
+      : > "$T/ab"
+      for i in $(seq 1 "$PAIRS"); do
+        local order=(base new) b n
+        [ $((i % 2)) = 0 ] && order=(new base)
+        for who in "${order[@]}"; do
+          local bin=$BIN seg=$seg_new
+          [ "$who" = base ] && bin=$bin_base && seg=$seg_base
+          local gb
+          gb=$(MC_FORCE_TCP=1 "$bin" --mode=initiator --protocol=tcp --segment_id="$seg" --operation=$op --block_size="$bs" \
+            --batch_size="$batch" --threads="$th" --duration="$DURATION" --buffer_size=$abuf --json --quiet |
+            python3 -c 'import json,sys; print(json.load(sys.stdin)["gb_per_s"])')
+          if [ "$who" = base ]; then b=$gb; else n=$gb; fi
+        done
+        echo "$b $n" >> "$T/ab"
+      done
+      python3 - "$op" "$bs" "$batch" "$th" "$T/ab" <<'PY'
+import statistics, sys
+op, bs, batch, th, f = sys.argv[1:6]
+rows = [[float(x) for x in l.split()] for l in open(f) if l.strip()]
+rs = [n / b for b, n in rows]
+bs = int(bs)
+size = f"{bs // 1024} KiB" if bs < 1 << 20 else f"{bs >> 20} MiB"
+med = statistics.median
+print(f"| {op} | {size} | {batch} | {th} | {med(r[0] for r in rows):.2f} | {med(r[1] for r in rows):.2f} | "
+      f"**{med(rs):.2f}x** | {min(rs):.2f}-{max(rs):.2f} |")
+PY
+    done
+  done
+}
+if [ "$ONLY" = ab ]; then
+  ab
+  echo
+  echo "machine: $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg), $(date -u +%Y-%m-%dT%H:%MZ)"
+  exit 0
+fi
 if [ "$ONLY" = lanes ]; then
   lanes
   echo
