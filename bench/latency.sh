@@ -247,7 +247,8 @@ if want cma; then
   for op in read write; do
     for spin in "$SPIN_ON" 0; do
       seg=SEG_cma_on; [ "$spin" = 0 ] && seg=SEG_cma_off
-      out=$(KVFERRY_SPIN_US=$spin "${PRIO[@]}" "$BIN" --mode=initiator --protocol=cma --segment_id="${!seg}" --operation=$op \
+      # (error level: a forced protocol warns that other hosts would take tcp)
+      out=$(KVFERRY_LOG_LEVEL=error KVFERRY_SPIN_US=$spin "${PRIO[@]}" "$BIN" --mode=initiator --protocol=cma --segment_id="${!seg}" --operation=$op \
         --block_size=4096 --batch_size=1 --threads=1 --duration="$DURATION" --buffer_size=$BUF --json --quiet)
       row "cma $op 4 KiB" "$spin" "$out"
     done
