@@ -60,7 +60,9 @@ want() { local s; for s in "${SECTIONS[@]}"; do [ "$s" = "$1" ] && return 0; don
 
 T="$(mktemp -d)"
 pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$T"; }
+# stop_pids stops every background process of the run so far.
+stop_pids() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; pids=(); }
+cleanup() { stop_pids; rm -rf "$T"; }
 trap cleanup EXIT
 mkdir -p build/bin
 BIN="$T/kvferry-bench"
@@ -325,15 +327,16 @@ if want allocs; then
   echo
   echo "| row | B/op | allocs/op | target | AllocsPerRun test (fails on any allocation) |"
   echo "|---|---|---|---|---|"
-  verdict() { if go test "$1" -count=1 -run "^$2\$" >"$T/$2.log" 2>&1; then echo "$2 passed"; else echo "$2 **FAILED** ($(grep -m1 -E 'allocs|FAIL' "$T/$2.log"))"; fi; }
-  te_test=$(verdict ./engine TestTransferAllocs4K)
-  st_test=$(verdict ./store/client TestStoreAllocs4K)
-  benchrows() { go test "$1" -count=1 -run '^$' -bench "$2" -benchmem -benchtime="$3" 2>&1 | awk '/allocs\/op/ {print $1, $(NF-3), $(NF-1)}'; }
-  { benchrows ./engine 'TCPAllocs4K' 3000x | sed "s/\$/ $te_test/"
-    benchrows ./store/client 'RemoteOps/(put|get)$' 5000x | sed "s/\$/ $st_test/"; } |
-    while read -r name bytes allocs verdict_text; do
-      echo "| $name | $bytes | $allocs | 0 / 0 | $verdict_text |"
-    done
+  # allocrows PKG TEST BENCH BENCHTIME: one go test of PKG running the
+  # AllocsPerRun test and the -benchmem rows; a row per benchmark line.
+  allocrows() {
+    local verdict="$2 passed"
+    go test "$1" -count=1 -run "^$2\$" -bench "$3" -benchmem -benchtime="$4" >"$T/$2.log" 2>&1 ||
+      verdict="$2 **FAILED** ($(grep -m1 -E 'allocs|FAIL' "$T/$2.log"))"
+    awk -v v="$verdict" '/allocs\/op/ {print "| " $1 " | " $(NF-3) " | " $(NF-1) " | 0 / 0 | " v " |"}' "$T/$2.log"
+  }
+  allocrows ./engine TestTransferAllocs4K 'TCPAllocs4K' 3000x
+  allocrows ./store/client TestStoreAllocs4K 'RemoteOps/(put|get)$' 5000x
   echo
   echo "(The store's put row counts the benchmark's RemoveAll every 1024 puts; TestStoreAllocs4K allows a put of a fresh key"
   echo "the 2 allocations the master keeps for the new object, its key and its record: docs/reports/allocs.md.)"
@@ -362,8 +365,7 @@ fi
 if want footprint; then
   # Last, with the rows' processes stopped, so that each footprint process
   # has the machine to itself.
-  cleanup_rows() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; pids=(); }
-  cleanup_rows
+  stop_pids
   bench/footprint.sh | sed '/^machine:/d'
 fi
 echo "machine: $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg), $(date -u +%Y-%m-%dT%H:%MZ)"

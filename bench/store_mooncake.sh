@@ -82,12 +82,14 @@ floor() {
   done
 }
 # transfer SIZE: one TE batch-1 write and read of SIZE bytes against the
-# kvferry-bench target, appended to FLOORS.
+# kvferry-bench target, appended to TRANSFERS.
+TRANSFERS="$T/transfers"
+: > "$TRANSFERS"
 transfer() {
   local op
   for op in write read; do
-    echo "te $op $1 $(MC_FORCE_TCP=1 "${PRIO[@]}" "$T/kvferry-bench" --mode=initiator --protocol=tcp --segment_id="$TE_SEG" \
-      --operation=$op --batch_size=1 --block_size="$1" --threads=1 --duration=2 --buffer_size=$((64 << 20)) --json --quiet)" >> "$FLOORS"
+    echo "$op $1 $(MC_FORCE_TCP=1 "${PRIO[@]}" "$T/kvferry-bench" --mode=initiator --protocol=tcp --segment_id="$TE_SEG" \
+      --operation=$op --batch_size=1 --block_size="$1" --threads=1 --duration=2 --buffer_size=$((64 << 20)) --json --quiet)" >> "$TRANSFERS"
   done
 }
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
@@ -168,18 +170,18 @@ for size in $SIZES; do
   done
 done
 
-python3 - "$R" "$TRIALS" "$SIZES" "$LOAD_START" "$(load)" "$(nproc)" "${MOONCAKE_ENV-MC_TCP_ENABLE_CONNECTION_POOL=1}" "${RT_PRIO:-}" "$FLOORS" "$WITH_MC" <<'PY'
+python3 - "$R" "$TRIALS" "$SIZES" "$LOAD_START" "$(load)" "$(nproc)" "${MOONCAKE_ENV-MC_TCP_ENABLE_CONNECTION_POOL=1}" "${RT_PRIO:-}" "$FLOORS" "$WITH_MC" "$TRANSFERS" <<'PY'
 import json, statistics, sys
-R, trials, sizes, load0, load1, ncpu, mcenv, prio, floors, with_mc = sys.argv[1:11]
+R, trials, sizes, load0, load1, ncpu, mcenv, prio, floors, with_mc, transfers = sys.argv[1:12]
 floor = {}  # (op, size) -> {mode: [p50 us of each trial]}
-te = {}  # (op, size) -> [p50 us of each trial]: put's write, get's read alone
 for line in open(floors):
     op, shape, mode, js = line.split(" ", 3)
-    if op == "te":
-        te.setdefault(({"write": "put", "read": "get"}[shape], int(mode)), []).append(json.loads(js)["p50_batch_latency_us"])
-        continue
     size = max(int(v) for v in shape.split("x"))
     floor.setdefault((op, size), {}).setdefault(mode, []).append(json.loads(js)["p50_us"])
+te = {}  # (op, size) -> [p50 us of each trial]: put's write, get's read alone
+for line in open(transfers):
+    op, size, js = line.split(" ", 2)
+    te.setdefault(({"write": "put", "read": "get"}[op], int(size)), []).append(json.loads(js)["p50_batch_latency_us"])
 trials = int(trials)
 med = statistics.median
 systems = ("kvferry_tcp", "kvferry_auto", "mooncake", "kvferry_tcp_nospec") if with_mc else \
